@@ -1,0 +1,5 @@
+//! # guidebench-candle
+//!
+//! The candle engine (pure Rust). Not implemented yet: this crate registers
+//! nothing until its engine does real batched generation.
+#![deny(missing_docs)]

@@ -1,0 +1,5 @@
+//! # guidebench-tch
+//!
+//! The libtorch engine. Not implemented yet: this crate registers nothing
+//! until its engine does real batched generation.
+#![deny(missing_docs)]

@@ -1,0 +1,125 @@
+//! # guidebench
+//!
+//! The `guidebench` command line as a library, so that a third party can
+//! build a `guidebench` binary that also contains its own engines or
+//! backends:
+//!
+//! ```no_run
+//! // In the third party's binary crate:
+//! // use my_engine_crate as _; // links the crate, and so its registrations
+//! fn main() -> std::process::ExitCode {
+//!     guidebench::main()
+//! }
+//! ```
+//!
+//! Exit codes: 0 success, 1 the run failed, 2 bad usage (a wrong option,
+//! an unknown name, a missing file).
+#![deny(missing_docs)]
+
+mod engines;
+mod run;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use guidebench_core::registry;
+
+/// Benchmark LLM inference: TTFT, ITL, TPOT, latency and throughput.
+#[derive(Debug, Parser)]
+#[command(name = "guidebench", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run a benchmark.
+    Run(run::RunArgs),
+    /// List the registered backend kinds and engines with their options.
+    Backends,
+}
+
+/// Exit code: the run failed.
+pub const EXIT_FAILURE: u8 = 1;
+/// Exit code: bad usage.
+pub const EXIT_USAGE: u8 = 2;
+
+/// An error of the binary, with the exit code it maps to.
+pub(crate) enum Failure {
+    /// Bad usage: exit 2.
+    Usage(anyhow::Error),
+    /// The run failed: exit 1.
+    Run(anyhow::Error),
+}
+
+impl From<guidebench_core::Error> for Failure {
+    fn from(err: guidebench_core::Error) -> Self {
+        if err.is_usage() {
+            Failure::Usage(err.into())
+        } else {
+            Failure::Run(err.into())
+        }
+    }
+}
+
+/// Runs the command line with the process's arguments and returns the
+/// exit code.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("GUIDEBENCH_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let result = match cli.command {
+        Command::Backends => list_backends(),
+        Command::Run(args) => run::run(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure::Usage(err)) => {
+            eprintln!("error: {err:#}");
+            ExitCode::from(EXIT_USAGE)
+        }
+        Err(Failure::Run(err)) => {
+            eprintln!("error: {err:#}");
+            ExitCode::from(EXIT_FAILURE)
+        }
+    }
+}
+
+fn print_options(options: &[guidebench_core::options::OptionSpec]) {
+    for spec in options {
+        let default = spec
+            .default
+            .map(|d| format!(" (default {d})"))
+            .unwrap_or_default();
+        let required = if spec.required { " (required)" } else { "" };
+        println!(
+            "      {:<22} {:<9} {}{}{}",
+            spec.name,
+            guidebench_core::options::describe_type(spec.ty),
+            spec.description,
+            default,
+            required
+        );
+    }
+}
+
+fn list_backends() -> Result<(), Failure> {
+    println!("Backend kinds (--backend kind=NAME,...):");
+    for backend in registry::backends()?.iter() {
+        println!("  {:<14} {}", backend.name, backend.description);
+        print_options(backend.options);
+    }
+    println!();
+    println!("Engines (--backend kind=offline,engine=NAME,...):");
+    for engine in registry::engines()?.iter() {
+        println!("  {:<14} {}", engine.name, engine.description);
+        print_options(engine.options);
+    }
+    Ok(())
+}

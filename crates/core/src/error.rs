@@ -1,0 +1,295 @@
+//! The error type of `guidebench-core`.
+
+use std::path::PathBuf;
+
+/// A `Result` whose error is [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in the core crate, and what engines and
+/// backends report through it.
+///
+/// Every variant has a stable [`label`](Error::label), used in reports and in
+/// per-request error records.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A `kind=NAME,key=value,...` argument could not be parsed at all.
+    #[error("malformed argument `{input}`: {reason}")]
+    MalformedArgument {
+        /// The argument as given.
+        input: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+
+    /// An option key that the component does not know.
+    #[error("unknown option `{key}` for {context}; valid options: {}", valid.join(", "))]
+    UnknownOption {
+        /// The component the option was given to (`backend offline`, `engine mock`, ...).
+        context: String,
+        /// The unknown key.
+        key: String,
+        /// Every key the component accepts, sorted.
+        valid: Vec<String>,
+    },
+
+    /// An option with a value of the wrong type or out of range.
+    #[error("invalid value for option `{key}` of {context}: {reason}")]
+    InvalidOption {
+        /// The component the option was given to.
+        context: String,
+        /// The offending key.
+        key: String,
+        /// What was expected and what was found.
+        reason: String,
+    },
+
+    /// A required option was not given.
+    #[error("missing required option `{key}` for {context}")]
+    MissingOption {
+        /// The component the option was given to.
+        context: String,
+        /// The key that is required.
+        key: String,
+    },
+
+    /// A name (engine, backend kind, ...) that nothing registered.
+    #[error("unknown {what} `{name}`; available: {}", if available.is_empty() { "none".to_string() } else { available.join(", ") })]
+    UnknownName {
+        /// What kind of thing was looked up (`engine`, `backend kind`).
+        what: &'static str,
+        /// The name that was asked for.
+        name: String,
+        /// Every registered name, sorted.
+        available: Vec<String>,
+    },
+
+    /// Two registrations used the same name.
+    #[error("{what} `{name}` is registered twice")]
+    DuplicateName {
+        /// What kind of thing was registered (`engine`, `backend kind`).
+        what: &'static str,
+        /// The duplicated name.
+        name: String,
+    },
+
+    /// A sampling parameter or other request field is out of range.
+    #[error("invalid request: `{field}` {reason}")]
+    InvalidRequest {
+        /// The field at fault (`temperature`, `max_tokens`, ...).
+        field: &'static str,
+        /// Why it is rejected.
+        reason: String,
+    },
+
+    /// A chat template could not be found, compiled or rendered.
+    #[error("chat template: {0}")]
+    Template(String),
+
+    /// The tokenizer failed or could not be loaded.
+    #[error("tokenizer: {0}")]
+    Tokenizer(String),
+
+    /// A file could not be read.
+    #[error("cannot read `{}`: {source}", path.display())]
+    Io {
+        /// The file or folder involved.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// A JSON file or value could not be parsed.
+    #[error("invalid JSON in {context}: {source}")]
+    Json {
+        /// Where the JSON came from (a path or a description).
+        context: String,
+        /// The underlying error.
+        #[source]
+        source: serde_json::Error,
+    },
+
+    /// The engine could not be created (missing model file, bad config, ...).
+    #[error("engine `{engine}` failed to load: {reason}")]
+    EngineLoad {
+        /// The engine's registered name.
+        engine: String,
+        /// Why loading failed.
+        reason: String,
+    },
+
+    /// The engine failed while generating.
+    #[error("engine error: {0}")]
+    Engine(#[source] Box<dyn std::error::Error + Send + Sync + 'static>),
+
+    /// The engine panicked; the panic was caught at the engine thread.
+    #[error("engine panicked: {0}")]
+    EnginePanic(String),
+
+    /// The engine returned a different number of outputs than requests.
+    #[error("engine returned {got} outputs for a batch of {expected} requests")]
+    EngineOutputMismatch {
+        /// Requests in the batch.
+        expected: usize,
+        /// Outputs returned.
+        got: usize,
+    },
+
+    /// A whole batch failed; each of its requests receives this, carrying
+    /// the original error's label and message.
+    #[error("{message}")]
+    BatchFailed {
+        /// The stable label of the original error.
+        label: &'static str,
+        /// The original error's message.
+        message: String,
+    },
+
+    /// The request uses an input (image, audio, ...) that the engine does not accept.
+    #[error("engine `{engine}` does not accept {input} inputs")]
+    UnsupportedInput {
+        /// The engine's registered name.
+        engine: String,
+        /// The kind of input (`image`, `audio`).
+        input: &'static str,
+    },
+
+    /// The backend is shutting down and refuses new requests.
+    #[error("the backend is shutting down and accepts no new requests")]
+    ShuttingDown,
+
+    /// The backend was used before `startup` (or after `shutdown`).
+    #[error("the backend is not started; call startup first")]
+    NotStarted,
+
+    /// A component that exists but was not compiled into this binary.
+    #[error("{name} is not compiled in; rebuild with `--features {feature}`")]
+    NotCompiledIn {
+        /// The component.
+        name: String,
+        /// The cargo feature that enables it.
+        feature: &'static str,
+    },
+
+    /// Anything else that is a usage or configuration mistake.
+    #[error("{0}")]
+    Config(String),
+}
+
+/// Labels of errors that are the user's doing.
+const USAGE_LABELS: &[&str] = &[
+    "malformed_argument",
+    "unknown_option",
+    "invalid_option",
+    "missing_option",
+    "unknown_name",
+    "invalid_request",
+    "template",
+    "io",
+    "not_compiled_in",
+    "config",
+];
+
+impl Error {
+    /// A stable, machine-readable label for this error, used in reports.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Error::MalformedArgument { .. } => "malformed_argument",
+            Error::UnknownOption { .. } => "unknown_option",
+            Error::InvalidOption { .. } => "invalid_option",
+            Error::MissingOption { .. } => "missing_option",
+            Error::UnknownName { .. } => "unknown_name",
+            Error::DuplicateName { .. } => "duplicate_name",
+            Error::InvalidRequest { .. } => "invalid_request",
+            Error::Template(_) => "template",
+            Error::Tokenizer(_) => "tokenizer",
+            Error::Io { .. } => "io",
+            Error::Json { .. } => "json",
+            Error::EngineLoad { .. } => "engine_load",
+            Error::Engine(_) => "engine",
+            Error::EnginePanic(_) => "engine_panic",
+            Error::EngineOutputMismatch { .. } => "engine_output_mismatch",
+            Error::BatchFailed { label, .. } => label,
+            Error::UnsupportedInput { .. } => "unsupported_input",
+            Error::ShuttingDown => "shutting_down",
+            Error::NotStarted => "not_started",
+            Error::NotCompiledIn { .. } => "not_compiled_in",
+            Error::Config(_) => "config",
+        }
+    }
+
+    /// Wraps an engine's own error type.
+    pub fn engine<E>(source: E) -> Self
+    where
+        E: std::error::Error + Send + Sync + 'static,
+    {
+        Error::Engine(Box::new(source))
+    }
+
+    /// Whether the error is the user's doing (bad options, bad names, bad
+    /// files, a component not compiled in), as opposed to a failure while
+    /// running. A batch failure answers for the error it carries.
+    pub fn is_usage(&self) -> bool {
+        USAGE_LABELS.contains(&self.label())
+    }
+
+    /// A copy of this error that can be handed to every request of a failed
+    /// batch: same label, same message.
+    pub fn to_batch_failure(&self) -> Error {
+        Error::BatchFailed {
+            label: self.label(),
+            message: self.to_string(),
+        }
+    }
+
+    pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Error::Io {
+            path: path.into(),
+            source,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batch_failure_keeps_label_and_message() {
+        let original = Error::EngineOutputMismatch {
+            expected: 4,
+            got: 3,
+        };
+        let copy = original.to_batch_failure();
+        assert_eq!(copy.label(), "engine_output_mismatch");
+        assert_eq!(copy.to_string(), original.to_string());
+    }
+
+    #[test]
+    fn unknown_name_lists_what_is_available() {
+        let err = Error::UnknownName {
+            what: "engine",
+            name: "vllm".into(),
+            available: vec!["candle".into(), "mock".into()],
+        };
+        assert_eq!(
+            err.to_string(),
+            "unknown engine `vllm`; available: candle, mock"
+        );
+    }
+
+    #[test]
+    fn a_batch_failure_is_usage_when_its_cause_was() {
+        let cause = Error::NotCompiledIn {
+            name: "engine `tch`".into(),
+            feature: "tch",
+        };
+        assert!(cause.to_batch_failure().is_usage());
+        assert!(
+            !Error::EnginePanic("boom".into())
+                .to_batch_failure()
+                .is_usage()
+        );
+    }
+}

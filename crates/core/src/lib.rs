@@ -1,0 +1,35 @@
+//! # guidebench-core
+//!
+//! The contracts every guidebench component shares: the request model, the
+//! [`Backend`](backend::Backend) and [`Engine`](engine::Engine) traits, the
+//! abstract [`Tokenizer`](tokenizer::Tokenizer), shared request formatting
+//! (chat templates, multimodal placeholders, sampling validation), the
+//! `kind=NAME,key=value` option grammar, the plugin registry, and the
+//! `offline` backend: an in-process engine behind a micro-batcher.
+//!
+//! Engine crates depend on this crate only, implement [`engine::Engine`],
+//! and register themselves with [`register_engine!`].
+#![deny(missing_docs)]
+#![cfg_attr(not(test), warn(clippy::unwrap_used))]
+
+pub mod affinity;
+pub mod backend;
+pub mod clock;
+pub mod engine;
+pub mod error;
+pub mod metrics;
+pub mod offline;
+pub mod options;
+pub mod registry;
+pub mod request;
+pub mod sampler;
+pub mod sampling;
+pub mod stdio;
+pub mod synthetic;
+pub mod template;
+pub mod tokenizer;
+
+pub use error::{Error, Result};
+
+#[doc(hidden)]
+pub use inventory as __inventory;

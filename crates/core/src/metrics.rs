@@ -1,0 +1,101 @@
+//! Summary statistics over per-request values.
+
+use serde::{Deserialize, Serialize};
+
+/// The percentiles every distribution reports.
+pub const PERCENTILES: [f64; 10] = [1.0, 5.0, 10.0, 25.0, 50.0, 75.0, 90.0, 95.0, 99.0, 99.9];
+
+/// Summary statistics of a set of values.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Distribution {
+    /// Number of values.
+    pub count: usize,
+    /// Arithmetic mean.
+    pub mean: f64,
+    /// The 50th percentile.
+    pub median: f64,
+    /// Smallest value.
+    pub min: f64,
+    /// Largest value.
+    pub max: f64,
+    /// Population standard deviation.
+    pub std: f64,
+    /// `(p, value)` for each of [`PERCENTILES`].
+    pub percentiles: Vec<(f64, f64)>,
+}
+
+/// The `p`-th percentile (0–100) of sorted values, interpolating linearly
+/// between closest ranks (numpy's default method).
+#[allow(
+    clippy::cast_precision_loss,
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss
+)]
+pub fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
+    let last = sorted.len().checked_sub(1)?;
+    // rank is within [0, last]: the casts below cannot truncate or wrap.
+    let rank = (p.clamp(0.0, 100.0) / 100.0) * last as f64;
+    let lo = rank.floor() as usize;
+    let hi = rank.ceil() as usize;
+    let frac = rank - lo as f64;
+    Some(sorted[lo] + (sorted[hi] - sorted[lo]) * frac)
+}
+
+impl Distribution {
+    /// Statistics of `values` (NaNs are ignored). Empty input gives a
+    /// distribution with count 0 and zeros elsewhere.
+    #[allow(clippy::cast_precision_loss)] // counts are far below 2^52.
+    pub fn from_values(values: impl IntoIterator<Item = f64>) -> Self {
+        let mut sorted: Vec<f64> = values.into_iter().filter(|v| !v.is_nan()).collect();
+        if sorted.is_empty() {
+            return Distribution::default();
+        }
+        sorted.sort_by(f64::total_cmp);
+        let n = sorted.len() as f64;
+        let mean = sorted.iter().sum::<f64>() / n;
+        let var = sorted.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n;
+        let pct = |p| percentile(&sorted, p).unwrap_or(0.0);
+        Distribution {
+            count: sorted.len(),
+            mean,
+            median: pct(50.0),
+            min: sorted[0],
+            max: sorted[sorted.len() - 1],
+            std: var.sqrt(),
+            percentiles: PERCENTILES.iter().map(|&p| (p, pct(p))).collect(),
+        }
+    }
+
+    /// The value at percentile `p`, if it is one of [`PERCENTILES`].
+    pub fn at(&self, p: f64) -> Option<f64> {
+        self.percentiles
+            .iter()
+            .find(|(q, _)| (q - p).abs() < 1e-9)
+            .map(|&(_, v)| v)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_interpolate_between_ranks() {
+        let values = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0];
+        let d = Distribution::from_values(values);
+        assert_eq!(d.count, 10);
+        assert!((d.median - 5.5).abs() < 1e-12);
+        assert!((d.at(90.0).expect("p90") - 9.1).abs() < 1e-12);
+        assert!((d.at(1.0).expect("p1") - 1.09).abs() < 1e-12);
+        assert!((d.mean - 5.5).abs() < 1e-12);
+        assert!((d.std - 8.25f64.sqrt()).abs() < 1e-12);
+        assert_eq!((d.min, d.max), (1.0, 10.0));
+    }
+
+    #[test]
+    fn empty_input_has_count_zero() {
+        let d = Distribution::from_values(Vec::<f64>::new());
+        assert_eq!(d.count, 0);
+        assert_eq!(d.at(50.0), None);
+    }
+}

@@ -1,0 +1,497 @@
+//! The `offline` backend: an in-process engine behind a micro-batcher.
+//!
+//! Requests are queued and dispatched to the engine in batches of up to
+//! `batch_size`; a partial batch leaves when `batch_timeout` has passed
+//! since its first request arrived. The engine lives on its own thread and
+//! runs one batch at a time. The guarantees this module keeps are listed in
+//! `docs/offline-backend.md`; each is a named test.
+
+mod engine_thread;
+pub mod policy;
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+use tokio::sync::{OnceCell, mpsc, oneshot};
+use tokio::task::JoinHandle;
+
+use crate::backend::{Backend, ValidationReport};
+use crate::clock::Clock;
+use crate::engine::{
+    EngineCapabilities, EngineConfig, EngineDescription, EngineFactory, EngineRequest,
+};
+use crate::options::{KindArgs, OptionSpec, OptionType, check_options};
+use crate::registry;
+use crate::request::{GenerationRequest, GenerationResponse, RequestTimings};
+use crate::template::{Placeholders, PromptFormatter, RequestFormat};
+use crate::tokenizer::Tokenizer;
+use crate::{Error, Result};
+
+use engine_thread::{EngineReady, EngineThread, Generated, Pending};
+pub use policy::{BatchPolicy, BatchQueue, Batcher, Step};
+
+/// The options of the `offline` backend kind (the engine's own options are
+/// accepted beside them).
+pub const OPTIONS: &[OptionSpec] = &[
+    OptionSpec::optional("engine", OptionType::String, "the registered engine to run").required(),
+    OptionSpec::optional(
+        "model",
+        OptionType::String,
+        "the model: a local directory, a hub id, or an engine-specific name",
+    ),
+    OptionSpec::optional("batch_size", OptionType::Int, "the most requests per batch")
+        .with_default("32"),
+    OptionSpec::optional(
+        "batch_timeout",
+        OptionType::Duration,
+        "how long a partial batch waits, from its first request (10ms, 0.01)",
+    )
+    .with_default("10ms"),
+    OptionSpec::optional(
+        "request_format",
+        OptionType::String,
+        "plain, default-template, a Jinja file path, or inline Jinja",
+    )
+    .with_default("plain"),
+    OptionSpec::optional(
+        "image_placeholder",
+        OptionType::String,
+        "text written for each image part",
+    )
+    .with_default("<image>"),
+    OptionSpec::optional(
+        "audio_placeholder",
+        OptionType::String,
+        "text written for each audio part",
+    )
+    .with_default("<|audio|>"),
+];
+
+crate::register_backend! {
+    name: "offline",
+    description: "an in-process engine behind a micro-batcher",
+    options: OPTIONS,
+    create: OfflineBackend::from_args,
+}
+
+/// The configuration of an offline backend.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct OfflineConfig {
+    /// When batches leave the queue.
+    pub policy: BatchPolicy,
+    /// How requests become prompt text.
+    pub request_format: RequestFormat,
+    /// Placeholders for multimodal parts.
+    pub placeholders: Placeholders,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OfflineArgs {
+    engine: String,
+    model: Option<String>,
+    batch_size: Option<i64>,
+    batch_timeout: Option<f64>,
+    request_format: Option<String>,
+    image_placeholder: Option<String>,
+    audio_placeholder: Option<String>,
+}
+
+/// An engine, loaded, with what requests need to be formatted for it.
+struct Loaded {
+    thread: Mutex<Option<EngineThread>>,
+    tokenizer: Arc<dyn Tokenizer>,
+    capabilities: EngineCapabilities,
+    description: EngineDescription,
+    formatter: PromptFormatter,
+    load_time: Duration,
+}
+
+/// The state of one startup..shutdown cycle.
+struct Running {
+    /// `None` once shutdown began: the check and the enqueue happen under
+    /// this one lock, so no request slips in behind the shutdown.
+    queue: Mutex<Option<mpsc::UnboundedSender<Pending>>>,
+    /// The engine, created lazily and once; a failed load is kept, so it is
+    /// reported to every request rather than retried for each.
+    engine: OnceCell<std::result::Result<Arc<Loaded>, Error>>,
+    /// Signalled by the engine thread after each batch.
+    done_tx: mpsc::UnboundedSender<()>,
+    batcher: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// The `offline` backend. See the module docs.
+pub struct OfflineBackend {
+    config: OfflineConfig,
+    engine_config: EngineConfig,
+    factory: EngineFactory,
+    state: Mutex<Option<Arc<Running>>>,
+}
+
+impl std::fmt::Debug for OfflineBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OfflineBackend")
+            .field("config", &self.config)
+            .field("engine_config", &self.engine_config)
+            .finish_non_exhaustive()
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A poisoned lock only means another thread panicked while holding it;
+    // the data (an Option of a channel or handle) is still consistent.
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl OfflineBackend {
+    /// An offline backend over an explicit engine factory.
+    pub fn new(config: OfflineConfig, engine_config: EngineConfig, factory: EngineFactory) -> Self {
+        OfflineBackend {
+            config,
+            engine_config,
+            factory,
+            state: Mutex::new(None),
+        }
+    }
+
+    /// Builds the backend from `kind=offline,engine=NAME,...`, looking the
+    /// engine up in the registry and checking both sets of options.
+    pub fn from_args(args: KindArgs) -> Result<Box<dyn Backend>> {
+        let mut options = args.options;
+        let engine_name = match options.get("engine") {
+            Some(Value::String(name)) => name.clone(),
+            Some(other) => {
+                return Err(Error::InvalidOption {
+                    context: "backend offline".into(),
+                    key: "engine".into(),
+                    reason: format!("expected an engine name, got {other}"),
+                });
+            }
+            None => {
+                let available: Vec<_> = registry::engines()?.names().collect();
+                return Err(Error::MissingOption {
+                    context: format!("backend offline (engines: {})", available.join(", ")),
+                    key: "engine".into(),
+                });
+            }
+        };
+        let registration = registry::engines()?.get(&engine_name)?;
+        check_options(
+            &format!("backend offline with engine {engine_name}"),
+            &[OPTIONS, registration.options],
+            &mut options,
+        )?;
+        let (own, engine_options): (Map<String, Value>, Map<String, Value>) = options
+            .into_iter()
+            .partition(|(key, _)| OPTIONS.iter().any(|spec| spec.name == key));
+        let args: OfflineArgs = crate::options::from_map("backend offline", &own)?;
+        let policy = BatchPolicy::new(
+            args.batch_size.unwrap_or(policy::DEFAULT_BATCH_SIZE as i64),
+            args.batch_timeout
+                .unwrap_or(policy::DEFAULT_BATCH_TIMEOUT.as_secs_f64()),
+        )?;
+        let request_format = match &args.request_format {
+            Some(value) => RequestFormat::parse(value)?,
+            None => RequestFormat::Plain,
+        };
+        let defaults = Placeholders::default();
+        let config = OfflineConfig {
+            policy,
+            request_format,
+            placeholders: Placeholders {
+                image: args.image_placeholder.unwrap_or(defaults.image),
+                audio: args.audio_placeholder.unwrap_or(defaults.audio),
+            },
+        };
+        let engine_config = EngineConfig {
+            engine: args.engine,
+            model: args.model,
+            options: engine_options,
+        };
+        let create = registration.create;
+        let factory: EngineFactory = Arc::new(move |cfg: &EngineConfig| create(cfg));
+        Ok(Box::new(OfflineBackend::new(
+            config,
+            engine_config,
+            factory,
+        )))
+    }
+
+    /// The configuration in use.
+    pub fn config(&self) -> &OfflineConfig {
+        &self.config
+    }
+
+    fn running(&self) -> Result<Arc<Running>> {
+        lock(&self.state).clone().ok_or(Error::NotStarted)
+    }
+
+    /// The engine, loading it on first use. Concurrent first callers share
+    /// one load.
+    async fn engine(&self, running: &Running) -> Result<Arc<Loaded>> {
+        let loaded = running
+            .engine
+            .get_or_init(|| self.load(running.done_tx.clone()))
+            .await;
+        match loaded {
+            Ok(loaded) => Ok(Arc::clone(loaded)),
+            Err(err) => Err(err.to_batch_failure()),
+        }
+    }
+
+    async fn load(
+        &self,
+        done_tx: mpsc::UnboundedSender<()>,
+    ) -> std::result::Result<Arc<Loaded>, Error> {
+        let (thread, ready) = EngineThread::spawn(
+            Arc::clone(&self.factory),
+            self.engine_config.clone(),
+            done_tx,
+        )
+        .await?;
+        let EngineReady {
+            tokenizer,
+            chat_template,
+            capabilities,
+            description,
+            load_time,
+        } = ready;
+        let formatter = match PromptFormatter::new(
+            &self.config.request_format,
+            chat_template.as_deref(),
+            tokenizer.special_tokens(),
+            self.config.placeholders.clone(),
+        ) {
+            Ok(formatter) => formatter,
+            Err(err) => {
+                thread.stop().await;
+                return Err(err);
+            }
+        };
+        tracing::info!(engine = %description.engine, model = %description.model, ?load_time, "engine loaded");
+        Ok(Arc::new(Loaded {
+            thread: Mutex::new(Some(thread)),
+            tokenizer,
+            capabilities,
+            description,
+            formatter,
+            load_time,
+        }))
+    }
+}
+
+/// The batcher: drives [`Batcher`] with messages and timers until the
+/// request channel closes and everything queued is done.
+async fn run_batcher(
+    policy: BatchPolicy,
+    running: Arc<Running>,
+    mut requests: mpsc::UnboundedReceiver<Pending>,
+    mut done: mpsc::UnboundedReceiver<()>,
+) {
+    let mut batcher = Batcher::new(policy);
+    let mut open = true;
+    loop {
+        let deadline = match batcher.next(tokio::time::Instant::now()) {
+            Step::Dispatch(batch) => {
+                if !dispatch(&running, batch) {
+                    batcher.generate_done();
+                }
+                continue;
+            }
+            Step::Finished => break,
+            Step::WaitUntil(deadline) => Some(deadline),
+            Step::WaitForEvents => None,
+        };
+        tokio::select! {
+            biased;
+            Some(()) = done.recv(), if batcher.is_busy() => batcher.generate_done(),
+            message = requests.recv(), if open => match message {
+                Some(pending) => batcher.push(pending, tokio::time::Instant::now()),
+                None => {
+                    open = false;
+                    batcher.close();
+                }
+            },
+            () = sleep_until(deadline), if deadline.is_some() => {}
+        }
+    }
+}
+
+async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+    if let Some(deadline) = deadline {
+        tokio::time::sleep_until(deadline).await;
+    }
+}
+
+/// Hands a batch to the engine thread; returns whether a generate is now in
+/// flight.
+fn dispatch(running: &Running, batch: Vec<Pending>) -> bool {
+    // Every queued request passed through `engine()`, so it is loaded.
+    let loaded = running.engine.get().and_then(|r| r.as_ref().ok());
+    let thread = loaded.map(|l| lock(&l.thread));
+    match thread.as_deref() {
+        Some(Some(thread)) => {
+            thread.submit(batch);
+            true
+        }
+        _ => {
+            for pending in batch {
+                let _ = pending.reply.send(Err(Error::NotStarted));
+            }
+            false
+        }
+    }
+}
+
+#[async_trait]
+impl Backend for OfflineBackend {
+    fn kind(&self) -> &'static str {
+        "offline"
+    }
+
+    async fn startup(&self) -> Result<()> {
+        let mut state = lock(&self.state);
+        if state.is_some() {
+            return Err(Error::Config(
+                "the offline backend is already started".into(),
+            ));
+        }
+        let (queue_tx, queue_rx) = mpsc::unbounded_channel();
+        let (done_tx, done_rx) = mpsc::unbounded_channel();
+        let running = Arc::new(Running {
+            queue: Mutex::new(Some(queue_tx)),
+            engine: OnceCell::new(),
+            done_tx,
+            batcher: Mutex::new(None),
+        });
+        let task = tokio::spawn(run_batcher(
+            self.config.policy,
+            Arc::clone(&running),
+            queue_rx,
+            done_rx,
+        ));
+        *lock(&running.batcher) = Some(task);
+        *state = Some(running);
+        Ok(())
+    }
+
+    async fn validate(&self) -> Result<ValidationReport> {
+        let running = self.running()?;
+        let loaded = self.engine(&running).await?;
+        let mut info = Map::new();
+        info.insert("backend".into(), json!("offline"));
+        info.insert(
+            "engine".into(),
+            serde_json::to_value(&loaded.description).unwrap_or(Value::Null),
+        );
+        info.insert(
+            "capabilities".into(),
+            serde_json::to_value(loaded.capabilities).unwrap_or(Value::Null),
+        );
+        info.insert("batch_size".into(), json!(self.config.policy.batch_size));
+        info.insert(
+            "batch_timeout_s".into(),
+            json!(self.config.policy.batch_timeout.as_secs_f64()),
+        );
+        Ok(ValidationReport {
+            load_time: Some(loaded.load_time),
+            info,
+        })
+    }
+
+    async fn resolve(&self, request: GenerationRequest) -> Result<GenerationResponse> {
+        let start = Instant::now();
+        let running = self.running()?;
+        let loaded = self.engine(&running).await?;
+        let prompt = loaded.formatter.format(&request.input)?;
+        if !prompt.images.is_empty() && !loaded.capabilities.images {
+            return Err(Error::UnsupportedInput {
+                engine: loaded.description.engine.clone(),
+                input: "image",
+            });
+        }
+        if !prompt.audio.is_empty() && !loaded.capabilities.audio {
+            return Err(Error::UnsupportedInput {
+                engine: loaded.description.engine.clone(),
+                input: "audio",
+            });
+        }
+        let (reply_tx, reply_rx) = oneshot::channel();
+        let pending = Pending {
+            request: EngineRequest {
+                id: request.id,
+                prompt: prompt.text,
+                add_special_tokens: prompt.add_special_tokens,
+                images: prompt.images,
+                audio: prompt.audio,
+                sampling: request.sampling,
+            },
+            reply: reply_tx,
+        };
+        let queued = Instant::now();
+        {
+            let queue = lock(&running.queue);
+            let sender = queue.as_ref().ok_or(Error::ShuttingDown)?;
+            sender.send(pending).map_err(|_| Error::ShuttingDown)?;
+        }
+        let Generated { output, dispatched } = reply_rx
+            .await
+            .map_err(|_| Error::EnginePanic("the engine thread dropped the request".into()))??;
+        let end = Instant::now();
+        let clock = Clock::global();
+        let output_tokens = u32::try_from(output.token_ids.len()).unwrap_or(u32::MAX);
+        Ok(GenerationResponse {
+            id: request.id,
+            text: output.text,
+            token_ids: output.token_ids,
+            prompt_tokens: output.prompt_tokens,
+            output_tokens,
+            finish_reason: output.finish_reason,
+            timings: RequestTimings {
+                scheduled: None,
+                start: Some(clock.wall(start)),
+                queued: Some(clock.wall(queued)),
+                dispatched: Some(clock.wall(dispatched)),
+                tokens: output
+                    .token_instants
+                    .iter()
+                    .map(|&t| clock.wall(t))
+                    .collect(),
+                end: Some(clock.wall(end)),
+            },
+        })
+    }
+
+    async fn shutdown(&self) -> Result<()> {
+        let Some(running) = lock(&self.state).clone() else {
+            return Ok(());
+        };
+        // Refuse new requests: closing the channel also tells the batcher to
+        // flush what is queued and stop.
+        lock(&running.queue).take();
+        let batcher = lock(&running.batcher).take();
+        if let Some(batcher) = batcher {
+            let _ = batcher.await;
+        }
+        // The batcher waited for the generate in flight; now release the engine.
+        if let Some(Ok(loaded)) = running.engine.get() {
+            let thread = lock(&loaded.thread).take();
+            if let Some(thread) = thread {
+                thread.stop().await;
+            }
+        }
+        lock(&self.state).take();
+        Ok(())
+    }
+
+    fn tokenizer(&self) -> Option<Arc<dyn Tokenizer>> {
+        let running = lock(&self.state).clone()?;
+        let loaded = running.engine.get()?.as_ref().ok()?;
+        Some(Arc::clone(&loaded.tokenizer))
+    }
+}

@@ -1,0 +1,196 @@
+//! The plugin registry: engines and backend kinds register themselves with
+//! [`register_engine!`](crate::register_engine) and
+//! [`register_backend!`](crate::register_backend), through `inventory`.
+//!
+//! A crate whose registrations you want must be linked: name it once in
+//! code (`use my_engine as _;`), or the linker drops it and its entries.
+
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
+
+use crate::backend::Backend;
+use crate::engine::{Engine, EngineConfig};
+use crate::options::{KindArgs, OptionSpec};
+use crate::{Error, Result};
+
+/// An engine's registration.
+#[derive(Debug)]
+pub struct EngineRegistration {
+    /// The unique name (`engine=NAME`).
+    pub name: &'static str,
+    /// One line describing the engine.
+    pub description: &'static str,
+    /// The engine's own options.
+    pub options: &'static [OptionSpec],
+    /// Creates the engine; runs on the engine thread.
+    pub create: fn(&EngineConfig) -> Result<Box<dyn Engine>>,
+}
+
+/// A backend kind's registration.
+#[derive(Debug)]
+pub struct BackendRegistration {
+    /// The unique name (`kind=NAME`).
+    pub name: &'static str,
+    /// One line describing the backend kind.
+    pub description: &'static str,
+    /// The backend's own options.
+    pub options: &'static [OptionSpec],
+    /// Creates the backend from its parsed `kind=…` argument.
+    pub create: fn(KindArgs) -> Result<Box<dyn Backend>>,
+}
+
+inventory::collect!(EngineRegistration);
+inventory::collect!(BackendRegistration);
+
+/// Something with a unique name.
+pub trait Named {
+    /// The unique name.
+    fn name(&self) -> &'static str;
+}
+
+impl Named for EngineRegistration {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+}
+
+impl Named for BackendRegistration {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+}
+
+/// Registrations of one kind, sorted by name.
+#[derive(Debug)]
+pub struct Registry<T: 'static> {
+    what: &'static str,
+    entries: BTreeMap<&'static str, &'static T>,
+}
+
+impl<T: Named + 'static> Registry<T> {
+    /// Builds the map; a duplicate name is an error.
+    pub fn build(
+        what: &'static str,
+        entries: impl IntoIterator<Item = &'static T>,
+    ) -> Result<Self> {
+        let mut map = BTreeMap::new();
+        for entry in entries {
+            if map.insert(entry.name(), entry).is_some() {
+                return Err(Error::DuplicateName {
+                    what,
+                    name: entry.name().to_owned(),
+                });
+            }
+        }
+        Ok(Registry { what, entries: map })
+    }
+
+    /// Looks up a name; an unknown name lists the registered ones.
+    pub fn get(&self, name: &str) -> Result<&'static T> {
+        self.entries
+            .get(name)
+            .copied()
+            .ok_or_else(|| Error::UnknownName {
+                what: self.what,
+                name: name.to_owned(),
+                available: self.names().map(str::to_owned).collect(),
+            })
+    }
+
+    /// Registered names, sorted.
+    pub fn names(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.entries.keys().copied()
+    }
+
+    /// Registrations, sorted by name.
+    pub fn iter(&self) -> impl Iterator<Item = &'static T> + '_ {
+        self.entries.values().copied()
+    }
+}
+
+fn cached<T: Named + inventory::Collect>(
+    cell: &'static OnceLock<std::result::Result<Registry<T>, (String, &'static str)>>,
+    what: &'static str,
+) -> Result<&'static Registry<T>> {
+    cell.get_or_init(|| {
+        Registry::build(what, inventory::iter::<T>()).map_err(|e| match e {
+            Error::DuplicateName { name, what } => (name, what),
+            other => (other.to_string(), what),
+        })
+    })
+    .as_ref()
+    .map_err(|(name, what)| Error::DuplicateName {
+        what,
+        name: name.clone(),
+    })
+}
+
+/// Every registered engine, built once.
+pub fn engines() -> Result<&'static Registry<EngineRegistration>> {
+    static CELL: OnceLock<
+        std::result::Result<Registry<EngineRegistration>, (String, &'static str)>,
+    > = OnceLock::new();
+    cached(&CELL, "engine")
+}
+
+/// Every registered backend kind, built once.
+pub fn backends() -> Result<&'static Registry<BackendRegistration>> {
+    static CELL: OnceLock<
+        std::result::Result<Registry<BackendRegistration>, (String, &'static str)>,
+    > = OnceLock::new();
+    cached(&CELL, "backend kind")
+}
+
+/// Creates a backend from a parsed `--backend kind=…` argument.
+pub fn create_backend(args: KindArgs) -> Result<Box<dyn Backend>> {
+    let registration = backends()?.get(&args.kind)?;
+    (registration.create)(args)
+}
+
+/// Registers an engine.
+///
+/// ```ignore
+/// guidebench_core::register_engine! {
+///     name: "my-engine",
+///     description: "My in-process engine",
+///     options: &[],
+///     create: MyEngine::create,
+/// }
+/// ```
+#[macro_export]
+macro_rules! register_engine {
+    (name: $name:expr, description: $description:expr, options: $options:expr, create: $create:expr $(,)?) => {
+        $crate::__inventory::submit! {
+            $crate::registry::EngineRegistration {
+                name: $name,
+                description: $description,
+                options: $options,
+                create: $create,
+            }
+        }
+    };
+}
+
+/// Registers a backend kind.
+///
+/// ```ignore
+/// guidebench_core::register_backend! {
+///     name: "my-backend",
+///     description: "My backend",
+///     options: &[],
+///     create: MyBackend::create,
+/// }
+/// ```
+#[macro_export]
+macro_rules! register_backend {
+    (name: $name:expr, description: $description:expr, options: $options:expr, create: $create:expr $(,)?) => {
+        $crate::__inventory::submit! {
+            $crate::registry::BackendRegistration {
+                name: $name,
+                description: $description,
+                options: $options,
+                create: $create,
+            }
+        }
+    };
+}

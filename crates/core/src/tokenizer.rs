@@ -1,0 +1,722 @@
+//! The abstract tokenizer, and its implementation over Hugging Face `tokenizers`.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::path::Path;
+
+use tokenizers::models::TrainerWrapper;
+use tokenizers::models::bpe::{BPE, BpeTrainer};
+use tokenizers::pre_tokenizers::byte_level::ByteLevel;
+use tokenizers::{AddedToken, ProgressFormat};
+
+use crate::template;
+use crate::{Error, Result};
+
+/// A special token: its text and id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpecialToken {
+    /// The token's text, e.g. `<|endoftext|>`.
+    pub text: String,
+    /// The token's id.
+    pub id: u32,
+}
+
+/// The special tokens a model uses.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SpecialTokens {
+    /// Beginning of sequence.
+    pub bos: Option<SpecialToken>,
+    /// End of sequence; models may have several (the first is the canonical one).
+    pub eos: Vec<SpecialToken>,
+    /// Padding.
+    pub pad: Option<SpecialToken>,
+}
+
+impl SpecialTokens {
+    /// Whether `id` ends a sequence.
+    pub fn is_eos(&self, id: u32) -> bool {
+        self.eos.iter().any(|t| t.id == id)
+    }
+}
+
+/// What every engine's tokenizer offers.
+///
+/// Implementations must be cheap to share: the runner encodes synthetic
+/// prompts with it while the engine thread uses it too.
+pub trait Tokenizer: Send + Sync {
+    /// Encodes text to token ids; `add_special_tokens` adds what the
+    /// tokenizer's post-processor adds (e.g. a BOS token).
+    fn encode(&self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>>;
+
+    /// Decodes token ids to text.
+    fn decode(&self, ids: &[u32], skip_special_tokens: bool) -> Result<String>;
+
+    /// The model's special tokens.
+    fn special_tokens(&self) -> &SpecialTokens;
+
+    /// The number of ids the tokenizer can produce.
+    fn vocab_size(&self) -> usize;
+
+    /// The chat template shipped with the tokenizer, if any.
+    fn chat_template(&self) -> Option<&str> {
+        None
+    }
+
+    /// Counts the tokens of `text` without special tokens.
+    fn count(&self, text: &str) -> Result<usize> {
+        Ok(self.encode(text, false)?.len())
+    }
+}
+
+/// Incremental decoding for streaming: feed token ids one at a time and get
+/// the text each one adds, never splitting a multi-byte character.
+///
+/// It decodes a short window of recent ids and emits the new suffix only
+/// once it no longer ends in an incomplete character (U+FFFD). The window
+/// is the ids of the last emitted chunk (decoded again as context, so that
+/// decoders which treat the first token specially, like Metaspace, give the
+/// right spacing) plus the ids not emitted yet; older ids are dropped.
+#[derive(Debug, Default)]
+pub struct DecodeStream {
+    ids: Vec<u32>,
+    prefix_offset: usize,
+    read_offset: usize,
+    skip_special_tokens: bool,
+}
+
+impl DecodeStream {
+    /// A new stream.
+    pub fn new(skip_special_tokens: bool) -> Self {
+        DecodeStream {
+            skip_special_tokens,
+            ..Default::default()
+        }
+    }
+
+    /// Adds one token id; returns the text it completes, if any.
+    ///
+    /// Fails if the decoder rewrites text it already produced (the decoded
+    /// window no longer starts with the text emitted before), which no
+    /// usual decoder does.
+    pub fn step(&mut self, tokenizer: &dyn Tokenizer, id: u32) -> Result<Option<String>> {
+        self.ids.push(id);
+        let (prefix, full) = self.decode_window(tokenizer)?;
+        if full.len() > prefix.len() && !full.ends_with('\u{FFFD}') {
+            let new_text = Self::new_suffix(&prefix, &full, id)?;
+            // The ids just emitted become the context of the next chunk;
+            // everything before them is no longer needed.
+            self.ids.drain(..self.read_offset);
+            self.prefix_offset = 0;
+            self.read_offset = self.ids.len();
+            Ok(Some(new_text))
+        } else {
+            Ok(None)
+        }
+    }
+
+    /// Ends the stream: returns the text that [`step`](Self::step) held back
+    /// because it ended in an incomplete character (it then ends in
+    /// U+FFFD, as the full decode does), and resets the stream.
+    pub fn flush(&mut self, tokenizer: &dyn Tokenizer) -> Result<Option<String>> {
+        let (prefix, full) = self.decode_window(tokenizer)?;
+        let last = self.ids.last().copied().unwrap_or_default();
+        self.ids.clear();
+        self.prefix_offset = 0;
+        self.read_offset = 0;
+        if full.len() > prefix.len() {
+            Ok(Some(Self::new_suffix(&prefix, &full, last)?))
+        } else {
+            Ok(None)
+        }
+    }
+
+    /// Decodes the context ids alone and the whole window.
+    fn decode_window(&self, tokenizer: &dyn Tokenizer) -> Result<(String, String)> {
+        let prefix = tokenizer.decode(
+            &self.ids[self.prefix_offset..self.read_offset],
+            self.skip_special_tokens,
+        )?;
+        let full = tokenizer.decode(&self.ids[self.prefix_offset..], self.skip_special_tokens)?;
+        Ok((prefix, full))
+    }
+
+    fn new_suffix(prefix: &str, full: &str, id: u32) -> Result<String> {
+        full.strip_prefix(prefix).map(str::to_owned).ok_or_else(|| {
+            Error::Tokenizer(format!(
+                "streaming decode: adding token {id} changed the text already emitted \
+                 ({prefix:?} is not a prefix of {full:?})"
+            ))
+        })
+    }
+}
+
+/// A [`Tokenizer`] over a Hugging Face `tokenizers` tokenizer, with the
+/// special tokens and chat template read from the model's folder.
+#[derive(Clone)]
+pub struct HfTokenizer {
+    inner: tokenizers::Tokenizer,
+    special: SpecialTokens,
+    chat_template: Option<String>,
+}
+
+impl fmt::Debug for HfTokenizer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HfTokenizer")
+            .field("vocab_size", &self.inner.get_vocab_size(true))
+            .field("special", &self.special)
+            .field("has_chat_template", &self.chat_template.is_some())
+            .finish()
+    }
+}
+
+impl HfTokenizer {
+    /// Loads a `tokenizer.json` file alone: no special tokens, no chat
+    /// template. Errors name the path.
+    pub fn from_file(path: impl AsRef<Path>) -> Result<Self> {
+        let inner = load_tokenizer_json(path.as_ref())?;
+        Ok(HfTokenizer::from_parts(
+            inner,
+            SpecialTokens::default(),
+            None,
+        ))
+    }
+
+    /// Loads a model folder the way Hugging Face does:
+    ///
+    /// - `tokenizer.json` (required);
+    /// - `tokenizer_config.json` (optional): `bos_token`, `eos_token` and
+    ///   `pad_token`, each a string or an object with a `content` field,
+    ///   their ids looked up in the vocabulary (a token that the vocabulary
+    ///   lacks is ignored);
+    /// - `generation_config.json` (optional): `eos_token_id`, an id or a
+    ///   list of ids, adds further end-of-sequence tokens after the one of
+    ///   `tokenizer_config.json`;
+    /// - the chat template, see [`template::load_model_chat_template`].
+    pub fn from_dir(dir: impl AsRef<Path>) -> Result<Self> {
+        let dir = dir.as_ref();
+        if !dir.is_dir() {
+            return Err(Error::io(
+                dir,
+                std::io::Error::new(std::io::ErrorKind::NotFound, "no such folder"),
+            ));
+        }
+        let inner = load_tokenizer_json(&dir.join("tokenizer.json"))?;
+        let mut special = SpecialTokens::default();
+
+        if let Some(config) = read_optional_json(&dir.join("tokenizer_config.json"))? {
+            let lookup = |key: &str| {
+                let text = special_token_text(config.get(key))?;
+                let Some(id) = inner.token_to_id(&text) else {
+                    tracing::warn!(
+                        "{key} `{text}` of {} is not in the vocabulary; ignored",
+                        dir.display()
+                    );
+                    return None;
+                };
+                Some(SpecialToken { text, id })
+            };
+            special.bos = lookup("bos_token");
+            special.eos.extend(lookup("eos_token"));
+            special.pad = lookup("pad_token");
+        }
+
+        if let Some(config) = read_optional_json(&dir.join("generation_config.json"))? {
+            let ids: Vec<u64> = match config.get("eos_token_id") {
+                Some(serde_json::Value::Number(n)) => n.as_u64().into_iter().collect(),
+                Some(serde_json::Value::Array(list)) => {
+                    list.iter().filter_map(serde_json::Value::as_u64).collect()
+                }
+                _ => Vec::new(),
+            };
+            for id in ids {
+                let Ok(id) = u32::try_from(id) else { continue };
+                if !special.is_eos(id) {
+                    let text = inner.id_to_token(id).unwrap_or_default();
+                    special.eos.push(SpecialToken { text, id });
+                }
+            }
+        }
+
+        let chat_template = template::load_model_chat_template(dir)?;
+        Ok(HfTokenizer::from_parts(inner, special, chat_template))
+    }
+
+    /// Wraps a tokenizer built in code.
+    pub fn from_parts(
+        tokenizer: tokenizers::Tokenizer,
+        special: SpecialTokens,
+        chat_template: Option<String>,
+    ) -> Self {
+        HfTokenizer {
+            inner: tokenizer,
+            special,
+            chat_template,
+        }
+    }
+
+    /// The wrapped `tokenizers` tokenizer.
+    pub fn inner(&self) -> &tokenizers::Tokenizer {
+        &self.inner
+    }
+
+    /// The tokenizer serialised as `tokenizer.json` text (compact).
+    pub fn to_json(&self) -> Result<String> {
+        self.inner
+            .to_string(false)
+            .map_err(|e| Error::Tokenizer(format!("cannot serialise the tokenizer: {e}")))
+    }
+}
+
+impl Tokenizer for HfTokenizer {
+    fn encode(&self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>> {
+        self.inner
+            .encode(text, add_special_tokens)
+            .map(|encoding| encoding.get_ids().to_vec())
+            .map_err(|e| Error::Tokenizer(format!("encode failed: {e}")))
+    }
+
+    fn decode(&self, ids: &[u32], skip_special_tokens: bool) -> Result<String> {
+        self.inner
+            .decode(ids, skip_special_tokens)
+            .map_err(|e| Error::Tokenizer(format!("decode failed: {e}")))
+    }
+
+    fn special_tokens(&self) -> &SpecialTokens {
+        &self.special
+    }
+
+    fn vocab_size(&self) -> usize {
+        self.inner.get_vocab_size(true)
+    }
+
+    fn chat_template(&self) -> Option<&str> {
+        self.chat_template.as_deref()
+    }
+}
+
+/// Reads and parses a `tokenizer.json` file; errors name the path.
+fn load_tokenizer_json(path: &Path) -> Result<tokenizers::Tokenizer> {
+    let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    tokenizers::Tokenizer::from_bytes(&bytes)
+        .map_err(|e| Error::Tokenizer(format!("cannot load `{}`: {e}", path.display())))
+}
+
+/// Parses a JSON file that may be absent (`Ok(None)`).
+fn read_optional_json(path: &Path) -> Result<Option<serde_json::Value>> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::io(path, e)),
+    };
+    serde_json::from_str(&text)
+        .map(Some)
+        .map_err(|source| Error::Json {
+            context: path.display().to_string(),
+            source,
+        })
+}
+
+/// A special token's text: a string, or an object with a `content` field
+/// (an `AddedToken` as `transformers` writes it).
+fn special_token_text(value: Option<&serde_json::Value>) -> Option<String> {
+    match value? {
+        serde_json::Value::String(text) => Some(text.clone()),
+        serde_json::Value::Object(map) => map.get("content")?.as_str().map(str::to_owned),
+        _ => None,
+    }
+}
+
+/// Trains a byte-level BPE tokenizer on `corpus`, deterministically.
+///
+/// The tokenizer uses the ByteLevel pre-tokenizer (no prefix space), the
+/// ByteLevel decoder and the ByteLevel post-processor (which trims offsets
+/// and adds no tokens). Its vocabulary holds `special_tokens` first (ids
+/// `0..n`, in the order given), then all 256 byte symbols, so any text
+/// round-trips, then merges learned from `corpus` until `vocab_size` ids
+/// exist (fewer if the corpus runs out of pairs).
+///
+/// The first special token, if given, is the tokenizer's BOS token and the
+/// second, if given, its EOS token; the rest are only special.
+///
+/// Training twice on the same corpus gives the same tokenizer, byte for
+/// byte in [`HfTokenizer::to_json`]: the byte alphabet is sorted and the
+/// trainer breaks ties between equally frequent pairs by their ids.
+///
+/// Fails if `vocab_size` cannot hold the special tokens and the 256 byte
+/// symbols.
+pub fn train_byte_level_bpe(
+    corpus: &[String],
+    vocab_size: usize,
+    special_tokens: &[&str],
+) -> Result<HfTokenizer> {
+    let unique: HashSet<&str> = special_tokens.iter().copied().collect();
+    if unique.len() != special_tokens.len() {
+        return Err(Error::Tokenizer(format!(
+            "special tokens must be distinct: {special_tokens:?}"
+        )));
+    }
+    let minimum = special_tokens.len() + 256;
+    if vocab_size < minimum {
+        return Err(Error::Tokenizer(format!(
+            "a byte-level BPE vocabulary needs at least {minimum} ids (256 bytes and {} special \
+             tokens); got vocab_size {vocab_size}",
+            special_tokens.len()
+        )));
+    }
+
+    let trainer = BpeTrainer::builder()
+        .vocab_size(vocab_size)
+        .min_frequency(0)
+        .show_progress(false)
+        .progress_format(ProgressFormat::Silent)
+        .special_tokens(
+            special_tokens
+                .iter()
+                .map(|t| AddedToken::from(*t, true))
+                .collect(),
+        )
+        .initial_alphabet(ByteLevel::alphabet().into_iter().collect())
+        .build();
+    let mut trainer = TrainerWrapper::from(trainer);
+
+    let mut tokenizer = tokenizers::Tokenizer::new(BPE::default());
+    tokenizer
+        .with_pre_tokenizer(Some(ByteLevel::default().add_prefix_space(false)))
+        .with_post_processor(Some(
+            ByteLevel::default()
+                .add_prefix_space(false)
+                .trim_offsets(true),
+        ))
+        .with_decoder(Some(ByteLevel::default()));
+    tokenizer
+        .train(&mut trainer, corpus.iter())
+        .map_err(|e| Error::Tokenizer(format!("BPE training failed: {e}")))?;
+
+    let token = |i: usize| {
+        let text = special_tokens.get(i)?;
+        let id = tokenizer.token_to_id(text)?;
+        Some(SpecialToken {
+            text: (*text).to_owned(),
+            id,
+        })
+    };
+    let special = SpecialTokens {
+        bos: token(0),
+        eos: token(1).into_iter().collect(),
+        pad: None,
+    };
+    Ok(HfTokenizer::from_parts(tokenizer, special, None))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SPECIALS: [&str; 3] = ["<|bos|>", "<|eos|>", "<|pad|>"];
+
+    fn corpus() -> Vec<String> {
+        let subjects = [
+            "The model",
+            "A benchmark",
+            "Our server",
+            "Each request",
+            "The tokenizer",
+            "Une requête",
+            "日本語のテキスト",
+            "The scheduler",
+        ];
+        let verbs = [
+            "measures",
+            "streams",
+            "decodes",
+            "batches",
+            "generates",
+            "waits for",
+            "reports",
+        ];
+        let objects = [
+            "the latency of every token.",
+            "a prompt with émojis 🚀 and accents.",
+            "throughput under load, again and again.",
+            "text in many languages: café, naïve, 東京.",
+            "results to a JSON file.",
+        ];
+        let mut out = Vec::new();
+        for (i, s) in subjects.iter().enumerate() {
+            for (j, v) in verbs.iter().enumerate() {
+                for (k, o) in objects.iter().enumerate() {
+                    out.push(format!("{s} {v} {o} #{}", i * 35 + j * 5 + k));
+                }
+            }
+        }
+        out
+    }
+
+    fn trained() -> HfTokenizer {
+        train_byte_level_bpe(&corpus(), 512, &SPECIALS).expect("training")
+    }
+
+    #[test]
+    fn training_is_deterministic() {
+        let corpus = corpus();
+        let first = train_byte_level_bpe(&corpus, 512, &SPECIALS)
+            .expect("train")
+            .to_json()
+            .expect("json");
+        for _ in 0..3 {
+            let again = train_byte_level_bpe(&corpus, 512, &SPECIALS)
+                .expect("train")
+                .to_json()
+                .expect("json");
+            assert_eq!(first, again);
+        }
+    }
+
+    #[test]
+    fn trained_tokenizer_has_the_requested_vocabulary_and_special_tokens() {
+        let tok = trained();
+        assert_eq!(tok.vocab_size(), 512);
+        let special = tok.special_tokens();
+        assert_eq!(
+            special.bos,
+            Some(SpecialToken {
+                text: "<|bos|>".into(),
+                id: 0
+            })
+        );
+        assert_eq!(
+            special.eos,
+            vec![SpecialToken {
+                text: "<|eos|>".into(),
+                id: 1
+            }]
+        );
+        assert_eq!(tok.inner().token_to_id("<|pad|>"), Some(2));
+        assert!(special.is_eos(1) && !special.is_eos(0));
+    }
+
+    #[test]
+    fn too_small_a_vocabulary_is_refused() {
+        let err = train_byte_level_bpe(&corpus(), 200, &SPECIALS).expect_err("too small");
+        assert!(matches!(err, Error::Tokenizer(_)), "{err}");
+    }
+
+    #[test]
+    fn any_text_round_trips_through_the_trained_tokenizer() {
+        let tok = trained();
+        for text in [
+            "The model streams tokens.",
+            "  leading spaces and trailing  ",
+            "café, naïve, É",
+            "日本語を話しますか？",
+            "emoji: 🚀🦀👩‍👩‍👧",
+            "never seen: ẞ ψ ج \u{0}\t\n",
+            "",
+        ] {
+            let ids = tok.encode(text, true).expect("encode");
+            assert_eq!(tok.decode(&ids, false).expect("decode"), text);
+            assert_eq!(tok.count(text).expect("count"), ids.len());
+        }
+    }
+
+    #[test]
+    fn special_tokens_are_encoded_whole_and_can_be_skipped() {
+        let tok = trained();
+        let ids = tok.encode("<|bos|>hello<|eos|>", false).expect("encode");
+        assert_eq!(ids.first(), Some(&0));
+        assert_eq!(ids.last(), Some(&1));
+        assert_eq!(tok.decode(&ids, true).expect("decode"), "hello");
+    }
+
+    #[test]
+    fn decode_stream_reproduces_the_full_decode_without_replacement_characters() {
+        let tok = trained();
+        let text = "Streaming 日本語 with émojis 🚀🦀 and ψ: done.";
+        let ids = tok.encode(text, false).expect("encode");
+        let mut stream = DecodeStream::new(false);
+        let mut out = String::new();
+        for &id in &ids {
+            if let Some(chunk) = stream.step(&tok, id).expect("step") {
+                assert!(!chunk.contains('\u{FFFD}'), "chunk {chunk:?}");
+                out.push_str(&chunk);
+            }
+        }
+        // the window stays short: only the last chunk's ids are kept
+        assert!(stream.ids.len() < 8, "{:?}", stream.ids);
+        assert_eq!(stream.flush(&tok).expect("flush"), None);
+        assert_eq!(out, tok.decode(&ids, false).expect("decode"));
+        assert_eq!(out, text);
+    }
+
+    #[test]
+    fn decode_stream_flush_returns_an_incomplete_tail() {
+        let tok = trained();
+        let ids = tok.encode("🦀", false).expect("encode");
+        let mut stream = DecodeStream::new(false);
+        // feed all but the last id: the crab is incomplete
+        if ids.len() > 1 {
+            for &id in &ids[..ids.len() - 1] {
+                assert_eq!(stream.step(&tok, id).expect("step"), None);
+            }
+            let tail = stream.flush(&tok).expect("flush").expect("tail");
+            assert!(tail.ends_with('\u{FFFD}'));
+        }
+    }
+
+    fn write_model_dir(tok: &HfTokenizer) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(
+            dir.path().join("tokenizer.json"),
+            tok.to_json().expect("json"),
+        )
+        .expect("write");
+        dir
+    }
+
+    #[test]
+    fn from_dir_reads_special_tokens_as_strings() {
+        let dir = write_model_dir(&trained());
+        std::fs::write(
+            dir.path().join("tokenizer_config.json"),
+            r#"{"bos_token": "<|bos|>", "eos_token": "<|eos|>", "pad_token": "<|pad|>",
+                "chat_template": "{{ messages[0]['content'] }}"}"#,
+        )
+        .expect("write");
+        let tok = HfTokenizer::from_dir(dir.path()).expect("load");
+        let special = tok.special_tokens();
+        assert_eq!(special.bos.as_ref().map(|t| t.id), Some(0));
+        assert_eq!(
+            special.eos.iter().map(|t| t.id).collect::<Vec<_>>(),
+            vec![1]
+        );
+        assert_eq!(
+            special.pad,
+            Some(SpecialToken {
+                text: "<|pad|>".into(),
+                id: 2
+            })
+        );
+        assert_eq!(tok.chat_template(), Some("{{ messages[0]['content'] }}"));
+    }
+
+    #[test]
+    fn from_dir_reads_special_tokens_as_objects_and_eos_ids_from_generation_config() {
+        let trained = trained();
+        let extra = trained.inner().token_to_id("a").expect("byte symbol");
+        let dir = write_model_dir(&trained);
+        std::fs::write(
+            dir.path().join("tokenizer_config.json"),
+            r#"{"bos_token": {"content": "<|bos|>", "lstrip": false, "special": true},
+                "eos_token": {"__type": "AddedToken", "content": "<|eos|>"},
+                "pad_token": null,
+                "unknown_key": [1, 2]}"#,
+        )
+        .expect("write");
+        std::fs::write(
+            dir.path().join("generation_config.json"),
+            format!(r#"{{"bos_token_id": 0, "eos_token_id": [1, 2, {extra}]}}"#),
+        )
+        .expect("write");
+        let tok = HfTokenizer::from_dir(dir.path()).expect("load");
+        let special = tok.special_tokens();
+        assert_eq!(
+            special.bos,
+            Some(SpecialToken {
+                text: "<|bos|>".into(),
+                id: 0
+            })
+        );
+        assert_eq!(
+            special.eos,
+            vec![
+                SpecialToken {
+                    text: "<|eos|>".into(),
+                    id: 1
+                },
+                SpecialToken {
+                    text: "<|pad|>".into(),
+                    id: 2
+                },
+                SpecialToken {
+                    text: "a".into(),
+                    id: extra
+                },
+            ]
+        );
+        assert_eq!(special.pad, None);
+        assert_eq!(tok.chat_template(), None);
+    }
+
+    #[test]
+    fn from_dir_takes_a_single_eos_id_from_generation_config() {
+        let dir = write_model_dir(&trained());
+        std::fs::write(
+            dir.path().join("generation_config.json"),
+            r#"{"eos_token_id": 1}"#,
+        )
+        .expect("write");
+        let tok = HfTokenizer::from_dir(dir.path()).expect("load");
+        assert_eq!(
+            tok.special_tokens().eos,
+            vec![SpecialToken {
+                text: "<|eos|>".into(),
+                id: 1
+            }]
+        );
+        assert_eq!(tok.special_tokens().bos, None);
+    }
+
+    #[test]
+    fn from_dir_on_a_missing_folder_names_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let missing = dir.path().join("no-such-model");
+        let err = HfTokenizer::from_dir(&missing).expect_err("missing");
+        assert!(
+            matches!(err, Error::Io { ref path, .. } if path == &missing),
+            "{err}"
+        );
+        assert!(err.to_string().contains("no-such-model"), "{err}");
+    }
+
+    #[test]
+    fn from_dir_without_tokenizer_json_names_the_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let err = HfTokenizer::from_dir(dir.path()).expect_err("missing");
+        let expected = dir.path().join("tokenizer.json");
+        assert!(
+            matches!(err, Error::Io { ref path, .. } if path == &expected),
+            "{err}"
+        );
+        assert!(err.to_string().contains("tokenizer.json"), "{err}");
+    }
+
+    #[test]
+    fn from_dir_with_bad_json_names_the_file() {
+        let dir = write_model_dir(&trained());
+        std::fs::write(dir.path().join("generation_config.json"), "{ not json").expect("write");
+        let err = HfTokenizer::from_dir(dir.path()).expect_err("bad json");
+        assert!(
+            matches!(err, Error::Json { ref context, .. } if context.contains("generation_config.json")),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn from_file_loads_and_names_a_broken_file() {
+        let tok = trained();
+        let dir = write_model_dir(&tok);
+        let path = dir.path().join("tokenizer.json");
+        let loaded = HfTokenizer::from_file(&path).expect("load");
+        assert_eq!(
+            loaded.to_json().expect("json"),
+            tok.to_json().expect("json")
+        );
+        assert_eq!(loaded.special_tokens(), &SpecialTokens::default());
+
+        let broken = dir.path().join("broken.json");
+        std::fs::write(&broken, "{}").expect("write");
+        let err = HfTokenizer::from_file(&broken).expect_err("broken");
+        assert!(matches!(err, Error::Tokenizer(_)), "{err}");
+        assert!(err.to_string().contains("broken.json"), "{err}");
+    }
+}

@@ -1,0 +1,656 @@
+//! The offline backend's guarantees, each driven by the testkit's mock
+//! engine, deterministically: paused tokio time or explicit gates, no sleeps.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use guidebench_core::backend::Backend;
+use guidebench_core::clock::Timestamp;
+use guidebench_core::engine::EngineConfig;
+use guidebench_core::offline::{BatchPolicy, OfflineBackend, OfflineConfig};
+use guidebench_core::request::{FinishReason, GenerationRequest, GenerationResponse};
+use guidebench_core::sampling::Sampling;
+use guidebench_core::{Error, Result};
+use guidebench_testkit::{MockEngine, MockOptions, MockProbe};
+use tokio::time::Instant;
+
+fn policy(batch_size: usize, timeout: Duration) -> BatchPolicy {
+    BatchPolicy {
+        batch_size,
+        batch_timeout: timeout,
+    }
+}
+
+fn backend(policy: BatchPolicy, options: MockOptions, probe: &MockProbe) -> Arc<OfflineBackend> {
+    Arc::new(OfflineBackend::new(
+        OfflineConfig {
+            policy,
+            ..OfflineConfig::default()
+        },
+        EngineConfig {
+            engine: "mock".into(),
+            ..EngineConfig::default()
+        },
+        MockEngine::factory(options, probe.clone()),
+    ))
+}
+
+fn request(id: u64) -> GenerationRequest {
+    let sampling = Sampling::fixed_length(4).expect("valid sampling");
+    GenerationRequest::text(id, format!("prompt number {id}"), sampling)
+}
+
+fn spawn_resolve(
+    backend: &Arc<OfflineBackend>,
+    id: u64,
+) -> tokio::task::JoinHandle<Result<GenerationResponse>> {
+    let backend = Arc::clone(backend);
+    tokio::spawn(async move { backend.resolve(request(id)).await })
+}
+
+async fn join_all(
+    handles: Vec<tokio::task::JoinHandle<Result<GenerationResponse>>>,
+) -> Vec<Result<GenerationResponse>> {
+    let mut out = Vec::with_capacity(handles.len());
+    for handle in handles {
+        out.push(handle.await.expect("resolve task panicked"));
+    }
+    out
+}
+
+async fn started(
+    probe: &MockProbe,
+    options: MockOptions,
+    policy: BatchPolicy,
+) -> Arc<OfflineBackend> {
+    let backend = backend(policy, options, probe);
+    backend.startup().await.expect("startup");
+    backend.validate().await.expect("validate");
+    backend
+}
+
+// --- Guarantee 2: when batches leave -------------------------------------
+
+#[tokio::test(start_paused = true)]
+async fn full_batch_dispatches_without_waiting_for_timeout() {
+    let probe = MockProbe::new();
+    let backend = started(
+        &probe,
+        MockOptions::default(),
+        policy(4, Duration::from_secs(3600)),
+    )
+    .await;
+    let t0 = Instant::now();
+    let results = join_all((0..4).map(|id| spawn_resolve(&backend, id)).collect()).await;
+    assert!(results.iter().all(Result::is_ok));
+    assert_eq!(probe.batch_sizes(), vec![4]);
+    assert_eq!(
+        Instant::now() - t0,
+        Duration::ZERO,
+        "a full batch must not wait"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn partial_batch_dispatches_when_batch_timeout_has_passed() {
+    let probe = MockProbe::new();
+    let timeout = Duration::from_millis(10);
+    let backend = started(&probe, MockOptions::default(), policy(8, timeout)).await;
+    let t0 = Instant::now();
+    let results = join_all((0..3).map(|id| spawn_resolve(&backend, id)).collect()).await;
+    assert!(results.iter().all(Result::is_ok));
+    assert_eq!(probe.batch_sizes(), vec![3]);
+    // Paused time only moves to the next timer: the batch left exactly when
+    // its first request's timeout expired, neither sooner nor later.
+    assert_eq!(Instant::now() - t0, timeout);
+}
+
+// --- Guarantee 3: the queue is open during a generate; nothing stranded ---
+
+#[tokio::test(start_paused = true)]
+async fn requests_arriving_during_a_generate_are_flushed_afterwards() {
+    let probe = MockProbe::new();
+    let backend = started(
+        &probe,
+        MockOptions::default(),
+        policy(2, Duration::from_millis(10)),
+    )
+    .await;
+    probe.generate_gate().close();
+    let mut handles: Vec<_> = (0..2).map(|id| spawn_resolve(&backend, id)).collect();
+    probe.wait_generates_started(1).await;
+    // The first batch is generating (held at the gate); these must queue.
+    handles.extend((2..7).map(|id| spawn_resolve(&backend, id)));
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(probe.generates_started(), 1, "one generate at a time");
+    probe.generate_gate().open();
+    let results = join_all(handles).await;
+    assert_eq!(
+        results.iter().filter(|r| r.is_ok()).count(),
+        7,
+        "{results:?}"
+    );
+    assert_eq!(probe.batch_sizes(), vec![2, 2, 2, 1]);
+    assert_eq!(probe.overlaps(), 0);
+}
+
+// --- Guarantee 4: generate calls never overlap ----------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn generate_calls_never_overlap_under_concurrent_load() {
+    let probe = MockProbe::new();
+    let options = MockOptions {
+        token_time: 0.000_05,
+        ..MockOptions::default()
+    };
+    let backend = started(&probe, options, policy(3, Duration::from_micros(200))).await;
+    let results = join_all((0..60).map(|id| spawn_resolve(&backend, id)).collect()).await;
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    assert_eq!(probe.overlaps(), 0);
+    assert_eq!(probe.batch_sizes().iter().sum::<usize>(), 60);
+    assert!(probe.batch_sizes().iter().all(|&n| n <= 3));
+}
+
+// --- Guarantee 5: the engine is created lazily and once ------------------
+
+#[tokio::test]
+async fn startup_does_not_create_the_engine() {
+    let probe = MockProbe::new();
+    let backend = backend(BatchPolicy::default(), MockOptions::default(), &probe);
+    backend.startup().await.expect("startup");
+    assert_eq!(probe.engines_created(), 0);
+    backend.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test]
+async fn concurrent_first_callers_create_exactly_one_engine() {
+    let probe = MockProbe::new();
+    let backend = backend(
+        policy(4, Duration::from_millis(1)),
+        MockOptions::default(),
+        &probe,
+    );
+    backend.startup().await.expect("startup");
+    probe.load_gate().close();
+    let handles: Vec<_> = (0..8).map(|id| spawn_resolve(&backend, id)).collect();
+    let validators: Vec<_> = (0..3)
+        .map(|_| {
+            let backend = Arc::clone(&backend);
+            tokio::spawn(async move { backend.validate().await })
+        })
+        .collect();
+    for _ in 0..20 {
+        tokio::task::yield_now().await;
+    }
+    probe.load_gate().open();
+    let results = join_all(handles).await;
+    for v in validators {
+        v.await.expect("validate task").expect("validate");
+    }
+    assert!(results.iter().all(Result::is_ok));
+    assert_eq!(probe.engines_created(), 1);
+}
+
+#[tokio::test]
+async fn validate_preloads_the_engine_and_reports_load_time_outside_every_request() {
+    let probe = MockProbe::new();
+    let options = MockOptions {
+        load_time: 0.05,
+        ..MockOptions::default()
+    };
+    let backend = backend(policy(1, Duration::from_millis(1)), options, &probe);
+    backend.startup().await.expect("startup");
+    let report = backend.validate().await.expect("validate");
+    let validated_at = Timestamp::now();
+    assert_eq!(probe.engines_created(), 1);
+    assert!(report.load_time.expect("load time") >= Duration::from_millis(50));
+    assert!(
+        backend.tokenizer().is_some(),
+        "the tokenizer is available after validate"
+    );
+
+    let response = backend.resolve(request(1)).await.expect("resolve");
+    assert!(response.timings.start.expect("start") >= validated_at);
+    assert_eq!(
+        probe.engines_created(),
+        1,
+        "resolve reuses the preloaded engine"
+    );
+}
+
+// --- Guarantee 6: shutdown ------------------------------------------------
+
+#[tokio::test]
+async fn shutdown_refuses_new_requests_and_still_processes_queued_ones() {
+    let probe = MockProbe::new();
+    let backend = started(
+        &probe,
+        MockOptions::default(),
+        policy(2, Duration::from_millis(1)),
+    )
+    .await;
+    probe.generate_gate().close();
+    let handles: Vec<_> = (0..3).map(|id| spawn_resolve(&backend, id)).collect();
+    probe.wait_generates_started(1).await;
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+
+    let mut shutdown = Box::pin(backend.shutdown());
+    assert!(
+        futures::poll!(&mut shutdown).is_pending(),
+        "a generate is in flight"
+    );
+    let refused = backend.resolve(request(99)).await.expect_err("refused");
+    assert!(matches!(refused, Error::ShuttingDown), "{refused}");
+    assert_eq!(refused.label(), "shutting_down");
+    assert!(refused.to_string().contains("shutting down"));
+
+    probe.generate_gate().open();
+    shutdown.await.expect("shutdown");
+    let results = join_all(handles).await;
+    assert!(
+        results.iter().all(Result::is_ok),
+        "queued requests are processed: {results:?}"
+    );
+    assert_eq!(probe.batch_sizes(), vec![2, 1]);
+}
+
+#[tokio::test]
+async fn shutdown_waits_for_the_generate_in_flight_before_releasing_the_engine() {
+    let probe = MockProbe::new();
+    let backend = started(
+        &probe,
+        MockOptions::default(),
+        policy(1, Duration::from_millis(1)),
+    )
+    .await;
+    probe.generate_gate().close();
+    let handle = spawn_resolve(&backend, 1);
+    probe.wait_generates_started(1).await;
+
+    let mut shutdown = Box::pin(backend.shutdown());
+    for _ in 0..10 {
+        assert!(futures::poll!(&mut shutdown).is_pending());
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(
+        probe.engines_dropped(),
+        0,
+        "the engine is not released mid-generate"
+    );
+    probe.generate_gate().open();
+    shutdown.await.expect("shutdown");
+    assert_eq!(probe.generates_finished(), 1);
+    assert_eq!(probe.engines_dropped(), 1, "shutdown releases the engine");
+    assert!(handle.await.expect("task").is_ok());
+}
+
+#[tokio::test]
+async fn a_backend_starts_again_after_shutdown_with_fresh_state() {
+    let probe = MockProbe::new();
+    let backend = started(
+        &probe,
+        MockOptions::default(),
+        policy(2, Duration::from_millis(1)),
+    )
+    .await;
+    assert!(backend.resolve(request(1)).await.is_ok());
+    backend.shutdown().await.expect("shutdown");
+    assert!(matches!(
+        backend.resolve(request(2)).await,
+        Err(Error::NotStarted)
+    ));
+
+    backend.startup().await.expect("second startup");
+    backend.validate().await.expect("second validate");
+    assert!(backend.resolve(request(3)).await.is_ok());
+    assert_eq!(probe.engines_created(), 2, "a fresh engine after restart");
+    assert_eq!(probe.engines_dropped(), 1);
+    backend.shutdown().await.expect("shutdown");
+    assert_eq!(probe.engines_dropped(), 2);
+}
+
+#[tokio::test]
+async fn starting_twice_without_shutdown_is_an_error() {
+    let probe = MockProbe::new();
+    let backend = backend(BatchPolicy::default(), MockOptions::default(), &probe);
+    backend.startup().await.expect("startup");
+    assert!(backend.startup().await.is_err());
+    backend.shutdown().await.expect("shutdown");
+}
+
+// --- Guarantee 7: failures reach every waiter; later batches run ---------
+
+async fn assert_batch_fails_then_recovers(options: MockOptions, label: &str) {
+    let probe = MockProbe::new();
+    let backend = started(&probe, options, policy(3, Duration::from_secs(3600))).await;
+    let first = join_all((0..3).map(|id| spawn_resolve(&backend, id)).collect()).await;
+    for result in &first {
+        let err = result.as_ref().expect_err("the whole batch fails");
+        assert_eq!(err.label(), label, "{err}");
+    }
+    let second = join_all((3..6).map(|id| spawn_resolve(&backend, id)).collect()).await;
+    assert!(
+        second.iter().all(Result::is_ok),
+        "the next batch runs: {second:?}"
+    );
+    backend.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test]
+async fn an_engine_error_reaches_every_request_of_the_batch() {
+    let options = MockOptions {
+        fail_on_batch: Some(1),
+        ..MockOptions::default()
+    };
+    assert_batch_fails_then_recovers(options, "engine").await;
+}
+
+#[tokio::test]
+async fn an_engine_panic_reaches_every_request_of_the_batch() {
+    let options = MockOptions {
+        panic_on_batch: Some(1),
+        ..MockOptions::default()
+    };
+    assert_batch_fails_then_recovers(options, "engine_panic").await;
+}
+
+#[tokio::test]
+async fn a_wrong_number_of_outputs_reaches_every_request_of_the_batch() {
+    let options = MockOptions {
+        wrong_outputs_on_batch: Some(1),
+        ..MockOptions::default()
+    };
+    assert_batch_fails_then_recovers(options, "engine_output_mismatch").await;
+}
+
+#[tokio::test]
+async fn a_failed_load_is_reported_by_validate_and_to_every_request() {
+    let probe = MockProbe::new();
+    let options = MockOptions {
+        fail_load: true,
+        ..MockOptions::default()
+    };
+    let backend = backend(policy(2, Duration::from_millis(1)), options, &probe);
+    backend.startup().await.expect("startup");
+    let err = backend.validate().await.expect_err("load fails");
+    assert_eq!(err.label(), "engine_load");
+    let results = join_all((0..3).map(|id| spawn_resolve(&backend, id)).collect()).await;
+    for r in results {
+        assert_eq!(r.expect_err("fails").label(), "engine_load");
+    }
+    assert_eq!(
+        probe.engines_created(),
+        1,
+        "a failed load is not retried per request"
+    );
+    backend.shutdown().await.expect("shutdown");
+}
+
+// --- Guarantee 9: the vanilla comparison ----------------------------------
+
+#[tokio::test]
+async fn outputs_through_the_batcher_equal_direct_engine_outputs() {
+    use guidebench_core::engine::{Engine, EngineRequest};
+
+    let prompts: Vec<String> = (0..10)
+        .map(|i| "word ".repeat(i * 3 + 1) + &i.to_string())
+        .collect();
+    let sampling =
+        |i: usize| Sampling::fixed_length(u32::try_from(i % 5 + 1).expect("small")).expect("valid");
+
+    let mut direct = MockEngine::with_probe(MockOptions::default(), None).expect("engine");
+    let mut expected = Vec::new();
+    for (i, prompt) in prompts.iter().enumerate() {
+        let request = EngineRequest {
+            id: i as u64,
+            prompt: prompt.clone(),
+            add_special_tokens: true,
+            images: vec![],
+            audio: vec![],
+            sampling: sampling(i),
+        };
+        let out = direct.generate(&[request]).expect("generate").remove(0);
+        expected.push((out.token_ids, out.text, out.finish_reason));
+    }
+
+    let probe = MockProbe::new();
+    let backend = started(
+        &probe,
+        MockOptions::default(),
+        policy(4, Duration::from_millis(1)),
+    )
+    .await;
+    let handles: Vec<_> = prompts
+        .iter()
+        .enumerate()
+        .map(|(i, prompt)| {
+            let backend = Arc::clone(&backend);
+            let request = GenerationRequest::text(i as u64, prompt.clone(), sampling(i));
+            tokio::spawn(async move { backend.resolve(request).await })
+        })
+        .collect();
+    let results = join_all(handles).await;
+    assert!(
+        probe.batch_sizes().iter().any(|&n| n > 1),
+        "requests were batched"
+    );
+    for (i, result) in results.into_iter().enumerate() {
+        let response = result.expect("resolve");
+        assert_eq!(response.id, i as u64);
+        assert_eq!(
+            (response.token_ids, response.text, response.finish_reason),
+            expected[i].clone(),
+            "request {i}"
+        );
+    }
+}
+
+// --- Guarantee 8: timings come from the engine's instants -----------------
+
+mod scripted {
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use guidebench_core::Result;
+    use guidebench_core::engine::{Engine, EngineDescription, EngineOutput, EngineRequest};
+    use guidebench_core::request::FinishReason;
+    use guidebench_core::tokenizer::Tokenizer;
+    use guidebench_testkit::ByteTokenizer;
+
+    /// Reports three tokens at fixed offsets from the start of generate.
+    pub struct Scripted;
+
+    pub const OFFSETS_MS: [u64; 3] = [40, 60, 90];
+
+    impl Engine for Scripted {
+        fn generate(&mut self, batch: &[EngineRequest]) -> Result<Vec<EngineOutput>> {
+            let base = Instant::now();
+            Ok(batch
+                .iter()
+                .map(|r| EngineOutput {
+                    token_ids: vec![1, 2, 3],
+                    text: "abc".into(),
+                    prompt_tokens: u32::try_from(r.prompt.len()).unwrap_or(0) + 7,
+                    finish_reason: FinishReason::Length,
+                    token_instants: OFFSETS_MS
+                        .iter()
+                        .map(|&ms| base + Duration::from_millis(ms))
+                        .collect(),
+                })
+                .collect())
+        }
+
+        fn tokenizer(&self) -> Arc<dyn Tokenizer> {
+            Arc::new(ByteTokenizer::default())
+        }
+
+        fn describe(&self) -> EngineDescription {
+            EngineDescription::default()
+        }
+    }
+}
+
+#[tokio::test]
+async fn timings_come_from_the_engines_own_token_instants() {
+    use guidebench_core::engine::Engine;
+
+    let backend = OfflineBackend::new(
+        OfflineConfig {
+            policy: policy(1, Duration::from_millis(1)),
+            ..OfflineConfig::default()
+        },
+        EngineConfig::default(),
+        Arc::new(|_: &EngineConfig| Ok(Box::new(scripted::Scripted) as Box<dyn Engine>)),
+    );
+    backend.startup().await.expect("startup");
+    backend.validate().await.expect("validate");
+    let response = backend.resolve(request(5)).await.expect("resolve");
+    let t = &response.timings;
+
+    // Token counts come from the engine.
+    assert_eq!(response.output_tokens, 3);
+    assert_eq!(
+        response.prompt_tokens,
+        u32::try_from("prompt number 5".len()).expect("small") + 7
+    );
+    assert_eq!(response.finish_reason, FinishReason::Length);
+
+    // The instants are mapped through one anchor: their gaps are exact.
+    let gaps_ns: Vec<i64> = t.tokens.windows(2).map(|w| w[1].0 - w[0].0).collect();
+    assert_eq!(gaps_ns, vec![20_000_000, 30_000_000]);
+    let itl = t.itl_mean().expect("itl");
+    assert!((itl - 0.025).abs() < 1e-9, "{itl}");
+    let start = t.start.expect("start");
+    let dispatched = t.dispatched.expect("dispatched");
+    assert!(start <= t.queued.expect("queued") && t.queued.expect("queued") <= dispatched);
+    let ttft = t.ttft().expect("ttft");
+    assert!(ttft >= 0.040, "first token is 40 ms after dispatch: {ttft}");
+    let tpot = t.tpot().expect("tpot");
+    assert!(
+        ((tpot * 3.0) - (ttft + 0.050)).abs() < 1e-6,
+        "tpot = (last - start) / n"
+    );
+    backend.shutdown().await.expect("shutdown");
+}
+
+// --- Guarantee 1: options, through the registry ---------------------------
+
+mod options {
+    use guidebench_core::options::parse_kind_args;
+    use guidebench_core::registry::create_backend;
+    // Link the testkit so its `mock` engine is registered.
+    use guidebench_testkit as _;
+
+    fn create(arg: &str) -> guidebench_core::Result<Box<dyn guidebench_core::backend::Backend>> {
+        create_backend(parse_kind_args(arg)?)
+    }
+
+    #[test]
+    fn zero_and_negative_batch_timeouts_are_rejected_with_a_clear_error() {
+        for bad in ["0", "0ms", "-5ms", "-0.01"] {
+            let err = create(&format!("kind=offline,engine=mock,batch_timeout={bad}"))
+                .err()
+                .expect("rejected");
+            let message = err.to_string();
+            assert!(
+                message.contains("batch_timeout") && message.contains("strictly positive"),
+                "{message}"
+            );
+            assert!(err.is_usage());
+        }
+    }
+
+    #[test]
+    fn batch_size_zero_is_rejected() {
+        let err = create("kind=offline,engine=mock,batch_size=0")
+            .err()
+            .expect("rejected");
+        assert!(err.to_string().contains("batch_size"), "{err}");
+    }
+
+    #[test]
+    fn batch_timeout_accepts_units_and_plain_seconds() {
+        assert!(create("kind=offline,engine=mock,batch_timeout=10ms").is_ok());
+        assert!(create("kind=offline,engine=mock,batch_timeout=0.01").is_ok());
+    }
+
+    #[test]
+    fn engine_options_pass_through_and_unknown_keys_list_both_sets() {
+        assert!(create("kind=offline,engine=mock,token_time=1ms,batch_size=4").is_ok());
+        let err = create("kind=offline,engine=mock,batch_sise=4")
+            .err()
+            .expect("unknown key");
+        let message = err.to_string();
+        assert!(message.contains("`batch_sise`"), "{message}");
+        assert!(
+            message.contains("batch_size") && message.contains("token_time"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn an_unknown_engine_lists_the_registered_ones() {
+        let err = create("kind=offline,engine=vllm")
+            .err()
+            .expect("unknown engine");
+        assert_eq!(err.label(), "unknown_name");
+        assert!(err.to_string().contains("available: mock"), "{err}");
+    }
+
+    #[test]
+    fn a_missing_engine_is_named() {
+        let err = create("kind=offline,batch_size=2")
+            .err()
+            .expect("no engine");
+        assert!(err.to_string().contains("`engine`"), "{err}");
+    }
+}
+
+// --- A property over the real backend: each request resolved exactly once --
+
+mod exactly_once {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(24))]
+        #[test]
+        fn every_request_is_resolved_exactly_once_whatever_the_arrival_pattern(
+            size in 1usize..6,
+            timeout_us in 1u64..5_000,
+            arrivals_us in proptest::collection::vec(0u64..20_000, 1..30),
+        ) {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .start_paused(true)
+                .build()
+                .expect("runtime");
+            let (ids, sizes, overlaps) = runtime.block_on(async {
+                let probe = MockProbe::new();
+                let backend = started(&probe, MockOptions::default(), policy(size, Duration::from_micros(timeout_us))).await;
+                let t0 = Instant::now();
+                let handles: Vec<_> = arrivals_us.iter().enumerate().map(|(id, &at)| {
+                    let backend = Arc::clone(&backend);
+                    tokio::spawn(async move {
+                        tokio::time::sleep_until(t0 + Duration::from_micros(at)).await;
+                        backend.resolve(request(id as u64)).await
+                    })
+                }).collect();
+                let mut ids: Vec<u64> = join_all(handles).await.into_iter()
+                    .map(|r| r.expect("resolved").id).collect();
+                backend.shutdown().await.expect("shutdown");
+                ids.sort_unstable();
+                (ids, probe.batch_sizes(), probe.overlaps())
+            });
+            let expected: Vec<u64> = (0..arrivals_us.len() as u64).collect();
+            prop_assert_eq!(ids, expected);
+            prop_assert_eq!(sizes.iter().sum::<usize>(), arrivals_us.len());
+            prop_assert!(sizes.iter().all(|&n| n <= size));
+            prop_assert_eq!(overlaps, 0);
+        }
+    }
+}
