@@ -1,5 +1,34 @@
 //! # guidebench-openai
 //!
-//! The OpenAI-compatible HTTP backend. Not implemented yet: this crate
-//! registers nothing until it serves requests.
+//! The `openai_http` backend kind: a benchmark target behind an
+//! OpenAI-compatible HTTP API (`/v1/chat/completions` or `/v1/completions`,
+//! streamed as server-sent events or not), and an in-process
+//! OpenAI-compatible [`mock_server`] with configurable latencies and fault
+//! injection, for tests, dry runs and `guidebench mock-server`.
+//!
+//! ```text
+//! --backend kind=openai_http,target=http://localhost:8000,request_format=chat
+//! ```
+//!
+//! Options: see [`OPTIONS`]. Timing and token-counting rules: see
+//! [`OpenAiHttpBackend`]. The kind registers itself with the core registry
+//! when this crate is linked (name it once: `use guidebench_openai as _;`).
 #![deny(missing_docs)]
+#![cfg_attr(not(test), warn(clippy::unwrap_used))]
+
+mod backend;
+mod config;
+mod error;
+pub mod mock_server;
+mod protocol;
+
+pub use backend::{KIND, OpenAiHttpBackend};
+pub use config::{OPTIONS, OpenAiConfig, RequestFormat};
+pub use error::{OpenAiError, error_label};
+
+guidebench_core::register_backend! {
+    name: KIND,
+    description: "an OpenAI-compatible HTTP server (chat or text completions, streamed or not)",
+    options: OPTIONS,
+    create: OpenAiHttpBackend::from_args,
+}

@@ -16,8 +16,13 @@
 //! an unknown name, a missing file).
 #![deny(missing_docs)]
 
+mod display;
 mod engines;
+#[cfg(feature = "openai")]
+mod mock_server;
+mod output;
 mod run;
+mod scenario;
 
 use std::process::ExitCode;
 
@@ -35,9 +40,24 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run a benchmark.
-    Run(run::RunArgs),
+    Run(Box<run::RunArgs>),
     /// List the registered backend kinds and engines with their options.
     Backends,
+    /// Re-render a saved JSON report.
+    Export(ExportArgs),
+    /// Serve an OpenAI-compatible mock server with configurable latencies and faults.
+    #[cfg(feature = "openai")]
+    MockServer(mock_server::MockServerArgs),
+}
+
+/// Arguments of `guidebench export`.
+#[derive(Debug, clap::Args)]
+struct ExportArgs {
+    /// A report written by `--output kind=json,path=FILE`.
+    file: std::path::PathBuf,
+    /// Where it goes: console, json, csv, html (repeatable; default console).
+    #[arg(long)]
+    output: Vec<String>,
 }
 
 /// Exit code: the run failed.
@@ -45,12 +65,17 @@ pub const EXIT_FAILURE: u8 = 1;
 /// Exit code: bad usage.
 pub const EXIT_USAGE: u8 = 2;
 
+/// Exit code: interrupted by Ctrl-C (a partial report was written).
+pub const EXIT_INTERRUPTED: u8 = 130;
+
 /// An error of the binary, with the exit code it maps to.
 pub(crate) enum Failure {
     /// Bad usage: exit 2.
     Usage(anyhow::Error),
     /// The run failed: exit 1.
     Run(anyhow::Error),
+    /// Interrupted; the partial report was written: exit 130.
+    Interrupted,
 }
 
 impl From<guidebench_core::Error> for Failure {
@@ -76,7 +101,10 @@ pub fn main() -> ExitCode {
         .init();
     let result = match cli.command {
         Command::Backends => list_backends(),
-        Command::Run(args) => run::run(args),
+        Command::Run(args) => run::run(*args),
+        Command::Export(args) => export(&args),
+        #[cfg(feature = "openai")]
+        Command::MockServer(args) => mock_server::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -87,6 +115,10 @@ pub fn main() -> ExitCode {
         Err(Failure::Run(err)) => {
             eprintln!("error: {err:#}");
             ExitCode::from(EXIT_FAILURE)
+        }
+        Err(Failure::Interrupted) => {
+            eprintln!("interrupted: the report covers what ran before the interrupt");
+            ExitCode::from(EXIT_INTERRUPTED)
         }
     }
 }
@@ -109,6 +141,21 @@ fn print_options(options: &[guidebench_core::options::OptionSpec]) {
     }
 }
 
+fn export(args: &ExportArgs) -> Result<(), Failure> {
+    let report = guidebench_core::report::Report::read_json(&args.file)?;
+    let outputs = output::parse_all(&args.output)?;
+    output::write_all(&outputs, &report).map_err(Failure::Run)
+}
+
+fn list_kinds(title: &str, kinds: &[(&str, &[guidebench_core::options::OptionSpec])]) {
+    println!();
+    println!("{title}");
+    for (name, options) in kinds {
+        println!("  {name}");
+        print_options(options);
+    }
+}
+
 fn list_backends() -> Result<(), Failure> {
     println!("Backend kinds (--backend kind=NAME,...):");
     for backend in registry::backends()?.iter() {
@@ -121,5 +168,23 @@ fn list_backends() -> Result<(), Failure> {
         println!("  {:<14} {}", engine.name, engine.description);
         print_options(engine.options);
     }
+    list_kinds(
+        "Data (--data kind=NAME,...):",
+        guidebench_core::data::DATA_KINDS,
+    );
+    list_kinds(
+        "Profiles (--profile kind=NAME,...):",
+        guidebench_core::runner::PROFILE_KINDS,
+    );
+    list_kinds(
+        "Constraints (--constraint kind=NAME,...):",
+        guidebench_core::runner::CONSTRAINT_KINDS,
+    );
+    list_kinds("Outputs (--output kind=NAME,...):", output::OUTPUT_KINDS);
+    #[cfg(feature = "openai")]
+    list_kinds(
+        "Mock server (guidebench mock-server --set KEY=VALUE):",
+        &[("mock-server", guidebench_openai::mock_server::OPTIONS)],
+    );
     Ok(())
 }

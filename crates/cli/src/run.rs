@@ -1,433 +1,524 @@
-//! `guidebench run`: a benchmark of one backend under one load profile.
+//! `guidebench run`: benchmarks of one backend under a load profile.
 
-use std::io::{IsTerminal, Write};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use anyhow::{Context, anyhow};
+use anyhow::anyhow;
 use clap::Args;
 use guidebench_core::backend::Backend;
-use guidebench_core::clock::Timestamp;
-use guidebench_core::metrics::Distribution;
-use guidebench_core::options::{OptionSpec, OptionType, check_options, from_map, parse_kind_args};
+use guidebench_core::data::{DataItem, create_source};
+use guidebench_core::options::{KindArgs, parse_kind_args, parse_seconds};
 use guidebench_core::registry;
-use guidebench_core::request::{GenerationRequest, RequestRecord};
-use guidebench_core::sampling::Sampling;
-use guidebench_core::stdio::StdioRedirect;
-use guidebench_core::synthetic::SyntheticText;
-use serde::Deserialize;
+use guidebench_core::report::{BenchmarkReport, Report};
+use guidebench_core::request::GenerationRequest;
+use guidebench_core::runner::{
+    BenchmarkRun, Constraints, Observer, Phase, Profile, RunOptions, StopReason, Strategy,
+    measured, run_benchmark, sweep_rates,
+};
+use guidebench_core::sampling::{Sampling, SamplingParams};
+use guidebench_core::tokenizer::{HfTokenizer, Tokenizer};
+use serde_json::{Value, json};
+use tokio::sync::{mpsc, watch};
 
 use crate::Failure;
+use crate::display::Display;
+use crate::output::{self, Output};
+use crate::scenario::Scenario;
+
+/// The default backend: the embedded default model on the candle engine
+/// (generated on first use; no download).
+#[cfg(feature = "candle")]
+pub const DEFAULT_BACKEND: &str = "kind=offline,engine=candle,model=builtin:tiny";
+/// The default backend: without the candle engine compiled in, the mock.
+#[cfg(not(feature = "candle"))]
+pub const DEFAULT_BACKEND: &str = "kind=offline,engine=mock";
+/// The default data.
+pub const DEFAULT_DATA: &str = "kind=synthetic_text,prompt_tokens=256,output_tokens=128";
+/// The default profile.
+pub const DEFAULT_PROFILE: &str = "kind=throughput";
+/// Requests per benchmark when nothing else bounds it.
+const DEFAULT_MAX_REQUESTS: u64 = 100;
+/// Tokens a request may generate when the data does not say.
+const DEFAULT_MAX_TOKENS: u32 = 256;
+/// Items prepared ahead of the sender.
+const FEED_BUFFER: usize = 1024;
 
 /// Arguments of `guidebench run`.
-#[derive(Debug, Args)]
+#[derive(Debug, Args, Default)]
 pub struct RunArgs {
+    /// A JSON or YAML file with the same fields as these flags; flags win.
+    #[arg(long)]
+    scenario: Option<PathBuf>,
     /// The backend: `kind=NAME,key=value,...` (see `guidebench backends`).
-    #[arg(long, default_value = "kind=offline,engine=mock")]
-    backend: String,
-    /// The data: `kind=synthetic_text,prompt_tokens=N,output_tokens=N[,seed=S]`.
-    #[arg(
-        long,
-        default_value = "kind=synthetic_text,prompt_tokens=256,output_tokens=128"
-    )]
+    #[arg(long)]
+    backend: Option<String>,
+    /// The data: `kind=synthetic_text,...` or `kind=file,path=...` (repeatable).
+    #[arg(long)]
     data: Vec<String>,
-    /// The load profile: `kind=synchronous`, `kind=concurrent,streams=N` or
-    /// `kind=throughput[,max_concurrency=N]`.
-    #[arg(long, default_value = "kind=throughput")]
-    profile: String,
-    /// When to stop: `kind=max_requests,count=N` or `kind=max_duration,seconds=S`.
+    /// The load profile: synchronous, concurrent, throughput, constant, poisson, sweep.
+    #[arg(long)]
+    profile: Option<String>,
+    /// When a benchmark stops: max_requests, max_duration, max_errors, max_error_rate (repeatable).
     #[arg(long)]
     constraint: Vec<String>,
-    /// No live progress line (it is also off when standard error is not a terminal).
+    /// Where the report goes: console, json, csv, html (repeatable; default console).
+    #[arg(long)]
+    output: Vec<String>,
+    /// A tokenizer.json (or a model folder) for synthetic data, instead of the backend's.
+    #[arg(long)]
+    tokenizer: Option<PathBuf>,
+    /// Seed of the synthetic data and of Poisson arrivals.
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Left out of the metrics at the start: a request count (20) or a time (10s).
+    #[arg(long)]
+    warmup: Option<String>,
+    /// Left out of the metrics at the end: a request count (20) or a time (10s).
+    #[arg(long)]
+    cooldown: Option<String>,
+    /// How long requests in flight may finish once sending stopped (default 30s).
+    #[arg(long)]
+    grace_period: Option<String>,
+    /// A label for the report: `key=value` (repeatable).
+    #[arg(long)]
+    label: Vec<String>,
+    /// No live progress display (it is also off when standard error is not a terminal).
     #[arg(long)]
     disable_progress: bool,
 }
 
-const SYNTHETIC_OPTIONS: &[OptionSpec] = &[
-    OptionSpec::optional("prompt_tokens", OptionType::Int, "tokens per prompt").required(),
-    OptionSpec::optional(
-        "output_tokens",
-        OptionType::Int,
-        "tokens to generate per request",
-    )
-    .required(),
-    OptionSpec::optional("seed", OptionType::Int, "seed of the text generator").with_default("42"),
-];
-
-#[derive(Debug, Deserialize)]
-struct SyntheticArgs {
-    prompt_tokens: u32,
-    output_tokens: u32,
-    seed: Option<u64>,
+/// Everything the command line asks for, checked before anything starts.
+struct Plan {
+    backend: KindArgs,
+    data: Vec<KindArgs>,
+    profile: Profile,
+    constraints: Constraints,
+    outputs: Vec<Output>,
+    tokenizer: Option<PathBuf>,
+    seed: u64,
+    warmup: Option<Phase>,
+    cooldown: Option<Phase>,
+    options: RunOptions,
+    labels: BTreeMap<String, String>,
+    progress: bool,
+    config: Value,
 }
-
-const SYNCHRONOUS_OPTIONS: &[OptionSpec] = &[];
-const CONCURRENT_OPTIONS: &[OptionSpec] =
-    &[OptionSpec::optional("streams", OptionType::Int, "requests in flight").required()];
-const THROUGHPUT_OPTIONS: &[OptionSpec] = &[OptionSpec::optional(
-    "max_concurrency",
-    OptionType::Int,
-    "the most requests in flight",
-)
-.with_default("256")];
-const MAX_REQUESTS_OPTIONS: &[OptionSpec] =
-    &[OptionSpec::optional("count", OptionType::Int, "requests to send").required()];
-const MAX_DURATION_OPTIONS: &[OptionSpec] =
-    &[OptionSpec::optional("seconds", OptionType::Duration, "how long to send").required()];
 
 fn usage(err: impl Into<anyhow::Error>) -> Failure {
     Failure::Usage(err.into())
 }
 
-fn positive(key: &str, value: &serde_json::Value) -> Result<u64, Failure> {
-    value.as_u64().filter(|&n| n > 0).ok_or_else(|| {
-        usage(anyhow!(
-            "`{key}` must be a whole number of at least 1, got {value}"
-        ))
-    })
-}
-
-/// What the command line asks for, checked.
-struct Plan {
-    progress: bool,
-    synthetic: SyntheticArgs,
-    concurrency: usize,
-    profile: String,
-    max_requests: Option<u64>,
-    max_duration: Option<Duration>,
-}
-
-fn plan(args: &RunArgs) -> Result<Plan, Failure> {
-    let [data] = args.data.as_slice() else {
-        return Err(usage(anyhow!("exactly one --data is supported for now")));
+fn plan(args: RunArgs) -> Result<Plan, Failure> {
+    let scenario = match &args.scenario {
+        Some(path) => Scenario::read(path).map_err(usage)?,
+        None => Scenario::default(),
     };
-    let mut data = parse_kind_args(data)?;
-    if data.kind != "synthetic_text" {
-        return Err(usage(anyhow!(
-            "unknown data kind `{}`; available: synthetic_text",
-            data.kind
-        )));
-    }
-    check_options(
-        "data synthetic_text",
-        &[SYNTHETIC_OPTIONS],
-        &mut data.options,
+    let backend = args
+        .backend
+        .or_else(|| scenario.backend.as_ref().map(|b| b.to_arg()))
+        .unwrap_or_else(|| DEFAULT_BACKEND.to_owned());
+    let data = if args.data.is_empty() {
+        scenario
+            .data
+            .as_ref()
+            .map_or_else(|| vec![DEFAULT_DATA.to_owned()], |d| d.to_args())
+    } else {
+        args.data
+    };
+    let profile = args
+        .profile
+        .or_else(|| scenario.profile.as_ref().map(|p| p.to_arg()))
+        .unwrap_or_else(|| DEFAULT_PROFILE.to_owned());
+    let constraint = if args.constraint.is_empty() {
+        scenario
+            .constraint
+            .as_ref()
+            .map(|c| c.to_args())
+            .unwrap_or_default()
+    } else {
+        args.constraint
+    };
+    let output = if args.output.is_empty() {
+        scenario
+            .output
+            .as_ref()
+            .map(|o| o.to_args())
+            .unwrap_or_default()
+    } else {
+        args.output
+    };
+    let seed = args.seed.or(scenario.seed).unwrap_or(42);
+    let phase = |flag: &str, value: Option<String>| -> Result<Option<Phase>, Failure> {
+        value
+            .map(|v| Phase::parse(flag, &v).map_err(Failure::from))
+            .transpose()
+    };
+    let warmup = phase(
+        "warmup",
+        args.warmup
+            .or_else(|| scenario.warmup.as_ref().map(|w| w.to_arg())),
     )?;
-    let synthetic: SyntheticArgs = from_map("data synthetic_text", &data.options)?;
-    if synthetic.output_tokens == 0 {
-        return Err(usage(anyhow!("`output_tokens` must be at least 1")));
-    }
-
-    let mut profile = parse_kind_args(&args.profile)?;
-    let concurrency = match profile.kind.as_str() {
-        "synchronous" => {
-            check_options(
-                "profile synchronous",
-                &[SYNCHRONOUS_OPTIONS],
-                &mut profile.options,
-            )?;
-            1
+    let cooldown = phase(
+        "cooldown",
+        args.cooldown
+            .or_else(|| scenario.cooldown.as_ref().map(|c| c.to_arg())),
+    )?;
+    let grace_period = match args
+        .grace_period
+        .or_else(|| scenario.grace_period.as_ref().map(|g| g.to_arg()))
+    {
+        Some(text) => {
+            let secs = parse_seconds(&Value::String(text.clone()))
+                .ok()
+                .filter(|s| s.is_finite() && *s >= 0.0)
+                .ok_or_else(|| {
+                    usage(anyhow!(
+                        "--grace-period must be a time like 30s, got `{text}`"
+                    ))
+                })?;
+            Duration::from_secs_f64(secs)
         }
-        "concurrent" => {
-            check_options(
-                "profile concurrent",
-                &[CONCURRENT_OPTIONS],
-                &mut profile.options,
-            )?;
-            positive("streams", &profile.options["streams"])?
-        }
-        "throughput" => {
-            check_options(
-                "profile throughput",
-                &[THROUGHPUT_OPTIONS],
-                &mut profile.options,
-            )?;
-            match profile.options.get("max_concurrency") {
-                Some(v) => positive("max_concurrency", v)?,
-                None => 256,
-            }
-        }
-        other => {
-            return Err(usage(anyhow!(
-                "unknown profile kind `{other}`; available: concurrent, synchronous, throughput"
-            )));
-        }
+        None => RunOptions::default().grace_period,
     };
+    let mut labels = scenario.label.clone().unwrap_or_default();
+    for label in &args.label {
+        let (key, value) = label
+            .split_once('=')
+            .ok_or_else(|| usage(anyhow!("--label must be key=value, got `{label}`")))?;
+        labels.insert(key.trim().to_owned(), value.trim().to_owned());
+    }
 
-    let mut max_requests = None;
-    let mut max_duration = None;
-    for constraint in &args.constraint {
-        let mut c = parse_kind_args(constraint)?;
-        match c.kind.as_str() {
-            "max_requests" => {
-                check_options(
-                    "constraint max_requests",
-                    &[MAX_REQUESTS_OPTIONS],
-                    &mut c.options,
-                )?;
-                max_requests = Some(positive("count", &c.options["count"])?);
-            }
-            "max_duration" => {
-                check_options(
-                    "constraint max_duration",
-                    &[MAX_DURATION_OPTIONS],
-                    &mut c.options,
-                )?;
-                let secs = c.options["seconds"].as_f64().unwrap_or(0.0);
-                let duration = Duration::try_from_secs_f64(secs)
-                    .ok()
-                    .filter(|d| !d.is_zero())
-                    .ok_or_else(|| usage(anyhow!("`seconds` must be positive, got {secs}")))?;
-                max_duration = Some(duration);
-            }
-            other => {
-                return Err(usage(anyhow!(
-                    "unknown constraint kind `{other}`; available: max_duration, max_requests"
-                )));
+    let backend = parse_kind_args(&backend)?;
+    let data = data
+        .iter()
+        .map(|d| parse_kind_args(d))
+        .collect::<Result<Vec<_>, _>>()?;
+    let profile = Profile::from_args(parse_kind_args(&profile)?, seed)?;
+    let constraints = Constraints::from_args(
+        constraint
+            .iter()
+            .map(|c| parse_kind_args(c))
+            .collect::<Result<Vec<_>, _>>()?,
+    )?;
+    let outputs = output::parse_all(&output)?;
+    let keep_text = outputs.iter().any(Output::wants_text);
+    let config = json!({
+        "backend": backend_config(&backend),
+        "data": data.iter().map(kind_config).collect::<Vec<_>>(),
+        "profile": profile,
+        "constraints": constraints,
+        "seed": seed,
+        "warmup": warmup,
+        "cooldown": cooldown,
+        "grace_period_s": grace_period.as_secs_f64(),
+        "labels": labels,
+    });
+    Ok(Plan {
+        backend,
+        data,
+        profile,
+        constraints,
+        outputs,
+        tokenizer: args.tokenizer.or(scenario.tokenizer.map(PathBuf::from)),
+        seed,
+        warmup,
+        cooldown,
+        options: RunOptions {
+            grace_period,
+            keep_text,
+        },
+        labels,
+        progress: !(args.disable_progress || scenario.disable_progress == Some(true))
+            && std::io::IsTerminal::is_terminal(&std::io::stderr()),
+        config,
+    })
+}
+
+fn kind_config(args: &KindArgs) -> Value {
+    let mut map = args.options.clone();
+    map.insert("kind".into(), Value::String(args.kind.clone()));
+    Value::Object(map)
+}
+
+/// The backend's configuration for the report, without secrets.
+fn backend_config(args: &KindArgs) -> Value {
+    let mut value = kind_config(args);
+    if let Some(map) = value.as_object_mut() {
+        for key in ["api_key", "headers"] {
+            if map.contains_key(key) {
+                map.insert(key.into(), Value::String("(redacted)".into()));
             }
         }
     }
-    if max_requests.is_none() && max_duration.is_none() {
-        max_requests = Some(100);
-    }
-    Ok(Plan {
-        progress: !args.disable_progress && std::io::stderr().is_terminal(),
-        synthetic,
-        concurrency: usize::try_from(concurrency).unwrap_or(usize::MAX),
-        profile: profile.kind,
-        max_requests,
-        max_duration,
-    })
+    value
 }
 
 /// Runs `guidebench run`.
 pub fn run(args: RunArgs) -> Result<(), Failure> {
-    let backend_args = parse_kind_args(&args.backend)?;
-    let plan = plan(&args)?;
-    let backend: Arc<dyn Backend> = Arc::from(registry::create_backend(backend_args)?);
+    let plan = plan(args)?;
+    let backend: Arc<dyn Backend> = Arc::from(registry::create_backend(plan.backend.clone())?);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
-        .context("cannot start the async runtime")
-        .map_err(Failure::Run)?;
+        .map_err(|e| Failure::Run(anyhow!("cannot start the async runtime: {e}")))?;
     runtime.block_on(benchmark(backend, plan))
 }
 
-/// Counters the workers update and the live display reads.
-#[derive(Debug, Default)]
-struct Progress {
-    done: AtomicU64,
-    errors: AtomicU64,
-    output_tokens: AtomicU64,
-}
-
-/// The live progress line, drawn on the terminal while engine output goes to
-/// a log file (so nothing an engine prints can break the line).
-struct LiveDisplay {
-    redirect: StdioRedirect,
-    log_path: PathBuf,
-    stop: tokio::sync::watch::Sender<bool>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl LiveDisplay {
-    fn start(progress: Arc<Progress>, total: Option<u64>) -> std::io::Result<Self> {
-        let log_path = std::env::temp_dir().join(format!("guidebench-{}.log", std::process::id()));
-        let log = std::fs::File::create(&log_path)?;
-        let redirect = StdioRedirect::to_file(&log)?;
-        let mut terminal = redirect.terminal()?;
-        let (stop, mut stopped) = tokio::sync::watch::channel(false);
-        let started = Instant::now();
-        let task = tokio::spawn(async move {
-            let mut tick = tokio::time::interval(Duration::from_millis(200));
-            loop {
-                let done = progress.done.load(Ordering::Relaxed);
-                let errors = progress.errors.load(Ordering::Relaxed);
-                let secs = started.elapsed().as_secs_f64().max(1e-9);
-                #[allow(clippy::cast_precision_loss)] // a display.
-                let rate = progress.output_tokens.load(Ordering::Relaxed) as f64 / secs;
-                let target = total.map_or_else(String::new, |n| format!("/{n}"));
-                let _ = write!(
-                    terminal,
-                    "\r\x1b[2K{done}{target} requests · {errors} errors · {rate:.0} output tok/s · {secs:.1} s"
-                );
-                let _ = terminal.flush();
-                tokio::select! {
-                    _ = tick.tick() => {}
-                    _ = stopped.changed() => {
-                        let _ = write!(terminal, "\r\x1b[2K");
-                        let _ = terminal.flush();
-                        break;
-                    }
-                }
-            }
-        });
-        Ok(LiveDisplay {
-            redirect,
-            log_path,
-            stop,
-            task,
-        })
-    }
-
-    async fn finish(self) {
-        let _ = self.stop.send(true);
-        let _ = self.task.await;
-        drop(self.redirect);
-        match std::fs::metadata(&self.log_path) {
-            Ok(meta) if meta.len() > 0 => {
-                eprintln!("engine output was written to {}", self.log_path.display());
-            }
-            _ => {
-                let _ = std::fs::remove_file(&self.log_path);
+/// Ctrl-C: the first stops sending (in-flight requests get the grace
+/// period); a second ends the grace period at once.
+fn watch_interrupts() -> watch::Receiver<bool> {
+    let (tx, rx) = watch::channel(false);
+    tokio::spawn(async move {
+        while tokio::signal::ctrl_c().await.is_ok() {
+            if tx.send(true).is_err() {
+                break;
             }
         }
-    }
+    });
+    rx
 }
 
 async fn benchmark(backend: Arc<dyn Backend>, plan: Plan) -> Result<(), Failure> {
-    let progress = Arc::new(Progress::default());
-    let display = if plan.progress {
-        LiveDisplay::start(Arc::clone(&progress), plan.max_requests).ok()
-    } else {
-        None
-    };
-    let result = measure(Arc::clone(&backend), &plan, &progress).await;
-    if let Some(display) = display {
-        display.finish().await;
-    }
-    let (records, elapsed, load_time) = result?;
-    println!(
-        "profile:         {} with {} in flight ({})",
-        plan.profile,
-        plan.concurrency,
-        match (plan.max_requests, plan.max_duration) {
-            (Some(n), Some(d)) => format!("{n} requests or {:.1} s", d.as_secs_f64()),
-            (Some(n), None) => format!("{n} requests"),
-            (None, Some(d)) => format!("{:.1} s", d.as_secs_f64()),
-            (None, None) => String::new(),
-        }
-    );
-    if let Some(load) = load_time {
-        println!(
-            "engine load:     {:.3} s (outside every measurement)",
-            load.as_secs_f64()
-        );
-    }
-    summarize(&records, elapsed)
-}
+    let cancel = watch_interrupts();
+    let mut display = Display::start(plan.progress);
+    display.phase("starting the backend and loading the model");
+    let result = measure(&backend, &plan, &mut display, cancel.clone()).await;
+    let shutdown = backend.shutdown().await;
+    display.finish();
+    let report = result?;
+    shutdown?;
 
-type Records = Vec<RequestRecord>;
-
-async fn measure(
-    backend: Arc<dyn Backend>,
-    plan: &Plan,
-    progress: &Arc<Progress>,
-) -> Result<(Records, Duration, Option<Duration>), Failure> {
-    backend.startup().await?;
-    let report = backend.validate().await?;
-    let tokenizer = backend.tokenizer().ok_or_else(|| {
-        Failure::Run(anyhow!(
-            "the backend has no tokenizer to build synthetic prompts with"
-        ))
-    })?;
-
-    let pool = plan
-        .max_requests
-        .map_or(256, |n| usize::try_from(n.min(256)).unwrap_or(256));
-    let mut generator = SyntheticText::new(tokenizer.as_ref(), plan.synthetic.seed.unwrap_or(42));
-    let prompts: Vec<String> = (0..pool)
-        .map(|_| generator.prompt(plan.synthetic.prompt_tokens as usize))
-        .collect::<Result<_, _>>()?;
-    let prompts = Arc::new(prompts);
-    let sampling = Sampling::fixed_length(plan.synthetic.output_tokens)?;
-
-    let next = Arc::new(AtomicU64::new(0));
-    let started = Instant::now();
-    let deadline = plan.max_duration.map(|d| started + d);
-    let mut workers = Vec::with_capacity(plan.concurrency);
-    for _ in 0..plan.concurrency {
-        let backend = Arc::clone(&backend);
-        let next = Arc::clone(&next);
-        let prompts = Arc::clone(&prompts);
-        let sampling = sampling.clone();
-        let limit = plan.max_requests;
-        let progress = Arc::clone(progress);
-        workers.push(tokio::spawn(async move {
-            let mut records = Vec::new();
-            loop {
-                if deadline.is_some_and(|d| Instant::now() >= d) {
-                    break;
-                }
-                let id = next.fetch_add(1, Ordering::Relaxed);
-                if limit.is_some_and(|n| id >= n) {
-                    break;
-                }
-                let index = usize::try_from(id).unwrap_or(0) % prompts.len();
-                let request = GenerationRequest::text(id, prompts[index].clone(), sampling.clone());
-                let start = Timestamp::now();
-                let record = match backend.resolve(request).await {
-                    Ok(response) => RequestRecord::success(response, false),
-                    Err(err) => {
-                        progress.errors.fetch_add(1, Ordering::Relaxed);
-                        RequestRecord::error(id, &err, start, Timestamp::now())
-                    }
-                };
-                progress
-                    .output_tokens
-                    .fetch_add(u64::from(record.output_tokens), Ordering::Relaxed);
-                progress.done.fetch_add(1, Ordering::Relaxed);
-                records.push(record);
-            }
-            records
-        }));
+    output::write_all(&plan.outputs, &report).map_err(Failure::Run)?;
+    if report.interrupted {
+        return Err(Failure::Interrupted);
     }
-    let mut records: Records = Vec::new();
-    for worker in workers {
-        records.extend(worker.await.map_err(|e| Failure::Run(e.into()))?);
-    }
-    let elapsed = started.elapsed();
-    backend.shutdown().await?;
-    Ok((records, elapsed, report.load_time))
-}
-
-#[allow(clippy::cast_precision_loss)] // counts far below 2^52.
-fn summarize(records: &[RequestRecord], elapsed: Duration) -> Result<(), Failure> {
-    let ok: Vec<&RequestRecord> = records.iter().filter(|r| r.is_success()).collect();
-    let mut errors: std::collections::BTreeMap<&str, (usize, &str)> = Default::default();
-    for error in records.iter().filter_map(|r| r.error.as_ref()) {
-        let entry = errors
-            .entry(error.label.as_str())
-            .or_insert((0, error.message.as_str()));
-        entry.0 += 1;
-    }
-    let secs = elapsed.as_secs_f64().max(f64::MIN_POSITIVE);
-    let output_tokens: u64 = ok.iter().map(|r| u64::from(r.output_tokens)).sum();
-    let ms = |d: Distribution| d.median * 1e3;
-    let ttft = Distribution::from_values(ok.iter().filter_map(|r| r.timings.ttft()));
-    let itl = Distribution::from_values(ok.iter().flat_map(|r| r.timings.itl_gaps()));
-    let tpot = Distribution::from_values(ok.iter().filter_map(|r| r.timings.tpot()));
-    let latency = Distribution::from_values(ok.iter().filter_map(|r| r.timings.latency()));
-
-    println!(
-        "requests:        {} ok, {} failed",
-        ok.len(),
-        records.len() - ok.len()
-    );
-    for (label, (count, message)) in &errors {
-        println!("  {label}: {count} (e.g. {message})");
-    }
-    println!("duration:        {secs:.3} s");
-    println!("requests/s:      {:.2}", ok.len() as f64 / secs);
-    println!("output tokens/s: {:.1}", output_tokens as f64 / secs);
-    println!("TTFT median:     {:.3} ms", ms(ttft));
-    println!("ITL median:      {:.3} ms", ms(itl));
-    println!("TPOT median:     {:.3} ms", ms(tpot));
-    println!("latency median:  {:.3} ms", ms(latency));
-    if ok.is_empty() {
+    if report
+        .benchmarks
+        .iter()
+        .all(|b| b.metrics.successful.count == 0)
+    {
         return Err(Failure::Run(anyhow!("no request succeeded")));
     }
     Ok(())
+}
+
+async fn measure(
+    backend: &Arc<dyn Backend>,
+    plan: &Plan,
+    display: &mut Display,
+    cancel: watch::Receiver<bool>,
+) -> Result<Report, Failure> {
+    backend.startup().await?;
+    let validation = backend.validate().await?;
+    let tokenizer: Arc<dyn Tokenizer> = match &plan.tokenizer {
+        Some(path) if path.is_dir() => Arc::new(HfTokenizer::from_dir(path)?),
+        Some(path) => Arc::new(HfTokenizer::from_file(path)?),
+        None => backend.tokenizer().ok_or_else(|| {
+            usage(anyhow!(
+                "the backend has no tokenizer; give one with --tokenizer PATH"
+            ))
+        })?,
+    };
+    // Check the data before the first benchmark: a bad file fails fast.
+    for data in &plan.data {
+        create_source(data.clone(), Arc::clone(&tokenizer), plan.seed)?;
+    }
+
+    let mut report = Report::new(plan.config.clone());
+    report.environment.backend = validation.info.clone();
+    if let Some(load) = validation.load_time {
+        report
+            .environment
+            .backend
+            .insert("load_time_s".into(), json!(load.as_secs_f64()));
+    }
+    if !plan.labels.is_empty() {
+        report
+            .environment
+            .backend
+            .insert("labels".into(), json!(plan.labels));
+    }
+
+    let mut strategies: Vec<Strategy> = match &plan.profile {
+        Profile::Fixed { strategies } => strategies.clone(),
+        Profile::Sweep {
+            max_concurrency, ..
+        } => vec![
+            Strategy::Synchronous,
+            Strategy::Throughput {
+                max_concurrency: *max_concurrency,
+            },
+        ],
+    };
+    let mut runs: Vec<BenchmarkRun> = Vec::new();
+    let mut index = 0;
+    while index < strategies.len() {
+        let strategy = strategies[index].clone();
+        let run = one_benchmark(
+            backend,
+            plan,
+            &tokenizer,
+            &strategy,
+            display,
+            cancel.clone(),
+        )
+        .await?;
+        let interrupted = run.stop_reason == StopReason::Interrupted;
+        report.benchmarks.push(benchmark_report(plan, &run));
+        runs.push(run);
+        if interrupted {
+            report.interrupted = true;
+            break;
+        }
+        if let Profile::Sweep { sweep_size, .. } = plan.profile
+            && index == 1
+        {
+            let rates = sweep_rates(runs[0].success_rate(), runs[1].success_rate(), sweep_size);
+            strategies.extend(rates.into_iter().map(|rate| Strategy::Constant {
+                rate,
+                max_concurrency: None,
+            }));
+        }
+        index += 1;
+    }
+    Ok(report)
+}
+
+fn benchmark_report(plan: &Plan, run: &BenchmarkRun) -> BenchmarkReport {
+    let m = measured(run, plan.warmup, plan.cooldown);
+    let mut report = BenchmarkReport::from_records(
+        run.strategy.label(),
+        serde_json::to_value(&run.strategy).unwrap_or(Value::Null),
+        m.start,
+        m.end,
+        m.records.iter().copied(),
+    );
+    if plan.warmup.is_some() {
+        report.warmup_excluded = Some(m.warmup_excluded);
+    }
+    if plan.cooldown.is_some() {
+        report.cooldown_excluded = Some(m.cooldown_excluded);
+    }
+    report.extra.insert(
+        "stop_reason".into(),
+        serde_json::to_value(run.stop_reason).unwrap_or(Value::Null),
+    );
+    report
+        .extra
+        .insert("requests_sent".into(), json!(run.records.len()));
+    report
+}
+
+async fn one_benchmark(
+    backend: &Arc<dyn Backend>,
+    plan: &Plan,
+    tokenizer: &Arc<dyn Tokenizer>,
+    strategy: &Strategy,
+    display: &mut Display,
+    cancel: watch::Receiver<bool>,
+) -> Result<BenchmarkRun, Failure> {
+    let mut sources = plan
+        .data
+        .iter()
+        .map(|d| create_source(d.clone(), Arc::clone(tokenizer), plan.seed))
+        .collect::<Result<Vec<_>, _>>()?;
+    let finite: Option<usize> = sources.iter().map(|s| s.len_hint()).sum::<Option<usize>>();
+    let mut constraints = plan.constraints.clone();
+    if constraints.is_unbounded() && finite.is_none() {
+        constraints.max_requests = Some(DEFAULT_MAX_REQUESTS);
+    }
+    let total = match (constraints.max_requests, finite) {
+        (Some(n), Some(f)) => Some(n.min(f as u64)),
+        (Some(n), None) => Some(n),
+        (None, Some(f)) if constraints.max_duration.is_none() => Some(f as u64),
+        _ => None,
+    };
+
+    // Prepare requests ahead of the sender, on a thread of their own.
+    let (tx, mut rx) = mpsc::channel::<GenerationRequest>(FEED_BUFFER);
+    let (ready_tx, ready_rx) =
+        tokio::sync::oneshot::channel::<Result<(), guidebench_core::Error>>();
+    let want_ready = total.map_or(FEED_BUFFER, |n| {
+        usize::try_from(n).unwrap_or(FEED_BUFFER).min(FEED_BUFFER)
+    });
+    std::thread::Builder::new()
+        .name("guidebench-data".into())
+        .spawn(move || {
+            let mut ready = Some(ready_tx);
+            let mut id = 0u64;
+            let mut turn = 0usize;
+            while !sources.is_empty() {
+                let index = turn % sources.len();
+                let item = match sources[index].next_item() {
+                    Ok(Some(item)) => item,
+                    Ok(None) => {
+                        sources.remove(index);
+                        continue;
+                    }
+                    Err(err) => {
+                        if let Some(ready) = ready.take() {
+                            let _ = ready.send(Err(err));
+                        } else {
+                            tracing::error!(error = %err, "data source failed");
+                        }
+                        return;
+                    }
+                };
+                turn += 1;
+                let request = match to_request(id, item) {
+                    Ok(request) => request,
+                    Err(err) => {
+                        if let Some(ready) = ready.take() {
+                            let _ = ready.send(Err(err));
+                        }
+                        return;
+                    }
+                };
+                id += 1;
+                if tx.blocking_send(request).is_err() {
+                    return;
+                }
+                if usize::try_from(id).unwrap_or(usize::MAX) >= want_ready
+                    && let Some(ready) = ready.take()
+                {
+                    let _ = ready.send(Ok(()));
+                }
+            }
+            if let Some(ready) = ready.take() {
+                let _ = ready.send(Ok(()));
+            }
+        })
+        .map_err(|e| Failure::Run(anyhow!("cannot start the data thread: {e}")))?;
+    if let Ok(Err(err)) = ready_rx.await {
+        return Err(err.into());
+    }
+
+    let observer: Arc<dyn Observer> = Arc::new(display.benchmark(&strategy.label(), total));
+    Ok(run_benchmark(
+        Arc::clone(backend),
+        &mut rx,
+        strategy,
+        &constraints,
+        &plan.options,
+        observer,
+        cancel,
+    )
+    .await)
+}
+
+/// A data item as a validated request.
+fn to_request(id: u64, item: DataItem) -> Result<GenerationRequest, guidebench_core::Error> {
+    let sampling = match item.output_tokens {
+        Some(n) => Sampling::fixed_length(n)?,
+        None => SamplingParams {
+            max_tokens: Some(DEFAULT_MAX_TOKENS),
+            ..SamplingParams::default()
+        }
+        .validate()?,
+    };
+    let mut request = GenerationRequest::new(id, item.input, sampling);
+    request.expected_prompt_tokens = item.prompt_tokens;
+    Ok(request)
 }

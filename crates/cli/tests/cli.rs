@@ -1,6 +1,9 @@
 //! The `guidebench` binary end to end, with the mock engine.
 
+use std::path::Path;
 use std::process::{Command, Output};
+
+use serde_json::Value;
 
 fn guidebench(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_guidebench"))
@@ -13,8 +16,15 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
+fn read_json(path: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(path).expect("report written"))
+        .expect("valid JSON")
+}
+
 #[test]
 fn run_with_the_mock_engine_prints_a_summary_and_exits_zero() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let json = dir.path().join("report.json");
     let out = guidebench(&[
         "run",
         "--backend",
@@ -23,6 +33,10 @@ fn run_with_the_mock_engine_prints_a_summary_and_exits_zero() {
         "kind=synthetic_text,prompt_tokens=32,output_tokens=16",
         "--constraint",
         "kind=max_requests,count=100",
+        "--output",
+        "kind=console",
+        "--output",
+        &format!("kind=json,path={}", json.display()),
     ]);
     let stdout = text(&out.stdout);
     assert_eq!(
@@ -31,21 +45,66 @@ fn run_with_the_mock_engine_prints_a_summary_and_exits_zero() {
         "{stdout}\n{}",
         text(&out.stderr)
     );
-    assert!(stdout.contains("100 ok, 0 failed"), "{stdout}");
-    for line in ["output tokens/s:", "TTFT median:", "ITL median:"] {
-        assert!(stdout.contains(line), "missing `{line}` in {stdout}");
+    for column in ["req/s", "out tok/s", "TTFT ms", "ITL ms", "throughput@256"] {
+        assert!(stdout.contains(column), "missing `{column}` in {stdout}");
     }
+    let report = read_json(&json);
+    let metrics = &report["benchmarks"][0]["metrics"];
+    assert_eq!(metrics["successful"]["count"], 100);
+    assert_eq!(metrics["errored"]["count"], 0);
+    assert_eq!(metrics["successful"]["output_tokens"]["mean"], 16.0);
+    assert_eq!(
+        metrics["successful"]["prompt_tokens"]["min"], 33.0,
+        "32 tokens + BOS"
+    );
+    assert_eq!(report["interrupted"], false);
 }
 
 #[test]
-fn backends_lists_the_offline_kind_and_the_mock_engine_with_options() {
+fn the_default_run_benchmarks_the_builtin_model_on_candle() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let json = dir.path().join("report.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_guidebench"))
+        .args([
+            "run",
+            "--data",
+            "kind=synthetic_text,prompt_tokens=16,output_tokens=4",
+            "--constraint",
+            "kind=max_requests,count=8",
+            "--output",
+            &format!("kind=json,path={}", json.display()),
+        ])
+        .env("GUIDEBENCH_CACHE", dir.path().join("cache"))
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let report = read_json(&json);
+    let engine = &report["environment"]["backend"]["engine"];
+    assert_eq!(engine["engine"], "candle", "{engine}");
+    assert!(engine["model"].as_str().expect("model").contains("builtin"), "{engine}");
+    let metrics = &report["benchmarks"][0]["metrics"];
+    assert_eq!(metrics["successful"]["count"], 8);
+    assert_eq!(metrics["successful"]["output_tokens"]["mean"], 4.0);
+    assert_eq!(metrics["successful"]["prompt_tokens"]["mean"], 16.0);
+}
+
+#[test]
+fn backends_lists_kinds_engines_and_every_pluggable_option() {
     let out = guidebench(&["backends"]);
     assert_eq!(out.status.code(), Some(0));
     let stdout = text(&out.stdout);
-    assert!(stdout.contains("offline"), "{stdout}");
-    assert!(stdout.contains("mock"), "{stdout}");
-    assert!(stdout.contains("batch_timeout"), "{stdout}");
-    assert!(stdout.contains("fail_on_batch"), "{stdout}");
+    for needle in [
+        "offline",
+        "mock",
+        "batch_timeout",
+        "fail_on_batch",
+        "synthetic_text",
+        "sweep",
+        "max_error_rate",
+        "include_text",
+    ] {
+        assert!(stdout.contains(needle), "`{needle}` not in {stdout}");
+    }
 }
 
 #[test]
@@ -85,6 +144,23 @@ fn bad_options_exit_2_with_a_one_line_reason() {
             &["run", "--data", "kind=synthetic_text,prompt_tokens=4"],
             "output_tokens",
         ),
+        (
+            &["run", "--data", "kind=file,path=/nonexistent/data.jsonl"],
+            "/nonexistent/data.jsonl",
+        ),
+        (
+            &["run", "--output", "kind=pdf,path=x"],
+            "available: console, csv, html, json",
+        ),
+        (&["run", "--warmup", "soon"], "warmup"),
+        (
+            &["run", "--backend", "kind=offline,engine=tch"],
+            "--features tch",
+        ),
+        (
+            &["export", "/nonexistent/report.json"],
+            "/nonexistent/report.json",
+        ),
     ];
     for (args, needle) in cases {
         let out = guidebench(args);
@@ -119,6 +195,8 @@ fn an_engine_that_fails_to_load_exits_1() {
 
 #[test]
 fn a_failing_batch_is_reported_and_the_run_goes_on() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let json = dir.path().join("report.json");
     let out = guidebench(&[
         "run",
         "--backend",
@@ -129,9 +207,237 @@ fn a_failing_batch_is_reported_and_the_run_goes_on() {
         "kind=synthetic_text,prompt_tokens=8,output_tokens=4",
         "--constraint",
         "kind=max_requests,count=12",
+        "--output",
+        &format!("kind=json,path={}", json.display()),
     ]);
-    let stdout = text(&out.stdout);
-    assert_eq!(out.status.code(), Some(0), "{stdout}");
-    assert!(stdout.contains("8 ok, 4 failed"), "{stdout}");
-    assert!(stdout.contains("engine: 4"), "{stdout}");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let metrics = &read_json(&json)["benchmarks"][0]["metrics"];
+    assert_eq!(metrics["successful"]["count"], 8);
+    assert_eq!(metrics["errored"]["count"], 4);
+    assert_eq!(metrics["errors_by_label"]["engine"], 4);
+}
+
+#[test]
+fn export_re_renders_a_saved_report_with_the_same_tables() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let json = dir.path().join("report.json");
+    let csv = dir.path().join("report.csv");
+    let run = guidebench(&[
+        "run",
+        "--backend",
+        "kind=offline,engine=mock,batch_size=4",
+        "--data",
+        "kind=synthetic_text,prompt_tokens=16,output_tokens=8",
+        "--profile",
+        "kind=concurrent,streams=2;8",
+        "--constraint",
+        "kind=max_requests,count=24",
+        "--output",
+        "kind=console",
+        "--output",
+        &format!("kind=json,path={}", json.display()),
+    ]);
+    assert_eq!(run.status.code(), Some(0), "{}", text(&run.stderr));
+    let export = guidebench(&[
+        "export",
+        json.to_str().expect("utf-8 path"),
+        "--output",
+        "kind=console",
+        "--output",
+        &format!("kind=csv,path={}", csv.display()),
+    ]);
+    assert_eq!(export.status.code(), Some(0), "{}", text(&export.stderr));
+    assert_eq!(text(&run.stdout), text(&export.stdout), "same tables");
+    let csv = std::fs::read_to_string(&csv).expect("csv written");
+    assert_eq!(
+        csv.lines().count(),
+        3,
+        "a header and one row per benchmark: {csv}"
+    );
+}
+
+#[test]
+fn a_scenario_file_supplies_the_flags_and_flags_win() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let scenario = dir.path().join("scenario.yaml");
+    let json = dir.path().join("report.json");
+    std::fs::write(
+        &scenario,
+        "backend: kind=offline,engine=mock,batch_size=4\n\
+         data:\n  kind: synthetic_text\n  prompt_tokens: 8\n  output_tokens: 2\n\
+         profile: kind=synchronous\n\
+         constraint:\n  - kind=max_requests,count=50\n\
+         seed: 7\n",
+    )
+    .expect("write scenario");
+    let out = guidebench(&[
+        "run",
+        "--scenario",
+        scenario.to_str().expect("utf-8 path"),
+        "--constraint",
+        "kind=max_requests,count=5",
+        "--output",
+        &format!("kind=json,path={}", json.display()),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let report = read_json(&json);
+    assert_eq!(report["benchmarks"][0]["name"], "synchronous");
+    assert_eq!(
+        report["benchmarks"][0]["metrics"]["all"]["count"], 5,
+        "the flag wins"
+    );
+    assert_eq!(report["config"]["seed"], 7);
+}
+
+#[test]
+fn warmup_and_cooldown_requests_are_left_out_of_the_metrics() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let json = dir.path().join("report.json");
+    let out = guidebench(&[
+        "run",
+        "--backend",
+        "kind=offline,engine=mock",
+        "--profile",
+        "kind=synchronous",
+        "--data",
+        "kind=synthetic_text,prompt_tokens=8,output_tokens=2",
+        "--constraint",
+        "kind=max_requests,count=20",
+        "--warmup",
+        "3",
+        "--cooldown",
+        "2",
+        "--output",
+        &format!("kind=json,path={}", json.display()),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let benchmark = &read_json(&json)["benchmarks"][0];
+    assert_eq!(benchmark["metrics"]["all"]["count"], 15);
+    assert_eq!(benchmark["warmup_excluded"], 3);
+    assert_eq!(benchmark["cooldown_excluded"], 2);
+}
+
+#[cfg(unix)]
+#[test]
+fn sigint_writes_a_valid_partial_report_and_exits_130() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let json = dir.path().join("partial.json");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_guidebench"))
+        .args([
+            "run",
+            "--backend",
+            "kind=offline,engine=mock,batch_size=2,token_time=5ms",
+            "--data",
+            "kind=synthetic_text,prompt_tokens=8,output_tokens=4",
+            "--profile",
+            "kind=constant,rate=50",
+            "--constraint",
+            "kind=max_duration,seconds=120",
+            "--grace-period",
+            "5s",
+            "--output",
+            &format!("kind=json,path={}", json.display()),
+        ])
+        .env("GUIDEBENCH_LOG", "guidebench_core::runner=debug")
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("starts");
+    // Wait, by the child's own log, until requests have completed.
+    let stderr = child.stderr.take().expect("stderr");
+    let mut lines = BufReader::new(stderr).lines();
+    let mut done = 0;
+    for line in lines.by_ref() {
+        if line.expect("utf-8 log").contains("request done") {
+            done += 1;
+            if done == 3 {
+                break;
+            }
+        }
+    }
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("pid"));
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).expect("signal");
+    // Keep draining the log so the child never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    let status = child.wait().expect("exits");
+    assert_eq!(status.code(), Some(130));
+    let report = read_json(&json);
+    assert_eq!(report["interrupted"], true);
+    let successful = report["benchmarks"][0]["metrics"]["successful"]["count"]
+        .as_u64()
+        .expect("count");
+    assert!(
+        successful >= 3,
+        "the requests done before the interrupt are kept"
+    );
+}
+
+#[cfg(unix)]
+#[test]
+fn the_openai_backend_benchmarks_the_mock_server_end_to_end() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let corpus: Vec<String> = (0..300)
+        .map(|i| format!("lorem ipsum {} dolor sit amet {}", i % 17, i % 5))
+        .collect();
+    let tokenizer =
+        guidebench_core::tokenizer::train_byte_level_bpe(&corpus, 320, &["<s>", "</s>"])
+            .expect("trains");
+    let tokenizer_path = dir.path().join("tokenizer.json");
+    std::fs::write(&tokenizer_path, tokenizer.to_json().expect("json")).expect("write");
+
+    let mut server = Command::new(env!("CARGO_BIN_EXE_guidebench"))
+        .args([
+            "mock-server",
+            "--port",
+            "0",
+            "--ttft",
+            "5ms",
+            "--itl",
+            "1ms",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("server starts");
+    let mut first = String::new();
+    BufReader::new(server.stdout.take().expect("stdout"))
+        .read_line(&mut first)
+        .expect("the server says where it listens");
+    let url = first
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .expect("an address")
+        .to_owned();
+
+    let json = dir.path().join("report.json");
+    let run = guidebench(&[
+        "run",
+        "--backend",
+        &format!("kind=openai_http,target={url}"),
+        "--tokenizer",
+        tokenizer_path.to_str().expect("utf-8 path"),
+        "--data",
+        "kind=synthetic_text,prompt_tokens=16,output_tokens=8",
+        "--profile",
+        "kind=concurrent,streams=4",
+        "--constraint",
+        "kind=max_requests,count=20",
+        "--output",
+        &format!("kind=json,path={}", json.display()),
+    ]);
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(server.id()).expect("pid"));
+    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT);
+    let _ = server.wait();
+
+    assert_eq!(run.status.code(), Some(0), "{}", text(&run.stderr));
+    let metrics = &read_json(&json)["benchmarks"][0]["metrics"];
+    assert_eq!(metrics["successful"]["count"], 20);
+    assert_eq!(metrics["successful"]["output_tokens"]["mean"], 8.0);
+    assert!(metrics["successful"]["ttft"]["min"].as_f64().expect("ttft") >= 0.005);
 }

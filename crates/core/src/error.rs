@@ -123,6 +123,17 @@ pub enum Error {
     #[error("engine error: {0}")]
     Engine(#[source] Box<dyn std::error::Error + Send + Sync + 'static>),
 
+    /// A backend's own failure (an HTTP status, a timeout, a truncated
+    /// stream, ...), carrying the backend's stable label.
+    #[error("{source}")]
+    Backend {
+        /// The stable label (`http_status`, `timeout`, ...).
+        label: &'static str,
+        /// The backend's error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync + 'static>,
+    },
+
     /// The engine panicked; the panic was caught at the engine thread.
     #[error("engine panicked: {0}")]
     EnginePanic(String),
@@ -208,6 +219,7 @@ impl Error {
             Error::Json { .. } => "json",
             Error::EngineLoad { .. } => "engine_load",
             Error::Engine(_) => "engine",
+            Error::Backend { label, .. } => label,
             Error::EnginePanic(_) => "engine_panic",
             Error::EngineOutputMismatch { .. } => "engine_output_mismatch",
             Error::BatchFailed { label, .. } => label,
@@ -225,6 +237,17 @@ impl Error {
         E: std::error::Error + Send + Sync + 'static,
     {
         Error::Engine(Box::new(source))
+    }
+
+    /// Wraps a backend's own error under the backend's stable label.
+    pub fn backend<E>(label: &'static str, source: E) -> Self
+    where
+        E: std::error::Error + Send + Sync + 'static,
+    {
+        Error::Backend {
+            label,
+            source: Box::new(source),
+        }
     }
 
     /// Whether the error is the user's doing (bad options, bad names, bad

@@ -15,13 +15,16 @@
 pub mod affinity;
 pub mod backend;
 pub mod clock;
+pub mod data;
 pub mod engine;
 pub mod error;
 pub mod metrics;
 pub mod offline;
 pub mod options;
 pub mod registry;
+pub mod report;
 pub mod request;
+pub mod runner;
 pub mod sampler;
 pub mod sampling;
 pub mod stdio;

@@ -61,5 +61,15 @@ fn a_binary_that_names_the_crate_lists_and_runs_its_engine() {
         "{stdout}\n{}",
         String::from_utf8_lossy(&run.stderr)
     );
-    assert!(stdout.contains("20 ok, 0 failed"), "{stdout}");
+    assert!(stdout.contains("throughput@256"), "{stdout}");
+    let row = stdout
+        .lines()
+        .find(|l| l.starts_with("throughput@256"))
+        .expect("a row for the benchmark");
+    let ok: Vec<&str> = row.split_whitespace().take(3).collect();
+    assert_eq!(
+        ok,
+        vec!["throughput@256", "20", "0"],
+        "20 ok, 0 errors: {row}"
+    );
 }

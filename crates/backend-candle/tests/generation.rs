@@ -1,0 +1,437 @@
+//! Batched generation, stopping rules, errors, and the engine behind the
+//! offline backend.
+
+use std::path::Path;
+
+use guidebench_candle::fixtures::{FixtureSpec, write_llama_fixture};
+use guidebench_candle::{CandleEngine, CandleOptions};
+use guidebench_core::engine::{Engine, EngineRequest};
+use guidebench_core::request::FinishReason;
+use guidebench_core::sampling::{Sampling, SamplingParams};
+
+fn fixture(spec: &FixtureSpec) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_llama_fixture(dir.path(), spec).expect("fixture");
+    dir
+}
+
+fn load(dir: &Path) -> CandleEngine {
+    CandleEngine::load(dir.to_str(), &CandleOptions::default()).expect("load")
+}
+
+fn request(id: u64, prompt: &str, sampling: Sampling) -> EngineRequest {
+    EngineRequest {
+        id,
+        prompt: prompt.to_owned(),
+        add_special_tokens: true,
+        images: Vec::new(),
+        audio: Vec::new(),
+        sampling,
+    }
+}
+
+fn greedy(max_tokens: u32) -> Sampling {
+    Sampling::fixed_length(max_tokens).expect("sampling")
+}
+
+const PROMPTS: [&str; 5] = [
+    "bree",
+    "stai glouck bree trandoo pleasing gaist vorn, kail stou 512 bo",
+    "hello there",
+    "",
+    "gla mou ten sti fai ba ro ke",
+];
+
+#[test]
+fn batched_greedy_output_equals_one_request_at_a_time_for_prompts_of_different_lengths() {
+    let dir = fixture(&FixtureSpec::tiny());
+    let mut engine = load(dir.path());
+    // different lengths and different max_tokens, so rows finish at
+    // different steps and the batch is compacted on the way
+    let batch: Vec<EngineRequest> = PROMPTS
+        .iter()
+        .enumerate()
+        .map(|(i, p)| request(i as u64, p, greedy(3 + 4 * i as u32)))
+        .collect();
+    let together = engine.generate(&batch).expect("batched");
+    assert_eq!(together.len(), batch.len());
+    for (req, out) in batch.iter().zip(&together) {
+        let alone = engine.generate(std::slice::from_ref(req)).expect("single");
+        assert_eq!(alone[0].token_ids, out.token_ids, "request {}", req.id);
+        assert_eq!(alone[0].text, out.text);
+        assert_eq!(out.token_ids.len(), req.sampling.max_tokens as usize);
+        assert_eq!(out.finish_reason, FinishReason::Length);
+        assert_eq!(out.token_instants.len(), out.token_ids.len());
+        assert!(out.token_instants.windows(2).all(|w| w[0] <= w[1]));
+    }
+    // the greedy continuation is not a constant
+    assert!(
+        together
+            .iter()
+            .any(|o| o.token_ids.iter().any(|&t| t != o.token_ids[0]))
+    );
+}
+
+#[test]
+fn seeded_sampling_in_a_batch_equals_sampling_alone() {
+    let dir = fixture(&FixtureSpec::tiny());
+    let mut engine = load(dir.path());
+    let sampling = SamplingParams {
+        temperature: Some(0.9),
+        top_p: Some(0.95),
+        top_k: Some(50),
+        seed: Some(1234),
+        max_tokens: Some(12),
+        ignore_eos: Some(true),
+        ..SamplingParams::default()
+    }
+    .validate()
+    .expect("sampling");
+    let batch: Vec<EngineRequest> = PROMPTS
+        .iter()
+        .enumerate()
+        .map(|(i, p)| request(i as u64, p, sampling.clone()))
+        .collect();
+    let together = engine.generate(&batch).expect("batched");
+    for (req, out) in batch.iter().zip(&together) {
+        let alone = engine.generate(std::slice::from_ref(req)).expect("single");
+        assert_eq!(alone[0].token_ids, out.token_ids);
+    }
+}
+
+#[test]
+fn generation_stops_at_any_eos_id_of_generation_config_unless_eos_is_ignored() {
+    let dir = fixture(&FixtureSpec::tiny());
+    let prompt = PROMPTS[1];
+    let free = load(dir.path())
+        .generate(&[request(0, prompt, greedy(8))])
+        .expect("generate")
+        .remove(0);
+    // make the third greedy token an end-of-sequence id (a list of ids)
+    let stop_token = free.token_ids[2];
+    assert!(
+        !free.token_ids[..2].contains(&stop_token),
+        "{:?}",
+        free.token_ids
+    );
+    std::fs::write(
+        dir.path().join("generation_config.json"),
+        format!(r#"{{"eos_token_id": [1, {stop_token}]}}"#),
+    )
+    .expect("write");
+    let mut engine = load(dir.path());
+    assert!(engine.eos_ids().contains(&stop_token));
+
+    let mut sampling = greedy(8);
+    sampling.ignore_eos = false;
+    let outs = engine
+        .generate(&[request(0, prompt, sampling), request(1, prompt, greedy(8))])
+        .expect("generate");
+    assert_eq!(outs[0].token_ids, free.token_ids[..3].to_vec());
+    assert_eq!(outs[0].finish_reason, FinishReason::Eos);
+    assert_eq!(outs[1].token_ids, free.token_ids, "ignore_eos keeps going");
+    assert_eq!(outs[1].finish_reason, FinishReason::Length);
+}
+
+#[test]
+fn a_stop_string_ends_generation_and_is_cut_from_the_text() {
+    let dir = fixture(&FixtureSpec::tiny());
+    let mut engine = load(dir.path());
+    let prompt = PROMPTS[4];
+    let free = engine
+        .generate(&[request(0, prompt, greedy(10))])
+        .expect("free")
+        .remove(0);
+    let chars: Vec<char> = free.text.chars().collect();
+    assert!(chars.len() >= 4, "{:?}", free.text);
+    let stop: String = chars[chars.len() / 2..chars.len() / 2 + 2].iter().collect();
+    let mut sampling = greedy(10);
+    sampling.stop = vec![stop.clone()];
+    let out = engine
+        .generate(&[request(0, prompt, sampling)])
+        .expect("stop")
+        .remove(0);
+    assert_eq!(out.finish_reason, FinishReason::Stop);
+    let at = free.text.find(&stop).expect("stop in text");
+    assert_eq!(out.text, free.text[..at]);
+    assert!(out.token_ids.len() <= free.token_ids.len());
+    assert_eq!(out.token_ids[..], free.token_ids[..out.token_ids.len()]);
+}
+
+#[test]
+fn max_seq_len_caps_generation_and_rejects_longer_prompts() {
+    let dir = fixture(&FixtureSpec::tiny());
+    let options = CandleOptions {
+        max_seq_len: Some(12),
+        ..CandleOptions::default()
+    };
+    let mut engine = CandleEngine::load(dir.path().to_str(), &options).expect("load");
+    let prompt_tokens = guidebench_core::tokenizer::Tokenizer::encode(
+        engine.tokenizer().as_ref(),
+        PROMPTS[0],
+        true,
+    )
+    .expect("encode")
+    .len();
+    assert!(prompt_tokens < 12);
+    let out = engine
+        .generate(&[request(0, PROMPTS[0], greedy(100))])
+        .expect("generate")
+        .remove(0);
+    assert_eq!(out.token_ids.len(), 12 + 1 - prompt_tokens);
+    assert_eq!(out.finish_reason, FinishReason::Length);
+    let long = "word ".repeat(40);
+    let err = engine
+        .generate(&[request(7, &long, greedy(2))])
+        .expect_err("too long");
+    assert!(err.to_string().contains("max_seq_len 12"), "{err}");
+}
+
+#[test]
+fn bf16_and_f16_run_and_mostly_agree_with_f32() {
+    let dir = fixture(&FixtureSpec::tiny());
+    for dtype in ["bf16", "f16"] {
+        let options = CandleOptions {
+            dtype: Some(dtype.into()),
+            threads: Some(1),
+            ..CandleOptions::default()
+        };
+        let mut engine = CandleEngine::load(dir.path().to_str(), &options).expect("load");
+        let out = engine
+            .generate(&[request(0, PROMPTS[1], greedy(4))])
+            .expect(dtype);
+        assert_eq!(out[0].token_ids.len(), 4);
+        assert_eq!(engine.describe().threads, Some(1));
+    }
+}
+
+#[test]
+fn image_inputs_are_rejected_clearly() {
+    let dir = fixture(&FixtureSpec::tiny());
+    let mut engine = load(dir.path());
+    let mut req = request(0, "look <image>", greedy(2));
+    req.images
+        .push(guidebench_core::request::MediaSource::Path("x.png".into()));
+    let err = engine.generate(&[req]).expect_err("images");
+    assert!(err.to_string().contains("image"), "{err}");
+}
+
+// --- errors ------------------------------------------------------------
+
+fn load_err(dir: &Path) -> String {
+    CandleEngine::load(dir.to_str(), &CandleOptions::default())
+        .expect_err("must fail")
+        .to_string()
+}
+
+#[test]
+fn a_missing_file_is_named_with_its_path() {
+    for file in ["config.json", "tokenizer.json", "model.safetensors"] {
+        let dir = fixture(&FixtureSpec::tiny());
+        std::fs::remove_file(dir.path().join(file)).expect("remove");
+        let err = load_err(dir.path());
+        if file == "model.safetensors" {
+            assert!(err.contains("no safetensors weights"), "{err}");
+            assert!(err.contains(&dir.path().display().to_string()), "{err}");
+        } else {
+            assert!(
+                err.contains(&dir.path().join(file).display().to_string()),
+                "{err}"
+            );
+        }
+    }
+    let dir = fixture(&FixtureSpec::sharded());
+    std::fs::remove_file(dir.path().join("model-00002-of-00003.safetensors")).expect("remove");
+    let err = load_err(dir.path());
+    assert!(err.contains("model-00002-of-00003.safetensors"), "{err}");
+}
+
+#[test]
+fn a_missing_model_folder_is_named() {
+    let err = CandleEngine::load(Some("/no/such/model/dir"), &CandleOptions::default())
+        .expect_err("missing");
+    assert!(err.to_string().contains("/no/such/model/dir"), "{err}");
+}
+
+#[test]
+fn bad_json_names_the_file() {
+    let dir = fixture(&FixtureSpec::tiny());
+    std::fs::write(dir.path().join("config.json"), "{ not json").expect("write");
+    let err = load_err(dir.path());
+    assert!(err.contains("config.json"), "{err}");
+    assert!(err.contains("invalid JSON"), "{err}");
+}
+
+fn edit_config(dir: &Path, edit: impl FnOnce(&mut serde_json::Value)) {
+    let path = dir.join("config.json");
+    let mut value: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).expect("read")).expect("json");
+    edit(&mut value);
+    std::fs::write(&path, value.to_string()).expect("write");
+}
+
+#[test]
+fn an_unsupported_architecture_is_named() {
+    let dir = fixture(&FixtureSpec::tiny());
+    edit_config(dir.path(), |c| c["model_type"] = "gpt_neox".into());
+    let err = load_err(dir.path());
+    assert!(
+        err.contains("unsupported model architecture `gpt_neox`"),
+        "{err}"
+    );
+}
+
+#[test]
+fn mistral_configs_run_as_llama() {
+    let dir = fixture(&FixtureSpec::tiny());
+    let llama = load(dir.path())
+        .first_step_logits(&[vec![5, 6, 7]])
+        .expect("llama");
+    edit_config(dir.path(), |c| c["model_type"] = "mistral".into());
+    let mistral = load(dir.path())
+        .first_step_logits(&[vec![5, 6, 7]])
+        .expect("mistral");
+    assert_eq!(llama, mistral);
+}
+
+#[test]
+fn llama3_rope_scaling_is_applied() {
+    let dir = fixture(&FixtureSpec::tiny());
+    let plain = load(dir.path())
+        .first_step_logits(&[vec![5, 6, 7, 8, 9, 10]])
+        .expect("plain");
+    edit_config(dir.path(), |c| {
+        c["rope_scaling"] = serde_json::json!({
+            "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0, "original_max_position_embeddings": 8
+        });
+    });
+    let scaled = load(dir.path())
+        .first_step_logits(&[vec![5, 6, 7, 8, 9, 10]])
+        .expect("scaled");
+    assert_ne!(plain, scaled);
+}
+
+#[test]
+fn an_unsupported_rope_scaling_type_is_named() {
+    let dir = fixture(&FixtureSpec::tiny());
+    edit_config(dir.path(), |c| {
+        c["rope_scaling"] = serde_json::json!({"rope_type": "yarn", "factor": 2.0});
+    });
+    let err = load_err(dir.path());
+    assert!(err.contains("`yarn`"), "{err}");
+}
+
+#[test]
+fn a_missing_weight_is_named() {
+    let dir = fixture(&FixtureSpec::tiny());
+    // claim Qwen2: its q/k/v biases are not in a Llama checkpoint
+    edit_config(dir.path(), |c| {
+        c["model_type"] = "qwen2".into();
+        c["attention_bias"] = true.into();
+    });
+    let err = load_err(dir.path());
+    assert!(
+        err.contains("missing weight `model.layers.0.self_attn.q_proj.bias`"),
+        "{err}"
+    );
+    // and untied without lm_head
+    let dir = fixture(&FixtureSpec::tied());
+    edit_config(dir.path(), |c| c["tie_word_embeddings"] = false.into());
+    let err = load_err(dir.path());
+    assert!(err.contains("missing weight `lm_head.weight`"), "{err}");
+}
+
+#[test]
+fn bad_options_are_clear_errors() {
+    let dir = fixture(&FixtureSpec::tiny());
+    let with = |options: CandleOptions| {
+        CandleEngine::load(dir.path().to_str(), &options)
+            .expect_err("must fail")
+            .to_string()
+    };
+    let err = with(CandleOptions {
+        device: Some("cuda".into()),
+        ..CandleOptions::default()
+    });
+    if cfg!(not(feature = "cuda")) {
+        assert!(err.contains("`cuda` feature"), "{err}");
+    }
+    let err = with(CandleOptions {
+        device: Some("tpu".into()),
+        ..CandleOptions::default()
+    });
+    assert!(err.contains("tpu"), "{err}");
+    let err = with(CandleOptions {
+        threads: Some(0),
+        ..CandleOptions::default()
+    });
+    assert!(err.contains("threads"), "{err}");
+    let err = CandleEngine::load(Some("builtin:huge"), &CandleOptions::default())
+        .expect_err("unknown builtin")
+        .to_string();
+    assert!(err.contains("builtin model `huge`"), "{err}");
+}
+
+#[test]
+fn load_errors_reach_the_registry_as_engine_load_errors() {
+    let config = guidebench_core::engine::EngineConfig {
+        engine: "candle".into(),
+        model: Some("/no/such/model/dir".into()),
+        options: serde_json::Map::new(),
+    };
+    let registration = guidebench_core::registry::engines()
+        .expect("registry")
+        .get("candle")
+        .expect("candle is registered");
+    let options: Vec<&str> = registration.options.iter().map(|o| o.name).collect();
+    assert_eq!(options, ["dtype", "threads", "device", "max_seq_len"]);
+    let err = (registration.create)(&config).err().expect("must fail");
+    assert_eq!(err.label(), "engine_load");
+    assert!(err.to_string().contains("/no/such/model/dir"), "{err}");
+}
+
+// --- through the offline backend ----------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_engine_works_through_the_offline_backend_and_matches_direct_calls() {
+    use guidebench_core::backend::Backend;
+    use guidebench_core::request::GenerationRequest;
+
+    let dir = fixture(&FixtureSpec::tiny());
+    let args = guidebench_core::options::parse_kind_args(&format!(
+        "kind=offline,engine=candle,model={},batch_size=4,batch_timeout=50ms,dtype=f32,threads=1",
+        dir.path().display()
+    ))
+    .expect("args");
+    let backend: std::sync::Arc<dyn Backend> = guidebench_core::registry::create_backend(args)
+        .expect("backend")
+        .into();
+    backend.startup().await.expect("startup");
+    let report = backend.validate().await.expect("validate");
+    assert!(report.load_time.is_some());
+
+    let mut handles = Vec::new();
+    for (i, prompt) in PROMPTS.iter().enumerate() {
+        let backend = std::sync::Arc::clone(&backend);
+        let req = GenerationRequest::text(i as u64, *prompt, greedy(5));
+        handles.push(tokio::spawn(async move { backend.resolve(req).await }));
+    }
+    let mut responses = Vec::new();
+    for handle in handles {
+        responses.push(handle.await.expect("join").expect("resolve"));
+    }
+    backend.shutdown().await.expect("shutdown");
+
+    let mut engine = load(dir.path());
+    for (i, response) in responses.iter().enumerate() {
+        let direct = engine
+            .generate(&[request(i as u64, PROMPTS[i], greedy(5))])
+            .expect("direct")
+            .remove(0);
+        assert_eq!(response.token_ids, direct.token_ids, "request {i}");
+        assert_eq!(response.text, direct.text);
+        assert_eq!(response.output_tokens, 5);
+        assert_eq!(response.timings.tokens.len(), 5);
+    }
+}

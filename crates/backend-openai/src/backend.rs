@@ -1,0 +1,952 @@
+//! The `openai_http` backend.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use base64::Engine as _;
+use futures::StreamExt;
+use guidebench_core::backend::{Backend, ValidationReport};
+use guidebench_core::clock::Clock;
+use guidebench_core::options::KindArgs;
+use guidebench_core::request::{
+    ChatMessage, ContentPart, FinishReason, GenerationRequest, GenerationResponse, MediaSource,
+    RequestInput, RequestTimings,
+};
+use guidebench_core::{Error, Result};
+use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
+use serde_json::{Map, Value, json};
+use tokio::time::timeout_at;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::config::{OpenAiConfig, RequestFormat};
+use crate::error::{OpenAiError, chain, snippet};
+use crate::protocol::{Body, LineSplitter, OutputEvent, Usage, data_payload, token_timestamps};
+
+/// The registered name of this backend kind.
+pub const KIND: &str = "openai_http";
+
+/// How many characters of a bad body an error message quotes.
+const SNIPPET_CHARS: usize = 200;
+
+/// A benchmark target behind an OpenAI-compatible HTTP API (vLLM, SGLang,
+/// TGI, llama.cpp, OpenAI, ...).
+///
+/// One [`reqwest::Client`] (one connection pool) is built at
+/// [`startup`](Backend::startup) and shared by every request of the run.
+///
+/// # Timings
+///
+/// `start` is when `resolve` was called; every server-sent event that
+/// carries output text (`content`, `text`, or reasoning in
+/// `reasoning_content` / `reasoning`, which therefore counts towards TTFT)
+/// is stamped with the instant its bytes were read, through the process
+/// clock ([`Clock::global`]). The output token count is the server's
+/// `usage.completion_tokens` (which includes reasoning tokens); how event
+/// instants become per-token timestamps when a single event carries several
+/// tokens is described at `token_timestamps` in the `protocol` module:
+/// the usage's tokens are shared out over the events in proportion to the
+/// text each carried, and an event carrying `k` tokens that arrived a gap
+/// `g` after the previous one counts `g / k` per token towards inter-token
+/// latency (the first event's tokens all share its instant, the first
+/// token).
+///
+/// Reasoning text is not kept in the response (core's response has no field
+/// for it); the reasoning token count, where the usage gives it, is logged at
+/// `debug` level.
+///
+/// # Errors
+///
+/// Failures of one request are returned as [`Error::Engine`] wrapping an
+/// [`OpenAiError`] whose [`label`](OpenAiError::label) is one of
+/// `http_status`, `timeout`, `connection`, `stream_truncated`,
+/// `malformed_response`, `server_error`; the run goes on.
+pub struct OpenAiHttpBackend {
+    config: Arc<OpenAiConfig>,
+    state: Mutex<Option<Arc<Running>>>,
+}
+
+impl std::fmt::Debug for OpenAiHttpBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpenAiHttpBackend")
+            .field("base_url", &self.config.base_url)
+            .field("model", &self.config.model)
+            .field("request_format", &self.config.request_format)
+            .field("stream", &self.config.stream)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One startup..shutdown cycle.
+struct Running {
+    client: reqwest::Client,
+    completions_url: reqwest::Url,
+    completions_label: String,
+    model: tokio::sync::OnceCell<Arc<str>>,
+    /// Set (under the backend's state lock) when shutdown begins.
+    closed: AtomicBool,
+    /// Cancels requests still in flight when the drain time is over.
+    cancel: CancellationToken,
+    tracker: TaskTracker,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A poisoned lock only means a panic elsewhere; the Option inside is intact.
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl OpenAiHttpBackend {
+    /// A backend for the given configuration. Nothing is contacted until
+    /// [`validate`](Backend::validate) or the first request.
+    pub fn new(config: OpenAiConfig) -> Self {
+        OpenAiHttpBackend {
+            config: Arc::new(config),
+            state: Mutex::new(None),
+        }
+    }
+
+    /// Builds the backend from `kind=openai_http,target=...,...`.
+    ///
+    /// # Errors
+    ///
+    /// Core's option errors, see [`OpenAiConfig::from_args`].
+    pub fn from_args(args: KindArgs) -> Result<Box<dyn Backend>> {
+        Ok(Box::new(OpenAiHttpBackend::new(OpenAiConfig::from_args(
+            args,
+        )?)))
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &OpenAiConfig {
+        &self.config
+    }
+
+    fn running(&self) -> Result<Arc<Running>> {
+        lock(&self.state).clone().ok_or(Error::NotStarted)
+    }
+
+    fn url(&self, path: &str) -> Result<reqwest::Url> {
+        let text = format!("{}{path}", self.config.base_url);
+        reqwest::Url::parse(&text).map_err(|e| Error::InvalidOption {
+            context: "backend openai_http".into(),
+            key: "target".into(),
+            reason: format!("`{text}` is not a URL: {e}"),
+        })
+    }
+
+    fn build_client(&self) -> Result<reqwest::Client> {
+        let config = &self.config;
+        let invalid = |reason: String| Error::InvalidOption {
+            context: "backend openai_http".into(),
+            key: "headers".into(),
+            reason,
+        };
+        let mut headers = HeaderMap::new();
+        if let Some(key) = &config.api_key {
+            let mut value = HeaderValue::from_str(&format!("Bearer {key}")).map_err(|_| {
+                Error::InvalidOption {
+                    context: "backend openai_http".into(),
+                    key: "api_key".into(),
+                    reason: "contains characters not allowed in an HTTP header".into(),
+                }
+            })?;
+            value.set_sensitive(true);
+            headers.insert(AUTHORIZATION, value);
+        }
+        for (name, value) in &config.headers {
+            let name = HeaderName::from_bytes(name.as_bytes())
+                .map_err(|e| invalid(format!("`{name}` is not a header name: {e}")))?;
+            let value = HeaderValue::from_str(value)
+                .map_err(|e| invalid(format!("the value of `{name}` is not allowed: {e}")))?;
+            headers.insert(name, value);
+        }
+        let url = self.url("")?;
+        let mut builder = reqwest::Client::builder()
+            .default_headers(headers)
+            .connect_timeout(config.connect_timeout)
+            .tcp_nodelay(true)
+            .pool_idle_timeout(Duration::from_secs(90))
+            .pool_max_idle_per_host(usize::MAX);
+        if matches!(
+            url.host_str(),
+            Some("localhost" | "127.0.0.1" | "[::1]" | "::1")
+        ) {
+            builder = builder.no_proxy();
+        }
+        builder = match (config.http2, url.scheme()) {
+            (true, "http") => builder.http2_prior_knowledge(),
+            (true, _) => builder,
+            (false, _) => builder.http1_only(),
+        };
+        builder
+            .build()
+            .map_err(|e| Error::Config(format!("cannot build the HTTP client: {}", chain(&e))))
+    }
+
+    /// `GET url` within `limit`, as a `NotReady` error on failure.
+    async fn probe(
+        client: &reqwest::Client,
+        url: &reqwest::Url,
+        limit: Duration,
+    ) -> std::result::Result<(u16, bytes::Bytes), OpenAiError> {
+        let not_ready = |reason: String| OpenAiError::NotReady {
+            url: url.to_string(),
+            reason,
+        };
+        let work = async {
+            let response = client
+                .get(url.clone())
+                .send()
+                .await
+                .map_err(|e| not_ready(chain(&e)))?;
+            let status = response.status().as_u16();
+            let body = response.bytes().await.map_err(|e| not_ready(chain(&e)))?;
+            Ok((status, body))
+        };
+        tokio::time::timeout(limit, work)
+            .await
+            .map_err(|_| not_ready(format!("no answer within {:.3}s", limit.as_secs_f64())))?
+    }
+
+    /// The model ids of `GET /v1/models`.
+    async fn list_models(
+        client: &reqwest::Client,
+        url: &reqwest::Url,
+        limit: Duration,
+    ) -> std::result::Result<Vec<String>, OpenAiError> {
+        let (status, body) = Self::probe(client, url, limit).await?;
+        let not_ready = |reason: String| OpenAiError::NotReady {
+            url: url.to_string(),
+            reason,
+        };
+        if !(200..300).contains(&status) {
+            return Err(not_ready(format!(
+                "HTTP {status}: {}",
+                error_message(&body)
+            )));
+        }
+        let value: Value = serde_json::from_slice(&body).map_err(|e| {
+            not_ready(format!(
+                "invalid JSON ({e}): {}",
+                snippet(&String::from_utf8_lossy(&body), SNIPPET_CHARS)
+            ))
+        })?;
+        Ok(value
+            .get("data")
+            .and_then(Value::as_array)
+            .map(|models| {
+                models
+                    .iter()
+                    .filter_map(|m| m.get("id").and_then(Value::as_str).map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default())
+    }
+
+    /// The model to request: configured, or the first the server lists.
+    async fn model(&self, running: &Running) -> Result<Arc<str>> {
+        running
+            .model
+            .get_or_try_init(|| async {
+                if let Some(model) = &self.config.model {
+                    return Ok(Arc::from(model.as_str()));
+                }
+                let url = self.url("/v1/models")?;
+                let models = Self::list_models(&running.client, &url, self.config.timeout).await?;
+                models
+                    .into_iter()
+                    .next()
+                    .map(|m| Arc::from(m.as_str()))
+                    .ok_or_else(|| {
+                        Error::from(OpenAiError::NotReady {
+                            url: url.to_string(),
+                            reason: "the server lists no models; set `model=`".into(),
+                        })
+                    })
+            })
+            .await
+            .cloned()
+    }
+
+    async fn execute(
+        &self,
+        running: &Running,
+        request: GenerationRequest,
+    ) -> Result<GenerationResponse> {
+        // Resolved once per run (by `validate`, or by the first request).
+        let model = self.model(running).await?;
+        let started = Instant::now();
+        let start = Clock::global().wall(started);
+        let deadline = tokio::time::Instant::from_std(started) + self.config.timeout;
+        let body = build_body(&self.config, &model, &request)?;
+        let url_label = running.completions_label.as_str();
+        let timeout = || OpenAiError::Timeout {
+            url: url_label.to_owned(),
+            after: self.config.timeout,
+        };
+        let send = running
+            .client
+            .post(running.completions_url.clone())
+            .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
+            .body(body)
+            .send();
+        let response = timeout_at(deadline, send)
+            .await
+            .map_err(|_| timeout())?
+            .map_err(|e| self.classify(&e, url_label, "sending the request"))?;
+        let status = response.status();
+        if !status.is_success() {
+            let body = timeout_at(deadline, response.bytes())
+                .await
+                .map_err(|_| timeout())?
+                .unwrap_or_default();
+            return Err(OpenAiError::HttpStatus {
+                url: url_label.to_owned(),
+                status: status.as_u16(),
+                message: error_message(&body),
+            }
+            .into());
+        }
+        let is_sse = response
+            .headers()
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("text/event-stream"));
+
+        let mut output = Output::default();
+        let arrived;
+        if is_sse {
+            let mut stream = response.bytes_stream();
+            let mut splitter = LineSplitter::default();
+            let mut finished = false;
+            loop {
+                let next = timeout_at(deadline, stream.next())
+                    .await
+                    .map_err(|_| timeout())?;
+                let Some(chunk) = next else { break };
+                let chunk = chunk.map_err(|e| {
+                    self.classify(
+                        &e,
+                        url_label,
+                        &format!("reading the stream after {} events", output.events.len()),
+                    )
+                })?;
+                if finished {
+                    continue; // drain to the end, so the connection is reused
+                }
+                let now = Instant::now();
+                finished = splitter.feed(&chunk, |line| output.on_line(line, now, url_label))?;
+            }
+            arrived = Instant::now();
+            if !finished && !splitter.remainder().is_empty() {
+                let line = std::mem::take(&mut splitter).remainder().to_vec();
+                finished = output.on_line(&line, arrived, url_label)?;
+            }
+            if !finished && output.finish.is_none() {
+                return Err(OpenAiError::StreamTruncated {
+                    url: url_label.to_owned(),
+                    detail: format!(
+                        "after {} events carrying output, without a finish_reason or [DONE]",
+                        output.events.len()
+                    ),
+                }
+                .into());
+            }
+        } else {
+            let body = timeout_at(deadline, response.bytes())
+                .await
+                .map_err(|_| timeout())?
+                .map_err(|e| self.classify(&e, url_label, "reading the response"))?;
+            arrived = Instant::now();
+            output.on_body(&body, url_label)?;
+        }
+
+        let usage = output.usage.unwrap_or_default();
+        if let Some(reasoning) = usage.reasoning_tokens() {
+            tracing::debug!(
+                request = request.id,
+                reasoning_tokens = reasoning,
+                "reasoning output"
+            );
+        }
+        let mut events = std::mem::take(&mut output.events);
+        if events.is_empty() && usage.completion_tokens.is_none() && !output.text.is_empty() {
+            events.push(OutputEvent {
+                at: arrived,
+                text_bytes: u32::try_from(output.text.len()).unwrap_or(u32::MAX),
+            });
+        }
+        let (tokens, output_tokens) = token_timestamps(&events, usage.completion_tokens, arrived);
+        let finish_reason = match output.finish {
+            Some(RawFinish::Length) => FinishReason::Length,
+            Some(RawFinish::Stop) if !request.sampling.stop.is_empty() => FinishReason::Stop,
+            Some(RawFinish::Stop) => FinishReason::Eos,
+            None if output_tokens >= request.sampling.max_tokens => FinishReason::Length,
+            None => FinishReason::Eos,
+        };
+        Ok(GenerationResponse {
+            id: request.id,
+            text: output.text,
+            token_ids: Vec::new(),
+            prompt_tokens: usage
+                .prompt_tokens
+                .or(request.expected_prompt_tokens)
+                .unwrap_or(0),
+            output_tokens,
+            finish_reason,
+            timings: RequestTimings {
+                start: Some(start),
+                tokens,
+                end: Some(Clock::global().wall(Instant::now())),
+                ..RequestTimings::default()
+            },
+        })
+    }
+
+    fn classify(&self, error: &reqwest::Error, url: &str, during: &str) -> OpenAiError {
+        if error.is_timeout() {
+            OpenAiError::Timeout {
+                url: url.to_owned(),
+                after: self.config.connect_timeout,
+            }
+        } else {
+            OpenAiError::Connection {
+                url: url.to_owned(),
+                reason: format!("{during}: {}", chain(error)),
+            }
+        }
+    }
+}
+
+/// A finish reason as the server wrote it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RawFinish {
+    Length,
+    Stop,
+}
+
+/// What has arrived of one response.
+#[derive(Debug, Default)]
+struct Output {
+    text: String,
+    events: Vec<OutputEvent>,
+    usage: Option<Usage>,
+    finish: Option<RawFinish>,
+}
+
+impl Output {
+    /// Handles one SSE line; `Ok(true)` at `[DONE]`.
+    fn on_line(
+        &mut self,
+        line: &[u8],
+        now: Instant,
+        url: &str,
+    ) -> std::result::Result<bool, OpenAiError> {
+        let Some(payload) = data_payload(line) else {
+            return Ok(false);
+        };
+        let payload = payload.trim_ascii();
+        if payload.is_empty() {
+            return Ok(false);
+        }
+        if payload == b"[DONE]" {
+            return Ok(true);
+        }
+        let text_bytes = self.absorb(payload, url)?;
+        if text_bytes > 0 {
+            self.events.push(OutputEvent {
+                at: now,
+                text_bytes: u32::try_from(text_bytes).unwrap_or(u32::MAX),
+            });
+        }
+        Ok(false)
+    }
+
+    /// Handles a whole non-streamed body.
+    fn on_body(&mut self, body: &[u8], url: &str) -> std::result::Result<(), OpenAiError> {
+        self.absorb(body, url).map(|_| ())
+    }
+
+    /// Parses a chunk or body; the bytes of output text (content and
+    /// reasoning) it carried.
+    fn absorb(&mut self, json: &[u8], url: &str) -> std::result::Result<usize, OpenAiError> {
+        let body: Body<'_> =
+            serde_json::from_slice(json).map_err(|e| OpenAiError::MalformedResponse {
+                url: url.to_owned(),
+                reason: e.to_string(),
+                snippet: snippet(&String::from_utf8_lossy(json), SNIPPET_CHARS),
+            })?;
+        if let Some(error) = &body.error {
+            return Err(OpenAiError::ServerError {
+                url: url.to_owned(),
+                message: error.message(),
+            });
+        }
+        let mut carried = 0;
+        for choice in &body.choices {
+            let (content, reasoning) = choice.texts();
+            if let Some(text) = content {
+                self.text.push_str(text);
+                carried += text.len();
+            }
+            carried += reasoning.map_or(0, str::len);
+            if self.finish.is_none()
+                && let Some(reason) = choice.finish_reason.as_deref()
+            {
+                self.finish = Some(if reason == "length" {
+                    RawFinish::Length
+                } else {
+                    RawFinish::Stop
+                });
+            }
+        }
+        if let Some(usage) = body.usage {
+            self.usage = Some(usage);
+        }
+        Ok(carried)
+    }
+}
+
+/// The message of an error body: `error.message`, `message`, `detail`, or
+/// the start of the text.
+fn error_message(body: &[u8]) -> String {
+    if let Ok(value) = serde_json::from_slice::<Value>(body) {
+        let found = value
+            .pointer("/error/message")
+            .or_else(|| value.get("error").filter(|e| e.is_string()))
+            .or_else(|| value.get("message"))
+            .or_else(|| value.get("detail"));
+        if let Some(found) = found {
+            return match found {
+                Value::String(s) => snippet(s, 1_000),
+                other => snippet(&other.to_string(), 1_000),
+            };
+        }
+    }
+    let text = String::from_utf8_lossy(body);
+    let text = text.trim();
+    if text.is_empty() {
+        "(empty body)".to_string()
+    } else {
+        snippet(text, SNIPPET_CHARS)
+    }
+}
+
+/// The JSON body of a completion request.
+fn build_body(config: &OpenAiConfig, model: &str, request: &GenerationRequest) -> Result<Vec<u8>> {
+    let mut body = Map::new();
+    body.insert("model".into(), Value::String(model.to_owned()));
+    match config.request_format {
+        RequestFormat::Chat => {
+            let messages = match &request.input {
+                RequestInput::Text(text) => vec![json!({"role": "user", "content": text})],
+                RequestInput::Chat(messages) => messages
+                    .iter()
+                    .map(chat_message)
+                    .collect::<Result<Vec<_>>>()?,
+            };
+            body.insert("messages".into(), Value::Array(messages));
+        }
+        RequestFormat::Text => {
+            let prompt = match &request.input {
+                RequestInput::Text(text) => text.clone(),
+                RequestInput::Chat(messages) => flatten_chat(messages)?,
+            };
+            body.insert("prompt".into(), Value::String(prompt));
+        }
+    }
+    let sampling = &request.sampling;
+    body.insert("max_tokens".into(), json!(sampling.max_tokens));
+    body.insert("temperature".into(), json!(sampling.temperature));
+    if sampling.top_p < 1.0 {
+        body.insert("top_p".into(), json!(sampling.top_p));
+    }
+    if sampling.top_k > 0 {
+        body.insert("top_k".into(), json!(sampling.top_k));
+    }
+    if let Some(seed) = sampling.seed {
+        body.insert("seed".into(), json!(seed));
+    }
+    if !sampling.stop.is_empty() {
+        body.insert("stop".into(), json!(sampling.stop));
+    }
+    if sampling.ignore_eos {
+        body.insert("ignore_eos".into(), Value::Bool(true));
+    }
+    if config.stream {
+        body.insert("stream".into(), Value::Bool(true));
+        body.insert("stream_options".into(), json!({"include_usage": true}));
+    }
+    for (key, value) in &config.extra_body {
+        body.insert(key.clone(), value.clone());
+    }
+    serde_json::to_vec(&Value::Object(body)).map_err(|e| Error::Json {
+        context: "the request body".into(),
+        source: e,
+    })
+}
+
+/// A chat message in the OpenAI shape: a string for text-only content,
+/// a list of parts otherwise.
+fn chat_message(message: &ChatMessage) -> Result<Value> {
+    let content = match message.content.as_slice() {
+        [ContentPart::Text { text }] => Value::String(text.clone()),
+        parts => Value::Array(parts.iter().map(content_part).collect::<Result<_>>()?),
+    };
+    Ok(json!({"role": message.role, "content": content}))
+}
+
+fn content_part(part: &ContentPart) -> Result<Value> {
+    Ok(match part {
+        ContentPart::Text { text } => json!({"type": "text", "text": text}),
+        ContentPart::Image { source } => {
+            let url = match source {
+                MediaSource::Url(url) => url.clone(),
+                MediaSource::Path(path) => {
+                    let data = read_media(path)?;
+                    data_url(mime_from_path(path, "image"), &data)
+                }
+                MediaSource::Bytes { mime, data } => data_url(mime, data),
+            };
+            json!({"type": "image_url", "image_url": {"url": url}})
+        }
+        ContentPart::Audio { source } => match source {
+            MediaSource::Url(url) => match url
+                .strip_prefix("data:")
+                .and_then(|rest| rest.split_once(";base64,"))
+            {
+                Some((mime, data)) => input_audio(mime, data.to_owned()),
+                None => json!({"type": "audio_url", "audio_url": {"url": url}}),
+            },
+            MediaSource::Path(path) => {
+                let data = read_media(path)?;
+                input_audio(
+                    mime_from_path(path, "audio"),
+                    base64::engine::general_purpose::STANDARD.encode(&data),
+                )
+            }
+            MediaSource::Bytes { mime, data } => {
+                input_audio(mime, base64::engine::general_purpose::STANDARD.encode(data))
+            }
+        },
+    })
+}
+
+fn input_audio(mime: &str, data: String) -> Value {
+    let format = match mime.rsplit('/').next().unwrap_or("wav") {
+        "mpeg" | "mp3" => "mp3",
+        "x-wav" | "wave" | "wav" => "wav",
+        other => other,
+    };
+    json!({"type": "input_audio", "input_audio": {"data": data, "format": format}})
+}
+
+fn read_media(path: &Path) -> Result<Vec<u8>> {
+    std::fs::read(path).map_err(|source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+fn data_url(mime: &str, data: &[u8]) -> String {
+    format!(
+        "data:{mime};base64,{}",
+        base64::engine::general_purpose::STANDARD.encode(data)
+    )
+}
+
+fn mime_from_path(path: &Path, kind: &str) -> &'static str {
+    let ext = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .map(str::to_ascii_lowercase);
+    match (kind, ext.as_deref()) {
+        (_, Some("png")) => "image/png",
+        (_, Some("jpg" | "jpeg")) => "image/jpeg",
+        (_, Some("gif")) => "image/gif",
+        (_, Some("webp")) => "image/webp",
+        (_, Some("mp3")) => "audio/mp3",
+        (_, Some("flac")) => "audio/flac",
+        (_, Some("ogg")) => "audio/ogg",
+        ("audio", _) => "audio/wav",
+        _ => "application/octet-stream",
+    }
+}
+
+/// A chat as one prompt for the text endpoint; media cannot be sent.
+fn flatten_chat(messages: &[ChatMessage]) -> Result<String> {
+    let mut prompt = String::new();
+    for message in messages {
+        for part in &message.content {
+            match part {
+                ContentPart::Text { text } => {
+                    if !prompt.is_empty() {
+                        prompt.push('\n');
+                    }
+                    prompt.push_str(text);
+                }
+                ContentPart::Image { .. } | ContentPart::Audio { .. } => {
+                    return Err(Error::UnsupportedInput {
+                        engine: "openai_http with request_format=text".into(),
+                        input: if matches!(part, ContentPart::Image { .. }) {
+                            "image"
+                        } else {
+                            "audio"
+                        },
+                    });
+                }
+            }
+        }
+    }
+    Ok(prompt)
+}
+
+#[async_trait]
+impl Backend for OpenAiHttpBackend {
+    fn kind(&self) -> &'static str {
+        KIND
+    }
+
+    async fn startup(&self) -> Result<()> {
+        let client = self.build_client()?;
+        let completions_url = self.url(match self.config.request_format {
+            RequestFormat::Chat => "/v1/chat/completions",
+            RequestFormat::Text => "/v1/completions",
+        })?;
+        let model = tokio::sync::OnceCell::new();
+        let running = Running {
+            client,
+            completions_label: completions_url.to_string(),
+            completions_url,
+            model,
+            closed: AtomicBool::new(false),
+            cancel: CancellationToken::new(),
+            tracker: TaskTracker::new(),
+        };
+        *lock(&self.state) = Some(Arc::new(running));
+        Ok(())
+    }
+
+    async fn validate(&self) -> Result<ValidationReport> {
+        let running = self.running()?;
+        let limit = self.config.timeout.min(Duration::from_secs(60));
+        let health_url = self.url("/health")?;
+        let (health, _) = Self::probe(&running.client, &health_url, limit).await?;
+        // Servers without /health (OpenAI itself) answer 404 or 405.
+        if !((200..300).contains(&health) || health == 404 || health == 405) {
+            return Err(OpenAiError::NotReady {
+                url: health_url.to_string(),
+                reason: format!("HTTP {health}"),
+            }
+            .into());
+        }
+        let models_url = self.url("/v1/models")?;
+        let models = Self::list_models(&running.client, &models_url, limit).await?;
+        let model = match &self.config.model {
+            Some(model) => model.clone(),
+            None => models.first().cloned().ok_or_else(|| {
+                Error::from(OpenAiError::NotReady {
+                    url: models_url.to_string(),
+                    reason: "the server lists no models; set `model=`".into(),
+                })
+            })?,
+        };
+        if !models.is_empty() && !models.contains(&model) {
+            tracing::warn!(%model, ?models, "the requested model is not listed by the server");
+        }
+        let _ = running.model.set(Arc::from(model.as_str()));
+        let mut info = Map::new();
+        info.insert("target".into(), json!(self.config.base_url));
+        info.insert("endpoint".into(), json!(running.completions_label));
+        info.insert("model".into(), json!(model));
+        info.insert("models".into(), json!(models));
+        info.insert("health_status".into(), json!(health));
+        info.insert(
+            "request_format".into(),
+            json!(match self.config.request_format {
+                RequestFormat::Chat => "chat",
+                RequestFormat::Text => "text",
+            }),
+        );
+        info.insert("stream".into(), json!(self.config.stream));
+        info.insert("http2".into(), json!(self.config.http2));
+        Ok(ValidationReport {
+            load_time: None,
+            info,
+        })
+    }
+
+    async fn resolve(&self, request: GenerationRequest) -> Result<GenerationResponse> {
+        let (running, _token) = {
+            let state = lock(&self.state);
+            let running = state.clone().ok_or(Error::NotStarted)?;
+            if running.closed.load(Ordering::Acquire) {
+                return Err(Error::ShuttingDown);
+            }
+            let token = running.tracker.token();
+            (running, token)
+        };
+        tokio::select! {
+            biased;
+            () = running.cancel.cancelled() => Err(Error::ShuttingDown),
+            result = self.execute(&running, request) => result,
+        }
+    }
+
+    async fn shutdown(&self) -> Result<()> {
+        let running = {
+            let state = lock(&self.state);
+            let Some(running) = state.clone() else {
+                return Ok(());
+            };
+            running.closed.store(true, Ordering::Release);
+            running
+        };
+        running.tracker.close();
+        if tokio::time::timeout(self.config.drain_timeout, running.tracker.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!("cancelling the requests still in flight at shutdown");
+            running.cancel.cancel();
+            running.tracker.wait().await;
+        }
+        let mut state = lock(&self.state);
+        if state.as_ref().is_some_and(|r| Arc::ptr_eq(r, &running)) {
+            *state = None;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use guidebench_core::sampling::{Sampling, SamplingParams};
+
+    use super::*;
+
+    fn config(format: RequestFormat) -> OpenAiConfig {
+        let mut c = OpenAiConfig::new("http://127.0.0.1:1").expect("config");
+        c.request_format = format;
+        c
+    }
+
+    fn body_of(config: &OpenAiConfig, request: &GenerationRequest) -> Value {
+        serde_json::from_slice(&build_body(config, "m", request).expect("body")).expect("json")
+    }
+
+    #[test]
+    fn a_chat_body_carries_sampling_streaming_and_extra_body() {
+        let mut c = config(RequestFormat::Chat);
+        c.extra_body.insert("ignore_eos".into(), Value::Bool(false));
+        c.extra_body.insert("priority".into(), json!(3));
+        let sampling = SamplingParams {
+            max_tokens: Some(8),
+            ignore_eos: Some(true),
+            temperature: Some(0.5),
+            top_k: Some(4),
+            seed: Some(7),
+            stop: Some(vec!["\n".into()]),
+            ..SamplingParams::default()
+        }
+        .validate()
+        .expect("valid");
+        let body = body_of(&c, &GenerationRequest::text(1, "hi", sampling));
+        assert_eq!(body["model"], "m");
+        assert_eq!(body["messages"], json!([{"role": "user", "content": "hi"}]));
+        assert_eq!(body["max_tokens"], 8);
+        assert_eq!(body["top_k"], 4);
+        assert_eq!(body["seed"], 7);
+        assert_eq!(body["stop"], json!(["\n"]));
+        assert_eq!(body["stream"], true);
+        assert_eq!(body["stream_options"]["include_usage"], true);
+        assert_eq!(body["ignore_eos"], false, "extra_body overrides ignore_eos");
+        assert_eq!(body["priority"], 3);
+        assert!(body.get("top_p").is_none());
+    }
+
+    #[test]
+    fn multimodal_parts_become_image_url_and_input_audio() {
+        let c = config(RequestFormat::Chat);
+        let messages = vec![ChatMessage {
+            role: "user".into(),
+            content: vec![
+                ContentPart::text("look"),
+                ContentPart::Image {
+                    source: MediaSource::Url("https://x/cat.png".into()),
+                },
+                ContentPart::Image {
+                    source: MediaSource::Bytes {
+                        mime: "image/png".into(),
+                        data: Arc::from(&b"abc"[..]),
+                    },
+                },
+                ContentPart::Audio {
+                    source: MediaSource::Bytes {
+                        mime: "audio/wav".into(),
+                        data: Arc::from(&b"abc"[..]),
+                    },
+                },
+            ],
+        }];
+        let request = GenerationRequest::new(
+            1,
+            RequestInput::Chat(messages),
+            Sampling::fixed_length(4).expect("valid"),
+        );
+        let body = body_of(&c, &request);
+        let parts = &body["messages"][0]["content"];
+        assert_eq!(parts[0], json!({"type": "text", "text": "look"}));
+        assert_eq!(parts[1]["image_url"]["url"], "https://x/cat.png");
+        assert_eq!(parts[2]["image_url"]["url"], "data:image/png;base64,YWJj");
+        assert_eq!(
+            parts[3],
+            json!({"type": "input_audio", "input_audio": {"data": "YWJj", "format": "wav"}})
+        );
+        assert_eq!(body["ignore_eos"], true);
+    }
+
+    #[test]
+    fn the_text_format_sends_a_prompt_and_refuses_media() {
+        let c = config(RequestFormat::Text);
+        let chat = vec![
+            ChatMessage::text("system", "be brief"),
+            ChatMessage::text("user", "hi"),
+        ];
+        let request = GenerationRequest::new(
+            1,
+            RequestInput::Chat(chat),
+            Sampling::fixed_length(2).expect("valid"),
+        );
+        assert_eq!(body_of(&c, &request)["prompt"], "be brief\nhi");
+        let media = vec![ChatMessage {
+            role: "user".into(),
+            content: vec![ContentPart::Image {
+                source: MediaSource::Url("u".into()),
+            }],
+        }];
+        let request = GenerationRequest::new(
+            1,
+            RequestInput::Chat(media),
+            Sampling::fixed_length(2).expect("valid"),
+        );
+        let err = build_body(&c, "m", &request).expect_err("media");
+        assert_eq!(err.label(), "unsupported_input");
+    }
+
+    #[test]
+    fn error_messages_are_taken_from_the_body() {
+        assert_eq!(
+            error_message(br#"{"error":{"message":"boom","type":"x"}}"#),
+            "boom"
+        );
+        assert_eq!(error_message(br#"{"detail":"nope"}"#), "nope");
+        assert_eq!(error_message(b"plain text"), "plain text");
+        assert_eq!(error_message(b""), "(empty body)");
+    }
+}

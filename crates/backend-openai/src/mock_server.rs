@@ -1,0 +1,1323 @@
+//! An OpenAI-compatible mock server with configurable latencies and fault
+//! injection.
+//!
+//! It answers `POST /v1/chat/completions` and `POST /v1/completions`
+//! (streamed as server-sent events or not, with `stream_options.include_usage`),
+//! `GET /v1/models` and `GET /health`, over HTTP/1.1 and HTTP/2 (prior
+//! knowledge). Output is made of fixed words, one per token.
+//!
+//! # Timing
+//!
+//! Times are counted from when a request's body has arrived. A stream sends
+//! a role-only chunk at once (chat), the first token after `ttft`, and each
+//! later event `k × itl` after the previous one, `k` being the tokens in the
+//! event (`tokens_per_event`); each time is drawn from a normal distribution
+//! with the configured standard deviation, clamped at zero. A non-streamed
+//! response is sent when the last token would have been.
+//!
+//! # Output length
+//!
+//! With `output_tokens` set, the count is drawn around it (and capped by the
+//! request's `max_tokens`, with `finish_reason` `length` when capped and
+//! `stop` otherwise); without it, the request's `max_tokens` (default 16) is
+//! produced, as a server asked to `ignore_eos` would. The first
+//! `reasoning_tokens` tokens of a chat response are sent as
+//! `reasoning_content` and reported in `usage.completion_tokens_details`.
+//!
+//! # Faults
+//!
+//! Requests are numbered from 0 in arrival order. Each fault is decided per
+//! request from a generator seeded with `seed` and the request number, so a
+//! run is reproducible:
+//!
+//! * `error_after=N` / `error_rate=p`: answer `error_status` (default 500)
+//!   with an OpenAI-style error body;
+//! * `reset_rate`: a stream is aborted after its first token (the connection
+//!   is closed mid-body); a non-streamed request's connection is closed
+//!   without an answer;
+//! * `stall_rate`: a stream stops sending after its first token, a
+//!   non-streamed request is never answered (until the server shuts down);
+//! * `truncate_rate`: a stream ends cleanly after half of its tokens, with
+//!   no `finish_reason`, usage or `[DONE]`; a non-streamed body is cut in half;
+//! * `malformed_rate`: an invalid JSON chunk follows the first token (a
+//!   non-streamed body is invalid JSON).
+//!
+//! # Serving
+//!
+//! [`serve`] runs the server on a listener until a shutdown future
+//! completes, then stops accepting, lets open responses finish for up to
+//! `shutdown_grace` and closes what remains. [`MockServer::start`] runs it
+//! in the background on `127.0.0.1` with a free port, for tests.
+
+use std::fmt::Write as _;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use guidebench_core::options::{OptionSpec, OptionType, check_options, from_map};
+use guidebench_core::tokenizer::{HfTokenizer, Tokenizer};
+use guidebench_core::{Error, Result};
+use http_body_util::BodyExt;
+use hyper::body::{Frame, Incoming, SizeHint};
+use hyper::header::{CONTENT_TYPE, HeaderValue};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+use tokio::time::{Instant, Sleep};
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
+
+use crate::error::OpenAiError;
+
+/// The context named in option errors.
+const CONTEXT: &str = "mock-server";
+
+/// The options of the mock server (what `guidebench mock-server` accepts
+/// besides where to listen).
+pub const OPTIONS: &[OptionSpec] = &[
+    OptionSpec::optional("model", OptionType::String, "the model id the server lists")
+        .with_default("mock-model"),
+    OptionSpec::optional("ttft", OptionType::Duration, "time to the first token").with_default("0"),
+    OptionSpec::optional(
+        "ttft_std",
+        OptionType::Duration,
+        "standard deviation of ttft",
+    )
+    .with_default("0"),
+    OptionSpec::optional("itl", OptionType::Duration, "time between tokens").with_default("0"),
+    OptionSpec::optional("itl_std", OptionType::Duration, "standard deviation of itl")
+        .with_default("0"),
+    OptionSpec::optional(
+        "output_tokens",
+        OptionType::Int,
+        "tokens per response (capped by max_tokens); default: max_tokens",
+    ),
+    OptionSpec::optional(
+        "output_tokens_std",
+        OptionType::Float,
+        "standard deviation of output_tokens",
+    )
+    .with_default("0"),
+    OptionSpec::optional(
+        "tokens_per_event",
+        OptionType::Int,
+        "tokens carried by each streamed event",
+    )
+    .with_default("1"),
+    OptionSpec::optional(
+        "reasoning_tokens",
+        OptionType::Int,
+        "leading tokens sent as reasoning_content (chat)",
+    )
+    .with_default("0"),
+    OptionSpec::optional(
+        "error_after",
+        OptionType::Int,
+        "answer an error status to every request after the first N",
+    ),
+    OptionSpec::optional(
+        "error_rate",
+        OptionType::Float,
+        "fraction of requests answered with an error status",
+    )
+    .with_default("0"),
+    OptionSpec::optional("error_status", OptionType::Int, "the injected error status")
+        .with_default("500"),
+    OptionSpec::optional(
+        "reset_rate",
+        OptionType::Float,
+        "fraction of requests whose connection is closed mid-answer",
+    )
+    .with_default("0"),
+    OptionSpec::optional(
+        "stall_rate",
+        OptionType::Float,
+        "fraction of requests that stop answering after the first token",
+    )
+    .with_default("0"),
+    OptionSpec::optional(
+        "truncate_rate",
+        OptionType::Float,
+        "fraction of streams that end early without [DONE]",
+    )
+    .with_default("0"),
+    OptionSpec::optional(
+        "malformed_rate",
+        OptionType::Float,
+        "fraction of responses with an invalid JSON chunk",
+    )
+    .with_default("0"),
+    OptionSpec::optional("seed", OptionType::Int, "seed of latency and fault draws")
+        .with_default("0"),
+    OptionSpec::optional(
+        "tokenizer",
+        OptionType::String,
+        "tokenizer.json or model directory for prompt token counts; default: whitespace words",
+    ),
+    OptionSpec::optional(
+        "shutdown_grace",
+        OptionType::Duration,
+        "how long shutdown lets open responses finish",
+    )
+    .with_default("1s"),
+];
+
+/// The mock server's behaviour.
+#[derive(Clone)]
+pub struct MockServerConfig {
+    /// The model id the server lists and echoes.
+    pub model: String,
+    /// Mean time to the first token.
+    pub ttft: Duration,
+    /// Standard deviation of the time to the first token.
+    pub ttft_std: Duration,
+    /// Mean time between tokens.
+    pub itl: Duration,
+    /// Standard deviation of the time between tokens.
+    pub itl_std: Duration,
+    /// Mean output tokens per response (capped by `max_tokens`); `None`
+    /// produces `max_tokens`.
+    pub output_tokens: Option<u32>,
+    /// Standard deviation of the output token count.
+    pub output_tokens_std: f64,
+    /// Tokens carried by each streamed event (at least 1).
+    pub tokens_per_event: u32,
+    /// Leading tokens of a chat response sent as `reasoning_content`.
+    pub reasoning_tokens: u32,
+    /// Answer `error_status` to every completion request after the first N.
+    pub error_after: Option<u64>,
+    /// Fraction of completion requests answered with `error_status`.
+    pub error_rate: f64,
+    /// The status of injected errors.
+    pub error_status: u16,
+    /// Fraction of requests whose connection is closed mid-answer.
+    pub reset_rate: f64,
+    /// Fraction of requests that stop answering after the first token.
+    pub stall_rate: f64,
+    /// Fraction of streams that end early without `[DONE]`.
+    pub truncate_rate: f64,
+    /// Fraction of responses with an invalid JSON chunk.
+    pub malformed_rate: f64,
+    /// Seed of latency and fault draws.
+    pub seed: u64,
+    /// Counts prompt tokens; `None` counts whitespace-separated words.
+    pub tokenizer: Option<Arc<dyn Tokenizer>>,
+    /// Keep every completion request (see [`MockServer::recorded`]).
+    pub record_requests: bool,
+    /// How long shutdown lets open responses finish before closing them.
+    pub shutdown_grace: Duration,
+}
+
+impl std::fmt::Debug for MockServerConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MockServerConfig")
+            .field("model", &self.model)
+            .field("ttft", &self.ttft)
+            .field("ttft_std", &self.ttft_std)
+            .field("itl", &self.itl)
+            .field("itl_std", &self.itl_std)
+            .field("output_tokens", &self.output_tokens)
+            .field("output_tokens_std", &self.output_tokens_std)
+            .field("tokens_per_event", &self.tokens_per_event)
+            .field("reasoning_tokens", &self.reasoning_tokens)
+            .field("error_after", &self.error_after)
+            .field("error_rate", &self.error_rate)
+            .field("error_status", &self.error_status)
+            .field("reset_rate", &self.reset_rate)
+            .field("stall_rate", &self.stall_rate)
+            .field("truncate_rate", &self.truncate_rate)
+            .field("malformed_rate", &self.malformed_rate)
+            .field("seed", &self.seed)
+            .field("tokenizer", &self.tokenizer.is_some())
+            .field("record_requests", &self.record_requests)
+            .field("shutdown_grace", &self.shutdown_grace)
+            .finish()
+    }
+}
+
+impl Default for MockServerConfig {
+    /// Zero latency, `max_tokens` output, no faults.
+    fn default() -> Self {
+        MockServerConfig {
+            model: "mock-model".into(),
+            ttft: Duration::ZERO,
+            ttft_std: Duration::ZERO,
+            itl: Duration::ZERO,
+            itl_std: Duration::ZERO,
+            output_tokens: None,
+            output_tokens_std: 0.0,
+            tokens_per_event: 1,
+            reasoning_tokens: 0,
+            error_after: None,
+            error_rate: 0.0,
+            error_status: 500,
+            reset_rate: 0.0,
+            stall_rate: 0.0,
+            truncate_rate: 0.0,
+            malformed_rate: 0.0,
+            seed: 0,
+            tokenizer: None,
+            record_requests: false,
+            shutdown_grace: Duration::from_secs(1),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawOptions {
+    model: Option<String>,
+    ttft: Option<f64>,
+    ttft_std: Option<f64>,
+    itl: Option<f64>,
+    itl_std: Option<f64>,
+    output_tokens: Option<i64>,
+    output_tokens_std: Option<f64>,
+    tokens_per_event: Option<i64>,
+    reasoning_tokens: Option<i64>,
+    error_after: Option<i64>,
+    error_rate: Option<f64>,
+    error_status: Option<i64>,
+    reset_rate: Option<f64>,
+    stall_rate: Option<f64>,
+    truncate_rate: Option<f64>,
+    malformed_rate: Option<f64>,
+    seed: Option<i64>,
+    tokenizer: Option<String>,
+    shutdown_grace: Option<f64>,
+}
+
+fn invalid(key: &str, reason: String) -> Error {
+    Error::InvalidOption {
+        context: CONTEXT.into(),
+        key: key.into(),
+        reason,
+    }
+}
+
+fn duration(key: &str, value: Option<f64>, default: Duration) -> Result<Duration> {
+    match value {
+        None => Ok(default),
+        Some(secs) => Duration::try_from_secs_f64(secs)
+            .map_err(|_| invalid(key, format!("must be a duration >= 0, got {secs}s"))),
+    }
+}
+
+fn rate(key: &str, value: Option<f64>) -> Result<f64> {
+    let p = value.unwrap_or(0.0);
+    if (0.0..=1.0).contains(&p) {
+        Ok(p)
+    } else {
+        Err(invalid(key, format!("must be in [0, 1], got {p}")))
+    }
+}
+
+fn count<T: TryFrom<i64>>(key: &str, value: i64, min: i64) -> Result<T> {
+    if value < min {
+        return Err(invalid(key, format!("must be at least {min}, got {value}")));
+    }
+    T::try_from(value).map_err(|_| invalid(key, format!("{value} is too large")))
+}
+
+impl MockServerConfig {
+    /// The configuration from options checked against [`OPTIONS`]
+    /// (durations as seconds or text such as `50ms`).
+    ///
+    /// # Errors
+    ///
+    /// Core's option errors for an unknown key, a value of the wrong type or
+    /// out of range; a tokenizer that cannot be loaded.
+    pub fn from_options(mut options: Map<String, Value>) -> Result<Self> {
+        check_options(CONTEXT, &[OPTIONS], &mut options)?;
+        let raw: RawOptions = from_map(CONTEXT, &options)?;
+        let defaults = MockServerConfig::default();
+        let tokenizer: Option<Arc<dyn Tokenizer>> = match raw.tokenizer {
+            None => None,
+            Some(path) => {
+                let path = std::path::PathBuf::from(path);
+                let tokenizer = if path.is_dir() {
+                    HfTokenizer::from_dir(&path)?
+                } else {
+                    HfTokenizer::from_file(&path)?
+                };
+                Some(Arc::new(tokenizer))
+            }
+        };
+        let output_tokens_std = raw.output_tokens_std.unwrap_or(0.0);
+        if output_tokens_std < 0.0 {
+            return Err(invalid(
+                "output_tokens_std",
+                format!("must be >= 0, got {output_tokens_std}"),
+            ));
+        }
+        Ok(MockServerConfig {
+            model: raw.model.unwrap_or(defaults.model),
+            ttft: duration("ttft", raw.ttft, Duration::ZERO)?,
+            ttft_std: duration("ttft_std", raw.ttft_std, Duration::ZERO)?,
+            itl: duration("itl", raw.itl, Duration::ZERO)?,
+            itl_std: duration("itl_std", raw.itl_std, Duration::ZERO)?,
+            output_tokens: raw
+                .output_tokens
+                .map(|n| count("output_tokens", n, 1))
+                .transpose()?,
+            output_tokens_std,
+            tokens_per_event: count("tokens_per_event", raw.tokens_per_event.unwrap_or(1), 1)?,
+            reasoning_tokens: count("reasoning_tokens", raw.reasoning_tokens.unwrap_or(0), 0)?,
+            error_after: raw
+                .error_after
+                .map(|n| count("error_after", n, 0))
+                .transpose()?,
+            error_rate: rate("error_rate", raw.error_rate)?,
+            error_status: match raw.error_status {
+                None => 500,
+                Some(s) if (400..600).contains(&s) => count("error_status", s, 400)?,
+                Some(s) => {
+                    return Err(invalid(
+                        "error_status",
+                        format!("must be in 400..=599, got {s}"),
+                    ));
+                }
+            },
+            reset_rate: rate("reset_rate", raw.reset_rate)?,
+            stall_rate: rate("stall_rate", raw.stall_rate)?,
+            truncate_rate: rate("truncate_rate", raw.truncate_rate)?,
+            malformed_rate: rate("malformed_rate", raw.malformed_rate)?,
+            seed: raw.seed.map_or(0, |s| s.cast_unsigned()),
+            tokenizer,
+            record_requests: false,
+            shutdown_grace: duration(
+                "shutdown_grace",
+                raw.shutdown_grace,
+                defaults.shutdown_grace,
+            )?,
+        })
+    }
+}
+
+/// A completion request as the mock server received it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecordedRequest {
+    /// The request path.
+    pub path: String,
+    /// The request headers, names lower-case.
+    pub headers: Vec<(String, String)>,
+    /// The JSON body.
+    pub body: Value,
+}
+
+/// Counters of a running mock server.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MockStats {
+    /// Completion requests received.
+    pub requests: u64,
+    /// Completion responses whose body ended without an injected abort or stall.
+    pub completed: u64,
+    /// Connections accepted.
+    pub connections: u64,
+}
+
+/// State shared by every connection.
+struct Shared {
+    config: MockServerConfig,
+    model_json: String,
+    requests: AtomicU64,
+    completed: AtomicU64,
+    connections: AtomicU64,
+    recorded: Mutex<Vec<RecordedRequest>>,
+    /// Cancelled at shutdown: stalled responses end.
+    stop: CancellationToken,
+}
+
+/// Serves the mock API on `listener` until `shutdown` completes.
+///
+/// On shutdown it stops accepting, asks open connections to close once
+/// their responses are done, waits up to `config.shutdown_grace`, and then
+/// closes whatever is left.
+///
+/// # Errors
+///
+/// None while serving (a failed `accept` is logged and retried); the result
+/// is kept for future failures.
+pub async fn serve(
+    config: MockServerConfig,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send,
+) -> std::result::Result<(), OpenAiError> {
+    serve_shared(Arc::new(Shared::new(config)), listener, shutdown).await
+}
+
+impl Shared {
+    fn new(config: MockServerConfig) -> Self {
+        Shared {
+            model_json: Value::String(config.model.clone()).to_string(),
+            config,
+            requests: AtomicU64::new(0),
+            completed: AtomicU64::new(0),
+            connections: AtomicU64::new(0),
+            recorded: Mutex::new(Vec::new()),
+            stop: CancellationToken::new(),
+        }
+    }
+
+    fn stats(&self) -> MockStats {
+        MockStats {
+            requests: self.requests.load(Ordering::Relaxed),
+            completed: self.completed.load(Ordering::Relaxed),
+            connections: self.connections.load(Ordering::Relaxed),
+        }
+    }
+}
+
+async fn serve_shared(
+    shared: Arc<Shared>,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send,
+) -> std::result::Result<(), OpenAiError> {
+    let builder = auto::Builder::new(TokioExecutor::new());
+    let graceful = GracefulShutdown::new();
+    let mut connections = JoinSet::new();
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        while connections.try_join_next().is_some() {}
+        let accepted = tokio::select! {
+            biased;
+            () = &mut shutdown => break,
+            accepted = listener.accept() => accepted,
+        };
+        let stream = match accepted {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                tracing::warn!(error = %e, "mock server: accept failed");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        shared.connections.fetch_add(1, Ordering::Relaxed);
+        let state = shared.clone();
+        let service = hyper::service::service_fn(move |request| handle(state.clone(), request));
+        let connection = builder.serve_connection(TokioIo::new(stream), service);
+        let watched = graceful.watch(connection.into_owned());
+        connections.spawn(async move {
+            if let Err(e) = watched.await {
+                tracing::debug!(error = %e, "mock server: connection ended");
+            }
+        });
+    }
+    drop(listener);
+    shared.stop.cancel();
+    let grace = shared.config.shutdown_grace;
+    if tokio::time::timeout(grace, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::debug!("mock server: closing connections still open after the grace period");
+    }
+    connections.abort_all();
+    while connections.join_next().await.is_some() {}
+    Ok(())
+}
+
+/// A mock server running in the background.
+pub struct MockServer {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    stop: CancellationToken,
+    task: Option<tokio::task::JoinHandle<std::result::Result<(), OpenAiError>>>,
+}
+
+impl std::fmt::Debug for MockServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MockServer")
+            .field("addr", &self.addr)
+            .finish_non_exhaustive()
+    }
+}
+
+impl MockServer {
+    /// Starts a server on `127.0.0.1` with a free port.
+    ///
+    /// # Errors
+    ///
+    /// [`OpenAiError::MockServer`] when no port can be bound.
+    pub async fn start(config: MockServerConfig) -> std::result::Result<Self, OpenAiError> {
+        let listener = TcpListener::bind(("127.0.0.1", 0))
+            .await
+            .map_err(OpenAiError::MockServer)?;
+        Self::start_on(config, listener)
+    }
+
+    /// Starts a server on an already bound listener.
+    ///
+    /// # Errors
+    ///
+    /// [`OpenAiError::MockServer`] when the listener has no local address.
+    pub fn start_on(
+        config: MockServerConfig,
+        listener: TcpListener,
+    ) -> std::result::Result<Self, OpenAiError> {
+        let addr = listener.local_addr().map_err(OpenAiError::MockServer)?;
+        let shared = Arc::new(Shared::new(config));
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(serve_shared(
+            shared.clone(),
+            listener,
+            stop.clone().cancelled_owned(),
+        ));
+        Ok(MockServer {
+            addr,
+            shared,
+            stop,
+            task: Some(task),
+        })
+    }
+
+    /// The address it listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Its base URL, `http://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Its counters.
+    pub fn stats(&self) -> MockStats {
+        self.shared.stats()
+    }
+
+    /// The completion requests received so far, when
+    /// [`MockServerConfig::record_requests`] is set.
+    pub fn recorded(&self) -> Vec<RecordedRequest> {
+        self.shared
+            .recorded
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Stops the server and waits for it (see [`serve`]).
+    ///
+    /// # Errors
+    ///
+    /// What [`serve`] returned.
+    pub async fn shutdown(mut self) -> std::result::Result<(), OpenAiError> {
+        self.stop.cancel();
+        match self.task.take() {
+            Some(task) => match task.await {
+                Ok(result) => result,
+                Err(e) => Err(OpenAiError::MockServer(std::io::Error::other(e))),
+            },
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for MockServer {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+/// A response the service aborts: the connection is closed. Private to
+/// hyper's plumbing; clients see a closed connection.
+#[derive(Debug)]
+struct Abort;
+
+impl std::fmt::Display for Abort {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("mock server: connection closed on purpose")
+    }
+}
+
+impl std::error::Error for Abort {}
+
+/// The body of every mock response.
+enum MockBody {
+    Full(Option<Bytes>),
+    Stream(Box<SseStream>),
+}
+
+/// One step of a planned stream.
+enum Step {
+    /// Send these bytes, not before the instant.
+    Send(Instant, Bytes),
+    /// Send nothing more until the server stops, then abort.
+    Stall,
+    /// Abort the connection.
+    Abort,
+}
+
+struct SseStream {
+    steps: std::vec::IntoIter<Step>,
+    pending: Option<(Instant, Bytes)>,
+    sleep: Option<Pin<Box<Sleep>>>,
+    stalled: Option<Pin<Box<WaitForCancellationFutureOwned>>>,
+    shared: Arc<Shared>,
+    finished: bool,
+}
+
+impl hyper::body::Body for MockBody {
+    type Data = Bytes;
+    type Error = Abort;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<std::result::Result<Frame<Bytes>, Abort>>> {
+        match self.get_mut() {
+            MockBody::Full(bytes) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
+            MockBody::Stream(stream) => stream.poll_next(cx),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        matches!(self, MockBody::Full(None))
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            MockBody::Full(Some(b)) => SizeHint::with_exact(b.len() as u64),
+            MockBody::Full(None) => SizeHint::with_exact(0),
+            MockBody::Stream(_) => SizeHint::default(),
+        }
+    }
+}
+
+impl SseStream {
+    fn poll_next(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<std::result::Result<Frame<Bytes>, Abort>>> {
+        if let Some(stalled) = &mut self.stalled {
+            return match stalled.as_mut().poll(cx) {
+                Poll::Ready(()) => Poll::Ready(Some(Err(Abort))),
+                Poll::Pending => Poll::Pending,
+            };
+        }
+        loop {
+            if let Some((at, _)) = &self.pending {
+                if *at > Instant::now() {
+                    let at = *at;
+                    let sleep = self
+                        .sleep
+                        .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at)));
+                    if sleep.deadline() != at {
+                        sleep.as_mut().reset(at);
+                    }
+                    if sleep.as_mut().poll(cx).is_pending() {
+                        return Poll::Pending;
+                    }
+                }
+                if let Some((_, bytes)) = self.pending.take() {
+                    return Poll::Ready(Some(Ok(Frame::data(bytes))));
+                }
+            }
+            match self.steps.next() {
+                Some(Step::Send(at, bytes)) => self.pending = Some((at, bytes)),
+                Some(Step::Stall) => {
+                    self.stalled = Some(Box::pin(self.shared.stop.clone().cancelled_owned()));
+                    return self.poll_next(cx);
+                }
+                Some(Step::Abort) => return Poll::Ready(Some(Err(Abort))),
+                None => {
+                    if !self.finished {
+                        self.finished = true;
+                        self.shared.completed.fetch_add(1, Ordering::Relaxed);
+                    }
+                    return Poll::Ready(None);
+                }
+            }
+        }
+    }
+}
+
+type Answer = std::result::Result<Response<MockBody>, Abort>;
+
+fn full(status: StatusCode, content_type: &'static str, body: impl Into<Bytes>) -> Answer {
+    let mut response = Response::new(MockBody::Full(Some(body.into())));
+    *response.status_mut() = status;
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    Ok(response)
+}
+
+fn error_body(status: StatusCode, message: &str, kind: &str) -> Answer {
+    let body = json!({"error": {"message": message, "type": kind, "code": status.as_u16()}});
+    full(status, "application/json", body.to_string())
+}
+
+async fn handle(
+    shared: Arc<Shared>,
+    request: Request<Incoming>,
+) -> std::result::Result<Response<MockBody>, Abort> {
+    let path = request.uri().path().to_owned();
+    match (request.method(), path.as_str()) {
+        (&Method::GET, "/health") => full(StatusCode::OK, "text/plain", ""),
+        (&Method::GET, "/v1/models" | "/models") => {
+            let body = format!(
+                r#"{{"object":"list","data":[{{"id":{},"object":"model","created":0,"owned_by":"guidebench"}}]}}"#,
+                shared.model_json
+            );
+            full(StatusCode::OK, "application/json", body)
+        }
+        (&Method::POST, "/v1/chat/completions" | "/chat/completions") => {
+            completion(shared, request, path, true).await
+        }
+        (&Method::POST, "/v1/completions" | "/completions") => {
+            completion(shared, request, path, false).await
+        }
+        (_, "/health" | "/v1/models" | "/v1/chat/completions" | "/v1/completions") => error_body(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method not allowed",
+            "invalid_request_error",
+        ),
+        _ => error_body(
+            StatusCode::NOT_FOUND,
+            &format!("no route for {path}"),
+            "not_found",
+        ),
+    }
+}
+
+/// The fields of a completion request that the mock reads.
+#[derive(Debug, Default, Deserialize)]
+struct CompletionRequest {
+    #[serde(default)]
+    messages: Vec<Value>,
+    #[serde(default)]
+    prompt: Option<Value>,
+    #[serde(default)]
+    max_tokens: Option<u32>,
+    #[serde(default)]
+    max_completion_tokens: Option<u32>,
+    #[serde(default)]
+    stream: bool,
+    #[serde(default)]
+    stream_options: Option<StreamOptions>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct StreamOptions {
+    #[serde(default)]
+    include_usage: bool,
+}
+
+/// What was decided for one request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fault {
+    None,
+    Status,
+    Reset,
+    Stall,
+    Truncate,
+    Malformed,
+}
+
+/// A small, fast, seedable generator (SplitMix64).
+struct Rng(u64);
+
+impl Rng {
+    fn new(seed: u64, stream: u64) -> Self {
+        let mut rng = Rng(seed ^ stream.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        rng.next_u64();
+        rng
+    }
+
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in [0, 1).
+    #[allow(clippy::cast_precision_loss)] // 53 bits fit an f64 exactly.
+    fn uniform(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    fn chance(&mut self, p: f64) -> bool {
+        p > 0.0 && self.uniform() < p
+    }
+
+    /// Standard normal (Box–Muller).
+    fn normal(&mut self) -> f64 {
+        let u1 = 1.0 - self.uniform();
+        let u2 = self.uniform();
+        (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
+    }
+
+    fn duration(&mut self, mean: Duration, std: Duration) -> Duration {
+        if std.is_zero() {
+            return mean;
+        }
+        let secs = mean.as_secs_f64() + std.as_secs_f64() * self.normal();
+        Duration::try_from_secs_f64(secs.max(0.0)).unwrap_or(Duration::ZERO)
+    }
+}
+
+/// The words output tokens are made of.
+const WORDS: &[&str] = &[
+    " the", " quick", " brown", " fox", " jumps", " over", " a", " lazy", " dog", " and", " runs",
+    " far", " away", " from", " home", " today",
+];
+
+fn words(from: u32, n: u32) -> String {
+    let mut text = String::with_capacity(n as usize * 6);
+    for i in from..from + n {
+        text.push_str(WORDS[i as usize % WORDS.len()]);
+    }
+    text
+}
+
+fn prompt_tokens(shared: &Shared, request: &CompletionRequest) -> u32 {
+    let mut text = String::new();
+    let mut push = |s: &str| {
+        text.push_str(s);
+        text.push('\n');
+    };
+    if let Some(prompt) = &request.prompt {
+        match prompt {
+            Value::String(s) => push(s),
+            other => push(&other.to_string()),
+        }
+    }
+    for message in &request.messages {
+        match message.get("content") {
+            Some(Value::String(s)) => push(s),
+            Some(Value::Array(parts)) => {
+                for part in parts {
+                    if let Some(s) = part.get("text").and_then(Value::as_str) {
+                        push(s);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    let n = match &shared.config.tokenizer {
+        Some(tokenizer) => tokenizer
+            .count(&text)
+            .unwrap_or_else(|_| text.split_whitespace().count()),
+        None => text.split_whitespace().count(),
+    };
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+async fn completion(
+    shared: Arc<Shared>,
+    request: Request<Incoming>,
+    path: String,
+    chat: bool,
+) -> Answer {
+    let (parts, body) = request.into_parts();
+    let bytes = match body.collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(_) => return Err(Abort),
+    };
+    let arrived = Instant::now();
+    let index = shared.requests.fetch_add(1, Ordering::Relaxed);
+    let value: Value = match serde_json::from_slice(&bytes) {
+        Ok(v) => v,
+        Err(e) => {
+            return error_body(
+                StatusCode::BAD_REQUEST,
+                &format!("invalid JSON body: {e}"),
+                "invalid_request_error",
+            );
+        }
+    };
+    let parsed: CompletionRequest = match CompletionRequest::deserialize(&value) {
+        Ok(p) => p,
+        Err(e) => {
+            return error_body(
+                StatusCode::BAD_REQUEST,
+                &format!("invalid request: {e}"),
+                "invalid_request_error",
+            );
+        }
+    };
+    if shared.config.record_requests {
+        let headers = parts
+            .headers
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.as_str().to_owned(),
+                    String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                )
+            })
+            .collect();
+        shared
+            .recorded
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(RecordedRequest {
+                path,
+                headers,
+                body: value,
+            });
+    }
+
+    let config = &shared.config;
+    let mut rng = Rng::new(config.seed, index);
+    let fault = if config.error_after.is_some_and(|n| index >= n) || rng.chance(config.error_rate) {
+        Fault::Status
+    } else if rng.chance(config.reset_rate) {
+        Fault::Reset
+    } else if rng.chance(config.stall_rate) {
+        Fault::Stall
+    } else if rng.chance(config.truncate_rate) {
+        Fault::Truncate
+    } else if rng.chance(config.malformed_rate) {
+        Fault::Malformed
+    } else {
+        Fault::None
+    };
+    if fault == Fault::Status {
+        let status =
+            StatusCode::from_u16(config.error_status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        return error_body(
+            status,
+            &format!("mock: injected error for request {index}"),
+            "server_error",
+        );
+    }
+
+    let limit = parsed.max_tokens.or(parsed.max_completion_tokens);
+    let (tokens, finish) = match config.output_tokens {
+        Some(mean) => {
+            let drawn = (f64::from(mean) + config.output_tokens_std * rng.normal()).round();
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+            let drawn = drawn.clamp(1.0, f64::from(u32::MAX)) as u32;
+            match limit {
+                Some(max) if drawn >= max => (max, "length"),
+                _ => (drawn, "stop"),
+            }
+        }
+        None => (limit.unwrap_or(16), "length"),
+    };
+    let reasoning = if chat {
+        config.reasoning_tokens.min(tokens)
+    } else {
+        0
+    };
+    let usage = Usage {
+        prompt: prompt_tokens(&shared, &parsed),
+        completion: tokens,
+        reasoning,
+    };
+    let ids = Ids {
+        index,
+        chat,
+        model: &shared.model_json,
+    };
+    let ttft = rng.duration(config.ttft, config.ttft_std);
+    if parsed.stream {
+        let include_usage = parsed.stream_options.is_some_and(|o| o.include_usage);
+        let steps = plan_stream(
+            &shared,
+            &ids,
+            &mut rng,
+            arrived + ttft,
+            arrived,
+            usage,
+            finish,
+            include_usage,
+            fault,
+        );
+        let stream = SseStream {
+            steps: steps.into_iter(),
+            pending: None,
+            sleep: None,
+            stalled: None,
+            shared: shared.clone(),
+            finished: false,
+        };
+        let mut response = Response::new(MockBody::Stream(Box::new(stream)));
+        response
+            .headers_mut()
+            .insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+        return Ok(response);
+    }
+
+    // Non-streamed: answer when the last token would have been produced.
+    let mut end = arrived + ttft;
+    let per_event = config.tokens_per_event.max(1);
+    let mut left = tokens.saturating_sub(per_event.min(tokens));
+    while left > 0 {
+        let k = per_event.min(left);
+        end += event_gap(config, &mut rng, k);
+        left -= k;
+    }
+    match fault {
+        Fault::Stall => {
+            shared.stop.cancelled().await;
+            return Err(Abort);
+        }
+        Fault::Reset => return Err(Abort),
+        _ => {}
+    }
+    tokio::select! {
+        () = tokio::time::sleep_until(end) => {}
+        () = shared.stop.cancelled() => return Err(Abort),
+    }
+    let body = full_response(&ids, usage, finish);
+    shared.completed.fetch_add(1, Ordering::Relaxed);
+    match fault {
+        Fault::Truncate => {
+            let half = body.len() / 2;
+            full(StatusCode::OK, "application/json", body[..half].to_owned())
+        }
+        Fault::Malformed => full(StatusCode::OK, "application/json", "{not json"),
+        _ => full(StatusCode::OK, "application/json", body),
+    }
+}
+
+/// The time an event of `k` tokens follows the previous one.
+fn event_gap(config: &MockServerConfig, rng: &mut Rng, k: u32) -> Duration {
+    if config.itl_std.is_zero() {
+        return config.itl * k;
+    }
+    (0..k)
+        .map(|_| rng.duration(config.itl, config.itl_std))
+        .sum()
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Usage {
+    prompt: u32,
+    completion: u32,
+    reasoning: u32,
+}
+
+impl Usage {
+    fn json(self) -> String {
+        let mut s = format!(
+            r#"{{"prompt_tokens":{},"completion_tokens":{},"total_tokens":{}"#,
+            self.prompt,
+            self.completion,
+            u64::from(self.prompt) + u64::from(self.completion)
+        );
+        if self.reasoning > 0 {
+            let _ = write!(
+                s,
+                r#","completion_tokens_details":{{"reasoning_tokens":{}}}"#,
+                self.reasoning
+            );
+        }
+        s.push('}');
+        s
+    }
+}
+
+struct Ids<'a> {
+    index: u64,
+    chat: bool,
+    model: &'a str,
+}
+
+impl Ids<'_> {
+    fn head(&self, object: &str) -> String {
+        let prefix = if self.chat { "chatcmpl" } else { "cmpl" };
+        format!(
+            r#"{{"id":"{prefix}-mock-{}","object":"{object}","created":0,"model":{}"#,
+            self.index, self.model
+        )
+    }
+}
+
+fn finish_json(finish: Option<&str>) -> String {
+    finish.map_or_else(|| "null".to_string(), |f| format!("\"{f}\""))
+}
+
+/// One SSE event carrying `text` (content or reasoning).
+fn chunk(ids: &Ids<'_>, text: &str, reasoning: bool, finish: Option<&str>) -> Bytes {
+    let head = ids.head(if ids.chat {
+        "chat.completion.chunk"
+    } else {
+        "text_completion"
+    });
+    let text = Value::String(text.to_owned());
+    let finish = finish_json(finish);
+    let choice = if ids.chat {
+        let field = if reasoning {
+            "reasoning_content"
+        } else {
+            "content"
+        };
+        format!(r#"{{"index":0,"delta":{{"{field}":{text}}},"finish_reason":{finish}}}"#)
+    } else {
+        format!(r#"{{"index":0,"text":{text},"finish_reason":{finish}}}"#)
+    };
+    Bytes::from(format!("data: {head},\"choices\":[{choice}]}}\n\n"))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn plan_stream(
+    shared: &Shared,
+    ids: &Ids<'_>,
+    rng: &mut Rng,
+    first: Instant,
+    arrived: Instant,
+    usage: Usage,
+    finish: &str,
+    include_usage: bool,
+    fault: Fault,
+) -> Vec<Step> {
+    let config = &shared.config;
+    let per_event = config.tokens_per_event.max(1);
+    let mut steps = Vec::with_capacity((usage.completion / per_event) as usize + 4);
+    if ids.chat {
+        let head = ids.head("chat.completion.chunk");
+        steps.push(Step::Send(
+            arrived,
+            Bytes::from(format!(
+                "data: {head},\"choices\":[{{\"index\":0,\"delta\":{{\"role\":\"assistant\",\"content\":\"\"}},\"finish_reason\":null}}]}}\n\n"
+            )),
+        ));
+    }
+    let total = usage.completion;
+    let events = total.div_ceil(per_event);
+    let cut = match fault {
+        Fault::Truncate => Some((events / 2).max(1)),
+        Fault::Reset | Fault::Stall | Fault::Malformed => Some(1),
+        Fault::None | Fault::Status => None,
+    };
+    let mut at = first;
+    let mut produced = 0u32;
+    let mut event = 0u32;
+    while produced < total {
+        // An event never mixes reasoning and content.
+        let reasoning = produced < usage.reasoning;
+        let boundary = if reasoning { usage.reasoning } else { total };
+        let k = per_event.min(boundary - produced);
+        if event > 0 {
+            at += event_gap(config, rng, k);
+        }
+        let last = produced + k == total;
+        let text = words(produced, k);
+        let finish_here = last && fault != Fault::Truncate;
+        steps.push(Step::Send(
+            at,
+            chunk(ids, &text, reasoning, finish_here.then_some(finish)),
+        ));
+        produced += k;
+        event += 1;
+        if cut == Some(event) {
+            match fault {
+                Fault::Truncate => return steps,
+                Fault::Reset => {
+                    steps.push(Step::Abort);
+                    return steps;
+                }
+                Fault::Stall => {
+                    steps.push(Step::Stall);
+                    return steps;
+                }
+                Fault::Malformed => {
+                    steps.push(Step::Send(
+                        at,
+                        Bytes::from_static(b"data: {\"choices\": [\n\n"),
+                    ));
+                }
+                Fault::None | Fault::Status => {}
+            }
+        }
+    }
+    if include_usage {
+        let head = ids.head(if ids.chat {
+            "chat.completion.chunk"
+        } else {
+            "text_completion"
+        });
+        steps.push(Step::Send(
+            at,
+            Bytes::from(format!(
+                "data: {head},\"choices\":[],\"usage\":{}}}\n\n",
+                usage.json()
+            )),
+        ));
+    }
+    steps.push(Step::Send(at, Bytes::from_static(b"data: [DONE]\n\n")));
+    steps
+}
+
+/// A whole non-streamed response.
+fn full_response(ids: &Ids<'_>, usage: Usage, finish: &str) -> String {
+    let reasoning = usage.reasoning;
+    let content = Value::String(words(reasoning, usage.completion - reasoning));
+    let choice = if ids.chat {
+        let reasoning_field = if reasoning > 0 {
+            format!(
+                r#","reasoning_content":{}"#,
+                Value::String(words(0, reasoning))
+            )
+        } else {
+            String::new()
+        };
+        format!(
+            r#"{{"index":0,"message":{{"role":"assistant","content":{content}{reasoning_field}}},"finish_reason":"{finish}"}}"#
+        )
+    } else {
+        format!(r#"{{"index":0,"text":{content},"finish_reason":"{finish}"}}"#)
+    };
+    let head = ids.head(if ids.chat {
+        "chat.completion"
+    } else {
+        "text_completion"
+    });
+    format!("{head},\"choices\":[{choice}],\"usage\":{}}}", usage.json())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_build_a_config_with_durations_and_rates() {
+        let mut options = Map::new();
+        options.insert("ttft".into(), json!("50ms"));
+        options.insert("itl".into(), json!(0.01));
+        options.insert("output_tokens".into(), json!(32));
+        options.insert("error_rate".into(), json!(0.25));
+        let c = MockServerConfig::from_options(options).expect("valid");
+        assert_eq!(c.ttft, Duration::from_millis(50));
+        assert_eq!(c.itl, Duration::from_millis(10));
+        assert_eq!(c.output_tokens, Some(32));
+        assert!((c.error_rate - 0.25).abs() < 1e-12);
+
+        let mut bad = Map::new();
+        bad.insert("error_rate".into(), json!(2));
+        let err = MockServerConfig::from_options(bad).expect_err("out of range");
+        assert_eq!(err.label(), "invalid_option");
+        let mut unknown = Map::new();
+        unknown.insert("ttfb".into(), json!(1));
+        let err = MockServerConfig::from_options(unknown).expect_err("unknown");
+        assert!(err.to_string().contains("ttft"));
+    }
+
+    #[test]
+    fn the_generator_is_reproducible_and_its_normal_draws_are_centred() {
+        let mut a = Rng::new(7, 3);
+        let mut b = Rng::new(7, 3);
+        assert_eq!(a.next_u64(), b.next_u64());
+        let mut r = Rng::new(1, 0);
+        let n = 20_000;
+        let mean: f64 = (0..n).map(|_| r.normal()).sum::<f64>() / f64::from(n);
+        assert!(mean.abs() < 0.05, "mean {mean}");
+    }
+}

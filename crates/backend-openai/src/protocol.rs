@@ -1,0 +1,390 @@
+//! The OpenAI wire format as far as the client reads it: response and
+//! stream-chunk shapes, a server-sent-events line splitter, and the rule
+//! that turns event arrival instants into per-token timestamps.
+
+use std::borrow::Cow;
+use std::time::Instant;
+
+use guidebench_core::clock::{Clock, Timestamp};
+use serde::Deserialize;
+
+/// Token usage as the server reports it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+pub(crate) struct Usage {
+    #[serde(default)]
+    pub prompt_tokens: Option<u32>,
+    #[serde(default)]
+    pub completion_tokens: Option<u32>,
+    #[serde(default)]
+    pub completion_tokens_details: Option<CompletionDetails>,
+}
+
+impl Usage {
+    /// Reasoning tokens, where the server breaks them out.
+    pub fn reasoning_tokens(&self) -> Option<u32> {
+        self.completion_tokens_details
+            .and_then(|d| d.reasoning_tokens)
+    }
+}
+
+/// `usage.completion_tokens_details`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+pub(crate) struct CompletionDetails {
+    #[serde(default)]
+    pub reasoning_tokens: Option<u32>,
+}
+
+/// An `error` object inside a body or an event.
+#[derive(Debug, Deserialize)]
+pub(crate) struct ApiError<'a> {
+    #[serde(borrow, default)]
+    pub message: Option<Cow<'a, str>>,
+}
+
+/// An `error` field: an object with a message, or a bare string.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub(crate) enum ErrorField<'a> {
+    Object(#[serde(borrow)] ApiError<'a>),
+    Text(#[serde(borrow)] Cow<'a, str>),
+    Other(serde::de::IgnoredAny),
+}
+
+impl ErrorField<'_> {
+    pub fn message(&self) -> String {
+        match self {
+            ErrorField::Object(ApiError { message: Some(m) }) => m.to_string(),
+            ErrorField::Text(m) => m.to_string(),
+            _ => "unspecified error".to_string(),
+        }
+    }
+}
+
+/// Output text fields of a streamed delta or a full message.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct Message<'a> {
+    #[serde(borrow, default)]
+    pub content: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub reasoning_content: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub reasoning: Option<Cow<'a, str>>,
+}
+
+/// One choice of a chunk or a response (chat and text shapes at once).
+#[derive(Debug, Deserialize)]
+pub(crate) struct Choice<'a> {
+    #[serde(borrow, default)]
+    pub delta: Option<Message<'a>>,
+    #[serde(borrow, default)]
+    pub message: Option<Message<'a>>,
+    #[serde(borrow, default)]
+    pub text: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub finish_reason: Option<Cow<'a, str>>,
+}
+
+impl<'a> Choice<'a> {
+    /// The output text and the reasoning text this choice carries.
+    pub fn texts(&self) -> (Option<&str>, Option<&str>) {
+        let message = self.delta.as_ref().or(self.message.as_ref());
+        let content = message
+            .and_then(|m| m.content.as_deref())
+            .or(self.text.as_deref());
+        let reasoning =
+            message.and_then(|m| m.reasoning_content.as_deref().or(m.reasoning.as_deref()));
+        (content, reasoning)
+    }
+}
+
+/// A stream chunk or a whole (non-streamed) response.
+#[derive(Debug, Deserialize)]
+pub(crate) struct Body<'a> {
+    #[serde(borrow, default)]
+    pub choices: Vec<Choice<'a>>,
+    #[serde(default)]
+    pub usage: Option<Usage>,
+    #[serde(borrow, default)]
+    pub error: Option<ErrorField<'a>>,
+}
+
+/// Splits a byte stream into lines without copying complete lines: only a
+/// partial line at the end of a network read is kept for the next one.
+#[derive(Debug, Default)]
+pub(crate) struct LineSplitter {
+    partial: Vec<u8>,
+}
+
+impl LineSplitter {
+    /// Calls `on_line` with every complete line of `chunk` (without its
+    /// `\n` or `\r\n`), stopping early when it returns `Ok(true)`.
+    pub fn feed<E>(
+        &mut self,
+        chunk: &[u8],
+        mut on_line: impl FnMut(&[u8]) -> Result<bool, E>,
+    ) -> Result<bool, E> {
+        let mut rest = chunk;
+        if !self.partial.is_empty() {
+            let Some(end) = rest.iter().position(|&b| b == b'\n') else {
+                self.partial.extend_from_slice(rest);
+                return Ok(false);
+            };
+            self.partial.extend_from_slice(&rest[..end]);
+            rest = &rest[end + 1..];
+            let line = std::mem::take(&mut self.partial);
+            let stop = on_line(trim_cr(&line))?;
+            self.partial = line;
+            self.partial.clear();
+            if stop {
+                return Ok(true);
+            }
+        }
+        while let Some(end) = rest.iter().position(|&b| b == b'\n') {
+            if on_line(trim_cr(&rest[..end]))? {
+                return Ok(true);
+            }
+            rest = &rest[end + 1..];
+        }
+        self.partial.extend_from_slice(rest);
+        Ok(false)
+    }
+
+    /// The bytes of an unfinished last line.
+    pub fn remainder(&self) -> &[u8] {
+        &self.partial
+    }
+}
+
+fn trim_cr(line: &[u8]) -> &[u8] {
+    line.strip_suffix(b"\r").unwrap_or(line)
+}
+
+/// The payload of an SSE `data:` line, or `None` for other lines
+/// (comments, `event:`, `id:`, blank separators).
+pub(crate) fn data_payload(line: &[u8]) -> Option<&[u8]> {
+    let rest = line.strip_prefix(b"data:")?;
+    Some(rest.strip_prefix(b" ").unwrap_or(rest))
+}
+
+/// An event that carried output text: when its bytes were read, and how
+/// many bytes of text (content and reasoning) it carried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct OutputEvent {
+    pub at: Instant,
+    pub text_bytes: u32,
+}
+
+/// Turns the events that carried output text into one timestamp per output
+/// token.
+///
+/// The rule, with `E` events and `U` output tokens from the server's usage:
+///
+/// * **`U == E`** (one token per event, the common case): each event's
+///   instant is its token's instant.
+/// * **`U > E`** (some events carry several tokens): the `U` tokens are
+///   apportioned to the events in proportion to the length of the text each
+///   carried (largest remainders, ties to the earlier event), at least one
+///   per event. The tokens of the first event all get its instant (they
+///   arrived together; the first of them defines TTFT). A later event
+///   carrying `k` tokens that arrived a gap `g` after the previous event
+///   gets its tokens at `g/k, 2g/k, …, g` after that event: each of them
+///   counts `g/k` towards inter-token latency, never one token for the whole
+///   gap, and the last lands on the event's own instant.
+/// * **`U < E`** (some events carry partial tokens): `U` of the instants are
+///   kept, evenly picked, always including the first and the last.
+/// * **`U` unknown** (no usage): one token per event.
+/// * **`E == 0`, `U > 0`** (a non-streamed response): every token gets the
+///   instant `fallback`, when the whole response arrived.
+///
+/// Whatever the split, the mean inter-token latency stays
+/// `(last − first) / (U − 1)`.
+pub(crate) fn token_timestamps(
+    events: &[OutputEvent],
+    usage_tokens: Option<u32>,
+    fallback: Instant,
+) -> (Vec<Timestamp>, u32) {
+    let clock = Clock::global();
+    let e = events.len();
+    let Some(u) = usage_tokens else {
+        let count = u32::try_from(e).unwrap_or(u32::MAX);
+        return (events.iter().map(|ev| clock.wall(ev.at)).collect(), count);
+    };
+    let n = u as usize;
+    if e == 0 {
+        return (vec![clock.wall(fallback); n], u);
+    }
+    if n == 0 {
+        return (Vec::new(), 0);
+    }
+    let mut out = Vec::with_capacity(n);
+    if n == e {
+        out.extend(events.iter().map(|ev| clock.wall(ev.at)));
+    } else if n > e {
+        let counts = apportion(events, n);
+        out.resize(counts[0], clock.wall(events[0].at));
+        for (pair, &k) in events.windows(2).zip(&counts[1..]) {
+            let gap = pair[1].at.saturating_duration_since(pair[0].at);
+            for m in 1..=k {
+                #[allow(clippy::cast_precision_loss)] // token counts are small.
+                let offset = gap.mul_f64(m as f64 / k as f64);
+                out.push(clock.wall(pair[0].at + offset));
+            }
+        }
+    } else if n == 1 {
+        out.push(clock.wall(events[0].at));
+    } else {
+        // Pick n of the e instants, evenly, first and last included.
+        for m in 0..n {
+            let index = (m * (e - 1) + (n - 1) / 2) / (n - 1);
+            out.push(clock.wall(events[index.min(e - 1)].at));
+        }
+    }
+    (out, u)
+}
+
+/// Shares `total` (at least the number of events) tokens out over the
+/// events in proportion to their text length, at least one each.
+fn apportion(events: &[OutputEvent], total: usize) -> Vec<usize> {
+    let weights: Vec<u128> = events
+        .iter()
+        .map(|ev| u128::from(ev.text_bytes.max(1)))
+        .collect();
+    let sum: u128 = weights.iter().sum();
+    let total_w = total as u128;
+    let mut counts: Vec<usize> = weights
+        .iter()
+        .map(|w| usize::try_from(total_w * w / sum).unwrap_or(total))
+        .collect();
+    let mut left = total.saturating_sub(counts.iter().sum());
+    if left > 0 {
+        let mut order: Vec<usize> = (0..events.len()).collect();
+        // Largest remainder first; the sort is stable, so ties go to the earlier event.
+        order.sort_by_key(|&i| std::cmp::Reverse(total_w * weights[i] % sum));
+        for &i in order.iter().cycle() {
+            if left == 0 {
+                break;
+            }
+            counts[i] += 1;
+            left -= 1;
+        }
+    }
+    // At least one token per event, taken from the largest counts.
+    for i in 0..counts.len() {
+        if counts[i] == 0 {
+            let Some(max) = (0..counts.len()).max_by_key(|&j| (counts[j], std::cmp::Reverse(j)))
+            else {
+                break;
+            };
+            if counts[max] > 1 {
+                counts[max] -= 1;
+                counts[i] = 1;
+            }
+        }
+    }
+    counts
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn ms(base: Instant, v: &[u64]) -> Vec<OutputEvent> {
+        weighted(base, &v.iter().map(|&m| (m, 1)).collect::<Vec<_>>())
+    }
+
+    fn weighted(base: Instant, v: &[(u64, u32)]) -> Vec<OutputEvent> {
+        v.iter()
+            .map(|&(m, text_bytes)| OutputEvent {
+                at: base + Duration::from_millis(m),
+                text_bytes,
+            })
+            .collect()
+    }
+
+    fn rel(base: Instant, ts: &[Timestamp]) -> Vec<f64> {
+        let b = Clock::global().wall(base);
+        ts.iter()
+            .map(|t| (t.secs_since(b) * 1e3 * 100.0).round() / 100.0)
+            .collect()
+    }
+
+    #[test]
+    fn one_token_per_event_keeps_every_instant() {
+        let base = Instant::now();
+        let (ts, n) = token_timestamps(&ms(base, &[10, 20, 30]), Some(3), base);
+        assert_eq!(n, 3);
+        assert_eq!(rel(base, &ts), vec![10.0, 20.0, 30.0]);
+    }
+
+    #[test]
+    fn events_with_several_tokens_split_their_gap_in_proportion_to_their_text() {
+        let base = Instant::now();
+        // Texts of 4, 4 and 1 units: 9 tokens split 4, 4, 1.
+        let events = weighted(base, &[(10, 20), (50, 20), (60, 5)]);
+        let (ts, n) = token_timestamps(&events, Some(9), base);
+        assert_eq!(n, 9);
+        assert_eq!(
+            rel(base, &ts),
+            vec![10.0, 10.0, 10.0, 10.0, 20.0, 30.0, 40.0, 50.0, 60.0]
+        );
+        // Equal texts: 7 tokens over 3 events -> 3, 2, 2 (the remainder to the earliest).
+        let (ts, _) = token_timestamps(&ms(base, &[10, 30, 50]), Some(7), base);
+        assert_eq!(
+            rel(base, &ts),
+            vec![10.0, 10.0, 10.0, 20.0, 30.0, 40.0, 50.0]
+        );
+    }
+
+    #[test]
+    fn every_event_keeps_at_least_one_token() {
+        let base = Instant::now();
+        let events = weighted(base, &[(0, 100), (10, 0), (20, 0)]);
+        let (ts, n) = token_timestamps(&events, Some(4), base);
+        assert_eq!(n, 4);
+        assert_eq!(rel(base, &ts), vec![0.0, 0.0, 10.0, 20.0]);
+    }
+
+    #[test]
+    fn fewer_tokens_than_events_keep_the_first_and_last_instants() {
+        let base = Instant::now();
+        let (ts, n) = token_timestamps(&ms(base, &[1, 2, 3, 4, 5]), Some(3), base);
+        assert_eq!(n, 3);
+        assert_eq!(rel(base, &ts), vec![1.0, 3.0, 5.0]);
+    }
+
+    #[test]
+    fn without_usage_each_event_is_a_token_and_without_events_the_response_instant_is_used() {
+        let base = Instant::now();
+        let (ts, n) = token_timestamps(&ms(base, &[5, 9]), None, base);
+        assert_eq!((n, ts.len()), (2, 2));
+        let end = base + Duration::from_millis(3);
+        let (ts, n) = token_timestamps(&[], Some(4), end);
+        assert_eq!(n, 4);
+        assert_eq!(rel(base, &ts), vec![3.0; 4]);
+    }
+
+    #[test]
+    fn lines_split_across_reads_are_joined() {
+        let mut s = LineSplitter::default();
+        let mut lines = Vec::new();
+        for chunk in [
+            &b"data: a"[..],
+            b"b\r\n\r\ndata: c\n",
+            b"\nda",
+            b"ta: [DONE]\n",
+        ] {
+            s.feed::<()>(chunk, |l| {
+                lines.push(String::from_utf8_lossy(l).into_owned());
+                Ok(false)
+            })
+            .expect("feed");
+        }
+        assert_eq!(lines, vec!["data: ab", "", "data: c", "", "data: [DONE]"]);
+        assert!(s.remainder().is_empty());
+        assert_eq!(data_payload(b"data: x"), Some(&b"x"[..]));
+        assert_eq!(data_payload(b"data:x"), Some(&b"x"[..]));
+        assert_eq!(data_payload(b": comment"), None);
+    }
+}

@@ -1,0 +1,505 @@
+//! The `openai_http` backend against the in-process mock server on loopback.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use guidebench_core::backend::Backend;
+use guidebench_core::options::parse_kind_args;
+use guidebench_core::request::{
+    ChatMessage, ContentPart, FinishReason, GenerationRequest, GenerationResponse, MediaSource,
+    RequestInput,
+};
+use guidebench_core::sampling::Sampling;
+use guidebench_openai::mock_server::{MockServer, MockServerConfig};
+use guidebench_openai::{OpenAiConfig, OpenAiError, OpenAiHttpBackend, RequestFormat, error_label};
+
+async fn server(config: MockServerConfig) -> MockServer {
+    MockServer::start(config).await.expect("mock server starts")
+}
+
+async fn backend(server: &MockServer, tweak: impl FnOnce(&mut OpenAiConfig)) -> OpenAiHttpBackend {
+    let mut config = OpenAiConfig::new(&server.url()).expect("config");
+    tweak(&mut config);
+    let backend = OpenAiHttpBackend::new(config);
+    backend.startup().await.expect("startup");
+    backend
+}
+
+fn request(id: u64, tokens: u32) -> GenerationRequest {
+    GenerationRequest::text(
+        id,
+        "one two three four five",
+        Sampling::fixed_length(tokens).expect("valid"),
+    )
+}
+
+fn gaps_ms(response: &GenerationResponse) -> Vec<f64> {
+    response.timings.itl_gaps().map(|g| g * 1e3).collect()
+}
+
+async fn failure(backend: &OpenAiHttpBackend, tokens: u32) -> guidebench_core::Error {
+    backend
+        .resolve(request(1, tokens))
+        .await
+        .expect_err("the request must fail")
+}
+
+#[tokio::test]
+async fn a_streamed_chat_request_returns_its_text_usage_and_one_timestamp_per_token() {
+    let mock = server(MockServerConfig::default()).await;
+    let b = backend(&mock, |_| {}).await;
+    let r = b.resolve(request(7, 5)).await.expect("served");
+    assert_eq!(r.id, 7);
+    assert_eq!(r.text, " the quick brown fox jumps");
+    assert_eq!(r.output_tokens, 5);
+    assert_eq!(r.prompt_tokens, 5, "the mock counts whitespace words");
+    assert_eq!(r.finish_reason, FinishReason::Length);
+    assert_eq!(r.timings.tokens.len(), 5);
+    assert!(r.timings.start <= r.timings.first_token());
+    assert!(r.timings.last_token() <= r.timings.end);
+    b.shutdown().await.expect("shutdown");
+    mock.shutdown().await.expect("mock shutdown");
+}
+
+#[tokio::test]
+async fn non_streamed_chat_and_text_requests_report_the_usage_counts() {
+    let mock = server(MockServerConfig::default()).await;
+    for format in [RequestFormat::Chat, RequestFormat::Text] {
+        let b = backend(&mock, |c| {
+            c.stream = false;
+            c.request_format = format;
+        })
+        .await;
+        let r = b.resolve(request(1, 4)).await.expect("served");
+        assert_eq!(r.text, " the quick brown fox", "{format:?}");
+        assert_eq!((r.output_tokens, r.prompt_tokens), (4, 5), "{format:?}");
+        assert_eq!(r.timings.tokens.len(), 4, "{format:?}");
+        b.shutdown().await.expect("shutdown");
+    }
+}
+
+#[tokio::test]
+async fn the_text_format_streams_from_the_completions_endpoint() {
+    let mock = server(MockServerConfig {
+        record_requests: true,
+        ..MockServerConfig::default()
+    })
+    .await;
+    let b = backend(&mock, |c| c.request_format = RequestFormat::Text).await;
+    let r = b.resolve(request(1, 3)).await.expect("served");
+    assert_eq!((r.text.as_str(), r.output_tokens), (" the quick brown", 3));
+    let recorded = mock.recorded();
+    assert_eq!(recorded[0].path, "/v1/completions");
+    assert_eq!(recorded[0].body["prompt"], "one two three four five");
+}
+
+#[tokio::test]
+async fn an_output_length_below_max_tokens_finishes_at_eos() {
+    let mock = server(MockServerConfig {
+        output_tokens: Some(3),
+        ..MockServerConfig::default()
+    })
+    .await;
+    let b = backend(&mock, |_| {}).await;
+    let r = b.resolve(request(1, 10)).await.expect("served");
+    assert_eq!((r.output_tokens, r.finish_reason), (3, FinishReason::Eos));
+}
+
+#[tokio::test]
+async fn events_carrying_several_tokens_are_counted_from_usage_and_share_their_gap() {
+    let mock = server(MockServerConfig {
+        itl: Duration::from_millis(10),
+        tokens_per_event: 4,
+        ..MockServerConfig::default()
+    })
+    .await;
+    let b = backend(&mock, |_| {}).await;
+    let r = b.resolve(request(1, 9)).await.expect("served");
+    // Events of 4, 4 and 1 tokens: usage says 9, not 3.
+    assert_eq!(r.output_tokens, 9);
+    assert_eq!(r.timings.tokens.len(), 9);
+    // The first event's 4 tokens share its instant; the second event's 4
+    // share its ~40 ms gap (~10 ms each); the last token its own ~10 ms gap.
+    let gaps = gaps_ms(&r);
+    assert!(gaps[..3].iter().all(|&g| g == 0.0), "gaps {gaps:?}");
+    assert!(
+        gaps[3..].iter().all(|&g| (8.0..30.0).contains(&g)),
+        "gaps {gaps:?}"
+    );
+}
+
+#[tokio::test]
+async fn reasoning_deltas_count_towards_ttft_and_output_tokens_but_not_the_text() {
+    let mock = server(MockServerConfig {
+        reasoning_tokens: 3,
+        itl: Duration::from_millis(20),
+        ..MockServerConfig::default()
+    })
+    .await;
+    let b = backend(&mock, |_| {}).await;
+    let r = b.resolve(request(1, 6)).await.expect("served");
+    assert_eq!(r.output_tokens, 6);
+    assert_eq!(r.timings.tokens.len(), 6);
+    assert_eq!(r.text, " fox jumps over", "only content is kept as text");
+    // The first token is the first reasoning delta, sent without delay.
+    // Content starts after three 20 ms gaps; the reasoning came first.
+    let ttft = r.timings.ttft().expect("ttft");
+    assert!(ttft < 0.05, "ttft {ttft}");
+}
+
+#[tokio::test]
+async fn an_error_status_fails_that_request_with_the_server_message_and_the_run_goes_on() {
+    let mock = server(MockServerConfig {
+        error_after: Some(1),
+        error_status: 503,
+        ..MockServerConfig::default()
+    })
+    .await;
+    let b = backend(&mock, |_| {}).await;
+    b.resolve(request(1, 2)).await.expect("the first is served");
+    let err = failure(&b, 2).await;
+    assert_eq!(
+        err.label(),
+        "http_status",
+        "core reports the backend's own label"
+    );
+    assert_eq!(error_label(&err), "http_status");
+    let message = err.to_string();
+    assert!(message.contains("503"), "{message}");
+    assert!(message.contains("injected error"), "{message}");
+    assert!(
+        message.contains(&format!("{}/v1/chat/completions", mock.url())),
+        "{message}"
+    );
+    let again = failure(&b, 2).await;
+    assert_eq!(error_label(&again), "http_status");
+}
+
+#[tokio::test]
+async fn malformed_json_fails_with_malformed_response_streamed_or_not() {
+    let mock = server(MockServerConfig {
+        malformed_rate: 1.0,
+        ..MockServerConfig::default()
+    })
+    .await;
+    for stream in [true, false] {
+        let b = backend(&mock, |c| c.stream = stream).await;
+        let err = failure(&b, 4).await;
+        assert_eq!(
+            error_label(&err),
+            "malformed_response",
+            "stream={stream}: {err}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_stream_ending_without_done_fails_with_stream_truncated() {
+    let mock = server(MockServerConfig {
+        truncate_rate: 1.0,
+        ..MockServerConfig::default()
+    })
+    .await;
+    let b = backend(&mock, |_| {}).await;
+    let err = failure(&b, 8).await;
+    assert_eq!(error_label(&err), "stream_truncated", "{err}");
+    assert!(err.to_string().contains("after 4 events"), "{err}");
+}
+
+#[tokio::test]
+async fn a_stalled_stream_fails_with_timeout_instead_of_hanging() {
+    let mock = server(MockServerConfig {
+        stall_rate: 1.0,
+        ..MockServerConfig::default()
+    })
+    .await;
+    for stream in [true, false] {
+        let b = backend(&mock, |c| {
+            c.stream = stream;
+            c.timeout = Duration::from_millis(200);
+        })
+        .await;
+        let started = std::time::Instant::now();
+        let err = failure(&b, 8).await;
+        assert_eq!(error_label(&err), "timeout", "stream={stream}: {err}");
+        assert!(started.elapsed() < Duration::from_secs(5));
+    }
+}
+
+#[tokio::test]
+async fn a_reset_connection_fails_with_connection_streamed_or_not() {
+    let mock = server(MockServerConfig {
+        reset_rate: 1.0,
+        ..MockServerConfig::default()
+    })
+    .await;
+    for stream in [true, false] {
+        let b = backend(&mock, |c| c.stream = stream).await;
+        let err = failure(&b, 8).await;
+        assert_eq!(error_label(&err), "connection", "stream={stream}: {err}");
+    }
+}
+
+#[tokio::test]
+async fn an_error_event_inside_a_stream_fails_with_server_error() {
+    // A one-off server that answers an SSE error event.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let task = tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (mut socket, _) = listener.accept().await.expect("accept");
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut seen = Vec::new();
+        while !String::from_utf8_lossy(&seen).contains("\r\n\r\n{") {
+            let n = socket.read(&mut buf).await.expect("read");
+            seen.extend_from_slice(&buf[..n]);
+        }
+        let body = "data: {\"error\":{\"message\":\"out of memory\"}}\n\n";
+        let response = format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        socket.write_all(response.as_bytes()).await.expect("write");
+    });
+    let mut config = OpenAiConfig::new(&format!("http://{addr}/v1")).expect("config");
+    config.model = Some("m".into());
+    let b = OpenAiHttpBackend::new(config);
+    b.startup().await.expect("startup");
+    let err = failure(&b, 2).await;
+    assert_eq!(error_label(&err), "server_error");
+    assert!(err.to_string().contains("out of memory"), "{err}");
+    task.await.expect("server task");
+}
+
+#[tokio::test]
+async fn shutdown_cancels_requests_still_in_flight_after_the_drain_timeout() {
+    let mock = server(MockServerConfig {
+        stall_rate: 1.0,
+        ..MockServerConfig::default()
+    })
+    .await;
+    let b = Arc::new(
+        backend(&mock, |c| {
+            c.drain_timeout = Duration::from_millis(50);
+            c.model = Some("mock-model".into());
+        })
+        .await,
+    );
+    let in_flight = {
+        let b = b.clone();
+        tokio::spawn(async move { b.resolve(request(1, 8)).await })
+    };
+    // Wait until the server has the request (no sleeps as synchronisation).
+    while mock.stats().requests == 0 {
+        tokio::task::yield_now().await;
+    }
+    tokio::time::timeout(Duration::from_secs(5), b.shutdown())
+        .await
+        .expect("shutdown does not hang")
+        .expect("shutdown");
+    let err = in_flight
+        .await
+        .expect("task")
+        .expect_err("cancelled at shutdown");
+    assert_eq!(err.label(), "shutting_down");
+    let err = b.resolve(request(2, 1)).await.expect_err("stopped");
+    assert_eq!(err.label(), "not_started");
+    // A fresh start works again.
+    b.startup().await.expect("restart");
+    mock.shutdown().await.expect("mock shutdown");
+}
+
+#[tokio::test]
+async fn shutdown_lets_requests_in_flight_finish_within_the_drain_timeout() {
+    let mock = server(MockServerConfig {
+        itl: Duration::from_millis(5),
+        ..MockServerConfig::default()
+    })
+    .await;
+    let b = Arc::new(backend(&mock, |c| c.model = Some("mock-model".into())).await);
+    let in_flight = {
+        let b = b.clone();
+        tokio::spawn(async move { b.resolve(request(1, 10)).await })
+    };
+    while mock.stats().requests == 0 {
+        tokio::task::yield_now().await;
+    }
+    b.shutdown().await.expect("shutdown");
+    let r = in_flight.await.expect("task").expect("finished");
+    assert_eq!(r.output_tokens, 10);
+}
+
+#[tokio::test]
+async fn a_request_before_startup_is_refused() {
+    let b = OpenAiHttpBackend::new(OpenAiConfig::new("http://127.0.0.1:9").expect("config"));
+    let err = b.resolve(request(1, 1)).await.expect_err("not started");
+    assert_eq!(err.label(), "not_started");
+}
+
+#[tokio::test]
+async fn validate_fails_with_a_message_naming_the_url_when_nothing_listens() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    drop(listener);
+    let b = OpenAiHttpBackend::new(OpenAiConfig::new(&format!("http://{addr}")).expect("config"));
+    b.startup().await.expect("startup");
+    let err = b.validate().await.expect_err("nothing listens");
+    assert_eq!(error_label(&err), "unreachable");
+    let message = err.to_string();
+    assert!(
+        message.contains(&format!("http://{addr}/health")),
+        "{message}"
+    );
+    assert!(
+        matches!(
+            OpenAiError::from_core(&err),
+            Some(OpenAiError::NotReady { .. })
+        ),
+        "{err:?}"
+    );
+}
+
+#[tokio::test]
+async fn validate_picks_the_first_listed_model_and_reports_it() {
+    let mock = server(MockServerConfig {
+        model: "served-model".into(),
+        record_requests: true,
+        ..MockServerConfig::default()
+    })
+    .await;
+    let b = backend(&mock, |_| {}).await;
+    let report = b.validate().await.expect("ready");
+    assert_eq!(report.info["model"], "served-model");
+    assert_eq!(report.load_time, None);
+    b.resolve(request(1, 1)).await.expect("served");
+    assert_eq!(mock.recorded()[0].body["model"], "served-model");
+}
+
+#[tokio::test]
+async fn requests_carry_ignore_eos_the_api_key_headers_and_extra_body() {
+    let mock = server(MockServerConfig {
+        record_requests: true,
+        ..MockServerConfig::default()
+    })
+    .await;
+    let b = backend(&mock, |c| {
+        c.api_key = Some("secret".into());
+        c.headers.push(("x-tenant".into(), "bench".into()));
+        c.extra_body.insert("priority".into(), serde_json::json!(2));
+    })
+    .await;
+    let messages = vec![ChatMessage {
+        role: "user".into(),
+        content: vec![
+            ContentPart::text("what is this?"),
+            ContentPart::Image {
+                source: MediaSource::Url("data:image/png;base64,AAAA".into()),
+            },
+        ],
+    }];
+    let chat = GenerationRequest::new(
+        1,
+        RequestInput::Chat(messages),
+        Sampling::fixed_length(2).expect("valid"),
+    );
+    let r = b.resolve(chat).await.expect("served");
+    assert_eq!(r.prompt_tokens, 3);
+    let recorded = mock.recorded();
+    let sent = &recorded[0];
+    let header = |name: &str| {
+        sent.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    };
+    assert_eq!(header("authorization"), Some("Bearer secret"));
+    assert_eq!(header("x-tenant"), Some("bench"));
+    assert_eq!(sent.body["ignore_eos"], true);
+    assert_eq!(sent.body["max_tokens"], 2);
+    assert_eq!(sent.body["priority"], 2);
+    assert_eq!(sent.body["stream_options"]["include_usage"], true);
+    assert_eq!(
+        sent.body["messages"][0]["content"][1]["image_url"]["url"],
+        "data:image/png;base64,AAAA"
+    );
+}
+
+#[tokio::test]
+async fn the_registered_kind_is_created_from_its_arguments() {
+    let mock = server(MockServerConfig::default()).await;
+    let args = parse_kind_args(&format!(
+        "kind=openai_http,target={}/v1,stream=false",
+        mock.url()
+    ))
+    .expect("parse");
+    let b = guidebench_core::registry::create_backend(args).expect("registered");
+    assert_eq!(b.kind(), "openai_http");
+    b.startup().await.expect("startup");
+    b.validate().await.expect("ready");
+    let r = b.resolve(request(1, 3)).await.expect("served");
+    assert_eq!(r.output_tokens, 3);
+    b.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test]
+async fn http2_requests_are_served_over_one_connection() {
+    let mock = server(MockServerConfig::default()).await;
+    let b = Arc::new(backend(&mock, |c| c.http2 = true).await);
+    let handles: Vec<_> = (0..16)
+        .map(|i| {
+            let b = b.clone();
+            tokio::spawn(async move { b.resolve(request(i, 4)).await })
+        })
+        .collect();
+    for h in handles {
+        assert_eq!(h.await.expect("task").expect("served").output_tokens, 4);
+    }
+    assert_eq!(mock.stats().connections, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_requests_share_the_connection_pool() {
+    let mock = server(MockServerConfig::default()).await;
+    let b = Arc::new(backend(&mock, |_| {}).await);
+    for round in 0..3 {
+        let handles: Vec<_> = (0..32)
+            .map(|i| {
+                let b = b.clone();
+                tokio::spawn(async move { b.resolve(request(round * 100 + i, 8)).await })
+            })
+            .collect();
+        for h in handles {
+            h.await.expect("task").expect("served");
+        }
+    }
+    let stats = mock.stats();
+    assert_eq!(stats.requests, 96);
+    assert!(stats.connections <= 32, "{stats:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn measured_ttft_and_itl_match_the_mock_configuration() {
+    let mock = server(MockServerConfig {
+        ttft: Duration::from_millis(80),
+        itl: Duration::from_millis(15),
+        ..MockServerConfig::default()
+    })
+    .await;
+    for format in [RequestFormat::Chat, RequestFormat::Text] {
+        let b = backend(&mock, |c| {
+            c.model = Some("mock-model".into());
+            c.request_format = format;
+        })
+        .await;
+        let r = b.resolve(request(1, 12)).await.expect("served");
+        assert_eq!(r.timings.tokens.len(), 12);
+        let ttft = r.timings.ttft().expect("ttft") * 1e3;
+        let itl = r.timings.itl_mean().expect("itl") * 1e3;
+        assert!((78.0..160.0).contains(&ttft), "{format:?}: ttft {ttft} ms");
+        assert!((13.0..35.0).contains(&itl), "{format:?}: itl {itl} ms");
+    }
+}

@@ -1,0 +1,246 @@
+//! The live progress display, and keeping engine output off it.
+//!
+//! While the display is on screen, the process's standard output and
+//! standard error (descriptors 1 and 2, which native libraries write to
+//! directly) go to a log file, and the display draws on a saved handle to
+//! the terminal. Both are restored when it ends.
+
+use std::fs::File;
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use guidebench_core::request::RequestRecord;
+use guidebench_core::runner::Observer;
+use guidebench_core::stdio::StdioRedirect;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle, TermLike};
+
+/// The saved terminal, as indicatif sees it.
+#[derive(Debug)]
+struct Terminal {
+    file: File,
+    width: u16,
+}
+
+impl Terminal {
+    fn write(&self, text: &str) -> std::io::Result<()> {
+        (&self.file).write_all(text.as_bytes())
+    }
+}
+
+impl TermLike for Terminal {
+    fn width(&self) -> u16 {
+        self.width
+    }
+
+    fn move_cursor_up(&self, n: usize) -> std::io::Result<()> {
+        if n > 0 {
+            self.write(&format!("\x1b[{n}A"))
+        } else {
+            Ok(())
+        }
+    }
+
+    fn move_cursor_down(&self, n: usize) -> std::io::Result<()> {
+        if n > 0 {
+            self.write(&format!("\x1b[{n}B"))
+        } else {
+            Ok(())
+        }
+    }
+
+    fn move_cursor_right(&self, n: usize) -> std::io::Result<()> {
+        if n > 0 {
+            self.write(&format!("\x1b[{n}C"))
+        } else {
+            Ok(())
+        }
+    }
+
+    fn move_cursor_left(&self, n: usize) -> std::io::Result<()> {
+        if n > 0 {
+            self.write(&format!("\x1b[{n}D"))
+        } else {
+            Ok(())
+        }
+    }
+
+    fn write_line(&self, s: &str) -> std::io::Result<()> {
+        self.write(&format!("{s}\n"))
+    }
+
+    fn write_str(&self, s: &str) -> std::io::Result<()> {
+        self.write(s)
+    }
+
+    fn clear_line(&self) -> std::io::Result<()> {
+        self.write("\r\x1b[2K")
+    }
+
+    fn flush(&self) -> std::io::Result<()> {
+        (&self.file).flush()
+    }
+}
+
+/// Counters of the benchmark in progress.
+#[derive(Debug, Default)]
+pub struct Counters {
+    sent: AtomicU64,
+    done: AtomicU64,
+    errors: AtomicU64,
+    output_tokens: AtomicU64,
+}
+
+/// Where progress goes: a live bar on the terminal, or nothing.
+pub struct Display {
+    live: Option<Live>,
+    counters: Arc<Counters>,
+}
+
+struct Live {
+    redirect: StdioRedirect,
+    log_path: PathBuf,
+    target: Terminal,
+    bar: Option<ProgressBar>,
+}
+
+/// Observes a benchmark for the display.
+pub struct DisplayObserver {
+    counters: Arc<Counters>,
+    bar: Option<ProgressBar>,
+}
+
+impl Observer for DisplayObserver {
+    fn on_send(&self) {
+        self.counters.sent.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn on_record(&self, record: &RequestRecord) {
+        let c = &self.counters;
+        c.done.fetch_add(1, Ordering::Relaxed);
+        if record.error.is_some() {
+            c.errors.fetch_add(1, Ordering::Relaxed);
+        }
+        c.output_tokens
+            .fetch_add(u64::from(record.output_tokens), Ordering::Relaxed);
+        if let Some(bar) = &self.bar {
+            bar.set_position(c.done.load(Ordering::Relaxed));
+            let secs = bar.elapsed().as_secs_f64().max(1e-9);
+            #[allow(clippy::cast_precision_loss)] // a display.
+            let rate = c.output_tokens.load(Ordering::Relaxed) as f64 / secs;
+            bar.set_message(format!(
+                "{} errors · {:.0} output tok/s",
+                c.errors.load(Ordering::Relaxed),
+                rate
+            ));
+        }
+    }
+}
+
+impl Display {
+    /// A live display if `enabled` and the terminal can take one; else quiet.
+    pub fn start(enabled: bool) -> Display {
+        let counters = Arc::new(Counters::default());
+        if !enabled {
+            return Display {
+                live: None,
+                counters,
+            };
+        }
+        let log_path = std::env::temp_dir().join(format!("guidebench-{}.log", std::process::id()));
+        let live = File::create(&log_path).ok().and_then(|log| {
+            let redirect = StdioRedirect::to_file(&log).ok()?;
+            let file = redirect.terminal().ok()?;
+            let width = std::env::var("COLUMNS")
+                .ok()
+                .and_then(|c| c.parse().ok())
+                .unwrap_or(100);
+            Some(Live {
+                redirect,
+                log_path: log_path.clone(),
+                target: Terminal { file, width },
+                bar: None,
+            })
+        });
+        Display { live, counters }
+    }
+
+    /// Shows a phase without a count (loading the model, ...).
+    pub fn phase(&mut self, message: &str) {
+        if let Some(live) = &mut self.live {
+            let bar = ProgressBar::with_draw_target(None, draw_target(&live.target));
+            bar.set_style(
+                ProgressStyle::with_template("{spinner} {msg} {elapsed}")
+                    .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+            );
+            bar.set_message(message.to_owned());
+            bar.enable_steady_tick(Duration::from_millis(120));
+            if let Some(old) = live.bar.replace(bar) {
+                old.finish_and_clear();
+            }
+        }
+    }
+
+    /// Starts a benchmark's bar; the observer updates it.
+    pub fn benchmark(&mut self, name: &str, total: Option<u64>) -> DisplayObserver {
+        self.counters = Arc::new(Counters::default());
+        let bar = self.live.as_mut().map(|live| {
+            let bar = ProgressBar::with_draw_target(total, draw_target(&live.target));
+            let template = if total.is_some() {
+                "{prefix} [{bar:30}] {pos}/{len} requests · {msg} · {elapsed}"
+            } else {
+                "{prefix} {pos} requests · {msg} · {elapsed}"
+            };
+            bar.set_style(
+                ProgressStyle::with_template(template)
+                    .unwrap_or_else(|_| ProgressStyle::default_bar())
+                    .progress_chars("=> "),
+            );
+            bar.set_prefix(name.to_owned());
+            bar.enable_steady_tick(Duration::from_millis(200));
+            if let Some(old) = live.bar.replace(bar.clone()) {
+                old.finish_and_clear();
+            }
+            bar
+        });
+        DisplayObserver {
+            counters: Arc::clone(&self.counters),
+            bar,
+        }
+    }
+
+    /// Ends the display: restores the terminal and says where engine output went.
+    pub fn finish(self) {
+        if let Some(live) = self.live {
+            if let Some(bar) = live.bar {
+                bar.finish_and_clear();
+            }
+            drop(live.target);
+            drop(live.redirect);
+            match std::fs::metadata(&live.log_path) {
+                Ok(meta) if meta.len() > 0 => {
+                    eprintln!("engine output was written to {}", live.log_path.display());
+                }
+                _ => {
+                    let _ = std::fs::remove_file(&live.log_path);
+                }
+            }
+        }
+    }
+}
+
+/// A draw target on the saved terminal; each bar gets its own handle to it.
+fn draw_target(terminal: &Terminal) -> ProgressDrawTarget {
+    match terminal.file.try_clone() {
+        Ok(file) => ProgressDrawTarget::term_like_with_hz(
+            Box::new(Terminal {
+                file,
+                width: terminal.width,
+            }),
+            10,
+        ),
+        Err(_) => ProgressDrawTarget::hidden(),
+    }
+}

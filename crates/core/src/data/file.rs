@@ -1,0 +1,1027 @@
+//! `--data kind=file`: prompts from a local JSONL, JSON or CSV file.
+//!
+//! The file is read and checked when the source is built, so a bad file
+//! fails before the benchmark starts; items are then handed out in file
+//! order.
+//!
+//! Columns are mapped by name, with defaults:
+//!
+//! * the prompt: `prompt_column`, or the first present of `prompt`, `text`,
+//!   `input`, `question`, `instruction`, `content`. A JSON field (or a CSV
+//!   cell holding JSON) may also be a list of chat messages
+//!   (`[{"role": "user", "content": "..."}]`, content as text or as a list
+//!   of OpenAI-style parts), which gives a [`RequestInput::Chat`];
+//! * the output length: `output_tokens_column`, or the first present of
+//!   `output_tokens`, `output_tokens_count`, `max_tokens`;
+//! * the prompt length: `prompt_tokens_column`, or the first present of
+//!   `prompt_tokens`, `prompt_tokens_count`; without one, text prompts are
+//!   counted through the tokenizer;
+//! * `image_column`, `audio_column`: a file path (relative to the data
+//!   file's folder), an `http(s)` URL or a `data:` URL, or a JSON list of
+//!   several. The item becomes a chat with one user message holding the
+//!   text, then the media;
+//! * `system_column`: a system message put first.
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde_json::{Map, Value};
+
+use super::{DataItem, DataSource, string_option, u32_option};
+use crate::options::{OptionSpec, OptionType};
+use crate::request::{ChatMessage, ContentPart, MediaSource, RequestInput};
+use crate::tokenizer::Tokenizer;
+use crate::{Error, Result};
+
+/// The name of this data kind.
+pub(super) const KIND: &str = "file";
+
+/// The formats a data file may have.
+const FORMATS: &[&str] = &["jsonl", "json", "csv"];
+
+/// The options of `--data kind=file`.
+pub const FILE_OPTIONS: &[OptionSpec] = &[
+    OptionSpec::optional("path", OptionType::String, "the data file").required(),
+    OptionSpec::optional(
+        "format",
+        OptionType::Choice(FORMATS),
+        "the file's format (default: from the extension)",
+    ),
+    OptionSpec::optional(
+        "prompt_column",
+        OptionType::String,
+        "the prompt's column (text or a list of chat messages)",
+    )
+    .with_default("prompt|text|input|question|instruction|content"),
+    OptionSpec::optional(
+        "output_tokens_column",
+        OptionType::String,
+        "the column of how many tokens to generate",
+    )
+    .with_default("output_tokens|output_tokens_count|max_tokens"),
+    OptionSpec::optional(
+        "prompt_tokens_column",
+        OptionType::String,
+        "the column of the prompt's token count (default: counted by the tokenizer)",
+    )
+    .with_default("prompt_tokens|prompt_tokens_count"),
+    OptionSpec::optional(
+        "image_column",
+        OptionType::String,
+        "a column of image paths or URLs (one, or a JSON list)",
+    ),
+    OptionSpec::optional(
+        "audio_column",
+        OptionType::String,
+        "a column of audio paths or URLs (one, or a JSON list)",
+    ),
+    OptionSpec::optional(
+        "system_column",
+        OptionType::String,
+        "a column of system prompts",
+    ),
+    OptionSpec::optional(
+        "count",
+        OptionType::Int,
+        "how many items to use, from the top (default: all)",
+    ),
+];
+
+const PROMPT_COLUMNS: &[&str] = &[
+    "prompt",
+    "text",
+    "input",
+    "question",
+    "instruction",
+    "content",
+];
+const OUTPUT_TOKENS_COLUMNS: &[&str] = &["output_tokens", "output_tokens_count", "max_tokens"];
+const PROMPT_TOKENS_COLUMNS: &[&str] = &["prompt_tokens", "prompt_tokens_count"];
+
+/// A data file's format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Format {
+    /// One JSON object per line.
+    Jsonl,
+    /// A JSON list of objects.
+    Json,
+    /// Comma-separated values with a header row.
+    Csv,
+}
+
+/// One record of the file, with where it is for error messages.
+#[derive(Debug)]
+struct Row {
+    /// `line 3` or `item 2`.
+    location: String,
+    /// The record's fields.
+    fields: Map<String, Value>,
+    /// Whether the values are CSV text (JSON is then looked for in cells).
+    csv: bool,
+}
+
+/// The columns used, resolved against the file's columns.
+#[derive(Debug, Default)]
+struct Columns {
+    prompt: String,
+    output_tokens: Option<String>,
+    prompt_tokens: Option<String>,
+    image: Option<String>,
+    audio: Option<String>,
+    system: Option<String>,
+}
+
+/// `--data kind=file`: the items of a local JSONL, JSON or CSV file, in order.
+pub struct FileSource {
+    items: VecDeque<DataItem>,
+    tokenizer: Arc<dyn Tokenizer>,
+}
+
+impl std::fmt::Debug for FileSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FileSource")
+            .field("items", &self.items)
+            .finish_non_exhaustive()
+    }
+}
+
+impl FileSource {
+    /// The source described by checked options (see [`FILE_OPTIONS`]).
+    pub(super) fn from_options(
+        context: &str,
+        options: &Map<String, Value>,
+        tokenizer: Arc<dyn Tokenizer>,
+    ) -> Result<Self> {
+        let path = string_option(options, "path").ok_or_else(|| Error::MissingOption {
+            context: context.to_string(),
+            key: "path".to_string(),
+        })?;
+        let path = Path::new(path);
+        let format = match string_option(options, "format") {
+            Some("jsonl") => Format::Jsonl,
+            Some("json") => Format::Json,
+            Some("csv") => Format::Csv,
+            _ => format_of(path)?,
+        };
+        let count = u32_option(context, options, "count", 0)?.map(|n| n as usize);
+        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+        let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
+        let (mut rows, present) = match format {
+            Format::Jsonl => read_jsonl(path, text)?,
+            Format::Json => read_json(path, text)?,
+            Format::Csv => read_csv(path, text)?,
+        };
+        if let Some(count) = count {
+            rows.truncate(count);
+        }
+
+        let find = |key: &str, defaults: &[&str]| -> Result<Option<String>> {
+            match string_option(options, key) {
+                Some(column) if present.iter().any(|c| c == column) => Ok(Some(column.to_string())),
+                Some(column) => Err(Error::InvalidOption {
+                    context: context.to_string(),
+                    key: key.to_string(),
+                    reason: format!(
+                        "column `{column}` is not in `{}`; columns present: {}",
+                        path.display(),
+                        list(&present)
+                    ),
+                }),
+                None => Ok(defaults
+                    .iter()
+                    .find(|d| present.iter().any(|c| c == *d))
+                    .map(|d| (*d).to_string())),
+            }
+        };
+        let prompt = find("prompt_column", PROMPT_COLUMNS)?.ok_or_else(|| {
+            Error::Config(format!(
+                "{context}: `{}` has no prompt column: none of {} is present; columns present: \
+                 {}; name the column with prompt_column=NAME",
+                path.display(),
+                PROMPT_COLUMNS.join(", "),
+                list(&present)
+            ))
+        })?;
+        let columns = Columns {
+            prompt,
+            output_tokens: find("output_tokens_column", OUTPUT_TOKENS_COLUMNS)?,
+            prompt_tokens: find("prompt_tokens_column", PROMPT_TOKENS_COLUMNS)?,
+            image: find("image_column", &[])?,
+            audio: find("audio_column", &[])?,
+            system: find("system_column", &[])?,
+        };
+
+        let base = path.parent().unwrap_or(Path::new(""));
+        let items = rows
+            .iter()
+            .map(|row| {
+                item_from_row(row, &columns, base).map_err(|reason| {
+                    Error::Config(format!("{}, {}: {reason}", path.display(), row.location))
+                })
+            })
+            .collect::<Result<VecDeque<_>>>()?;
+        Ok(FileSource { items, tokenizer })
+    }
+}
+
+impl DataSource for FileSource {
+    fn next_item(&mut self) -> Result<Option<DataItem>> {
+        let Some(mut item) = self.items.pop_front() else {
+            return Ok(None);
+        };
+        if item.prompt_tokens.is_none()
+            && let RequestInput::Text(text) = &item.input
+        {
+            item.prompt_tokens =
+                Some(u32::try_from(self.tokenizer.count(text)?).unwrap_or(u32::MAX));
+        }
+        Ok(Some(item))
+    }
+
+    fn len_hint(&self) -> Option<usize> {
+        Some(self.items.len())
+    }
+}
+
+/// The format named by the file's extension.
+fn format_of(path: &Path) -> Result<Format> {
+    let extension = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .map(str::to_ascii_lowercase);
+    match extension.as_deref() {
+        Some("jsonl" | "ndjson") => Ok(Format::Jsonl),
+        Some("json") => Ok(Format::Json),
+        Some("csv") => Ok(Format::Csv),
+        _ => Err(Error::Config(format!(
+            "cannot tell the format of data file `{}` from its extension; \
+             name it .jsonl, .json or .csv, or set format={}",
+            path.display(),
+            FORMATS.join("|")
+        ))),
+    }
+}
+
+/// Column names for messages, in order.
+fn list(columns: &[String]) -> String {
+    if columns.is_empty() {
+        "none".to_string()
+    } else {
+        columns.join(", ")
+    }
+}
+
+/// Adds the keys of `fields` not seen yet to `present`, in order.
+fn note_columns(present: &mut Vec<String>, fields: &Map<String, Value>) {
+    for key in fields.keys() {
+        if !present.contains(key) {
+            present.push(key.clone());
+        }
+    }
+}
+
+/// Reads one JSON object per non-blank line.
+fn read_jsonl(path: &Path, text: &str) -> Result<(Vec<Row>, Vec<String>)> {
+    let mut rows = Vec::new();
+    let mut present = Vec::new();
+    for (index, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let location = format!("line {}", index + 1);
+        let value: Value = serde_json::from_str(line).map_err(|source| Error::Json {
+            context: format!("`{}`, {location}", path.display()),
+            source,
+        })?;
+        let Value::Object(fields) = value else {
+            return Err(Error::Config(format!(
+                "{}, {location}: expected a JSON object",
+                path.display()
+            )));
+        };
+        note_columns(&mut present, &fields);
+        rows.push(Row {
+            location,
+            fields,
+            csv: false,
+        });
+    }
+    Ok((rows, present))
+}
+
+/// Reads a JSON list of objects (or an object whose only field is one).
+fn read_json(path: &Path, text: &str) -> Result<(Vec<Row>, Vec<String>)> {
+    let value: Value = serde_json::from_str(text).map_err(|source| Error::Json {
+        context: format!("`{}`", path.display()),
+        source,
+    })?;
+    let list = match value {
+        Value::Array(list) => list,
+        Value::Object(mut object) if object.len() == 1 => match object.values_mut().next() {
+            Some(Value::Array(list)) => std::mem::take(list),
+            _ => Vec::new(),
+        },
+        _ => {
+            return Err(Error::Config(format!(
+                "{}: expected a JSON list of objects",
+                path.display()
+            )));
+        }
+    };
+    let mut rows = Vec::new();
+    let mut present = Vec::new();
+    for (index, value) in list.into_iter().enumerate() {
+        let location = format!("item {}", index + 1);
+        let Value::Object(fields) = value else {
+            return Err(Error::Config(format!(
+                "{}, {location}: expected a JSON object",
+                path.display()
+            )));
+        };
+        note_columns(&mut present, &fields);
+        rows.push(Row {
+            location,
+            fields,
+            csv: false,
+        });
+    }
+    Ok((rows, present))
+}
+
+/// Reads a CSV file with a header row; every cell is text.
+fn read_csv(path: &Path, text: &str) -> Result<(Vec<Row>, Vec<String>)> {
+    let mut reader = csv::ReaderBuilder::new()
+        .has_headers(true)
+        .from_reader(text.as_bytes());
+    let bad = |e: csv::Error| {
+        let line = e
+            .position()
+            .map(|p| format!(", line {}", p.line()))
+            .unwrap_or_default();
+        Error::Config(format!("{}{line}: invalid CSV: {e}", path.display()))
+    };
+    let headers: Vec<String> = reader
+        .headers()
+        .map_err(bad)?
+        .iter()
+        .map(|h| h.trim().to_string())
+        .collect();
+    let mut rows = Vec::new();
+    for record in reader.records() {
+        let record = record.map_err(bad)?;
+        let line = record.position().map_or(rows.len() + 2, |p| {
+            usize::try_from(p.line()).unwrap_or(usize::MAX)
+        });
+        let fields = headers
+            .iter()
+            .zip(record.iter())
+            .map(|(h, v)| (h.clone(), Value::String(v.to_string())))
+            .collect();
+        rows.push(Row {
+            location: format!("line {line}"),
+            fields,
+            csv: true,
+        });
+    }
+    Ok((rows, headers))
+}
+
+/// A CSV cell that holds JSON of the wanted shape, parsed; otherwise `None`.
+fn json_in_cell(text: &str) -> Option<Value> {
+    let trimmed = text.trim_start();
+    if trimmed.starts_with('[') || trimmed.starts_with('{') {
+        serde_json::from_str(trimmed).ok()
+    } else {
+        None
+    }
+}
+
+/// Builds one item; the error is the reason, without the location.
+fn item_from_row(
+    row: &Row,
+    columns: &Columns,
+    base: &Path,
+) -> std::result::Result<DataItem, String> {
+    let field = |column: &Option<String>| {
+        column
+            .as_ref()
+            .and_then(|c| row.fields.get(c))
+            .filter(|v| !(v.is_null() || (row.csv && v.as_str().is_some_and(str::is_empty))))
+    };
+
+    let prompt = row
+        .fields
+        .get(&columns.prompt)
+        .filter(|v| !v.is_null())
+        .ok_or_else(|| {
+            let mut present: Vec<String> = row.fields.keys().cloned().collect();
+            present.sort();
+            format!(
+                "no value in column `{}`; columns present: {}",
+                columns.prompt,
+                list(&present)
+            )
+        })?;
+    let column = &columns.prompt;
+    let mut input = match prompt {
+        Value::String(text) if row.csv => match json_in_cell(text) {
+            Some(Value::Array(messages)) if looks_like_chat(&messages) => RequestInput::Chat(
+                chat(&messages, base).map_err(|e| format!("column `{column}`: {e}"))?,
+            ),
+            _ => RequestInput::Text(text.clone()),
+        },
+        Value::String(text) => RequestInput::Text(text.clone()),
+        Value::Array(messages) => {
+            RequestInput::Chat(chat(messages, base).map_err(|e| format!("column `{column}`: {e}"))?)
+        }
+        Value::Object(_) => RequestInput::Chat(
+            chat(std::slice::from_ref(prompt), base)
+                .map_err(|e| format!("column `{column}`: {e}"))?,
+        ),
+        Value::Number(n) => RequestInput::Text(n.to_string()),
+        other => {
+            return Err(format!(
+                "column `{column}`: expected text or a list of chat messages, got {other}"
+            ));
+        }
+    };
+
+    let mut media = Vec::new();
+    for (column, image) in [(&columns.image, true), (&columns.audio, false)] {
+        if let Some(value) = field(column) {
+            let name = column.as_deref().unwrap_or_default();
+            for source in
+                media_sources(value, row.csv, base).map_err(|e| format!("column `{name}`: {e}"))?
+            {
+                media.push(if image {
+                    ContentPart::Image { source }
+                } else {
+                    ContentPart::Audio { source }
+                });
+            }
+        }
+    }
+    let system = match field(&columns.system) {
+        None => None,
+        Some(Value::String(text)) => Some(text.clone()),
+        Some(other) => {
+            return Err(format!(
+                "column `{}`: expected text, got {other}",
+                columns.system.as_deref().unwrap_or_default()
+            ));
+        }
+    };
+
+    if !media.is_empty() || system.is_some() {
+        let mut messages = match input {
+            RequestInput::Text(text) => vec![ChatMessage::text("user", text)],
+            RequestInput::Chat(messages) => messages,
+        };
+        if !media.is_empty() {
+            match messages.iter_mut().rev().find(|m| m.role == "user") {
+                Some(user) => user.content.extend(media),
+                None => messages.push(ChatMessage {
+                    role: "user".to_string(),
+                    content: media,
+                }),
+            }
+        }
+        if let Some(system) = system {
+            messages.insert(0, ChatMessage::text("system", system));
+        }
+        input = RequestInput::Chat(messages);
+    }
+
+    let count = |column: &Option<String>| -> std::result::Result<Option<u32>, String> {
+        let Some(value) = field(column) else {
+            return Ok(None);
+        };
+        let name = column.as_deref().unwrap_or_default();
+        token_count(value).map(Some).ok_or_else(|| {
+            format!("column `{name}`: expected a positive whole number, got {value}")
+        })
+    };
+    Ok(DataItem {
+        input,
+        prompt_tokens: count(&columns.prompt_tokens)?,
+        output_tokens: count(&columns.output_tokens)?,
+    })
+}
+
+/// A positive token count from a number or numeric text.
+fn token_count(value: &Value) -> Option<u32> {
+    let n = match value {
+        Value::Number(n) => n.as_u64().or_else(|| {
+            n.as_f64()
+                .filter(|f| f.fract() == 0.0 && *f >= 0.0 && *f <= f64::from(u32::MAX))
+                .map(|f| f as u64)
+        }),
+        Value::String(s) => s.trim().parse::<u64>().ok(),
+        _ => None,
+    }?;
+    u32::try_from(n).ok().filter(|n| *n > 0)
+}
+
+/// Whether a list looks like chat messages: objects with a `role`.
+fn looks_like_chat(list: &[Value]) -> bool {
+    !list.is_empty()
+        && list
+            .iter()
+            .all(|m| m.as_object().is_some_and(|m| m.contains_key("role")))
+}
+
+/// Chat messages from JSON: `{"role": ..., "content": text | [parts]}`.
+fn chat(messages: &[Value], base: &Path) -> std::result::Result<Vec<ChatMessage>, String> {
+    messages
+        .iter()
+        .enumerate()
+        .map(|(index, message)| {
+            let at = |reason: String| format!("message {}: {reason}", index + 1);
+            let object = message.as_object().ok_or_else(|| {
+                at(format!(
+                    "expected an object with `role` and `content`, got {message}"
+                ))
+            })?;
+            let role = object
+                .get("role")
+                .and_then(Value::as_str)
+                .ok_or_else(|| at("expected a text `role`".to_string()))?;
+            let content = match object.get("content") {
+                None | Some(Value::Null) => Vec::new(),
+                Some(Value::String(text)) => vec![ContentPart::text(text.clone())],
+                Some(Value::Array(parts)) => parts
+                    .iter()
+                    .map(|part| content_part(part, base))
+                    .collect::<std::result::Result<_, _>>()
+                    .map_err(at)?,
+                Some(other) => {
+                    return Err(at(format!(
+                        "expected text or a list of parts as `content`, got {other}"
+                    )));
+                }
+            };
+            Ok(ChatMessage {
+                role: role.to_string(),
+                content,
+            })
+        })
+        .collect()
+}
+
+/// One OpenAI-style content part: `text`, `image_url`, `image`,
+/// `audio_url`, `audio` or `input_audio` (base64 data and a format).
+fn content_part(part: &Value, base: &Path) -> std::result::Result<ContentPart, String> {
+    if let Value::String(text) = part {
+        return Ok(ContentPart::text(text.clone()));
+    }
+    let kind = part.get("type").and_then(Value::as_str).unwrap_or_default();
+    // The location of a media part: `{"image_url": {"url": ...}}`,
+    // `{"image_url": "..."}`, or `{"url": ...}` / `{"path": ...}`.
+    let location = |field: &str| {
+        let inner = part.get(field);
+        inner
+            .and_then(|v| v.get("url"))
+            .or(inner)
+            .or_else(|| part.get("url"))
+            .or_else(|| part.get("path"))
+            .and_then(Value::as_str)
+            .map(|s| media_source(s, base))
+            .ok_or_else(|| format!("a `{kind}` part needs a `{field}` or `url`, got {part}"))
+    };
+    match kind {
+        "text" => part
+            .get("text")
+            .and_then(Value::as_str)
+            .map(ContentPart::text)
+            .ok_or_else(|| format!("a `text` part needs a text `text`, got {part}")),
+        "image_url" => Ok(ContentPart::Image {
+            source: location("image_url")?,
+        }),
+        "image" => Ok(ContentPart::Image {
+            source: location("image")?,
+        }),
+        "audio_url" => Ok(ContentPart::Audio {
+            source: location("audio_url")?,
+        }),
+        "audio" => Ok(ContentPart::Audio {
+            source: location("audio")?,
+        }),
+        "input_audio" => {
+            let audio = part.get("input_audio");
+            let data = audio.and_then(|a| a.get("data")).and_then(Value::as_str);
+            let format = audio
+                .and_then(|a| a.get("format"))
+                .and_then(Value::as_str)
+                .unwrap_or("wav");
+            data.map(|data| ContentPart::Audio {
+                source: MediaSource::Url(format!("data:audio/{format};base64,{data}")),
+            })
+            .ok_or_else(|| format!("an `input_audio` part needs `input_audio.data`, got {part}"))
+        }
+        other => Err(format!(
+            "unknown content part type `{other}`; expected text, image_url, image, audio_url, audio or input_audio"
+        )),
+    }
+}
+
+/// The media of a cell: one location, or a list of them.
+fn media_sources(
+    value: &Value,
+    csv: bool,
+    base: &Path,
+) -> std::result::Result<Vec<MediaSource>, String> {
+    let parsed;
+    let value = match value {
+        Value::String(text) if csv => match json_in_cell(text) {
+            Some(list @ Value::Array(_)) => {
+                parsed = list;
+                &parsed
+            }
+            _ => value,
+        },
+        _ => value,
+    };
+    match value {
+        Value::String(location) => Ok(vec![media_source(location, base)]),
+        Value::Array(list) => list
+            .iter()
+            .map(|item| {
+                item.as_str()
+                    .map(|location| media_source(location, base))
+                    .ok_or_else(|| format!("expected a path or URL, got {item}"))
+            })
+            .collect(),
+        other => Err(format!(
+            "expected a path, a URL or a list of them, got {other}"
+        )),
+    }
+}
+
+/// A URL (`http://`, `https://`, `data:`) as it is; anything else is a path,
+/// relative to `base` unless absolute (`file://` is stripped).
+fn media_source(location: &str, base: &Path) -> MediaSource {
+    let location = location.trim();
+    let lower = location.get(..8).unwrap_or(location).to_ascii_lowercase();
+    if lower.starts_with("http://") || lower.starts_with("https://") || lower.starts_with("data:") {
+        return MediaSource::Url(location.to_string());
+    }
+    let path = PathBuf::from(location.strip_prefix("file://").unwrap_or(location));
+    if path.is_absolute() {
+        MediaSource::Path(path)
+    } else {
+        MediaSource::Path(base.join(path))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::data::testing::ByteTokenizer;
+    use crate::options::{check_options, parse_kind_args};
+
+    fn write(dir: &Path, name: &str, content: &str) -> PathBuf {
+        let path = dir.join(name);
+        std::fs::write(&path, content).expect("write");
+        path
+    }
+
+    fn open(path: &Path, extra: &str) -> Result<FileSource> {
+        let input = format!("kind=file,path=\"{}\"{extra}", path.display());
+        let args = parse_kind_args(&input).expect("parses");
+        let mut options = args.options;
+        check_options(KIND, &[FILE_OPTIONS], &mut options)?;
+        FileSource::from_options("data file", &options, Arc::new(ByteTokenizer::default()))
+    }
+
+    fn all(source: &mut FileSource) -> Vec<DataItem> {
+        let mut items = Vec::new();
+        while let Some(item) = source.next_item().expect("item") {
+            items.push(item);
+        }
+        items
+    }
+
+    fn text(text: &str, prompt_tokens: Option<u32>, output_tokens: Option<u32>) -> DataItem {
+        DataItem {
+            input: RequestInput::Text(text.to_string()),
+            prompt_tokens,
+            output_tokens,
+        }
+    }
+
+    fn error_of(result: Result<FileSource>) -> String {
+        match result {
+            Err(e) => e.to_string(),
+            Ok(source) => panic!("should fail, got {source:?}"),
+        }
+    }
+
+    #[test]
+    fn a_jsonl_file_parses_in_order() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = write(
+            dir.path(),
+            "data.jsonl",
+            "{\"prompt\": \"hello\", \"output_tokens\": 5}\n\n{\"prompt\": \"bye now\", \"output_tokens\": \"7\"}\n{\"prompt\": \"x\"}\n",
+        );
+        let mut source = open(&path, "").expect("source");
+        assert_eq!(source.len_hint(), Some(3));
+        assert_eq!(
+            all(&mut source),
+            vec![
+                text("hello", Some(5), Some(5)),
+                text("bye now", Some(7), Some(7)),
+                text("x", Some(1), None),
+            ]
+        );
+        assert_eq!(source.len_hint(), Some(0));
+    }
+
+    #[test]
+    fn a_json_list_parses() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = write(
+            dir.path(),
+            "data.json",
+            r#"[{"question": "why?", "max_tokens": 3, "prompt_tokens": 40}, {"question": "how?"}]"#,
+        );
+        assert_eq!(
+            all(&mut open(&path, "").expect("source")),
+            vec![text("why?", Some(40), Some(3)), text("how?", Some(4), None)]
+        );
+        let wrapped = write(
+            dir.path(),
+            "wrapped.json",
+            r#"{"data": [{"text": "one"}, {"text": "two"}]}"#,
+        );
+        assert_eq!(all(&mut open(&wrapped, "").expect("source")).len(), 2);
+    }
+
+    #[test]
+    fn a_csv_file_parses_with_quoted_cells() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = write(
+            dir.path(),
+            "data.csv",
+            "\u{feff}id,text,output_tokens_count\n1,\"a, b and c\",4\n2,plain,\n",
+        );
+        assert_eq!(
+            all(&mut open(&path, "").expect("source")),
+            vec![
+                text("a, b and c", Some(10), Some(4)),
+                text("plain", Some(5), None),
+            ]
+        );
+    }
+
+    #[test]
+    fn the_format_option_overrides_the_extension() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = write(dir.path(), "data.txt", "{\"prompt\": \"hi\"}\n");
+        let message = error_of(open(&path, ""));
+        assert!(message.contains("format=jsonl|json|csv"), "{message}");
+        assert_eq!(
+            all(&mut open(&path, ",format=jsonl").expect("source")),
+            vec![text("hi", Some(2), None)]
+        );
+    }
+
+    #[test]
+    fn column_mapping_overrides_the_defaults() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = write(
+            dir.path(),
+            "data.jsonl",
+            r#"{"prompt": "default", "q": "mapped", "output_tokens": 1, "n": 9, "len": 123}"#,
+        );
+        assert_eq!(
+            all(&mut open(&path, "").expect("source")),
+            vec![text("default", Some(7), Some(1))]
+        );
+        assert_eq!(
+            all(&mut open(
+                &path,
+                ",prompt_column=q,output_tokens_column=n,prompt_tokens_column=len"
+            )
+            .expect("source")),
+            vec![text("mapped", Some(123), Some(9))]
+        );
+    }
+
+    #[test]
+    fn a_missing_column_names_it_and_lists_the_columns_present() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = write(dir.path(), "data.csv", "query,answer\nwhy,because\n");
+        let message = error_of(open(&path, ",prompt_column=prompt"));
+        assert!(message.contains("`prompt`"), "{message}");
+        assert!(message.contains("query, answer"), "{message}");
+
+        let message = error_of(open(&path, ""));
+        assert!(message.contains("no prompt column"), "{message}");
+        assert!(message.contains("query, answer"), "{message}");
+        assert!(message.contains("prompt_column"), "{message}");
+
+        let message = error_of(open(&path, ",prompt_column=query,image_column=picture"));
+        assert!(message.contains("`picture`"), "{message}");
+        assert!(message.contains("query, answer"), "{message}");
+    }
+
+    #[test]
+    fn a_row_without_the_prompt_says_which_line() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = write(
+            dir.path(),
+            "data.jsonl",
+            "{\"prompt\": \"a\"}\n{\"other\": 1}\n",
+        );
+        let message = error_of(open(&path, ""));
+        assert!(message.contains("line 2"), "{message}");
+        assert!(message.contains("`prompt`"), "{message}");
+        assert!(message.contains("other"), "{message}");
+    }
+
+    #[test]
+    fn a_missing_file_names_the_path() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("absent.jsonl");
+        let message = error_of(open(&path, ""));
+        assert!(message.contains(&path.display().to_string()), "{message}");
+    }
+
+    #[test]
+    fn a_bad_line_says_which_line() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = write(
+            dir.path(),
+            "data.jsonl",
+            "{\"prompt\": \"a\"}\n{\"prompt\": \"b\"}\n{\"prompt\": oops}\n",
+        );
+        let message = error_of(open(&path, ""));
+        assert!(message.contains("line 3"), "{message}");
+
+        let path = write(dir.path(), "list.jsonl", "{\"prompt\": \"a\"}\n[1, 2]\n");
+        let message = error_of(open(&path, ""));
+        assert!(message.contains("line 2"), "{message}");
+
+        let path = write(
+            dir.path(),
+            "tokens.csv",
+            "prompt,output_tokens\na,1\nb,many\n",
+        );
+        let message = error_of(open(&path, ""));
+        assert!(message.contains("line 3"), "{message}");
+        assert!(message.contains("output_tokens"), "{message}");
+    }
+
+    #[test]
+    fn count_limits_the_items() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = write(
+            dir.path(),
+            "data.jsonl",
+            "{\"prompt\": \"a\"}\n{\"prompt\": \"b\"}\n{\"prompt\": \"c\"}\n{\"bad\": 1}\n",
+        );
+        let items = all(&mut open(&path, ",count=2").expect("source"));
+        assert_eq!(
+            items,
+            vec![text("a", Some(1), None), text("b", Some(1), None)]
+        );
+    }
+
+    #[test]
+    fn chat_messages_in_a_field_give_a_chat() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = write(
+            dir.path(),
+            "chat.jsonl",
+            concat!(
+                r#"{"messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": [{"type": "text", "text": "what is this?"}, {"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}}]}], "output_tokens": 8}"#,
+                "\n"
+            ),
+        );
+        let items = all(&mut open(&path, ",prompt_column=messages").expect("source"));
+        assert_eq!(items.len(), 1);
+        assert_eq!(items[0].output_tokens, Some(8));
+        assert_eq!(items[0].prompt_tokens, None);
+        assert_eq!(
+            items[0].input,
+            RequestInput::Chat(vec![
+                ChatMessage::text("system", "be brief"),
+                ChatMessage {
+                    role: "user".to_string(),
+                    content: vec![
+                        ContentPart::text("what is this?"),
+                        ContentPart::Image {
+                            source: MediaSource::Url("https://example.com/cat.png".to_string()),
+                        },
+                    ],
+                },
+            ])
+        );
+
+        let csv = write(
+            dir.path(),
+            "chat.csv",
+            "prompt\n\"[{\"\"role\"\": \"\"user\"\", \"\"content\"\": \"\"hi\"\"}]\"\n[not json\n",
+        );
+        let items = all(&mut open(&csv, "").expect("source"));
+        assert_eq!(
+            items[0].input,
+            RequestInput::Chat(vec![ChatMessage::text("user", "hi")])
+        );
+        assert_eq!(items[1].input, RequestInput::Text("[not json".to_string()));
+    }
+
+    #[test]
+    fn an_image_column_gives_a_chat_with_the_image_resolved_against_the_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = write(
+            dir.path(),
+            "images.jsonl",
+            concat!(
+                r#"{"prompt": "describe", "image": "pics/cat.png"}"#,
+                "\n",
+                r#"{"prompt": "no image", "image": null}"#,
+                "\n",
+                r#"{"prompt": "two", "image": ["/abs/a.png", "https://x.org/b.png"]}"#,
+                "\n"
+            ),
+        );
+        let items = all(&mut open(&path, ",image_column=image").expect("source"));
+        assert_eq!(
+            items[0].input,
+            RequestInput::Chat(vec![ChatMessage {
+                role: "user".to_string(),
+                content: vec![
+                    ContentPart::text("describe"),
+                    ContentPart::Image {
+                        source: MediaSource::Path(dir.path().join("pics/cat.png")),
+                    },
+                ],
+            }])
+        );
+        assert_eq!(items[1].input, RequestInput::Text("no image".to_string()));
+        let RequestInput::Chat(messages) = &items[2].input else {
+            panic!("expected a chat, got {:?}", items[2].input);
+        };
+        assert_eq!(
+            messages[0].content[1..],
+            [
+                ContentPart::Image {
+                    source: MediaSource::Path(PathBuf::from("/abs/a.png")),
+                },
+                ContentPart::Image {
+                    source: MediaSource::Url("https://x.org/b.png".to_string()),
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn a_data_url_is_kept_as_a_url() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = write(
+            dir.path(),
+            "audio.csv",
+            "text,clip,sys\nlisten,\"data:audio/wav;base64,UklGRg==\",you transcribe\n",
+        );
+        let items = all(&mut open(&path, ",audio_column=clip,system_column=sys").expect("source"));
+        assert_eq!(
+            items[0].input,
+            RequestInput::Chat(vec![
+                ChatMessage::text("system", "you transcribe"),
+                ChatMessage {
+                    role: "user".to_string(),
+                    content: vec![
+                        ContentPart::text("listen"),
+                        ContentPart::Audio {
+                            source: MediaSource::Url("data:audio/wav;base64,UklGRg==".to_string()),
+                        },
+                    ],
+                },
+            ])
+        );
+    }
+
+    #[test]
+    fn a_csv_cell_may_list_several_images() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = write(
+            dir.path(),
+            "multi.csv",
+            "prompt,images\ncompare,\"[\"\"a.png\"\", \"\"b.png\"\"]\"\n",
+        );
+        let items = all(&mut open(&path, ",image_column=images").expect("source"));
+        let RequestInput::Chat(messages) = &items[0].input else {
+            panic!("expected a chat");
+        };
+        assert_eq!(messages[0].content.len(), 3);
+        assert_eq!(
+            messages[0].content[2],
+            ContentPart::Image {
+                source: MediaSource::Path(dir.path().join("b.png")),
+            }
+        );
+    }
+}

@@ -1,0 +1,227 @@
+//! Benchmark data sources: what `--data kind=NAME,key=value,...` builds.
+//!
+//! A [`DataSource`] yields [`DataItem`]s one at a time until it is exhausted.
+//! [`create_source`] builds one from a parsed argument; [`DATA_KINDS`] lists
+//! every kind with its option schema, for help output.
+//!
+//! Two kinds exist:
+//!
+//! * `synthetic_text` ([`SyntheticTextSource`]): reproducible prompts of
+//!   exact token counts through the model's tokenizer;
+//! * `file` ([`FileSource`]): a local JSONL, JSON or CSV file with column
+//!   mapping, chat conversations and image and audio columns.
+
+use std::sync::Arc;
+
+use serde_json::{Map, Value};
+
+use crate::options::{KindArgs, OptionSpec, check_options};
+use crate::request::RequestInput;
+use crate::tokenizer::Tokenizer;
+use crate::{Error, Result};
+
+pub mod file;
+pub mod synthetic;
+#[cfg(test)]
+mod testing;
+
+pub use file::{FILE_OPTIONS, FileSource};
+pub use synthetic::{SYNTHETIC_TEXT_OPTIONS, SyntheticText, SyntheticTextSource};
+
+/// One item of benchmark data.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DataItem {
+    /// The prompt or conversation.
+    pub input: RequestInput,
+    /// The prompt's token count, when known: through the tokenizer, without
+    /// special tokens and before any chat template is applied.
+    pub prompt_tokens: Option<u32>,
+    /// How many tokens to generate, when the data says.
+    pub output_tokens: Option<u32>,
+}
+
+/// A source of benchmark items.
+pub trait DataSource: Send {
+    /// The next item; `Ok(None)` once the source is exhausted.
+    ///
+    /// # Errors
+    ///
+    /// When the item cannot be built (a tokenizer failure, for instance).
+    fn next_item(&mut self) -> Result<Option<DataItem>>;
+
+    /// How many items are left, when known.
+    fn len_hint(&self) -> Option<usize> {
+        None
+    }
+}
+
+/// The option schema of each data kind, for help output.
+pub const DATA_KINDS: &[(&str, &[OptionSpec])] = &[
+    (synthetic::KIND, SYNTHETIC_TEXT_OPTIONS),
+    (file::KIND, FILE_OPTIONS),
+];
+
+/// Builds a source from a `--data kind=NAME,...` argument.
+///
+/// The options are checked against the kind's schema first. `tokenizer` is
+/// the model's: synthetic prompts are cut to exact counts through it, and
+/// file prompts are counted with it. `default_seed` seeds sources whose
+/// `seed` option is absent.
+///
+/// # Errors
+///
+/// * [`Error::UnknownName`] for an unknown kind, listing the known kinds;
+/// * [`Error::UnknownOption`], [`Error::InvalidOption`] and
+///   [`Error::MissingOption`] for options that do not fit the kind;
+/// * whatever the kind reports while loading (a missing file, a bad line).
+pub fn create_source(
+    args: KindArgs,
+    tokenizer: Arc<dyn Tokenizer>,
+    default_seed: u64,
+) -> Result<Box<dyn DataSource>> {
+    let KindArgs { kind, mut options } = args;
+    let Some((name, specs)) = DATA_KINDS.iter().find(|(name, _)| *name == kind) else {
+        let mut available: Vec<String> = DATA_KINDS.iter().map(|(n, _)| (*n).to_string()).collect();
+        available.sort();
+        return Err(Error::UnknownName {
+            what: "data kind",
+            name: kind,
+            available,
+        });
+    };
+    let context = format!("data {name}");
+    check_options(&context, &[specs], &mut options)?;
+    match *name {
+        synthetic::KIND => Ok(Box::new(SyntheticTextSource::from_options(
+            &context,
+            &options,
+            tokenizer,
+            default_seed,
+        )?)),
+        _ => Ok(Box::new(FileSource::from_options(
+            &context, &options, tokenizer,
+        )?)),
+    }
+}
+
+/// Reads an integer option, checked by [`check_options`], within `min..=max`.
+fn int_option(
+    context: &str,
+    options: &Map<String, Value>,
+    key: &str,
+    min: i64,
+    max: i64,
+) -> Result<Option<i64>> {
+    let Some(value) = options.get(key) else {
+        return Ok(None);
+    };
+    let invalid = |reason: String| Error::InvalidOption {
+        context: context.to_string(),
+        key: key.to_string(),
+        reason,
+    };
+    let n = value
+        .as_i64()
+        .ok_or_else(|| invalid(format!("{value} is out of range")))?;
+    if n < min {
+        return Err(invalid(format!("must be at least {min}, got {n}")));
+    }
+    if n > max {
+        return Err(invalid(format!("must be at most {max}, got {n}")));
+    }
+    Ok(Some(n))
+}
+
+/// Reads a `u32` option, checked by [`check_options`], of at least `min`.
+fn u32_option(
+    context: &str,
+    options: &Map<String, Value>,
+    key: &str,
+    min: u32,
+) -> Result<Option<u32>> {
+    Ok(
+        int_option(context, options, key, i64::from(min), i64::from(u32::MAX))?
+            .and_then(|n| u32::try_from(n).ok()),
+    )
+}
+
+/// Reads a text option, checked by [`check_options`].
+fn string_option<'a>(options: &'a Map<String, Value>, key: &str) -> Option<&'a str> {
+    options.get(key).and_then(Value::as_str)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::data::testing::ByteTokenizer;
+    use crate::options::parse_kind_args;
+
+    fn create(input: &str) -> Result<Box<dyn DataSource>> {
+        let args = parse_kind_args(input).expect("parses");
+        create_source(args, Arc::new(ByteTokenizer::default()), 7)
+    }
+
+    #[test]
+    fn an_unknown_kind_lists_the_known_kinds() {
+        let err = create("kind=emulated,prompt_tokens=5")
+            .err()
+            .expect("unknown kind");
+        let message = err.to_string();
+        assert!(matches!(err, Error::UnknownName { .. }), "{message}");
+        assert!(message.contains("emulated"), "{message}");
+        assert!(message.contains("file"), "{message}");
+        assert!(message.contains("synthetic_text"), "{message}");
+    }
+
+    #[test]
+    fn a_wrong_option_key_lists_the_valid_keys() {
+        let err = create("kind=synthetic_text,prompt_tokens=5,output_tokens=2,promt_tokens_max=9")
+            .err()
+            .expect("wrong key");
+        let message = err.to_string();
+        assert!(matches!(err, Error::UnknownOption { .. }), "{message}");
+        assert!(message.contains("promt_tokens_max"), "{message}");
+        assert!(message.contains("prompt_tokens_max"), "{message}");
+        assert!(message.contains("prefix_tokens"), "{message}");
+    }
+
+    #[test]
+    fn a_missing_required_option_is_named() {
+        let err = create("kind=synthetic_text,prompt_tokens=5")
+            .err()
+            .expect("missing");
+        assert!(
+            matches!(&err, Error::MissingOption { key, .. } if key == "output_tokens"),
+            "{err}"
+        );
+        let err = create("kind=file").err().expect("missing path");
+        assert!(
+            matches!(&err, Error::MissingOption { key, .. } if key == "path"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn every_kind_is_documented_with_its_options() {
+        for (kind, specs) in DATA_KINDS {
+            assert!(!specs.is_empty(), "{kind}");
+            for spec in *specs {
+                assert!(!spec.description.is_empty(), "{kind}.{}", spec.name);
+            }
+        }
+    }
+
+    #[test]
+    fn a_synthetic_source_is_built_from_a_kind_argument() {
+        let mut source =
+            create("kind=synthetic_text,prompt_tokens=12,output_tokens=3,count=2").expect("source");
+        assert_eq!(source.len_hint(), Some(2));
+        let item = source.next_item().expect("item").expect("some");
+        assert_eq!(item.prompt_tokens, Some(12));
+        assert_eq!(item.output_tokens, Some(3));
+        match item.input {
+            RequestInput::Text(text) => assert_eq!(text.len(), 12, "{text:?}"),
+            other => panic!("expected text, got {other:?}"),
+        }
+    }
+}

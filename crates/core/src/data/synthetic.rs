@@ -1,0 +1,863 @@
+//! Synthetic prompts of exact token counts through a model's tokenizer.
+//!
+//! The text is made of pronounceable pseudo-words in sentences, from a
+//! seeded generator: no corpus is bundled, and the same seed gives the same
+//! prompts. One long text (the corpus) is generated and encoded once; each
+//! prompt is a window of its token ids at a seeded offset (moved to the
+//! start of a word where the tokenizer shows one, and not reused while
+//! fresh offsets remain, so that prompts do not share prefixes a prefix
+//! cache could reuse), decoded, and counted again. Decoding a window and
+//! encoding it again can merge tokens across its ends, so the window's end
+//! is moved until the text counts exactly as asked; this costs one decode
+//! and one encode of the prompt per attempt, and one attempt is almost
+//! always enough. The corpus grows (and is encoded again) when prompts
+//! longer than a quarter of it are asked for, or when a quarter of its
+//! offsets are used.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use rand::{RngExt, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde_json::{Map, Value};
+
+use super::{DataItem, DataSource, int_option, u32_option};
+use crate::options::{OptionSpec, OptionType};
+use crate::request::RequestInput;
+use crate::tokenizer::Tokenizer;
+use crate::{Error, Result};
+
+/// The name of this data kind.
+pub(super) const KIND: &str = "synthetic_text";
+
+/// The options of `--data kind=synthetic_text`.
+pub const SYNTHETIC_TEXT_OPTIONS: &[OptionSpec] = &[
+    OptionSpec::optional(
+        "prompt_tokens",
+        OptionType::Int,
+        "mean prompt length in tokens, not counting prefix_tokens",
+    )
+    .required(),
+    OptionSpec::optional(
+        "prompt_tokens_stdev",
+        OptionType::Float,
+        "standard deviation of the prompt length (normal distribution)",
+    )
+    .with_default("0"),
+    OptionSpec::optional(
+        "prompt_tokens_min",
+        OptionType::Int,
+        "shortest prompt length in tokens",
+    )
+    .with_default("1"),
+    OptionSpec::optional(
+        "prompt_tokens_max",
+        OptionType::Int,
+        "longest prompt length in tokens",
+    ),
+    OptionSpec::optional(
+        "output_tokens",
+        OptionType::Int,
+        "mean number of tokens to generate",
+    )
+    .required(),
+    OptionSpec::optional(
+        "output_tokens_stdev",
+        OptionType::Float,
+        "standard deviation of the output length (normal distribution)",
+    )
+    .with_default("0"),
+    OptionSpec::optional(
+        "output_tokens_min",
+        OptionType::Int,
+        "fewest tokens to generate",
+    )
+    .with_default("1"),
+    OptionSpec::optional(
+        "output_tokens_max",
+        OptionType::Int,
+        "most tokens to generate",
+    ),
+    OptionSpec::optional(
+        "prefix_tokens",
+        OptionType::Int,
+        "a prefix of this many tokens shared by every prompt, added to prompt_tokens",
+    )
+    .with_default("0"),
+    OptionSpec::optional(
+        "count",
+        OptionType::Int,
+        "how many prompts to generate (unlimited when absent)",
+    ),
+    OptionSpec::optional(
+        "seed",
+        OptionType::Int,
+        "seed of the text and lengths (default: the run's seed)",
+    ),
+];
+
+const ONSETS: [&str; 16] = [
+    "b", "c", "d", "f", "g", "l", "m", "n", "p", "r", "s", "t", "v", "st", "tr", "pl",
+];
+const VOWELS: [&str; 8] = ["a", "e", "i", "o", "u", "ai", "ea", "ou"];
+const CODAS: [&str; 8] = ["", "n", "r", "s", "t", "l", "nd", "st"];
+
+/// The corpus holds at least this many tokens, so that prompts rarely start
+/// at the same offset (which a prefix cache would reward).
+const MIN_CORPUS_TOKENS: usize = 16_384;
+/// The corpus holds at least this many times the longest window asked for.
+const CORPUS_WINDOWS: usize = 4;
+/// Offsets tried per prompt before settling for the closest count.
+const OFFSET_ATTEMPTS: usize = 8;
+/// End adjustments tried per offset.
+const END_ATTEMPTS: usize = 6;
+/// Draws per offset to find one not used yet.
+const FRESH_OFFSET_DRAWS: usize = 8;
+
+/// Pseudo-word text and its token ids, grown on demand, and the window
+/// search that cuts exact prompts out of it.
+#[derive(Debug)]
+struct Corpus {
+    /// Generates the words of the text.
+    words: ChaCha8Rng,
+    /// Draws window offsets.
+    offsets: ChaCha8Rng,
+    /// The text so far.
+    text: String,
+    /// The token ids of `text`, without special tokens.
+    ids: Vec<u32>,
+    /// Offsets already used as the start of a window.
+    used: HashSet<usize>,
+}
+
+impl Corpus {
+    fn new(seed: u64) -> Self {
+        Corpus {
+            words: ChaCha8Rng::seed_from_u64(seed),
+            // A different stream of the same seed.
+            offsets: ChaCha8Rng::seed_from_u64(seed ^ 0x9E37_79B9_7F4A_7C15),
+            text: String::new(),
+            ids: Vec::new(),
+            used: HashSet::new(),
+        }
+    }
+
+    fn word(&mut self) -> String {
+        let syllables = self.words.random_range(1..=3);
+        let mut word = String::new();
+        for _ in 0..syllables {
+            word.push_str(ONSETS[self.words.random_range(0..ONSETS.len())]);
+            word.push_str(VOWELS[self.words.random_range(0..VOWELS.len())]);
+            word.push_str(CODAS[self.words.random_range(0..CODAS.len())]);
+        }
+        word
+    }
+
+    /// Appends one sentence: 4 to 14 words, capitalised, a comma now and
+    /// then, a full stop.
+    fn push_sentence(&mut self) {
+        let words = self.words.random_range(4..=14);
+        if !self.text.is_empty() {
+            self.text.push(' ');
+        }
+        for i in 0..words {
+            let word = self.word();
+            if i == 0 {
+                let mut chars = word.chars();
+                if let Some(first) = chars.next() {
+                    self.text.extend(first.to_uppercase());
+                    self.text.push_str(chars.as_str());
+                }
+            } else {
+                self.text.push(' ');
+                self.text.push_str(&word);
+            }
+            if i + 1 < words && self.words.random_range(0..10) == 0 {
+                self.text.push(',');
+            }
+        }
+        self.text.push('.');
+    }
+
+    /// Grows the text until it encodes to at least `tokens` tokens.
+    fn ensure(&mut self, tokenizer: &dyn Tokenizer, tokens: usize) -> Result<()> {
+        while self.ids.len() < tokens {
+            // About four bytes per token at first, then the ratio seen so
+            // far with a margin; at least doubling, so growth is amortised.
+            let estimate = if self.ids.is_empty() {
+                tokens.saturating_mul(4)
+            } else {
+                self.text.len().saturating_mul(tokens).saturating_mul(11) / (self.ids.len() * 10)
+            };
+            let target = estimate.max(self.text.len() * 2).max(1024);
+            while self.text.len() < target {
+                self.push_sentence();
+            }
+            let before = self.ids.len();
+            self.ids = tokenizer.encode(&self.text, false)?;
+            if self.ids.len() <= before {
+                return Err(Error::Tokenizer(
+                    "the tokenizer produced no more tokens for a longer text".to_string(),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// A start offset for a window of `len` tokens, at a word start where
+    /// the tokenizer shows one, and preferably not used before.
+    fn offset(&mut self, tokenizer: &dyn Tokenizer, len: usize) -> Result<usize> {
+        let last = self.ids.len().saturating_sub(len);
+        let mut offset = 0;
+        for _ in 0..FRESH_OFFSET_DRAWS {
+            let drawn = self.offsets.random_range(0..=last);
+            offset = self.word_start(tokenizer, drawn)?;
+            if !self.used.contains(&offset) {
+                break;
+            }
+        }
+        self.used.insert(offset);
+        Ok(offset)
+    }
+
+    /// The first offset from `start` (at most 8 tokens on) whose token
+    /// decodes to text starting with a space, so that windows start at a
+    /// word where the tokenizer shows it; `start` itself otherwise.
+    fn word_start(&self, tokenizer: &dyn Tokenizer, start: usize) -> Result<usize> {
+        for offset in start..(start + 8).min(self.ids.len()) {
+            if tokenizer
+                .decode(&self.ids[offset..=offset], true)?
+                .starts_with(' ')
+            {
+                return Ok(offset);
+            }
+        }
+        Ok(start)
+    }
+
+    /// A text of `prefix` (which counts `prefix_count` tokens), a space and
+    /// a window of the corpus, that counts `prefix_count + tokens` tokens if
+    /// any window found does; otherwise the closest found. Returns the text
+    /// and its count.
+    fn prompt(
+        &mut self,
+        tokenizer: &dyn Tokenizer,
+        prefix: &str,
+        prefix_count: usize,
+        tokens: usize,
+    ) -> Result<(String, usize)> {
+        if tokens == 0 {
+            return Ok((prefix.to_string(), prefix_count));
+        }
+        let slack = 16 + tokens / 8;
+        let window = tokens + slack;
+        self.ensure(
+            tokenizer,
+            MIN_CORPUS_TOKENS.max(window.saturating_mul(CORPUS_WINDOWS)),
+        )?;
+        // Keep offsets mostly fresh: grow once a quarter of them are used
+        // (about half of the word starts, with typical tokenizers).
+        let offsets = self.ids.len() - window;
+        if self.used.len() > offsets / 4 {
+            self.ensure(tokenizer, self.ids.len() * 2)?;
+        }
+
+        let target = prefix_count + tokens;
+        let mut best: Option<(usize, String, usize)> = None;
+        for _ in 0..OFFSET_ATTEMPTS {
+            let start = self.offset(tokenizer, window)?;
+            let mut end = start + tokens;
+            let mut tried = HashSet::new();
+            for _ in 0..END_ATTEMPTS {
+                if !tried.insert(end) {
+                    break;
+                }
+                let body = tokenizer.decode(&self.ids[start..end], true)?;
+                let body = body.trim();
+                let text = if prefix.is_empty() {
+                    body.to_string()
+                } else {
+                    format!("{prefix} {body}")
+                };
+                let count = tokenizer.count(&text)?;
+                if count == target {
+                    return Ok((text, count));
+                }
+                let off = count.abs_diff(target);
+                if best.as_ref().is_none_or(|(b, _, _)| off < *b) {
+                    best = Some((off, text, count));
+                }
+                // Move the end by the difference, within the corpus.
+                end = if count < target {
+                    (end + (target - count)).min(self.ids.len())
+                } else {
+                    end.saturating_sub(count - target).max(start + 1)
+                };
+            }
+        }
+        Ok(best
+            .map(|(_, text, count)| (text, count))
+            .unwrap_or_else(|| (prefix.to_string(), prefix_count)))
+    }
+}
+
+/// Generates reproducible prompt text of an exact token count.
+///
+/// The text is made of pronounceable pseudo-words from a seeded generator,
+/// so no corpus is bundled and the same seed gives the same prompts.
+pub struct SyntheticText<'a> {
+    tokenizer: &'a dyn Tokenizer,
+    corpus: Corpus,
+}
+
+impl std::fmt::Debug for SyntheticText<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SyntheticText").finish_non_exhaustive()
+    }
+}
+
+impl<'a> SyntheticText<'a> {
+    /// A generator over `tokenizer`, seeded with `seed`.
+    pub fn new(tokenizer: &'a dyn Tokenizer, seed: u64) -> Self {
+        SyntheticText {
+            tokenizer,
+            corpus: Corpus::new(seed),
+        }
+    }
+
+    /// A prompt of `tokens` tokens (without special tokens). Exact whenever
+    /// the tokenizer allows a cut at that length, which byte-level and BPE
+    /// tokenizers do; otherwise the closest count found.
+    ///
+    /// # Errors
+    ///
+    /// When the tokenizer fails.
+    pub fn prompt(&mut self, tokens: usize) -> Result<String> {
+        Ok(self.corpus.prompt(self.tokenizer, "", 0, tokens)?.0)
+    }
+}
+
+/// A length distribution: a normal distribution clamped to `[min, max]`
+/// and rounded.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LengthDistribution {
+    /// The mean.
+    pub mean: f64,
+    /// The standard deviation; 0 gives the mean (clamped) every time.
+    pub stdev: f64,
+    /// The smallest length.
+    pub min: u32,
+    /// The largest length.
+    pub max: u32,
+}
+
+impl LengthDistribution {
+    /// Draws one length.
+    pub fn sample<R: rand::Rng + ?Sized>(&self, rng: &mut R) -> u32 {
+        let value = if self.stdev > 0.0 {
+            // Box–Muller; `1 - u` is in (0, 1], so the logarithm is finite.
+            let u1: f64 = 1.0 - rng.random::<f64>();
+            let u2: f64 = rng.random::<f64>();
+            let normal = (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos();
+            self.mean + self.stdev * normal
+        } else {
+            self.mean
+        };
+        let clamped = value
+            .round()
+            .clamp(f64::from(self.min), f64::from(self.max));
+        // In [min, max] after the clamp, so the cast is exact.
+        clamped as u32
+    }
+
+    /// Reads `{name}`, `{name}_stdev`, `{name}_min` and `{name}_max` from
+    /// checked options.
+    fn from_options(context: &str, options: &Map<String, Value>, name: &str) -> Result<Self> {
+        let key = |suffix: &str| format!("{name}{suffix}");
+        let invalid = |key: String, reason: String| Error::InvalidOption {
+            context: context.to_string(),
+            key,
+            reason,
+        };
+        let mean = u32_option(context, options, name, 1)?.ok_or_else(|| Error::MissingOption {
+            context: context.to_string(),
+            key: name.to_string(),
+        })?;
+        let stdev = match options.get(&key("_stdev")) {
+            None => 0.0,
+            Some(value) => {
+                let stdev = value.as_f64().unwrap_or(f64::NAN);
+                if !(stdev.is_finite() && stdev >= 0.0) {
+                    return Err(invalid(
+                        key("_stdev"),
+                        format!("must be a number of at least 0, got {value}"),
+                    ));
+                }
+                stdev
+            }
+        };
+        let min = u32_option(context, options, &key("_min"), 1)?.unwrap_or(1);
+        let max = u32_option(context, options, &key("_max"), 1)?.unwrap_or(u32::MAX);
+        if max < min {
+            return Err(invalid(
+                key("_max"),
+                format!("must be at least {name}_min ({min}), got {max}"),
+            ));
+        }
+        Ok(LengthDistribution {
+            mean: f64::from(mean),
+            stdev,
+            min,
+            max,
+        })
+    }
+}
+
+/// Settings of a [`SyntheticTextSource`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SyntheticTextConfig {
+    /// Prompt lengths, not counting the prefix.
+    pub prompt_tokens: LengthDistribution,
+    /// Output lengths.
+    pub output_tokens: LengthDistribution,
+    /// Tokens of the prefix shared by every prompt, added to each prompt's
+    /// sampled length (as GuideLLM does).
+    pub prefix_tokens: u32,
+    /// How many items to yield; unlimited when `None`.
+    pub count: Option<u64>,
+    /// The seed of the text and the lengths.
+    pub seed: u64,
+}
+
+/// `--data kind=synthetic_text`: prompts of exact token counts.
+///
+/// Every prompt is the shared prefix (if any), a space, and a window of the
+/// seeded corpus; its [`DataItem::prompt_tokens`] is the exact count of the
+/// whole prompt through the tokenizer (prefix included), which is the
+/// prefix's length plus the sampled length whenever the tokenizer allows the
+/// cut (byte-level and BPE tokenizers do).
+pub struct SyntheticTextSource {
+    tokenizer: Arc<dyn Tokenizer>,
+    config: SyntheticTextConfig,
+    corpus: Corpus,
+    lengths: ChaCha8Rng,
+    prefix: String,
+    prefix_count: usize,
+    produced: u64,
+}
+
+impl std::fmt::Debug for SyntheticTextSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SyntheticTextSource")
+            .field("config", &self.config)
+            .field("produced", &self.produced)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SyntheticTextSource {
+    /// A source with `config`, cutting prompts through `tokenizer`.
+    ///
+    /// # Errors
+    ///
+    /// When the tokenizer fails while building the prefix.
+    pub fn new(tokenizer: Arc<dyn Tokenizer>, config: SyntheticTextConfig) -> Result<Self> {
+        let mut corpus = Corpus::new(config.seed);
+        let (prefix, prefix_count) =
+            corpus.prompt(tokenizer.as_ref(), "", 0, config.prefix_tokens as usize)?;
+        Ok(SyntheticTextSource {
+            tokenizer,
+            config,
+            corpus,
+            lengths: ChaCha8Rng::seed_from_u64(config.seed.wrapping_add(1)),
+            prefix,
+            prefix_count,
+            produced: 0,
+        })
+    }
+
+    /// The source described by checked options (see [`SYNTHETIC_TEXT_OPTIONS`]).
+    pub(super) fn from_options(
+        context: &str,
+        options: &Map<String, Value>,
+        tokenizer: Arc<dyn Tokenizer>,
+        default_seed: u64,
+    ) -> Result<Self> {
+        let seed = options
+            .get("seed")
+            .and_then(|v| v.as_u64().or_else(|| v.as_i64().map(|n| n as u64)))
+            .unwrap_or(default_seed);
+        let config = SyntheticTextConfig {
+            prompt_tokens: LengthDistribution::from_options(context, options, "prompt_tokens")?,
+            output_tokens: LengthDistribution::from_options(context, options, "output_tokens")?,
+            prefix_tokens: u32_option(context, options, "prefix_tokens", 0)?.unwrap_or(0),
+            count: int_option(context, options, "count", 0, i64::MAX)?
+                .and_then(|n| u64::try_from(n).ok()),
+            seed,
+        };
+        SyntheticTextSource::new(tokenizer, config)
+    }
+
+    /// The prefix shared by every prompt (empty without `prefix_tokens`).
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+}
+
+impl DataSource for SyntheticTextSource {
+    fn next_item(&mut self) -> Result<Option<DataItem>> {
+        if self
+            .config
+            .count
+            .is_some_and(|count| self.produced >= count)
+        {
+            return Ok(None);
+        }
+        let prompt_tokens = self.config.prompt_tokens.sample(&mut self.lengths);
+        let output_tokens = self.config.output_tokens.sample(&mut self.lengths);
+        let (text, count) = self.corpus.prompt(
+            self.tokenizer.as_ref(),
+            &self.prefix,
+            self.prefix_count,
+            prompt_tokens as usize,
+        )?;
+        self.produced += 1;
+        Ok(Some(DataItem {
+            input: RequestInput::Text(text),
+            prompt_tokens: Some(u32::try_from(count).unwrap_or(u32::MAX)),
+            output_tokens: Some(output_tokens),
+        }))
+    }
+
+    fn len_hint(&self) -> Option<usize> {
+        self.config
+            .count
+            .map(|count| usize::try_from(count.saturating_sub(self.produced)).unwrap_or(usize::MAX))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::OnceLock;
+
+    use super::*;
+    use crate::data::testing::ByteTokenizer;
+    use crate::options::parse_kind_args;
+    use crate::tokenizer::{HfTokenizer, train_byte_level_bpe};
+
+    /// A byte-level BPE tokenizer of about 4k ids, trained once on
+    /// pseudo-word text of another seed and a little English.
+    fn bpe() -> Arc<HfTokenizer> {
+        static BPE: OnceLock<Arc<HfTokenizer>> = OnceLock::new();
+        BPE.get_or_init(|| {
+            let mut corpus = Corpus::new(1_000_003);
+            let mut documents = Vec::new();
+            for _ in 0..200 {
+                corpus.text.clear();
+                for _ in 0..12 {
+                    corpus.push_sentence();
+                }
+                documents.push(corpus.text.clone());
+            }
+            documents.push(
+                "The quick brown fox jumps over the lazy dog. Benchmarks measure \
+                 latency, throughput and the time to the first token."
+                    .to_string(),
+            );
+            Arc::new(train_byte_level_bpe(&documents, 4096, &["<|endoftext|>"]).expect("trains"))
+        })
+        .clone()
+    }
+
+    fn source(input: &str, tokenizer: Arc<dyn Tokenizer>) -> Result<SyntheticTextSource> {
+        let args = parse_kind_args(input).expect("parses");
+        let mut options = args.options;
+        crate::options::check_options(KIND, &[SYNTHETIC_TEXT_OPTIONS], &mut options)?;
+        SyntheticTextSource::from_options(KIND, &options, tokenizer, 42)
+    }
+
+    fn texts(source: &mut SyntheticTextSource, n: usize) -> Vec<String> {
+        (0..n)
+            .map(
+                |_| match source.next_item().expect("item").expect("some").input {
+                    RequestInput::Text(text) => text,
+                    other => panic!("expected text, got {other:?}"),
+                },
+            )
+            .collect()
+    }
+
+    #[test]
+    fn prompts_have_exact_token_counts_through_a_bpe_tokenizer() {
+        let tokenizer = bpe();
+        let mut text = SyntheticText::new(tokenizer.as_ref(), 3);
+        for tokens in [1, 2, 3, 5, 8, 16, 31, 64, 100, 128, 256, 512, 1000, 2048] {
+            for _ in 0..4 {
+                let prompt = text.prompt(tokens).expect("prompt");
+                assert_eq!(
+                    tokenizer.count(&prompt).expect("count"),
+                    tokens,
+                    "{prompt:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn items_report_the_exact_count_of_their_prompt() {
+        let tokenizer = bpe();
+        let mut source = source(
+            "kind=synthetic_text,prompt_tokens=200,prompt_tokens_stdev=80,prompt_tokens_min=3,\
+             output_tokens=16,count=50",
+            tokenizer.clone(),
+        )
+        .expect("source");
+        while let Some(item) = source.next_item().expect("item") {
+            let RequestInput::Text(text) = &item.input else {
+                panic!("expected text");
+            };
+            let count = tokenizer.count(text).expect("count");
+            assert_eq!(item.prompt_tokens, Some(count as u32));
+            assert!(count >= 3, "{count}");
+        }
+    }
+
+    #[test]
+    fn a_byte_tokenizer_gets_exact_counts_too() {
+        let tokenizer = ByteTokenizer::default();
+        let mut text = SyntheticText::new(&tokenizer, 9);
+        for tokens in [1, 2, 10, 99, 700] {
+            let prompt = text.prompt(tokens).expect("prompt");
+            assert_eq!(prompt.len(), tokens, "{prompt:?}");
+            assert_eq!(prompt.trim(), prompt);
+        }
+        assert_eq!(text.prompt(0).expect("prompt"), "");
+    }
+
+    #[test]
+    fn the_same_seed_gives_the_same_prompts_and_another_seed_others() {
+        let spec = "kind=synthetic_text,prompt_tokens=64,prompt_tokens_stdev=10,output_tokens=8,\
+                    output_tokens_stdev=3";
+        let first = texts(
+            &mut source(&format!("{spec},seed=5"), bpe()).expect("source"),
+            20,
+        );
+        let again = texts(
+            &mut source(&format!("{spec},seed=5"), bpe()).expect("source"),
+            20,
+        );
+        let other = texts(
+            &mut source(&format!("{spec},seed=6"), bpe()).expect("source"),
+            20,
+        );
+        assert_eq!(first, again);
+        assert!(first.iter().zip(&other).all(|(a, b)| a != b));
+        // Without `seed`, the default seed (42 here) is used.
+        let default = texts(&mut source(spec, bpe()).expect("source"), 20);
+        let explicit = texts(
+            &mut source(&format!("{spec},seed=42"), bpe()).expect("source"),
+            20,
+        );
+        assert_eq!(default, explicit);
+    }
+
+    #[test]
+    fn prompts_of_one_source_differ_from_each_other() {
+        let mut source = source(
+            "kind=synthetic_text,prompt_tokens=32,output_tokens=4",
+            bpe(),
+        )
+        .expect("source");
+        let all = texts(&mut source, 500);
+        let distinct: HashSet<&String> = all.iter().collect();
+        assert_eq!(distinct.len(), all.len());
+    }
+
+    #[test]
+    fn the_prefix_is_shared_by_every_prompt_and_added_to_its_length() {
+        let tokenizer = bpe();
+        let mut source = source(
+            "kind=synthetic_text,prompt_tokens=20,prompt_tokens_stdev=5,output_tokens=4,\
+             prefix_tokens=32,count=30",
+            tokenizer.clone(),
+        )
+        .expect("source");
+        let prefix = source.prefix().to_string();
+        assert_eq!(tokenizer.count(&prefix).expect("count"), 32);
+        let mut bodies = HashSet::new();
+        while let Some(item) = source.next_item().expect("item") {
+            let RequestInput::Text(text) = &item.input else {
+                panic!("expected text");
+            };
+            let body = text
+                .strip_prefix(&format!("{prefix} "))
+                .expect("starts with the prefix");
+            bodies.insert(body.to_string());
+            let count = tokenizer.count(text).expect("count");
+            assert_eq!(item.prompt_tokens, Some(count as u32));
+            assert!(count > 32, "{count}");
+        }
+        assert_eq!(bodies.len(), 30);
+
+        let mut fixed = source_fixed(&tokenizer);
+        let item = fixed.next_item().expect("item").expect("some");
+        assert_eq!(item.prompt_tokens, Some(32 + 50));
+    }
+
+    fn source_fixed(tokenizer: &Arc<HfTokenizer>) -> SyntheticTextSource {
+        source(
+            "kind=synthetic_text,prompt_tokens=50,output_tokens=4,prefix_tokens=32",
+            tokenizer.clone(),
+        )
+        .expect("source")
+    }
+
+    #[test]
+    fn sampled_lengths_stay_within_bounds_and_center_on_the_mean() {
+        let dist = LengthDistribution {
+            mean: 100.0,
+            stdev: 20.0,
+            min: 70,
+            max: 140,
+        };
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        let samples: Vec<u32> = (0..20_000).map(|_| dist.sample(&mut rng)).collect();
+        assert!(samples.iter().all(|s| (70..=140).contains(s)));
+        let mean = samples.iter().map(|s| f64::from(*s)).sum::<f64>() / samples.len() as f64;
+        assert!((mean - 100.0).abs() < 1.5, "{mean}");
+        // Some samples hit the bounds, so the clamp is exercised.
+        assert!(samples.contains(&70) && samples.contains(&140));
+
+        let unclamped = LengthDistribution {
+            mean: 50.0,
+            stdev: 10.0,
+            min: 1,
+            max: u32::MAX,
+        };
+        let samples: Vec<f64> = (0..20_000)
+            .map(|_| f64::from(unclamped.sample(&mut rng)))
+            .collect();
+        let mean = samples.iter().sum::<f64>() / samples.len() as f64;
+        let var = samples.iter().map(|s| (s - mean).powi(2)).sum::<f64>() / samples.len() as f64;
+        assert!((mean - 50.0).abs() < 0.5, "{mean}");
+        assert!((var.sqrt() - 10.0).abs() < 0.5, "{}", var.sqrt());
+
+        let fixed = LengthDistribution {
+            mean: 7.0,
+            stdev: 0.0,
+            min: 1,
+            max: 5,
+        };
+        assert_eq!(fixed.sample(&mut rng), 5);
+    }
+
+    #[test]
+    fn the_source_respects_min_and_max_of_both_lengths() {
+        let mut source = source(
+            "kind=synthetic_text,prompt_tokens=40,prompt_tokens_stdev=30,prompt_tokens_min=20,\
+             prompt_tokens_max=60,output_tokens=2,output_tokens_stdev=10,output_tokens_max=9",
+            Arc::new(ByteTokenizer::default()),
+        )
+        .expect("source");
+        for _ in 0..300 {
+            let item = source.next_item().expect("item").expect("some");
+            let prompt = item.prompt_tokens.expect("prompt tokens");
+            let output = item.output_tokens.expect("output tokens");
+            assert!((20..=60).contains(&prompt), "{prompt}");
+            assert!((1..=9).contains(&output), "{output}");
+        }
+    }
+
+    #[test]
+    fn count_limits_the_items_and_no_count_is_unlimited() {
+        let mut limited = source(
+            "kind=synthetic_text,prompt_tokens=8,output_tokens=2,count=3",
+            Arc::new(ByteTokenizer::default()),
+        )
+        .expect("source");
+        assert_eq!(limited.len_hint(), Some(3));
+        for left in (0..3).rev() {
+            assert!(limited.next_item().expect("item").is_some());
+            assert_eq!(limited.len_hint(), Some(left));
+        }
+        assert!(limited.next_item().expect("item").is_none());
+
+        let mut unlimited = source(
+            "kind=synthetic_text,prompt_tokens=8,output_tokens=2",
+            Arc::new(ByteTokenizer::default()),
+        )
+        .expect("source");
+        assert_eq!(unlimited.len_hint(), None);
+        for _ in 0..1000 {
+            assert!(unlimited.next_item().expect("item").is_some());
+        }
+    }
+
+    #[test]
+    fn inconsistent_length_options_are_refused() {
+        let byte = || -> Arc<dyn Tokenizer> { Arc::new(ByteTokenizer::default()) };
+        for (input, key) in [
+            (
+                "kind=synthetic_text,prompt_tokens=8,output_tokens=2,prompt_tokens_min=10,prompt_tokens_max=9",
+                "prompt_tokens_max",
+            ),
+            (
+                "kind=synthetic_text,prompt_tokens=8,output_tokens=2,output_tokens_stdev=-1",
+                "output_tokens_stdev",
+            ),
+            (
+                "kind=synthetic_text,prompt_tokens=0,output_tokens=2",
+                "prompt_tokens",
+            ),
+            (
+                "kind=synthetic_text,prompt_tokens=4,output_tokens=-2",
+                "output_tokens",
+            ),
+            (
+                "kind=synthetic_text,prompt_tokens=4,output_tokens=2,prefix_tokens=-1",
+                "prefix_tokens",
+            ),
+            (
+                "kind=synthetic_text,prompt_tokens=4,output_tokens=2,count=-1",
+                "count",
+            ),
+        ] {
+            match source(input, byte()) {
+                Err(Error::InvalidOption { key: got, .. }) => assert_eq!(got, key, "{input}"),
+                Err(other) => panic!("{input}: {other}"),
+                Ok(_) => panic!("{input} should fail"),
+            }
+        }
+    }
+
+    #[test]
+    fn the_legacy_path_still_generates_prompts() {
+        let tokenizer = ByteTokenizer::default();
+        let mut text = crate::synthetic::SyntheticText::new(&tokenizer, 1);
+        assert_eq!(text.prompt(12).expect("prompt").len(), 12);
+    }
+
+    /// Run with `cargo test --release -p guidebench-core --lib
+    /// generating_a_thousand -- --ignored --nocapture`.
+    #[test]
+    #[ignore = "a timing, meaningful in release builds only"]
+    fn generating_a_thousand_prompts_of_256_tokens_is_fast() {
+        let tokenizer = bpe();
+        let started = std::time::Instant::now();
+        let mut source = source(
+            "kind=synthetic_text,prompt_tokens=256,output_tokens=16,count=1000",
+            tokenizer.clone(),
+        )
+        .expect("source");
+        let mut total = 0;
+        while let Some(item) = source.next_item().expect("item") {
+            total += item.prompt_tokens.unwrap_or_default();
+        }
+        let elapsed = started.elapsed();
+        println!(
+            "1000 prompts of 256 tokens: {elapsed:?} (corpus of {} tokens)",
+            source.corpus.ids.len()
+        );
+        assert_eq!(total, 256_000);
+    }
+}

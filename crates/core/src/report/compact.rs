@@ -1,0 +1,489 @@
+//! Compact per-request records: what a report keeps of every request.
+//!
+//! Every time is stored in whole microseconds as an offset from one origin
+//! ([`CompactRecords::origin_us`], itself whole microseconds since the Unix
+//! epoch), so two record sets always merge without rounding. Token instants
+//! are the first token's offset plus the `u32` microsecond gaps between
+//! consecutive tokens. Error label and message pairs are interned in one
+//! table. Metrics are always computed from this form, so numbers computed
+//! before saving a report equal the numbers computed after loading it.
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::clock::Timestamp;
+use crate::request::{FinishReason, RequestError, RequestRecord, RequestStatus, RequestTimings};
+
+/// Rounds a time in nanoseconds since the epoch to the nearest whole
+/// microsecond (halves round up).
+pub fn round_to_micros(ns: i64) -> i64 {
+    let whole = ns.div_euclid(1_000);
+    if ns.rem_euclid(1_000) >= 500 {
+        whole + 1
+    } else {
+        whole
+    }
+}
+
+/// One request, compacted. Times are microsecond offsets from the origin of
+/// the [`CompactRecords`] that holds it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompactRecord {
+    /// The request's id.
+    pub id: u64,
+    /// How it ended.
+    pub status: RequestStatus,
+    /// Index into [`CompactRecords::errors`], for a failed request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<u32>,
+    /// Prompt tokens, when the backend reported them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens: Option<u32>,
+    /// Output tokens as the backend counted them.
+    pub output_tokens: u32,
+    /// Why generation stopped, for a success.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finish_reason: Option<FinishReason>,
+    /// The generated text, when kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<Box<str>>,
+    /// When the scheduler meant to send the request (µs offset).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduled: Option<i64>,
+    /// When the request was handed to the backend (µs offset).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start: Option<i64>,
+    /// When the request entered the backend's queue (µs offset).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queued: Option<i64>,
+    /// When the request's batch started generating (µs offset).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dispatched: Option<i64>,
+    /// When the caller received the result (µs offset).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end: Option<i64>,
+    /// When the first token was produced (µs offset); `None` without tokens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_token: Option<i64>,
+    /// The gap in µs from each token to the next (one fewer than the tokens).
+    /// A negative gap is stored as 0 and one above `u32::MAX` µs (about 71
+    /// minutes) as `u32::MAX`.
+    #[serde(default, skip_serializing_if = "<[u32]>::is_empty")]
+    pub token_gaps: Box<[u32]>,
+}
+
+impl CompactRecord {
+    /// The number of token instants recorded.
+    pub fn token_count(&self) -> usize {
+        if self.first_token.is_some() {
+            self.token_gaps.len() + 1
+        } else {
+            0
+        }
+    }
+
+    /// The last token's offset in µs.
+    pub fn last_token(&self) -> Option<i64> {
+        let first = self.first_token?;
+        Some(
+            self.token_gaps
+                .iter()
+                .fold(first, |at, &gap| at.saturating_add(i64::from(gap))),
+        )
+    }
+
+    /// Every token's offset in µs, first token first.
+    pub fn token_offsets(&self) -> impl Iterator<Item = i64> + '_ {
+        let first = self.first_token;
+        first
+            .into_iter()
+            .chain(self.token_gaps.iter().scan(first.unwrap_or(0), |at, &gap| {
+                *at = at.saturating_add(i64::from(gap));
+                Some(*at)
+            }))
+    }
+
+    /// The bytes this record takes in memory: its own size plus what its
+    /// token gaps and text allocate.
+    pub fn size_bytes(&self) -> usize {
+        std::mem::size_of::<Self>()
+            + std::mem::size_of_val::<[u32]>(&self.token_gaps)
+            + self.text.as_ref().map_or(0, |t| t.len())
+    }
+}
+
+/// The compact records of one benchmark.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct CompactRecords {
+    /// The origin of every offset, in whole µs since the Unix epoch.
+    pub origin_us: i64,
+    /// Interned errors, referred to by [`CompactRecord::error`]. Add to it
+    /// only through [`CompactRecords::push`] and [`CompactRecords::merge`].
+    #[serde(default)]
+    pub errors: Vec<RequestError>,
+    /// The records, in the order they were added.
+    pub records: Vec<CompactRecord>,
+    /// `(label, message)` → index into `errors`; rebuilt when out of date.
+    #[serde(skip)]
+    index: HashMap<(String, String), u32>,
+}
+
+impl PartialEq for CompactRecords {
+    fn eq(&self, other: &Self) -> bool {
+        self.origin_us == other.origin_us
+            && self.errors == other.errors
+            && self.records == other.records
+    }
+}
+
+impl CompactRecords {
+    /// An empty set whose offsets count from `origin` (rounded to whole µs),
+    /// usually the benchmark's start.
+    pub fn new(origin: Timestamp) -> Self {
+        CompactRecords {
+            origin_us: round_to_micros(origin.0),
+            ..CompactRecords::default()
+        }
+    }
+
+    /// The compact form of `records`, with offsets from `origin`.
+    pub fn from_records<'a>(
+        origin: Timestamp,
+        records: impl IntoIterator<Item = &'a RequestRecord>,
+    ) -> Self {
+        let mut compact = CompactRecords::new(origin);
+        for record in records {
+            compact.push(record);
+        }
+        compact
+    }
+
+    /// The number of records.
+    pub fn len(&self) -> usize {
+        self.records.len()
+    }
+
+    /// Whether there are no records.
+    pub fn is_empty(&self) -> bool {
+        self.records.is_empty()
+    }
+
+    /// The origin as a [`Timestamp`].
+    pub fn origin(&self) -> Timestamp {
+        Timestamp(self.origin_us.saturating_mul(1_000))
+    }
+
+    /// The µs offset of `at` from the origin, rounded to the nearest µs.
+    pub fn offset_of(&self, at: Timestamp) -> i64 {
+        round_to_micros(at.0).saturating_sub(self.origin_us)
+    }
+
+    /// The [`Timestamp`] of a µs offset.
+    pub fn timestamp_of(&self, offset_us: i64) -> Timestamp {
+        Timestamp(
+            self.origin_us
+                .saturating_add(offset_us)
+                .saturating_mul(1_000),
+        )
+    }
+
+    /// The error a record refers to.
+    pub fn error_of(&self, record: &CompactRecord) -> Option<&RequestError> {
+        self.errors.get(usize::try_from(record.error?).ok()?)
+    }
+
+    fn intern(&mut self, error: &RequestError) -> u32 {
+        if self.index.len() != self.errors.len() {
+            self.index = self
+                .errors
+                .iter()
+                .zip(0u32..)
+                .map(|(e, i)| ((e.label.clone(), e.message.clone()), i))
+                .collect();
+        }
+        let key = (error.label.clone(), error.message.clone());
+        if let Some(&i) = self.index.get(&key) {
+            return i;
+        }
+        // More than 2^32 distinct errors cannot be interned; the last slot
+        // is reused rather than failing a run.
+        let i = u32::try_from(self.errors.len()).unwrap_or(u32::MAX);
+        if i < u32::MAX {
+            self.errors.push(error.clone());
+            self.index.insert(key, i);
+        }
+        i
+    }
+
+    /// Adds one record, rounding its times to whole microseconds.
+    pub fn push(&mut self, record: &RequestRecord) {
+        let error = record.error.as_ref().map(|e| self.intern(e));
+        let t = &record.timings;
+        let offset = |at: Option<Timestamp>| at.map(|at| self.offset_of(at));
+        let offsets: Vec<i64> = t.tokens.iter().map(|&at| self.offset_of(at)).collect();
+        let token_gaps: Box<[u32]> = offsets
+            .windows(2)
+            .map(|w| u32::try_from(w[1].saturating_sub(w[0]).max(0)).unwrap_or(u32::MAX))
+            .collect();
+        let compact = CompactRecord {
+            id: record.id,
+            status: record.status,
+            error,
+            prompt_tokens: record.prompt_tokens,
+            output_tokens: record.output_tokens,
+            finish_reason: record.finish_reason,
+            text: record.text.as_deref().map(Box::from),
+            scheduled: offset(t.scheduled),
+            start: offset(t.start),
+            queued: offset(t.queued),
+            dispatched: offset(t.dispatched),
+            end: offset(t.end),
+            first_token: offsets.first().copied(),
+            token_gaps,
+        };
+        self.records.push(compact);
+    }
+
+    /// The full record of one compact record, times at µs resolution.
+    pub fn to_record(&self, record: &CompactRecord) -> RequestRecord {
+        let at = |offset: Option<i64>| offset.map(|o| self.timestamp_of(o));
+        RequestRecord {
+            id: record.id,
+            status: record.status,
+            error: self.error_of(record).cloned(),
+            prompt_tokens: record.prompt_tokens,
+            output_tokens: record.output_tokens,
+            finish_reason: record.finish_reason,
+            text: record.text.as_deref().map(String::from),
+            timings: RequestTimings {
+                scheduled: at(record.scheduled),
+                start: at(record.start),
+                queued: at(record.queued),
+                dispatched: at(record.dispatched),
+                tokens: record
+                    .token_offsets()
+                    .map(|o| self.timestamp_of(o))
+                    .collect(),
+                end: at(record.end),
+            },
+        }
+    }
+
+    /// Every record in full, times at µs resolution.
+    pub fn to_records(&self) -> Vec<RequestRecord> {
+        self.records.iter().map(|r| self.to_record(r)).collect()
+    }
+
+    /// Appends `other`'s records, shifted to this set's origin and with
+    /// their errors re-interned. Exact: both origins are whole µs.
+    pub fn merge(&mut self, other: &CompactRecords) {
+        let shift = other.origin_us.saturating_sub(self.origin_us);
+        let moved = |o: Option<i64>| o.map(|o| o.saturating_add(shift));
+        for record in &other.records {
+            let error = other.error_of(record).map(|e| self.intern(e));
+            let mut copy = record.clone();
+            copy.error = error;
+            copy.scheduled = moved(record.scheduled);
+            copy.start = moved(record.start);
+            copy.queued = moved(record.queued);
+            copy.dispatched = moved(record.dispatched);
+            copy.end = moved(record.end);
+            copy.first_token = moved(record.first_token);
+            self.records.push(copy);
+        }
+    }
+
+    /// The mean bytes per record in memory ([`CompactRecords::size_bytes`]
+    /// / records), rounded down; 0 without records.
+    pub fn bytes_per_record(&self) -> usize {
+        self.size_bytes().checked_div(self.len()).unwrap_or(0)
+    }
+
+    /// The bytes the records take in memory, the interned error table
+    /// included.
+    pub fn size_bytes(&self) -> usize {
+        std::mem::size_of::<Self>()
+            + self
+                .records
+                .iter()
+                .map(CompactRecord::size_bytes)
+                .sum::<usize>()
+            + self
+                .errors
+                .iter()
+                .map(|e| std::mem::size_of::<RequestError>() + e.label.len() + e.message.len())
+                .sum::<usize>()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ORIGIN: i64 = 1_700_000_000_000_000_000;
+
+    fn at_us(us: i64) -> Timestamp {
+        Timestamp(ORIGIN + us * 1_000)
+    }
+
+    fn sixteen_token_record(id: u64) -> RequestRecord {
+        RequestRecord {
+            id,
+            status: RequestStatus::Success,
+            error: None,
+            prompt_tokens: Some(128),
+            output_tokens: 16,
+            finish_reason: Some(FinishReason::Length),
+            text: None,
+            timings: RequestTimings {
+                scheduled: Some(at_us(990)),
+                start: Some(at_us(1_000)),
+                queued: Some(at_us(1_010)),
+                dispatched: Some(at_us(1_500)),
+                tokens: (0..16).map(|i| at_us(20_000 + i * 7_013)).collect(),
+                end: Some(at_us(140_000)),
+            },
+        }
+    }
+
+    #[test]
+    fn a_round_trip_through_the_compact_form_is_exact_at_microsecond_resolution() {
+        let origin = at_us(0);
+        let mut failed = RequestRecord::error(2, &crate::Error::ShuttingDown, at_us(5), at_us(9));
+        failed.timings.scheduled = Some(at_us(-3));
+        let records = vec![
+            sixteen_token_record(1),
+            failed,
+            RequestRecord::incomplete(3, at_us(7)),
+        ];
+        let compact = CompactRecords::from_records(origin, &records);
+        assert_eq!(compact.to_records(), records);
+        let again = CompactRecords::from_records(origin, &compact.to_records());
+        assert_eq!(again, compact);
+    }
+
+    #[test]
+    fn sub_microsecond_times_round_to_the_nearest_microsecond() {
+        assert_eq!(round_to_micros(1_499), 1);
+        assert_eq!(round_to_micros(1_500), 2);
+        assert_eq!(round_to_micros(-1_499), -1);
+        assert_eq!(round_to_micros(-1_500), -1);
+        let mut record = sixteen_token_record(1);
+        record.timings.start = Some(Timestamp(ORIGIN + 1_000_400));
+        record.timings.tokens = vec![Timestamp(ORIGIN + 2_000_600), Timestamp(ORIGIN + 3_000_499)];
+        let compact = CompactRecords::from_records(Timestamp(ORIGIN), [&record]);
+        let c = &compact.records[0];
+        assert_eq!(c.start, Some(1_000));
+        assert_eq!(c.first_token, Some(2_001));
+        assert_eq!(&*c.token_gaps, &[999]);
+    }
+
+    #[test]
+    fn identical_errors_are_stored_once() {
+        let err = crate::Error::ShuttingDown;
+        let records: Vec<RequestRecord> = (0..5)
+            .map(|i| RequestRecord::error(i, &err, at_us(0), at_us(1)))
+            .collect();
+        let compact = CompactRecords::from_records(at_us(0), &records);
+        assert_eq!(compact.errors.len(), 1);
+        assert!(compact.records.iter().all(|r| r.error == Some(0)));
+        assert_eq!(compact.to_records(), records);
+    }
+
+    #[test]
+    fn merging_shifts_offsets_exactly_and_reinterns_errors() {
+        let err = crate::Error::NotStarted;
+        let a = CompactRecords::from_records(
+            at_us(0),
+            &[RequestRecord::error(
+                1,
+                &crate::Error::ShuttingDown,
+                at_us(1),
+                at_us(2),
+            )],
+        );
+        let b_records = vec![
+            RequestRecord::error(2, &err, at_us(500), at_us(600)),
+            sixteen_token_record(3),
+        ];
+        let b = CompactRecords::from_records(at_us(400), &b_records);
+        let mut merged = a.clone();
+        merged.merge(&b);
+        assert_eq!(merged.len(), 3);
+        assert_eq!(merged.errors.len(), 2);
+        let full = merged.to_records();
+        assert_eq!(full[0], a.to_records()[0]);
+        assert_eq!(&full[1..], &b_records[..]);
+    }
+
+    #[test]
+    fn a_sixteen_token_request_takes_at_most_512_bytes() {
+        let compact = CompactRecords::from_records(at_us(0), &[sixteen_token_record(1)]);
+        let bytes = compact.records[0].size_bytes();
+        assert!(bytes <= 512, "{bytes} bytes per record");
+        let many: Vec<RequestRecord> = (0..1_000).map(sixteen_token_record).collect();
+        let compact = CompactRecords::from_records(at_us(0), &many);
+        let per_record = compact.bytes_per_record();
+        let json = serde_json::to_string(&compact).expect("json").len() / many.len();
+        println!("{bytes} bytes per record, {per_record} in a set of 1000, {json} JSON bytes");
+        assert!(per_record <= 512);
+    }
+
+    mod properties {
+        use proptest::prelude::*;
+
+        use super::*;
+
+        proptest! {
+            #[test]
+            fn any_microsecond_record_round_trips_exactly_through_memory_and_json(
+                origin_us in -1_000_000_000i64..4_000_000_000_000_000,
+                start in -10_000_000i64..10_000_000_000,
+                delay in proptest::option::of(-1_000i64..1_000_000),
+                first in proptest::option::of(0i64..100_000_000),
+                gaps in proptest::collection::vec(0i64..10_000_000, 0..40),
+                tail in proptest::option::of(0i64..1_000_000),
+                failed in any::<bool>(),
+                sub_us in 0i64..1_000,
+            ) {
+                let origin = Timestamp(origin_us * 1_000 + sub_us);
+                let base = round_to_micros(origin.0);
+                let at = |us: i64| Timestamp((base + us) * 1_000);
+                let mut tokens = Vec::new();
+                if let Some(first) = first {
+                    let mut t = start + first;
+                    tokens.push(at(t));
+                    for gap in &gaps {
+                        t += gap;
+                        tokens.push(at(t));
+                    }
+                }
+                let last = tokens.last().map_or(start, |t| (t.0 / 1_000) - base);
+                let record = RequestRecord {
+                    id: 1,
+                    status: if failed { RequestStatus::Error } else { RequestStatus::Success },
+                    error: failed.then(|| RequestError { label: "engine".into(), message: "boom".into() }),
+                    prompt_tokens: Some(3),
+                    output_tokens: u32::try_from(tokens.len()).unwrap_or(0),
+                    finish_reason: None,
+                    text: None,
+                    timings: RequestTimings {
+                        scheduled: delay.map(|d| at(start - d)),
+                        start: Some(at(start)),
+                        queued: None,
+                        dispatched: Some(at(start + 1)),
+                        tokens,
+                        end: tail.map(|t| at(last + t)),
+                    },
+                };
+                let compact = CompactRecords::from_records(origin, [&record]);
+                prop_assert_eq!(&compact.to_records()[0], &record);
+                let json = serde_json::to_string(&compact).expect("json");
+                let back: CompactRecords = serde_json::from_str(&json).expect("parse");
+                prop_assert_eq!(&back, &compact);
+                prop_assert_eq!(&back.to_records()[0], &record);
+            }
+        }
+    }
+}

@@ -1,0 +1,144 @@
+//! One CSV row per benchmark.
+
+use std::path::Path;
+
+use super::model::{BenchmarkReport, Report};
+use super::{ms_at, ms_mean};
+use crate::metrics::Distribution;
+use crate::{Error, Result};
+
+/// The CSV header. Times are in milliseconds; ITL is the per-gap
+/// distribution; percentiles are of successful requests.
+const FIXED_HEADER: [&str; 10] = [
+    "name",
+    "profile",
+    "requests_ok",
+    "requests_errored",
+    "requests_incomplete",
+    "duration_s",
+    "requests_per_s",
+    "output_tokens_per_s",
+    "total_tokens_per_s",
+    "mean_concurrency",
+];
+
+const TIMED: [&str; 4] = ["latency", "ttft", "itl", "tpot"];
+const PERCENTILES: [(f64, &str); 3] = [(50.0, "p50"), (95.0, "p95"), (99.0, "p99")];
+
+/// A field quoted when it holds a comma, a quote or a line break.
+fn field(s: &str) -> String {
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_owned()
+    }
+}
+
+fn number(value: Option<f64>) -> String {
+    value.map_or_else(String::new, |v| format!("{v:.3}"))
+}
+
+fn header() -> Vec<String> {
+    let mut cols: Vec<String> = FIXED_HEADER.iter().map(|s| (*s).to_owned()).collect();
+    for metric in TIMED {
+        for (_, p) in PERCENTILES {
+            cols.push(format!("{metric}_{p}_ms"));
+        }
+    }
+    cols.push("dispatch_delay_mean_ms".to_owned());
+    cols
+}
+
+fn row(b: &BenchmarkReport) -> Vec<String> {
+    let m = &b.metrics;
+    let s = &m.successful;
+    let mut cells = vec![
+        field(&b.name),
+        field(&b.profile_label()),
+        s.count.to_string(),
+        m.errored.count.to_string(),
+        m.incomplete.count.to_string(),
+        number(Some(m.duration_s)),
+        number(Some(m.requests_per_s)),
+        number(Some(m.output_tokens_per_s)),
+        number(Some(m.total_tokens_per_s)),
+        number(Some(m.mean_concurrency)),
+    ];
+    let timed: [&Distribution; 4] = [&s.latency, &s.ttft, &s.itl, &s.tpot];
+    for d in timed {
+        for (p, _) in PERCENTILES {
+            cells.push(number(ms_at(d, p)));
+        }
+    }
+    cells.push(number(ms_mean(&m.dispatch_delay)));
+    cells
+}
+
+/// The report as CSV: a header, then one row per benchmark with its name,
+/// profile, successful / errored / incomplete request counts, window length
+/// (s), requests/s, output and total tokens/s, mean concurrency, the median,
+/// p95 and p99 of latency, TTFT, ITL (per gap) and TPOT of successful
+/// requests (ms), and the mean dispatch delay (ms). Empty cells mark
+/// distributions without values.
+pub fn to_csv(report: &Report) -> String {
+    let mut out = header().join(",");
+    out.push('\n');
+    for b in &report.benchmarks {
+        out.push_str(&row(b).join(","));
+        out.push('\n');
+    }
+    out
+}
+
+/// Writes [`to_csv`] to `path`.
+pub fn write_csv(report: &Report, path: impl AsRef<Path>) -> Result<()> {
+    let path = path.as_ref();
+    std::fs::write(path, to_csv(report)).map_err(|e| Error::io(path, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::tests::sample_report;
+
+    #[test]
+    fn the_csv_has_a_header_and_one_row_per_benchmark() {
+        let report = sample_report();
+        let csv = to_csv(&report);
+        let lines: Vec<&str> = csv.lines().collect();
+        assert_eq!(lines.len(), 3);
+        assert!(lines[0].starts_with(
+            "name,profile,requests_ok,requests_errored,requests_incomplete,duration_s,"
+        ));
+        assert!(lines[0].contains("latency_p50_ms,latency_p95_ms,latency_p99_ms,ttft_p50_ms"));
+        assert!(lines[0].ends_with("tpot_p99_ms,dispatch_delay_mean_ms"));
+        let columns = lines[0].split(',').count();
+        assert_eq!(columns, 23);
+        let first: Vec<&str> = lines[1].split(',').collect();
+        assert_eq!(first.len(), columns);
+        let m = &report.benchmarks[0].metrics;
+        assert_eq!(&first[..5], &["synchronous", "synchronous", "10", "0", "0"]);
+        assert_eq!(first[6], format!("{:.3}", m.requests_per_s));
+        assert_eq!(
+            first[10],
+            format!("{:.3}", m.successful.latency.median * 1e3)
+        );
+        assert_eq!(first[22], format!("{:.3}", m.dispatch_delay.mean * 1e3));
+        // The profile is JSON with commas and quotes: quoted and escaped.
+        assert!(lines[2].starts_with(
+            "<script>alert(1)</script>,\"{\"\"kind\"\":\"\"concurrent\"\",\"\"streams\"\":4}\",10,1,1,"
+        ));
+    }
+
+    #[test]
+    fn the_csv_is_written_to_a_file() {
+        let report = sample_report();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("report.csv");
+        write_csv(&report, &path).expect("write");
+        assert_eq!(
+            std::fs::read_to_string(&path).expect("read"),
+            to_csv(&report)
+        );
+    }
+}

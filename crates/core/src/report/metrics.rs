@@ -1,0 +1,382 @@
+//! Benchmark metrics, computed from [`CompactRecords`].
+//!
+//! Every time is in seconds; every definition below uses the µs-resolution
+//! times of the compact records, so the same records always give the same
+//! numbers.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::compact::{CompactRecord, CompactRecords};
+use super::{count_as_f64, micros_as_secs};
+use crate::clock::Timestamp;
+use crate::metrics::Distribution;
+use crate::request::RequestStatus;
+
+/// The statistics of one group of requests (successful, errored,
+/// incomplete or all).
+///
+/// A request contributes to a distribution only when the times or counts
+/// that the definition needs were recorded.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StatusMetrics {
+    /// The number of requests in the group.
+    pub count: usize,
+    /// Request latency in seconds: `end − start`.
+    pub latency: Distribution,
+    /// Time to first token in seconds: `first token − start`.
+    pub ttft: Distribution,
+    /// Inter-token latency per gap, in seconds: every `token[i+1] − token[i]`
+    /// of every request, each gap one value.
+    pub itl: Distribution,
+    /// Inter-token latency per request, in seconds:
+    /// `(last token − first token) / (n − 1)` for each request with `n ≥ 2`
+    /// token instants, each request one value.
+    pub itl_per_request: Distribution,
+    /// Time per output token in seconds: `(last token − start) / n`, with
+    /// `n ≥ 1` the number of token instants recorded.
+    pub tpot: Distribution,
+    /// Prompt tokens per request, over the requests that report them.
+    pub prompt_tokens: Distribution,
+    /// Output tokens per request (as the backend counted them), over every
+    /// request of the group.
+    pub output_tokens: Distribution,
+    /// Prompt + output tokens per request, over the requests that report
+    /// prompt tokens.
+    pub total_tokens: Distribution,
+}
+
+impl StatusMetrics {
+    /// The statistics of `records`.
+    pub fn compute<'a>(records: impl IntoIterator<Item = &'a CompactRecord>) -> Self {
+        let mut count = 0;
+        let mut latency = Vec::new();
+        let mut ttft = Vec::new();
+        let mut itl = Vec::new();
+        let mut itl_per_request = Vec::new();
+        let mut tpot = Vec::new();
+        let mut prompt = Vec::new();
+        let mut output = Vec::new();
+        let mut total = Vec::new();
+        for r in records {
+            count += 1;
+            if let (Some(start), Some(end)) = (r.start, r.end) {
+                latency.push(micros_as_secs(end.saturating_sub(start)));
+            }
+            let n = r.token_count();
+            if let (Some(first), Some(last)) = (r.first_token, r.last_token()) {
+                if let Some(start) = r.start {
+                    ttft.push(micros_as_secs(first.saturating_sub(start)));
+                    tpot.push(micros_as_secs(last.saturating_sub(start)) / count_as_f64(n));
+                }
+                if n >= 2 {
+                    itl_per_request
+                        .push(micros_as_secs(last.saturating_sub(first)) / count_as_f64(n - 1));
+                }
+            }
+            itl.extend(r.token_gaps.iter().map(|&g| f64::from(g) / 1e6));
+            output.push(f64::from(r.output_tokens));
+            if let Some(p) = r.prompt_tokens {
+                prompt.push(f64::from(p));
+                total.push(f64::from(p) + f64::from(r.output_tokens));
+            }
+        }
+        StatusMetrics {
+            count,
+            latency: Distribution::from_values(latency),
+            ttft: Distribution::from_values(ttft),
+            itl: Distribution::from_values(itl),
+            itl_per_request: Distribution::from_values(itl_per_request),
+            tpot: Distribution::from_values(tpot),
+            prompt_tokens: Distribution::from_values(prompt),
+            output_tokens: Distribution::from_values(output),
+            total_tokens: Distribution::from_values(total),
+        }
+    }
+}
+
+/// The metrics of one benchmark.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct BenchmarkMetrics {
+    /// The length of the benchmark window in seconds: `window end − window start`.
+    pub duration_s: f64,
+    /// Requests that the backend served.
+    pub successful: StatusMetrics,
+    /// Requests that failed.
+    pub errored: StatusMetrics,
+    /// Requests cut short by the end of the run.
+    pub incomplete: StatusMetrics,
+    /// Every request.
+    pub all: StatusMetrics,
+    /// Successful requests / window length.
+    pub requests_per_s: f64,
+    /// Output tokens of successful requests / window length.
+    pub output_tokens_per_s: f64,
+    /// Prompt + output tokens of successful requests (a missing prompt count
+    /// counts 0) / window length.
+    pub total_tokens_per_s: f64,
+    /// Mean number of requests in flight over the window: the time integral,
+    /// over the window, of the number of requests (any status) between their
+    /// `start` and `end` (or the window end for a request without an end),
+    /// divided by the window length.
+    pub mean_concurrency: f64,
+    /// Dispatch delay in seconds: `start − scheduled` (actual send − planned
+    /// send) of every request that has both.
+    pub dispatch_delay: Distribution,
+    /// The number of failed requests by error label, sorted by label.
+    pub errors_by_label: BTreeMap<String, usize>,
+}
+
+impl BenchmarkMetrics {
+    /// The metrics of `records` over the window `[window_start, window_end]`
+    /// (usually the benchmark's start and end). Rates and concurrency are 0
+    /// for an empty or negative window.
+    pub fn compute(
+        records: &CompactRecords,
+        window_start: Timestamp,
+        window_end: Timestamp,
+    ) -> Self {
+        let of = |status| records.records.iter().filter(move |r| r.status == status);
+        let window_ns = window_end.0.saturating_sub(window_start.0);
+        let duration_s = window_end.secs_since(window_start);
+        let per_s = |amount: f64| {
+            if window_ns > 0 {
+                amount / duration_s
+            } else {
+                0.0
+            }
+        };
+
+        let mut ok_requests = 0usize;
+        let mut ok_output = 0u64;
+        let mut ok_total = 0u64;
+        for r in of(RequestStatus::Success) {
+            ok_requests += 1;
+            ok_output += u64::from(r.output_tokens);
+            ok_total += u64::from(r.output_tokens) + u64::from(r.prompt_tokens.unwrap_or(0));
+        }
+
+        let mut errors_by_label = BTreeMap::new();
+        for r in of(RequestStatus::Error) {
+            let label = records
+                .error_of(r)
+                .map_or_else(|| "unknown".to_owned(), |e| e.label.clone());
+            *errors_by_label.entry(label).or_insert(0) += 1;
+        }
+
+        let dispatch_delay = Distribution::from_values(
+            records
+                .records
+                .iter()
+                .filter_map(|r| Some(micros_as_secs(r.start?.saturating_sub(r.scheduled?)))),
+        );
+
+        BenchmarkMetrics {
+            duration_s,
+            successful: StatusMetrics::compute(of(RequestStatus::Success)),
+            errored: StatusMetrics::compute(of(RequestStatus::Error)),
+            incomplete: StatusMetrics::compute(of(RequestStatus::Incomplete)),
+            all: StatusMetrics::compute(&records.records),
+            requests_per_s: per_s(count_as_f64(ok_requests)),
+            output_tokens_per_s: per_s(tokens_as_f64(ok_output)),
+            total_tokens_per_s: per_s(tokens_as_f64(ok_total)),
+            mean_concurrency: mean_concurrency(records, window_start, window_end),
+            dispatch_delay,
+            errors_by_label,
+        }
+    }
+}
+
+#[allow(clippy::cast_precision_loss)] // token totals are far below 2^53.
+fn tokens_as_f64(n: u64) -> f64 {
+    n as f64
+}
+
+/// See [`BenchmarkMetrics::mean_concurrency`].
+fn mean_concurrency(
+    records: &CompactRecords,
+    window_start: Timestamp,
+    window_end: Timestamp,
+) -> f64 {
+    let (lo, hi) = (i128::from(window_start.0), i128::from(window_end.0));
+    if hi <= lo {
+        return 0.0;
+    }
+    let ns = |offset: i64| (i128::from(records.origin_us) + i128::from(offset)) * 1_000;
+    let busy: i128 = records
+        .records
+        .iter()
+        .filter_map(|r| {
+            let start = ns(r.start?).max(lo);
+            let end = r.end.map_or(hi, ns).min(hi);
+            Some((end - start).max(0))
+        })
+        .sum();
+    ratio(busy, hi - lo)
+}
+
+#[allow(clippy::cast_precision_loss)] // a ratio: relative precision (2^-52) is what matters.
+fn ratio(num: i128, den: i128) -> f64 {
+    num as f64 / den as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::request::{FinishReason, RequestRecord, RequestTimings};
+
+    const ORIGIN: i64 = 1_700_000_000_000_000_000;
+
+    fn ms(ms: i64) -> Timestamp {
+        Timestamp(ORIGIN + ms * 1_000_000)
+    }
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() < 1e-9
+    }
+
+    fn served(id: u64, start: i64, tokens: &[i64], end: i64, prompt: u32) -> RequestRecord {
+        RequestRecord {
+            id,
+            status: RequestStatus::Success,
+            error: None,
+            prompt_tokens: Some(prompt),
+            output_tokens: u32::try_from(tokens.len()).expect("few tokens"),
+            finish_reason: Some(FinishReason::Length),
+            text: None,
+            timings: RequestTimings {
+                start: Some(ms(start)),
+                tokens: tokens.iter().map(|&t| ms(t)).collect(),
+                end: Some(ms(end)),
+                ..RequestTimings::default()
+            },
+        }
+    }
+
+    /// Two served requests, one failure; window 0..1000 ms.
+    fn fixture() -> (CompactRecords, BenchmarkMetrics) {
+        let mut failed = RequestRecord::error(3, &crate::Error::ShuttingDown, ms(500), ms(700));
+        failed.timings.scheduled = Some(ms(480));
+        let mut a = served(1, 0, &[100, 120, 160, 200], 210, 10);
+        a.timings.scheduled = Some(ms(0));
+        let mut b = served(2, 100, &[300, 400], 400, 20);
+        b.timings.scheduled = Some(ms(90));
+        let records = vec![a, b, failed];
+        let compact = CompactRecords::from_records(ms(0), &records);
+        let metrics = BenchmarkMetrics::compute(&compact, ms(0), ms(1_000));
+        (compact, metrics)
+    }
+
+    #[test]
+    fn inter_token_latency_per_gap_differs_from_the_per_request_mean() {
+        let (_, m) = fixture();
+        let s = &m.successful;
+        // Gaps: request 1: 20, 40, 40 ms; request 2: 100 ms.
+        assert_eq!(s.itl.count, 4);
+        assert!(close(s.itl.mean, 0.050));
+        assert!(close(s.itl.median, 0.040));
+        assert!(close(s.itl.min, 0.020) && close(s.itl.max, 0.100));
+        // Per request: 100/3 ms and 100 ms.
+        assert_eq!(s.itl_per_request.count, 2);
+        assert!(close(s.itl_per_request.mean, (0.100 / 3.0 + 0.100) / 2.0));
+        assert!(close(s.itl_per_request.min, 0.100 / 3.0));
+    }
+
+    #[test]
+    fn ttft_tpot_and_latency_follow_their_definitions() {
+        let (_, m) = fixture();
+        let s = &m.successful;
+        // TTFT: 100 − 0 and 300 − 100 ms.
+        assert!(close(s.ttft.min, 0.100) && close(s.ttft.max, 0.200));
+        // TPOT: (200 − 0) / 4 = 50 ms and (400 − 100) / 2 = 150 ms.
+        assert!(close(s.tpot.min, 0.050) && close(s.tpot.max, 0.150));
+        assert!(close(s.tpot.median, 0.100));
+        // Latency: 210 and 300 ms; percentiles through Distribution.
+        assert!(close(s.latency.min, 0.210) && close(s.latency.max, 0.300));
+        assert!(close(s.latency.at(95.0).expect("p95"), 0.210 + 0.09 * 0.95));
+        assert!(close(s.latency.at(25.0).expect("p25"), 0.210 + 0.09 * 0.25));
+        // Token counts.
+        assert!(close(s.prompt_tokens.mean, 15.0));
+        assert!(close(s.output_tokens.mean, 3.0));
+        assert!(close(s.total_tokens.max, 22.0));
+    }
+
+    #[test]
+    fn an_errored_request_counts_in_errored_and_all_but_not_in_successful() {
+        let (_, m) = fixture();
+        assert_eq!(m.successful.count, 2);
+        assert_eq!(m.errored.count, 1);
+        assert_eq!(m.incomplete.count, 0);
+        assert_eq!(m.all.count, 3);
+        assert_eq!(m.successful.latency.count, 2);
+        assert_eq!(m.errored.latency.count, 1);
+        assert!(close(m.errored.latency.mean, 0.200));
+        assert_eq!(m.all.latency.count, 3);
+        assert_eq!(m.errors_by_label.get("shutting_down"), Some(&1));
+        // The failure reports no prompt tokens: total tokens skip it.
+        assert_eq!(m.all.total_tokens.count, 2);
+        assert_eq!(m.all.output_tokens.count, 3);
+    }
+
+    #[test]
+    fn rates_count_successful_tokens_over_the_window() {
+        let (_, m) = fixture();
+        assert!(close(m.duration_s, 1.0));
+        assert!(close(m.requests_per_s, 2.0));
+        assert!(close(m.output_tokens_per_s, 6.0));
+        assert!(close(m.total_tokens_per_s, 36.0));
+    }
+
+    #[test]
+    fn mean_concurrency_integrates_overlapping_requests_over_the_window() {
+        let (compact, m) = fixture();
+        // Busy: 210 + 300 + 200 ms over 1000 ms.
+        assert!(close(m.mean_concurrency, 0.710));
+        // Clipped to 150..350 ms: request 1 60 ms, request 2 200 ms.
+        let clipped = BenchmarkMetrics::compute(&compact, ms(150), ms(350));
+        assert!(close(clipped.mean_concurrency, 260.0 / 200.0));
+        // An incomplete request stays in flight until the window ends.
+        let records = vec![RequestRecord::incomplete(9, ms(600))];
+        let compact = CompactRecords::from_records(ms(0), &records);
+        let m = BenchmarkMetrics::compute(&compact, ms(0), ms(1_000));
+        assert!(close(m.mean_concurrency, 0.4));
+        assert_eq!(m.incomplete.count, 1);
+    }
+
+    #[test]
+    fn dispatch_delay_is_actual_minus_scheduled_send() {
+        let (_, m) = fixture();
+        // 0, 10 and 20 ms.
+        assert_eq!(m.dispatch_delay.count, 3);
+        assert!(close(m.dispatch_delay.mean, 0.010));
+        assert!(close(m.dispatch_delay.max, 0.020));
+    }
+
+    #[test]
+    fn an_empty_window_gives_zero_rates_not_infinities() {
+        let (compact, _) = fixture();
+        let m = BenchmarkMetrics::compute(&compact, ms(5), ms(5));
+        assert_eq!(m.requests_per_s, 0.0);
+        assert_eq!(m.mean_concurrency, 0.0);
+        let empty = BenchmarkMetrics::compute(&CompactRecords::new(ms(0)), ms(0), ms(10));
+        assert_eq!(empty.all.count, 0);
+        assert_eq!(empty.requests_per_s, 0.0);
+    }
+
+    #[test]
+    fn metrics_agree_with_the_request_timing_helpers() {
+        let record = served(1, 0, &[7, 19, 20, 45, 46], 50, 3);
+        let compact = CompactRecords::from_records(ms(0), [&record]);
+        let m = BenchmarkMetrics::compute(&compact, ms(0), ms(50));
+        let t = &record.timings;
+        assert!(close(m.successful.ttft.mean, t.ttft().expect("ttft")));
+        assert!(close(m.successful.tpot.mean, t.tpot().expect("tpot")));
+        assert!(close(
+            m.successful.itl_per_request.mean,
+            t.itl_mean().expect("itl")
+        ));
+        let gaps: Vec<f64> = t.itl_gaps().collect();
+        assert!(close(m.successful.itl.mean, gaps.iter().sum::<f64>() / 4.0));
+    }
+}

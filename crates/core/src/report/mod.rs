@@ -1,0 +1,193 @@
+//! Benchmark metrics and reports.
+//!
+//! A run's per-request records are kept in compact form
+//! ([`CompactRecords`]); every metric ([`BenchmarkMetrics`]) is computed
+//! from that form, so a saved [`Report`] re-reads, re-reports and merges
+//! exactly. A report renders as versioned JSON ([`Report::write_json`]),
+//! CSV ([`to_csv`]), console tables ([`console_summary`]) and a
+//! self-contained HTML page ([`to_html`]).
+#![deny(
+    clippy::cast_possible_truncation,
+    clippy::cast_possible_wrap,
+    clippy::cast_precision_loss,
+    clippy::cast_sign_loss
+)]
+
+mod compact;
+mod console;
+mod csv;
+mod html;
+mod metrics;
+mod model;
+
+pub use compact::{CompactRecord, CompactRecords, round_to_micros};
+pub use console::console_summary;
+pub use csv::{to_csv, write_csv};
+pub use html::{to_html, write_html};
+pub use metrics::{BenchmarkMetrics, StatusMetrics};
+pub use model::{BenchmarkReport, Environment, GUIDEBENCH_VERSION, Report, SCHEMA_VERSION};
+
+use crate::clock::Timestamp;
+use crate::metrics::Distribution;
+
+/// Microseconds as seconds.
+#[allow(clippy::cast_precision_loss)] // |µs| below 2^53 (285 years) converts exactly.
+fn micros_as_secs(us: i64) -> f64 {
+    us as f64 / 1e6
+}
+
+/// A count as `f64`.
+#[allow(clippy::cast_precision_loss)] // counts are far below 2^53.
+fn count_as_f64(n: usize) -> f64 {
+    n as f64
+}
+
+/// A distribution's value at percentile `p` (one of
+/// [`crate::metrics::PERCENTILES`]), in milliseconds; `None` when empty.
+fn ms_at(d: &Distribution, p: f64) -> Option<f64> {
+    if d.count == 0 {
+        return None;
+    }
+    d.at(p).map(|v| v * 1e3)
+}
+
+/// A distribution's mean in milliseconds; `None` when empty.
+fn ms_mean(d: &Distribution) -> Option<f64> {
+    (d.count > 0).then_some(d.mean * 1e3)
+}
+
+/// `value` with `decimals` decimals, or `-` when absent.
+fn fixed(value: Option<f64>, decimals: usize) -> String {
+    value.map_or_else(|| "-".to_owned(), |v| format!("{v:.decimals$}"))
+}
+
+/// A timestamp as `YYYY-MM-DD HH:MM:SS UTC`.
+fn format_utc(at: Timestamp) -> String {
+    let secs = at.0.div_euclid(1_000_000_000);
+    let days = secs.div_euclid(86_400);
+    let of_day = secs.rem_euclid(86_400);
+    let (year, month, day) = civil_date(days);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
+        of_day / 3_600,
+        of_day % 3_600 / 60,
+        of_day % 60
+    )
+}
+
+/// The proleptic Gregorian date of a day count since 1970-01-01.
+fn civil_date(days: i64) -> (i64, i64, i64) {
+    // Count from 0000-03-01 so the leap day ends each 400-year era's years.
+    let shifted = days + 719_468;
+    let era = shifted.div_euclid(146_097);
+    let day_of_era = shifted.rem_euclid(146_097);
+    let year_of_era =
+        (day_of_era - day_of_era / 1_460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let march_month = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * march_month + 2) / 5 + 1;
+    let month = if march_month < 10 {
+        march_month + 3
+    } else {
+        march_month - 9
+    };
+    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::request::{FinishReason, RequestRecord, RequestStatus, RequestTimings};
+
+    const ORIGIN: i64 = 1_700_000_000_000_000_000;
+
+    fn ms(ms: i64) -> Timestamp {
+        Timestamp(ORIGIN + ms * 1_000_000)
+    }
+
+    /// A served request with uneven token gaps, starting at `start` ms.
+    fn served(id: u64, start: i64) -> RequestRecord {
+        let offsets = [40, 55, 61, 90, 97, 130];
+        RequestRecord {
+            id,
+            status: RequestStatus::Success,
+            error: None,
+            prompt_tokens: Some(64),
+            output_tokens: 6,
+            finish_reason: Some(FinishReason::Length),
+            text: Some(format!("answer {id}")),
+            timings: RequestTimings {
+                scheduled: Some(ms(start - 1)),
+                start: Some(ms(start)),
+                queued: Some(ms(start + 1)),
+                dispatched: Some(ms(start + 2)),
+                tokens: offsets
+                    .iter()
+                    .map(|o| Timestamp(ms(start + o).0 + 123_456))
+                    .collect(),
+                end: Some(ms(start + 140)),
+            },
+        }
+    }
+
+    /// A report with two benchmarks, one of them with an errored and an
+    /// incomplete request, and a label that needs escaping.
+    pub(crate) fn sample_report() -> Report {
+        let mut report = Report::new(serde_json::json!({
+            "backend": "offline,engine=mock",
+            "rate": [1.0, 2.0],
+        }));
+        report
+            .environment
+            .backend
+            .insert("engine".into(), "mock <fast>".into());
+        let first: Vec<RequestRecord> = (0..10)
+            .map(|i| served(i, i64::try_from(i).expect("small") * 100))
+            .collect();
+        report.benchmarks.push(BenchmarkReport::from_records(
+            "synchronous",
+            "synchronous".into(),
+            ms(0),
+            ms(1_000),
+            &first,
+        ));
+        let mut second: Vec<RequestRecord> = (10..20)
+            .map(|i| served(i, 2_000 + (i64::try_from(i).expect("small") - 10) * 30))
+            .collect();
+        second.push(RequestRecord::error(
+            20,
+            &crate::Error::EnginePanic("boom".into()),
+            ms(2_100),
+            ms(2_150),
+        ));
+        second.push(RequestRecord::incomplete(21, ms(2_400)));
+        let mut bench = BenchmarkReport::new(
+            "<script>alert(1)</script>",
+            serde_json::json!({"kind": "concurrent", "streams": 4}),
+            ms(2_000),
+            ms(2_500),
+            CompactRecords::from_records(ms(2_000), &second),
+        );
+        bench.warmup_excluded = Some(2);
+        report.benchmarks.push(bench);
+        report
+    }
+
+    #[test]
+    fn utc_dates_follow_the_gregorian_calendar() {
+        assert_eq!(format_utc(Timestamp(0)), "1970-01-01 00:00:00 UTC");
+        assert_eq!(
+            format_utc(Timestamp(1_700_000_000_000_000_000)),
+            "2023-11-14 22:13:20 UTC"
+        );
+        assert_eq!(
+            format_utc(Timestamp(951_782_400_000_000_000)),
+            "2000-02-29 00:00:00 UTC"
+        );
+        assert_eq!(
+            format_utc(Timestamp(-1_000_000_000)),
+            "1969-12-31 23:59:59 UTC"
+        );
+    }
+}

@@ -1,0 +1,291 @@
+//! Constraints: when a benchmark stops sending.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::options::{KindArgs, OptionSpec, OptionType, check_options};
+use crate::{Error, Result};
+
+/// Why a benchmark stopped sending.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    /// `max_requests` requests were sent.
+    MaxRequests,
+    /// `max_duration` passed.
+    MaxDuration,
+    /// `max_errors` requests failed.
+    MaxErrors,
+    /// The error rate over the last `window` requests exceeded `rate`.
+    MaxErrorRate,
+    /// The data ran out.
+    DataExhausted,
+    /// The user interrupted the run.
+    Interrupted,
+}
+
+/// The error-rate constraint.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct ErrorRate {
+    /// The largest tolerated fraction of errors, in [0, 1].
+    pub rate: f64,
+    /// How many of the latest completed requests the rate is taken over.
+    pub window: usize,
+}
+
+/// Every constraint of a benchmark; each applies per benchmark.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Constraints {
+    /// Stop sending after this many requests.
+    pub max_requests: Option<u64>,
+    /// Stop sending after this long.
+    pub max_duration: Option<Duration>,
+    /// Stop once this many requests failed.
+    pub max_errors: Option<u64>,
+    /// Stop once the recent error rate exceeds a bound.
+    pub max_error_rate: Option<ErrorRate>,
+}
+
+const MAX_REQUESTS: &[OptionSpec] =
+    &[OptionSpec::optional("count", OptionType::Int, "requests to send").required()];
+const MAX_DURATION: &[OptionSpec] =
+    &[OptionSpec::optional("seconds", OptionType::Duration, "how long to send").required()];
+const MAX_ERRORS: &[OptionSpec] =
+    &[OptionSpec::optional("count", OptionType::Int, "errors tolerated").required()];
+const MAX_ERROR_RATE: &[OptionSpec] = &[
+    OptionSpec::optional(
+        "rate",
+        OptionType::Float,
+        "largest tolerated error fraction, 0 to 1",
+    )
+    .required(),
+    OptionSpec::optional(
+        "window",
+        OptionType::Int,
+        "latest requests the rate is taken over",
+    )
+    .with_default("30"),
+];
+
+/// Every constraint kind with its options, for help output.
+pub const CONSTRAINT_KINDS: &[(&str, &[OptionSpec])] = &[
+    ("max_duration", MAX_DURATION),
+    ("max_error_rate", MAX_ERROR_RATE),
+    ("max_errors", MAX_ERRORS),
+    ("max_requests", MAX_REQUESTS),
+];
+
+fn count(context: &str, value: Option<&serde_json::Value>) -> Result<u64> {
+    value
+        .and_then(serde_json::Value::as_u64)
+        .filter(|&n| n >= 1)
+        .ok_or_else(|| Error::InvalidOption {
+            context: context.into(),
+            key: "count".into(),
+            reason: format!(
+                "must be a whole number of at least 1, got {}",
+                value.map_or_else(|| "nothing".to_owned(), ToString::to_string)
+            ),
+        })
+}
+
+impl Constraints {
+    /// Parses every `--constraint kind=…`.
+    pub fn from_args(args: impl IntoIterator<Item = KindArgs>) -> Result<Self> {
+        let mut constraints = Constraints::default();
+        for mut arg in args {
+            let Some((_, specs)) = CONSTRAINT_KINDS.iter().find(|(k, _)| *k == arg.kind) else {
+                return Err(Error::UnknownName {
+                    what: "constraint kind",
+                    name: arg.kind,
+                    available: CONSTRAINT_KINDS
+                        .iter()
+                        .map(|(k, _)| (*k).to_owned())
+                        .collect(),
+                });
+            };
+            let context = format!("constraint {}", arg.kind);
+            check_options(&context, &[specs], &mut arg.options)?;
+            let o = &arg.options;
+            match arg.kind.as_str() {
+                "max_requests" => constraints.max_requests = Some(count(&context, o.get("count"))?),
+                "max_errors" => constraints.max_errors = Some(count(&context, o.get("count"))?),
+                "max_duration" => {
+                    let secs = o
+                        .get("seconds")
+                        .and_then(serde_json::Value::as_f64)
+                        .unwrap_or(0.0);
+                    let duration = Duration::try_from_secs_f64(secs)
+                        .ok()
+                        .filter(|d| !d.is_zero())
+                        .ok_or_else(|| Error::InvalidOption {
+                            context: context.clone(),
+                            key: "seconds".into(),
+                            reason: format!("must be positive, got {secs}"),
+                        })?;
+                    constraints.max_duration = Some(duration);
+                }
+                "max_error_rate" => {
+                    let rate = o
+                        .get("rate")
+                        .and_then(serde_json::Value::as_f64)
+                        .unwrap_or(-1.0);
+                    if !(0.0..=1.0).contains(&rate) {
+                        return Err(Error::InvalidOption {
+                            context,
+                            key: "rate".into(),
+                            reason: format!("must be between 0 and 1, got {rate}"),
+                        });
+                    }
+                    let window = match o.get("window") {
+                        Some(v) => usize::try_from(count(&context, Some(v))?).unwrap_or(usize::MAX),
+                        None => 30,
+                    };
+                    constraints.max_error_rate = Some(ErrorRate { rate, window });
+                }
+                _ => unreachable!("kinds come from CONSTRAINT_KINDS"),
+            }
+        }
+        Ok(constraints)
+    }
+
+    /// Whether nothing would ever stop a benchmark with endless data.
+    pub fn is_unbounded(&self) -> bool {
+        self.max_requests.is_none() && self.max_duration.is_none()
+    }
+}
+
+/// The running state of the constraints during one benchmark.
+#[derive(Debug, Clone, Default)]
+pub struct ConstraintState {
+    sent: u64,
+    errors: u64,
+    recent: VecDeque<bool>,
+    recent_errors: usize,
+}
+
+impl ConstraintState {
+    /// Whether another request may be sent, `elapsed` into the benchmark.
+    pub fn may_send(&self, constraints: &Constraints, elapsed: Duration) -> Result<(), StopReason> {
+        if constraints.max_requests.is_some_and(|n| self.sent >= n) {
+            return Err(StopReason::MaxRequests);
+        }
+        if constraints.max_duration.is_some_and(|d| elapsed >= d) {
+            return Err(StopReason::MaxDuration);
+        }
+        Ok(())
+    }
+
+    /// Records a send.
+    pub fn on_send(&mut self) {
+        self.sent += 1;
+    }
+
+    /// Requests sent so far.
+    pub fn sent(&self) -> u64 {
+        self.sent
+    }
+
+    /// Records a completed request; returns why to stop, if a limit on
+    /// errors was reached.
+    #[allow(clippy::cast_precision_loss)] // window sizes are small.
+    pub fn on_complete(&mut self, constraints: &Constraints, failed: bool) -> Option<StopReason> {
+        if failed {
+            self.errors += 1;
+        }
+        if constraints.max_errors.is_some_and(|n| self.errors >= n) {
+            return Some(StopReason::MaxErrors);
+        }
+        if let Some(ErrorRate { rate, window }) = constraints.max_error_rate {
+            self.recent.push_back(failed);
+            self.recent_errors += usize::from(failed);
+            if self.recent.len() > window && self.recent.pop_front() == Some(true) {
+                self.recent_errors -= 1;
+            }
+            if self.recent.len() == window && self.recent_errors as f64 / window as f64 > rate {
+                return Some(StopReason::MaxErrorRate);
+            }
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::options::parse_kind_args;
+
+    fn constraints(args: &[&str]) -> Result<Constraints> {
+        Constraints::from_args(
+            args.iter()
+                .map(|a| parse_kind_args(a))
+                .collect::<Result<Vec<_>>>()?,
+        )
+    }
+
+    #[test]
+    fn max_requests_stops_sending_after_count() {
+        let c = constraints(&["kind=max_requests,count=3"]).expect("valid");
+        let mut s = ConstraintState::default();
+        for _ in 0..3 {
+            assert!(s.may_send(&c, Duration::ZERO).is_ok());
+            s.on_send();
+        }
+        assert_eq!(s.may_send(&c, Duration::ZERO), Err(StopReason::MaxRequests));
+    }
+
+    #[test]
+    fn max_duration_stops_sending_once_elapsed() {
+        let c = constraints(&["kind=max_duration,seconds=2s"]).expect("valid");
+        let s = ConstraintState::default();
+        assert!(s.may_send(&c, Duration::from_millis(1_999)).is_ok());
+        assert_eq!(
+            s.may_send(&c, Duration::from_secs(2)),
+            Err(StopReason::MaxDuration)
+        );
+    }
+
+    #[test]
+    fn max_errors_stops_at_the_nth_error() {
+        let c = constraints(&["kind=max_errors,count=2"]).expect("valid");
+        let mut s = ConstraintState::default();
+        assert_eq!(s.on_complete(&c, true), None);
+        assert_eq!(s.on_complete(&c, false), None);
+        assert_eq!(s.on_complete(&c, true), Some(StopReason::MaxErrors));
+    }
+
+    #[test]
+    fn max_error_rate_waits_for_a_full_window_then_stops_above_the_rate() {
+        let c = constraints(&["kind=max_error_rate,rate=0.5,window=4"]).expect("valid");
+        let mut s = ConstraintState::default();
+        // 3 errors out of 3: the window is not full yet.
+        for _ in 0..3 {
+            assert_eq!(s.on_complete(&c, true), None);
+        }
+        // 3 of 4 > 0.5.
+        assert_eq!(s.on_complete(&c, false), Some(StopReason::MaxErrorRate));
+
+        let mut s = ConstraintState::default();
+        for failed in [true, false, true, false, true, false] {
+            assert_eq!(s.on_complete(&c, failed), None, "exactly half is tolerated");
+        }
+    }
+
+    #[test]
+    fn constraint_errors_are_clear() {
+        let err = constraints(&["kind=max_tokens,count=1"]).expect_err("unknown");
+        assert!(
+            err.to_string()
+                .contains("available: max_duration, max_error_rate, max_errors, max_requests"),
+            "{err}"
+        );
+        let err = constraints(&["kind=max_requests,count=0"]).expect_err("zero");
+        assert!(err.to_string().contains("count"), "{err}");
+        let err = constraints(&["kind=max_error_rate,rate=2"]).expect_err("rate");
+        assert!(err.to_string().contains("between 0 and 1"), "{err}");
+        let err = constraints(&["kind=max_duration,seconds=0"]).expect_err("zero");
+        assert!(err.to_string().contains("positive"), "{err}");
+    }
+}

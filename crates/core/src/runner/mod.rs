@@ -1,0 +1,12 @@
+//! The benchmark runner: load profiles, constraints, and the scheduler that
+//! sends requests and records what happened to each.
+
+pub mod constraints;
+pub mod phases;
+pub mod profile;
+pub mod scheduler;
+
+pub use constraints::{CONSTRAINT_KINDS, ConstraintState, Constraints, ErrorRate, StopReason};
+pub use phases::{Measured, Phase, measured};
+pub use profile::{PROFILE_KINDS, Profile, Schedule, Strategy, sweep_rates};
+pub use scheduler::{BenchmarkRun, NoObserver, Observer, RunOptions, run_benchmark};

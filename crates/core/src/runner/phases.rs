@@ -1,0 +1,208 @@
+//! Warm-up and cool-down: requests at the edges of a benchmark that are
+//! sent and recorded but left out of its metrics.
+
+use serde::Serialize;
+
+use crate::clock::Timestamp;
+use crate::request::RequestRecord;
+use crate::{Error, Result};
+
+use super::scheduler::BenchmarkRun;
+
+/// How much of a benchmark's edge to leave out.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// Requests sent in the first (warm-up) or last (cool-down) this many seconds.
+    Seconds(f64),
+    /// The first (warm-up) or last (cool-down) this many requests sent.
+    Requests(u64),
+}
+
+impl Phase {
+    /// Parses `--warmup` / `--cooldown`: a whole number is a request count
+    /// (`20`); a number with a unit or a fraction is a time (`10s`, `500ms`,
+    /// `2.5`).
+    pub fn parse(flag: &str, value: &str) -> Result<Self> {
+        let value = value.trim();
+        if let Ok(count) = value.parse::<u64>() {
+            return Ok(Phase::Requests(count));
+        }
+        let seconds = crate::options::parse_seconds(&serde_json::Value::String(value.to_owned()))
+            .map_err(|reason| Error::InvalidOption {
+            context: format!("--{flag}"),
+            key: flag.to_owned(),
+            reason: format!("{reason} (give a request count like 20 or a time like 10s)"),
+        })?;
+        if !(seconds.is_finite() && seconds >= 0.0) {
+            return Err(Error::InvalidOption {
+                context: format!("--{flag}"),
+                key: flag.to_owned(),
+                reason: format!("must not be negative, got {value}"),
+            });
+        }
+        Ok(Phase::Seconds(seconds))
+    }
+}
+
+/// The part of a benchmark that its metrics are computed over.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Measured<'a> {
+    /// The records inside the window, in send order.
+    pub records: Vec<&'a RequestRecord>,
+    /// The window's start: the earliest send among them (the run's start if none).
+    pub start: Timestamp,
+    /// The window's end: the latest end among them (the run's end if none).
+    pub end: Timestamp,
+    /// Requests left out as warm-up.
+    pub warmup_excluded: u64,
+    /// Requests left out as cool-down.
+    pub cooldown_excluded: u64,
+}
+
+/// Splits off warm-up and cool-down requests by send time or by count.
+/// Time phases count from the run's start and back from its last send.
+pub fn measured(
+    run: &BenchmarkRun,
+    warmup: Option<Phase>,
+    cooldown: Option<Phase>,
+) -> Measured<'_> {
+    let mut records: Vec<&RequestRecord> = run.records.iter().collect();
+    records.sort_by_key(|r| (r.timings.start, r.id));
+    let sent = |r: &RequestRecord| r.timings.start.unwrap_or(run.start);
+    let last_send = records.last().map_or(run.start, |r| sent(r));
+
+    let total = records.len();
+    let head = match warmup {
+        None => 0,
+        Some(Phase::Requests(n)) => usize::try_from(n).unwrap_or(usize::MAX).min(total),
+        Some(Phase::Seconds(s)) => {
+            let until = seconds_after(run.start, s);
+            records.iter().take_while(|r| sent(r) < until).count()
+        }
+    };
+    let tail = match cooldown {
+        None => 0,
+        Some(Phase::Requests(n)) => usize::try_from(n).unwrap_or(usize::MAX).min(total - head),
+        Some(Phase::Seconds(s)) => {
+            let from = seconds_after(last_send, -s);
+            records[head..]
+                .iter()
+                .rev()
+                .take_while(|r| sent(r) > from)
+                .count()
+        }
+    };
+    let kept: Vec<&RequestRecord> = records[head..total - tail].to_vec();
+    let start = kept.iter().map(|r| sent(r)).min().unwrap_or(run.start);
+    let end = kept
+        .iter()
+        .filter_map(|r| r.timings.end)
+        .max()
+        .unwrap_or(run.end)
+        .max(start);
+    Measured {
+        records: kept,
+        start,
+        end,
+        warmup_excluded: head as u64,
+        cooldown_excluded: tail as u64,
+    }
+}
+
+#[allow(clippy::cast_possible_truncation)] // phase lengths are far below 292 years.
+fn seconds_after(at: Timestamp, seconds: f64) -> Timestamp {
+    Timestamp(at.0.saturating_add((seconds * 1e9).round() as i64))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::request::RequestTimings;
+    use crate::runner::{StopReason, Strategy};
+
+    fn ts(ms: i64) -> Timestamp {
+        Timestamp(ms * 1_000_000)
+    }
+
+    fn run_with_sends(sends_ms: &[i64]) -> BenchmarkRun {
+        let records = sends_ms
+            .iter()
+            .enumerate()
+            .map(|(i, &ms)| {
+                let mut r = RequestRecord::incomplete(i as u64, ts(ms));
+                r.timings = RequestTimings {
+                    start: Some(ts(ms)),
+                    end: Some(ts(ms + 50)),
+                    ..RequestTimings::default()
+                };
+                r
+            })
+            .collect();
+        BenchmarkRun {
+            strategy: Strategy::Synchronous,
+            records,
+            start: ts(0),
+            end: ts(1_000),
+            stop_reason: StopReason::MaxRequests,
+        }
+    }
+
+    #[test]
+    fn whole_numbers_are_counts_and_units_are_times() {
+        assert_eq!(
+            Phase::parse("warmup", "20").expect("count"),
+            Phase::Requests(20)
+        );
+        assert_eq!(
+            Phase::parse("warmup", "10s").expect("time"),
+            Phase::Seconds(10.0)
+        );
+        assert_eq!(
+            Phase::parse("warmup", "2.5").expect("time"),
+            Phase::Seconds(2.5)
+        );
+        assert_eq!(
+            Phase::parse("warmup", "500ms").expect("time"),
+            Phase::Seconds(0.5)
+        );
+        assert!(Phase::parse("warmup", "soon").is_err());
+        assert!(Phase::parse("cooldown", "-1s").is_err());
+    }
+
+    #[test]
+    fn warmup_and_cooldown_counts_leave_out_the_first_and_last_requests_sent() {
+        let run = run_with_sends(&[0, 100, 200, 300, 400, 500]);
+        let m = measured(&run, Some(Phase::Requests(2)), Some(Phase::Requests(1)));
+        let ids: Vec<u64> = m.records.iter().map(|r| r.id).collect();
+        assert_eq!(ids, vec![2, 3, 4]);
+        assert_eq!((m.warmup_excluded, m.cooldown_excluded), (2, 1));
+        assert_eq!((m.start, m.end), (ts(200), ts(450)));
+    }
+
+    #[test]
+    fn warmup_and_cooldown_times_count_from_the_start_and_back_from_the_last_send() {
+        let run = run_with_sends(&[0, 100, 200, 300, 400, 500]);
+        let m = measured(&run, Some(Phase::Seconds(0.15)), Some(Phase::Seconds(0.15)));
+        let ids: Vec<u64> = m.records.iter().map(|r| r.id).collect();
+        // Warm-up: sent before 150 ms; cool-down: sent after 500 - 150 = 350 ms.
+        assert_eq!(ids, vec![2, 3]);
+    }
+
+    #[test]
+    fn without_phases_everything_is_measured() {
+        let run = run_with_sends(&[0, 10]);
+        let m = measured(&run, None, None);
+        assert_eq!(m.records.len(), 2);
+        assert_eq!((m.warmup_excluded, m.cooldown_excluded), (0, 0));
+    }
+
+    #[test]
+    fn phases_longer_than_the_run_leave_nothing_and_do_not_panic() {
+        let run = run_with_sends(&[0, 10, 20]);
+        let m = measured(&run, Some(Phase::Requests(5)), Some(Phase::Requests(5)));
+        assert!(m.records.is_empty());
+        assert_eq!(m.warmup_excluded, 3);
+        assert_eq!(m.cooldown_excluded, 0);
+    }
+}

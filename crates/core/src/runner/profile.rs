@@ -1,0 +1,467 @@
+//! Load profiles: how requests are sent.
+
+use std::time::Duration;
+
+use rand::{RngExt, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::Serialize;
+
+use crate::options::{KindArgs, OptionSpec, OptionType, check_options};
+use crate::{Error, Result};
+
+/// How one benchmark sends its requests.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Strategy {
+    /// One request at a time.
+    Synchronous,
+    /// Exactly `streams` requests in flight.
+    Concurrent {
+        /// Requests in flight.
+        streams: usize,
+    },
+    /// As many requests in flight as allowed, sent as fast as possible.
+    Throughput {
+        /// The most requests in flight.
+        max_concurrency: usize,
+    },
+    /// Request `i` is sent at `start + i / rate`.
+    Constant {
+        /// Requests per second.
+        rate: f64,
+        /// The most requests in flight, if limited.
+        max_concurrency: Option<usize>,
+    },
+    /// Exponential gaps with mean `1 / rate`, from a seeded generator.
+    Poisson {
+        /// Mean requests per second.
+        rate: f64,
+        /// Seed of the gap generator.
+        seed: u64,
+        /// The most requests in flight, if limited.
+        max_concurrency: Option<usize>,
+    },
+}
+
+impl Strategy {
+    /// The most requests in flight, if the strategy limits them.
+    pub fn concurrency_limit(&self) -> Option<usize> {
+        match self {
+            Strategy::Synchronous => Some(1),
+            Strategy::Concurrent { streams } => Some(*streams),
+            Strategy::Throughput { max_concurrency } => Some(*max_concurrency),
+            Strategy::Constant {
+                max_concurrency, ..
+            }
+            | Strategy::Poisson {
+                max_concurrency, ..
+            } => *max_concurrency,
+        }
+    }
+
+    /// For rate-based strategies, the send offsets from the benchmark start;
+    /// `None` for strategies that send as soon as a slot is free.
+    pub fn schedule(&self) -> Option<Schedule> {
+        match self {
+            Strategy::Constant { rate, .. } => Some(Schedule::Constant {
+                rate: *rate,
+                next: 0,
+            }),
+            Strategy::Poisson { rate, seed, .. } => Some(Schedule::Poisson {
+                rate: *rate,
+                rng: Box::new(ChaCha8Rng::seed_from_u64(*seed)),
+                elapsed: 0.0,
+            }),
+            _ => None,
+        }
+    }
+
+    /// A short description for progress and tables (`constant@5.00/s`).
+    pub fn label(&self) -> String {
+        match self {
+            Strategy::Synchronous => "synchronous".into(),
+            Strategy::Concurrent { streams } => format!("concurrent@{streams}"),
+            Strategy::Throughput { max_concurrency } => format!("throughput@{max_concurrency}"),
+            Strategy::Constant { rate, .. } => format!("constant@{rate:.2}/s"),
+            Strategy::Poisson { rate, .. } => format!("poisson@{rate:.2}/s"),
+        }
+    }
+}
+
+/// The send offsets of a rate-based strategy, an endless iterator.
+pub enum Schedule {
+    /// `i / rate`.
+    Constant {
+        /// Requests per second.
+        rate: f64,
+        /// The next index.
+        next: u64,
+    },
+    /// Cumulative exponential gaps.
+    Poisson {
+        /// Mean requests per second.
+        rate: f64,
+        /// The gap generator.
+        rng: Box<ChaCha8Rng>,
+        /// Seconds up to the previous send.
+        elapsed: f64,
+    },
+}
+
+impl std::fmt::Debug for Schedule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Schedule::Constant { rate, next } => {
+                write!(f, "Schedule::Constant {{ rate: {rate}, next: {next} }}")
+            }
+            Schedule::Poisson { rate, elapsed, .. } => {
+                write!(
+                    f,
+                    "Schedule::Poisson {{ rate: {rate}, elapsed: {elapsed} }}"
+                )
+            }
+        }
+    }
+}
+
+impl Iterator for Schedule {
+    type Item = Duration;
+
+    #[allow(clippy::cast_precision_loss)] // request indices stay far below 2^52.
+    fn next(&mut self) -> Option<Duration> {
+        let secs = match self {
+            Schedule::Constant { rate, next } => {
+                let secs = *next as f64 / *rate;
+                *next += 1;
+                secs
+            }
+            Schedule::Poisson { rate, rng, elapsed } => {
+                let at = *elapsed;
+                // Inverse transform: -ln(U) / rate, with U in (0, 1].
+                let u: f64 = 1.0 - rng.random::<f64>();
+                *elapsed += -u.ln() / *rate;
+                at
+            }
+        };
+        Duration::try_from_secs_f64(secs).ok()
+    }
+}
+
+fn positive_int(context: &str, key: &str, value: &serde_json::Value) -> Result<usize> {
+    value
+        .as_u64()
+        .and_then(|n| usize::try_from(n).ok())
+        .filter(|&n| n >= 1)
+        .ok_or_else(|| Error::InvalidOption {
+            context: context.into(),
+            key: key.into(),
+            reason: format!("must be a whole number of at least 1, got {value}"),
+        })
+}
+
+fn positive_rate(context: &str, value: &serde_json::Value) -> Result<f64> {
+    value
+        .as_f64()
+        .filter(|r| r.is_finite() && *r > 0.0)
+        .ok_or_else(|| Error::InvalidOption {
+            context: context.into(),
+            key: "rate".into(),
+            reason: format!("must be a positive number of requests per second, got {value}"),
+        })
+}
+
+/// The value, or each item of a list value.
+fn each(value: Option<&serde_json::Value>) -> Vec<Option<&serde_json::Value>> {
+    match value {
+        Some(serde_json::Value::Array(items)) => items.iter().map(Some).collect(),
+        other => vec![other],
+    }
+}
+
+const SYNCHRONOUS: &[OptionSpec] = &[];
+const CONCURRENT: &[OptionSpec] = &[OptionSpec::optional(
+    "streams",
+    OptionType::Any,
+    "requests in flight (a list runs one benchmark per value)",
+)
+.required()];
+const THROUGHPUT: &[OptionSpec] = &[OptionSpec::optional(
+    "max_concurrency",
+    OptionType::Any,
+    "the most requests in flight",
+)
+.with_default("256")];
+const CONSTANT: &[OptionSpec] = &[
+    OptionSpec::optional(
+        "rate",
+        OptionType::Any,
+        "requests per second (a list runs one benchmark per value)",
+    )
+    .required(),
+    OptionSpec::optional(
+        "max_concurrency",
+        OptionType::Int,
+        "the most requests in flight",
+    ),
+];
+const POISSON: &[OptionSpec] = &[
+    OptionSpec::optional("rate", OptionType::Any, "mean requests per second").required(),
+    OptionSpec::optional("seed", OptionType::Int, "seed of the arrival process").with_default("42"),
+    OptionSpec::optional(
+        "max_concurrency",
+        OptionType::Int,
+        "the most requests in flight",
+    ),
+];
+const SWEEP: &[OptionSpec] = &[
+    OptionSpec::optional(
+        "sweep_size",
+        OptionType::Int,
+        "benchmarks in all: synchronous, throughput, and constant rates between",
+    )
+    .with_default("10"),
+    OptionSpec::optional(
+        "max_concurrency",
+        OptionType::Int,
+        "the throughput run's concurrency",
+    )
+    .with_default("256"),
+];
+
+/// Every profile kind with its options, for help output.
+pub const PROFILE_KINDS: &[(&str, &[OptionSpec])] = &[
+    ("concurrent", CONCURRENT),
+    ("constant", CONSTANT),
+    ("poisson", POISSON),
+    ("sweep", SWEEP),
+    ("synchronous", SYNCHRONOUS),
+    ("throughput", THROUGHPUT),
+];
+
+/// What `--profile` asks for.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Profile {
+    /// Fixed strategies, one benchmark each, in order.
+    Fixed {
+        /// The strategies.
+        strategies: Vec<Strategy>,
+    },
+    /// Synchronous, then throughput, then constant rates evenly spaced
+    /// between the two measured rates: `sweep_size` benchmarks in all.
+    Sweep {
+        /// Benchmarks in all (at least 2).
+        sweep_size: usize,
+        /// The throughput run's concurrency.
+        max_concurrency: usize,
+    },
+}
+
+impl Profile {
+    /// Parses `--profile kind=…`; list values (`streams=1;4;16`) give one
+    /// benchmark per value.
+    pub fn from_args(mut args: KindArgs, default_seed: u64) -> Result<Self> {
+        let Some((_, specs)) = PROFILE_KINDS.iter().find(|(k, _)| *k == args.kind) else {
+            return Err(Error::UnknownName {
+                what: "profile kind",
+                name: args.kind,
+                available: PROFILE_KINDS.iter().map(|(k, _)| (*k).to_owned()).collect(),
+            });
+        };
+        let context = format!("profile {}", args.kind);
+        check_options(&context, &[specs], &mut args.options)?;
+        let o = &args.options;
+        let opt_limit = |key: &str| -> Result<Option<usize>> {
+            o.get(key)
+                .map(|v| positive_int(&context, key, v))
+                .transpose()
+        };
+        let strategies = match args.kind.as_str() {
+            "synchronous" => vec![Strategy::Synchronous],
+            "concurrent" => each(o.get("streams"))
+                .into_iter()
+                .map(|v| {
+                    Ok(Strategy::Concurrent {
+                        streams: positive_int(
+                            &context,
+                            "streams",
+                            v.unwrap_or(&serde_json::Value::Null),
+                        )?,
+                    })
+                })
+                .collect::<Result<_>>()?,
+            "throughput" => each(o.get("max_concurrency"))
+                .into_iter()
+                .map(|v| {
+                    Ok(Strategy::Throughput {
+                        max_concurrency: match v {
+                            Some(v) => positive_int(&context, "max_concurrency", v)?,
+                            None => 256,
+                        },
+                    })
+                })
+                .collect::<Result<_>>()?,
+            "constant" => {
+                let limit = opt_limit("max_concurrency")?;
+                each(o.get("rate"))
+                    .into_iter()
+                    .map(|v| {
+                        Ok(Strategy::Constant {
+                            rate: positive_rate(&context, v.unwrap_or(&serde_json::Value::Null))?,
+                            max_concurrency: limit,
+                        })
+                    })
+                    .collect::<Result<_>>()?
+            }
+            "poisson" => {
+                let limit = opt_limit("max_concurrency")?;
+                let seed = o
+                    .get("seed")
+                    .and_then(serde_json::Value::as_u64)
+                    .unwrap_or(default_seed);
+                each(o.get("rate"))
+                    .into_iter()
+                    .map(|v| {
+                        Ok(Strategy::Poisson {
+                            rate: positive_rate(&context, v.unwrap_or(&serde_json::Value::Null))?,
+                            seed,
+                            max_concurrency: limit,
+                        })
+                    })
+                    .collect::<Result<_>>()?
+            }
+            "sweep" => {
+                let sweep_size = opt_limit("sweep_size")?.unwrap_or(10);
+                if sweep_size < 2 {
+                    return Err(Error::InvalidOption {
+                        context,
+                        key: "sweep_size".into(),
+                        reason: format!("must be at least 2, got {sweep_size}"),
+                    });
+                }
+                return Ok(Profile::Sweep {
+                    sweep_size,
+                    max_concurrency: opt_limit("max_concurrency")?.unwrap_or(256),
+                });
+            }
+            _ => unreachable!("kinds come from PROFILE_KINDS"),
+        };
+        Ok(Profile::Fixed { strategies })
+    }
+}
+
+/// The constant rates a sweep runs after its synchronous and throughput
+/// benchmarks: `sweep_size − 2` rates evenly spaced strictly between the
+/// two measured rates (requests per second).
+#[allow(clippy::cast_precision_loss)] // sweep sizes are small.
+pub fn sweep_rates(synchronous_rate: f64, throughput_rate: f64, sweep_size: usize) -> Vec<f64> {
+    let between = sweep_size.saturating_sub(2);
+    let (lo, hi) = if synchronous_rate <= throughput_rate {
+        (synchronous_rate, throughput_rate)
+    } else {
+        (throughput_rate, synchronous_rate)
+    };
+    let step = (hi - lo) / (between + 1) as f64;
+    (1..=between).map(|i| lo + step * i as f64).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::options::parse_kind_args;
+
+    fn profile(arg: &str) -> Result<Profile> {
+        Profile::from_args(parse_kind_args(arg)?, 7)
+    }
+
+    #[test]
+    fn constant_sends_at_exact_multiples_of_one_over_rate() {
+        let offsets: Vec<Duration> = Strategy::Constant {
+            rate: 4.0,
+            max_concurrency: None,
+        }
+        .schedule()
+        .expect("rate based")
+        .take(5)
+        .collect();
+        let expected: Vec<Duration> = (0..5).map(|i| Duration::from_millis(250 * i)).collect();
+        assert_eq!(offsets, expected);
+    }
+
+    #[test]
+    fn poisson_is_reproducible_by_seed_and_its_mean_rate_is_close() {
+        let take = |seed| -> Vec<Duration> {
+            Strategy::Poisson {
+                rate: 50.0,
+                seed,
+                max_concurrency: None,
+            }
+            .schedule()
+            .expect("rate based")
+            .take(20_001)
+            .collect()
+        };
+        let a = take(1);
+        assert_eq!(a, take(1), "same seed, same arrivals");
+        assert_ne!(a, take(2), "another seed, other arrivals");
+        assert_eq!(a[0], Duration::ZERO);
+        assert!(a.windows(2).all(|w| w[0] <= w[1]));
+        let mean_rate = 20_000.0 / a[20_000].as_secs_f64();
+        assert!(
+            (mean_rate - 50.0).abs() < 50.0 * 0.03,
+            "mean rate {mean_rate}"
+        );
+    }
+
+    #[test]
+    fn sweep_rates_are_evenly_spaced_strictly_between_the_measured_rates() {
+        let rates = sweep_rates(2.0, 12.0, 6);
+        assert_eq!(rates, vec![4.0, 6.0, 8.0, 10.0]);
+        assert!(sweep_rates(2.0, 12.0, 2).is_empty());
+        assert_eq!(sweep_rates(12.0, 2.0, 3), vec![7.0]);
+    }
+
+    #[test]
+    fn list_values_run_one_benchmark_per_value() {
+        let p = profile("kind=concurrent,streams=1;4;16").expect("valid");
+        assert_eq!(
+            p,
+            Profile::Fixed {
+                strategies: vec![
+                    Strategy::Concurrent { streams: 1 },
+                    Strategy::Concurrent { streams: 4 },
+                    Strategy::Concurrent { streams: 16 },
+                ]
+            }
+        );
+        let p = profile("kind=constant,rate=0.5;2,max_concurrency=8").expect("valid");
+        assert!(matches!(p, Profile::Fixed { ref strategies } if strategies.len() == 2));
+    }
+
+    #[test]
+    fn profile_errors_name_the_value_and_the_kinds() {
+        let err = profile("kind=warp").expect_err("unknown");
+        assert!(
+            err.to_string().contains(
+                "available: concurrent, constant, poisson, sweep, synchronous, throughput"
+            ),
+            "{err}"
+        );
+        let err = profile("kind=constant,rate=0").expect_err("zero rate");
+        assert!(err.to_string().contains("rate"), "{err}");
+        let err = profile("kind=concurrent").expect_err("no streams");
+        assert!(err.to_string().contains("streams"), "{err}");
+        let err = profile("kind=sweep,sweep_size=1").expect_err("too small");
+        assert!(err.to_string().contains("sweep_size"), "{err}");
+        let err = profile("kind=throughput,max_concurrency=0").expect_err("zero");
+        assert!(err.to_string().contains("max_concurrency"), "{err}");
+    }
+
+    #[test]
+    fn poisson_takes_the_run_seed_unless_given_one() {
+        let p = profile("kind=poisson,rate=3").expect("valid");
+        assert!(
+            matches!(p, Profile::Fixed { ref strategies } if strategies[0] == Strategy::Poisson { rate: 3.0, seed: 7, max_concurrency: None })
+        );
+    }
+}

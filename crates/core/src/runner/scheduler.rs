@@ -1,0 +1,300 @@
+//! Sending requests by a strategy, under constraints, and collecting what
+//! happened to each.
+//!
+//! Rates are paced against the schedule: request `i` is due at
+//! `start + offset_i`, whatever happened to request `i − 1`. Each record
+//! keeps its scheduled and actual send times, so a client that falls behind
+//! shows up as dispatch delay instead of silently lowering the load
+//! (no coordinated omission).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{Semaphore, mpsc, watch};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use crate::backend::Backend;
+use crate::clock::{Clock, Timestamp};
+use crate::request::{GenerationRequest, RequestRecord};
+
+use super::constraints::{ConstraintState, Constraints, StopReason};
+use super::profile::Strategy;
+
+/// Options of a benchmark run beyond its strategy and constraints.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunOptions {
+    /// How long requests still in flight may finish once sending stopped;
+    /// the rest are recorded as incomplete.
+    pub grace_period: Duration,
+    /// Keep each request's generated text in its record.
+    pub keep_text: bool,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        RunOptions {
+            grace_period: Duration::from_secs(30),
+            keep_text: false,
+        }
+    }
+}
+
+/// Watches a benchmark as it runs (for a progress display).
+pub trait Observer: Send + Sync {
+    /// A request was sent.
+    fn on_send(&self) {}
+    /// A request ended (successfully, with an error, or incomplete).
+    fn on_record(&self, record: &RequestRecord) {
+        let _ = record;
+    }
+}
+
+/// An observer that does nothing.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoObserver;
+
+impl Observer for NoObserver {}
+
+/// What one benchmark produced.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BenchmarkRun {
+    /// The strategy it ran.
+    pub strategy: Strategy,
+    /// One record per request sent, in completion order.
+    pub records: Vec<RequestRecord>,
+    /// When it started.
+    pub start: Timestamp,
+    /// When the last request ended (or was cut off).
+    pub end: Timestamp,
+    /// Why it stopped sending.
+    pub stop_reason: StopReason,
+}
+
+impl BenchmarkRun {
+    /// Requests that succeeded per second over the whole run.
+    #[allow(clippy::cast_precision_loss)] // counts far below 2^52.
+    pub fn success_rate(&self) -> f64 {
+        let secs = self.end.secs_since(self.start);
+        if secs <= 0.0 {
+            return 0.0;
+        }
+        self.records.iter().filter(|r| r.is_success()).count() as f64 / secs
+    }
+}
+
+/// Sends an incomplete record if the request's task is dropped (the grace
+/// period ended) before it produced one.
+struct IncompleteGuard {
+    armed: Option<(u64, Timestamp, Option<Timestamp>)>,
+    records: mpsc::UnboundedSender<RequestRecord>,
+}
+
+impl Drop for IncompleteGuard {
+    fn drop(&mut self) {
+        if let Some((id, start, scheduled)) = self.armed.take() {
+            let mut record = RequestRecord::incomplete(id, start);
+            record.timings.scheduled = scheduled;
+            record.timings.end = Some(Clock::global().wall(Instant::now().into_std()));
+            let _ = self.records.send(record);
+        }
+    }
+}
+
+/// The last stretch of a wait that is spent yielding rather than on the
+/// timer, whose granularity is a millisecond.
+const SPIN: Duration = Duration::from_millis(2);
+
+/// Waits until `due` with sub-millisecond precision: the timer for the bulk
+/// of the wait, then yielding to other tasks until the moment comes. The
+/// cost is at most `SPIN` of one core per send; at rates above a few hundred
+/// per second the sender yields continuously.
+async fn wait_until(due: Instant) {
+    let now = Instant::now();
+    if due <= now {
+        return;
+    }
+    if due - now > SPIN {
+        tokio::time::sleep_until(due - SPIN).await;
+    }
+    let remaining = due.saturating_duration_since(Instant::now());
+    let spin_started = std::time::Instant::now();
+    while Instant::now() < due && spin_started.elapsed() < remaining {
+        tokio::task::yield_now().await;
+    }
+    // Under a paused clock (tests) the spin above ends by real time, and
+    // this lands exactly on the due time; otherwise it returns at once.
+    if Instant::now() < due {
+        tokio::time::sleep_until(due).await;
+    }
+}
+
+fn stop_with(stop: &watch::Sender<Option<StopReason>>, reason: StopReason) {
+    stop.send_if_modified(|current| {
+        if current.is_none() {
+            *current = Some(reason);
+            true
+        } else {
+            false
+        }
+    });
+}
+
+/// Runs one benchmark: sends requests from `requests` by `strategy` until a
+/// constraint, the data or `cancel` stops it, waits up to the grace period
+/// for requests in flight, and returns every request's record.
+pub async fn run_benchmark(
+    backend: Arc<dyn Backend>,
+    requests: &mut mpsc::Receiver<GenerationRequest>,
+    strategy: &Strategy,
+    constraints: &Constraints,
+    options: &RunOptions,
+    observer: Arc<dyn Observer>,
+    mut cancel: watch::Receiver<bool>,
+) -> BenchmarkRun {
+    let clock = Clock::global();
+    let t0 = Instant::now();
+    let start = clock.wall(t0.into_std());
+    let (stop_tx, mut stop_rx) = watch::channel(None::<StopReason>);
+    let (records_tx, mut records_rx) = mpsc::unbounded_channel::<RequestRecord>();
+
+    // The collector: gathers records, applies the error constraints.
+    let collector = {
+        let stop_tx = stop_tx.clone();
+        let constraints = constraints.clone();
+        let observer = Arc::clone(&observer);
+        tokio::spawn(async move {
+            let mut state = ConstraintState::default();
+            let mut records = Vec::new();
+            while let Some(record) = records_rx.recv().await {
+                tracing::debug!(id = record.id, status = ?record.status, "request done");
+                observer.on_record(&record);
+                if let Some(reason) = state.on_complete(&constraints, record.error.is_some()) {
+                    stop_with(&stop_tx, reason);
+                }
+                records.push(record);
+            }
+            records
+        })
+    };
+
+    let limit = strategy
+        .concurrency_limit()
+        .map(|n| Arc::new(Semaphore::new(n)));
+    let mut schedule = strategy.schedule();
+    let mut state = ConstraintState::default();
+    let mut tasks = JoinSet::new();
+    if *cancel.borrow() {
+        stop_with(&stop_tx, StopReason::Interrupted);
+    }
+
+    loop {
+        if stop_rx.borrow().is_some() {
+            break;
+        }
+        if let Err(reason) = state.may_send(constraints, t0.elapsed()) {
+            stop_with(&stop_tx, reason);
+            break;
+        }
+        let scheduled = match schedule.as_mut().and_then(Iterator::next) {
+            Some(offset) => {
+                let due = t0 + offset;
+                if constraints.max_duration.is_some_and(|d| offset >= d) {
+                    stop_with(&stop_tx, StopReason::MaxDuration);
+                    break;
+                }
+                tokio::select! {
+                    biased;
+                    _ = cancel.changed() => { stop_with(&stop_tx, StopReason::Interrupted); break; }
+                    _ = stop_rx.changed() => break,
+                    () = wait_until(due) => {}
+                }
+                Some(due)
+            }
+            None if schedule.is_some() => break,
+            None => None,
+        };
+        let permit = match &limit {
+            Some(semaphore) => tokio::select! {
+                biased;
+                _ = cancel.changed() => { stop_with(&stop_tx, StopReason::Interrupted); break; }
+                _ = stop_rx.changed() => break,
+                permit = Arc::clone(semaphore).acquire_owned() => match permit {
+                    Ok(permit) => Some(permit),
+                    Err(_) => break,
+                },
+            },
+            None => None,
+        };
+        if scheduled.is_none() && state.may_send(constraints, t0.elapsed()).is_err() {
+            // Waiting for a free slot used up the time.
+            stop_with(&stop_tx, StopReason::MaxDuration);
+            break;
+        }
+        let request = tokio::select! {
+            biased;
+            _ = cancel.changed() => { stop_with(&stop_tx, StopReason::Interrupted); break; }
+            request = requests.recv() => request,
+        };
+        let Some(request) = request else {
+            stop_with(&stop_tx, StopReason::DataExhausted);
+            break;
+        };
+        state.on_send();
+        observer.on_send();
+        let backend = Arc::clone(&backend);
+        let records = records_tx.clone();
+        let keep_text = options.keep_text;
+        let scheduled = scheduled.map(|due| clock.wall(due.into_std()));
+        tasks.spawn(async move {
+            let id = request.id;
+            // The scheduler's own clock (tokio's, which is the monotonic
+            // clock outside tests) measures the send, like the schedule.
+            let now = || clock.wall(Instant::now().into_std());
+            let sent = now();
+            let mut guard = IncompleteGuard {
+                armed: Some((id, sent, scheduled)),
+                records: records.clone(),
+            };
+            let result = backend.resolve(request).await;
+            guard.armed = None;
+            let mut record = match result {
+                Ok(response) => RequestRecord::success(response, keep_text),
+                Err(err) => RequestRecord::error(id, &err, sent, now()),
+            };
+            // Start is when the caller sent the request, on the schedule's clock.
+            record.timings.scheduled = scheduled;
+            record.timings.start = Some(sent);
+            drop(permit);
+            let _ = records.send(record);
+        });
+    }
+    drop(records_tx);
+
+    // Sending stopped: give what is in flight the grace period.
+    let grace_deadline = Instant::now() + options.grace_period;
+    loop {
+        tokio::select! {
+            biased;
+            _ = cancel.changed() => break,
+            () = tokio::time::sleep_until(grace_deadline) => break,
+            next = tasks.join_next() => if next.is_none() { break },
+        }
+    }
+    tasks.shutdown().await;
+    let records = collector.await.unwrap_or_default();
+    let end = records
+        .iter()
+        .filter_map(|r| r.timings.end)
+        .max()
+        .unwrap_or_else(|| clock.wall(Instant::now().into_std()))
+        .max(start);
+    let stop_reason = stop_rx.borrow().unwrap_or(StopReason::DataExhausted);
+    BenchmarkRun {
+        strategy: strategy.clone(),
+        records,
+        start,
+        end,
+        stop_reason,
+    }
+}

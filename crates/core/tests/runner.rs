@@ -1,0 +1,353 @@
+//! The scheduler's sends, against paused tokio time: exact pacing, exact
+//! concurrency, constraints, the grace period, interruption.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use guidebench_core::backend::{Backend, ValidationReport};
+use guidebench_core::clock::Timestamp;
+use guidebench_core::options::parse_kind_args;
+use guidebench_core::request::{
+    FinishReason, GenerationRequest, GenerationResponse, RequestStatus, RequestTimings,
+};
+use guidebench_core::runner::{
+    Constraints, NoObserver, RunOptions, StopReason, Strategy, run_benchmark,
+};
+use guidebench_core::sampling::Sampling;
+use guidebench_core::{Error, Result};
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+
+/// A backend that takes a fixed (virtual) time per request and records
+/// when each request arrived and how many were in flight.
+struct Timed {
+    service: Duration,
+    fail: bool,
+    hang: bool,
+    sends: Mutex<Vec<Instant>>,
+    in_flight: AtomicUsize,
+    peak: AtomicUsize,
+}
+
+impl Timed {
+    fn new(service: Duration) -> Arc<Self> {
+        Timed::with(service, false, false)
+    }
+
+    fn with(service: Duration, fail: bool, hang: bool) -> Arc<Self> {
+        Arc::new(Timed {
+            service,
+            fail,
+            hang,
+            sends: Mutex::new(Vec::new()),
+            in_flight: AtomicUsize::new(0),
+            peak: AtomicUsize::new(0),
+        })
+    }
+
+    fn sends(&self) -> Vec<Instant> {
+        self.sends.lock().expect("lock").clone()
+    }
+}
+
+#[async_trait]
+impl Backend for Timed {
+    fn kind(&self) -> &'static str {
+        "timed"
+    }
+    async fn startup(&self) -> Result<()> {
+        Ok(())
+    }
+    async fn validate(&self) -> Result<ValidationReport> {
+        Ok(ValidationReport::default())
+    }
+    async fn resolve(&self, request: GenerationRequest) -> Result<GenerationResponse> {
+        self.sends.lock().expect("lock").push(Instant::now());
+        let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        self.peak.fetch_max(now, Ordering::SeqCst);
+        let start = Timestamp::now();
+        if self.hang {
+            std::future::pending::<()>().await;
+        }
+        tokio::time::sleep(self.service).await;
+        self.in_flight.fetch_sub(1, Ordering::SeqCst);
+        if self.fail {
+            return Err(Error::EnginePanic("always fails".into()));
+        }
+        Ok(GenerationResponse {
+            id: request.id,
+            text: "x".into(),
+            token_ids: vec![1],
+            prompt_tokens: 1,
+            output_tokens: 1,
+            finish_reason: FinishReason::Length,
+            timings: RequestTimings {
+                start: Some(start),
+                tokens: vec![Timestamp::now()],
+                end: Some(Timestamp::now()),
+                ..RequestTimings::default()
+            },
+        })
+    }
+    async fn shutdown(&self) -> Result<()> {
+        Ok(())
+    }
+}
+
+fn feed(n: u64) -> mpsc::Receiver<GenerationRequest> {
+    let (tx, rx) = mpsc::channel(usize::try_from(n.max(1)).expect("small"));
+    let sampling = Sampling::fixed_length(1).expect("valid");
+    for id in 0..n {
+        tx.try_send(GenerationRequest::text(id, "p", sampling.clone()))
+            .expect("room");
+    }
+    rx
+}
+
+fn constraints(args: &[&str]) -> Constraints {
+    Constraints::from_args(args.iter().map(|a| parse_kind_args(a).expect("parses"))).expect("valid")
+}
+
+fn no_cancel() -> watch::Receiver<bool> {
+    let (tx, rx) = watch::channel(false);
+    std::mem::forget(tx);
+    rx
+}
+
+async fn run(
+    backend: &Arc<Timed>,
+    requests: &mut mpsc::Receiver<GenerationRequest>,
+    strategy: Strategy,
+    constraints: &Constraints,
+) -> guidebench_core::runner::BenchmarkRun {
+    run_benchmark(
+        Arc::clone(backend) as Arc<dyn Backend>,
+        requests,
+        &strategy,
+        constraints,
+        &RunOptions::default(),
+        Arc::new(NoObserver),
+        no_cancel(),
+    )
+    .await
+}
+
+#[tokio::test(start_paused = true)]
+async fn constant_rate_sends_request_i_at_exactly_i_over_rate() {
+    let backend = Timed::new(Duration::from_millis(250));
+    let t0 = Instant::now();
+    let strategy = Strategy::Constant {
+        rate: 10.0,
+        max_concurrency: None,
+    };
+    let run = run(
+        &backend,
+        &mut feed(100),
+        strategy,
+        &constraints(&["kind=max_requests,count=6"]),
+    )
+    .await;
+    let offsets: Vec<Duration> = backend.sends().iter().map(|&s| s - t0).collect();
+    let expected: Vec<Duration> = (0..6).map(|i| Duration::from_millis(100 * i)).collect();
+    assert_eq!(
+        offsets, expected,
+        "paced against the schedule, not the previous send"
+    );
+    assert_eq!(run.records.len(), 6);
+    assert_eq!(run.stop_reason, StopReason::MaxRequests);
+    // Requests outlast the gap between sends: sends did not wait for them.
+    assert!(backend.peak.load(Ordering::SeqCst) >= 3);
+    for record in &run.records {
+        let delay = record
+            .timings
+            .start
+            .expect("sent")
+            .secs_since(record.timings.scheduled.expect("scheduled"));
+        assert!(
+            delay.abs() < 1e-3,
+            "no dispatch delay when the client keeps up: {delay}"
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_concurrency_cap_on_a_rate_shows_up_as_dispatch_delay() {
+    let backend = Timed::new(Duration::from_millis(100));
+    let strategy = Strategy::Constant {
+        rate: 100.0,
+        max_concurrency: Some(1),
+    };
+    let run = run(
+        &backend,
+        &mut feed(100),
+        strategy,
+        &constraints(&["kind=max_requests,count=4"]),
+    )
+    .await;
+    let mut delays: Vec<f64> = run
+        .records
+        .iter()
+        .map(|r| {
+            r.timings
+                .start
+                .expect("sent")
+                .secs_since(r.timings.scheduled.expect("scheduled"))
+        })
+        .collect();
+    delays.sort_by(f64::total_cmp);
+    // Due at 0, 10, 20, 30 ms; sent at 0, 100, 200, 300 ms.
+    let expected = [0.0, 0.090, 0.180, 0.270];
+    for (got, want) in delays.iter().zip(expected) {
+        assert!((got - want).abs() < 2e-3, "delays {delays:?}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn concurrent_keeps_exactly_n_requests_in_flight() {
+    let backend = Timed::new(Duration::from_millis(10));
+    let t0 = Instant::now();
+    let run = run(
+        &backend,
+        &mut feed(100),
+        Strategy::Concurrent { streams: 3 },
+        &constraints(&["kind=max_requests,count=12"]),
+    )
+    .await;
+    assert_eq!(run.records.len(), 12);
+    assert_eq!(backend.peak.load(Ordering::SeqCst), 3);
+    // 12 requests, 3 at a time, 10 ms each: 4 waves, back to back.
+    let sends: Vec<Duration> = backend.sends().iter().map(|&s| s - t0).collect();
+    for (i, at) in sends.iter().enumerate() {
+        assert_eq!(*at, Duration::from_millis(10 * (i as u64 / 3)), "send {i}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn synchronous_sends_one_at_a_time() {
+    let backend = Timed::new(Duration::from_millis(5));
+    let run = run(
+        &backend,
+        &mut feed(100),
+        Strategy::Synchronous,
+        &constraints(&["kind=max_requests,count=5"]),
+    )
+    .await;
+    assert_eq!(run.records.len(), 5);
+    assert_eq!(backend.peak.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn max_duration_stops_sending_when_the_time_is_up() {
+    let backend = Timed::new(Duration::from_millis(1));
+    let strategy = Strategy::Constant {
+        rate: 10.0,
+        max_concurrency: None,
+    };
+    let run = run(
+        &backend,
+        &mut feed(1_000),
+        strategy,
+        &constraints(&["kind=max_duration,seconds=1"]),
+    )
+    .await;
+    // Due at 0, 100, ..., 900 ms: the one due at 1 s is past the limit.
+    assert_eq!(run.records.len(), 10);
+    assert_eq!(run.stop_reason, StopReason::MaxDuration);
+}
+
+#[tokio::test(start_paused = true)]
+async fn max_errors_stops_the_run_at_the_nth_error() {
+    let backend = Timed::with(Duration::from_millis(1), true, false);
+    let run = run(
+        &backend,
+        &mut feed(100),
+        Strategy::Synchronous,
+        &constraints(&["kind=max_errors,count=3"]),
+    )
+    .await;
+    assert_eq!(run.records.len(), 3);
+    assert_eq!(run.stop_reason, StopReason::MaxErrors);
+    assert!(run.records.iter().all(|r| r.status == RequestStatus::Error));
+    assert_eq!(
+        run.records[0].error.as_ref().expect("error").label,
+        "engine_panic"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn running_out_of_data_ends_the_benchmark() {
+    let backend = Timed::new(Duration::from_millis(1));
+    let run = run(
+        &backend,
+        &mut feed(7),
+        Strategy::Throughput { max_concurrency: 4 },
+        &Constraints::default(),
+    )
+    .await;
+    assert_eq!(run.records.len(), 7);
+    assert_eq!(run.stop_reason, StopReason::DataExhausted);
+}
+
+#[tokio::test(start_paused = true)]
+async fn requests_still_in_flight_after_the_grace_period_are_recorded_as_incomplete() {
+    let backend = Timed::with(Duration::ZERO, false, true);
+    let t0 = Instant::now();
+    let run = run_benchmark(
+        Arc::clone(&backend) as Arc<dyn Backend>,
+        &mut feed(10),
+        &Strategy::Concurrent { streams: 2 },
+        &constraints(&["kind=max_requests,count=2"]),
+        &RunOptions {
+            grace_period: Duration::from_secs(3),
+            keep_text: false,
+        },
+        Arc::new(NoObserver),
+        no_cancel(),
+    )
+    .await;
+    assert_eq!(
+        Instant::now() - t0,
+        Duration::from_secs(3),
+        "waited exactly the grace period"
+    );
+    assert_eq!(run.records.len(), 2);
+    assert!(
+        run.records
+            .iter()
+            .all(|r| r.status == RequestStatus::Incomplete)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_interrupt_stops_sending_and_is_the_stop_reason() {
+    let backend = Timed::new(Duration::from_millis(10));
+    let (cancel_tx, cancel_rx) = watch::channel(false);
+    let mut requests = feed(1_000);
+    let strategy = Strategy::Constant {
+        rate: 100.0,
+        max_concurrency: None,
+    };
+    let run = {
+        let backend = Arc::clone(&backend) as Arc<dyn Backend>;
+        let handle = tokio::spawn(async move {
+            run_benchmark(
+                backend,
+                &mut requests,
+                &strategy,
+                &Constraints::default(),
+                &RunOptions::default(),
+                Arc::new(NoObserver),
+                cancel_rx,
+            )
+            .await
+        });
+        tokio::time::sleep(Duration::from_millis(55)).await;
+        cancel_tx.send(true).expect("send");
+        handle.await.expect("task")
+    };
+    assert_eq!(run.stop_reason, StopReason::Interrupted);
+    // Due at 0..50 ms: 6 sends before the interrupt at 55 ms.
+    assert_eq!(backend.sends().len(), 6);
+}
