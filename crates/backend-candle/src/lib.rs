@@ -48,6 +48,7 @@ pub mod engine;
 pub mod error;
 pub mod fixtures;
 pub mod loader;
+mod matvec;
 pub mod model;
 
 pub use config::{Architecture, ModelConfig, RopeScaling};

@@ -6,10 +6,11 @@
 use std::collections::HashMap;
 
 use candle_core::{DType, Device, Module, Tensor};
-use candle_nn::{Embedding, Linear, VarBuilder};
+use candle_nn::{Embedding, VarBuilder};
 
 use crate::config::ModelConfig;
 use crate::error::{CandleError, Result};
+use crate::matvec::{DecodeAttention, Proj};
 
 /// A `VarBuilder` that knows its full prefix, so that a missing weight is
 /// reported by its full name.
@@ -75,14 +76,14 @@ impl Weights {
     }
 }
 
-fn linear(w: &Weights, in_dim: usize, out_dim: usize, bias: bool) -> Result<Linear> {
+fn linear(w: &Weights, in_dim: usize, out_dim: usize, bias: bool) -> Result<Proj> {
     let weight = w.get((out_dim, in_dim), "weight")?;
     let bias = if bias {
         Some(w.get(out_dim, "bias")?)
     } else {
         None
     };
-    Ok(Linear::new(weight, bias))
+    Ok(Proj::new(weight, bias))
 }
 
 /// An RMS norm with a learned scale.
@@ -255,13 +256,25 @@ impl KvCache {
     }
 }
 
+/// What every layer of one forward pass shares.
+#[derive(Clone, Copy)]
+struct Step<'a> {
+    /// Rotary tables gathered for the new positions, `(b, t, head_dim / 2)`.
+    cos: &'a Tensor,
+    sin: &'a Tensor,
+    /// Additive f32 mask `(b, 1, 1, t, T)`.
+    mask: &'a Tensor,
+    /// The same mask as plain values when `t == 1` on the CPU in f32.
+    decode_mask: Option<&'a [f32]>,
+}
+
 /// Self-attention with grouped key/value heads.
 #[derive(Debug, Clone)]
 struct Attention {
-    q_proj: Linear,
-    k_proj: Linear,
-    v_proj: Linear,
-    o_proj: Linear,
+    q_proj: Proj,
+    k_proj: Proj,
+    v_proj: Proj,
+    o_proj: Proj,
     q_norm: Option<RmsNorm>,
     k_norm: Option<RmsNorm>,
     num_heads: usize,
@@ -303,12 +316,16 @@ impl Attention {
     fn forward(
         &self,
         x: &Tensor,
-        cos: &Tensor,
-        sin: &Tensor,
-        mask: &Tensor,
+        step: &Step<'_>,
         cache: &KvCache,
         layer: usize,
     ) -> Result<Tensor> {
+        let Step {
+            cos,
+            sin,
+            mask,
+            decode_mask,
+        } = *step;
         let (b, t, _) = x.dims3()?;
         let (nh, nkv, hd) = (self.num_heads, self.num_kv_heads, self.head_dim);
         let q = self.q_proj.forward(x)?.reshape((b, t, nh, hd))?;
@@ -327,6 +344,18 @@ impl Attention {
         let v = v.transpose(1, 2)?;
         let (keys, values) = cache.append(layer, &k, &v)?;
         let total = keys.dim(2)?;
+        if let Some(mask) = decode_mask
+            && t == 1
+            && DecodeAttention::supports(&q, &keys)
+        {
+            let op = DecodeAttention {
+                mask,
+                scale: (1.0 / (hd as f64).sqrt()) as f32,
+            };
+            let q = q.reshape((b, nkv, nh / nkv, hd))?;
+            let out = q.apply_op3_no_bwd(&keys, &values, &op)?;
+            return Ok(self.o_proj.forward(&out)?);
+        }
 
         // Grouped heads: the `rep` query heads that share a key/value head
         // are stacked along the sequence axis, so keys are never copied.
@@ -352,9 +381,9 @@ impl Attention {
 /// The gated (SwiGLU) MLP.
 #[derive(Debug, Clone)]
 struct Mlp {
-    gate_proj: Linear,
-    up_proj: Linear,
-    down_proj: Linear,
+    gate_proj: Proj,
+    up_proj: Proj,
+    down_proj: Proj,
 }
 
 impl Mlp {
@@ -404,14 +433,12 @@ impl DecoderLayer {
     fn forward(
         &self,
         x: &Tensor,
-        cos: &Tensor,
-        sin: &Tensor,
-        mask: &Tensor,
+        step: &Step<'_>,
         cache: &KvCache,
         layer: usize,
     ) -> Result<Tensor> {
         let h = self.input_layernorm.forward(x)?;
-        let h = self.self_attn.forward(&h, cos, sin, mask, cache, layer)?;
+        let h = self.self_attn.forward(&h, step, cache, layer)?;
         let x = (x + h)?;
         let h = self.post_attention_layernorm.forward(&x)?;
         let h = self.mlp.forward(&h)?;
@@ -428,7 +455,7 @@ pub struct Decoder {
     embed_tokens: Embedding,
     layers: Vec<DecoderLayer>,
     norm: RmsNorm,
-    lm_head: Linear,
+    lm_head: Proj,
     rope: Rope,
     config: ModelConfig,
     max_seq_len: usize,
@@ -445,7 +472,7 @@ impl Decoder {
             .pp("embed_tokens")
             .get((cfg.vocab_size, cfg.hidden_size), "weight")?;
         let lm_head = if cfg.tie_word_embeddings {
-            Linear::new(embeddings.clone(), None)
+            Proj::new(embeddings.clone(), None)
         } else {
             linear(&w.pp("lm_head"), cfg.hidden_size, cfg.vocab_size, false)?
         };
@@ -491,7 +518,7 @@ impl Decoder {
         fn bytes(t: &Tensor) -> usize {
             t.elem_count() * t.dtype().size_in_bytes()
         }
-        fn linear_bytes(l: &Linear) -> usize {
+        fn linear_bytes(l: &Proj) -> usize {
             bytes(l.weight()) + l.bias().map_or(0, bytes)
         }
         let mut total = linear_bytes(&self.lm_head) + bytes(&self.norm.weight);
@@ -541,8 +568,21 @@ impl Decoder {
         let (_, t) = input_ids.dims2()?;
         let (cos, sin) = self.rope.gather(positions)?;
         let mut x = self.embed_tokens.forward(input_ids)?;
+        // One new position per row: the mask as plain values, for the
+        // decoding-step attention.
+        let decode_mask = if t == 1 && mask.dtype() == DType::F32 && mask.device().is_cpu() {
+            Some(mask.flatten_all()?.to_vec1::<f32>()?)
+        } else {
+            None
+        };
+        let step = Step {
+            cos: &cos,
+            sin: &sin,
+            mask,
+            decode_mask: decode_mask.as_deref(),
+        };
         for (i, layer) in self.layers.iter().enumerate() {
-            x = layer.forward(&x, &cos, &sin, mask, cache, i)?;
+            x = layer.forward(&x, &step, cache, i)?;
         }
         cache.len += t;
         let last = x.narrow(1, t - 1, 1)?;

@@ -126,14 +126,17 @@ impl Observer for DisplayObserver {
         c.output_tokens
             .fetch_add(u64::from(record.output_tokens), Ordering::Relaxed);
         if let Some(bar) = &self.bar {
-            bar.set_position(c.done.load(Ordering::Relaxed));
+            let done = c.done.load(Ordering::Relaxed);
+            bar.set_position(done);
             let secs = bar.elapsed().as_secs_f64().max(1e-9);
             #[allow(clippy::cast_precision_loss)] // a display.
-            let rate = c.output_tokens.load(Ordering::Relaxed) as f64 / secs;
+            let (requests, tokens) = (
+                done as f64 / secs,
+                c.output_tokens.load(Ordering::Relaxed) as f64 / secs,
+            );
             bar.set_message(format!(
-                "{} errors · {:.0} output tok/s",
+                "{requests:.1} req/s · {} errors · {tokens:.0} output tok/s",
                 c.errors.load(Ordering::Relaxed),
-                rate
             ));
         }
     }
@@ -169,6 +172,9 @@ impl Display {
 
     /// Shows a phase without a count (loading the model, ...).
     pub fn phase(&mut self, message: &str) {
+        if self.live.is_none() {
+            eprintln!("{message}");
+        }
         if let Some(live) = &mut self.live {
             let bar = ProgressBar::with_draw_target(None, draw_target(&live.target));
             bar.set_style(
@@ -186,6 +192,12 @@ impl Display {
     /// Starts a benchmark's bar; the observer updates it.
     pub fn benchmark(&mut self, name: &str, total: Option<u64>) -> DisplayObserver {
         self.counters = Arc::new(Counters::default());
+        if self.live.is_none() {
+            match total {
+                Some(n) => eprintln!("benchmark {name}: sending up to {n} requests"),
+                None => eprintln!("benchmark {name}: sending"),
+            }
+        }
         let bar = self.live.as_mut().map(|live| {
             let bar = ProgressBar::with_draw_target(total, draw_target(&live.target));
             let template = if total.is_some() {
@@ -208,6 +220,18 @@ impl Display {
         DisplayObserver {
             counters: Arc::clone(&self.counters),
             bar,
+        }
+    }
+
+    /// Says how a benchmark ended, when there is no live bar to show it.
+    pub fn benchmark_done(&self, name: &str, seconds: f64) {
+        if self.live.is_none() {
+            let c = &self.counters;
+            eprintln!(
+                "benchmark {name}: {} requests done, {} errors, in {seconds:.1} s",
+                c.done.load(Ordering::Relaxed),
+                c.errors.load(Ordering::Relaxed),
+            );
         }
     }
 

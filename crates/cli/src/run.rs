@@ -8,8 +8,8 @@ use std::time::Duration;
 use anyhow::anyhow;
 use clap::Args;
 use guidebench_core::backend::Backend;
-use guidebench_core::data::{DataItem, create_source};
-use guidebench_core::options::{KindArgs, parse_kind_args, parse_seconds};
+use guidebench_core::data::{DATA_KINDS, DataItem, create_source};
+use guidebench_core::options::{KindArgs, check_options, parse_kind_args, parse_seconds};
 use guidebench_core::registry;
 use guidebench_core::report::{BenchmarkReport, Report};
 use guidebench_core::request::GenerationRequest;
@@ -42,8 +42,11 @@ pub const DEFAULT_PROFILE: &str = "kind=throughput";
 const DEFAULT_MAX_REQUESTS: u64 = 100;
 /// Tokens a request may generate when the data does not say.
 const DEFAULT_MAX_TOKENS: u32 = 256;
-/// Items prepared ahead of the sender.
+/// Items prepared ahead of the sender when the count is open-ended.
 const FEED_BUFFER: usize = 1024;
+/// Up to this many items are all prepared before the timed phase, so that
+/// making prompts never slows the sender.
+const FEED_PREPARED: usize = 50_000;
 
 /// Arguments of `guidebench run`.
 #[derive(Debug, Args, Default)]
@@ -195,6 +198,18 @@ fn plan(args: RunArgs) -> Result<Plan, Failure> {
         .iter()
         .map(|d| parse_kind_args(d))
         .collect::<Result<Vec<_>, _>>()?;
+    // Check the data options now, before a model is loaded for nothing.
+    for args in &data {
+        let mut probe = args.clone();
+        if let Some((_, specs)) = DATA_KINDS.iter().find(|(k, _)| *k == args.kind) {
+            check_options(&format!("data {}", args.kind), &[specs], &mut probe.options)?;
+        }
+        if let Some(path) = args.options.get("path").and_then(Value::as_str)
+            && !std::path::Path::new(path).exists()
+        {
+            return Err(usage(anyhow!("the data file `{path}` does not exist")));
+        }
+    }
     let profile = Profile::from_args(parse_kind_args(&profile)?, seed)?;
     let constraints = Constraints::from_args(
         constraint
@@ -437,12 +452,15 @@ async fn one_benchmark(
     };
 
     // Prepare requests ahead of the sender, on a thread of their own.
-    let (tx, mut rx) = mpsc::channel::<GenerationRequest>(FEED_BUFFER);
+    let ahead = total.map_or(FEED_BUFFER, |n| {
+        usize::try_from(n)
+            .unwrap_or(FEED_PREPARED)
+            .clamp(1, FEED_PREPARED)
+    });
+    let (tx, mut rx) = mpsc::channel::<GenerationRequest>(ahead);
     let (ready_tx, ready_rx) =
         tokio::sync::oneshot::channel::<Result<(), guidebench_core::Error>>();
-    let want_ready = total.map_or(FEED_BUFFER, |n| {
-        usize::try_from(n).unwrap_or(FEED_BUFFER).min(FEED_BUFFER)
-    });
+    let want_ready = ahead;
     std::thread::Builder::new()
         .name("guidebench-data".into())
         .spawn(move || {
@@ -496,7 +514,7 @@ async fn one_benchmark(
     }
 
     let observer: Arc<dyn Observer> = Arc::new(display.benchmark(&strategy.label(), total));
-    Ok(run_benchmark(
+    let run = run_benchmark(
         Arc::clone(backend),
         &mut rx,
         strategy,
@@ -505,7 +523,9 @@ async fn one_benchmark(
         observer,
         cancel,
     )
-    .await)
+    .await;
+    display.benchmark_done(&strategy.label(), run.end.secs_since(run.start));
+    Ok(run)
 }
 
 /// A data item as a validated request.

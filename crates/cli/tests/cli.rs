@@ -81,7 +81,10 @@ fn the_default_run_benchmarks_the_builtin_model_on_candle() {
     let report = read_json(&json);
     let engine = &report["environment"]["backend"]["engine"];
     assert_eq!(engine["engine"], "candle", "{engine}");
-    assert!(engine["model"].as_str().expect("model").contains("builtin"), "{engine}");
+    assert!(
+        engine["model"].as_str().expect("model").contains("builtin"),
+        "{engine}"
+    );
     let metrics = &report["benchmarks"][0]["metrics"];
     assert_eq!(metrics["successful"]["count"], 8);
     assert_eq!(metrics["successful"]["output_tokens"]["mean"], 4.0);
@@ -166,14 +169,19 @@ fn bad_options_exit_2_with_a_one_line_reason() {
         let out = guidebench(args);
         let stderr = text(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        // Progress lines may come first; the reason is the last line, alone.
+        let errors: Vec<&str> = stderr
+            .lines()
+            .filter(|l| l.starts_with("error: "))
+            .collect();
+        assert_eq!(errors.len(), 1, "{args:?}: one error line, got {stderr}");
         assert_eq!(
-            stderr.trim_end().lines().count(),
-            1,
-            "{args:?}: one line, got {stderr}"
+            stderr.trim_end().lines().last(),
+            Some(errors[0]),
+            "{stderr}"
         );
-        assert!(stderr.starts_with("error: "), "{stderr}");
         assert!(
-            stderr.contains(needle),
+            errors[0].contains(needle),
             "{args:?}: `{needle}` not in {stderr}"
         );
     }

@@ -294,20 +294,30 @@ fn read_jsonl(path: &Path, text: &str) -> Result<(Vec<Row>, Vec<String>)> {
             context: format!("`{}`, {location}", path.display()),
             source,
         })?;
-        let Value::Object(fields) = value else {
-            return Err(Error::Config(format!(
-                "{}, {location}: expected a JSON object",
-                path.display()
-            )));
-        };
-        note_columns(&mut present, &fields);
-        rows.push(Row {
-            location,
-            fields,
-            csv: false,
-        });
+        rows.push(object_row(path, location, value, &mut present)?);
     }
     Ok((rows, present))
+}
+
+/// A row from a JSON object; anything else is an error naming the place.
+fn object_row(
+    path: &Path,
+    location: String,
+    value: Value,
+    present: &mut Vec<String>,
+) -> Result<Row> {
+    let Value::Object(fields) = value else {
+        return Err(Error::Config(format!(
+            "{}, {location}: expected a JSON object",
+            path.display()
+        )));
+    };
+    note_columns(present, &fields);
+    Ok(Row {
+        location,
+        fields,
+        csv: false,
+    })
 }
 
 /// Reads a JSON list of objects (or an object whose only field is one).
@@ -333,18 +343,7 @@ fn read_json(path: &Path, text: &str) -> Result<(Vec<Row>, Vec<String>)> {
     let mut present = Vec::new();
     for (index, value) in list.into_iter().enumerate() {
         let location = format!("item {}", index + 1);
-        let Value::Object(fields) = value else {
-            return Err(Error::Config(format!(
-                "{}, {location}: expected a JSON object",
-                path.display()
-            )));
-        };
-        note_columns(&mut present, &fields);
-        rows.push(Row {
-            location,
-            fields,
-            csv: false,
-        });
+        rows.push(object_row(path, location, value, &mut present)?);
     }
     Ok((rows, present))
 }

@@ -63,36 +63,11 @@ fn fixed(value: Option<f64>, decimals: usize) -> String {
 
 /// A timestamp as `YYYY-MM-DD HH:MM:SS UTC`.
 fn format_utc(at: Timestamp) -> String {
-    let secs = at.0.div_euclid(1_000_000_000);
-    let days = secs.div_euclid(86_400);
-    let of_day = secs.rem_euclid(86_400);
-    let (year, month, day) = civil_date(days);
-    format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
-        of_day / 3_600,
-        of_day % 3_600 / 60,
-        of_day % 60
+    let seconds = at.0.div_euclid(1_000_000_000);
+    jiff::Timestamp::from_second(seconds).map_or_else(
+        |_| format!("{seconds} s after the Unix epoch"),
+        |t| t.strftime("%Y-%m-%d %H:%M:%S UTC").to_string(),
     )
-}
-
-/// The proleptic Gregorian date of a day count since 1970-01-01.
-fn civil_date(days: i64) -> (i64, i64, i64) {
-    // Count from 0000-03-01 so the leap day ends each 400-year era's years.
-    let shifted = days + 719_468;
-    let era = shifted.div_euclid(146_097);
-    let day_of_era = shifted.rem_euclid(146_097);
-    let year_of_era =
-        (day_of_era - day_of_era / 1_460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let march_month = (5 * day_of_year + 2) / 153;
-    let day = day_of_year - (153 * march_month + 2) / 5 + 1;
-    let month = if march_month < 10 {
-        march_month + 3
-    } else {
-        march_month - 9
-    };
-    let year = year_of_era + era * 400 + i64::from(month <= 2);
-    (year, month, day)
 }
 
 #[cfg(test)]

@@ -1,0 +1,469 @@
+//! Projections for decoding steps: when only a few rows go through a
+//! linear layer (batch-1 decoding), each weight row is read once, straight
+//! from memory, and dotted with every input row, split over rayon's
+//! threads. Larger inputs (prefill, big batches) go to candle's matmul.
+//!
+//! Every output element is one dot product with a fixed summation order,
+//! so a row's result does not depend on how many rows run beside it.
+
+use candle_core::{CpuStorage, CustomOp2, DType, Device, Layout, Module, Shape, Tensor};
+use candle_nn::Linear;
+use rayon::prelude::*;
+
+/// Inputs of at most this many rows use the dot-product kernel.
+pub const SMALL_ROWS: usize = 8;
+
+/// Lanes of the dot product's accumulator.
+const LANES: usize = 16;
+
+/// A linear layer (`y = x W^T + b`, `W` as `(out, in)`).
+#[derive(Debug, Clone)]
+pub struct Proj {
+    linear: Linear,
+    small: bool,
+}
+
+impl Proj {
+    /// Wraps `weight` `(out, in)` and an optional `bias` `(out)`.
+    pub fn new(weight: Tensor, bias: Option<Tensor>) -> Self {
+        let small = matches!(weight.device(), Device::Cpu)
+            && weight.dtype() == DType::F32
+            && weight.is_contiguous();
+        Proj {
+            linear: Linear::new(weight, bias),
+            small,
+        }
+    }
+
+    /// The weight `(out, in)`.
+    pub fn weight(&self) -> &Tensor {
+        self.linear.weight()
+    }
+
+    /// The bias, if any.
+    pub fn bias(&self) -> Option<&Tensor> {
+        self.linear.bias()
+    }
+
+    /// `x`: `(..., in)`; returns `(..., out)`.
+    pub fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        let dims = x.dims();
+        let k = dims.last().copied().unwrap_or(0);
+        let rows = x.elem_count() / k.max(1);
+        if !self.small || rows > SMALL_ROWS || x.dtype() != DType::F32 {
+            return self.linear.forward(x);
+        }
+        let x2 = x.reshape((rows, k))?.contiguous()?;
+        let y = x2.apply_op2_no_bwd(self.linear.weight(), &SmallMatmul)?;
+        let y = match self.linear.bias() {
+            Some(b) => y.broadcast_add(b)?,
+            None => y,
+        };
+        let mut out_dims = dims.to_vec();
+        if let Some(last) = out_dims.last_mut() {
+            *last = y.dim(1)?;
+        }
+        y.reshape(out_dims)
+    }
+}
+
+/// `x (m, k)` times `w (n, k)` transposed, f32 on the CPU.
+struct SmallMatmul;
+
+fn f32_slice<'a>(s: &'a CpuStorage, l: &Layout) -> candle_core::Result<&'a [f32]> {
+    let CpuStorage::F32(data) = s else {
+        candle_core::bail!("small matmul: expected f32");
+    };
+    match l.contiguous_offsets() {
+        Some((start, end)) => Ok(&data[start..end]),
+        None => candle_core::bail!("small matmul: expected contiguous inputs"),
+    }
+}
+
+impl CustomOp2 for SmallMatmul {
+    fn name(&self) -> &'static str {
+        "small-matmul"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (m, k) = l1.shape().dims2()?;
+        let (n, k2) = l2.shape().dims2()?;
+        if k != k2 {
+            candle_core::bail!("small matmul: inner dims {k} and {k2} differ");
+        }
+        let x = f32_slice(s1, l1)?;
+        let w = f32_slice(s2, l2)?;
+        // out_t is (n, m): each task fills whole weight rows.
+        let mut out_t = vec![0f32; n * m];
+        let threads = rayon::current_num_threads().max(1);
+        // A few tasks per thread, of at least 16 weight rows each.
+        let rows_per_task = n.div_ceil(threads * 4).max(16);
+        out_t
+            .par_chunks_mut(rows_per_task * m)
+            .zip(w.par_chunks(rows_per_task * k))
+            .for_each(|(out, w)| rows_times(x, w, out, m, k));
+        let out = if m == 1 {
+            out_t
+        } else {
+            let mut out = vec![0f32; m * n];
+            for (j, col) in out_t.chunks_exact(m).enumerate() {
+                for (i, v) in col.iter().enumerate() {
+                    out[i * n + j] = *v;
+                }
+            }
+            out
+        };
+        Ok((CpuStorage::F32(out), Shape::from((m, n))))
+    }
+}
+
+/// `out[j * m + i] = dot(x[i], w[j])` for the weight rows in `w`.
+fn rows_times(x: &[f32], w: &[f32], out: &mut [f32], m: usize, k: usize) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU supports AVX2, checked just above.
+            unsafe { rows_times_avx2(x, w, out, m, k) };
+            return;
+        }
+    }
+    rows_times_portable(x, w, out, m, k);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn rows_times_avx2(x: &[f32], w: &[f32], out: &mut [f32], m: usize, k: usize) {
+    for (w_row, out) in w.chunks_exact(k).zip(out.chunks_exact_mut(m)) {
+        // four input rows at a time share the weight loads
+        let mut x4 = x.chunks_exact(4 * k);
+        let mut out4 = out.chunks_exact_mut(4);
+        for (xs, o) in (&mut x4).zip(&mut out4) {
+            let (x01, x23) = xs.split_at(2 * k);
+            let (x0, x1) = x01.split_at(k);
+            let (x2, x3) = x23.split_at(k);
+            o.copy_from_slice(&dot4_avx2([x0, x1, x2, x3], w_row));
+        }
+        for (x_row, o) in x4.remainder().chunks_exact(k).zip(out4.into_remainder()) {
+            *o = dot_avx2(x_row, w_row);
+        }
+    }
+}
+
+/// Four [`dot_avx2`]s of `xs[r]` with `w`, sharing the loads of `w`; the
+/// same bits as four separate calls.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn dot4_avx2(xs: [&[f32]; 4], w: &[f32]) -> [f32; 4] {
+    use std::arch::x86_64::{
+        __m256, _mm256_add_ps, _mm256_loadu_ps, _mm256_mul_ps, _mm256_setzero_ps, _mm256_storeu_ps,
+    };
+    let k = w.len();
+    let main = k - k % LANES;
+    let mut lo = [_mm256_setzero_ps(); 4];
+    let mut hi = [_mm256_setzero_ps(); 4];
+    if xs.iter().all(|x| x.len() == k) {
+        let mut at = 0;
+        while at < main {
+            // SAFETY: `at + 16 <= main <= k`, the length of `w` and of
+            // every row of `xs` (checked above); unaligned loads.
+            unsafe {
+                let w0 = _mm256_loadu_ps(w.as_ptr().add(at));
+                let w1 = _mm256_loadu_ps(w.as_ptr().add(at + 8));
+                for r in 0..4 {
+                    let p = xs[r].as_ptr().add(at);
+                    lo[r] = _mm256_add_ps(lo[r], _mm256_mul_ps(_mm256_loadu_ps(p), w0));
+                    hi[r] = _mm256_add_ps(hi[r], _mm256_mul_ps(_mm256_loadu_ps(p.add(8)), w1));
+                }
+            }
+            at += LANES;
+        }
+    }
+    let mut out = [0f32; 4];
+    for r in 0..4 {
+        let mut acc = [0f32; LANES];
+        let (l, h): (__m256, __m256) = (lo[r], hi[r]);
+        // SAFETY: `acc` holds 16 f32s; unaligned stores.
+        unsafe {
+            _mm256_storeu_ps(acc.as_mut_ptr(), l);
+            _mm256_storeu_ps(acc.as_mut_ptr().add(8), h);
+        }
+        out[r] = finish_dot(acc, &xs[r][main.min(xs[r].len())..], &w[main..]);
+    }
+    out
+}
+
+/// [`dot`] with AVX2 vectors: the same lanes, products and sums (no fused
+/// multiply-add), so the same bits.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn dot_avx2(a: &[f32], b: &[f32]) -> f32 {
+    use std::arch::x86_64::{
+        _mm256_add_ps, _mm256_loadu_ps, _mm256_mul_ps, _mm256_setzero_ps, _mm256_storeu_ps,
+    };
+    let main = a.len() - a.len() % LANES;
+    let (a_main, a_rest) = a.split_at(main);
+    let (b_main, b_rest) = b.split_at(main);
+    let mut lo = _mm256_setzero_ps();
+    let mut hi = _mm256_setzero_ps();
+    for (x, y) in a_main.chunks_exact(LANES).zip(b_main.chunks_exact(LANES)) {
+        // SAFETY: `x` and `y` hold LANES = 16 f32s each; unaligned loads.
+        unsafe {
+            let (x0, x1) = (
+                _mm256_loadu_ps(x.as_ptr()),
+                _mm256_loadu_ps(x.as_ptr().add(8)),
+            );
+            let (y0, y1) = (
+                _mm256_loadu_ps(y.as_ptr()),
+                _mm256_loadu_ps(y.as_ptr().add(8)),
+            );
+            lo = _mm256_add_ps(lo, _mm256_mul_ps(x0, y0));
+            hi = _mm256_add_ps(hi, _mm256_mul_ps(x1, y1));
+        }
+    }
+    let mut acc = [0f32; LANES];
+    // SAFETY: `acc` holds 16 f32s; unaligned stores.
+    unsafe {
+        _mm256_storeu_ps(acc.as_mut_ptr(), lo);
+        _mm256_storeu_ps(acc.as_mut_ptr().add(8), hi);
+    }
+    finish_dot(acc, a_rest, b_rest)
+}
+
+#[inline(always)]
+fn rows_times_portable(x: &[f32], w: &[f32], out: &mut [f32], m: usize, k: usize) {
+    for (w_row, out) in w.chunks_exact(k).zip(out.chunks_exact_mut(m)) {
+        for (x_row, o) in x.chunks_exact(k).zip(out.iter_mut()) {
+            *o = dot(x_row, w_row);
+        }
+    }
+}
+
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let main = a.len() - a.len() % LANES;
+    let (a_main, a_rest) = a.split_at(main);
+    let (b_main, b_rest) = b.split_at(main);
+    let mut acc = [0f32; LANES];
+    for (x, y) in a_main.chunks_exact(LANES).zip(b_main.chunks_exact(LANES)) {
+        for l in 0..LANES {
+            acc[l] += x[l] * y[l];
+        }
+    }
+    finish_dot(acc, a_rest, b_rest)
+}
+
+/// Adds the tail products to the lanes, then sums the lanes pairwise, in a
+/// fixed order.
+#[inline(always)]
+fn finish_dot(mut acc: [f32; LANES], a_rest: &[f32], b_rest: &[f32]) -> f32 {
+    for (l, (x, y)) in a_rest.iter().zip(b_rest).enumerate() {
+        acc[l] += x * y;
+    }
+    let mut width = LANES / 2;
+    while width > 0 {
+        for l in 0..width {
+            acc[l] += acc[l + width];
+        }
+        width /= 2;
+    }
+    acc[0]
+}
+
+/// Attention for one new position per row (a decoding step), f32 on the
+/// CPU: `q` `(b, kv_heads, rep, head_dim)` contiguous; keys and values
+/// `(b, kv_heads, T, head_dim)` with contiguous rows (a narrowed cache);
+/// `mask` the additive `(b, T)` mask. Returns `(b, 1, kv_heads * rep *
+/// head_dim)`, the heads side by side.
+pub struct DecodeAttention<'a> {
+    /// Additive mask, `b * T` values.
+    pub mask: &'a [f32],
+    /// Multiplies the scores (`1 / sqrt(head_dim)`).
+    pub scale: f32,
+}
+
+impl DecodeAttention<'_> {
+    /// Whether the op can run on these tensors.
+    pub fn supports(q: &Tensor, keys: &Tensor) -> bool {
+        matches!(q.device(), Device::Cpu) && q.dtype() == DType::F32 && keys.dtype() == DType::F32
+    }
+}
+
+/// A `(b, h, T, d)` tensor whose last axis is contiguous: the storage and
+/// the offset of each `(b, h)` block, and the stride between rows.
+fn blocks<'a>(s: &'a CpuStorage, l: &Layout) -> candle_core::Result<(&'a [f32], [usize; 4])> {
+    let CpuStorage::F32(data) = s else {
+        candle_core::bail!("decode attention: expected f32");
+    };
+    let stride = l.stride();
+    if l.dims().len() != 4 || stride[3] != 1 {
+        candle_core::bail!("decode attention: expected rows with a contiguous last axis");
+    }
+    Ok((
+        &data[l.start_offset()..],
+        [stride[0], stride[1], stride[2], 1],
+    ))
+}
+
+impl candle_core::CustomOp3 for DecodeAttention<'_> {
+    fn name(&self) -> &'static str {
+        "decode-attention"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (b, g, rep, d) = l1.shape().dims4()?;
+        let (b2, g2, total, d2) = l2.shape().dims4()?;
+        if (b, g, d) != (b2, g2, d2) || l3.dims() != l2.dims() || self.mask.len() != b * total {
+            candle_core::bail!("decode attention: mismatched shapes");
+        }
+        let q = f32_slice(s1, l1)?;
+        let (keys, ks) = blocks(s2, l2)?;
+        let (values, vs) = blocks(s3, l3)?;
+        let mut out = vec![0f32; b * g * rep * d];
+        let block = |(index, out): (usize, &mut [f32])| {
+            let (row, head) = (index / g, index % g);
+            let q = &q[index * rep * d..(index + 1) * rep * d];
+            let k0 = row * ks[0] + head * ks[1];
+            let v0 = row * vs[0] + head * vs[1];
+            let mask = &self.mask[row * total..(row + 1) * total];
+            let mut scores = vec![0f32; total];
+            for (r, out) in out.chunks_exact_mut(d).enumerate() {
+                let q = &q[r * d..(r + 1) * d];
+                let mut max = f32::NEG_INFINITY;
+                for (j, s) in scores.iter_mut().enumerate() {
+                    let k = &keys[k0 + j * ks[2]..k0 + j * ks[2] + d];
+                    let mut one = [0f32; 1];
+                    rows_times(q, k, &mut one, 1, d);
+                    *s = one[0] * self.scale + mask[j];
+                    max = max.max(*s);
+                }
+                let mut sum = 0f32;
+                for s in scores.iter_mut() {
+                    *s = (*s - max).exp();
+                    sum += *s;
+                }
+                let inv = 1.0 / sum;
+                out.fill(0.0);
+                for (j, p) in scores.iter().enumerate() {
+                    if *p == 0.0 {
+                        continue;
+                    }
+                    let p = p * inv;
+                    let v = &values[v0 + j * vs[2]..v0 + j * vs[2] + d];
+                    for (o, v) in out.iter_mut().zip(v) {
+                        *o += p * v;
+                    }
+                }
+            }
+        };
+        if b * g > 1 {
+            out.par_chunks_mut(rep * d).enumerate().for_each(block);
+        } else {
+            out.chunks_mut(rep * d).enumerate().for_each(block);
+        }
+        Ok((CpuStorage::F32(out), Shape::from((b, 1, g * rep * d))))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_vector_dot_product_gives_the_same_bits_as_the_portable_one() {
+        let a: Vec<f32> = (0..75).map(|i| (i as f32 * 0.37).sin()).collect();
+        let b: Vec<f32> = (0..75).map(|i| (i as f32 * 0.91).cos()).collect();
+        let (x, w) = (&a[..70], &b[..70]);
+        let mut fast = [0f32; 1];
+        rows_times(x, w, &mut fast, 1, 70);
+        assert_eq!(fast[0].to_bits(), dot(x, w).to_bits());
+        // five input rows: a block of four and one alone
+        let xs: Vec<f32> = (0..5 * 70).map(|i| (i as f32 * 0.13).sin()).collect();
+        let mut fast = [0f32; 5];
+        rows_times(&xs, w, &mut fast, 5, 70);
+        for (r, got) in fast.iter().enumerate() {
+            let want = dot(&xs[r * 70..(r + 1) * 70], w);
+            assert_eq!(got.to_bits(), want.to_bits(), "row {r}");
+        }
+    }
+
+    #[test]
+    fn small_rows_match_candle_matmul() {
+        let dev = Device::Cpu;
+        let w = Tensor::randn(0f32, 1., (37, 70), &dev).expect("w");
+        let b = Tensor::randn(0f32, 1., 37, &dev).expect("b");
+        let proj = Proj::new(w.clone(), Some(b.clone()));
+        let reference = Linear::new(w, Some(b));
+        for rows in [1, 3, SMALL_ROWS] {
+            let x = Tensor::randn(0f32, 1., (rows, 1, 70), &dev).expect("x");
+            let got = proj.forward(&x).expect("proj");
+            let want = reference.forward(&x).expect("linear");
+            assert_eq!(got.dims(), want.dims());
+            let diff = (got - want)
+                .expect("sub")
+                .abs()
+                .expect("abs")
+                .flatten_all()
+                .expect("flat")
+                .max(0)
+                .expect("max")
+                .to_scalar::<f32>()
+                .expect("scalar");
+            assert!(diff < 1e-4, "rows {rows}: max |diff| {diff}");
+        }
+    }
+
+    #[test]
+    fn decode_attention_matches_candle_ops_on_a_narrowed_cache_with_a_mask() {
+        let dev = Device::Cpu;
+        let (b, g, rep, d, cap, total) = (3, 2, 2, 20, 9, 6);
+        let q = Tensor::randn(0f32, 1., (b, g, rep, d), &dev).expect("q");
+        let cache_k = Tensor::randn(0f32, 1., (b, g, cap, d), &dev).expect("k");
+        let cache_v = Tensor::randn(0f32, 1., (b, g, cap, d), &dev).expect("v");
+        let keys = cache_k.narrow(2, 0, total).expect("narrow");
+        let values = cache_v.narrow(2, 0, total).expect("narrow");
+        // row 1 is left-padded by 2, row 2 by 5
+        let pads = [0usize, 2, 5];
+        let mask: Vec<f32> = pads
+            .iter()
+            .flat_map(|&p| (0..total).map(move |j| if j >= p { 0.0 } else { f32::NEG_INFINITY }))
+            .collect();
+        let scale = 0.3f32;
+        let op = DecodeAttention { mask: &mask, scale };
+        let got = q
+            .apply_op3_no_bwd(&keys, &values, &op)
+            .expect("op")
+            .reshape((b, g, rep, d))
+            .expect("reshape");
+        let m = Tensor::from_vec(mask.clone(), (b, 1, 1, total), &dev).expect("mask");
+        let scores = (q.matmul(&keys.t().expect("t")).expect("mm") * f64::from(scale))
+            .expect("scale")
+            .broadcast_add(&m)
+            .expect("add");
+        let probs = candle_nn::ops::softmax_last_dim(&scores).expect("softmax");
+        let want = probs.matmul(&values.contiguous().expect("c")).expect("mm");
+        let diff = (got - want)
+            .expect("sub")
+            .abs()
+            .expect("abs")
+            .flatten_all()
+            .expect("flat")
+            .max(0)
+            .expect("max")
+            .to_scalar::<f32>()
+            .expect("scalar");
+        assert!(diff < 1e-5, "max |diff| {diff}");
+    }
+}
