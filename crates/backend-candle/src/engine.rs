@@ -190,18 +190,21 @@ impl CandleEngine {
         let threads = positive(options.threads, "threads")?;
         let max_seq_len = positive(options.max_seq_len, "max_seq_len")?;
         let dir = loader::resolve_model(model)?;
-        let pool = match threads {
-            Some(n) => Some(
-                rayon::ThreadPoolBuilder::new()
-                    .num_threads(n)
-                    .build()
-                    .map_err(|e| CandleError::InvalidOption {
-                        key: "threads",
-                        reason: e.to_string(),
-                    })?,
-            ),
-            None => None,
-        };
+        // Generation always runs inside the engine's own pool, so that the
+        // thread driving a decoding step is one of the pool's workers: with
+        // the caller's thread outside the pool, it and the pool's idle
+        // workers would compete for the same cores.
+        let threads = threads.unwrap_or_else(candle_core::utils::get_num_threads);
+        let pool = Some(
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .thread_name(|i| format!("candle-{i}"))
+                .build()
+                .map_err(|e| CandleError::InvalidOption {
+                    key: "threads",
+                    reason: e.to_string(),
+                })?,
+        );
         let load = || CandleEngine::load_dir(&dir, dtype, &device, max_seq_len);
         let LoadedModel {
             decoder,
@@ -225,7 +228,7 @@ impl CandleEngine {
             model: model.unwrap_or("builtin:tiny").to_owned(),
             dir,
             device_name,
-            threads: threads.unwrap_or_else(candle_core::utils::get_num_threads),
+            threads,
             pool,
         })
     }

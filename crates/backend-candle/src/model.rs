@@ -86,6 +86,19 @@ fn linear(w: &Weights, in_dim: usize, out_dim: usize, bias: bool) -> Result<Proj
     Ok(Proj::new(weight, bias))
 }
 
+/// Projections of the same input stacked into one (their outputs side by
+/// side, in order).
+fn stacked(parts: &[Proj]) -> Result<Proj> {
+    let weights: Vec<&Tensor> = parts.iter().map(Proj::weight).collect();
+    let weight = Tensor::cat(&weights, 0)?;
+    let biases: Option<Vec<&Tensor>> = parts.iter().map(Proj::bias).collect();
+    let bias = match biases {
+        Some(b) => Some(Tensor::cat(&b, 0)?),
+        None => None,
+    };
+    Ok(Proj::new(weight, bias))
+}
+
 /// An RMS norm with a learned scale.
 #[derive(Debug, Clone)]
 struct RmsNorm {
@@ -271,9 +284,8 @@ struct Step<'a> {
 /// Self-attention with grouped key/value heads.
 #[derive(Debug, Clone)]
 struct Attention {
-    q_proj: Proj,
-    k_proj: Proj,
-    v_proj: Proj,
+    /// `q_proj`, `k_proj` and `v_proj` stacked: one projection per step.
+    qkv_proj: Proj,
     o_proj: Proj,
     q_norm: Option<RmsNorm>,
     k_norm: Option<RmsNorm>,
@@ -299,9 +311,11 @@ impl Attention {
             (None, None)
         };
         Ok(Attention {
-            q_proj: linear(&w.pp("q_proj"), h, nh * hd, cfg.qkv_bias)?,
-            k_proj: linear(&w.pp("k_proj"), h, nkv * hd, cfg.qkv_bias)?,
-            v_proj: linear(&w.pp("v_proj"), h, nkv * hd, cfg.qkv_bias)?,
+            qkv_proj: stacked(&[
+                linear(&w.pp("q_proj"), h, nh * hd, cfg.qkv_bias)?,
+                linear(&w.pp("k_proj"), h, nkv * hd, cfg.qkv_bias)?,
+                linear(&w.pp("v_proj"), h, nkv * hd, cfg.qkv_bias)?,
+            ])?,
             o_proj: linear(&w.pp("o_proj"), nh * hd, h, cfg.o_bias)?,
             q_norm,
             k_norm,
@@ -328,9 +342,12 @@ impl Attention {
         } = *step;
         let (b, t, _) = x.dims3()?;
         let (nh, nkv, hd) = (self.num_heads, self.num_kv_heads, self.head_dim);
-        let q = self.q_proj.forward(x)?.reshape((b, t, nh, hd))?;
-        let k = self.k_proj.forward(x)?.reshape((b, t, nkv, hd))?;
-        let v = self.v_proj.forward(x)?.reshape((b, t, nkv, hd))?;
+        let qkv = self.qkv_proj.forward(x)?;
+        let q = qkv.narrow(2, 0, nh * hd)?.reshape((b, t, nh, hd))?;
+        let k = qkv.narrow(2, nh * hd, nkv * hd)?.reshape((b, t, nkv, hd))?;
+        let v = qkv
+            .narrow(2, (nh + nkv) * hd, nkv * hd)?
+            .reshape((b, t, nkv, hd))?;
         let q = match &self.q_norm {
             Some(norm) => norm.forward(&q)?,
             None => q,
@@ -381,8 +398,9 @@ impl Attention {
 /// The gated (SwiGLU) MLP.
 #[derive(Debug, Clone)]
 struct Mlp {
-    gate_proj: Proj,
-    up_proj: Proj,
+    /// `gate_proj` and `up_proj` stacked: one projection per step.
+    gate_up_proj: Proj,
+    intermediate: usize,
     down_proj: Proj,
 }
 
@@ -390,15 +408,21 @@ impl Mlp {
     fn load(w: &Weights, cfg: &ModelConfig) -> Result<Self> {
         let (h, i) = (cfg.hidden_size, cfg.intermediate_size);
         Ok(Mlp {
-            gate_proj: linear(&w.pp("gate_proj"), h, i, false)?,
-            up_proj: linear(&w.pp("up_proj"), h, i, false)?,
+            gate_up_proj: stacked(&[
+                linear(&w.pp("gate_proj"), h, i, false)?,
+                linear(&w.pp("up_proj"), h, i, false)?,
+            ])?,
+            intermediate: i,
             down_proj: linear(&w.pp("down_proj"), i, h, false)?,
         })
     }
 
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let gate = candle_nn::ops::silu(&self.gate_proj.forward(x)?)?;
-        let up = self.up_proj.forward(x)?;
+        let gate_up = self.gate_up_proj.forward(x)?;
+        let last = gate_up.rank() - 1;
+        let i = self.intermediate;
+        let gate = candle_nn::ops::silu(&gate_up.narrow(last, 0, i)?)?;
+        let up = gate_up.narrow(last, i, i)?;
         Ok(self.down_proj.forward(&(gate * up)?)?)
     }
 }
@@ -525,7 +549,7 @@ impl Decoder {
         total += self.config.hidden_size * self.dtype.size_in_bytes();
         for layer in &self.layers {
             let a = &layer.self_attn;
-            total += [&a.q_proj, &a.k_proj, &a.v_proj, &a.o_proj]
+            total += [&a.qkv_proj, &a.o_proj]
                 .into_iter()
                 .map(linear_bytes)
                 .sum::<usize>();
@@ -535,7 +559,7 @@ impl Decoder {
                 .map(|n| bytes(&n.weight))
                 .sum::<usize>();
             let m = &layer.mlp;
-            total += [&m.gate_proj, &m.up_proj, &m.down_proj]
+            total += [&m.gate_up_proj, &m.down_proj]
                 .into_iter()
                 .map(linear_bytes)
                 .sum::<usize>();

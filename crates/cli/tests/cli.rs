@@ -36,7 +36,7 @@ fn run_with_the_mock_engine_prints_a_summary_and_exits_zero() {
         "--output",
         "kind=console",
         "--output",
-        &format!("kind=json,path={}", json.display()),
+        &format!("kind=json,path={},include_text=true", json.display()),
     ]);
     let stdout = text(&out.stdout);
     assert_eq!(
@@ -58,6 +58,16 @@ fn run_with_the_mock_engine_prints_a_summary_and_exits_zero() {
         "32 tokens + BOS"
     );
     assert_eq!(report["interrupted"], false);
+    let records = report["benchmarks"][0]["records"]["records"]
+        .as_array()
+        .expect("records");
+    assert_eq!(records.len(), 100);
+    assert!(
+        records
+            .iter()
+            .all(|r| r["text"].as_str().is_some_and(|t| t.len() == 16)),
+        "include_text keeps each request's generated text"
+    );
 }
 
 #[test]

@@ -298,7 +298,7 @@ async fn requests_still_in_flight_after_the_grace_period_are_recorded_as_incompl
         Arc::clone(&backend) as Arc<dyn Backend>,
         &mut feed(10),
         &Strategy::Concurrent { streams: 2 },
-        &constraints(&["kind=max_requests,count=2"]),
+        &constraints(&["kind=max_duration,seconds=1"]),
         &RunOptions {
             grace_period: Duration::from_secs(3),
             keep_text: false,
@@ -309,14 +309,45 @@ async fn requests_still_in_flight_after_the_grace_period_are_recorded_as_incompl
     .await;
     assert_eq!(
         Instant::now() - t0,
-        Duration::from_secs(3),
-        "waited exactly the grace period"
+        Duration::from_secs(4),
+        "sending stopped at the time limit, then exactly the grace period"
     );
+    assert_eq!(run.stop_reason, StopReason::MaxDuration);
     assert_eq!(run.records.len(), 2);
     assert!(
         run.records
             .iter()
             .all(|r| r.status == RequestStatus::Incomplete)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn after_the_last_request_of_a_count_everything_in_flight_is_waited_for() {
+    let backend = Timed::new(Duration::from_secs(120));
+    let t0 = Instant::now();
+    let run = run_benchmark(
+        Arc::clone(&backend) as Arc<dyn Backend>,
+        &mut feed(10),
+        &Strategy::Throughput { max_concurrency: 8 },
+        &constraints(&["kind=max_requests,count=4"]),
+        &RunOptions {
+            grace_period: Duration::from_secs(3),
+            keep_text: false,
+        },
+        Arc::new(NoObserver),
+        no_cancel(),
+    )
+    .await;
+    assert_eq!(
+        Instant::now() - t0,
+        Duration::from_secs(120),
+        "no grace cut-off"
+    );
+    assert_eq!(run.records.len(), 4);
+    assert!(
+        run.records
+            .iter()
+            .all(|r| r.status == RequestStatus::Success)
     );
 }
 

@@ -101,6 +101,14 @@ impl Drop for IncompleteGuard {
     }
 }
 
+/// Sleeps until the instant, or forever without one.
+async fn sleep_until_opt(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
 /// The last stretch of a wait that is spent yielding rather than on the
 /// timer, whose granularity is a millisecond.
 const SPIN: Duration = Duration::from_millis(2);
@@ -184,6 +192,7 @@ pub async fn run_benchmark(
     let mut schedule = strategy.schedule();
     let mut state = ConstraintState::default();
     let mut tasks = JoinSet::new();
+    let time_limit = constraints.max_duration.map(|d| t0 + d);
     if *cancel.borrow() {
         stop_with(&stop_tx, StopReason::Interrupted);
     }
@@ -219,6 +228,10 @@ pub async fn run_benchmark(
                 biased;
                 _ = cancel.changed() => { stop_with(&stop_tx, StopReason::Interrupted); break; }
                 _ = stop_rx.changed() => break,
+                () = sleep_until_opt(time_limit) => {
+                    stop_with(&stop_tx, StopReason::MaxDuration);
+                    break;
+                }
                 permit = Arc::clone(semaphore).acquire_owned() => match permit {
                     Ok(permit) => Some(permit),
                     Err(_) => break,
@@ -271,13 +284,26 @@ pub async fn run_benchmark(
     }
     drop(records_tx);
 
-    // Sending stopped: give what is in flight the grace period.
-    let grace_deadline = Instant::now() + options.grace_period;
+    // Sending stopped. After the last request of a bounded run (a count, or
+    // the end of the data) everything in flight belongs to the benchmark and
+    // is waited for; after a cut-off (time, errors, an interrupt) requests
+    // in flight get the grace period, and a second interrupt ends it.
+    let natural_end = matches!(
+        *stop_rx.borrow(),
+        None | Some(StopReason::MaxRequests | StopReason::DataExhausted)
+    );
+    let mut grace_deadline = (!natural_end).then(|| Instant::now() + options.grace_period);
     loop {
         tokio::select! {
             biased;
-            _ = cancel.changed() => break,
-            () = tokio::time::sleep_until(grace_deadline) => break,
+            _ = cancel.changed() => {
+                if grace_deadline.is_some() {
+                    break;
+                }
+                stop_tx.send_replace(Some(StopReason::Interrupted));
+                grace_deadline = Some(Instant::now() + options.grace_period);
+            }
+            () = sleep_until_opt(grace_deadline) => break,
             next = tasks.join_next() => if next.is_none() { break },
         }
     }
