@@ -20,6 +20,7 @@ mod backend;
 mod config;
 mod error;
 pub mod mock_server;
+mod precise;
 mod protocol;
 
 pub use backend::{KIND, OpenAiHttpBackend};

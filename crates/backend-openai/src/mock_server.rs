@@ -73,7 +73,9 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
-use tokio::time::{Instant, Sleep};
+use tokio::time::Instant;
+
+use crate::precise::PreciseSleep;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 use crate::error::OpenAiError;
@@ -661,7 +663,7 @@ enum Step {
 struct SseStream {
     steps: std::vec::IntoIter<Step>,
     pending: Option<(Instant, Bytes)>,
-    sleep: Option<Pin<Box<Sleep>>>,
+    sleep: Option<PreciseSleep>,
     stalled: Option<Pin<Box<WaitForCancellationFutureOwned>>>,
     shared: Arc<Shared>,
     finished: bool,
@@ -709,13 +711,12 @@ impl SseStream {
             if let Some((at, _)) = &self.pending {
                 if *at > Instant::now() {
                     let at = *at;
-                    let sleep = self
-                        .sleep
-                        .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at)));
+                    let at = at.into_std();
+                    let sleep = self.sleep.get_or_insert_with(|| PreciseSleep::until(at));
                     if sleep.deadline() != at {
-                        sleep.as_mut().reset(at);
+                        *sleep = PreciseSleep::until(at);
                     }
-                    if sleep.as_mut().poll(cx).is_pending() {
+                    if Pin::new(sleep).poll(cx).is_pending() {
                         return Poll::Pending;
                     }
                 }

@@ -1,0 +1,187 @@
+//! A timer finer than tokio's: tokio's timer has a granularity of a
+//! millisecond and rounds up, which would add up to about a millisecond to
+//! every latency the mock server is asked to imitate. One thread keeps the
+//! pending deadlines and sleeps until the earliest with the operating
+//! system's own (sub-millisecond) timed wait, then wakes the task.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Condvar, Mutex, OnceLock};
+use std::task::{Context, Poll, Waker};
+use std::time::Instant;
+
+struct Entry {
+    at: Instant,
+    seq: u64,
+    waker: Waker,
+}
+
+impl PartialEq for Entry {
+    fn eq(&self, other: &Self) -> bool {
+        (self.at, self.seq) == (other.at, other.seq)
+    }
+}
+
+impl Eq for Entry {}
+
+impl PartialOrd for Entry {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Entry {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (self.at, self.seq).cmp(&(other.at, other.seq))
+    }
+}
+
+#[derive(Default)]
+struct Queue {
+    entries: BinaryHeap<Reverse<Entry>>,
+    next_seq: u64,
+}
+
+struct Timer {
+    queue: Mutex<Queue>,
+    changed: Condvar,
+}
+
+fn timer() -> &'static Timer {
+    static TIMER: OnceLock<&'static Timer> = OnceLock::new();
+    TIMER.get_or_init(|| {
+        let timer: &'static Timer = Box::leak(Box::new(Timer {
+            queue: Mutex::new(Queue::default()),
+            changed: Condvar::new(),
+        }));
+        let spawned = std::thread::Builder::new()
+            .name("guidebench-mock-timer".into())
+            .spawn(move || timer.run());
+        if let Err(err) = spawned {
+            tracing::error!(%err, "cannot start the mock server's timer thread");
+        }
+        timer
+    })
+}
+
+impl Timer {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
+        self.queue
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn run(&self) {
+        let mut queue = self.lock();
+        loop {
+            let now = Instant::now();
+            while queue
+                .entries
+                .peek()
+                .is_some_and(|Reverse(first)| first.at <= now)
+            {
+                if let Some(Reverse(entry)) = queue.entries.pop() {
+                    entry.waker.wake();
+                }
+            }
+            queue = match queue.entries.peek().map(|Reverse(first)| first.at) {
+                Some(at) => {
+                    self.changed
+                        .wait_timeout(queue, at.saturating_duration_since(now))
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .0
+                }
+                None => self
+                    .changed
+                    .wait(queue)
+                    .unwrap_or_else(std::sync::PoisonError::into_inner),
+            };
+        }
+    }
+
+    fn register(&self, at: Instant, waker: Waker) {
+        let mut queue = self.lock();
+        let seq = queue.next_seq;
+        queue.next_seq += 1;
+        let earliest = queue
+            .entries
+            .peek()
+            .is_none_or(|Reverse(first)| at < first.at);
+        queue.entries.push(Reverse(Entry { at, seq, waker }));
+        drop(queue);
+        if earliest {
+            self.changed.notify_one();
+        }
+    }
+}
+
+/// Completes at `at`, to within the operating system's timer slack.
+pub(crate) struct PreciseSleep {
+    at: Instant,
+    registered: Option<Waker>,
+}
+
+impl PreciseSleep {
+    /// A sleep until `at`.
+    pub(crate) fn until(at: Instant) -> Self {
+        PreciseSleep {
+            at,
+            registered: None,
+        }
+    }
+
+    /// When it completes.
+    pub(crate) fn deadline(&self) -> Instant {
+        self.at
+    }
+}
+
+impl Future for PreciseSleep {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = self.get_mut();
+        if Instant::now() >= this.at {
+            return Poll::Ready(());
+        }
+        if this
+            .registered
+            .as_ref()
+            .is_none_or(|w| !w.will_wake(cx.waker()))
+        {
+            timer().register(this.at, cx.waker().clone());
+            this.registered = Some(cx.waker().clone());
+        }
+        Poll::Pending
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn sleeps_end_at_their_deadline_in_order() {
+        let start = Instant::now();
+        let deadlines = [7u64, 3, 5].map(|ms| start + Duration::from_millis(ms));
+        let mut handles = Vec::new();
+        for at in deadlines {
+            handles.push(tokio::spawn(async move {
+                PreciseSleep::until(at).await;
+                Instant::now()
+            }));
+        }
+        for (handle, at) in handles.into_iter().zip(deadlines) {
+            let woke = handle.await.expect("task");
+            assert!(woke >= at, "never early");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_deadline_in_the_past_is_ready_at_once() {
+        PreciseSleep::until(Instant::now()).await;
+    }
+}
