@@ -122,12 +122,32 @@ async fn run(
     strategy: Strategy,
     constraints: &Constraints,
 ) -> guidebench_core::runner::BenchmarkRun {
+    run_with_grace(
+        backend,
+        requests,
+        strategy,
+        constraints,
+        RunOptions::default().grace_period,
+    )
+    .await
+}
+
+async fn run_with_grace(
+    backend: &Arc<Timed>,
+    requests: &mut mpsc::Receiver<GenerationRequest>,
+    strategy: Strategy,
+    constraints: &Constraints,
+    grace_period: Duration,
+) -> guidebench_core::runner::BenchmarkRun {
     run_benchmark(
         Arc::clone(backend) as Arc<dyn Backend>,
         requests,
         &strategy,
         constraints,
-        &RunOptions::default(),
+        &RunOptions {
+            grace_period,
+            keep_text: false,
+        },
         Arc::new(NoObserver),
         no_cancel(),
     )
@@ -294,17 +314,12 @@ async fn running_out_of_data_ends_the_benchmark() {
 async fn requests_still_in_flight_after_the_grace_period_are_recorded_as_incomplete() {
     let backend = Timed::with(Duration::ZERO, false, true);
     let t0 = Instant::now();
-    let run = run_benchmark(
-        Arc::clone(&backend) as Arc<dyn Backend>,
+    let run = run_with_grace(
+        &backend,
         &mut feed(10),
-        &Strategy::Concurrent { streams: 2 },
+        Strategy::Concurrent { streams: 2 },
         &constraints(&["kind=max_duration,seconds=1"]),
-        &RunOptions {
-            grace_period: Duration::from_secs(3),
-            keep_text: false,
-        },
-        Arc::new(NoObserver),
-        no_cancel(),
+        Duration::from_secs(3),
     )
     .await;
     assert_eq!(
@@ -325,17 +340,12 @@ async fn requests_still_in_flight_after_the_grace_period_are_recorded_as_incompl
 async fn after_the_last_request_of_a_count_everything_in_flight_is_waited_for() {
     let backend = Timed::new(Duration::from_secs(120));
     let t0 = Instant::now();
-    let run = run_benchmark(
-        Arc::clone(&backend) as Arc<dyn Backend>,
+    let run = run_with_grace(
+        &backend,
         &mut feed(10),
-        &Strategy::Throughput { max_concurrency: 8 },
+        Strategy::Throughput { max_concurrency: 8 },
         &constraints(&["kind=max_requests,count=4"]),
-        &RunOptions {
-            grace_period: Duration::from_secs(3),
-            keep_text: false,
-        },
-        Arc::new(NoObserver),
-        no_cancel(),
+        Duration::from_secs(3),
     )
     .await;
     assert_eq!(
