@@ -18,10 +18,10 @@ use std::time::{Duration, Instant};
 
 use guidebench_candle::{CandleEngine, CandleOptions};
 use guidebench_core::backend::Backend;
+use guidebench_core::data::SyntheticText;
 use guidebench_core::engine::{Engine, EngineOutput, EngineRequest};
 use guidebench_core::request::GenerationRequest;
 use guidebench_core::sampling::Sampling;
-use guidebench_core::synthetic::SyntheticText;
 use rayon::prelude::*;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;

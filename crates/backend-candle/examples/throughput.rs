@@ -13,9 +13,9 @@
 use std::time::Instant;
 
 use guidebench_candle::{CandleEngine, CandleOptions};
+use guidebench_core::data::SyntheticText;
 use guidebench_core::engine::{Engine, EngineRequest};
 use guidebench_core::sampling::Sampling;
-use guidebench_core::synthetic::SyntheticText;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut model = "builtin:tiny".to_owned();

@@ -381,6 +381,16 @@ impl candle_core::CustomOp3 for DecodeAttention<'_> {
 mod tests {
     use super::*;
 
+    /// The largest absolute difference between two tensors of one shape.
+    fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
+        (a - b)
+            .and_then(|d| d.abs())
+            .and_then(|d| d.flatten_all())
+            .and_then(|d| d.max(0))
+            .and_then(|d| d.to_scalar::<f32>())
+            .expect("difference of two tensors of one shape")
+    }
+
     #[test]
     fn the_vector_dot_product_gives_the_same_bits_as_the_portable_one() {
         let a: Vec<f32> = (0..75).map(|i| (i as f32 * 0.37).sin()).collect();
@@ -411,16 +421,7 @@ mod tests {
             let got = proj.forward(&x).expect("proj");
             let want = reference.forward(&x).expect("linear");
             assert_eq!(got.dims(), want.dims());
-            let diff = (got - want)
-                .expect("sub")
-                .abs()
-                .expect("abs")
-                .flatten_all()
-                .expect("flat")
-                .max(0)
-                .expect("max")
-                .to_scalar::<f32>()
-                .expect("scalar");
+            let diff = max_abs_diff(&got, &want);
             assert!(diff < 1e-4, "rows {rows}: max |diff| {diff}");
         }
     }
@@ -454,16 +455,7 @@ mod tests {
             .expect("add");
         let probs = candle_nn::ops::softmax_last_dim(&scores).expect("softmax");
         let want = probs.matmul(&values.contiguous().expect("c")).expect("mm");
-        let diff = (got - want)
-            .expect("sub")
-            .abs()
-            .expect("abs")
-            .flatten_all()
-            .expect("flat")
-            .max(0)
-            .expect("max")
-            .to_scalar::<f32>()
-            .expect("scalar");
+        let diff = max_abs_diff(&got, &want);
         assert!(diff < 1e-5, "max |diff| {diff}");
     }
 }

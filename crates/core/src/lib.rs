@@ -28,7 +28,6 @@ pub mod runner;
 pub mod sampler;
 pub mod sampling;
 pub mod stdio;
-pub mod synthetic;
 pub mod template;
 pub mod tokenizer;
 

@@ -831,9 +831,9 @@ mod tests {
     }
 
     #[test]
-    fn the_legacy_path_still_generates_prompts() {
+    fn a_single_prompt_has_the_asked_length_with_a_byte_tokenizer() {
         let tokenizer = ByteTokenizer::default();
-        let mut text = crate::synthetic::SyntheticText::new(&tokenizer, 1);
+        let mut text = SyntheticText::new(&tokenizer, 1);
         assert_eq!(text.prompt(12).expect("prompt").len(), 12);
     }
 
