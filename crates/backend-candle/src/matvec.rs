@@ -1,17 +1,56 @@
-//! Projections for decoding steps: when only a few rows go through a
-//! linear layer (batch-1 decoding), each weight row is read once, straight
-//! from memory, and dotted with every input row, split over rayon's
-//! threads. Larger inputs (prefill, big batches) go to candle's matmul.
+//! Projections for decoding steps: when few rows go through a linear
+//! layer (decoding steps of up to [`small_rows`] rows), each weight row is
+//! read once, straight from memory, and dotted with every input row, split
+//! over rayon's threads. Larger inputs (prefill) go to candle's matmul.
 //!
-//! Every output element is one dot product with a fixed summation order,
-//! so a row's result does not depend on how many rows run beside it.
+//! Every output element is one dot product with a fixed summation order
+//! (16 lanes of fused multiply-adds, then a pairwise sum of the lanes),
+//! whichever kernel computes it, so a row's result does not depend on how
+//! many rows run beside it as long as they all take this path.
 
-use candle_core::{CpuStorage, CustomOp2, DType, Device, Layout, Module, Shape, Tensor};
+use candle_core::{CpuStorage, CustomOp2, DType, Device, Layout, Shape, Tensor};
 use candle_nn::Linear;
 use rayon::prelude::*;
 
-/// Inputs of at most this many rows use the dot-product kernel.
+/// Inputs of at most this many rows use the dot-product kernel when the
+/// CPU has no AVX-512.
 pub const SMALL_ROWS: usize = 8;
+
+/// With AVX-512 the dot-product kernel computes tiles of 4 weight rows by
+/// 6 input rows in registers; it beats candle's matmul (which packs the
+/// whole weight on every call) up to this many rows.
+pub const SMALL_ROWS_AVX512: usize = 64;
+
+/// The most rows that go to the dot-product kernel on this CPU.
+pub fn small_rows() -> usize {
+    if has_avx512() {
+        SMALL_ROWS_AVX512
+    } else {
+        SMALL_ROWS
+    }
+}
+
+fn has_avx512() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::is_x86_feature_detected!("avx512f")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+fn has_avx2_fma() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
 
 /// Lanes of the dot product's accumulator.
 const LANES: usize = 16;
@@ -29,6 +68,11 @@ impl Proj {
         let small = matches!(weight.device(), Device::Cpu)
             && weight.dtype() == DType::F32
             && weight.is_contiguous();
+        let weight = if small {
+            aligned(&weight).unwrap_or(weight)
+        } else {
+            weight
+        };
         Proj {
             linear: Linear::new(weight, bias),
             small,
@@ -50,11 +94,16 @@ impl Proj {
         let dims = x.dims();
         let k = dims.last().copied().unwrap_or(0);
         let rows = x.elem_count() / k.max(1);
-        if !self.small || rows > SMALL_ROWS || x.dtype() != DType::F32 {
-            return self.linear.forward(x);
-        }
-        let x2 = x.reshape((rows, k))?.contiguous()?;
-        let y = x2.apply_op2_no_bwd(self.linear.weight(), &SmallMatmul)?;
+        // One (rows, in) x (in, out) product for the whole input: candle's
+        // `Linear` would run one product per batch row against a broadcast
+        // weight, reading (and packing) the weight once per row.
+        let x2 = x.reshape((rows, k))?;
+        let y = if !self.small || rows > small_rows() || x.dtype() != DType::F32 {
+            x2.matmul(&self.linear.weight().t()?)?
+        } else {
+            x2.contiguous()?
+                .apply_op2_no_bwd(self.linear.weight(), &SmallMatmul)?
+        };
         let y = match self.linear.bias() {
             Some(b) => y.broadcast_add(b)?,
             None => y,
@@ -65,6 +114,33 @@ impl Proj {
         }
         y.reshape(out_dims)
     }
+}
+
+/// Values per 64-byte cache line.
+const LINE_VALUES: usize = 64 / std::mem::size_of::<f32>();
+
+/// `values` copied into a buffer where they start on a 64-byte boundary:
+/// the buffer and the index of the first value.
+fn aligned_copy(values: impl ExactSizeIterator<Item = f32>) -> (Vec<f32>, usize) {
+    let n = values.len();
+    let mut data: Vec<f32> = Vec::with_capacity(n + LINE_VALUES);
+    let misaligned = (data.as_ptr() as usize % 64) / std::mem::size_of::<f32>();
+    let offset = (LINE_VALUES - misaligned) % LINE_VALUES;
+    data.resize(offset, 0.0);
+    data.extend(values);
+    data.resize(n + LINE_VALUES, 0.0);
+    (data, offset)
+}
+
+/// A copy of the f32 CPU tensor `t` whose first value sits on a 64-byte
+/// boundary, so that rows of a multiple of 16 values load in whole cache
+/// lines (candle's own buffers are only 16-byte aligned).
+fn aligned(t: &Tensor) -> candle_core::Result<Tensor> {
+    let n = t.elem_count();
+    let (data, offset) = aligned_copy(t.flatten_all()?.to_vec1::<f32>()?.into_iter());
+    Tensor::from_vec(data, n + LINE_VALUES, t.device())?
+        .narrow(0, offset, n)?
+        .reshape(t.shape())
 }
 
 /// `x (m, k)` times `w (n, k)` transposed, f32 on the CPU.
@@ -99,11 +175,21 @@ impl CustomOp2 for SmallMatmul {
         }
         let x = f32_slice(s1, l1)?;
         let w = f32_slice(s2, l2)?;
+        // The inputs on a cache-line boundary too (a small copy).
+        let x_copy;
+        let x = if (x.as_ptr() as usize).is_multiple_of(64) {
+            x
+        } else {
+            let (data, offset) = aligned_copy(x.iter().copied());
+            x_copy = data;
+            &x_copy[offset..offset + x.len()]
+        };
         // out_t is (n, m): each task fills whole weight rows.
         let mut out_t = vec![0f32; n * m];
         let threads = rayon::current_num_threads().max(1);
-        // A few tasks per thread, of at least 16 weight rows each.
-        let rows_per_task = n.div_ceil(threads * 4).max(16);
+        // A few tasks per thread, of at least 16 weight rows each, in
+        // whole tiles.
+        let rows_per_task = n.div_ceil(threads * 4).max(16).next_multiple_of(4);
         out_t
             .par_chunks_mut(rows_per_task * m)
             .zip(w.par_chunks(rows_per_task * k))
@@ -127,8 +213,13 @@ impl CustomOp2 for SmallMatmul {
 fn rows_times(x: &[f32], w: &[f32], out: &mut [f32], m: usize, k: usize) {
     #[cfg(target_arch = "x86_64")]
     {
-        if std::is_x86_feature_detected!("avx2") {
-            // SAFETY: the CPU supports AVX2, checked just above.
+        if has_avx512() {
+            // SAFETY: the CPU supports AVX-512F, checked just above.
+            unsafe { rows_times_avx512(x, w, out, m, k) };
+            return;
+        }
+        if has_avx2_fma() {
+            // SAFETY: the CPU supports AVX2 and FMA, checked just above.
             unsafe { rows_times_avx2(x, w, out, m, k) };
             return;
         }
@@ -136,8 +227,127 @@ fn rows_times(x: &[f32], w: &[f32], out: &mut [f32], m: usize, k: usize) {
     rows_times_portable(x, w, out, m, k);
 }
 
+/// Weight rows per AVX-512 tile.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
+const TILE_W: usize = 4;
+/// Input rows per AVX-512 tile.
+#[cfg(target_arch = "x86_64")]
+const TILE_X: usize = 6;
+
+/// [`rows_times`] in tiles of up to [`TILE_W`] weight rows by [`TILE_X`]
+/// input rows, one 16-lane accumulator per output: each weight vector
+/// loaded serves six input rows, each input vector four weight rows.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn rows_times_avx512(x: &[f32], w: &[f32], out: &mut [f32], m: usize, k: usize) {
+    if k == 0 || x.len() < m * k {
+        out.fill(0.0);
+        return;
+    }
+    // Input rows outer: a group of `TILE_X` input rows stays in the L1
+    // cache while the weight rows stream past it (from memory on the
+    // first group, from the L2 cache after).
+    let mut i = 0;
+    while i < m {
+        let rows = (m - i).min(TILE_X);
+        let xs = &x[i * k..(i + rows) * k];
+        for (ws, out) in w.chunks(TILE_W * k).zip(out.chunks_mut(TILE_W * m)) {
+            match (ws.len() / k, rows) {
+                (4, 6) => tile_avx512::<4, 6>(xs, ws, out, i, m, k),
+                (4, 5) => tile_avx512::<4, 5>(xs, ws, out, i, m, k),
+                (4, 4) => tile_avx512::<4, 4>(xs, ws, out, i, m, k),
+                (4, 3) => tile_avx512::<4, 3>(xs, ws, out, i, m, k),
+                (4, 2) => tile_avx512::<4, 2>(xs, ws, out, i, m, k),
+                (4, _) => tile_avx512::<4, 1>(xs, ws, out, i, m, k),
+                (_, 6) => tile_avx512::<1, 6>(xs, ws, out, i, m, k),
+                (_, 5) => tile_avx512::<1, 5>(xs, ws, out, i, m, k),
+                (_, 4) => tile_avx512::<1, 4>(xs, ws, out, i, m, k),
+                (_, 3) => tile_avx512::<1, 3>(xs, ws, out, i, m, k),
+                (_, 2) => tile_avx512::<1, 2>(xs, ws, out, i, m, k),
+                (_, _) => tile_avx512::<1, 1>(xs, ws, out, i, m, k),
+            }
+        }
+        i += rows;
+    }
+}
+
+/// One tile: `out[j * m + first + r] = dot(xs[r], ws[j])` for `W`-row
+/// steps over `ws` (all of its rows when `W` is 1) and `R` rows of `xs`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn tile_avx512<const W: usize, const R: usize>(
+    xs: &[f32],
+    ws: &[f32],
+    out: &mut [f32],
+    first: usize,
+    m: usize,
+    k: usize,
+) {
+    use std::arch::x86_64::{
+        __m512, _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_setzero_ps, _mm512_storeu_ps,
+    };
+    let main = k - k % LANES;
+    for (step, ws) in ws.chunks_exact(W * k).enumerate() {
+        // acc[r][j]: input row r against weight row j
+        let mut acc: [[__m512; W]; R] = [[_mm512_setzero_ps(); W]; R];
+        let mut at = 0;
+        while at < main {
+            // SAFETY: `at + 16 <= main <= k`; `ws` holds `W` rows and `xs`
+            // `R` rows of `k` values each (the callers' chunks); unaligned
+            // loads.
+            unsafe {
+                let mut wv = [_mm512_setzero_ps(); W];
+                for (j, v) in wv.iter_mut().enumerate() {
+                    *v = _mm512_loadu_ps(ws.as_ptr().add(j * k + at));
+                }
+                for (r, acc) in acc.iter_mut().enumerate() {
+                    let xv = _mm512_loadu_ps(xs.as_ptr().add(r * k + at));
+                    for (a, w) in acc.iter_mut().zip(&wv) {
+                        *a = _mm512_fmadd_ps(xv, *w, *a);
+                    }
+                }
+            }
+            at += LANES;
+        }
+        for (r, acc) in acc.iter().enumerate() {
+            let x_row = &xs[r * k..(r + 1) * k];
+            for (j, a) in acc.iter().enumerate() {
+                let at = (step * W + j) * m + first + r;
+                if main == k {
+                    out[at] = sum_lanes_avx512(*a);
+                    continue;
+                }
+                let mut lanes = [0f32; LANES];
+                // SAFETY: `lanes` holds 16 f32s; unaligned store.
+                unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), *a) };
+                let w_row = &ws[j * k..(j + 1) * k];
+                out[at] = finish_dot(lanes, &x_row[main..], &w_row[main..]);
+            }
+        }
+    }
+}
+
+/// The pairwise sum of [`finish_dot`] (lane `l` plus lane `l + 8`, then
+/// `l + 4`, `l + 2`, `l + 1`) in registers: the same additions, so the
+/// same bits.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn sum_lanes_avx512(v: std::arch::x86_64::__m512) -> f32 {
+    use std::arch::x86_64::{
+        _mm_add_ps, _mm_add_ss, _mm_cvtss_f32, _mm_movehl_ps, _mm_shuffle_ps, _mm256_add_ps,
+        _mm256_castpd_ps, _mm256_castps256_ps128, _mm256_extractf128_ps, _mm512_castps_pd,
+        _mm512_castps512_ps256, _mm512_extractf64x4_pd,
+    };
+    let high = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v)));
+    let v8 = _mm256_add_ps(_mm512_castps512_ps256(v), high);
+    let v4 = _mm_add_ps(_mm256_castps256_ps128(v8), _mm256_extractf128_ps::<1>(v8));
+    let v2 = _mm_add_ps(v4, _mm_movehl_ps(v4, v4));
+    let v1 = _mm_add_ss(v2, _mm_shuffle_ps::<0b01>(v2, v2));
+    _mm_cvtss_f32(v1)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
 fn rows_times_avx2(x: &[f32], w: &[f32], out: &mut [f32], m: usize, k: usize) {
     for (w_row, out) in w.chunks_exact(k).zip(out.chunks_exact_mut(m)) {
         // four input rows at a time share the weight loads
@@ -158,10 +368,10 @@ fn rows_times_avx2(x: &[f32], w: &[f32], out: &mut [f32], m: usize, k: usize) {
 /// Four [`dot_avx2`]s of `xs[r]` with `w`, sharing the loads of `w`; the
 /// same bits as four separate calls.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
+#[target_feature(enable = "avx2,fma")]
 fn dot4_avx2(xs: [&[f32]; 4], w: &[f32]) -> [f32; 4] {
     use std::arch::x86_64::{
-        __m256, _mm256_add_ps, _mm256_loadu_ps, _mm256_mul_ps, _mm256_setzero_ps, _mm256_storeu_ps,
+        __m256, _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_setzero_ps, _mm256_storeu_ps,
     };
     let k = w.len();
     let main = k - k % LANES;
@@ -177,8 +387,8 @@ fn dot4_avx2(xs: [&[f32]; 4], w: &[f32]) -> [f32; 4] {
                 let w1 = _mm256_loadu_ps(w.as_ptr().add(at + 8));
                 for r in 0..4 {
                     let p = xs[r].as_ptr().add(at);
-                    lo[r] = _mm256_add_ps(lo[r], _mm256_mul_ps(_mm256_loadu_ps(p), w0));
-                    hi[r] = _mm256_add_ps(hi[r], _mm256_mul_ps(_mm256_loadu_ps(p.add(8)), w1));
+                    lo[r] = _mm256_fmadd_ps(_mm256_loadu_ps(p), w0, lo[r]);
+                    hi[r] = _mm256_fmadd_ps(_mm256_loadu_ps(p.add(8)), w1, hi[r]);
                 }
             }
             at += LANES;
@@ -198,13 +408,13 @@ fn dot4_avx2(xs: [&[f32]; 4], w: &[f32]) -> [f32; 4] {
     out
 }
 
-/// [`dot`] with AVX2 vectors: the same lanes, products and sums (no fused
-/// multiply-add), so the same bits.
+/// [`dot`] with AVX2 vectors: the same lanes and fused multiply-adds, so
+/// the same bits.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
+#[target_feature(enable = "avx2,fma")]
 fn dot_avx2(a: &[f32], b: &[f32]) -> f32 {
     use std::arch::x86_64::{
-        _mm256_add_ps, _mm256_loadu_ps, _mm256_mul_ps, _mm256_setzero_ps, _mm256_storeu_ps,
+        _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_setzero_ps, _mm256_storeu_ps,
     };
     let main = a.len() - a.len() % LANES;
     let (a_main, a_rest) = a.split_at(main);
@@ -222,8 +432,8 @@ fn dot_avx2(a: &[f32], b: &[f32]) -> f32 {
                 _mm256_loadu_ps(y.as_ptr()),
                 _mm256_loadu_ps(y.as_ptr().add(8)),
             );
-            lo = _mm256_add_ps(lo, _mm256_mul_ps(x0, y0));
-            hi = _mm256_add_ps(hi, _mm256_mul_ps(x1, y1));
+            lo = _mm256_fmadd_ps(x0, y0, lo);
+            hi = _mm256_fmadd_ps(x1, y1, hi);
         }
     }
     let mut acc = [0f32; LANES];
@@ -251,7 +461,7 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
     let mut acc = [0f32; LANES];
     for (x, y) in a_main.chunks_exact(LANES).zip(b_main.chunks_exact(LANES)) {
         for l in 0..LANES {
-            acc[l] += x[l] * y[l];
+            acc[l] = x[l].mul_add(y[l], acc[l]);
         }
     }
     finish_dot(acc, a_rest, b_rest)
@@ -262,7 +472,7 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
 #[inline(always)]
 fn finish_dot(mut acc: [f32; LANES], a_rest: &[f32], b_rest: &[f32]) -> f32 {
     for (l, (x, y)) in a_rest.iter().zip(b_rest).enumerate() {
-        acc[l] += x * y;
+        acc[l] = x.mul_add(*y, acc[l]);
     }
     let mut width = LANES / 2;
     while width > 0 {
@@ -338,30 +548,40 @@ impl candle_core::CustomOp3 for DecodeAttention<'_> {
             let k0 = row * ks[0] + head * ks[1];
             let v0 = row * vs[0] + head * vs[1];
             let mask = &self.mask[row * total..(row + 1) * total];
-            let mut scores = vec![0f32; total];
-            for (r, out) in out.chunks_exact_mut(d).enumerate() {
-                let q = &q[r * d..(r + 1) * d];
-                let mut max = f32::NEG_INFINITY;
-                for (j, s) in scores.iter_mut().enumerate() {
+            // scores[j * rep + r]: query head r against position j; the
+            // keys of one (row, head) block are read once for all `rep`
+            // query heads that share them.
+            let mut scores = vec![0f32; total * rep];
+            if ks[2] == d {
+                rows_times(q, &keys[k0..k0 + total * d], &mut scores, rep, d);
+            } else {
+                for (j, s) in scores.chunks_exact_mut(rep).enumerate() {
                     let k = &keys[k0 + j * ks[2]..k0 + j * ks[2] + d];
-                    let mut one = [0f32; 1];
-                    rows_times(q, k, &mut one, 1, d);
-                    *s = one[0] * self.scale + mask[j];
+                    rows_times(q, k, s, rep, d);
+                }
+            }
+            let mut inv = vec![0f32; rep];
+            for (r, inv) in inv.iter_mut().enumerate() {
+                let mut max = f32::NEG_INFINITY;
+                for (s, m) in scores[r..].iter_mut().step_by(rep).zip(mask) {
+                    *s = *s * self.scale + m;
                     max = max.max(*s);
                 }
                 let mut sum = 0f32;
-                for s in scores.iter_mut() {
+                for s in scores[r..].iter_mut().step_by(rep) {
                     *s = (*s - max).exp();
                     sum += *s;
                 }
-                let inv = 1.0 / sum;
-                out.fill(0.0);
-                for (j, p) in scores.iter().enumerate() {
+                *inv = 1.0 / sum;
+            }
+            out.fill(0.0);
+            for (j, p) in scores.chunks_exact(rep).enumerate() {
+                let v = &values[v0 + j * vs[2]..v0 + j * vs[2] + d];
+                for ((out, p), inv) in out.chunks_exact_mut(d).zip(p).zip(&inv) {
                     if *p == 0.0 {
                         continue;
                     }
                     let p = p * inv;
-                    let v = &values[v0 + j * vs[2]..v0 + j * vs[2] + d];
                     for (o, v) in out.iter_mut().zip(v) {
                         *o += p * v;
                     }
@@ -380,6 +600,7 @@ impl candle_core::CustomOp3 for DecodeAttention<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use candle_core::Module;
 
     /// The largest absolute difference between two tensors of one shape.
     fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
@@ -393,19 +614,25 @@ mod tests {
 
     #[test]
     fn the_vector_dot_product_gives_the_same_bits_as_the_portable_one() {
-        let a: Vec<f32> = (0..75).map(|i| (i as f32 * 0.37).sin()).collect();
-        let b: Vec<f32> = (0..75).map(|i| (i as f32 * 0.91).cos()).collect();
-        let (x, w) = (&a[..70], &b[..70]);
-        let mut fast = [0f32; 1];
-        rows_times(x, w, &mut fast, 1, 70);
-        assert_eq!(fast[0].to_bits(), dot(x, w).to_bits());
-        // five input rows: a block of four and one alone
-        let xs: Vec<f32> = (0..5 * 70).map(|i| (i as f32 * 0.13).sin()).collect();
-        let mut fast = [0f32; 5];
-        rows_times(&xs, w, &mut fast, 5, 70);
-        for (r, got) in fast.iter().enumerate() {
-            let want = dot(&xs[r * 70..(r + 1) * 70], w);
-            assert_eq!(got.to_bits(), want.to_bits(), "row {r}");
+        // Lengths with and without a tail past the last 16 values; input
+        // rows and weight rows that fill whole tiles and leave remainders.
+        for k in [64usize, 70, 512] {
+            for (m, n) in [(1usize, 1usize), (5, 9), (7, 4), (13, 11), (32, 6)] {
+                let x: Vec<f32> = (0..m * k).map(|i| (i as f32 * 0.13).sin()).collect();
+                let w: Vec<f32> = (0..n * k).map(|i| (i as f32 * 0.91).cos()).collect();
+                let mut fast = vec![0f32; n * m];
+                rows_times(&x, &w, &mut fast, m, k);
+                for j in 0..n {
+                    for i in 0..m {
+                        let want = dot(&x[i * k..(i + 1) * k], &w[j * k..(j + 1) * k]);
+                        assert_eq!(
+                            fast[j * m + i].to_bits(),
+                            want.to_bits(),
+                            "k {k}, {m} input rows, {n} weight rows: input {i}, weight {j}"
+                        );
+                    }
+                }
+            }
         }
     }
 

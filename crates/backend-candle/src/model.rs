@@ -569,6 +569,23 @@ impl Decoder {
         total
     }
 
+    /// Floating-point operations of the decoder blocks' projections for
+    /// one token (two per weight: a multiply and an add), the part of a
+    /// prefill that grows with prompt tokens times rows; attention scores
+    /// and the LM head (run on the last position only) are not counted.
+    pub fn flops_per_token(&self) -> usize {
+        self.layers
+            .iter()
+            .map(|layer| {
+                let (a, m) = (&layer.self_attn, &layer.mlp);
+                [&a.qkv_proj, &a.o_proj, &m.gate_up_proj, &m.down_proj]
+                    .into_iter()
+                    .map(|p| 2 * p.weight().elem_count())
+                    .sum::<usize>()
+            })
+            .sum()
+    }
+
     /// An empty cache for `batch` rows and `capacity` positions.
     pub fn new_cache(&self, batch: usize, capacity: usize) -> Result<KvCache> {
         KvCache::new(&self.config, batch, capacity, self.dtype, &self.device)
