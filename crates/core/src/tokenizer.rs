@@ -275,6 +275,14 @@ impl Tokenizer for HfTokenizer {
             .map_err(|e| Error::Tokenizer(format!("encode failed: {e}")))
     }
 
+    fn count(&self, text: &str) -> Result<usize> {
+        // No offsets are needed to count.
+        self.inner
+            .encode_fast(text, false)
+            .map(|encoding| encoding.len())
+            .map_err(|e| Error::Tokenizer(format!("encode failed: {e}")))
+    }
+
     fn decode(&self, ids: &[u32], skip_special_tokens: bool) -> Result<String> {
         self.inner
             .decode(ids, skip_special_tokens)

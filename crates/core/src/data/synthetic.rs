@@ -2,19 +2,22 @@
 //!
 //! The text is made of pronounceable pseudo-words in sentences, from a
 //! seeded generator: no corpus is bundled, and the same seed gives the same
-//! prompts. One long text (the corpus) is generated and encoded once; each
-//! prompt is a window of its token ids at a seeded offset (moved to the
-//! start of a word where the tokenizer shows one, and not reused while
+//! prompts. One long text (the corpus) is generated and encoded once (it
+//! grows by encoding only the sentences added); each prompt is a window of
+//! its token ids at a seeded offset at the start of a word, not reused while
 //! fresh offsets remain, so that prompts do not share prefixes a prefix
-//! cache could reuse), decoded, and counted again. Decoding a window and
-//! encoding it again can merge tokens across its ends, so the window's end
-//! is moved until the text counts exactly as asked; this costs one decode
-//! and one encode of the prompt per attempt, and one attempt is almost
-//! always enough. The corpus grows (and is encoded again) when prompts
-//! longer than a quarter of it are asked for, or when a quarter of its
-//! offsets are used.
+//! cache could reuse.
+//!
+//! A window's count is predicted without encoding it: tokenizers that split
+//! words at spaces tokenize its inner words as the corpus does, so only its
+//! first word (without the space before it) and its last word (which the
+//! window may cut) are counted alone, through caches of word counts. The
+//! first prompts predicted this way are also counted in full; if one does
+//! not count as predicted, the tokenizer does not split words at spaces, and
+//! every prompt is then found by decoding windows and counting them, moving
+//! the window's end until the text counts exactly as asked.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use rand::{RngExt, SeedableRng};
@@ -113,6 +116,13 @@ const OFFSET_ATTEMPTS: usize = 8;
 const END_ATTEMPTS: usize = 6;
 /// Draws per offset to find one not used yet.
 const FRESH_OFFSET_DRAWS: usize = 8;
+/// Offsets tried per prompt for a window of whole words.
+const WHOLE_WORD_ATTEMPTS: usize = 32;
+/// Entries of each word-count cache before it is cleared.
+const WORD_CACHE_LIMIT: usize = 1 << 16;
+/// Prompts cut at word boundaries that are counted in full before the
+/// tokenizer is trusted to count them as predicted.
+const VERIFIED_WINDOWS: usize = 32;
 
 /// Pseudo-word text and its token ids, grown on demand, and the window
 /// search that cuts exact prompts out of it.
@@ -128,6 +138,33 @@ struct Corpus {
     ids: Vec<u32>,
     /// Offsets already used as the start of a window.
     used: HashSet<usize>,
+    /// Whether a token id decodes to text starting with a space (a word
+    /// start), as found so far.
+    word_starts: HashMap<u32, bool>,
+    /// Token counts of words (by their ids in the corpus) at the start of
+    /// a text, without the space the corpus has before them, as found so
+    /// far.
+    first_words: HashMap<Vec<u32>, usize>,
+    /// Token counts of the last words (or parts of words) of windows, with
+    /// their leading space, by their ids in the corpus.
+    last_words: HashMap<Vec<u32>, usize>,
+    /// Whether windows cut at word boundaries count as predicted: unknown
+    /// until [`VERIFIED_WINDOWS`] prompts were counted in full.
+    whole_words: WholeWords,
+}
+
+/// What is known of cutting the corpus at word boundaries with this
+/// tokenizer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WholeWords {
+    /// This many prompts cut at word boundaries counted as predicted, and
+    /// none did not.
+    Checked(usize),
+    /// Every one of [`VERIFIED_WINDOWS`] prompts counted as predicted: the
+    /// prediction is trusted from now on.
+    Trusted,
+    /// A prompt did not count as predicted: every prompt is counted.
+    Refuted,
 }
 
 impl Corpus {
@@ -139,6 +176,10 @@ impl Corpus {
             text: String::new(),
             ids: Vec::new(),
             used: HashSet::new(),
+            word_starts: HashMap::new(),
+            first_words: HashMap::new(),
+            last_words: HashMap::new(),
+            whole_words: WholeWords::Checked(0),
         }
     }
 
@@ -190,11 +231,18 @@ impl Corpus {
                 self.text.len().saturating_mul(tokens).saturating_mul(11) / (self.ids.len() * 10)
             };
             let target = estimate.max(self.text.len() * 2).max(1024);
+            // Only the new sentences are encoded: they start with the space
+            // that separates them from the text before, where tokenizers
+            // that split words at spaces cut too. (Prompts cut from the
+            // corpus are counted again, so a tokenizer that merges across
+            // the space only costs more counting.)
+            let old_len = self.text.len();
             while self.text.len() < target {
                 self.push_sentence();
             }
             let before = self.ids.len();
-            self.ids = tokenizer.encode(&self.text, false)?;
+            let more = tokenizer.encode(&self.text[old_len..], false)?;
+            self.ids.extend(more);
             if self.ids.len() <= before {
                 return Err(Error::Tokenizer(
                     "the tokenizer produced no more tokens for a longer text".to_string(),
@@ -205,7 +253,8 @@ impl Corpus {
     }
 
     /// A start offset for a window of `len` tokens, at a word start where
-    /// the tokenizer shows one, and preferably not used before.
+    /// the tokenizer shows one, and preferably not used before; the caller
+    /// marks the one it uses.
     fn offset(&mut self, tokenizer: &dyn Tokenizer, len: usize) -> Result<usize> {
         let last = self.ids.len().saturating_sub(len);
         let mut offset = 0;
@@ -216,23 +265,133 @@ impl Corpus {
                 break;
             }
         }
-        self.used.insert(offset);
         Ok(offset)
+    }
+
+    /// Whether the token at `offset` starts a word (decodes to text that
+    /// starts with a space).
+    fn starts_word(&mut self, tokenizer: &dyn Tokenizer, offset: usize) -> Result<bool> {
+        let id = self.ids[offset];
+        if let Some(known) = self.word_starts.get(&id) {
+            return Ok(*known);
+        }
+        let known = tokenizer.decode(&[id], true)?.starts_with(' ');
+        self.word_starts.insert(id, known);
+        Ok(known)
     }
 
     /// The first offset from `start` (at most 8 tokens on) whose token
     /// decodes to text starting with a space, so that windows start at a
     /// word where the tokenizer shows it; `start` itself otherwise.
-    fn word_start(&self, tokenizer: &dyn Tokenizer, start: usize) -> Result<usize> {
+    fn word_start(&mut self, tokenizer: &dyn Tokenizer, start: usize) -> Result<usize> {
         for offset in start..(start + 8).min(self.ids.len()) {
-            if tokenizer
-                .decode(&self.ids[offset..=offset], true)?
-                .starts_with(' ')
-            {
+            if self.starts_word(tokenizer, offset)? {
                 return Ok(offset);
             }
         }
         Ok(start)
+    }
+
+    /// The token count of `ids` (a word or part of one, from the corpus)
+    /// decoded and encoded alone, trimmed of spaces when `trim`.
+    fn word_count(
+        cache: &mut HashMap<Vec<u32>, usize>,
+        tokenizer: &dyn Tokenizer,
+        ids: &[u32],
+        trim: bool,
+    ) -> Result<usize> {
+        if let Some(count) = cache.get(ids) {
+            return Ok(*count);
+        }
+        if cache.len() >= WORD_CACHE_LIMIT {
+            cache.clear();
+        }
+        let text = tokenizer.decode(ids, true)?;
+        let count = tokenizer.count(if trim { text.trim() } else { &text })?;
+        cache.insert(ids.to_vec(), count);
+        Ok(count)
+    }
+
+    /// A window that should count `tokens` tokens once its leading space
+    /// is trimmed, predicted without encoding it: the window starts at a
+    /// word, and only its first word (trimmed) and its last word (possibly
+    /// cut) are counted alone; the tokens between are the corpus's own.
+    /// Returns the text (after `prefix` and a space) and its start offset,
+    /// or `None` when no offset tried allows such a cut.
+    fn whole_word_window(
+        &mut self,
+        tokenizer: &dyn Tokenizer,
+        prefix: &str,
+        tokens: usize,
+        window: usize,
+    ) -> Result<Option<(String, usize)>> {
+        let n = self.ids.len();
+        for _ in 0..WHOLE_WORD_ATTEMPTS {
+            let start = self.offset(tokenizer, window)?;
+            if self.used.contains(&start) || !self.starts_word(tokenizer, start)? {
+                continue;
+            }
+            // The first word: up to the next word start.
+            let mut first_end = None;
+            for at in start + 1..(start + 8).min(n) {
+                if self.starts_word(tokenizer, at)? {
+                    first_end = Some(at);
+                    break;
+                }
+            }
+            let Some(first_end) = first_end else {
+                continue;
+            };
+            // After a prefix the first word keeps the space before it, as in
+            // the corpus; alone it is counted without.
+            let first_count = if prefix.is_empty() {
+                Self::word_count(
+                    &mut self.first_words,
+                    tokenizer,
+                    &self.ids[start..first_end],
+                    true,
+                )?
+            } else {
+                first_end - start
+            };
+            // Guess the end as if the last word counted its own ids, then
+            // move it by what the count of the last word says.
+            let mut end = (start + tokens + (first_end - start)).saturating_sub(first_count);
+            for _ in 0..END_ATTEMPTS {
+                if end <= first_end || end > n {
+                    break;
+                }
+                let mut last_start = None;
+                for at in (first_end..end).rev().take(8) {
+                    if self.starts_word(tokenizer, at)? {
+                        last_start = Some(at);
+                        break;
+                    }
+                }
+                let Some(last_start) = last_start else {
+                    break;
+                };
+                let last_count = Self::word_count(
+                    &mut self.last_words,
+                    tokenizer,
+                    &self.ids[last_start..end],
+                    false,
+                )?;
+                let count = first_count + (last_start - first_end) + last_count;
+                if count == tokens {
+                    let body = tokenizer.decode(&self.ids[start..end], true)?;
+                    let body = body.trim();
+                    let text = if prefix.is_empty() {
+                        body.to_string()
+                    } else {
+                        format!("{prefix} {body}")
+                    };
+                    return Ok(Some((text, start)));
+                }
+                end = (end + tokens).saturating_sub(count);
+            }
+        }
+        Ok(None)
     }
 
     /// A text of `prefix` (which counts `prefix_count` tokens), a space and
@@ -263,9 +422,42 @@ impl Corpus {
         }
 
         let target = prefix_count + tokens;
+        let mut whole = None;
+        if self.whole_words != WholeWords::Refuted {
+            whole = self.whole_word_window(tokenizer, prefix, tokens, window)?;
+            if whole.is_none() {
+                // The fresh offsets that allow a cut at word boundaries
+                // are used up before a quarter of all offsets are: grow.
+                self.ensure(tokenizer, self.ids.len() * 2)?;
+                whole = self.whole_word_window(tokenizer, prefix, tokens, window)?;
+            }
+        }
+        if let Some((text, start)) = whole {
+            match self.whole_words {
+                WholeWords::Trusted => {
+                    self.used.insert(start);
+                    return Ok((text, target));
+                }
+                WholeWords::Checked(checked) => {
+                    let count = tokenizer.count(&text)?;
+                    if count == target {
+                        self.whole_words = if checked + 1 >= VERIFIED_WINDOWS {
+                            WholeWords::Trusted
+                        } else {
+                            WholeWords::Checked(checked + 1)
+                        };
+                        self.used.insert(start);
+                        return Ok((text, count));
+                    }
+                    self.whole_words = WholeWords::Refuted;
+                }
+                WholeWords::Refuted => {}
+            }
+        }
         let mut best: Option<(usize, String, usize)> = None;
         for _ in 0..OFFSET_ATTEMPTS {
             let start = self.offset(tokenizer, window)?;
+            self.used.insert(start);
             let mut end = start + tokens;
             let mut tried = HashSet::new();
             for _ in 0..END_ATTEMPTS {
@@ -541,7 +733,7 @@ mod tests {
     use std::sync::OnceLock;
 
     use super::*;
-    use crate::data::testing::ByteTokenizer;
+    use crate::data::testing::{ByteTokenizer, PairTokenizer};
     use crate::options::parse_kind_args;
     use crate::tokenizer::{HfTokenizer, train_byte_level_bpe};
 
@@ -635,6 +827,38 @@ mod tests {
     }
 
     #[test]
+    fn counts_are_predicted_from_word_boundaries_once_checked_with_a_bpe_tokenizer() {
+        let tokenizer = bpe();
+        let mut text = SyntheticText::new(tokenizer.as_ref(), 5);
+        for i in 0..VERIFIED_WINDOWS + 20 {
+            let tokens = 20 + i % 40;
+            let prompt = text.prompt(tokens).expect("prompt");
+            assert_eq!(
+                tokenizer.count(&prompt).expect("count"),
+                tokens,
+                "{prompt:?}"
+            );
+        }
+        assert_eq!(text.corpus.whole_words, WholeWords::Trusted);
+    }
+
+    #[test]
+    fn a_tokenizer_that_merges_across_spaces_still_gets_exact_counts() {
+        let tokenizer = PairTokenizer::default();
+        let mut text = SyntheticText::new(&tokenizer, 5);
+        for tokens in [1, 7, 20, 33, 64, 65, 200] {
+            let prompt = text.prompt(tokens).expect("prompt");
+            assert_eq!(
+                tokenizer.count(&prompt).expect("count"),
+                tokens,
+                "{prompt:?}"
+            );
+        }
+        // The prediction from word boundaries was checked and given up.
+        assert_eq!(text.corpus.whole_words, WholeWords::Refuted);
+    }
+
+    #[test]
     fn the_same_seed_gives_the_same_prompts_and_another_seed_others() {
         let spec = "kind=synthetic_text,prompt_tokens=64,prompt_tokens_stdev=10,output_tokens=8,\
                     output_tokens_stdev=3";
@@ -698,6 +922,8 @@ mod tests {
             assert!(count > 32, "{count}");
         }
         assert_eq!(bodies.len(), 30);
+        // Counts after a prefix are predicted from word boundaries too.
+        assert_ne!(source.corpus.whole_words, WholeWords::Refuted);
 
         let mut fixed = source_fixed(&tokenizer);
         let item = fixed.next_item().expect("item").expect("some");
