@@ -245,6 +245,29 @@ async fn concurrent_keeps_exactly_n_requests_in_flight() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn throughput_slots_send_nothing_once_the_time_is_up() {
+    let backend = Timed::new(Duration::from_millis(30));
+    let t0 = Instant::now();
+    let run = run(
+        &backend,
+        &mut feed(1_000),
+        Strategy::Throughput { max_concurrency: 4 },
+        &constraints(&["kind=max_duration,seconds=0.1"]),
+    )
+    .await;
+    // Waves at 0, 30, 60 and 90 ms; the slots' next requests, queued for
+    // 120 ms, are past the limit and never sent.
+    let sends: Vec<Duration> = backend.sends().iter().map(|&s| s - t0).collect();
+    assert_eq!(sends.len(), 16, "{sends:?}");
+    assert!(
+        sends.iter().all(|s| *s < Duration::from_millis(100)),
+        "{sends:?}"
+    );
+    assert_eq!(run.records.len(), 16);
+    assert_eq!(run.stop_reason, StopReason::MaxDuration);
+}
+
+#[tokio::test(start_paused = true)]
 async fn synchronous_sends_one_at_a_time() {
     let backend = Timed::new(Duration::from_millis(5));
     let run = run(

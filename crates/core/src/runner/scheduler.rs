@@ -6,6 +6,12 @@
 //! keeps its scheduled and actual send times, so a client that falls behind
 //! shows up as dispatch delay instead of silently lowering the load
 //! (no coordinated omission).
+//!
+//! Strategies without a schedule (synchronous, concurrent, throughput) run
+//! `n` slot workers instead: each takes the next request from a queue the
+//! sender keeps filled as soon as its previous request ends, so `n` stay in
+//! flight without a round trip through the sender. Error constraints are
+//! applied as each request ends, before its slot takes the next one.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -148,6 +154,97 @@ fn stop_with(stop: &watch::Sender<Option<StopReason>>, reason: StopReason) {
     });
 }
 
+/// What sending one request needs.
+#[derive(Clone)]
+struct Execution {
+    backend: Arc<dyn Backend>,
+    records: mpsc::UnboundedSender<RequestRecord>,
+    keep_text: bool,
+    clock: &'static Clock,
+    /// The error constraints, applied as each request ends (before its
+    /// slot takes the next request), and where they stop the run.
+    constraints: Arc<Constraints>,
+    completions: Arc<std::sync::Mutex<ConstraintState>>,
+    stop: watch::Sender<Option<StopReason>>,
+}
+
+impl Execution {
+    /// Sends `request` and records what happened; a record is sent even if
+    /// this future is dropped first (as incomplete).
+    async fn execute(&self, request: GenerationRequest, scheduled: Option<Timestamp>) {
+        let id = request.id;
+        let clock = self.clock;
+        // The scheduler's own clock (tokio's, which is the monotonic clock
+        // outside tests) measures the send, like the schedule.
+        let now = || clock.wall(Instant::now().into_std());
+        let sent = now();
+        let mut guard = IncompleteGuard {
+            armed: Some((id, sent, scheduled)),
+            records: self.records.clone(),
+        };
+        let result = self.backend.resolve(request).await;
+        guard.armed = None;
+        let mut record = match result {
+            Ok(response) => RequestRecord::success(response, self.keep_text),
+            Err(err) => RequestRecord::error(id, &err, sent, now()),
+        };
+        // Start is when the caller sent the request, on the schedule's clock.
+        record.timings.scheduled = scheduled;
+        record.timings.start = Some(sent);
+        let stop = match self.completions.lock() {
+            Ok(mut state) => state.on_complete(&self.constraints, record.error.is_some()),
+            Err(poisoned) => poisoned
+                .into_inner()
+                .on_complete(&self.constraints, record.error.is_some()),
+        };
+        if let Some(reason) = stop {
+            stop_with(&self.stop, reason);
+        }
+        let _ = self.records.send(record);
+    }
+}
+
+/// Whether sending was cut off (time, errors, an interrupt), as opposed to
+/// ending naturally after the last request of a count or of the data.
+fn cut_off(stop: &watch::Receiver<Option<StopReason>>) -> bool {
+    matches!(
+        *stop.borrow(),
+        Some(reason) if !matches!(reason, StopReason::MaxRequests | StopReason::DataExhausted)
+    )
+}
+
+/// One of the `n` slots of a strategy without a schedule: takes the next
+/// request as soon as its previous one ended, so that `n` stay in flight
+/// without a round trip through the feeder. Stops when the queue is closed
+/// and empty, or at a cut-off (a request taken after it is not sent).
+async fn slot_worker(
+    run: Execution,
+    queue: async_channel::Receiver<GenerationRequest>,
+    (stop_tx, stop): (
+        watch::Sender<Option<StopReason>>,
+        watch::Receiver<Option<StopReason>>,
+    ),
+    time_limit: Option<Instant>,
+    observer: Arc<dyn Observer>,
+) {
+    loop {
+        if cut_off(&stop) {
+            break;
+        }
+        let Ok(request) = queue.recv().await else {
+            break;
+        };
+        if time_limit.is_some_and(|limit| Instant::now() >= limit) {
+            stop_with(&stop_tx, StopReason::MaxDuration);
+        }
+        if cut_off(&stop) {
+            break;
+        }
+        observer.on_send();
+        run.execute(request, None).await;
+    }
+}
+
 /// Runs one benchmark: sends requests from `requests` by `strategy` until a
 /// constraint, the data or `cancel` stops it, waits up to the grace period
 /// for requests in flight, and returns every request's record.
@@ -166,20 +263,15 @@ pub async fn run_benchmark(
     let (stop_tx, mut stop_rx) = watch::channel(None::<StopReason>);
     let (records_tx, mut records_rx) = mpsc::unbounded_channel::<RequestRecord>();
 
-    // The collector: gathers records, applies the error constraints.
+    // The collector gathers records (the error constraints are applied as
+    // each request ends, by `Execution`).
     let collector = {
-        let stop_tx = stop_tx.clone();
-        let constraints = constraints.clone();
         let observer = Arc::clone(&observer);
         tokio::spawn(async move {
-            let mut state = ConstraintState::default();
             let mut records = Vec::new();
             while let Some(record) = records_rx.recv().await {
                 tracing::debug!(id = record.id, status = ?record.status, "request done");
                 observer.on_record(&record);
-                if let Some(reason) = state.on_complete(&constraints, record.error.is_some()) {
-                    stop_with(&stop_tx, reason);
-                }
                 records.push(record);
             }
             records
@@ -196,92 +288,140 @@ pub async fn run_benchmark(
     if *cancel.borrow() {
         stop_with(&stop_tx, StopReason::Interrupted);
     }
+    let execution = Execution {
+        backend: Arc::clone(&backend),
+        records: records_tx.clone(),
+        keep_text: options.keep_text,
+        clock,
+        constraints: Arc::new(constraints.clone()),
+        completions: Arc::new(std::sync::Mutex::new(ConstraintState::default())),
+        stop: stop_tx.clone(),
+    };
 
-    loop {
-        if stop_rx.borrow().is_some() {
-            break;
+    // Strategies without a schedule keep `n` requests in flight: `n` slot
+    // workers take requests from a queue this loop keeps filled.
+    let slots = match (&schedule, strategy.concurrency_limit()) {
+        (None, Some(n)) => n,
+        _ => 0,
+    };
+    if slots > 0 {
+        let (queue_tx, queue) = async_channel::bounded::<GenerationRequest>(slots);
+        for _ in 0..slots {
+            tasks.spawn(slot_worker(
+                execution.clone(),
+                queue.clone(),
+                (stop_tx.clone(), stop_rx.clone()),
+                time_limit,
+                Arc::clone(&observer),
+            ));
         }
-        if let Err(reason) = state.may_send(constraints, t0.elapsed()) {
-            stop_with(&stop_tx, reason);
-            break;
-        }
-        let scheduled = match schedule.as_mut().and_then(Iterator::next) {
-            Some(offset) => {
-                let due = t0 + offset;
-                if constraints.max_duration.is_some_and(|d| offset >= d) {
-                    stop_with(&stop_tx, StopReason::MaxDuration);
-                    break;
-                }
-                tokio::select! {
-                    biased;
-                    _ = cancel.changed() => { stop_with(&stop_tx, StopReason::Interrupted); break; }
-                    _ = stop_rx.changed() => break,
-                    () = wait_until(due) => {}
-                }
-                Some(due)
+        drop(queue);
+        let deadline = sleep_until_opt(time_limit);
+        tokio::pin!(deadline);
+        loop {
+            if stop_rx.borrow().is_some() {
+                break;
             }
-            None if schedule.is_some() => break,
-            None => None,
-        };
-        let permit = match &limit {
-            Some(semaphore) => tokio::select! {
+            if let Err(reason) = state.may_send(constraints, t0.elapsed()) {
+                stop_with(&stop_tx, reason);
+                break;
+            }
+            let request = tokio::select! {
                 biased;
                 _ = cancel.changed() => { stop_with(&stop_tx, StopReason::Interrupted); break; }
                 _ = stop_rx.changed() => break,
-                () = sleep_until_opt(time_limit) => {
-                    stop_with(&stop_tx, StopReason::MaxDuration);
-                    break;
-                }
-                permit = Arc::clone(semaphore).acquire_owned() => match permit {
-                    Ok(permit) => Some(permit),
-                    Err(_) => break,
-                },
-            },
-            None => None,
-        };
-        if scheduled.is_none() && state.may_send(constraints, t0.elapsed()).is_err() {
-            // Waiting for a free slot used up the time.
-            stop_with(&stop_tx, StopReason::MaxDuration);
-            break;
+                () = &mut deadline => { stop_with(&stop_tx, StopReason::MaxDuration); break; }
+                request = requests.recv() => request,
+            };
+            let Some(request) = request else {
+                stop_with(&stop_tx, StopReason::DataExhausted);
+                break;
+            };
+            state.on_send();
+            let sent = tokio::select! {
+                biased;
+                _ = cancel.changed() => { stop_with(&stop_tx, StopReason::Interrupted); break; }
+                _ = stop_rx.changed() => break,
+                () = &mut deadline => { stop_with(&stop_tx, StopReason::MaxDuration); break; }
+                sent = queue_tx.send(request) => sent,
+            };
+            if sent.is_err() {
+                break;
+            }
         }
-        let request = tokio::select! {
-            biased;
-            _ = cancel.changed() => { stop_with(&stop_tx, StopReason::Interrupted); break; }
-            request = requests.recv() => request,
-        };
-        let Some(request) = request else {
-            stop_with(&stop_tx, StopReason::DataExhausted);
-            break;
-        };
-        state.on_send();
-        observer.on_send();
-        let backend = Arc::clone(&backend);
-        let records = records_tx.clone();
-        let keep_text = options.keep_text;
-        let scheduled = scheduled.map(|due| clock.wall(due.into_std()));
-        tasks.spawn(async move {
-            let id = request.id;
-            // The scheduler's own clock (tokio's, which is the monotonic
-            // clock outside tests) measures the send, like the schedule.
-            let now = || clock.wall(Instant::now().into_std());
-            let sent = now();
-            let mut guard = IncompleteGuard {
-                armed: Some((id, sent, scheduled)),
-                records: records.clone(),
+        // The workers send what is queued, unless sending was cut off.
+        drop(queue_tx);
+    } else {
+        // Rate-based strategies: one task per request, sent when due.
+        loop {
+            if stop_rx.borrow().is_some() {
+                break;
+            }
+            if let Err(reason) = state.may_send(constraints, t0.elapsed()) {
+                stop_with(&stop_tx, reason);
+                break;
+            }
+            let scheduled = match schedule.as_mut().and_then(Iterator::next) {
+                Some(offset) => {
+                    let due = t0 + offset;
+                    if constraints.max_duration.is_some_and(|d| offset >= d) {
+                        stop_with(&stop_tx, StopReason::MaxDuration);
+                        break;
+                    }
+                    tokio::select! {
+                        biased;
+                        _ = cancel.changed() => { stop_with(&stop_tx, StopReason::Interrupted); break; }
+                        _ = stop_rx.changed() => break,
+                        () = wait_until(due) => {}
+                    }
+                    Some(due)
+                }
+                None if schedule.is_some() => break,
+                None => None,
             };
-            let result = backend.resolve(request).await;
-            guard.armed = None;
-            let mut record = match result {
-                Ok(response) => RequestRecord::success(response, keep_text),
-                Err(err) => RequestRecord::error(id, &err, sent, now()),
+            let permit = match &limit {
+                Some(semaphore) => tokio::select! {
+                    biased;
+                    _ = cancel.changed() => { stop_with(&stop_tx, StopReason::Interrupted); break; }
+                    _ = stop_rx.changed() => break,
+                    () = sleep_until_opt(time_limit) => {
+                        stop_with(&stop_tx, StopReason::MaxDuration);
+                        break;
+                    }
+                    permit = Arc::clone(semaphore).acquire_owned() => match permit {
+                        Ok(permit) => Some(permit),
+                        Err(_) => break,
+                    },
+                },
+                None => None,
             };
-            // Start is when the caller sent the request, on the schedule's clock.
-            record.timings.scheduled = scheduled;
-            record.timings.start = Some(sent);
-            drop(permit);
-            let _ = records.send(record);
-        });
+            if scheduled.is_none() && state.may_send(constraints, t0.elapsed()).is_err() {
+                // Waiting for a free slot used up the time.
+                stop_with(&stop_tx, StopReason::MaxDuration);
+                break;
+            }
+            let request = tokio::select! {
+                biased;
+                _ = cancel.changed() => { stop_with(&stop_tx, StopReason::Interrupted); break; }
+                request = requests.recv() => request,
+            };
+            let Some(request) = request else {
+                stop_with(&stop_tx, StopReason::DataExhausted);
+                break;
+            };
+            state.on_send();
+            observer.on_send();
+            let run = execution.clone();
+            let scheduled = scheduled.map(|due| clock.wall(due.into_std()));
+            tasks.spawn(async move {
+                run.execute(request, scheduled).await;
+                drop(permit);
+            });
+        }
     }
+
+    // The collector ends once every sender of records is gone.
+    drop(execution);
     drop(records_tx);
 
     // Sending stopped. After the last request of a bounded run (a count, or
