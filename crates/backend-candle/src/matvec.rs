@@ -68,11 +68,7 @@ impl Proj {
         let small = matches!(weight.device(), Device::Cpu)
             && weight.dtype() == DType::F32
             && weight.is_contiguous();
-        let weight = if small {
-            aligned(&weight).unwrap_or(weight)
-        } else {
-            weight
-        };
+        let weight = if small { aligned(&weight) } else { weight };
         Proj {
             linear: Linear::new(weight, bias),
             small,
@@ -132,15 +128,35 @@ fn aligned_copy(values: impl ExactSizeIterator<Item = f32>) -> (Vec<f32>, usize)
     (data, offset)
 }
 
-/// A copy of the f32 CPU tensor `t` whose first value sits on a 64-byte
-/// boundary, so that rows of a multiple of 16 values load in whole cache
-/// lines (candle's own buffers are only 16-byte aligned).
-fn aligned(t: &Tensor) -> candle_core::Result<Tensor> {
-    let n = t.elem_count();
-    let (data, offset) = aligned_copy(t.flatten_all()?.to_vec1::<f32>()?.into_iter());
-    Tensor::from_vec(data, n + LINE_VALUES, t.device())?
-        .narrow(0, offset, n)?
-        .reshape(t.shape())
+/// Whether the first value of the f32 CPU tensor `t` sits on a 64-byte
+/// boundary.
+fn is_aligned(t: &Tensor) -> bool {
+    let (storage, layout) = t.storage_and_layout();
+    match &*storage {
+        candle_core::Storage::Cpu(CpuStorage::F32(data)) => data
+            .get(layout.start_offset()..)
+            .is_some_and(|values| (values.as_ptr() as usize).is_multiple_of(64)),
+        _ => false,
+    }
+}
+
+/// The f32 CPU tensor `t`, or a copy of it whose first value sits on a
+/// 64-byte boundary when it does not (candle's own buffers are only 16-byte
+/// aligned), so that rows of a multiple of 16 values load in whole cache
+/// lines. Other tensors, and `t` itself if copying fails, come back as
+/// they are.
+pub fn aligned(t: &Tensor) -> Tensor {
+    if !matches!(t.device(), Device::Cpu) || t.dtype() != DType::F32 || is_aligned(t) {
+        return t.clone();
+    }
+    let copy = || -> candle_core::Result<Tensor> {
+        let n = t.elem_count();
+        let (data, offset) = aligned_copy(t.flatten_all()?.to_vec1::<f32>()?.into_iter());
+        Tensor::from_vec(data, n + LINE_VALUES, t.device())?
+            .narrow(0, offset, n)?
+            .reshape(t.shape())
+    };
+    copy().unwrap_or_else(|_| t.clone())
 }
 
 /// `x (m, k)` times `w (n, k)` transposed, f32 on the CPU.
@@ -634,6 +650,17 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn weights_are_aligned_once_and_shared_after() {
+        let dev = Device::Cpu;
+        let w = Tensor::randn(0f32, 1., (37, 70), &dev).expect("w");
+        let a = aligned(&w);
+        assert!(is_aligned(&a));
+        assert_eq!(max_abs_diff(&a, &w), 0.0);
+        // Aligning an aligned tensor (a tied LM head) shares it.
+        assert_eq!(aligned(&a).id(), a.id());
     }
 
     #[test]

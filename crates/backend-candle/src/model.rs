@@ -495,6 +495,9 @@ impl Decoder {
         let embeddings = m
             .pp("embed_tokens")
             .get((cfg.vocab_size, cfg.hidden_size), "weight")?;
+        // Aligned once here, so that a tied LM head shares the embeddings
+        // instead of holding an aligned copy of its own.
+        let embeddings = crate::matvec::aligned(&embeddings);
         let lm_head = if cfg.tie_word_embeddings {
             Proj::new(embeddings.clone(), None)
         } else {
