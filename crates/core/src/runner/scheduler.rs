@@ -326,27 +326,25 @@ pub async fn run_benchmark(
                 stop_with(&stop_tx, reason);
                 break;
             }
-            let request = tokio::select! {
+            // The next request, placed in the queue as soon as a slot has
+            // room for it.
+            let queued = tokio::select! {
                 biased;
                 _ = cancel.changed() => { stop_with(&stop_tx, StopReason::Interrupted); break; }
                 _ = stop_rx.changed() => break,
                 () = &mut deadline => { stop_with(&stop_tx, StopReason::MaxDuration); break; }
-                request = requests.recv() => request,
+                queued = async {
+                    let request = requests.recv().await?;
+                    Some(queue_tx.send(request).await.is_ok())
+                } => queued,
             };
-            let Some(request) = request else {
-                stop_with(&stop_tx, StopReason::DataExhausted);
-                break;
-            };
-            state.on_send();
-            let sent = tokio::select! {
-                biased;
-                _ = cancel.changed() => { stop_with(&stop_tx, StopReason::Interrupted); break; }
-                _ = stop_rx.changed() => break,
-                () = &mut deadline => { stop_with(&stop_tx, StopReason::MaxDuration); break; }
-                sent = queue_tx.send(request) => sent,
-            };
-            if sent.is_err() {
-                break;
+            match queued {
+                None => {
+                    stop_with(&stop_tx, StopReason::DataExhausted);
+                    break;
+                }
+                Some(false) => break,
+                Some(true) => state.on_send(),
             }
         }
         // The workers send what is queued, unless sending was cut off.
