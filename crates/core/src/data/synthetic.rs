@@ -163,7 +163,8 @@ enum WholeWords {
     /// Every one of [`VERIFIED_WINDOWS`] prompts counted as predicted: the
     /// prediction is trusted from now on.
     Trusted,
-    /// A prompt did not count as predicted: every prompt is counted.
+    /// A prompt did not count as predicted, or no window of whole words
+    /// was found even in a grown corpus: every prompt is counted.
     Refuted,
 }
 
@@ -284,12 +285,22 @@ impl Corpus {
     /// decodes to text starting with a space, so that windows start at a
     /// word where the tokenizer shows it; `start` itself otherwise.
     fn word_start(&mut self, tokenizer: &dyn Tokenizer, start: usize) -> Result<usize> {
-        for offset in start..(start + 8).min(self.ids.len()) {
+        let within = start..(start + 8).min(self.ids.len());
+        Ok(self.first_word_start(tokenizer, within)?.unwrap_or(start))
+    }
+
+    /// The first of `offsets` whose token starts a word.
+    fn first_word_start(
+        &mut self,
+        tokenizer: &dyn Tokenizer,
+        offsets: impl IntoIterator<Item = usize>,
+    ) -> Result<Option<usize>> {
+        for offset in offsets {
             if self.starts_word(tokenizer, offset)? {
-                return Ok(offset);
+                return Ok(Some(offset));
             }
         }
-        Ok(start)
+        Ok(None)
     }
 
     /// The token count of `ids` (a word or part of one, from the corpus)
@@ -332,14 +343,9 @@ impl Corpus {
                 continue;
             }
             // The first word: up to the next word start.
-            let mut first_end = None;
-            for at in start + 1..(start + 8).min(n) {
-                if self.starts_word(tokenizer, at)? {
-                    first_end = Some(at);
-                    break;
-                }
-            }
-            let Some(first_end) = first_end else {
+            let Some(first_end) =
+                self.first_word_start(tokenizer, start + 1..(start + 8).min(n))?
+            else {
                 continue;
             };
             // After a prefix the first word keeps the space before it, as in
@@ -361,14 +367,9 @@ impl Corpus {
                 if end <= first_end || end > n {
                     break;
                 }
-                let mut last_start = None;
-                for at in (first_end..end).rev().take(8) {
-                    if self.starts_word(tokenizer, at)? {
-                        last_start = Some(at);
-                        break;
-                    }
-                }
-                let Some(last_start) = last_start else {
+                let Some(last_start) =
+                    self.first_word_start(tokenizer, (first_end..end).rev().take(8))?
+                else {
                     break;
                 };
                 let last_count = Self::word_count(
@@ -380,13 +381,7 @@ impl Corpus {
                 let count = first_count + (last_start - first_end) + last_count;
                 if count == tokens {
                     let body = tokenizer.decode(&self.ids[start..end], true)?;
-                    let body = body.trim();
-                    let text = if prefix.is_empty() {
-                        body.to_string()
-                    } else {
-                        format!("{prefix} {body}")
-                    };
-                    return Ok(Some((text, start)));
+                    return Ok(Some((with_prefix(prefix, body.trim()), start)));
                 }
                 end = (end + tokens).saturating_sub(count);
             }
@@ -430,6 +425,11 @@ impl Corpus {
                 // are used up before a quarter of all offsets are: grow.
                 self.ensure(tokenizer, self.ids.len() * 2)?;
                 whole = self.whole_word_window(tokenizer, prefix, tokens, window)?;
+                if whole.is_none() {
+                    // Not even with fresh offsets: the tokenizer shows no
+                    // word starts to cut at.
+                    self.whole_words = WholeWords::Refuted;
+                }
             }
         }
         if let Some((text, start)) = whole {
@@ -465,12 +465,7 @@ impl Corpus {
                     break;
                 }
                 let body = tokenizer.decode(&self.ids[start..end], true)?;
-                let body = body.trim();
-                let text = if prefix.is_empty() {
-                    body.to_string()
-                } else {
-                    format!("{prefix} {body}")
-                };
+                let text = with_prefix(prefix, body.trim());
                 let count = tokenizer.count(&text)?;
                 if count == target {
                     return Ok((text, count));
@@ -490,6 +485,15 @@ impl Corpus {
         Ok(best
             .map(|(_, text, count)| (text, count))
             .unwrap_or_else(|| (prefix.to_string(), prefix_count)))
+    }
+}
+
+/// `body` after `prefix` and a space, or alone without a prefix.
+fn with_prefix(prefix: &str, body: &str) -> String {
+    if prefix.is_empty() {
+        body.to_string()
+    } else {
+        format!("{prefix} {body}")
     }
 }
 
@@ -733,7 +737,7 @@ mod tests {
     use std::sync::OnceLock;
 
     use super::*;
-    use crate::data::testing::{ByteTokenizer, PairTokenizer};
+    use crate::data::testing::{ByteTokenizer, MetaspaceTokenizer, PairTokenizer};
     use crate::options::parse_kind_args;
     use crate::tokenizer::{HfTokenizer, train_byte_level_bpe};
 
@@ -856,6 +860,24 @@ mod tests {
         }
         // The prediction from word boundaries was checked and given up.
         assert_eq!(text.corpus.whole_words, WholeWords::Refuted);
+    }
+
+    #[test]
+    fn a_tokenizer_that_shows_no_word_starts_gets_exact_counts_from_a_corpus_that_stays_small() {
+        let tokenizer = MetaspaceTokenizer::default();
+        let mut text = SyntheticText::new(&tokenizer, 5);
+        for _ in 0..40 {
+            let prompt = text.prompt(32).expect("prompt");
+            assert_eq!(tokenizer.count(&prompt).expect("count"), 32, "{prompt:?}");
+        }
+        assert_eq!(text.corpus.whole_words, WholeWords::Refuted);
+        // No window of whole words is ever found: the corpus doubles once
+        // trying, not once per prompt (40 doublings would not fit memory).
+        assert!(
+            text.corpus.ids.len() < 16 * MIN_CORPUS_TOKENS,
+            "{}",
+            text.corpus.ids.len()
+        );
     }
 
     #[test]

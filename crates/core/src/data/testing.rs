@@ -74,3 +74,43 @@ impl Tokenizer for PairTokenizer {
         256 + 256 * 256
     }
 }
+
+/// One token per character, with spaces as `▁` (id 256) and a decoder that
+/// drops the space a text starts with, as SentencePiece's does: no token
+/// decodes alone to text starting with a space.
+#[derive(Debug, Default)]
+pub(crate) struct MetaspaceTokenizer {
+    special: SpecialTokens,
+}
+
+impl Tokenizer for MetaspaceTokenizer {
+    fn encode(&self, text: &str, _add_special_tokens: bool) -> Result<Vec<u32>> {
+        Ok(text
+            .bytes()
+            .map(|b| if b == b' ' { 256 } else { u32::from(b) })
+            .collect())
+    }
+
+    fn decode(&self, ids: &[u32], _skip_special_tokens: bool) -> Result<String> {
+        let bytes: Vec<u8> = ids
+            .iter()
+            .filter_map(|&id| {
+                if id == 256 {
+                    Some(b' ')
+                } else {
+                    u8::try_from(id).ok()
+                }
+            })
+            .collect();
+        let text = String::from_utf8_lossy(&bytes);
+        Ok(text.strip_prefix(' ').unwrap_or(&text).to_string())
+    }
+
+    fn special_tokens(&self) -> &SpecialTokens {
+        &self.special
+    }
+
+    fn vocab_size(&self) -> usize {
+        257
+    }
+}
