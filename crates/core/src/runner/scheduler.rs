@@ -191,12 +191,11 @@ impl Execution {
         // Start is when the caller sent the request, on the schedule's clock.
         record.timings.scheduled = scheduled;
         record.timings.start = Some(sent);
-        let stop = match self.completions.lock() {
-            Ok(mut state) => state.on_complete(&self.constraints, record.error.is_some()),
-            Err(poisoned) => poisoned
-                .into_inner()
-                .on_complete(&self.constraints, record.error.is_some()),
-        };
+        let stop = self
+            .completions
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .on_complete(&self.constraints, record.error.is_some());
         if let Some(reason) = stop {
             stop_with(&self.stop, reason);
         }
@@ -350,7 +349,8 @@ pub async fn run_benchmark(
         // The workers send what is queued, unless sending was cut off.
         drop(queue_tx);
     } else {
-        // Rate-based strategies: one task per request, sent when due.
+        // Rate-based strategies (every other one has a concurrency limit):
+        // one task per request, sent when due.
         loop {
             if stop_rx.borrow().is_some() {
                 break;
@@ -359,24 +359,20 @@ pub async fn run_benchmark(
                 stop_with(&stop_tx, reason);
                 break;
             }
-            let scheduled = match schedule.as_mut().and_then(Iterator::next) {
-                Some(offset) => {
-                    let due = t0 + offset;
-                    if constraints.max_duration.is_some_and(|d| offset >= d) {
-                        stop_with(&stop_tx, StopReason::MaxDuration);
-                        break;
-                    }
-                    tokio::select! {
-                        biased;
-                        _ = cancel.changed() => { stop_with(&stop_tx, StopReason::Interrupted); break; }
-                        _ = stop_rx.changed() => break,
-                        () = wait_until(due) => {}
-                    }
-                    Some(due)
-                }
-                None if schedule.is_some() => break,
-                None => None,
+            let Some(offset) = schedule.as_mut().and_then(Iterator::next) else {
+                break;
             };
+            let due = t0 + offset;
+            if constraints.max_duration.is_some_and(|d| offset >= d) {
+                stop_with(&stop_tx, StopReason::MaxDuration);
+                break;
+            }
+            tokio::select! {
+                biased;
+                _ = cancel.changed() => { stop_with(&stop_tx, StopReason::Interrupted); break; }
+                _ = stop_rx.changed() => break,
+                () = wait_until(due) => {}
+            }
             let permit = match &limit {
                 Some(semaphore) => tokio::select! {
                     biased;
@@ -393,11 +389,6 @@ pub async fn run_benchmark(
                 },
                 None => None,
             };
-            if scheduled.is_none() && state.may_send(constraints, t0.elapsed()).is_err() {
-                // Waiting for a free slot used up the time.
-                stop_with(&stop_tx, StopReason::MaxDuration);
-                break;
-            }
             let request = tokio::select! {
                 biased;
                 _ = cancel.changed() => { stop_with(&stop_tx, StopReason::Interrupted); break; }
@@ -410,7 +401,7 @@ pub async fn run_benchmark(
             state.on_send();
             observer.on_send();
             let run = execution.clone();
-            let scheduled = scheduled.map(|due| clock.wall(due.into_std()));
+            let scheduled = Some(clock.wall(due.into_std()));
             tasks.spawn(async move {
                 run.execute(request, scheduled).await;
                 drop(permit);
@@ -426,10 +417,7 @@ pub async fn run_benchmark(
     // the end of the data) everything in flight belongs to the benchmark and
     // is waited for; after a cut-off (time, errors, an interrupt) requests
     // in flight get the grace period, and a second interrupt ends it.
-    let natural_end = matches!(
-        *stop_rx.borrow(),
-        None | Some(StopReason::MaxRequests | StopReason::DataExhausted)
-    );
+    let natural_end = !cut_off(&stop_rx);
     let mut grace_deadline = (!natural_end).then(|| Instant::now() + options.grace_period);
     loop {
         tokio::select! {
