@@ -111,12 +111,14 @@ impl Timer {
         }
     }
 
-    fn register(&self, at: Instant, waker: Waker) {
+    /// Wakes `waker` at `at`, or `SPIN` before it while few deadlines are
+    /// pending (a mostly idle server, where waking a parked thread is
+    /// slowest); returns whether it will wake early, in which case the task
+    /// yields until the deadline (see `PreciseSleep::poll`).
+    fn register(&self, at: Instant, waker: Waker) -> bool {
         let mut queue = self.lock();
-        // Few deadlines pending (a mostly idle server, where waking a
-        // parked thread is slowest): wake the task early, and let it yield
-        // until the deadline (see `PreciseSleep::poll`).
-        let at = if queue.entries.len() < SPIN_MAX_PENDING {
+        let early = queue.entries.len() < SPIN_MAX_PENDING;
+        let at = if early {
             at.checked_sub(SPIN).unwrap_or(at)
         } else {
             at
@@ -132,6 +134,7 @@ impl Timer {
         if earliest {
             self.changed.notify_one();
         }
+        early
     }
 }
 
@@ -139,6 +142,8 @@ impl Timer {
 pub(crate) struct PreciseSleep {
     at: Instant,
     registered: Option<Waker>,
+    /// The timer wakes this sleep `SPIN` early; it yields from then on.
+    early: bool,
 }
 
 impl PreciseSleep {
@@ -147,6 +152,7 @@ impl PreciseSleep {
         PreciseSleep {
             at,
             registered: None,
+            early: false,
         }
     }
 
@@ -165,7 +171,7 @@ impl Future for PreciseSleep {
         if now >= this.at {
             return Poll::Ready(());
         }
-        if this.at - now <= SPIN {
+        if this.early && this.at - now <= SPIN {
             // The last stretch: yield to other tasks until the deadline,
             // so that this thread is awake when it comes.
             cx.waker().wake_by_ref();
@@ -176,7 +182,7 @@ impl Future for PreciseSleep {
             .as_ref()
             .is_none_or(|w| !w.will_wake(cx.waker()))
         {
-            timer().register(this.at, cx.waker().clone());
+            this.early = timer().register(this.at, cx.waker().clone());
             this.registered = Some(cx.waker().clone());
         }
         Poll::Pending
