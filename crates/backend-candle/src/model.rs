@@ -76,22 +76,31 @@ impl Weights {
     }
 }
 
-fn linear(w: &Weights, in_dim: usize, out_dim: usize, bias: bool) -> Result<Proj> {
+/// A linear layer's weight `(out, in)` and optional bias, as stored.
+type LinearParts = (Tensor, Option<Tensor>);
+
+fn linear_parts(w: &Weights, in_dim: usize, out_dim: usize, bias: bool) -> Result<LinearParts> {
     let weight = w.get((out_dim, in_dim), "weight")?;
     let bias = if bias {
         Some(w.get(out_dim, "bias")?)
     } else {
         None
     };
+    Ok((weight, bias))
+}
+
+fn linear(w: &Weights, in_dim: usize, out_dim: usize, bias: bool) -> Result<Proj> {
+    let (weight, bias) = linear_parts(w, in_dim, out_dim, bias)?;
     Ok(Proj::new(weight, bias))
 }
 
 /// Projections of the same input stacked into one (their outputs side by
-/// side, in order).
-fn stacked(parts: &[Proj]) -> Result<Proj> {
-    let weights: Vec<&Tensor> = parts.iter().map(Proj::weight).collect();
+/// side, in order); only the stacked weight becomes a `Proj`, so it is the
+/// only one copied for alignment.
+fn stacked(parts: &[LinearParts]) -> Result<Proj> {
+    let weights: Vec<&Tensor> = parts.iter().map(|(weight, _)| weight).collect();
     let weight = Tensor::cat(&weights, 0)?;
-    let biases: Option<Vec<&Tensor>> = parts.iter().map(Proj::bias).collect();
+    let biases: Option<Vec<&Tensor>> = parts.iter().map(|(_, bias)| bias.as_ref()).collect();
     let bias = match biases {
         Some(b) => Some(Tensor::cat(&b, 0)?),
         None => None,
@@ -312,9 +321,9 @@ impl Attention {
         };
         Ok(Attention {
             qkv_proj: stacked(&[
-                linear(&w.pp("q_proj"), h, nh * hd, cfg.qkv_bias)?,
-                linear(&w.pp("k_proj"), h, nkv * hd, cfg.qkv_bias)?,
-                linear(&w.pp("v_proj"), h, nkv * hd, cfg.qkv_bias)?,
+                linear_parts(&w.pp("q_proj"), h, nh * hd, cfg.qkv_bias)?,
+                linear_parts(&w.pp("k_proj"), h, nkv * hd, cfg.qkv_bias)?,
+                linear_parts(&w.pp("v_proj"), h, nkv * hd, cfg.qkv_bias)?,
             ])?,
             o_proj: linear(&w.pp("o_proj"), nh * hd, h, cfg.o_bias)?,
             q_norm,
@@ -409,8 +418,8 @@ impl Mlp {
         let (h, i) = (cfg.hidden_size, cfg.intermediate_size);
         Ok(Mlp {
             gate_up_proj: stacked(&[
-                linear(&w.pp("gate_proj"), h, i, false)?,
-                linear(&w.pp("up_proj"), h, i, false)?,
+                linear_parts(&w.pp("gate_proj"), h, i, false)?,
+                linear_parts(&w.pp("up_proj"), h, i, false)?,
             ])?,
             intermediate: i,
             down_proj: linear(&w.pp("down_proj"), i, h, false)?,
@@ -495,9 +504,13 @@ impl Decoder {
         let embeddings = m
             .pp("embed_tokens")
             .get((cfg.vocab_size, cfg.hidden_size), "weight")?;
-        // Aligned once here, so that a tied LM head shares the embeddings
-        // instead of holding an aligned copy of its own.
-        let embeddings = crate::matvec::aligned(&embeddings);
+        // A tied LM head shares the embeddings: aligned here once, so that
+        // it does not hold an aligned copy of its own.
+        let embeddings = if cfg.tie_word_embeddings {
+            crate::matvec::aligned(&embeddings)
+        } else {
+            embeddings
+        };
         let lm_head = if cfg.tie_word_embeddings {
             Proj::new(embeddings.clone(), None)
         } else {
