@@ -20,6 +20,7 @@ use guidebench_candle::{CandleEngine, CandleOptions};
 use guidebench_core::backend::Backend;
 use guidebench_core::data::SyntheticText;
 use guidebench_core::engine::{Engine, EngineOutput, EngineRequest};
+use guidebench_core::generation::StepRunner;
 use guidebench_core::request::GenerationRequest;
 use guidebench_core::sampling::Sampling;
 use rayon::prelude::*;
@@ -31,6 +32,17 @@ const PROMPT: usize = 128;
 const OUTPUT: u32 = 64;
 const BATCHES: [usize; 3] = [1, 8, 32];
 const OFFLINE_BATCH: usize = 32;
+
+/// Every output of a batch; any request's error fails the bench.
+fn generate(
+    engine: &mut StepRunner<CandleEngine>,
+    batch: &[EngineRequest],
+) -> Result<Vec<EngineOutput>, BoxError> {
+    Ok(engine
+        .generate(batch)?
+        .into_iter()
+        .collect::<Result<Vec<_>, _>>()?)
+}
 
 fn main() -> Result<(), BoxError> {
     let mut rounds = 2usize;
@@ -44,12 +56,12 @@ fn main() -> Result<(), BoxError> {
         }
     }
     let t0 = Instant::now();
-    let mut engine = CandleEngine::load(Some(MODEL), &CandleOptions::default())?;
+    let mut engine = StepRunner::new(CandleEngine::load(Some(MODEL), &CandleOptions::default())?);
     let description = engine.describe();
     println!(
         "candle bench: {MODEL}, prompt {PROMPT}, output {OUTPUT}, greedy, dtype {:?}, threads {:?}, \
          loaded in {:.2?}",
-        engine.decoder().dtype(),
+        engine.engine().decoder().dtype(),
         description.threads,
         t0.elapsed()
     );
@@ -70,7 +82,7 @@ fn main() -> Result<(), BoxError> {
                 })
                 .collect()
         };
-    engine.generate(&requests(2, 0, 4)?)?; // warm-up
+    generate(&mut engine, &requests(2, 0, 4)?)?; // warm-up
 
     // 1. throughput by batch size (best of `rounds`, rounds interleaved)
     println!("\n[1] throughput (best of {rounds} interleaved rounds)");
@@ -86,7 +98,7 @@ fn main() -> Result<(), BoxError> {
     for _ in 0..rounds {
         for (i, batch) in batches.iter().enumerate() {
             let start = Instant::now();
-            let outputs = engine.generate(batch)?;
+            let outputs = generate(&mut engine, batch)?;
             let elapsed = start.elapsed().as_secs_f64();
             let tokens: usize = outputs.iter().map(|o| o.token_ids.len()).sum();
             best_tps[i] = best_tps[i].max(tokens as f64 / elapsed);
@@ -127,12 +139,12 @@ fn main() -> Result<(), BoxError> {
         BATCHES[last],
         100.0 * prefill_share,
         BATCHES[last] * PROMPT,
-        engine.decoder().flops_per_token() as f64 / 1e6
+        engine.engine().decoder().flops_per_token() as f64 / 1e6
     );
 
     // 2. batch-1 decode against the memory-bandwidth bound
     println!("\n[2] batch-1 decode vs memory bandwidth");
-    let weight_bytes = engine.decoder().weight_bytes_per_step();
+    let weight_bytes = engine.engine().decoder().weight_bytes_per_step();
     let (bw_one, bw_all) = copy_bandwidth();
     let bandwidth = bw_one.max(bw_all);
     let bound = bandwidth / weight_bytes as f64;
@@ -185,7 +197,7 @@ fn main() -> Result<(), BoxError> {
         for turn in 0..2 {
             let start = Instant::now();
             if (w + turn) % 2 == 0 {
-                direct = engine.generate(wave)?;
+                direct = generate(&mut engine, wave)?;
                 direct_time += start.elapsed();
                 direct_tokens += direct.iter().map(|o| o.token_ids.len()).sum::<usize>();
             } else {

@@ -2,22 +2,18 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Instant;
 
-use candle_core::{DType, Device, Tensor};
-use guidebench_core::engine::{
-    Engine, EngineConfig, EngineDescription, EngineOutput, EngineRequest,
-};
+use candle_core::{DType, Device};
+use guidebench_core::engine::{Engine, EngineConfig, EngineDescription};
+use guidebench_core::generation::{Decode, Logits, Prefill, StepEngine, StepLimits, StepRunner};
 use guidebench_core::options::{OptionSpec, OptionType};
-use guidebench_core::request::FinishReason;
-use guidebench_core::sampler::Sampler;
 use guidebench_core::tokenizer::{HfTokenizer, Tokenizer};
 use serde::Deserialize;
 
 use crate::config::ModelConfig;
 use crate::error::{CandleError, Result};
 use crate::loader;
-use crate::model::{Decoder, Weights};
+use crate::model::{Decoder, SlotCache, Weights};
 
 /// The engine's options (`engine=candle,key=value,...`).
 pub const OPTIONS: &[OptionSpec] = &[
@@ -43,7 +39,16 @@ pub const OPTIONS: &[OptionSpec] = &[
         OptionType::Int,
         "longest prompt + output (default: the model's max_position_embeddings)",
     ),
+    OptionSpec::optional(
+        "max_slots",
+        OptionType::Int,
+        "the most sequences in the KV cache at once",
+    )
+    .with_default("256"),
 ];
+
+/// Default of `max_slots`.
+pub const DEFAULT_MAX_SLOTS: usize = 256;
 
 /// Typed engine options.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
@@ -58,6 +63,8 @@ pub struct CandleOptions {
     /// Longest prompt + output; default: the model's
     /// `max_position_embeddings`.
     pub max_seq_len: Option<i64>,
+    /// The most sequences in the KV cache at once; default 256.
+    pub max_slots: Option<i64>,
 }
 
 fn parse_dtype(text: Option<&str>) -> Result<DType> {
@@ -123,17 +130,22 @@ fn positive(value: Option<i64>, key: &'static str) -> Result<Option<usize>> {
     }
 }
 
-/// A loaded model with its tokenizer, ready to generate.
+/// A loaded model with its tokenizer: a step engine (prefill, decoding
+/// step, retire on a KV cache by slot) that core's generation loop drives.
 pub struct CandleEngine {
     decoder: Decoder,
+    cache: SlotCache,
     tokenizer: Arc<HfTokenizer>,
     eos_ids: Vec<u32>,
     pad_id: u32,
     model: String,
     dir: PathBuf,
     device_name: String,
-    pool: Option<rayon::ThreadPool>,
+    pool: rayon::ThreadPool,
     threads: usize,
+    /// Scratch for the decoding step's slots and tokens.
+    slots: Vec<usize>,
+    tokens: Vec<u32>,
 }
 
 impl std::fmt::Debug for CandleEngine {
@@ -145,6 +157,7 @@ impl std::fmt::Debug for CandleEngine {
             .field("dtype", &self.decoder.dtype())
             .field("device", &self.device_name)
             .field("threads", &self.threads)
+            .field("max_slots", &self.cache.max_slots())
             .finish_non_exhaustive()
     }
 }
@@ -157,28 +170,13 @@ struct LoadedModel {
     pad_id: u32,
 }
 
-/// One request's state during a generation.
-struct Row {
-    sampler: Sampler,
-    tokens: Vec<u32>,
-    instants: Vec<Instant>,
-    /// Prompt length (real tokens, no padding).
-    prompt_len: usize,
-    /// Most tokens this row may generate.
-    limit: usize,
-    finish: Option<FinishReason>,
-    stop: Vec<String>,
-    ignore_eos: bool,
-    /// Byte length of the text kept when a stop string matched.
-    stop_at: Option<usize>,
-}
-
 impl CandleEngine {
-    /// Creates the engine from `engine=candle,...` (the registry entry).
+    /// Creates the engine from `engine=candle,...` (the registry entry):
+    /// the step engine inside core's generation loop.
     pub fn create(config: &EngineConfig) -> guidebench_core::Result<Box<dyn Engine>> {
         let options: CandleOptions = config.parse_options()?;
         CandleEngine::load(config.model.as_deref(), &options)
-            .map(|e| Box::new(e) as Box<dyn Engine>)
+            .map(|e| Box::new(StepRunner::new(e)) as Box<dyn Engine>)
             .map_err(CandleError::into_load_error)
     }
 
@@ -189,38 +187,34 @@ impl CandleEngine {
         let device = parse_device(options.device.as_deref())?;
         let threads = positive(options.threads, "threads")?;
         let max_seq_len = positive(options.max_seq_len, "max_seq_len")?;
+        let max_slots = positive(options.max_slots, "max_slots")?.unwrap_or(DEFAULT_MAX_SLOTS);
         let dir = loader::resolve_model(model)?;
         // Generation always runs inside the engine's own pool, so that the
         // thread driving a decoding step is one of the pool's workers: with
         // the caller's thread outside the pool, it and the pool's idle
         // workers would compete for the same cores.
         let threads = threads.unwrap_or_else(candle_core::utils::get_num_threads);
-        let pool = Some(
-            rayon::ThreadPoolBuilder::new()
-                .num_threads(threads)
-                .thread_name(|i| format!("candle-{i}"))
-                .build()
-                .map_err(|e| CandleError::InvalidOption {
-                    key: "threads",
-                    reason: e.to_string(),
-                })?,
-        );
-        let load = || CandleEngine::load_dir(&dir, dtype, &device, max_seq_len);
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .thread_name(|i| format!("candle-{i}"))
+            .build()
+            .map_err(|e| CandleError::InvalidOption {
+                key: "threads",
+                reason: e.to_string(),
+            })?;
         let LoadedModel {
             decoder,
             tokenizer,
             eos_ids,
             pad_id,
-        } = match &pool {
-            Some(pool) => pool.install(load)?,
-            None => load()?,
-        };
+        } = pool.install(|| CandleEngine::load_dir(&dir, dtype, &device, max_seq_len))?;
         let device_name = match device.location() {
             candle_core::DeviceLocation::Cpu => "cpu".to_owned(),
             candle_core::DeviceLocation::Cuda { gpu_id } => format!("cuda:{gpu_id}"),
             candle_core::DeviceLocation::Metal { gpu_id } => format!("metal:{gpu_id}"),
         };
         Ok(CandleEngine {
+            cache: decoder.new_cache(max_slots),
             decoder,
             tokenizer: Arc::new(tokenizer),
             eos_ids,
@@ -230,6 +224,8 @@ impl CandleEngine {
             device_name,
             threads,
             pool,
+            slots: Vec::with_capacity(max_slots),
+            tokens: Vec::with_capacity(max_slots),
         })
     }
 
@@ -283,197 +279,68 @@ impl CandleEngine {
         &self.eos_ids
     }
 
-    /// The logits after a batched prefill of `prompts` (token ids), one
-    /// row per prompt: what the first generated token is drawn from.
-    pub fn first_step_logits(&self, prompts: &[Vec<u32>]) -> Result<Vec<Vec<f32>>> {
-        let run = || -> Result<Vec<Vec<f32>>> {
-            let (_, logits, _) = self.decoder.prefill(prompts, self.pad_id, 0)?;
-            Decoder::logits_to_vec(&logits)
-        };
-        match &self.pool {
-            Some(pool) => pool.install(run),
-            None => run(),
-        }
+    /// Sequences in the KV cache now.
+    pub fn occupied_slots(&self) -> usize {
+        self.cache.occupied()
     }
 
-    /// Batched generation; see [`Engine::generate`].
-    pub fn generate_batch(&self, batch: &[EngineRequest]) -> Result<Vec<EngineOutput>> {
-        match &self.pool {
-            Some(pool) => pool.install(|| self.run_batch(batch)),
-            None => self.run_batch(batch),
-        }
+    fn run_prefill(&mut self, seqs: &[Prefill<'_>], logits: &mut Logits) -> Result<()> {
+        let rows: Vec<(usize, &[u32], usize)> =
+            seqs.iter().map(|s| (s.slot, s.tokens, s.max_len)).collect();
+        let (decoder, cache, pad_id) = (&self.decoder, &mut self.cache, self.pad_id);
+        let out = self
+            .pool
+            .install(|| decoder.prefill(&rows, pad_id, cache))?;
+        Decoder::copy_logits(&out, logits.rows_mut(seqs.len()))
     }
 
-    fn encode(&self, request: &EngineRequest) -> Result<Vec<u32>> {
-        let mut ids = self
-            .tokenizer
-            .encode(&request.prompt, request.add_special_tokens)
-            .map_err(CandleError::Tokenizer)?;
-        if ids.is_empty() {
-            match &self.tokenizer.special_tokens().bos {
-                Some(bos) => ids.push(bos.id),
-                None => return Err(CandleError::EmptyPrompt { id: request.id }),
-            }
+    fn run_decode(&mut self, seqs: &[Decode], logits: &mut Logits) -> Result<()> {
+        self.slots.clear();
+        self.tokens.clear();
+        for s in seqs {
+            self.slots.push(s.slot);
+            self.tokens.push(s.token);
         }
-        let max = self.decoder.max_seq_len();
-        if ids.len() > max {
-            return Err(CandleError::PromptTooLong {
-                id: request.id,
-                tokens: ids.len(),
-                max,
-            });
-        }
-        Ok(ids)
-    }
-
-    fn run_batch(&self, batch: &[EngineRequest]) -> Result<Vec<EngineOutput>> {
-        if batch.is_empty() {
-            return Ok(Vec::new());
-        }
-        let max_seq = self.decoder.max_seq_len();
-        let prompts = batch
-            .iter()
-            .map(|r| self.encode(r))
-            .collect::<Result<Vec<_>>>()?;
-        let mut rows: Vec<Row> = batch
-            .iter()
-            .zip(&prompts)
-            .map(|(request, prompt)| {
-                let budget = max_seq + 1 - prompt.len();
-                Row {
-                    sampler: Sampler::new(&request.sampling, request.id),
-                    tokens: Vec::new(),
-                    instants: Vec::new(),
-                    prompt_len: prompt.len(),
-                    limit: usize::try_from(request.sampling.max_tokens)
-                        .unwrap_or(usize::MAX)
-                        .min(budget)
-                        .max(1),
-                    finish: None,
-                    stop: request.sampling.stop.clone(),
-                    ignore_eos: request.sampling.ignore_eos,
-                    stop_at: None,
-                }
-            })
-            .collect();
-
-        let longest = prompts.iter().map(Vec::len).max().unwrap_or(1);
-        let most_steps = rows.iter().map(|r| r.limit).max().unwrap_or(1);
-        let capacity = longest + most_steps - 1;
-        let (mut cache, logits, mut pads) =
-            self.decoder.prefill(&prompts, self.pad_id, capacity)?;
-        let logits = Decoder::logits_to_vec(&logits)?;
-        let now = Instant::now();
-        // Which request each cache row holds.
-        let mut slots: Vec<usize> = (0..batch.len()).collect();
-        for (i, row_logits) in logits.iter().enumerate() {
-            self.accept(&mut rows[i], row_logits, now)?;
-        }
-
-        loop {
-            // Drop finished rows from the cache when enough of them piled up.
-            let live: Vec<u32> = slots
-                .iter()
-                .enumerate()
-                .filter(|(_, r)| rows[**r].finish.is_none())
-                .map(|(i, _)| u32::try_from(i).unwrap_or(u32::MAX))
-                .collect();
-            if live.is_empty() {
-                break;
-            }
-            if live.len() < slots.len() && (slots.len() - live.len()) * 4 >= slots.len() {
-                cache.select_rows(&live)?;
-                slots = live.iter().map(|&i| slots[i as usize]).collect();
-                pads = live.iter().map(|&i| pads[i as usize]).collect();
-            }
-            let b = slots.len();
-            let mut ids = Vec::with_capacity(b);
-            let mut positions = Vec::with_capacity(b);
-            for &r in &slots {
-                let row = &rows[r];
-                ids.push(row.tokens.last().copied().unwrap_or(self.pad_id));
-                let pos = row.prompt_len + row.tokens.len() - 1;
-                positions.push(u32::try_from(pos.min(max_seq - 1)).unwrap_or(u32::MAX));
-            }
-            let device = self.decoder.device();
-            let ids = Tensor::from_vec(ids, (b, 1), device)?;
-            let positions = Tensor::from_vec(positions, (b, 1), device)?;
-            let mask = self.decoder.mask(&pads, cache.len(), 1)?;
-            let logits = self.decoder.forward(&ids, &positions, &mask, &mut cache)?;
-            let logits = Decoder::logits_to_vec(&logits)?;
-            let now = Instant::now();
-            for (slot, row_logits) in slots.iter().zip(&logits) {
-                let row = &mut rows[*slot];
-                if row.finish.is_none() {
-                    self.accept(row, row_logits, now)?;
-                }
-            }
-        }
-
-        rows.into_iter()
-            .map(|row| {
-                let mut text = self
-                    .tokenizer
-                    .decode(&row.tokens, true)
-                    .map_err(CandleError::Tokenizer)?;
-                if let Some(at) = row.stop_at {
-                    text.truncate(at);
-                }
-                Ok(EngineOutput {
-                    token_ids: row.tokens,
-                    text,
-                    prompt_tokens: u32::try_from(row.prompt_len).unwrap_or(u32::MAX),
-                    finish_reason: row.finish.unwrap_or(FinishReason::Length),
-                    token_instants: row.instants,
-                })
-            })
-            .collect()
-    }
-
-    /// Samples the next token of `row` and decides whether the row is done.
-    fn accept(&self, row: &mut Row, logits: &[f32], now: Instant) -> Result<()> {
-        let token = row.sampler.sample(logits);
-        row.tokens.push(token);
-        row.instants.push(now);
-        if !row.ignore_eos && self.eos_ids.contains(&token) {
-            row.finish = Some(FinishReason::Eos);
-        } else if !row.stop.is_empty() {
-            let text = self
-                .tokenizer
-                .decode(&row.tokens, true)
-                .map_err(CandleError::Tokenizer)?;
-            if let Some(at) = row.stop.iter().filter_map(|s| text.find(s.as_str())).min() {
-                row.stop_at = Some(at);
-                row.finish = Some(FinishReason::Stop);
-            }
-        }
-        if row.finish.is_none() && row.tokens.len() >= row.limit {
-            row.finish = Some(FinishReason::Length);
-        }
-        Ok(())
+        let (decoder, cache) = (&self.decoder, &mut self.cache);
+        let (slots, tokens) = (&self.slots, &self.tokens);
+        let out = self.pool.install(|| decoder.decode(slots, tokens, cache))?;
+        Decoder::copy_logits(&out, logits.rows_mut(seqs.len()))
     }
 }
 
-impl Engine for CandleEngine {
-    fn generate(&mut self, batch: &[EngineRequest]) -> guidebench_core::Result<Vec<EngineOutput>> {
-        for request in batch {
-            if !request.images.is_empty() || !request.audio.is_empty() {
-                return Err(guidebench_core::Error::UnsupportedInput {
-                    engine: crate::ENGINE_NAME.into(),
-                    input: if request.images.is_empty() {
-                        "audio"
-                    } else {
-                        "image"
-                    },
-                });
-            }
+impl StepEngine for CandleEngine {
+    fn limits(&self) -> StepLimits {
+        StepLimits {
+            max_slots: self.cache.max_slots(),
+            max_seq_len: self.decoder.max_seq_len(),
+            vocab_size: self.decoder.config().vocab_size,
         }
-        self.generate_batch(batch)
+    }
+
+    fn prefill(
+        &mut self,
+        seqs: &[Prefill<'_>],
+        logits: &mut Logits,
+    ) -> guidebench_core::Result<()> {
+        self.run_prefill(seqs, logits)
             .map_err(guidebench_core::Error::engine)
+    }
+
+    fn decode(&mut self, seqs: &[Decode], logits: &mut Logits) -> guidebench_core::Result<()> {
+        self.run_decode(seqs, logits)
+            .map_err(guidebench_core::Error::engine)
+    }
+
+    fn retire(&mut self, slot: usize) {
+        self.cache.retire(slot);
     }
 
     fn tokenizer(&self) -> Arc<dyn Tokenizer> {
         Arc::clone(&self.tokenizer) as Arc<dyn Tokenizer>
+    }
+
+    fn eos_token_ids(&self) -> Vec<u32> {
+        self.eos_ids.clone()
     }
 
     fn describe(&self) -> EngineDescription {

@@ -501,86 +501,70 @@ fn finish_dot(mut acc: [f32; LANES], a_rest: &[f32], b_rest: &[f32]) -> f32 {
 }
 
 /// Attention for one new position per row (a decoding step), f32 on the
-/// CPU: `q` `(b, kv_heads, rep, head_dim)` contiguous; keys and values
-/// `(b, kv_heads, T, head_dim)` with contiguous rows (a narrowed cache);
-/// `mask` the additive `(b, T)` mask. Returns `(b, 1, kv_heads * rep *
-/// head_dim)`, the heads side by side.
+/// CPU, reading each row's keys and values straight from its own slot of
+/// the KV cache: `q` `(b, kv_heads, rep, head_dim)` contiguous; row `i`
+/// attends to the first `lens[i]` positions of `keys[i]` / `values[i]`,
+/// each laid out `(kv_heads, capacity, head_dim)` with `caps[i]`
+/// positions. Returns `(b, 1, kv_heads * rep * head_dim)`, the heads side
+/// by side.
 pub struct DecodeAttention<'a> {
-    /// Additive mask, `b * T` values.
-    pub mask: &'a [f32],
+    /// Each row's cached keys.
+    pub keys: &'a [&'a [f32]],
+    /// Each row's cached values.
+    pub values: &'a [&'a [f32]],
+    /// Positions each row's slot has room for.
+    pub caps: &'a [usize],
+    /// Positions each row attends to (its cached length, new one included).
+    pub lens: &'a [usize],
     /// Multiplies the scores (`1 / sqrt(head_dim)`).
     pub scale: f32,
 }
 
-impl DecodeAttention<'_> {
-    /// Whether the op can run on these tensors.
-    pub fn supports(q: &Tensor, keys: &Tensor) -> bool {
-        matches!(q.device(), Device::Cpu) && q.dtype() == DType::F32 && keys.dtype() == DType::F32
-    }
-}
-
-/// A `(b, h, T, d)` tensor whose last axis is contiguous: the storage and
-/// the offset of each `(b, h)` block, and the stride between rows.
-fn blocks<'a>(s: &'a CpuStorage, l: &Layout) -> candle_core::Result<(&'a [f32], [usize; 4])> {
-    let CpuStorage::F32(data) = s else {
-        candle_core::bail!("decode attention: expected f32");
-    };
-    let stride = l.stride();
-    if l.dims().len() != 4 || stride[3] != 1 {
-        candle_core::bail!("decode attention: expected rows with a contiguous last axis");
-    }
-    Ok((
-        &data[l.start_offset()..],
-        [stride[0], stride[1], stride[2], 1],
-    ))
-}
-
-impl candle_core::CustomOp3 for DecodeAttention<'_> {
+impl candle_core::CustomOp1 for DecodeAttention<'_> {
     fn name(&self) -> &'static str {
         "decode-attention"
     }
 
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-        s3: &CpuStorage,
-        l3: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
+    fn cpu_fwd(&self, s1: &CpuStorage, l1: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
         let (b, g, rep, d) = l1.shape().dims4()?;
-        let (b2, g2, total, d2) = l2.shape().dims4()?;
-        if (b, g, d) != (b2, g2, d2) || l3.dims() != l2.dims() || self.mask.len() != b * total {
+        let rows_ok = [
+            self.keys.len(),
+            self.values.len(),
+            self.caps.len(),
+            self.lens.len(),
+        ]
+        .iter()
+        .all(|&n| n == b);
+        let slots_ok = rows_ok
+            && (0..b).all(|i| {
+                let need = g * self.caps[i] * d;
+                self.lens[i] >= 1
+                    && self.lens[i] <= self.caps[i]
+                    && self.keys[i].len() >= need
+                    && self.values[i].len() >= need
+            });
+        if !slots_ok {
             candle_core::bail!("decode attention: mismatched shapes");
         }
         let q = f32_slice(s1, l1)?;
-        let (keys, ks) = blocks(s2, l2)?;
-        let (values, vs) = blocks(s3, l3)?;
         let mut out = vec![0f32; b * g * rep * d];
         let block = |(index, out): (usize, &mut [f32])| {
             let (row, head) = (index / g, index % g);
             let q = &q[index * rep * d..(index + 1) * rep * d];
-            let k0 = row * ks[0] + head * ks[1];
-            let v0 = row * vs[0] + head * vs[1];
-            let mask = &self.mask[row * total..(row + 1) * total];
+            let total = self.lens[row];
+            let k0 = head * self.caps[row] * d;
+            let keys = &self.keys[row][k0..k0 + total * d];
+            let values = &self.values[row][k0..k0 + total * d];
             // scores[j * rep + r]: query head r against position j; the
             // keys of one (row, head) block are read once for all `rep`
             // query heads that share them.
             let mut scores = vec![0f32; total * rep];
-            if ks[2] == d {
-                rows_times(q, &keys[k0..k0 + total * d], &mut scores, rep, d);
-            } else {
-                for (j, s) in scores.chunks_exact_mut(rep).enumerate() {
-                    let k = &keys[k0 + j * ks[2]..k0 + j * ks[2] + d];
-                    rows_times(q, k, s, rep, d);
-                }
-            }
+            rows_times(q, keys, &mut scores, rep, d);
             let mut inv = vec![0f32; rep];
             for (r, inv) in inv.iter_mut().enumerate() {
                 let mut max = f32::NEG_INFINITY;
-                for (s, m) in scores[r..].iter_mut().step_by(rep).zip(mask) {
-                    *s = *s * self.scale + m;
+                for s in scores[r..].iter_mut().step_by(rep) {
+                    *s *= self.scale;
                     max = max.max(*s);
                 }
                 let mut sum = 0f32;
@@ -591,8 +575,7 @@ impl candle_core::CustomOp3 for DecodeAttention<'_> {
                 *inv = 1.0 / sum;
             }
             out.fill(0.0);
-            for (j, p) in scores.chunks_exact(rep).enumerate() {
-                let v = &values[v0 + j * vs[2]..v0 + j * vs[2] + d];
+            for (p, v) in scores.chunks_exact(rep).zip(values.chunks_exact(d)) {
                 for ((out, p), inv) in out.chunks_exact_mut(d).zip(p).zip(&inv) {
                     if *p == 0.0 {
                         continue;
@@ -681,35 +664,55 @@ mod tests {
     }
 
     #[test]
-    fn decode_attention_matches_candle_ops_on_a_narrowed_cache_with_a_mask() {
+    fn decode_attention_matches_candle_ops_on_slots_of_different_lengths() {
         let dev = Device::Cpu;
-        let (b, g, rep, d, cap, total) = (3, 2, 2, 20, 9, 6);
+        let (b, g, rep, d) = (3, 2, 2, 20);
+        let caps = [9usize, 6, 12];
+        let lens = [6usize, 1, 12];
         let q = Tensor::randn(0f32, 1., (b, g, rep, d), &dev).expect("q");
-        let cache_k = Tensor::randn(0f32, 1., (b, g, cap, d), &dev).expect("k");
-        let cache_v = Tensor::randn(0f32, 1., (b, g, cap, d), &dev).expect("v");
-        let keys = cache_k.narrow(2, 0, total).expect("narrow");
-        let values = cache_v.narrow(2, 0, total).expect("narrow");
-        // row 1 is left-padded by 2, row 2 by 5
-        let pads = [0usize, 2, 5];
-        let mask: Vec<f32> = pads
+        let slots: Vec<(Tensor, Tensor)> = caps
             .iter()
-            .flat_map(|&p| (0..total).map(move |j| if j >= p { 0.0 } else { f32::NEG_INFINITY }))
+            .map(|&cap| {
+                (
+                    Tensor::randn(0f32, 1., (g, cap, d), &dev).expect("k"),
+                    Tensor::randn(0f32, 1., (g, cap, d), &dev).expect("v"),
+                )
+            })
             .collect();
+        let data: Vec<(Vec<f32>, Vec<f32>)> = slots
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.flatten_all().expect("flat").to_vec1().expect("k"),
+                    v.flatten_all().expect("flat").to_vec1().expect("v"),
+                )
+            })
+            .collect();
+        let keys: Vec<&[f32]> = data.iter().map(|(k, _)| k.as_slice()).collect();
+        let values: Vec<&[f32]> = data.iter().map(|(_, v)| v.as_slice()).collect();
         let scale = 0.3f32;
-        let op = DecodeAttention { mask: &mask, scale };
+        let op = DecodeAttention {
+            keys: &keys,
+            values: &values,
+            caps: &caps,
+            lens: &lens,
+            scale,
+        };
         let got = q
-            .apply_op3_no_bwd(&keys, &values, &op)
+            .apply_op1_no_bwd(&op)
             .expect("op")
             .reshape((b, g, rep, d))
             .expect("reshape");
-        let m = Tensor::from_vec(mask.clone(), (b, 1, 1, total), &dev).expect("mask");
-        let scores = (q.matmul(&keys.t().expect("t")).expect("mm") * f64::from(scale))
-            .expect("scale")
-            .broadcast_add(&m)
-            .expect("add");
-        let probs = candle_nn::ops::softmax_last_dim(&scores).expect("softmax");
-        let want = probs.matmul(&values.contiguous().expect("c")).expect("mm");
-        let diff = max_abs_diff(&got, &want);
-        assert!(diff < 1e-5, "max |diff| {diff}");
+        for (row, (k, v)) in slots.iter().enumerate() {
+            let k = k.narrow(1, 0, lens[row]).expect("narrow");
+            let v = v.narrow(1, 0, lens[row]).expect("narrow");
+            let q = q.get(row).expect("row");
+            let scores =
+                (q.matmul(&k.t().expect("t")).expect("mm") * f64::from(scale)).expect("scale");
+            let probs = candle_nn::ops::softmax_last_dim(&scores).expect("softmax");
+            let want = probs.matmul(&v.contiguous().expect("c")).expect("mm");
+            let diff = max_abs_diff(&got.get(row).expect("row"), &want);
+            assert!(diff < 1e-5, "row {row}: max |diff| {diff}");
+        }
     }
 }

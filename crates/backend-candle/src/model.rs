@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 
-use candle_core::{DType, Device, Module, Tensor};
+use candle_core::{CpuStorage, DType, Device, Module, Tensor};
 use candle_nn::{Embedding, VarBuilder};
 
 use crate::config::ModelConfig;
@@ -167,115 +167,144 @@ impl Rope {
     }
 }
 
-/// Keys and values of every layer for a batch of rows, preallocated.
+/// One sequence's keys and values in every layer, `(1, kv_heads,
+/// capacity, head_dim)` each, with its own length.
 #[derive(Debug)]
-pub struct KvCache {
+struct SlotKv {
     keys: Vec<Tensor>,
     values: Vec<Tensor>,
     len: usize,
     capacity: usize,
 }
 
-impl KvCache {
-    /// An empty cache for `batch` rows of up to `capacity` positions.
-    pub fn new(
-        cfg: &ModelConfig,
-        batch: usize,
-        capacity: usize,
-        dtype: DType,
-        device: &Device,
-    ) -> Result<Self> {
-        let shape = (batch, cfg.num_key_value_heads, capacity, cfg.head_dim);
-        let mut keys = Vec::with_capacity(cfg.num_hidden_layers);
-        let mut values = Vec::with_capacity(cfg.num_hidden_layers);
-        for _ in 0..cfg.num_hidden_layers {
-            keys.push(Tensor::zeros(shape, dtype, device)?);
-            values.push(Tensor::zeros(shape, dtype, device)?);
+/// The KV cache by sequence slot: a fixed set of slots, each holding one
+/// sequence with its own length and room reserved for it when it was
+/// prefilled, so a new sequence can join while others are decoding and a
+/// decoding step writes into memory that is already there.
+#[derive(Debug)]
+pub struct SlotCache {
+    slots: Vec<Option<SlotKv>>,
+    layers: usize,
+    kv_heads: usize,
+    head_dim: usize,
+    dtype: DType,
+    device: Device,
+}
+
+impl SlotCache {
+    /// An empty cache of `max_slots` slots.
+    pub fn new(cfg: &ModelConfig, max_slots: usize, dtype: DType, device: &Device) -> Self {
+        SlotCache {
+            slots: (0..max_slots).map(|_| None).collect(),
+            layers: cfg.num_hidden_layers,
+            kv_heads: cfg.num_key_value_heads,
+            head_dim: cfg.head_dim,
+            dtype,
+            device: device.clone(),
         }
-        Ok(KvCache {
+    }
+
+    /// Slots in the cache.
+    pub fn max_slots(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Positions cached for the sequence in `slot`, if it holds one.
+    pub fn len(&self, slot: usize) -> Option<usize> {
+        self.slots.get(slot)?.as_ref().map(|kv| kv.len)
+    }
+
+    /// Slots holding a sequence.
+    pub fn occupied(&self) -> usize {
+        self.slots.iter().filter(|s| s.is_some()).count()
+    }
+
+    /// Frees `slot` and its memory.
+    pub fn retire(&mut self, slot: usize) {
+        if let Some(s) = self.slots.get_mut(slot) {
+            *s = None;
+        }
+    }
+
+    /// Reserves `capacity` positions in the free `slot`.
+    fn open(&mut self, slot: usize, capacity: usize) -> Result<()> {
+        let shape = (1, self.kv_heads, capacity, self.head_dim);
+        let mut keys = Vec::with_capacity(self.layers);
+        let mut values = Vec::with_capacity(self.layers);
+        for _ in 0..self.layers {
+            keys.push(Tensor::zeros(shape, self.dtype, &self.device)?);
+            values.push(Tensor::zeros(shape, self.dtype, &self.device)?);
+        }
+        let Some(entry) = self.slots.get_mut(slot) else {
+            return Err(candle_core::Error::Msg(format!(
+                "slot {slot} is out of range (the engine has {} slots)",
+                self.slots.len()
+            ))
+            .into());
+        };
+        if entry.is_some() {
+            return Err(candle_core::Error::Msg(format!("slot {slot} is already in use")).into());
+        }
+        *entry = Some(SlotKv {
             keys,
             values,
             len: 0,
             capacity,
-        })
+        });
+        Ok(())
     }
 
-    /// Positions filled so far (including left padding).
-    pub fn len(&self) -> usize {
-        self.len
+    fn slot(&self, slot: usize) -> Result<&SlotKv> {
+        self.slots
+            .get(slot)
+            .and_then(Option::as_ref)
+            .ok_or_else(|| candle_core::Error::Msg(format!("slot {slot} holds no sequence")).into())
     }
 
-    /// Whether nothing is cached yet.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// Rows in the cache.
-    pub fn batch(&self) -> Result<usize> {
-        Ok(match self.keys.first() {
-            Some(k) => k.dim(0)?,
-            None => 0,
-        })
-    }
-
-    /// Writes `k`, `v` (`(batch, kv_heads, t, head_dim)`) after what is
-    /// cached for `layer`, and returns all keys and values so far.
-    fn append(&self, layer: usize, k: &Tensor, v: &Tensor) -> Result<(Tensor, Tensor)> {
+    /// Writes `k`, `v` (`(1, kv_heads, t, head_dim)`) of `layer` at
+    /// position `at` of `slot`.
+    fn write(&self, slot: usize, layer: usize, at: usize, k: &Tensor, v: &Tensor) -> Result<()> {
+        let kv = self.slot(slot)?;
         let t = k.dim(2)?;
-        if self.len + t > self.capacity {
+        if at + t > kv.capacity {
             return Err(candle_core::Error::Msg(format!(
-                "KV cache overflow: {} + {t} > {}",
-                self.len, self.capacity
+                "KV cache overflow in slot {slot}: {at} + {t} > {}",
+                kv.capacity
             ))
             .into());
         }
-        let (keys, values) = (&self.keys[layer], &self.values[layer]);
-        keys.slice_set(&k.contiguous()?, 2, self.len)?;
-        values.slice_set(&v.contiguous()?, 2, self.len)?;
-        Ok((
-            keys.narrow(2, 0, self.len + t)?,
-            values.narrow(2, 0, self.len + t)?,
-        ))
-    }
-
-    /// Stacks caches of the same length and capacity along the batch axis.
-    pub fn join(mut caches: Vec<KvCache>) -> Result<Self> {
-        if caches.len() == 1
-            && let Some(cache) = caches.pop()
-        {
-            return Ok(cache);
-        }
-        let Some(first) = caches.first() else {
-            return Err(candle_core::Error::Msg("no caches to join".into()).into());
-        };
-        let (len, capacity, layers) = (first.len, first.capacity, first.keys.len());
-        let mut keys = Vec::with_capacity(layers);
-        let mut values = Vec::with_capacity(layers);
-        for layer in 0..layers {
-            let k: Vec<&Tensor> = caches.iter().map(|c| &c.keys[layer]).collect();
-            let v: Vec<&Tensor> = caches.iter().map(|c| &c.values[layer]).collect();
-            keys.push(Tensor::cat(&k, 0)?);
-            values.push(Tensor::cat(&v, 0)?);
-        }
-        Ok(KvCache {
-            keys,
-            values,
-            len,
-            capacity,
-        })
-    }
-
-    /// Keeps only the rows `rows` (indices into the current batch), in that order.
-    pub fn select_rows(&mut self, rows: &[u32]) -> Result<()> {
-        let Some(first) = self.keys.first() else {
-            return Ok(());
-        };
-        let index = Tensor::new(rows, first.device())?;
-        for t in self.keys.iter_mut().chain(self.values.iter_mut()) {
-            *t = t.index_select(&index, 0)?;
-        }
+        kv.keys[layer].slice_set(&k.contiguous()?, 2, at)?;
+        kv.values[layer].slice_set(&v.contiguous()?, 2, at)?;
         Ok(())
     }
+
+    /// Marks `t` more positions of `slot` as cached.
+    fn advance(&mut self, slot: usize, t: usize) -> Result<()> {
+        match self.slots.get_mut(slot).and_then(Option::as_mut) {
+            Some(kv) => {
+                kv.len += t;
+                Ok(())
+            }
+            None => Err(candle_core::Error::Msg(format!("slot {slot} holds no sequence")).into()),
+        }
+    }
+}
+
+/// Which positions one forward pass adds, and for which slots.
+#[derive(Clone, Copy)]
+enum Pass<'a> {
+    /// New sequences, left-padded to a common length `t`: row `i` goes to
+    /// `slots[i]` and starts after `pads[i]` padding positions.
+    Prefill {
+        slots: &'a [usize],
+        pads: &'a [usize],
+    },
+    /// One new position per running sequence, row `i` in `slots[i]` at
+    /// position `lens[i]` (its cached length before this step).
+    Decode {
+        slots: &'a [usize],
+        lens: &'a [usize],
+    },
 }
 
 /// What every layer of one forward pass shares.
@@ -284,10 +313,11 @@ struct Step<'a> {
     /// Rotary tables gathered for the new positions, `(b, t, head_dim / 2)`.
     cos: &'a Tensor,
     sin: &'a Tensor,
-    /// Additive f32 mask `(b, 1, 1, t, T)`.
-    mask: &'a Tensor,
-    /// The same mask as plain values when `t == 1` on the CPU in f32.
-    decode_mask: Option<&'a [f32]>,
+    /// Additive f32 mask `(b, 1, 1, t, T)`: for a prefill over the new
+    /// positions; for a decoding step that does not take the CPU kernel,
+    /// over each row's cached positions padded to the longest.
+    mask: Option<&'a Tensor>,
+    pass: Pass<'a>,
 }
 
 /// Self-attention with grouped key/value heads.
@@ -334,21 +364,15 @@ impl Attention {
         })
     }
 
-    /// `x`: `(b, t, hidden)`; `mask`: additive f32 `(b, 1, 1, t, T)` where
-    /// `T` is the cached length after this step.
+    /// `x`: `(b, t, hidden)`. Writes the new keys and values into each
+    /// row's slot and attends over what the slot holds.
     fn forward(
         &self,
         x: &Tensor,
         step: &Step<'_>,
-        cache: &KvCache,
+        cache: &SlotCache,
         layer: usize,
     ) -> Result<Tensor> {
-        let Step {
-            cos,
-            sin,
-            mask,
-            decode_mask,
-        } = *step;
         let (b, t, _) = x.dims3()?;
         let (nh, nkv, hd) = (self.num_heads, self.num_kv_heads, self.head_dim);
         let qkv = self.qkv_proj.forward(x)?;
@@ -365,43 +389,156 @@ impl Attention {
             Some(norm) => norm.forward(&k)?,
             None => k,
         };
-        let q = candle_nn::rotary_emb::rope(&q.transpose(1, 2)?.contiguous()?, cos, sin)?;
-        let k = candle_nn::rotary_emb::rope(&k.transpose(1, 2)?.contiguous()?, cos, sin)?;
-        let v = v.transpose(1, 2)?;
-        let (keys, values) = cache.append(layer, &k, &v)?;
-        let total = keys.dim(2)?;
-        if let Some(mask) = decode_mask
-            && t == 1
-            && DecodeAttention::supports(&q, &keys)
-        {
-            let op = DecodeAttention {
-                mask,
-                scale: (1.0 / (hd as f64).sqrt()) as f32,
-            };
-            let q = q.reshape((b, nkv, nh / nkv, hd))?;
-            let out = q.apply_op3_no_bwd(&keys, &values, &op)?;
-            return Ok(self.o_proj.forward(&out)?);
+        let q = candle_nn::rotary_emb::rope(&q.transpose(1, 2)?.contiguous()?, step.cos, step.sin)?;
+        let k = candle_nn::rotary_emb::rope(&k.transpose(1, 2)?.contiguous()?, step.cos, step.sin)?;
+        let v = v.transpose(1, 2)?.contiguous()?;
+        let scale = 1.0 / (hd as f64).sqrt();
+        match step.pass {
+            Pass::Prefill { slots, pads } => {
+                for (i, (&slot, &pad)) in slots.iter().zip(pads).enumerate() {
+                    let len = t - pad;
+                    cache.write(
+                        slot,
+                        layer,
+                        0,
+                        &k.narrow(0, i, 1)?.narrow(2, pad, len)?,
+                        &v.narrow(0, i, 1)?.narrow(2, pad, len)?,
+                    )?;
+                }
+                let out = self.attend(&q, &k, &v, step.mask, scale)?;
+                Ok(self.o_proj.forward(&out)?)
+            }
+            Pass::Decode { slots, lens } => {
+                for (i, (&slot, &at)) in slots.iter().zip(lens).enumerate() {
+                    cache.write(slot, layer, at, &k.narrow(0, i, 1)?, &v.narrow(0, i, 1)?)?;
+                }
+                let out = match step.mask {
+                    None => self.attend_cached(&q, slots, lens, cache, layer, scale)?,
+                    Some(mask) => {
+                        let (keys, values) = gather_padded(cache, slots, lens, layer)?;
+                        self.attend(&q, &keys, &values, Some(mask), scale)?
+                    }
+                };
+                Ok(self.o_proj.forward(&out)?)
+            }
         }
+    }
 
+    /// A decoding step's attention with the CPU kernel, reading every
+    /// row's keys and values in place in its slot.
+    fn attend_cached(
+        &self,
+        q: &Tensor,
+        slots: &[usize],
+        lens: &[usize],
+        cache: &SlotCache,
+        layer: usize,
+        scale: f64,
+    ) -> Result<Tensor> {
+        let (b, nh, _, hd) = q.dims4()?;
+        let nkv = self.num_kv_heads;
+        let mut guards = Vec::with_capacity(b);
+        let mut caps = Vec::with_capacity(b);
+        for &slot in slots {
+            let kv = cache.slot(slot)?;
+            guards.push((
+                kv.keys[layer].storage_and_layout().0,
+                kv.values[layer].storage_and_layout().0,
+            ));
+            caps.push(kv.capacity);
+        }
+        let keys = guards
+            .iter()
+            .map(|(k, _)| cpu_f32(k))
+            .collect::<Result<Vec<_>>>()?;
+        let values = guards
+            .iter()
+            .map(|(_, v)| cpu_f32(v))
+            .collect::<Result<Vec<_>>>()?;
+        let attended: Vec<usize> = lens.iter().map(|len| len + 1).collect();
+        let op = DecodeAttention {
+            keys: &keys,
+            values: &values,
+            caps: &caps,
+            lens: &attended,
+            scale: scale as f32,
+        };
+        let q = q.reshape((b, nkv, nh / nkv, hd))?;
+        Ok(q.apply_op1_no_bwd(&op)?)
+    }
+
+    /// Attention of `q` `(b, heads, t, head_dim)` over `keys`, `values`
+    /// `(b, kv_heads, T, head_dim)` with an additive mask `(b, 1, 1, t, T)`;
+    /// returns `(b, t, heads * head_dim)`.
+    fn attend(
+        &self,
+        q: &Tensor,
+        keys: &Tensor,
+        values: &Tensor,
+        mask: Option<&Tensor>,
+        scale: f64,
+    ) -> Result<Tensor> {
+        let (b, nh, t, hd) = q.dims4()?;
+        let nkv = self.num_kv_heads;
+        let total = keys.dim(2)?;
         // Grouped heads: the `rep` query heads that share a key/value head
         // are stacked along the sequence axis, so keys are never copied.
         let rep = nh / nkv;
         let q = q.reshape((b, nkv, rep * t, hd))?;
-        let scale = 1.0 / (hd as f64).sqrt();
         let scores = (q.matmul(&keys.t()?)? * scale)?
             .to_dtype(DType::F32)?
-            .reshape((b, nkv, rep, t, total))?
-            .broadcast_add(mask)?;
+            .reshape((b, nkv, rep, t, total))?;
+        let scores = match mask {
+            Some(mask) => scores.broadcast_add(mask)?,
+            None => scores,
+        };
         let probs = candle_nn::ops::softmax_last_dim(&scores)?
             .to_dtype(values.dtype())?
             .reshape((b, nkv, rep * t, total))?;
-        let out = probs
-            .matmul(&values)?
+        Ok(probs
+            .matmul(values)?
             .reshape((b, nh, t, hd))?
             .transpose(1, 2)?
-            .reshape((b, t, nh * hd))?;
-        Ok(self.o_proj.forward(&out)?)
+            .reshape((b, t, nh * hd))?)
     }
+}
+
+/// The values of an f32 CPU storage.
+fn cpu_f32(storage: &candle_core::Storage) -> Result<&[f32]> {
+    match storage {
+        candle_core::Storage::Cpu(CpuStorage::F32(data)) => Ok(data.as_slice()),
+        _ => Err(
+            candle_core::Error::Msg("decode attention: expected an f32 CPU cache".into()).into(),
+        ),
+    }
+}
+
+/// The cached keys and values of `layer` for each row (`lens[i] + 1`
+/// positions), zero-padded to the longest: `(b, kv_heads, T, head_dim)`.
+fn gather_padded(
+    cache: &SlotCache,
+    slots: &[usize],
+    lens: &[usize],
+    layer: usize,
+) -> Result<(Tensor, Tensor)> {
+    let longest = lens.iter().map(|len| len + 1).max().unwrap_or(1);
+    let mut keys = Vec::with_capacity(slots.len());
+    let mut values = Vec::with_capacity(slots.len());
+    for (&slot, &len) in slots.iter().zip(lens) {
+        let kv = cache.slot(slot)?;
+        let n = len + 1;
+        keys.push(
+            kv.keys[layer]
+                .narrow(2, 0, n)?
+                .pad_with_zeros(2, 0, longest - n)?,
+        );
+        values.push(
+            kv.values[layer]
+                .narrow(2, 0, n)?
+                .pad_with_zeros(2, 0, longest - n)?,
+        );
+    }
+    Ok((Tensor::cat(&keys, 0)?, Tensor::cat(&values, 0)?))
 }
 
 /// The gated (SwiGLU) MLP.
@@ -467,7 +604,7 @@ impl DecoderLayer {
         &self,
         x: &Tensor,
         step: &Step<'_>,
-        cache: &KvCache,
+        cache: &SlotCache,
         layer: usize,
     ) -> Result<Tensor> {
         let h = self.input_layernorm.forward(x)?;
@@ -602,73 +739,194 @@ impl Decoder {
             .sum()
     }
 
-    /// An empty cache for `batch` rows and `capacity` positions.
-    pub fn new_cache(&self, batch: usize, capacity: usize) -> Result<KvCache> {
-        KvCache::new(&self.config, batch, capacity, self.dtype, &self.device)
+    /// An empty cache of `max_slots` slots.
+    pub fn new_cache(&self, max_slots: usize) -> SlotCache {
+        SlotCache::new(&self.config, max_slots, self.dtype, &self.device)
     }
 
-    /// One forward pass for the whole batch.
-    ///
-    /// - `input_ids`, `positions`: `(b, t)` u32, `t` new tokens per row;
-    /// - `mask`: additive f32 `(b, 1, 1, t, cache.len() + t)`, 0 where a
-    ///   query may attend and `-inf` where not;
-    ///
-    /// Appends the new keys and values to `cache` and returns the f32
-    /// logits of the last position of every row, `(b, vocab)`.
-    pub fn forward(
+    /// Whether decoding steps take the CPU attention kernel (f32 on the
+    /// CPU), which reads each slot in place and needs no mask.
+    fn decodes_in_place(&self) -> bool {
+        self.device.is_cpu() && self.dtype == DType::F32
+    }
+
+    /// One forward pass over `t` new positions of `b` rows: embeddings,
+    /// blocks (writing keys and values into the rows' slots), final norm
+    /// and LM head on the last position. Returns f32 logits `(b, vocab)`.
+    fn forward(
         &self,
         input_ids: &Tensor,
         positions: &Tensor,
-        mask: &Tensor,
-        cache: &mut KvCache,
+        mask: Option<&Tensor>,
+        pass: Pass<'_>,
+        cache: &SlotCache,
     ) -> Result<Tensor> {
         let (_, t) = input_ids.dims2()?;
         let (cos, sin) = self.rope.gather(positions)?;
         let mut x = self.embed_tokens.forward(input_ids)?;
-        // One new position per row: the mask as plain values, for the
-        // decoding-step attention.
-        let decode_mask = if t == 1 && mask.dtype() == DType::F32 && mask.device().is_cpu() {
-            Some(mask.flatten_all()?.to_vec1::<f32>()?)
-        } else {
-            None
-        };
         let step = Step {
             cos: &cos,
             sin: &sin,
             mask,
-            decode_mask: decode_mask.as_deref(),
+            pass,
         };
         for (i, layer) in self.layers.iter().enumerate() {
             x = layer.forward(&x, &step, cache, i)?;
         }
-        cache.len += t;
         let last = x.narrow(1, t - 1, 1)?;
         let last = self.norm.forward(&last)?;
         let logits = self.lm_head.forward(&last)?.squeeze(1)?;
         Ok(logits.to_dtype(DType::F32)?)
     }
 
-    /// Additive attention mask for `t` new positions after `past` cached
-    /// ones, for rows left-padded by `pads[i]` positions.
-    pub fn mask(&self, pads: &[usize], past: usize, t: usize) -> Result<Tensor> {
-        let total = past + t;
-        let mut data = Vec::with_capacity(pads.len() * t * total);
+    /// One decoding step: appends `tokens[i]` to the sequence in
+    /// `slots[i]` and returns the f32 logits of the new positions,
+    /// `(b, vocab)`.
+    pub fn decode(&self, slots: &[usize], tokens: &[u32], cache: &mut SlotCache) -> Result<Tensor> {
+        let b = slots.len();
+        let mut lens = Vec::with_capacity(b);
+        for &slot in slots {
+            let kv = cache.slot(slot)?;
+            if kv.len >= kv.capacity {
+                return Err(candle_core::Error::Msg(format!(
+                    "slot {slot} is full ({} positions)",
+                    kv.capacity
+                ))
+                .into());
+            }
+            lens.push(kv.len);
+        }
+        let positions: Vec<u32> = lens
+            .iter()
+            .map(|&len| u32::try_from(len).unwrap_or(u32::MAX))
+            .collect();
+        let ids = Tensor::from_slice(tokens, (b, 1), &self.device)?;
+        let positions = Tensor::from_vec(positions, (b, 1), &self.device)?;
+        let mask = if self.decodes_in_place() {
+            None
+        } else {
+            let longest = lens.iter().max().map_or(1, |len| len + 1);
+            let mut data = Vec::with_capacity(b * longest);
+            for &len in &lens {
+                data.extend(
+                    (0..longest).map(|j| if j <= len { 0.0f32 } else { f32::NEG_INFINITY }),
+                );
+            }
+            Some(Tensor::from_vec(data, (b, 1, 1, 1, longest), &self.device)?)
+        };
+        let logits = self.forward(
+            &ids,
+            &positions,
+            mask.as_ref(),
+            Pass::Decode { slots, lens: &lens },
+            cache,
+        )?;
+        for &slot in slots {
+            cache.advance(slot, 1)?;
+        }
+        Ok(logits)
+    }
+
+    /// Additive attention mask for prompts left-padded by `pads[i]`
+    /// positions to a common length `t`: `(b, 1, 1, t, t)`.
+    pub fn prefill_mask(&self, pads: &[usize], t: usize) -> Result<Tensor> {
+        let mut data = Vec::with_capacity(pads.len() * t * t);
         for &pad in pads {
             for q in 0..t {
-                let qpos = past + q;
-                for k in 0..total {
+                for k in 0..t {
                     // A padding query attends to itself only, so that no
                     // row of the softmax is empty.
-                    let ok = (k >= pad && k <= qpos) || k == qpos;
+                    let ok = (k >= pad && k <= q) || k == q;
                     data.push(if ok { 0.0f32 } else { f32::NEG_INFINITY });
                 }
             }
         }
         Ok(Tensor::from_vec(
             data,
-            (pads.len(), 1, 1, t, total),
+            (pads.len(), 1, 1, t, t),
             &self.device,
         )?)
+    }
+
+    /// Prefills new sequences into free slots: `seqs[i]` is `(slot,
+    /// prompt, capacity)`, the slot reserving room for `capacity`
+    /// positions (at least the prompt). Returns the f32 logits of each
+    /// prompt's last position, `(b, vocab)`, in order.
+    ///
+    /// Prompts are left-padded with `pad_id` to the longest of their group;
+    /// groups are small enough that their attention scores stay within
+    /// [`PREFILL_SCORE_BUDGET`] bytes, so a long-prompt batch does not need
+    /// memory quadratic in its length times its size at once.
+    pub fn prefill(
+        &self,
+        seqs: &[(usize, &[u32], usize)],
+        pad_id: u32,
+        cache: &mut SlotCache,
+    ) -> Result<Tensor> {
+        self.prefill_in_groups(seqs, pad_id, cache, PREFILL_SCORE_BUDGET)
+    }
+
+    /// [`Decoder::prefill`] with an explicit score budget in bytes.
+    pub fn prefill_in_groups(
+        &self,
+        seqs: &[(usize, &[u32], usize)],
+        pad_id: u32,
+        cache: &mut SlotCache,
+        score_budget: usize,
+    ) -> Result<Tensor> {
+        let b = seqs.len();
+        let longest = seqs
+            .iter()
+            .map(|(_, p, _)| p.len())
+            .max()
+            .unwrap_or(0)
+            .max(1);
+        let per_row = self.config.num_attention_heads * longest * longest * 4;
+        let group = (score_budget / per_row.max(1)).clamp(1, b.max(1));
+        let mut logits = Vec::new();
+        for chunk in seqs.chunks(group) {
+            let rows = chunk.len();
+            let longest = chunk.iter().map(|(_, p, _)| p.len()).max().unwrap_or(1);
+            let pads: Vec<usize> = chunk.iter().map(|(_, p, _)| longest - p.len()).collect();
+            let slots: Vec<usize> = chunk.iter().map(|(slot, _, _)| *slot).collect();
+            let mut ids = Vec::with_capacity(rows * longest);
+            let mut positions = Vec::with_capacity(rows * longest);
+            for ((_, prompt, _), &pad) in chunk.iter().zip(&pads) {
+                ids.extend(std::iter::repeat_n(pad_id, pad));
+                ids.extend_from_slice(prompt);
+                positions.extend(std::iter::repeat_n(0u32, pad));
+                positions.extend((0..prompt.len()).map(|p| u32::try_from(p).unwrap_or(u32::MAX)));
+            }
+            for &(slot, prompt, capacity) in chunk {
+                cache.open(slot, capacity.max(prompt.len()))?;
+            }
+            let ids = Tensor::from_vec(ids, (rows, longest), &self.device)?;
+            let positions = Tensor::from_vec(positions, (rows, longest), &self.device)?;
+            let mask = self.prefill_mask(&pads, longest)?;
+            let result = self.forward(
+                &ids,
+                &positions,
+                Some(&mask),
+                Pass::Prefill {
+                    slots: &slots,
+                    pads: &pads,
+                },
+                cache,
+            );
+            match result {
+                Ok(l) => logits.push(l),
+                Err(err) => {
+                    for &(slot, _, _) in chunk {
+                        cache.retire(slot);
+                    }
+                    return Err(err);
+                }
+            }
+            for &(slot, prompt, _) in chunk {
+                cache.advance(slot, prompt.len())?;
+            }
+        }
+        Ok(Tensor::cat(&logits, 0)?)
     }
 
     /// Logits `(b, vocab)` as one `Vec<f32>` per row.
@@ -676,58 +934,31 @@ impl Decoder {
         Ok(logits.to_dtype(DType::F32)?.to_vec2::<f32>()?)
     }
 
-    /// Batched prefill of `prompts` (left-padded with `pad_id` to the
-    /// longest): returns a cache holding them, the last-position logits of
-    /// each row, and the padding of each row.
-    ///
-    /// Rows are run in groups small enough that the attention scores of a
-    /// group stay within [`PREFILL_SCORE_BUDGET`] bytes; the groups' caches
-    /// are then joined, so a long-prompt batch does not need memory
-    /// quadratic in its length times its size at once.
-    pub fn prefill(
-        &self,
-        prompts: &[Vec<u32>],
-        pad_id: u32,
-        capacity: usize,
-    ) -> Result<(KvCache, Tensor, Vec<usize>)> {
-        self.prefill_in_groups(prompts, pad_id, capacity, PREFILL_SCORE_BUDGET)
-    }
-
-    /// [`Decoder::prefill`] with an explicit score budget in bytes.
-    pub fn prefill_in_groups(
-        &self,
-        prompts: &[Vec<u32>],
-        pad_id: u32,
-        capacity: usize,
-        score_budget: usize,
-    ) -> Result<(KvCache, Tensor, Vec<usize>)> {
-        let b = prompts.len();
-        let longest = prompts.iter().map(Vec::len).max().unwrap_or(0).max(1);
-        let per_row = self.config.num_attention_heads * longest * longest * 4;
-        let group = (score_budget / per_row.max(1)).clamp(1, b.max(1));
-        let pads: Vec<usize> = prompts.iter().map(|p| longest - p.len()).collect();
-        let mut caches = Vec::new();
-        let mut logits = Vec::new();
-        for (chunk, chunk_pads) in prompts.chunks(group).zip(pads.chunks(group)) {
-            let rows = chunk.len();
-            let mut ids = Vec::with_capacity(rows * longest);
-            let mut positions = Vec::with_capacity(rows * longest);
-            for (prompt, &pad) in chunk.iter().zip(chunk_pads) {
-                ids.extend(std::iter::repeat_n(pad_id, pad));
-                ids.extend_from_slice(prompt);
-                positions.extend(std::iter::repeat_n(0u32, pad));
-                positions.extend((0..prompt.len()).map(|p| u32::try_from(p).unwrap_or(u32::MAX)));
+    /// Copies f32 logits `(b, vocab)` into `out`, row after row.
+    pub fn copy_logits(logits: &Tensor, out: &mut [f32]) -> Result<()> {
+        let logits = logits.to_dtype(DType::F32)?.contiguous()?;
+        let (storage, layout) = logits.storage_and_layout();
+        match &*storage {
+            candle_core::Storage::Cpu(CpuStorage::F32(data)) => {
+                let start = layout.start_offset();
+                let src = data.get(start..start + out.len()).ok_or_else(|| {
+                    candle_core::Error::Msg("logits are shorter than the buffer".into())
+                })?;
+                out.copy_from_slice(src);
+                Ok(())
             }
-            let ids = Tensor::from_vec(ids, (rows, longest), &self.device)?;
-            let positions = Tensor::from_vec(positions, (rows, longest), &self.device)?;
-            let mask = self.mask(chunk_pads, 0, longest)?;
-            let mut cache = self.new_cache(rows, capacity.max(longest))?;
-            logits.push(self.forward(&ids, &positions, &mask, &mut cache)?);
-            caches.push(cache);
+            _ => {
+                drop(storage);
+                let rows = logits.flatten_all()?.to_vec1::<f32>()?;
+                if rows.len() != out.len() {
+                    return Err(
+                        candle_core::Error::Msg("logits do not fill the buffer".into()).into(),
+                    );
+                }
+                out.copy_from_slice(&rows);
+                Ok(())
+            }
         }
-        let cache = KvCache::join(caches)?;
-        let logits = Tensor::cat(&logits, 0)?;
-        Ok((cache, logits, pads))
     }
 }
 
@@ -736,8 +967,7 @@ mod tests {
     use super::*;
     use crate::fixtures::{FixtureSpec, write_llama_fixture};
 
-    #[test]
-    fn prefill_in_groups_of_one_row_equals_one_group_and_continues_the_same() {
+    fn tiny_decoder(dtype: DType) -> (tempfile::TempDir, Decoder) {
         let dir = tempfile::tempdir().expect("tempdir");
         write_llama_fixture(dir.path(), &FixtureSpec::tiny()).expect("fixture");
         let config = ModelConfig::from_file(&dir.path().join("config.json")).expect("config");
@@ -746,34 +976,89 @@ mod tests {
             &Device::Cpu,
         )
         .expect("tensors");
-        let weights = Weights::from_tensors(tensors, DType::F32, &Device::Cpu);
-        let decoder = Decoder::load(&weights, &config, 64).expect("decoder");
-        let prompts = vec![vec![5, 6, 7, 8, 9], vec![10], vec![11, 12, 13]];
-        let (mut one, l1, pads) = decoder.prefill(&prompts, 2, 8).expect("one group");
-        let (mut many, l2, _) = decoder
-            .prefill_in_groups(&prompts, 2, 8, 1)
+        let weights = Weights::from_tensors(tensors, dtype, &Device::Cpu);
+        (dir, Decoder::load(&weights, &config, 64).expect("decoder"))
+    }
+
+    fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
+        let a = Decoder::logits_to_vec(a).expect("vec");
+        let b = Decoder::logits_to_vec(b).expect("vec");
+        a.iter()
+            .flatten()
+            .zip(b.iter().flatten())
+            .map(|(x, y)| (x - y).abs())
+            .fold(0f32, f32::max)
+    }
+
+    #[test]
+    fn prefill_in_groups_of_one_row_equals_one_group_and_decoding_continues_the_same() {
+        let (_dir, decoder) = tiny_decoder(DType::F32);
+        let prompts: [&[u32]; 3] = [&[5, 6, 7, 8, 9], &[10], &[11, 12, 13]];
+        let seqs: Vec<(usize, &[u32], usize)> = prompts
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (i, *p, 8))
+            .collect();
+        let mut one = decoder.new_cache(4);
+        let mut many = decoder.new_cache(4);
+        let l1 = decoder.prefill(&seqs, 2, &mut one).expect("one group");
+        let l2 = decoder
+            .prefill_in_groups(&seqs, 2, &mut many, 1)
             .expect("groups");
-        assert_eq!(pads, vec![0, 4, 2]);
-        // the same up to float noise of differently shaped matmuls
-        let close = |a: &Tensor, b: &Tensor| {
-            let a = Decoder::logits_to_vec(a).expect("vec");
-            let b = Decoder::logits_to_vec(b).expect("vec");
-            let worst = a
-                .iter()
-                .flatten()
-                .zip(b.iter().flatten())
-                .map(|(x, y)| (x - y).abs())
-                .fold(0f32, f32::max);
-            assert!(worst < 1e-4, "max |diff| {worst}");
-        };
-        close(&l1, &l2);
-        assert_eq!(many.batch().expect("batch"), 3);
-        // one decode step on both caches gives the same logits
-        let ids = Tensor::new(&[[1u32], [2], [3]], &Device::Cpu).expect("ids");
-        let pos = Tensor::new(&[[5u32], [1], [3]], &Device::Cpu).expect("pos");
-        let mask = decoder.mask(&pads, one.len(), 1).expect("mask");
-        let a = decoder.forward(&ids, &pos, &mask, &mut one).expect("a");
-        let b = decoder.forward(&ids, &pos, &mask, &mut many).expect("b");
-        close(&a, &b);
+        assert!(max_diff(&l1, &l2) < 1e-4);
+        assert_eq!(
+            [one.len(0), one.len(1), one.len(2)],
+            [Some(5), Some(1), Some(3)]
+        );
+        let a = decoder.decode(&[0, 1, 2], &[1, 2, 3], &mut one).expect("a");
+        let b = decoder
+            .decode(&[0, 1, 2], &[1, 2, 3], &mut many)
+            .expect("b");
+        assert!(max_diff(&a, &b) < 1e-4);
+        assert_eq!(one.len(1), Some(2));
+    }
+
+    #[test]
+    fn a_sequence_decodes_the_same_alone_and_beside_a_sequence_that_joined_later() {
+        for dtype in [DType::F32, DType::BF16] {
+            let (_dir, decoder) = tiny_decoder(dtype);
+            let mut alone = decoder.new_cache(2);
+            decoder
+                .prefill(&[(0, &[5, 6, 7], 8)], 2, &mut alone)
+                .expect("prefill");
+            decoder.decode(&[0], &[9], &mut alone).expect("step");
+            let want = decoder.decode(&[0], &[10], &mut alone).expect("step");
+
+            let mut shared = decoder.new_cache(2);
+            decoder
+                .prefill(&[(1, &[5, 6, 7], 8)], 2, &mut shared)
+                .expect("prefill");
+            decoder.decode(&[1], &[9], &mut shared).expect("step");
+            // a longer sequence joins slot 0 between two decoding steps
+            decoder
+                .prefill(&[(0, &[20, 21, 22, 23, 24, 25, 26], 12)], 2, &mut shared)
+                .expect("join");
+            let both = decoder
+                .decode(&[0, 1], &[4, 10], &mut shared)
+                .expect("step");
+            let got = both.narrow(0, 1, 1).expect("row");
+            let tolerance = if dtype == DType::F32 { 0.0 } else { 1e-2 };
+            assert!(max_diff(&got, &want) <= tolerance, "{dtype:?}");
+            shared.retire(0);
+            assert_eq!((shared.len(0), shared.occupied()), (None, 1));
+        }
+    }
+
+    #[test]
+    fn decoding_past_a_slots_reserved_room_is_an_error_not_a_wrong_answer() {
+        let (_dir, decoder) = tiny_decoder(DType::F32);
+        let mut cache = decoder.new_cache(1);
+        decoder
+            .prefill(&[(0, &[5, 6], 3)], 2, &mut cache)
+            .expect("prefill");
+        decoder.decode(&[0], &[7], &mut cache).expect("fits");
+        let err = decoder.decode(&[0], &[8], &mut cache).expect_err("full");
+        assert!(err.to_string().contains("full"), "{err}");
+        assert!(decoder.decode(&[1], &[8], &mut cache).is_err());
     }
 }

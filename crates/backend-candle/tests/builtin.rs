@@ -46,7 +46,9 @@ fn builtin_tiny_is_generated_once_into_the_cache_and_generates() {
         .expect("mtime");
     assert_eq!(stamp, stamp2);
 
-    let mut engine = CandleEngine::load(dir.to_str(), &CandleOptions::default()).expect("load");
+    let mut engine = guidebench_core::generation::StepRunner::new(
+        CandleEngine::load(dir.to_str(), &CandleOptions::default()).expect("load"),
+    );
     assert!(engine.chat_template().is_some());
     let request = |id| EngineRequest {
         id,
@@ -56,9 +58,12 @@ fn builtin_tiny_is_generated_once_into_the_cache_and_generates() {
         audio: Vec::new(),
         sampling: Sampling::fixed_length(2).expect("sampling"),
     };
-    let out = engine
+    let out: Vec<_> = engine
         .generate(&[request(0), request(1)])
-        .expect("generate");
+        .expect("generate")
+        .into_iter()
+        .map(|r| r.expect("request"))
+        .collect();
     assert_eq!(out[0].token_ids.len(), 2);
     assert_eq!(out[0].token_ids, out[1].token_ids);
 }

@@ -5,7 +5,8 @@ use std::path::Path;
 
 use guidebench_candle::fixtures::{FixtureSpec, write_llama_fixture};
 use guidebench_candle::{CandleEngine, CandleOptions};
-use guidebench_core::engine::{Engine, EngineRequest};
+use guidebench_core::engine::{Engine, EngineOutput, EngineRequest};
+use guidebench_core::generation::{StepRunner, first_step_logits};
 use guidebench_core::request::FinishReason;
 use guidebench_core::sampling::{Sampling, SamplingParams};
 
@@ -15,8 +16,22 @@ fn fixture(spec: &FixtureSpec) -> tempfile::TempDir {
     dir
 }
 
-fn load(dir: &Path) -> CandleEngine {
-    CandleEngine::load(dir.to_str(), &CandleOptions::default()).expect("load")
+fn load(dir: &Path) -> StepRunner<CandleEngine> {
+    StepRunner::new(CandleEngine::load(dir.to_str(), &CandleOptions::default()).expect("load"))
+}
+
+/// Every request's output; panics on any error.
+fn run(engine: &mut StepRunner<CandleEngine>, batch: &[EngineRequest]) -> Vec<EngineOutput> {
+    engine
+        .generate(batch)
+        .expect("batch")
+        .into_iter()
+        .map(|r| r.expect("request"))
+        .collect()
+}
+
+fn logits(engine: StepRunner<CandleEngine>, prompt: &[u32]) -> Vec<Vec<f32>> {
+    first_step_logits(&mut engine.into_inner(), &[prompt.to_vec()]).expect("logits")
 }
 
 fn request(id: u64, prompt: &str, sampling: Sampling) -> EngineRequest {
@@ -53,10 +68,10 @@ fn batched_greedy_output_equals_one_request_at_a_time_for_prompts_of_different_l
         .enumerate()
         .map(|(i, p)| request(i as u64, p, greedy(3 + 4 * i as u32)))
         .collect();
-    let together = engine.generate(&batch).expect("batched");
+    let together = run(&mut engine, &batch);
     assert_eq!(together.len(), batch.len());
     for (req, out) in batch.iter().zip(&together) {
-        let alone = engine.generate(std::slice::from_ref(req)).expect("single");
+        let alone = run(&mut engine, std::slice::from_ref(req));
         assert_eq!(alone[0].token_ids, out.token_ids, "request {}", req.id);
         assert_eq!(alone[0].text, out.text);
         assert_eq!(out.token_ids.len(), req.sampling.max_tokens as usize);
@@ -92,9 +107,9 @@ fn seeded_sampling_in_a_batch_equals_sampling_alone() {
         .enumerate()
         .map(|(i, p)| request(i as u64, p, sampling.clone()))
         .collect();
-    let together = engine.generate(&batch).expect("batched");
+    let together = run(&mut engine, &batch);
     for (req, out) in batch.iter().zip(&together) {
-        let alone = engine.generate(std::slice::from_ref(req)).expect("single");
+        let alone = run(&mut engine, std::slice::from_ref(req));
         assert_eq!(alone[0].token_ids, out.token_ids);
     }
 }
@@ -103,10 +118,7 @@ fn seeded_sampling_in_a_batch_equals_sampling_alone() {
 fn generation_stops_at_any_eos_id_of_generation_config_unless_eos_is_ignored() {
     let dir = fixture(&FixtureSpec::tiny());
     let prompt = PROMPTS[1];
-    let free = load(dir.path())
-        .generate(&[request(0, prompt, greedy(8))])
-        .expect("generate")
-        .remove(0);
+    let free = run(&mut load(dir.path()), &[request(0, prompt, greedy(8))]).remove(0);
     // make the third greedy token an end-of-sequence id (a list of ids)
     let stop_token = free.token_ids[2];
     assert!(
@@ -120,13 +132,14 @@ fn generation_stops_at_any_eos_id_of_generation_config_unless_eos_is_ignored() {
     )
     .expect("write");
     let mut engine = load(dir.path());
-    assert!(engine.eos_ids().contains(&stop_token));
+    assert!(engine.engine().eos_ids().contains(&stop_token));
 
     let mut sampling = greedy(8);
     sampling.ignore_eos = false;
-    let outs = engine
-        .generate(&[request(0, prompt, sampling), request(1, prompt, greedy(8))])
-        .expect("generate");
+    let outs = run(
+        &mut engine,
+        &[request(0, prompt, sampling), request(1, prompt, greedy(8))],
+    );
     assert_eq!(outs[0].token_ids, free.token_ids[..3].to_vec());
     assert_eq!(outs[0].finish_reason, FinishReason::Eos);
     assert_eq!(outs[1].token_ids, free.token_ids, "ignore_eos keeps going");
@@ -138,19 +151,13 @@ fn a_stop_string_ends_generation_and_is_cut_from_the_text() {
     let dir = fixture(&FixtureSpec::tiny());
     let mut engine = load(dir.path());
     let prompt = PROMPTS[4];
-    let free = engine
-        .generate(&[request(0, prompt, greedy(10))])
-        .expect("free")
-        .remove(0);
+    let free = run(&mut engine, &[request(0, prompt, greedy(10))]).remove(0);
     let chars: Vec<char> = free.text.chars().collect();
     assert!(chars.len() >= 4, "{:?}", free.text);
     let stop: String = chars[chars.len() / 2..chars.len() / 2 + 2].iter().collect();
     let mut sampling = greedy(10);
     sampling.stop = vec![stop.clone()];
-    let out = engine
-        .generate(&[request(0, prompt, sampling)])
-        .expect("stop")
-        .remove(0);
+    let out = run(&mut engine, &[request(0, prompt, sampling)]).remove(0);
     assert_eq!(out.finish_reason, FinishReason::Stop);
     let at = free.text.find(&stop).expect("stop in text");
     assert_eq!(out.text, free.text[..at]);
@@ -165,7 +172,8 @@ fn max_seq_len_caps_generation_and_rejects_longer_prompts() {
         max_seq_len: Some(12),
         ..CandleOptions::default()
     };
-    let mut engine = CandleEngine::load(dir.path().to_str(), &options).expect("load");
+    let mut engine =
+        StepRunner::new(CandleEngine::load(dir.path().to_str(), &options).expect("load"));
     let prompt_tokens = guidebench_core::tokenizer::Tokenizer::encode(
         engine.tokenizer().as_ref(),
         PROMPTS[0],
@@ -174,17 +182,23 @@ fn max_seq_len_caps_generation_and_rejects_longer_prompts() {
     .expect("encode")
     .len();
     assert!(prompt_tokens < 12);
-    let out = engine
-        .generate(&[request(0, PROMPTS[0], greedy(100))])
-        .expect("generate")
-        .remove(0);
+    let out = run(&mut engine, &[request(0, PROMPTS[0], greedy(100))]).remove(0);
     assert_eq!(out.token_ids.len(), 12 + 1 - prompt_tokens);
     assert_eq!(out.finish_reason, FinishReason::Length);
     let long = "word ".repeat(40);
-    let err = engine
-        .generate(&[request(7, &long, greedy(2))])
-        .expect_err("too long");
-    assert!(err.to_string().contains("max_seq_len 12"), "{err}");
+    // The over-long prompt fails alone; its batch neighbour runs.
+    let mut results = engine
+        .generate(&[
+            request(7, &long, greedy(2)),
+            request(8, PROMPTS[0], greedy(2)),
+        ])
+        .expect("batch");
+    assert_eq!(
+        results.pop().expect("second").expect("ok").token_ids.len(),
+        2
+    );
+    let err = results.pop().expect("first").expect_err("too long");
+    assert!(err.to_string().contains("max_seq_len of 12"), "{err}");
 }
 
 #[test]
@@ -196,10 +210,9 @@ fn bf16_and_f16_run_and_mostly_agree_with_f32() {
             threads: Some(1),
             ..CandleOptions::default()
         };
-        let mut engine = CandleEngine::load(dir.path().to_str(), &options).expect("load");
-        let out = engine
-            .generate(&[request(0, PROMPTS[1], greedy(4))])
-            .expect(dtype);
+        let mut engine =
+            StepRunner::new(CandleEngine::load(dir.path().to_str(), &options).expect("load"));
+        let out = run(&mut engine, &[request(0, PROMPTS[1], greedy(4))]);
         assert_eq!(out[0].token_ids.len(), 4);
         assert_eq!(engine.describe().threads, Some(1));
     }
@@ -212,7 +225,11 @@ fn image_inputs_are_rejected_clearly() {
     let mut req = request(0, "look <image>", greedy(2));
     req.images
         .push(guidebench_core::request::MediaSource::Path("x.png".into()));
-    let err = engine.generate(&[req]).expect_err("images");
+    let err = engine
+        .generate(&[req])
+        .expect("batch")
+        .remove(0)
+        .expect_err("images");
     assert!(err.to_string().contains("image"), "{err}");
 }
 
@@ -284,31 +301,23 @@ fn an_unsupported_architecture_is_named() {
 #[test]
 fn mistral_configs_run_as_llama() {
     let dir = fixture(&FixtureSpec::tiny());
-    let llama = load(dir.path())
-        .first_step_logits(&[vec![5, 6, 7]])
-        .expect("llama");
+    let llama = logits(load(dir.path()), &[5, 6, 7]);
     edit_config(dir.path(), |c| c["model_type"] = "mistral".into());
-    let mistral = load(dir.path())
-        .first_step_logits(&[vec![5, 6, 7]])
-        .expect("mistral");
+    let mistral = logits(load(dir.path()), &[5, 6, 7]);
     assert_eq!(llama, mistral);
 }
 
 #[test]
 fn llama3_rope_scaling_is_applied() {
     let dir = fixture(&FixtureSpec::tiny());
-    let plain = load(dir.path())
-        .first_step_logits(&[vec![5, 6, 7, 8, 9, 10]])
-        .expect("plain");
+    let plain = logits(load(dir.path()), &[5, 6, 7, 8, 9, 10]);
     edit_config(dir.path(), |c| {
         c["rope_scaling"] = serde_json::json!({
             "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
             "high_freq_factor": 4.0, "original_max_position_embeddings": 8
         });
     });
-    let scaled = load(dir.path())
-        .first_step_logits(&[vec![5, 6, 7, 8, 9, 10]])
-        .expect("scaled");
+    let scaled = logits(load(dir.path()), &[5, 6, 7, 8, 9, 10]);
     assert_ne!(plain, scaled);
 }
 
@@ -385,7 +394,10 @@ fn load_errors_reach_the_registry_as_engine_load_errors() {
         .get("candle")
         .expect("candle is registered");
     let options: Vec<&str> = registration.options.iter().map(|o| o.name).collect();
-    assert_eq!(options, ["dtype", "threads", "device", "max_seq_len"]);
+    assert_eq!(
+        options,
+        ["dtype", "threads", "device", "max_seq_len", "max_slots"]
+    );
     let err = (registration.create)(&config).err().expect("must fail");
     assert_eq!(err.label(), "engine_load");
     assert!(err.to_string().contains("/no/such/model/dir"), "{err}");
@@ -425,10 +437,7 @@ async fn the_engine_works_through_the_offline_backend_and_matches_direct_calls()
 
     let mut engine = load(dir.path());
     for (i, response) in responses.iter().enumerate() {
-        let direct = engine
-            .generate(&[request(i as u64, PROMPTS[i], greedy(5))])
-            .expect("direct")
-            .remove(0);
+        let direct = run(&mut engine, &[request(i as u64, PROMPTS[i], greedy(5))]).remove(0);
         assert_eq!(response.token_ids, direct.token_ids, "request {i}");
         assert_eq!(response.text, direct.text);
         assert_eq!(response.output_tokens, 5);

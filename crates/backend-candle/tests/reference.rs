@@ -6,6 +6,7 @@ use std::path::Path;
 
 use guidebench_candle::fixtures::{FixtureSpec, write_llama_fixture};
 use guidebench_candle::{CandleEngine, CandleOptions};
+use guidebench_core::generation::first_step_logits;
 use serde_json::Value;
 
 /// A straightforward, unbatched forward pass in f32 loops (f64 sums).
@@ -214,15 +215,15 @@ const PROMPTS: [&str; 3] = [
 fn check_against_reference(spec: &FixtureSpec) {
     let dir = tempfile::tempdir().expect("tempdir");
     write_llama_fixture(dir.path(), spec).expect("fixture");
-    let engine = CandleEngine::load(dir.path().to_str(), &CandleOptions::default())
+    let mut engine = CandleEngine::load(dir.path().to_str(), &CandleOptions::default())
         .unwrap_or_else(|e| panic!("load {spec:?}: {e}"));
-    let tokenizer = guidebench_core::engine::Engine::tokenizer(&engine);
+    let tokenizer = guidebench_core::generation::StepEngine::tokenizer(&engine);
     let prompts: Vec<Vec<u32>> = PROMPTS
         .iter()
         .map(|p| tokenizer.encode(p, false).expect("encode"))
         .collect();
     assert_ne!(prompts[0].len(), prompts[1].len());
-    let batched = engine.first_step_logits(&prompts).expect("logits");
+    let batched = first_step_logits(&mut engine, &prompts).expect("logits");
     let reference = Reference::load(dir.path());
     for (prompt, got) in prompts.iter().zip(&batched) {
         let want = reference.logits(prompt);
@@ -295,9 +296,9 @@ fn transformers_5_config_layout_matches_the_reference_and_the_4_layout() {
     let load = |spec: &FixtureSpec| {
         let dir = tempfile::tempdir().expect("tempdir");
         write_llama_fixture(dir.path(), spec).expect("fixture");
-        let engine =
+        let mut engine =
             CandleEngine::load(dir.path().to_str(), &CandleOptions::default()).expect("load");
-        engine.first_step_logits(&[vec![5, 6, 7]]).expect("logits")
+        first_step_logits(&mut engine, &[vec![5, 6, 7]]).expect("logits")
     };
     let v5 = load(&FixtureSpec::transformers5());
     let v4 = load(&FixtureSpec::tiny());

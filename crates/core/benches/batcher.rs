@@ -21,16 +21,21 @@ use guidebench_testkit::ByteTokenizer;
 struct ZeroCost(Arc<ByteTokenizer>);
 
 impl Engine for ZeroCost {
-    fn generate(&mut self, batch: &[EngineRequest]) -> guidebench_core::Result<Vec<EngineOutput>> {
+    fn generate(
+        &mut self,
+        batch: &[EngineRequest],
+    ) -> guidebench_core::Result<Vec<guidebench_core::Result<EngineOutput>>> {
         let now = Instant::now();
         Ok(batch
             .iter()
-            .map(|_| EngineOutput {
-                token_ids: vec![97],
-                text: String::from("a"),
-                prompt_tokens: 8,
-                finish_reason: FinishReason::Length,
-                token_instants: vec![now],
+            .map(|_| {
+                Ok(EngineOutput {
+                    token_ids: vec![97],
+                    text: String::from("a"),
+                    prompt_tokens: 8,
+                    finish_reason: FinishReason::Length,
+                    token_instants: vec![now],
+                })
             })
             .collect())
     }

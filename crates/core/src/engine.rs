@@ -75,10 +75,20 @@ pub struct EngineDescription {
 /// `Send`), calls [`Engine::generate`] with one batch at a time and never
 /// two at once, and drops it on the same thread at shutdown. A panic inside
 /// `generate` is caught there and becomes an error for that batch.
+///
+/// Engines built on a model they can step (prefill, one decoding step,
+/// retire) implement [`StepEngine`](crate::generation::StepEngine)
+/// instead and get this trait from
+/// [`StepRunner`](crate::generation::StepRunner), which owns the
+/// generation loop.
 pub trait Engine {
     /// One batched generation: one forward pass per decoding step for the
-    /// whole batch. Returns exactly one output per request, in order.
-    fn generate(&mut self, batch: &[EngineRequest]) -> Result<Vec<EngineOutput>>;
+    /// whole batch. Returns exactly one result per request, in order: a
+    /// request's own failure (a prompt too long for the model, an input
+    /// the engine does not take) is its `Err`, and the rest of the batch
+    /// still runs. An `Err` for the whole call fails every request of
+    /// the batch.
+    fn generate(&mut self, batch: &[EngineRequest]) -> Result<Vec<Result<EngineOutput>>>;
 
     /// The engine's tokenizer, shared with the benchmark runner.
     fn tokenizer(&self) -> Arc<dyn Tokenizer>;

@@ -166,6 +166,29 @@ pub enum Error {
         input: &'static str,
     },
 
+    /// A request whose prompt is empty, for a model without a
+    /// beginning-of-sequence token to start from.
+    #[error(
+        "request {request}: the prompt is empty and the model has no beginning-of-sequence token"
+    )]
+    EmptyPrompt {
+        /// The request's id.
+        request: u64,
+    },
+
+    /// A request whose prompt does not fit the engine's context.
+    #[error(
+        "request {request}: the prompt has {tokens} tokens, more than the engine's max_seq_len of {max}"
+    )]
+    PromptTooLong {
+        /// The request's id.
+        request: u64,
+        /// Prompt tokens.
+        tokens: usize,
+        /// The engine's `max_seq_len`.
+        max: usize,
+    },
+
     /// The backend is shutting down and refuses new requests.
     #[error("the backend is shutting down and accepts no new requests")]
     ShuttingDown,
@@ -224,6 +247,8 @@ impl Error {
             Error::EngineOutputMismatch { .. } => "engine_output_mismatch",
             Error::BatchFailed { label, .. } => label,
             Error::UnsupportedInput { .. } => "unsupported_input",
+            Error::EmptyPrompt { .. } => "empty_prompt",
+            Error::PromptTooLong { .. } => "prompt_too_long",
             Error::ShuttingDown => "shutting_down",
             Error::NotStarted => "not_started",
             Error::NotCompiledIn { .. } => "not_compiled_in",

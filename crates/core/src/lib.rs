@@ -18,6 +18,7 @@ pub mod clock;
 pub mod data;
 pub mod engine;
 pub mod error;
+pub mod generation;
 pub mod metrics;
 pub mod offline;
 pub mod options;

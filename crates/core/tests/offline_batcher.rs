@@ -413,7 +413,11 @@ async fn outputs_through_the_batcher_equal_direct_engine_outputs() {
             audio: vec![],
             sampling: sampling(i),
         };
-        let out = direct.generate(&[request]).expect("generate").remove(0);
+        let out = direct
+            .generate(&[request])
+            .expect("generate")
+            .remove(0)
+            .expect("request");
         expected.push((out.token_ids, out.text, out.finish_reason));
     }
 
@@ -467,7 +471,7 @@ mod scripted {
     pub const OFFSETS_MS: [u64; 3] = [40, 60, 90];
 
     impl Engine for Scripted {
-        fn generate(&mut self, batch: &[EngineRequest]) -> Result<Vec<EngineOutput>> {
+        fn generate(&mut self, batch: &[EngineRequest]) -> Result<Vec<Result<EngineOutput>>> {
             let base = Instant::now();
             Ok(batch
                 .iter()
@@ -481,6 +485,7 @@ mod scripted {
                         .map(|&ms| base + Duration::from_millis(ms))
                         .collect(),
                 })
+                .map(Ok)
                 .collect())
         }
 

@@ -222,7 +222,7 @@ impl Drop for MockEngine {
 }
 
 impl Engine for MockEngine {
-    fn generate(&mut self, batch: &[EngineRequest]) -> Result<Vec<EngineOutput>> {
+    fn generate(&mut self, batch: &[EngineRequest]) -> Result<Vec<Result<EngineOutput>>> {
         if let Some(probe) = &self.probe {
             probe.on_generate_start(batch.len());
         }
@@ -268,13 +268,13 @@ impl Engine for MockEngine {
                 .tokenizer
                 .encode(&request.prompt, request.add_special_tokens)?
                 .len();
-            outputs.push(EngineOutput {
+            outputs.push(Ok(EngineOutput {
                 text: self.tokenizer.decode(&ids, true)?,
                 token_ids: ids,
                 prompt_tokens: u32::try_from(prompt_tokens).unwrap_or(u32::MAX),
                 finish_reason: reason,
                 token_instants,
-            });
+            }));
         }
         if self.options.wrong_outputs_on_batch == Some(n) {
             outputs.pop();

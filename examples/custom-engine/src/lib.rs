@@ -87,7 +87,7 @@ impl ReverseEngine {
 }
 
 impl Engine for ReverseEngine {
-    fn generate(&mut self, batch: &[EngineRequest]) -> Result<Vec<EngineOutput>> {
+    fn generate(&mut self, batch: &[EngineRequest]) -> Result<Vec<Result<EngineOutput>>> {
         // Each row's planned answer, then one step per token for all rows at once.
         let plans: Vec<Vec<u32>> = batch
             .iter()
@@ -113,7 +113,7 @@ impl Engine for ReverseEngine {
                 }
             }
         }
-        batch
+        Ok(batch
             .iter()
             .zip(generated.into_iter().zip(instants))
             .map(|(request, (token_ids, token_instants))| {
@@ -130,7 +130,7 @@ impl Engine for ReverseEngine {
                     token_instants,
                 })
             })
-            .collect()
+            .collect())
     }
 
     fn tokenizer(&self) -> Arc<dyn Tokenizer> {

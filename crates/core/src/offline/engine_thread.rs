@@ -161,7 +161,7 @@ fn engine_main(
         match outcome {
             Ok(outputs) => {
                 for (reply, output) in replies.into_iter().zip(outputs) {
-                    let _ = reply.send(Ok(Generated { output, dispatched }));
+                    let _ = reply.send(output.map(|output| Generated { output, dispatched }));
                 }
             }
             Err(err) => {

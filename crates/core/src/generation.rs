@@ -1,0 +1,732 @@
+//! The step contract and the one generation loop every step engine shares.
+//!
+//! A model executor (candle, ONNX Runtime, libtorch, a third party's)
+//! implements [`StepEngine`]: prefill new sequences into a KV cache it owns
+//! (one sequence per slot, each with its own length), run one decoding
+//! step over running sequences, retire sequences. It returns logits and
+//! knows nothing of requests.
+//!
+//! Everything between a request and its output lives here, once:
+//! [`Generation`] validates each prompt on its own (an empty or over-long
+//! prompt fails only its own request), sets each sequence's budget
+//! (`max_tokens`, the engine's `max_seq_len`), samples through
+//! [`Sampler`], stops at end-of-sequence ids (unless `ignore_eos`) and at
+//! stop strings (detokenized incrementally, never re-decoding the whole
+//! output), records the monotonic instant of every token, retires finished
+//! sequences and produces the final text. [`StepRunner`] turns any step
+//! engine into a whole-batch [`Engine`] with it; a continuous scheduler
+//! drives the same [`Generation`] one iteration at a time.
+//!
+//! Guarantees and the tests that hold them (in `tests/generation.rs`):
+//! - a bad prompt fails only its own request:
+//!   `an_over_long_prompt_fails_alone_and_the_rest_of_its_batch_runs`;
+//! - budgets: `generation_stops_at_max_tokens_and_at_max_seq_len`;
+//! - end of sequence and stop strings:
+//!   `eos_ends_a_sequence_unless_ignored`,
+//!   `a_stop_string_ends_generation_and_is_cut_from_the_text`,
+//!   `a_stop_string_split_across_tokens_is_found`;
+//! - one instant per token, non-decreasing: checked in every test through
+//!   `check_timings`;
+//! - finished sequences free their slots at once and steady-state steps
+//!   reuse their buffers: `a_batch_larger_than_the_engine_runs_in_the_slots_it_frees`.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::engine::{Engine, EngineCapabilities, EngineDescription, EngineOutput, EngineRequest};
+use crate::request::FinishReason;
+use crate::sampler::Sampler;
+use crate::tokenizer::{DecodeStream, Tokenizer};
+use crate::{Error, Result};
+
+/// A new sequence to prefill into a free slot.
+#[derive(Debug, Clone, Copy)]
+pub struct Prefill<'a> {
+    /// The slot it goes to (free before the call).
+    pub slot: usize,
+    /// Its prompt tokens, at least one.
+    pub tokens: &'a [u32],
+    /// The longest this sequence can grow (prompt and generated tokens
+    /// that will be fed back), at most the engine's `max_seq_len`: an
+    /// engine may reserve its cache for this up front.
+    pub max_len: usize,
+}
+
+/// One running sequence's next input token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Decode {
+    /// The slot that holds the sequence.
+    pub slot: usize,
+    /// The token to append (the one sampled last).
+    pub token: u32,
+}
+
+/// What a step engine can hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StepLimits {
+    /// Slots: the most sequences it holds at once (slot ids are
+    /// `0..max_slots`).
+    pub max_slots: usize,
+    /// The longest sequence, prompt and fed-back output together.
+    pub max_seq_len: usize,
+    /// Logits per row.
+    pub vocab_size: usize,
+}
+
+/// Logits of one step, one row of `vocab` values per sequence, written by
+/// the engine into a buffer the loop owns and reuses (it grows, never
+/// shrinks, so steady-state steps allocate nothing).
+#[derive(Debug, Default, Clone)]
+pub struct Logits {
+    data: Vec<f32>,
+    vocab: usize,
+    rows: usize,
+}
+
+impl Logits {
+    /// A buffer for rows of `vocab` logits.
+    pub fn new(vocab: usize) -> Self {
+        Logits {
+            data: Vec::new(),
+            vocab,
+            rows: 0,
+        }
+    }
+
+    /// Logits per row.
+    pub fn vocab(&self) -> usize {
+        self.vocab
+    }
+
+    /// Rows of the last step.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Makes room for `rows` rows and returns them as one mutable slice,
+    /// row after row, for the engine to fill.
+    pub fn rows_mut(&mut self, rows: usize) -> &mut [f32] {
+        let len = rows * self.vocab;
+        if self.data.len() < len {
+            self.data.resize(len, 0.0);
+        }
+        self.rows = rows;
+        &mut self.data[..len]
+    }
+
+    /// Row `i` of the last step.
+    pub fn row(&self, i: usize) -> &[f32] {
+        &self.data[i * self.vocab..(i + 1) * self.vocab]
+    }
+}
+
+/// A model executor: a KV cache by slot, prefill, one decoding step,
+/// retire. Created and used on one thread (the engine thread), never two
+/// calls at once.
+///
+/// The loop guarantees: [`prefill`](StepEngine::prefill) only names free
+/// slots, with at least one token and `tokens.len() <= max_len <=
+/// max_seq_len`; [`decode`](StepEngine::decode) only names slots that hold
+/// a sequence, each at most once per call, and never grows one past the
+/// `max_len` it was prefilled with; a slot is [`retire`](StepEngine::retire)d
+/// before it is used again. Rows of `logits` follow the order of the
+/// sequences in the call.
+pub trait StepEngine {
+    /// What the engine can hold.
+    fn limits(&self) -> StepLimits;
+
+    /// Runs the prompts of new sequences into their slots and writes, for
+    /// each, the logits of its last prompt position (`logits.rows_mut(n)`).
+    fn prefill(&mut self, seqs: &[Prefill<'_>], logits: &mut Logits) -> Result<()>;
+
+    /// Appends one token to each named running sequence and writes the
+    /// logits of that new position, one row per sequence.
+    fn decode(&mut self, seqs: &[Decode], logits: &mut Logits) -> Result<()>;
+
+    /// Forgets the sequence in `slot`; the slot is free after.
+    fn retire(&mut self, slot: usize);
+
+    /// The model's tokenizer.
+    fn tokenizer(&self) -> Arc<dyn Tokenizer>;
+
+    /// Token ids that end a sequence (unless a request ignores them).
+    fn eos_token_ids(&self) -> Vec<u32>;
+
+    /// Facts about the engine for reports.
+    fn describe(&self) -> EngineDescription;
+
+    /// What inputs the engine accepts (text only by default).
+    fn capabilities(&self) -> EngineCapabilities {
+        EngineCapabilities::default()
+    }
+}
+
+impl<E: StepEngine + ?Sized> StepEngine for Box<E> {
+    fn limits(&self) -> StepLimits {
+        (**self).limits()
+    }
+    fn prefill(&mut self, seqs: &[Prefill<'_>], logits: &mut Logits) -> Result<()> {
+        (**self).prefill(seqs, logits)
+    }
+    fn decode(&mut self, seqs: &[Decode], logits: &mut Logits) -> Result<()> {
+        (**self).decode(seqs, logits)
+    }
+    fn retire(&mut self, slot: usize) {
+        (**self).retire(slot);
+    }
+    fn tokenizer(&self) -> Arc<dyn Tokenizer> {
+        (**self).tokenizer()
+    }
+    fn eos_token_ids(&self) -> Vec<u32> {
+        (**self).eos_token_ids()
+    }
+    fn describe(&self) -> EngineDescription {
+        (**self).describe()
+    }
+    fn capabilities(&self) -> EngineCapabilities {
+        (**self).capabilities()
+    }
+}
+
+/// Finds stop strings in text that grows a chunk at a time, looking only
+/// at the part a new chunk can complete.
+#[derive(Debug)]
+struct StopMatcher {
+    stops: Vec<String>,
+    longest: usize,
+    stream: DecodeStream,
+    text: String,
+}
+
+impl StopMatcher {
+    fn new(stops: &[String]) -> Self {
+        StopMatcher {
+            longest: stops.iter().map(String::len).max().unwrap_or(0),
+            stops: stops.to_vec(),
+            stream: DecodeStream::new(true),
+            text: String::new(),
+        }
+    }
+
+    /// Adds a token; returns the byte length of the text to keep when a
+    /// stop string is now complete (the earliest match).
+    fn push(&mut self, tokenizer: &dyn Tokenizer, token: u32) -> Result<Option<usize>> {
+        let Some(chunk) = self.stream.step(tokenizer, token)? else {
+            return Ok(None);
+        };
+        // A match completed by this chunk starts at most `longest - 1`
+        // bytes before it.
+        let mut from = self
+            .text
+            .len()
+            .saturating_sub(self.longest.saturating_sub(1));
+        while !self.text.is_char_boundary(from) {
+            from -= 1;
+        }
+        self.text.push_str(&chunk);
+        let tail = &self.text[from..];
+        Ok(self
+            .stops
+            .iter()
+            .filter_map(|s| tail.find(s.as_str()))
+            .min()
+            .map(|at| from + at))
+    }
+}
+
+/// One sequence in flight.
+#[derive(Debug)]
+struct Sequence<K> {
+    key: K,
+    slot: usize,
+    sampler: Sampler,
+    tokens: Vec<u32>,
+    instants: Vec<Instant>,
+    prompt_len: usize,
+    /// The most tokens it may generate.
+    limit: usize,
+    ignore_eos: bool,
+    stop: Option<StopMatcher>,
+    /// Bytes of text kept when a stop string matched.
+    stop_at: Option<usize>,
+    finish: Option<FinishReason>,
+    /// The sequence's own failure (its stop-string decoding failed).
+    failed: Option<Error>,
+}
+
+/// A prompt that passed validation, waiting for a slot.
+#[derive(Debug)]
+pub struct Admitted<K> {
+    key: K,
+    request: EngineRequest,
+    tokens: Vec<u32>,
+}
+
+impl<K> Admitted<K> {
+    /// Prompt tokens.
+    pub fn prompt_len(&self) -> usize {
+        self.tokens.len()
+    }
+
+    /// The caller's key.
+    pub fn key(&self) -> &K {
+        &self.key
+    }
+}
+
+/// The running sequences of one step engine and the rules that move them:
+/// the generation loop, driven a step at a time.
+///
+/// `K` is the caller's key for a request (an index, a reply channel);
+/// every request handed in comes back exactly once, with its output or
+/// its own error.
+pub struct Generation<K> {
+    tokenizer: Arc<dyn Tokenizer>,
+    eos: Vec<u32>,
+    limits: StepLimits,
+    capabilities: EngineCapabilities,
+    engine_name: String,
+    running: Vec<Sequence<K>>,
+    free: Vec<usize>,
+    logits: Logits,
+    decode: Vec<Decode>,
+}
+
+impl<K> std::fmt::Debug for Generation<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Generation")
+            .field("limits", &self.limits)
+            .field("running", &self.running.len())
+            .field("free", &self.free.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K> Generation<K> {
+    /// The loop for `engine` (asks it for its limits, tokenizer and
+    /// end-of-sequence ids once).
+    pub fn new(engine: &dyn StepEngine) -> Self {
+        let limits = engine.limits();
+        Generation {
+            tokenizer: engine.tokenizer(),
+            eos: engine.eos_token_ids(),
+            capabilities: engine.capabilities(),
+            engine_name: engine.describe().engine,
+            running: Vec::with_capacity(limits.max_slots),
+            // Lowest slot first.
+            free: (0..limits.max_slots).rev().collect(),
+            logits: Logits::new(limits.vocab_size),
+            decode: Vec::with_capacity(limits.max_slots),
+            limits,
+        }
+    }
+
+    /// The engine's limits.
+    pub fn limits(&self) -> StepLimits {
+        self.limits
+    }
+
+    /// Sequences running.
+    pub fn running(&self) -> usize {
+        self.running.len()
+    }
+
+    /// Free slots.
+    pub fn free_slots(&self) -> usize {
+        self.free.len()
+    }
+
+    /// Whether nothing is running.
+    pub fn is_idle(&self) -> bool {
+        self.running.is_empty()
+    }
+
+    /// Checks and tokenizes one request. An error here is the request's
+    /// own: nothing else is affected.
+    pub fn validate(
+        &self,
+        key: K,
+        request: EngineRequest,
+    ) -> std::result::Result<Admitted<K>, (K, Error)> {
+        match self.tokenize(&request) {
+            Ok(tokens) => Ok(Admitted {
+                key,
+                request,
+                tokens,
+            }),
+            Err(err) => Err((key, err)),
+        }
+    }
+
+    fn tokenize(&self, request: &EngineRequest) -> Result<Vec<u32>> {
+        if !request.images.is_empty() && !self.capabilities.images {
+            return Err(Error::UnsupportedInput {
+                engine: self.engine_name.clone(),
+                input: "image",
+            });
+        }
+        if !request.audio.is_empty() && !self.capabilities.audio {
+            return Err(Error::UnsupportedInput {
+                engine: self.engine_name.clone(),
+                input: "audio",
+            });
+        }
+        let mut tokens = self
+            .tokenizer
+            .encode(&request.prompt, request.add_special_tokens)?;
+        if tokens.is_empty() {
+            match &self.tokenizer.special_tokens().bos {
+                Some(bos) => tokens.push(bos.id),
+                None => {
+                    return Err(Error::EmptyPrompt {
+                        request: request.id,
+                    });
+                }
+            }
+        }
+        let max = self.limits.max_seq_len;
+        if tokens.len() > max {
+            return Err(Error::PromptTooLong {
+                request: request.id,
+                tokens: tokens.len(),
+                max,
+            });
+        }
+        Ok(tokens)
+    }
+
+    /// Prefills as many of `waiting` (from the front) as there are free
+    /// slots and samples their first tokens; requests that are already
+    /// finished go to `done`. What did not fit stays in `waiting`.
+    ///
+    /// An engine error fails the sequences of this prefill only (each gets
+    /// the error); running sequences are untouched.
+    pub fn admit(
+        &mut self,
+        engine: &mut dyn StepEngine,
+        waiting: &mut Vec<Admitted<K>>,
+        done: &mut Vec<(K, Result<EngineOutput>)>,
+    ) {
+        let n = waiting.len().min(self.free.len());
+        if n == 0 {
+            return;
+        }
+        let first = self.running.len();
+        let mut prompts = Vec::with_capacity(n);
+        // Lowest free slots first (`free` is kept highest first).
+        let slots = self.free.split_off(self.free.len() - n);
+        for (admitted, slot) in waiting.drain(..n).zip(slots.into_iter().rev()) {
+            let Admitted {
+                key,
+                request,
+                tokens,
+            } = admitted;
+            let prompt_len = tokens.len();
+            // The last generated token is never fed back, so a sequence
+            // may end one past `max_seq_len`.
+            let budget = self.limits.max_seq_len + 1 - prompt_len;
+            let limit = usize::try_from(request.sampling.max_tokens)
+                .unwrap_or(usize::MAX)
+                .clamp(1, budget);
+            let sampling = &request.sampling;
+            self.running.push(Sequence {
+                key,
+                slot,
+                sampler: Sampler::new(sampling, request.id),
+                tokens: Vec::with_capacity(limit),
+                instants: Vec::with_capacity(limit),
+                prompt_len,
+                limit,
+                ignore_eos: sampling.ignore_eos,
+                stop: (!sampling.stop.is_empty()).then(|| StopMatcher::new(&sampling.stop)),
+                stop_at: None,
+                finish: None,
+                failed: None,
+            });
+            prompts.push(tokens);
+        }
+        let seqs: Vec<Prefill<'_>> = self.running[first..]
+            .iter()
+            .zip(&prompts)
+            .map(|(seq, tokens)| Prefill {
+                slot: seq.slot,
+                tokens,
+                max_len: (seq.prompt_len + seq.limit - 1).min(self.limits.max_seq_len),
+            })
+            .collect();
+        let result = engine.prefill(&seqs, &mut self.logits);
+        let now = Instant::now();
+        if let Err(err) = result {
+            self.fail_from(engine, first, &err, done);
+            return;
+        }
+        for (i, seq) in self.running[first..].iter_mut().enumerate() {
+            if let Err(err) = accept(
+                seq,
+                self.logits.row(i),
+                now,
+                self.tokenizer.as_ref(),
+                &self.eos,
+            ) {
+                seq.failed = Some(err);
+                seq.finish = Some(FinishReason::Length);
+            }
+        }
+        self.retire_finished(engine, done);
+    }
+
+    /// One decoding step for every running sequence; finished sequences
+    /// are retired and go to `done` at once. An engine error fails every
+    /// running sequence (each gets the error) and frees their slots.
+    pub fn step(&mut self, engine: &mut dyn StepEngine, done: &mut Vec<(K, Result<EngineOutput>)>) {
+        if self.running.is_empty() {
+            return;
+        }
+        self.decode.clear();
+        self.decode.extend(self.running.iter().map(|seq| Decode {
+            slot: seq.slot,
+            token: seq.tokens.last().copied().unwrap_or_default(),
+        }));
+        let result = engine.decode(&self.decode, &mut self.logits);
+        let now = Instant::now();
+        if let Err(err) = result {
+            self.fail_from(engine, 0, &err, done);
+            return;
+        }
+        for (i, seq) in self.running.iter_mut().enumerate() {
+            if let Err(err) = accept(
+                seq,
+                self.logits.row(i),
+                now,
+                self.tokenizer.as_ref(),
+                &self.eos,
+            ) {
+                seq.failed = Some(err);
+                seq.finish = Some(FinishReason::Length);
+            }
+        }
+        self.retire_finished(engine, done);
+    }
+
+    /// Ends every running sequence now with `err` (for example on
+    /// cancellation), freeing their slots.
+    pub fn abort(
+        &mut self,
+        engine: &mut dyn StepEngine,
+        err: &Error,
+        done: &mut Vec<(K, Result<EngineOutput>)>,
+    ) {
+        self.fail_from(engine, 0, err, done);
+    }
+
+    fn fail_from(
+        &mut self,
+        engine: &mut dyn StepEngine,
+        first: usize,
+        err: &Error,
+        done: &mut Vec<(K, Result<EngineOutput>)>,
+    ) {
+        for seq in self.running.drain(first..) {
+            engine.retire(seq.slot);
+            self.free.push(seq.slot);
+            done.push((seq.key, Err(err.to_batch_failure())));
+        }
+    }
+
+    fn retire_finished(
+        &mut self,
+        engine: &mut dyn StepEngine,
+        done: &mut Vec<(K, Result<EngineOutput>)>,
+    ) {
+        let mut i = 0;
+        while i < self.running.len() {
+            if self.running[i].finish.is_none() {
+                i += 1;
+                continue;
+            }
+            let seq = self.running.remove(i);
+            engine.retire(seq.slot);
+            self.free.push(seq.slot);
+            let output = match seq.failed {
+                Some(err) => Err(err),
+                None => finish(
+                    seq.tokens,
+                    seq.instants,
+                    seq.prompt_len,
+                    seq.finish,
+                    seq.stop,
+                    seq.stop_at,
+                    self.tokenizer.as_ref(),
+                ),
+            };
+            done.push((seq.key, output));
+        }
+    }
+}
+
+/// Samples the next token of `seq` and decides whether it is finished.
+fn accept<K>(
+    seq: &mut Sequence<K>,
+    logits: &[f32],
+    now: Instant,
+    tokenizer: &dyn Tokenizer,
+    eos: &[u32],
+) -> Result<()> {
+    let token = seq.sampler.sample(logits);
+    seq.tokens.push(token);
+    seq.instants.push(now);
+    if !seq.ignore_eos && eos.contains(&token) {
+        seq.finish = Some(FinishReason::Eos);
+    } else if let Some(stop) = &mut seq.stop
+        && let Some(at) = stop.push(tokenizer, token)?
+    {
+        seq.stop_at = Some(at);
+        seq.finish = Some(FinishReason::Stop);
+    }
+    if seq.finish.is_none() && seq.tokens.len() >= seq.limit {
+        seq.finish = Some(FinishReason::Length);
+    }
+    Ok(())
+}
+
+/// A finished sequence's output: its text is decoded once, or cut at the
+/// stop string that ended it.
+fn finish(
+    tokens: Vec<u32>,
+    instants: Vec<Instant>,
+    prompt_len: usize,
+    reason: Option<FinishReason>,
+    stop: Option<StopMatcher>,
+    stop_at: Option<usize>,
+    tokenizer: &dyn Tokenizer,
+) -> Result<EngineOutput> {
+    let text = match (stop, stop_at) {
+        (Some(mut stop), Some(at)) => {
+            stop.text.truncate(at);
+            stop.text
+        }
+        _ => tokenizer.decode(&tokens, true)?,
+    };
+    Ok(EngineOutput {
+        token_ids: tokens,
+        text,
+        prompt_tokens: u32::try_from(prompt_len).unwrap_or(u32::MAX),
+        finish_reason: reason.unwrap_or(FinishReason::Length),
+        token_instants: instants,
+    })
+}
+
+/// Any [`StepEngine`] as a whole-batch [`Engine`]: each `generate` call
+/// validates every request on its own, admits as many as there are free
+/// slots, and steps until every sequence is finished, admitting waiting
+/// requests into the slots finished ones free.
+pub struct StepRunner<E> {
+    engine: E,
+    generation: Generation<usize>,
+}
+
+impl<E: StepEngine> std::fmt::Debug for StepRunner<E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StepRunner")
+            .field("generation", &self.generation)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<E: StepEngine> StepRunner<E> {
+    /// Wraps `engine`.
+    pub fn new(engine: E) -> Self {
+        let generation = Generation::new(&engine);
+        StepRunner { engine, generation }
+    }
+
+    /// The step engine.
+    pub fn engine(&self) -> &E {
+        &self.engine
+    }
+
+    /// The step engine, mutably (no sequence is running between calls).
+    pub fn engine_mut(&mut self) -> &mut E {
+        &mut self.engine
+    }
+
+    /// Unwraps the step engine.
+    pub fn into_inner(self) -> E {
+        self.engine
+    }
+
+    /// The loop's state between steps (for a scheduler driving it).
+    pub fn parts(&mut self) -> (&mut E, &mut Generation<usize>) {
+        (&mut self.engine, &mut self.generation)
+    }
+}
+
+impl<E: StepEngine> Engine for StepRunner<E> {
+    fn generate(&mut self, batch: &[EngineRequest]) -> Result<Vec<Result<EngineOutput>>> {
+        let mut results: Vec<Option<Result<EngineOutput>>> = batch.iter().map(|_| None).collect();
+        let mut waiting = Vec::with_capacity(batch.len());
+        for (i, request) in batch.iter().enumerate() {
+            match self.generation.validate(i, request.clone()) {
+                Ok(admitted) => waiting.push(admitted),
+                Err((i, err)) => results[i] = Some(Err(err)),
+            }
+        }
+        if !waiting.is_empty() && self.generation.limits().max_slots == 0 {
+            return Err(Error::Config(format!(
+                "engine `{}` has no slots for sequences",
+                self.generation.engine_name
+            )));
+        }
+        let mut done = Vec::with_capacity(batch.len());
+        while !waiting.is_empty() || !self.generation.is_idle() {
+            self.generation
+                .admit(&mut self.engine, &mut waiting, &mut done);
+            self.generation.step(&mut self.engine, &mut done);
+            for (i, output) in done.drain(..) {
+                results[i] = Some(output);
+            }
+        }
+        Ok(results
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(Error::EnginePanic("a request was lost".into()))))
+            .collect())
+    }
+
+    fn tokenizer(&self) -> Arc<dyn Tokenizer> {
+        self.engine.tokenizer()
+    }
+
+    fn capabilities(&self) -> EngineCapabilities {
+        self.engine.capabilities()
+    }
+
+    fn describe(&self) -> EngineDescription {
+        self.engine.describe()
+    }
+}
+
+/// The logits a step engine gives for the last position of each prompt:
+/// what the first generated token is drawn from. Prefills the prompts
+/// into slots `0..n` (which must be free) and retires them after.
+pub fn first_step_logits(
+    engine: &mut dyn StepEngine,
+    prompts: &[Vec<u32>],
+) -> Result<Vec<Vec<f32>>> {
+    let limits = engine.limits();
+    let seqs: Vec<Prefill<'_>> = prompts
+        .iter()
+        .enumerate()
+        .map(|(slot, tokens)| Prefill {
+            slot,
+            tokens,
+            max_len: tokens.len(),
+        })
+        .collect();
+    let mut logits = Logits::new(limits.vocab_size);
+    let result = engine.prefill(&seqs, &mut logits);
+    for slot in 0..prompts.len() {
+        engine.retire(slot);
+    }
+    result?;
+    Ok((0..prompts.len()).map(|i| logits.row(i).to_vec()).collect())
+}
