@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 /// What can go wrong while writing a fixture, loading a model into the
-/// a model or reading the
+/// a model into the [`ReferenceModel`](crate::reference::ReferenceModel) or reading the
 /// stored expectations.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -91,6 +91,13 @@ impl Error {
     pub(crate) fn io(path: &Path, source: std::io::Error) -> Self {
         Error::Io {
             path: path.to_owned(),
+            source,
+        }
+    }
+
+    pub(crate) fn json(context: impl std::fmt::Display, source: serde_json::Error) -> Self {
+        Error::Json {
+            context: context.to_string(),
             source,
         }
     }

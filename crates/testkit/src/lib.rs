@@ -19,12 +19,15 @@
 //!   configs in the transformers 4 and 5 layouts), written with the
 //!   `safetensors` crate so no engine is involved; also the built-in
 //!   default model (`builtin:tiny`).
+//! - [`reference`](mod@reference): [`ReferenceModel`](reference::ReferenceModel), a plain
+//!   forward pass in loops that serves as the ground truth.
 #![deny(missing_docs)]
 
 mod error;
 pub mod fixtures;
 mod mock;
 mod probe;
+pub mod reference;
 mod tokenizer;
 
 pub use error::{Error, Result};
