@@ -21,9 +21,13 @@
 //!   default model (`builtin:tiny`).
 //! - [`reference`](mod@reference): [`ReferenceModel`](reference::ReferenceModel), a plain
 //!   forward pass in loops that serves as the ground truth.
+//! - [`expected`]: stored prompt tokens, greedy continuations and
+//!   first-step logits of the shared fixtures, for engines to compare
+//!   against without running the reference.
 #![deny(missing_docs)]
 
 mod error;
+pub mod expected;
 pub mod fixtures;
 mod mock;
 mod probe;
