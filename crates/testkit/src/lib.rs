@@ -11,12 +11,30 @@
 //!   (creation count, batch sizes, overlap detection, gates that hold a
 //!   load or a generate until the test releases it).
 //! - [`ByteTokenizer`]: a tokenizer with one token per byte.
+//!
+//! And the shared test models every engine is checked against:
+//!
+//! - [`fixtures`]: the generator of deterministic model folders (random
+//!   weights from a fixed seed, a byte-level BPE tokenizer trained here,
+//!   configs in the transformers 4 and 5 layouts), written with the
+//!   `safetensors` crate so no engine is involved; also the built-in
+//!   default model (`builtin:tiny`).
+//! - [`reference`](mod@reference): [`ReferenceModel`](reference::ReferenceModel), a plain
+//!   forward pass in loops that serves as the ground truth.
+//! - [`expected`]: stored prompt tokens, greedy continuations and
+//!   first-step logits of the shared fixtures, for engines to compare
+//!   against without running the reference.
 #![deny(missing_docs)]
 
+mod error;
+pub mod expected;
+pub mod fixtures;
 mod mock;
 mod probe;
+pub mod reference;
 mod tokenizer;
 
+pub use error::{Error, Result};
 pub use mock::{InjectedFailure, MockEngine, MockOptions, OPTIONS as MOCK_OPTIONS};
 pub use probe::{Gate, MockProbe};
 pub use tokenizer::ByteTokenizer;
