@@ -15,6 +15,7 @@ pub const BUILTIN_PREFIX: &str = "builtin:";
 
 /// Where [`ModelSearch::resolve`] looks.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ModelSearch {
     /// The Hugging Face hub cache (the folder holding `models--ORG--NAME`),
     /// if one is known.
@@ -24,6 +25,15 @@ pub struct ModelSearch {
 }
 
 impl ModelSearch {
+    /// Explicit places: a Hugging Face hub cache (if any) and guidebench's
+    /// cache root. Tests use this instead of setting environment variables.
+    pub fn new(hub_cache: Option<PathBuf>, cache_root: PathBuf) -> Self {
+        ModelSearch {
+            hub_cache,
+            cache_root,
+        }
+    }
+
     /// The places the environment names: [`hub_cache_dir`] and
     /// [`cache_root`].
     pub fn from_env() -> Self {
@@ -190,10 +200,7 @@ mod tests {
     }
 
     fn search(hub: &Path) -> ModelSearch {
-        ModelSearch {
-            hub_cache: Some(hub.to_owned()),
-            cache_root: hub.join("guidebench"),
-        }
+        ModelSearch::new(Some(hub.to_owned()), hub.join("guidebench"))
     }
 
     #[test]
@@ -251,10 +258,7 @@ mod tests {
             matches!(err, Error::ModelNotFound { ref tried, .. } if tried.len() == 1),
             "{err}"
         );
-        let no_hub = ModelSearch {
-            hub_cache: None,
-            cache_root: hub.path().to_owned(),
-        };
+        let no_hub = ModelSearch::new(None, hub.path().to_owned());
         let err = no_hub.resolve("org/name").expect_err("no hub cache");
         assert!(err.to_string().contains("HF_HUB_CACHE"), "{err}");
     }
