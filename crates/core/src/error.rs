@@ -206,6 +206,62 @@ pub enum Error {
         feature: &'static str,
     },
 
+    /// `model=` named nothing that could be found: no such folder, no
+    /// registered builtin model, no snapshot in the local Hugging Face cache.
+    #[error("model `{model}` not found; tried: {}", tried.join("; "))]
+    ModelNotFound {
+        /// The model as given (`model=`).
+        model: String,
+        /// Every place that was looked at, in order, as readable text.
+        tried: Vec<String>,
+    },
+
+    /// A file (or folder) that a model folder must have is absent.
+    #[error("the model needs {what}, but `{}` does not exist", path.display())]
+    MissingModelFile {
+        /// The path that was expected.
+        path: PathBuf,
+        /// What the file is for (`the tokenizer`, `the decoder config`, ...).
+        what: &'static str,
+    },
+
+    /// A model file parsed as JSON but does not describe a usable model
+    /// (a missing or zero size, heads that do not divide, ...).
+    #[error("invalid model file `{}`: {reason}", path.display())]
+    InvalidModelConfig {
+        /// The file at fault.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+
+    /// The model's `model_type` (or `architectures` class) is not one that
+    /// guidebench's decoder description supports.
+    #[error(
+        "unsupported model architecture `{model_type}` in `{}`; supported: {}",
+        path.display(),
+        crate::model::Architecture::MODEL_TYPES.join(", ")
+    )]
+    UnsupportedArchitecture {
+        /// The `model_type` or architecture class name as the file states it.
+        model_type: String,
+        /// The config file.
+        path: PathBuf,
+    },
+
+    /// The model's rotary position scaling (`rope_type`) is not supported.
+    #[error(
+        "unsupported rope type `{rope_type}` in `{}`; supported: {}",
+        path.display(),
+        crate::model::RopeScaling::ROPE_TYPES.join(", ")
+    )]
+    UnsupportedRope {
+        /// The `rope_type` (or `type`) as the file states it.
+        rope_type: String,
+        /// The config file.
+        path: PathBuf,
+    },
+
     /// Anything else that is a usage or configuration mistake.
     #[error("{0}")]
     Config(String),
@@ -222,6 +278,11 @@ const USAGE_LABELS: &[&str] = &[
     "template",
     "io",
     "not_compiled_in",
+    "model_not_found",
+    "missing_model_file",
+    "invalid_model_config",
+    "unsupported_architecture",
+    "unsupported_rope",
     "config",
 ];
 
@@ -252,6 +313,11 @@ impl Error {
             Error::ShuttingDown => "shutting_down",
             Error::NotStarted => "not_started",
             Error::NotCompiledIn { .. } => "not_compiled_in",
+            Error::ModelNotFound { .. } => "model_not_found",
+            Error::MissingModelFile { .. } => "missing_model_file",
+            Error::InvalidModelConfig { .. } => "invalid_model_config",
+            Error::UnsupportedArchitecture { .. } => "unsupported_architecture",
+            Error::UnsupportedRope { .. } => "unsupported_rope",
             Error::Config(_) => "config",
         }
     }

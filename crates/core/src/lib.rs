@@ -4,8 +4,9 @@
 //! [`Backend`](backend::Backend) and [`Engine`](engine::Engine) traits, the
 //! abstract [`Tokenizer`](tokenizer::Tokenizer), shared request formatting
 //! (chat templates, multimodal placeholders, sampling validation), the
-//! `kind=NAME,key=value` option grammar, the plugin registry, and the
-//! `offline` backend: an in-process engine behind a micro-batcher.
+//! `kind=NAME,key=value` option grammar, the plugin registry, the model
+//! folder (resolved and read once, see [`model`]), and the `offline`
+//! backend: an in-process engine behind a micro-batcher.
 //!
 //! Engine crates depend on this crate only, implement [`engine::Engine`],
 //! and register themselves with [`register_engine!`].
@@ -20,6 +21,7 @@ pub mod engine;
 pub mod error;
 pub mod generation;
 pub mod metrics;
+pub mod model;
 pub mod offline;
 pub mod options;
 pub mod registry;

@@ -1,11 +1,14 @@
-//! The plugin registry: engines and backend kinds register themselves with
-//! [`register_engine!`](crate::register_engine) and
-//! [`register_backend!`](crate::register_backend), through `inventory`.
+//! The plugin registry: engines, backend kinds and built-in models register
+//! themselves with [`register_engine!`](crate::register_engine),
+//! [`register_backend!`](crate::register_backend) and
+//! [`register_builtin_model!`](crate::register_builtin_model), through
+//! `inventory`.
 //!
 //! A crate whose registrations you want must be linked: name it once in
 //! code (`use my_engine as _;`), or the linker drops it and its entries.
 
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use crate::backend::Backend;
@@ -39,8 +42,26 @@ pub struct BackendRegistration {
     pub create: fn(KindArgs) -> Result<Box<dyn Backend>>,
 }
 
+/// A built-in model's registration: a model folder that an engine crate
+/// can make on the spot (generated weights), named by
+/// `model=builtin:NAME` (see [`model::resolve`](crate::model::resolve)).
+#[derive(Debug)]
+pub struct BuiltinModel {
+    /// The unique name (`builtin:NAME`).
+    pub name: &'static str,
+    /// One line describing the model.
+    pub description: &'static str,
+    /// Returns the model's folder, making it first if it is not there yet.
+    /// The argument is guidebench's cache root
+    /// ([`model::cache_root`](crate::model::cache_root) unless a caller
+    /// chose another); the folder should live under it, and be written so
+    /// that a crash or a concurrent process never leaves half a model.
+    pub create: fn(&Path) -> Result<PathBuf>,
+}
+
 inventory::collect!(EngineRegistration);
 inventory::collect!(BackendRegistration);
+inventory::collect!(BuiltinModel);
 
 /// Something with a unique name.
 pub trait Named {
@@ -55,6 +76,12 @@ impl Named for EngineRegistration {
 }
 
 impl Named for BackendRegistration {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+}
+
+impl Named for BuiltinModel {
     fn name(&self) -> &'static str {
         self.name
     }
@@ -141,6 +168,13 @@ pub fn backends() -> Result<&'static Registry<BackendRegistration>> {
     cached(&CELL, "backend kind")
 }
 
+/// Every registered built-in model, built once.
+pub fn builtin_models() -> Result<&'static Registry<BuiltinModel>> {
+    static CELL: OnceLock<std::result::Result<Registry<BuiltinModel>, (String, &'static str)>> =
+        OnceLock::new();
+    cached(&CELL, "builtin model")
+}
+
 /// Creates a backend from a parsed `--backend kind=…` argument.
 pub fn create_backend(args: KindArgs) -> Result<Box<dyn Backend>> {
     let registration = backends()?.get(&args.kind)?;
@@ -189,6 +223,28 @@ macro_rules! register_backend {
                 name: $name,
                 description: $description,
                 options: $options,
+                create: $create,
+            }
+        }
+    };
+}
+
+/// Registers a built-in model (`model=builtin:NAME`).
+///
+/// ```ignore
+/// guidebench_core::register_builtin_model! {
+///     name: "tiny",
+///     description: "A small generated Llama model",
+///     create: my_engine::fixtures::builtin_tiny,
+/// }
+/// ```
+#[macro_export]
+macro_rules! register_builtin_model {
+    (name: $name:expr, description: $description:expr, create: $create:expr $(,)?) => {
+        $crate::__inventory::submit! {
+            $crate::registry::BuiltinModel {
+                name: $name,
+                description: $description,
                 create: $create,
             }
         }

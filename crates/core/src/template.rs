@@ -11,7 +11,7 @@
 //! come from `minijinja_contrib::pycompat`.
 
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use minijinja::syntax::SyntaxConfig;
 use minijinja::value::{Kwargs, Serde};
@@ -415,62 +415,6 @@ impl serde_json::ser::Formatter for PyJsonFormatter {
     fn end_object_value<W: ?Sized + std::io::Write>(&mut self, _w: &mut W) -> std::io::Result<()> {
         self.has_value = true;
         Ok(())
-    }
-}
-
-/// Reads the chat template shipped in a model folder, the way
-/// `transformers` finds it: `chat_template.jinja` wins if present;
-/// otherwise `tokenizer_config.json`'s `chat_template`, either a string or
-/// a list of `{"name", "template"}` objects (the one named `default`, else
-/// the first).
-///
-/// `Ok(None)` when there is no template (including no
-/// `tokenizer_config.json`); invalid JSON is [`Error::Json`] naming the file.
-pub fn load_model_chat_template(dir: &Path) -> Result<Option<String>> {
-    let jinja = dir.join("chat_template.jinja");
-    if jinja.is_file() {
-        return std::fs::read_to_string(&jinja)
-            .map(Some)
-            .map_err(|e| Error::io(&jinja, e));
-    }
-
-    let config_path = dir.join("tokenizer_config.json");
-    let text = match std::fs::read_to_string(&config_path) {
-        Ok(text) => text,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(Error::io(&config_path, e)),
-    };
-    let config: serde_json::Value = serde_json::from_str(&text).map_err(|source| Error::Json {
-        context: config_path.display().to_string(),
-        source,
-    })?;
-    let malformed = || {
-        Error::Template(format!(
-            "`chat_template` in `{}` must be a string or a list of {{\"name\", \"template\"}} \
-             objects",
-            config_path.display()
-        ))
-    };
-    match config.get("chat_template") {
-        None | Some(serde_json::Value::Null) => Ok(None),
-        Some(serde_json::Value::String(template)) => Ok(Some(template.clone())),
-        Some(serde_json::Value::Array(named)) => {
-            let chosen = named
-                .iter()
-                .find(|entry| {
-                    entry.get("name").and_then(serde_json::Value::as_str) == Some("default")
-                })
-                .or_else(|| named.first());
-            match chosen {
-                None => Ok(None),
-                Some(entry) => entry
-                    .get("template")
-                    .and_then(serde_json::Value::as_str)
-                    .map(|t| Some(t.to_owned()))
-                    .ok_or_else(malformed),
-            }
-        }
-        Some(_) => Err(malformed()),
     }
 }
 
@@ -1055,98 +999,5 @@ mod tests {
         .expect("formatter");
         let out = f.format(&RequestInput::Text("x".into())).expect("format");
         assert_eq!(out.text, "[|]");
-    }
-
-    fn model_dir(files: &[(&str, &str)]) -> tempfile::TempDir {
-        let dir = tempfile::tempdir().expect("tempdir");
-        for (name, text) in files {
-            std::fs::write(dir.path().join(name), text).expect("write");
-        }
-        dir
-    }
-
-    #[test]
-    fn the_model_template_comes_from_tokenizer_config() {
-        let dir = model_dir(&[(
-            "tokenizer_config.json",
-            r#"{"chat_template": "{{ messages }}", "bos_token": "<s>"}"#,
-        )]);
-        assert_eq!(
-            load_model_chat_template(dir.path())
-                .expect("load")
-                .as_deref(),
-            Some("{{ messages }}")
-        );
-    }
-
-    #[test]
-    fn a_list_of_named_templates_picks_default() {
-        let dir = model_dir(&[(
-            "tokenizer_config.json",
-            r#"{"chat_template": [
-                {"name": "tool_use", "template": "TOOLS"},
-                {"name": "default", "template": "DEFAULT"},
-                {"name": "rag", "template": "RAG"}]}"#,
-        )]);
-        assert_eq!(
-            load_model_chat_template(dir.path())
-                .expect("load")
-                .as_deref(),
-            Some("DEFAULT")
-        );
-    }
-
-    #[test]
-    fn a_list_of_named_templates_without_default_picks_the_first() {
-        let dir = model_dir(&[(
-            "tokenizer_config.json",
-            r#"{"chat_template": [
-                {"name": "tool_use", "template": "TOOLS"},
-                {"name": "rag", "template": "RAG"}]}"#,
-        )]);
-        assert_eq!(
-            load_model_chat_template(dir.path())
-                .expect("load")
-                .as_deref(),
-            Some("TOOLS")
-        );
-    }
-
-    #[test]
-    fn chat_template_jinja_wins_over_tokenizer_config() {
-        let dir = model_dir(&[
-            (
-                "tokenizer_config.json",
-                r#"{"chat_template": "FROM CONFIG"}"#,
-            ),
-            ("chat_template.jinja", "FROM JINJA\n"),
-        ]);
-        assert_eq!(
-            load_model_chat_template(dir.path())
-                .expect("load")
-                .as_deref(),
-            Some("FROM JINJA\n")
-        );
-    }
-
-    #[test]
-    fn no_tokenizer_config_means_no_template() {
-        let dir = model_dir(&[]);
-        assert_eq!(load_model_chat_template(dir.path()).expect("load"), None);
-        let dir = model_dir(&[("tokenizer_config.json", r#"{"bos_token": "<s>"}"#)]);
-        assert_eq!(load_model_chat_template(dir.path()).expect("load"), None);
-    }
-
-    #[test]
-    fn a_bad_tokenizer_config_is_a_json_error_naming_the_file() {
-        let dir = model_dir(&[("tokenizer_config.json", "{ nope")]);
-        let err = load_model_chat_template(dir.path()).expect_err("bad json");
-        assert!(
-            matches!(err, Error::Json { ref context, .. } if context.contains("tokenizer_config.json")),
-            "{err}"
-        );
-        let dir = model_dir(&[("tokenizer_config.json", r#"{"chat_template": 3}"#)]);
-        let err = load_model_chat_template(dir.path()).expect_err("bad type");
-        assert!(matches!(err, Error::Template(_)), "{err}");
     }
 }

@@ -9,7 +9,6 @@ use tokenizers::models::bpe::{BPE, BpeTrainer};
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
 use tokenizers::{AddedToken, ProgressFormat};
 
-use crate::template;
 use crate::{Error, Result};
 
 /// A special token: its text and id.
@@ -152,6 +151,9 @@ impl DecodeStream {
 
 /// A [`Tokenizer`] over a Hugging Face `tokenizers` tokenizer, with the
 /// special tokens and chat template read from the model's folder.
+///
+/// [`HfTokenizer::from_dir`] (which reads a model folder's tokenizer files)
+/// lives with the rest of the model-folder reading, in [`crate::model`].
 #[derive(Clone)]
 pub struct HfTokenizer {
     inner: tokenizers::Tokenizer,
@@ -179,66 +181,6 @@ impl HfTokenizer {
             SpecialTokens::default(),
             None,
         ))
-    }
-
-    /// Loads a model folder the way Hugging Face does:
-    ///
-    /// - `tokenizer.json` (required);
-    /// - `tokenizer_config.json` (optional): `bos_token`, `eos_token` and
-    ///   `pad_token`, each a string or an object with a `content` field,
-    ///   their ids looked up in the vocabulary (a token that the vocabulary
-    ///   lacks is ignored);
-    /// - `generation_config.json` (optional): `eos_token_id`, an id or a
-    ///   list of ids, adds further end-of-sequence tokens after the one of
-    ///   `tokenizer_config.json`;
-    /// - the chat template, see [`template::load_model_chat_template`].
-    pub fn from_dir(dir: impl AsRef<Path>) -> Result<Self> {
-        let dir = dir.as_ref();
-        if !dir.is_dir() {
-            return Err(Error::io(
-                dir,
-                std::io::Error::new(std::io::ErrorKind::NotFound, "no such folder"),
-            ));
-        }
-        let inner = load_tokenizer_json(&dir.join("tokenizer.json"))?;
-        let mut special = SpecialTokens::default();
-
-        if let Some(config) = read_optional_json(&dir.join("tokenizer_config.json"))? {
-            let lookup = |key: &str| {
-                let text = special_token_text(config.get(key))?;
-                let Some(id) = inner.token_to_id(&text) else {
-                    tracing::warn!(
-                        "{key} `{text}` of {} is not in the vocabulary; ignored",
-                        dir.display()
-                    );
-                    return None;
-                };
-                Some(SpecialToken { text, id })
-            };
-            special.bos = lookup("bos_token");
-            special.eos.extend(lookup("eos_token"));
-            special.pad = lookup("pad_token");
-        }
-
-        if let Some(config) = read_optional_json(&dir.join("generation_config.json"))? {
-            let ids: Vec<u64> = match config.get("eos_token_id") {
-                Some(serde_json::Value::Number(n)) => n.as_u64().into_iter().collect(),
-                Some(serde_json::Value::Array(list)) => {
-                    list.iter().filter_map(serde_json::Value::as_u64).collect()
-                }
-                _ => Vec::new(),
-            };
-            for id in ids {
-                let Ok(id) = u32::try_from(id) else { continue };
-                if !special.is_eos(id) {
-                    let text = inner.id_to_token(id).unwrap_or_default();
-                    special.eos.push(SpecialToken { text, id });
-                }
-            }
-        }
-
-        let chat_template = template::load_model_chat_template(dir)?;
-        Ok(HfTokenizer::from_parts(inner, special, chat_template))
     }
 
     /// Wraps a tokenizer built in code.
@@ -305,33 +247,13 @@ impl Tokenizer for HfTokenizer {
 /// Reads and parses a `tokenizer.json` file; errors name the path.
 fn load_tokenizer_json(path: &Path) -> Result<tokenizers::Tokenizer> {
     let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
-    tokenizers::Tokenizer::from_bytes(&bytes)
+    parse_tokenizer_json(&bytes, path)
+}
+
+/// Parses `tokenizer.json` bytes; `path` only names the source in errors.
+pub(crate) fn parse_tokenizer_json(bytes: &[u8], path: &Path) -> Result<tokenizers::Tokenizer> {
+    tokenizers::Tokenizer::from_bytes(bytes)
         .map_err(|e| Error::Tokenizer(format!("cannot load `{}`: {e}", path.display())))
-}
-
-/// Parses a JSON file that may be absent (`Ok(None)`).
-fn read_optional_json(path: &Path) -> Result<Option<serde_json::Value>> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(text) => text,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(Error::io(path, e)),
-    };
-    serde_json::from_str(&text)
-        .map(Some)
-        .map_err(|source| Error::Json {
-            context: path.display().to_string(),
-            source,
-        })
-}
-
-/// A special token's text: a string, or an object with a `content` field
-/// (an `AddedToken` as `transformers` writes it).
-fn special_token_text(value: Option<&serde_json::Value>) -> Option<String> {
-    match value? {
-        serde_json::Value::String(text) => Some(text.clone()),
-        serde_json::Value::Object(map) => map.get("content")?.as_str().map(str::to_owned),
-        _ => None,
-    }
 }
 
 /// Trains a byte-level BPE tokenizer on `corpus`, deterministically.
@@ -579,134 +501,6 @@ mod tests {
         )
         .expect("write");
         dir
-    }
-
-    #[test]
-    fn from_dir_reads_special_tokens_as_strings() {
-        let dir = write_model_dir(&trained());
-        std::fs::write(
-            dir.path().join("tokenizer_config.json"),
-            r#"{"bos_token": "<|bos|>", "eos_token": "<|eos|>", "pad_token": "<|pad|>",
-                "chat_template": "{{ messages[0]['content'] }}"}"#,
-        )
-        .expect("write");
-        let tok = HfTokenizer::from_dir(dir.path()).expect("load");
-        let special = tok.special_tokens();
-        assert_eq!(special.bos.as_ref().map(|t| t.id), Some(0));
-        assert_eq!(
-            special.eos.iter().map(|t| t.id).collect::<Vec<_>>(),
-            vec![1]
-        );
-        assert_eq!(
-            special.pad,
-            Some(SpecialToken {
-                text: "<|pad|>".into(),
-                id: 2
-            })
-        );
-        assert_eq!(tok.chat_template(), Some("{{ messages[0]['content'] }}"));
-    }
-
-    #[test]
-    fn from_dir_reads_special_tokens_as_objects_and_eos_ids_from_generation_config() {
-        let trained = trained();
-        let extra = trained.inner().token_to_id("a").expect("byte symbol");
-        let dir = write_model_dir(&trained);
-        std::fs::write(
-            dir.path().join("tokenizer_config.json"),
-            r#"{"bos_token": {"content": "<|bos|>", "lstrip": false, "special": true},
-                "eos_token": {"__type": "AddedToken", "content": "<|eos|>"},
-                "pad_token": null,
-                "unknown_key": [1, 2]}"#,
-        )
-        .expect("write");
-        std::fs::write(
-            dir.path().join("generation_config.json"),
-            format!(r#"{{"bos_token_id": 0, "eos_token_id": [1, 2, {extra}]}}"#),
-        )
-        .expect("write");
-        let tok = HfTokenizer::from_dir(dir.path()).expect("load");
-        let special = tok.special_tokens();
-        assert_eq!(
-            special.bos,
-            Some(SpecialToken {
-                text: "<|bos|>".into(),
-                id: 0
-            })
-        );
-        assert_eq!(
-            special.eos,
-            vec![
-                SpecialToken {
-                    text: "<|eos|>".into(),
-                    id: 1
-                },
-                SpecialToken {
-                    text: "<|pad|>".into(),
-                    id: 2
-                },
-                SpecialToken {
-                    text: "a".into(),
-                    id: extra
-                },
-            ]
-        );
-        assert_eq!(special.pad, None);
-        assert_eq!(tok.chat_template(), None);
-    }
-
-    #[test]
-    fn from_dir_takes_a_single_eos_id_from_generation_config() {
-        let dir = write_model_dir(&trained());
-        std::fs::write(
-            dir.path().join("generation_config.json"),
-            r#"{"eos_token_id": 1}"#,
-        )
-        .expect("write");
-        let tok = HfTokenizer::from_dir(dir.path()).expect("load");
-        assert_eq!(
-            tok.special_tokens().eos,
-            vec![SpecialToken {
-                text: "<|eos|>".into(),
-                id: 1
-            }]
-        );
-        assert_eq!(tok.special_tokens().bos, None);
-    }
-
-    #[test]
-    fn from_dir_on_a_missing_folder_names_it() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let missing = dir.path().join("no-such-model");
-        let err = HfTokenizer::from_dir(&missing).expect_err("missing");
-        assert!(
-            matches!(err, Error::Io { ref path, .. } if path == &missing),
-            "{err}"
-        );
-        assert!(err.to_string().contains("no-such-model"), "{err}");
-    }
-
-    #[test]
-    fn from_dir_without_tokenizer_json_names_the_file() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let err = HfTokenizer::from_dir(dir.path()).expect_err("missing");
-        let expected = dir.path().join("tokenizer.json");
-        assert!(
-            matches!(err, Error::Io { ref path, .. } if path == &expected),
-            "{err}"
-        );
-        assert!(err.to_string().contains("tokenizer.json"), "{err}");
-    }
-
-    #[test]
-    fn from_dir_with_bad_json_names_the_file() {
-        let dir = write_model_dir(&trained());
-        std::fs::write(dir.path().join("generation_config.json"), "{ not json").expect("write");
-        let err = HfTokenizer::from_dir(dir.path()).expect_err("bad json");
-        assert!(
-            matches!(err, Error::Json { ref context, .. } if context.contains("generation_config.json")),
-            "{err}"
-        );
     }
 
     #[test]
