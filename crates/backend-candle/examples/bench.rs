@@ -23,6 +23,7 @@ use guidebench_core::engine::{Engine, EngineOutput, EngineRequest};
 use guidebench_core::generation::StepRunner;
 use guidebench_core::request::GenerationRequest;
 use guidebench_core::sampling::Sampling;
+use guidebench_testkit as _;
 use rayon::prelude::*;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;

@@ -6,11 +6,11 @@ use std::sync::Arc;
 use candle_core::{DType, Device};
 use guidebench_core::engine::{Engine, EngineConfig, EngineDescription};
 use guidebench_core::generation::{Decode, Logits, Prefill, StepEngine, StepLimits, StepRunner};
+use guidebench_core::model::ModelFolder;
 use guidebench_core::options::{OptionSpec, OptionType};
 use guidebench_core::tokenizer::{HfTokenizer, Tokenizer};
 use serde::Deserialize;
 
-use crate::config::ModelConfig;
 use crate::error::{CandleError, Result};
 use crate::loader;
 use crate::model::{Decoder, SlotCache, Weights};
@@ -46,6 +46,9 @@ pub const OPTIONS: &[OptionSpec] = &[
     )
     .with_default("256"),
 ];
+
+/// The model when none is given.
+pub const DEFAULT_MODEL: &str = "builtin:tiny";
 
 /// Default of `max_slots`.
 pub const DEFAULT_MAX_SLOTS: usize = 256;
@@ -162,14 +165,6 @@ impl std::fmt::Debug for CandleEngine {
     }
 }
 
-/// What [`CandleEngine::load_dir`] reads from a model folder.
-struct LoadedModel {
-    decoder: Decoder,
-    tokenizer: HfTokenizer,
-    eos_ids: Vec<u32>,
-    pad_id: u32,
-}
-
 impl CandleEngine {
     /// Creates the engine from `engine=candle,...` (the registry entry):
     /// the step engine inside core's generation loop.
@@ -188,7 +183,8 @@ impl CandleEngine {
         let threads = positive(options.threads, "threads")?;
         let max_seq_len = positive(options.max_seq_len, "max_seq_len")?;
         let max_slots = positive(options.max_slots, "max_slots")?.unwrap_or(DEFAULT_MAX_SLOTS);
-        let dir = loader::resolve_model(model)?;
+        let model = model.unwrap_or(DEFAULT_MODEL);
+        let folder = ModelFolder::open(model)?;
         // Generation always runs inside the engine's own pool, so that the
         // thread driving a decoding step is one of the pool's workers: with
         // the caller's thread outside the pool, it and the pool's idle
@@ -202,12 +198,16 @@ impl CandleEngine {
                 key: "threads",
                 reason: e.to_string(),
             })?;
-        let LoadedModel {
-            decoder,
-            tokenizer,
-            eos_ids,
-            pad_id,
-        } = pool.install(|| CandleEngine::load_dir(&dir, dtype, &device, max_seq_len))?;
+        let decoder = pool.install(|| -> Result<Decoder> {
+            let tensors = loader::load_tensors(&folder.weight_files()?, &device)?;
+            let weights = Weights::from_tensors(tensors, dtype, &device);
+            let config = folder.config();
+            Decoder::load(
+                &weights,
+                config,
+                max_seq_len.unwrap_or(config.max_position_embeddings),
+            )
+        })?;
         let device_name = match device.location() {
             candle_core::DeviceLocation::Cpu => "cpu".to_owned(),
             candle_core::DeviceLocation::Cuda { gpu_id } => format!("cuda:{gpu_id}"),
@@ -216,51 +216,16 @@ impl CandleEngine {
         Ok(CandleEngine {
             cache: decoder.new_cache(max_slots),
             decoder,
-            tokenizer: Arc::new(tokenizer),
-            eos_ids,
-            pad_id,
-            model: model.unwrap_or("builtin:tiny").to_owned(),
-            dir,
+            tokenizer: Arc::clone(folder.tokenizer()),
+            eos_ids: folder.eos_token_ids().to_vec(),
+            pad_id: folder.pad_token_id(),
+            model: model.to_owned(),
+            dir: folder.dir().to_owned(),
             device_name,
             threads,
             pool,
             slots: Vec::with_capacity(max_slots),
             tokens: Vec::with_capacity(max_slots),
-        })
-    }
-
-    fn load_dir(
-        dir: &Path,
-        dtype: DType,
-        device: &Device,
-        max_seq_len: Option<usize>,
-    ) -> Result<LoadedModel> {
-        let config = ModelConfig::from_file(&dir.join("config.json"))?;
-        let tokenizer = HfTokenizer::from_dir(dir).map_err(CandleError::Tokenizer)?;
-        let files = loader::weight_files(dir)?;
-        let tensors = loader::load_tensors(&files, device)?;
-        let weights = Weights::from_tensors(tensors, dtype, device);
-        let max_seq_len = max_seq_len.unwrap_or(config.max_position_embeddings);
-        let decoder = Decoder::load(&weights, &config, max_seq_len)?;
-
-        let special = tokenizer.special_tokens();
-        let mut eos_ids: Vec<u32> = special.eos.iter().map(|t| t.id).collect();
-        for id in &config.eos_token_ids {
-            if !eos_ids.contains(id) {
-                eos_ids.push(*id);
-            }
-        }
-        let pad_id = special
-            .pad
-            .as_ref()
-            .map(|t| t.id)
-            .or_else(|| eos_ids.first().copied())
-            .unwrap_or(0);
-        Ok(LoadedModel {
-            decoder,
-            tokenizer,
-            eos_ids,
-            pad_id,
         })
     }
 
@@ -274,7 +239,7 @@ impl CandleEngine {
         &self.dir
     }
 
-    /// End-of-sequence ids (tokenizer's, then the config's).
+    /// End-of-sequence ids (from the model folder).
     pub fn eos_ids(&self) -> &[u32] {
         &self.eos_ids
     }

@@ -9,79 +9,24 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum CandleError {
-    /// A file or folder could not be read or written.
-    #[error("cannot access `{}`: {source}", path.display())]
-    Io {
-        /// The file or folder involved.
-        path: PathBuf,
-        /// The underlying error.
-        #[source]
-        source: std::io::Error,
-    },
+    /// The model folder could not be found or read (a missing file, bad
+    /// JSON, an unsupported architecture): core's error, which names it.
+    #[error(transparent)]
+    Model(#[from] guidebench_core::Error),
 
-    /// A JSON file could not be parsed.
-    #[error("invalid JSON in `{}`: {source}", path.display())]
-    Json {
+    /// A safetensors file could not be read.
+    #[error("cannot read weights from `{}`: {reason}", path.display())]
+    InvalidWeights {
         /// The file.
         path: PathBuf,
-        /// The underlying error.
-        #[source]
-        source: serde_json::Error,
-    },
-
-    /// A `config.json` value is missing or out of range.
-    #[error("invalid model config `{}`: {reason}", path.display())]
-    InvalidConfig {
-        /// The config file.
-        path: PathBuf,
-        /// What is wrong.
+        /// Why.
         reason: String,
-    },
-
-    /// The config's `model_type` is not one this engine implements.
-    #[error(
-        "unsupported model architecture `{model_type}` (supported: llama, mistral, qwen2, qwen3)"
-    )]
-    UnsupportedArchitecture {
-        /// The `model_type` (or `architectures` entry) found.
-        model_type: String,
-    },
-
-    /// The config asks for a RoPE scaling type this engine does not implement.
-    #[error("unsupported rope scaling type `{rope_type}` (supported: default, linear, llama3)")]
-    UnsupportedRopeScaling {
-        /// The `rope_type` / `type` found.
-        rope_type: String,
     },
 
     /// A weight the architecture needs is absent from the checkpoint.
     #[error("missing weight `{name}` in the model's safetensors files")]
     MissingWeight {
         /// The full tensor name.
-        name: String,
-    },
-
-    /// The model folder has no safetensors weights.
-    #[error("no safetensors weights in `{}` (expected model.safetensors or model.safetensors.index.json)", dir.display())]
-    NoWeights {
-        /// The model folder.
-        dir: PathBuf,
-    },
-
-    /// `model=` names neither a folder, `builtin:…`, nor a model in the
-    /// local Hugging Face cache.
-    #[error("model `{model}` not found; looked in: {}", tried.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "))]
-    ModelNotFound {
-        /// The `model=` value.
-        model: String,
-        /// The places searched.
-        tried: Vec<PathBuf>,
-    },
-
-    /// An unknown `builtin:` model.
-    #[error("unknown builtin model `{name}` (available: builtin:tiny)")]
-    UnknownBuiltin {
-        /// The name after `builtin:`.
         name: String,
     },
 
@@ -103,46 +48,22 @@ pub enum CandleError {
         reason: String,
     },
 
-    /// A prompt that does not fit the model's context.
-    #[error("request {id}: prompt of {tokens} tokens does not fit max_seq_len {max}")]
-    PromptTooLong {
-        /// The request id.
-        id: u64,
-        /// Prompt tokens.
-        tokens: usize,
-        /// The context limit.
-        max: usize,
-    },
-
-    /// A prompt that tokenizes to nothing, for a model without a BOS token.
-    #[error("request {id}: the prompt is empty and the tokenizer has no BOS token to start from")]
-    EmptyPrompt {
-        /// The request id.
-        id: u64,
-    },
-
-    /// The tokenizer failed.
-    #[error("tokenizer: {0}")]
-    Tokenizer(#[source] guidebench_core::Error),
-
     /// A tensor operation failed.
     #[error("candle: {0}")]
     Candle(#[from] candle_core::Error),
 }
 
 impl CandleError {
-    pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
-        CandleError::Io {
-            path: path.into(),
-            source,
-        }
-    }
-
-    /// This error as a load failure of the `candle` engine.
+    /// This error as a load failure of the `candle` engine; a model-folder
+    /// error stays core's own (it names the file, and a missing model is
+    /// the user's mistake).
     pub fn into_load_error(self) -> guidebench_core::Error {
-        guidebench_core::Error::EngineLoad {
-            engine: crate::ENGINE_NAME.to_owned(),
-            reason: self.to_string(),
+        match self {
+            CandleError::Model(err) => err,
+            other => guidebench_core::Error::EngineLoad {
+                engine: crate::ENGINE_NAME.to_owned(),
+                reason: other.to_string(),
+            },
         }
     }
 }

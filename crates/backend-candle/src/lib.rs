@@ -2,10 +2,11 @@
 //!
 //! The `candle` engine (pure Rust, the default engine): one parameterised
 //! decoder for Llama, Mistral, Qwen2 and Qwen3 checkpoints in the Hugging
-//! Face layout, with real batched generation (one forward pass per
-//! decoding step for the whole batch, a KV cache, left padding with
-//! per-row positions), and the generated models the project tests with
-//! ([`fixtures`]), including the built-in default model `builtin:tiny`.
+//! Face layout, as a model executor: it implements core's
+//! [`StepEngine`](guidebench_core::generation::StepEngine) (prefill new
+//! sequences into a KV cache by slot, one batched decoding step, retire)
+//! and core's generation loop does everything else (validation, budgets,
+//! sampling, end of sequence, stop strings, timings, text).
 //!
 //! ```text
 //! guidebench run --backend kind=offline,engine=candle,model=builtin:tiny,dtype=f32,threads=4
@@ -13,48 +14,39 @@
 //!
 //! ## `model=`
 //!
-//! - a local folder: `config.json`, `model.safetensors` (or shards listed
-//!   in `model.safetensors.index.json`), `tokenizer.json`, and optionally
-//!   `tokenizer_config.json` (special tokens, chat template) and
-//!   `generation_config.json` (end-of-sequence ids, one or a list);
-//! - `builtin:tiny` (also the default): a ~25M-parameter Llama with random
-//!   weights from a fixed seed, generated once into
-//!   `$GUIDEBENCH_CACHE` / `$XDG_CACHE_HOME/guidebench` /
-//!   `~/.cache/guidebench`, under `builtin/tiny-v1/`;
-//! - `org/name`: a model already in the local Hugging Face cache
-//!   (`$HF_HUB_CACHE`, `$HF_HOME/hub`, `~/.cache/huggingface/hub`); nothing
-//!   is downloaded.
+//! Resolved and read by [`guidebench_core::model::ModelFolder`]: a local
+//! folder, `builtin:NAME` (`builtin:tiny` is the default), or `org/name`
+//! already in the local Hugging Face cache. This crate reads only the
+//! safetensors weights, into candle tensors.
 //!
 //! ## Options
 //!
 //! `dtype` (`f32` default, `bf16`, `f16`), `threads` (default: all CPUs),
 //! `device` (`cpu` default; `cuda[:N]` needs the `cuda` feature),
-//! `max_seq_len` (default: the model's `max_position_embeddings`).
+//! `max_seq_len` (default: the model's `max_position_embeddings`),
+//! `max_slots` (sequences held at once, default 256).
 //!
-//! ## Generation
+//! ## The forward pass
 //!
-//! Prompts of a batch are left-padded to the longest; an attention mask
-//! hides the padding and each row gets its own positions, so a request's
-//! output does not depend on what it is batched with. Every row samples
-//! with its own [`guidebench_core::sampler::Sampler`]; a row stops at
-//! `max_tokens`, at any end-of-sequence id (unless `ignore_eos`), at a stop
-//! string, or at `max_seq_len`. Finished rows are dropped from the batch
-//! (and its KV cache) once a quarter of the rows have finished.
+//! A prefill left-pads the new prompts of a group to the longest; an
+//! attention mask hides the padding and each row gets its own positions,
+//! so a sequence's logits do not depend on what it is batched with. Its
+//! keys and values go to the sequence's own slot ([`model::SlotCache`]),
+//! with room reserved for its whole budget; a decoding step writes one
+//! position per slot and, in f32 on the CPU, attends over each slot in
+//! place. Retiring a slot frees it at once, so a new sequence can join
+//! while others decode.
 #![deny(missing_docs)]
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
-pub mod config;
 pub mod engine;
 pub mod error;
-pub mod fixtures;
 pub mod loader;
 mod matvec;
 pub mod model;
 
-pub use config::{Architecture, ModelConfig, RopeScaling};
 pub use engine::{CandleEngine, CandleOptions, OPTIONS};
 pub use error::CandleError;
-pub use fixtures::{ConfigLayout, FixtureSpec, write_llama_fixture};
 
 /// The engine's registered name.
 pub const ENGINE_NAME: &str = "candle";

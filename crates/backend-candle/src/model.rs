@@ -8,9 +8,9 @@ use std::collections::HashMap;
 use candle_core::{CpuStorage, DType, Device, Module, Tensor};
 use candle_nn::{Embedding, VarBuilder};
 
-use crate::config::ModelConfig;
 use crate::error::{CandleError, Result};
 use crate::matvec::{DecodeAttention, Proj};
+use guidebench_core::model::DecoderConfig;
 
 /// A `VarBuilder` that knows its full prefix, so that a missing weight is
 /// reported by its full name.
@@ -137,7 +137,7 @@ struct Rope {
 }
 
 impl Rope {
-    fn new(cfg: &ModelConfig, max_len: usize, dtype: DType, device: &Device) -> Result<Self> {
+    fn new(cfg: &DecoderConfig, max_len: usize, dtype: DType, device: &Device) -> Result<Self> {
         let freqs = cfg.inv_freqs();
         let half = freqs.len();
         let mut cos = Vec::with_capacity(max_len * half);
@@ -193,7 +193,7 @@ pub struct SlotCache {
 
 impl SlotCache {
     /// An empty cache of `max_slots` slots.
-    pub fn new(cfg: &ModelConfig, max_slots: usize, dtype: DType, device: &Device) -> Self {
+    pub fn new(cfg: &DecoderConfig, max_slots: usize, dtype: DType, device: &Device) -> Self {
         SlotCache {
             slots: (0..max_slots).map(|_| None).collect(),
             layers: cfg.num_hidden_layers,
@@ -334,7 +334,7 @@ struct Attention {
 }
 
 impl Attention {
-    fn load(w: &Weights, cfg: &ModelConfig) -> Result<Self> {
+    fn load(w: &Weights, cfg: &DecoderConfig) -> Result<Self> {
         let h = cfg.hidden_size;
         let (nh, nkv, hd) = (
             cfg.num_attention_heads,
@@ -551,7 +551,7 @@ struct Mlp {
 }
 
 impl Mlp {
-    fn load(w: &Weights, cfg: &ModelConfig) -> Result<Self> {
+    fn load(w: &Weights, cfg: &DecoderConfig) -> Result<Self> {
         let (h, i) = (cfg.hidden_size, cfg.intermediate_size);
         Ok(Mlp {
             gate_up_proj: stacked(&[
@@ -583,7 +583,7 @@ struct DecoderLayer {
 }
 
 impl DecoderLayer {
-    fn load(w: &Weights, cfg: &ModelConfig) -> Result<Self> {
+    fn load(w: &Weights, cfg: &DecoderConfig) -> Result<Self> {
         Ok(DecoderLayer {
             input_layernorm: RmsNorm::load(
                 &w.pp("input_layernorm"),
@@ -627,7 +627,7 @@ pub struct Decoder {
     norm: RmsNorm,
     lm_head: Proj,
     rope: Rope,
-    config: ModelConfig,
+    config: DecoderConfig,
     max_seq_len: usize,
     dtype: DType,
     device: Device,
@@ -636,7 +636,7 @@ pub struct Decoder {
 impl Decoder {
     /// Builds the decoder from checkpoint weights, with rotary tables for
     /// `max_seq_len` positions.
-    pub fn load(w: &Weights, cfg: &ModelConfig, max_seq_len: usize) -> Result<Self> {
+    pub fn load(w: &Weights, cfg: &DecoderConfig, max_seq_len: usize) -> Result<Self> {
         let m = w.pp("model");
         let embeddings = m
             .pp("embed_tokens")
@@ -670,7 +670,7 @@ impl Decoder {
     }
 
     /// The model's configuration.
-    pub fn config(&self) -> &ModelConfig {
+    pub fn config(&self) -> &DecoderConfig {
         &self.config
     }
 
@@ -965,14 +965,14 @@ impl Decoder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fixtures::{FixtureSpec, write_llama_fixture};
+    use guidebench_testkit::fixtures::{FixtureSpec, write_llama_fixture};
 
     fn tiny_decoder(dtype: DType) -> (tempfile::TempDir, Decoder) {
         let dir = tempfile::tempdir().expect("tempdir");
         write_llama_fixture(dir.path(), &FixtureSpec::tiny()).expect("fixture");
-        let config = ModelConfig::from_file(&dir.path().join("config.json")).expect("config");
+        let config = DecoderConfig::from_file(&dir.path().join("config.json")).expect("config");
         let tensors = crate::loader::load_tensors(
-            &crate::loader::weight_files(dir.path()).expect("files"),
+            &guidebench_core::model::weight_files(dir.path()).expect("files"),
             &Device::Cpu,
         )
         .expect("tensors");

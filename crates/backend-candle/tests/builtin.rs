@@ -1,9 +1,10 @@
 //! The built-in default model, generated on first use.
 
-use guidebench_candle::fixtures::{FixtureSpec, builtin_model_dir_in};
-use guidebench_candle::{CandleEngine, CandleOptions, ModelConfig};
+use guidebench_candle::{CandleEngine, CandleOptions};
 use guidebench_core::engine::{Engine, EngineRequest};
+use guidebench_core::model::DecoderConfig as ModelConfig;
 use guidebench_core::sampling::Sampling;
+use guidebench_testkit::fixtures::{FixtureSpec, builtin_model_dir_in};
 
 #[test]
 fn builtin_tiny_is_generated_once_into_the_cache_and_generates() {

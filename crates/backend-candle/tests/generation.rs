@@ -3,12 +3,12 @@
 
 use std::path::Path;
 
-use guidebench_candle::fixtures::{FixtureSpec, write_llama_fixture};
 use guidebench_candle::{CandleEngine, CandleOptions};
 use guidebench_core::engine::{Engine, EngineOutput, EngineRequest};
 use guidebench_core::generation::{StepRunner, first_step_logits};
 use guidebench_core::request::FinishReason;
 use guidebench_core::sampling::{Sampling, SamplingParams};
+use guidebench_testkit::fixtures::{FixtureSpec, write_llama_fixture};
 
 fn fixture(spec: &FixtureSpec) -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -247,15 +247,10 @@ fn a_missing_file_is_named_with_its_path() {
         let dir = fixture(&FixtureSpec::tiny());
         std::fs::remove_file(dir.path().join(file)).expect("remove");
         let err = load_err(dir.path());
-        if file == "model.safetensors" {
-            assert!(err.contains("no safetensors weights"), "{err}");
-            assert!(err.contains(&dir.path().display().to_string()), "{err}");
-        } else {
-            assert!(
-                err.contains(&dir.path().join(file).display().to_string()),
-                "{err}"
-            );
-        }
+        assert!(
+            err.contains(&dir.path().join(file).display().to_string()),
+            "{err}"
+        );
     }
     let dir = fixture(&FixtureSpec::sharded());
     std::fs::remove_file(dir.path().join("model-00002-of-00003.safetensors")).expect("remove");
@@ -383,7 +378,7 @@ fn bad_options_are_clear_errors() {
 }
 
 #[test]
-fn load_errors_reach_the_registry_as_engine_load_errors() {
+fn load_errors_reach_the_registry_with_their_own_labels() {
     let config = guidebench_core::engine::EngineConfig {
         engine: "candle".into(),
         model: Some("/no/such/model/dir".into()),
@@ -399,8 +394,19 @@ fn load_errors_reach_the_registry_as_engine_load_errors() {
         ["dtype", "threads", "device", "max_seq_len", "max_slots"]
     );
     let err = (registration.create)(&config).err().expect("must fail");
-    assert_eq!(err.label(), "engine_load");
+    assert_eq!(err.label(), "model_not_found");
+    assert!(err.is_usage(), "a missing model is the user's mistake");
     assert!(err.to_string().contains("/no/such/model/dir"), "{err}");
+    // a broken weight file is the engine's load failure
+    let dir = fixture(&FixtureSpec::tiny());
+    std::fs::write(dir.path().join("model.safetensors"), b"not safetensors").expect("write");
+    let config = guidebench_core::engine::EngineConfig {
+        model: dir.path().to_str().map(str::to_owned),
+        ..config
+    };
+    let err = (registration.create)(&config).err().expect("must fail");
+    assert_eq!(err.label(), "engine_load");
+    assert!(err.to_string().contains("model.safetensors"), "{err}");
 }
 
 // --- through the offline backend ----------------------------------------

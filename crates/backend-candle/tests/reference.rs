@@ -4,9 +4,9 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use guidebench_candle::fixtures::{FixtureSpec, write_llama_fixture};
 use guidebench_candle::{CandleEngine, CandleOptions};
 use guidebench_core::generation::first_step_logits;
+use guidebench_testkit::fixtures::{FixtureSpec, write_llama_fixture};
 use serde_json::Value;
 
 /// A straightforward, unbatched forward pass in f32 loops (f64 sums).

@@ -38,3 +38,17 @@ pub use error::{Error, Result};
 pub use mock::{InjectedFailure, MockEngine, MockOptions, OPTIONS as MOCK_OPTIONS};
 pub use probe::{Gate, MockProbe};
 pub use tokenizer::ByteTokenizer;
+
+guidebench_core::register_builtin_model! {
+    name: "tiny",
+    description: "a 26.7M-parameter Llama with random weights from a fixed seed and a tokenizer trained here; generated on first use",
+    create: builtin_tiny,
+}
+
+/// Generates (once) and finds `builtin:tiny` under the cache root.
+fn builtin_tiny(root: &std::path::Path) -> guidebench_core::Result<std::path::PathBuf> {
+    fixtures::builtin_model_dir_in(root, "tiny").map_err(|e| guidebench_core::Error::EngineLoad {
+        engine: "builtin:tiny".into(),
+        reason: e.to_string(),
+    })
+}
