@@ -10,6 +10,9 @@
 //! - [`MockProbe`]: what tests use to watch and steer a mock engine
 //!   (creation count, batch sizes, overlap detection, gates that hold a
 //!   load or a generate until the test releases it).
+//! - [`MockStepEngine`]: a step engine (core's `StepEngine`) with
+//!   deterministic logits that checks every rule of the step contract,
+//!   for tests of the generation loop and of schedulers.
 //! - [`ByteTokenizer`]: a tokenizer with one token per byte.
 //!
 //! And the shared test models every engine is checked against:
@@ -24,19 +27,26 @@
 //! - [`expected`]: stored prompt tokens, greedy continuations and
 //!   first-step logits of the shared fixtures, for engines to compare
 //!   against without running the reference.
+//! - [`conformance`]: the suite every step engine runs against itself
+//!   (greedy tokens and logits on the shared fixtures, batching, stopping
+//!   rules, seeded sampling, per-request errors, timings), as one call or
+//!   one `#[test]` per check with [`conformance_tests!`].
 #![deny(missing_docs)]
 
+pub mod conformance;
 mod error;
 pub mod expected;
 pub mod fixtures;
 mod mock;
 mod probe;
 pub mod reference;
+mod step;
 mod tokenizer;
 
 pub use error::{Error, Result};
 pub use mock::{InjectedFailure, MockEngine, MockOptions, OPTIONS as MOCK_OPTIONS};
 pub use probe::{Gate, MockProbe};
+pub use step::{MockStepEngine, StepLog};
 pub use tokenizer::ByteTokenizer;
 
 guidebench_core::register_builtin_model! {
