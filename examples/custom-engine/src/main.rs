@@ -1,9 +1,9 @@
-//! `guidebench-with-reverse`: the whole guidebench command line, plus the
-//! `reverse` engine of this crate.
+//! `guidebench-with-reference`: the whole guidebench command line, plus
+//! the `reference` engine of this crate.
 //!
 //! ```text
-//! guidebench-with-reverse backends
-//! guidebench-with-reverse run --backend kind=offline,engine=reverse,uppercase=true \
+//! guidebench-with-reference backends
+//! guidebench-with-reference run --backend kind=offline,engine=reference,model=path/to/model \
 //!     --data kind=synthetic_text,prompt_tokens=32,output_tokens=16 \
 //!     --constraint kind=max_requests,count=50
 //! ```

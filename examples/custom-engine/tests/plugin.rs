@@ -8,46 +8,69 @@ use guidebench_core::options::parse_kind_args;
 use guidebench_core::registry;
 use guidebench_core::request::GenerationRequest;
 use guidebench_core::sampling::Sampling;
+use guidebench_testkit::expected;
+use guidebench_testkit::fixtures::{FixtureSpec, write_llama_fixture};
 // Integration tests are separate crates: name the plugin here too.
 use guidebench_example_custom_engine as _;
+
+fn tiny_fixture() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_llama_fixture(dir.path(), &FixtureSpec::tiny()).expect("fixture");
+    dir
+}
 
 #[test]
 fn the_third_party_engine_is_registered_beside_the_builtin_ones() {
     let engines = registry::engines().expect("no duplicate names");
-    assert!(engines.get("reverse").is_ok());
+    let reference = engines.get("reference").expect("registered");
+    let options: Vec<&str> = reference.options.iter().map(|o| o.name).collect();
+    assert_eq!(options, ["max_slots", "max_seq_len"]);
 }
 
 #[tokio::test]
 async fn the_offline_backend_runs_the_third_party_engine_by_name() {
-    let args =
-        parse_kind_args("kind=offline,engine=reverse,uppercase=true,batch_size=4").expect("parses");
+    let dir = tiny_fixture();
+    let args = parse_kind_args(&format!(
+        "kind=offline,engine=reference,model={},max_slots=2,batch_size=4",
+        dir.path().display()
+    ))
+    .expect("parses");
     let backend: Arc<dyn Backend> = Arc::from(registry::create_backend(args).expect("creates"));
     backend.startup().await.expect("startup");
     backend.validate().await.expect("validate");
-    let sampling = Sampling::fixed_length(5).expect("valid");
+    let stored = expected::stored().expect("stored expectations");
+    let prompt = &stored.fixture("tiny").expect("tiny").prompts[2];
     let response = backend
-        .resolve(GenerationRequest::text(1, "guidebench", sampling))
+        .resolve(GenerationRequest::text(
+            1,
+            prompt.text.clone(),
+            Sampling::fixed_length(5).expect("valid"),
+        ))
         .await
         .expect("resolves");
-    assert_eq!(response.text, "HCNEB");
+    assert_eq!(response.token_ids, prompt.greedy[..5]);
     assert_eq!(response.timings.tokens.len(), 5);
     backend.shutdown().await.expect("shutdown");
 }
 
 #[test]
 fn a_binary_that_names_the_crate_lists_and_runs_its_engine() {
-    let bin = env!("CARGO_BIN_EXE_guidebench-with-reverse");
+    let bin = env!("CARGO_BIN_EXE_guidebench-with-reference");
     let listing = Command::new(bin).arg("backends").output().expect("runs");
     assert!(listing.status.success());
     let stdout = String::from_utf8_lossy(&listing.stdout);
-    assert!(stdout.contains("reverse"), "{stdout}");
+    assert!(stdout.contains("reference"), "{stdout}");
     assert!(stdout.contains("mock"), "{stdout}");
 
+    let dir = tiny_fixture();
     let run = Command::new(bin)
         .args([
             "run",
             "--backend",
-            "kind=offline,engine=reverse",
+            &format!(
+                "kind=offline,engine=reference,model={}",
+                dir.path().display()
+            ),
             "--data",
             "kind=synthetic_text,prompt_tokens=16,output_tokens=8",
             "--constraint",
@@ -61,11 +84,10 @@ fn a_binary_that_names_the_crate_lists_and_runs_its_engine() {
         "{stdout}\n{}",
         String::from_utf8_lossy(&run.stderr)
     );
-    assert!(stdout.contains("throughput@256"), "{stdout}");
     let row = stdout
         .lines()
         .find(|l| l.starts_with("throughput@256"))
-        .expect("a row for the benchmark");
+        .unwrap_or_else(|| panic!("a row for the benchmark: {stdout}"));
     let ok: Vec<&str> = row.split_whitespace().take(3).collect();
     assert_eq!(
         ok,
