@@ -2,9 +2,13 @@
 //! run (what `bench/candle` runs):
 //!
 //! 1. output tokens/s on `builtin:tiny` (prompt 128, 64 new tokens, greedy,
-//!    all cores) at batch 1, 8 and 32, and the batch-32 / batch-1 gain;
-//! 2. batch-1 decoding steps/s against the memory-bandwidth bound (weight
-//!    bytes read per step / copy bandwidth measured in this run);
+//!    all cores) at batch 1, 8 and 32, the batch-32 / batch-1 gain, and the
+//!    share of the roofline each reaches: the run's lower bound is the
+//!    prefill's FLOPs / the matrix-multiplication peak measured in this
+//!    run, plus, per decoding step, max(weight bytes / read bandwidth
+//!    measured in this run, the step's FLOPs / that peak);
+//! 2. steady-state decoding at batch 1 and 32: bytes allocated and page
+//!    faults per generated token;
 //! 3. tokens/s through the `offline` backend (waves of 32 concurrent
 //!    requests, one full batch each) / tokens/s of direct `generate` calls
 //!    with the same batches.
@@ -13,7 +17,9 @@
 //! cargo run --release -p guidebench-candle --example bench -- [rounds=2] [waves=4]
 //! ```
 
+use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use guidebench_candle::{CandleEngine, CandleOptions};
@@ -27,6 +33,73 @@ use guidebench_testkit as _;
 use rayon::prelude::*;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Counts the bytes every allocation of the process asks for.
+struct Counting;
+
+static ALLOCATED: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: every call goes straight to the system allocator with the same
+// arguments; the counter is only added to.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATED.fetch_add(layout.size() as u64, Ordering::Relaxed);
+        // SAFETY: the caller's contract is the system allocator's.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        ALLOCATED.fetch_add(layout.size() as u64, Ordering::Relaxed);
+        // SAFETY: as above.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATED.fetch_add(new_size as u64, Ordering::Relaxed);
+        // SAFETY: as above.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: as above.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// Minor + major page faults of this process so far (Linux; 0 elsewhere).
+fn page_faults() -> u64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return 0;
+    };
+    // Fields after the command name (which may hold spaces) in parentheses.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // minflt is field 10 and majflt field 12 of the whole line (1-based);
+    // `rest` starts at field 3.
+    let get = |i: usize| {
+        fields
+            .get(i - 3)
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    get(10) + get(12)
+}
+
+/// The CPU's model name (Linux), for the record.
+fn cpu_name() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|info| {
+            info.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_owned())
+        })
+        .unwrap_or_else(|| std::env::consts::ARCH.to_owned())
+}
 
 const MODEL: &str = "builtin:tiny";
 const PROMPT: usize = 128;
@@ -65,6 +138,22 @@ fn main() -> Result<(), BoxError> {
         engine.engine().decoder().dtype(),
         description.threads,
         t0.elapsed()
+    );
+    println!(
+        "cpu: {} ({} cores visible); decoding kernel: {}",
+        cpu_name(),
+        std::thread::available_parallelism().map_or(0, usize::from),
+        guidebench_candle::kernel_path()
+    );
+    let threads = description.threads.unwrap_or(1);
+    let peak = matmul_peak(threads)?;
+    let (read_bw, copy_bw) = bandwidths(threads);
+    println!(
+        "measured here: f32 matmul peak {:.1} GFLOP/s (4096 x 512 x 2816, {threads} threads); \
+         read bandwidth {:.2} GB/s; copy bandwidth (read + write) {:.2} GB/s",
+        peak / 1e9,
+        read_bw / 1e9,
+        copy_bw / 1e9
     );
     let tokenizer = engine.tokenizer();
     let mut text = SyntheticText::new(tokenizer.as_ref(), 1);
@@ -117,19 +206,39 @@ fn main() -> Result<(), BoxError> {
             }
         }
     }
-    for (i, b) in BATCHES.iter().enumerate() {
+    let decoder = engine.engine().decoder();
+    let (flops_token, lm_flops) = (
+        decoder.flops_per_token() as f64,
+        decoder.lm_head_flops() as f64,
+    );
+    let weight_bytes = decoder.weight_bytes_per_step() as f64;
+    for (i, &b) in BATCHES.iter().enumerate() {
+        let b_f = b as f64;
+        let prefill_bound = (b_f * PROMPT as f64 * flops_token + b_f * lm_flops) / peak;
+        let step_bound = (weight_bytes / read_bw).max(b_f * (flops_token + lm_flops) / peak);
+        let bound = prefill_bound + f64::from(OUTPUT - 1) * step_bound;
+        let measured = b_f * f64::from(OUTPUT) / best_tps[i];
         println!(
             "  batch {b:>2}: {:>7.1} output tok/s  (prefill+first token {:.1} ms; \
-             decoding steps alone {:.1} tok/s)",
+             decoding steps alone {:.1} tok/s); roofline bound {:.3} s, measured {:.3} s: \
+             {:.0} % of the roofline ({})",
             best_tps[i],
             best_ttft[i] * 1e3,
-            best_decode[i]
+            best_decode[i],
+            bound,
+            measured,
+            100.0 * bound / measured,
+            if weight_bytes / read_bw >= b_f * (flops_token + lm_flops) / peak {
+                "steps bandwidth-bound"
+            } else {
+                "steps compute-bound"
+            }
         );
     }
     let last = BATCHES.len() - 1;
     let gain = best_tps[last] / best_tps[0];
     println!(
-        "  gain batch {} / batch 1: {gain:.2}x  (target >= 7x); decoding steps alone: {:.2}x",
+        "  gain batch {} / batch 1: {gain:.2}x; decoding steps alone: {:.2}x",
         BATCHES[last],
         best_decode[last] / best_decode[0]
     );
@@ -143,29 +252,24 @@ fn main() -> Result<(), BoxError> {
         engine.engine().decoder().flops_per_token() as f64 / 1e6
     );
 
-    // 2. batch-1 decode against the memory-bandwidth bound
-    println!("\n[2] batch-1 decode vs memory bandwidth");
-    let weight_bytes = engine.engine().decoder().weight_bytes_per_step();
-    let (bw_one, bw_all) = copy_bandwidth();
-    let bandwidth = bw_one.max(bw_all);
-    let bound = bandwidth / weight_bytes as f64;
-    let measured = 1.0 / best_step;
+    // 2. steady-state decoding: what each token allocates and faults in
+    println!("\n[2] steady-state decoding (32 steps after prefill)");
+    for b in [1usize, 32] {
+        let batch = requests(b, 2_000_000, 64)?;
+        let (bytes, faults, tokens) = steady_state(&mut engine, &batch, 32)?;
+        println!(
+            "  batch {b:>2}: {:>9.0} bytes allocated and {:.2} page faults per generated token",
+            bytes as f64 / tokens as f64,
+            faults as f64 / tokens as f64
+        );
+    }
+    let measured_step = 1.0 / best_step;
     println!(
-        "  weight bytes read per step: {:.1} MB",
-        weight_bytes as f64 / 1e6
+        "  batch-1 decode: {measured_step:.1} steps/s = weights read at {:.2} GB/s \
+         ({:.1} MB per step)",
+        weight_bytes * measured_step / 1e9,
+        weight_bytes / 1e6
     );
-    println!(
-        "  copy bandwidth (read + write, best of 4, 1 GiB): 1 thread {:.2} GB/s, {} threads {:.2} GB/s",
-        bw_one / 1e9,
-        rayon::current_num_threads(),
-        bw_all / 1e9
-    );
-    println!(
-        "  weights read at the measured step rate: {:.2} GB/s",
-        weight_bytes as f64 * measured / 1e9
-    );
-    println!("  bound: {bound:.1} steps/s; measured batch-1 decode: {measured:.1} steps/s");
-    println!("  bound / measured: {:.2}x  (aim <= 2x)", bound / measured);
 
     // 3. the offline backend's cost
     println!("\n[3] offline backend vs direct generate ({waves} waves of {OFFLINE_BATCH})");
@@ -260,30 +364,105 @@ fn run_wave(
     })
 }
 
-/// Copy bandwidth in bytes/s (bytes read + bytes written), best of 4
-/// copies of a 1 GiB buffer (several times the last-level cache of the
-/// machines this runs on): on one thread, and split over rayon's threads.
-fn copy_bandwidth() -> (f64, f64) {
-    const LEN: usize = 256 << 20; // f32s: 1 GiB
-    let src: Vec<f32> = (0..LEN).map(|i| i as f32).collect();
-    let mut dst = vec![0f32; LEN];
-    let bytes = (2 * LEN * std::mem::size_of::<f32>()) as f64;
-    let mut best = |f: &mut dyn FnMut(&mut [f32], &[f32])| {
+/// Prefills `batch` and runs `steps` decoding steps through the engine's
+/// own generation loop; returns the bytes allocated, the page faults and
+/// the tokens generated during the steps alone.
+fn steady_state(
+    engine: &mut StepRunner<CandleEngine>,
+    batch: &[EngineRequest],
+    steps: usize,
+) -> Result<(u64, u64, usize), BoxError> {
+    let (engine, generation) = engine.parts();
+    let mut waiting = Vec::with_capacity(batch.len());
+    for (i, request) in batch.iter().enumerate() {
+        waiting.push(
+            generation
+                .validate(i, request.clone())
+                .map_err(|(_, e)| e)?,
+        );
+    }
+    let mut done = Vec::with_capacity(batch.len());
+    generation.admit(engine, &mut waiting, &mut done);
+    generation.step(engine, &mut done); // first step: buffers grow to size
+    let rows = generation.running();
+    let (bytes, faults) = (ALLOCATED.load(Ordering::Relaxed), page_faults());
+    for _ in 0..steps {
+        generation.step(engine, &mut done);
+    }
+    let result = (
+        ALLOCATED.load(Ordering::Relaxed) - bytes,
+        page_faults() - faults,
+        rows * steps,
+    );
+    while !generation.is_idle() {
+        generation.step(engine, &mut done);
+    }
+    for (_, output) in done {
+        output?;
+    }
+    Ok(result)
+}
+
+/// The f32 matrix-multiplication rate candle reaches on a prefill-shaped
+/// product (4096 x 512 by 512 x 2816), in FLOP/s, best of 5, on a pool of
+/// `threads` threads as the engine uses.
+fn matmul_peak(threads: usize) -> Result<f64, BoxError> {
+    use candle_core::{Device, Tensor};
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()?;
+    let (m, k, n) = (4096usize, 512usize, 2816usize);
+    pool.install(|| {
+        let a = Tensor::randn(0f32, 1.0, (m, k), &Device::Cpu)?;
+        let w = Tensor::randn(0f32, 1.0, (n, k), &Device::Cpu)?;
         let mut best = f64::INFINITY;
-        for _ in 0..4 {
+        for _ in 0..6 {
             let start = Instant::now();
-            f(&mut dst, &src);
+            let c = a.matmul(&w.t()?)?;
+            std::hint::black_box(&c);
             best = best.min(start.elapsed().as_secs_f64());
-            std::hint::black_box(&dst);
         }
-        bytes / best
+        Ok((2 * m * k * n) as f64 / best)
+    })
+}
+
+/// Read bandwidth (a sum over a 1 GiB buffer) and copy bandwidth (bytes
+/// read + written) in bytes/s, best of 4, split over `threads` threads.
+/// 1 GiB is several times the last-level cache of the machines this runs
+/// on.
+fn bandwidths(threads: usize) -> (f64, f64) {
+    const LEN: usize = 256 << 20; // f32s: 1 GiB
+    let pool = match rayon::ThreadPoolBuilder::new().num_threads(threads).build() {
+        Ok(pool) => pool,
+        Err(_) => return (f64::NAN, f64::NAN),
     };
-    let one = best(&mut |d, s| d.copy_from_slice(s));
-    let chunk = LEN.div_ceil(rayon::current_num_threads());
-    let all = best(&mut |d, s| {
-        d.par_chunks_mut(chunk)
-            .zip(s.par_chunks(chunk))
-            .for_each(|(d, s)| d.copy_from_slice(s));
-    });
-    (one, all)
+    pool.install(|| {
+        let src: Vec<f32> = (0..LEN).map(|i| i as f32).collect();
+        let mut dst = vec![0f32; LEN];
+        let bytes = (LEN * std::mem::size_of::<f32>()) as f64;
+        let chunk = LEN.div_ceil(threads.max(1));
+        let time = |f: &mut dyn FnMut()| {
+            let mut best = f64::INFINITY;
+            for _ in 0..4 {
+                let start = Instant::now();
+                f();
+                best = best.min(start.elapsed().as_secs_f64());
+            }
+            best
+        };
+        let read = time(&mut || {
+            let sum: f32 = src
+                .par_chunks(chunk)
+                .map(|c| c.iter().fold(0f32, |a, b| a + b))
+                .sum();
+            std::hint::black_box(sum);
+        });
+        let copy = time(&mut || {
+            dst.par_chunks_mut(chunk)
+                .zip(src.par_chunks(chunk))
+                .for_each(|(d, s)| d.copy_from_slice(s));
+            std::hint::black_box(&dst);
+        });
+        (bytes / read, 2.0 * bytes / copy)
+    })
 }

@@ -47,6 +47,7 @@ pub mod model;
 
 pub use engine::{CandleEngine, CandleOptions, OPTIONS};
 pub use error::CandleError;
+pub use matvec::kernel_path;
 
 /// The engine's registered name.
 pub const ENGINE_NAME: &str = "candle";

@@ -30,6 +30,17 @@ pub fn small_rows() -> usize {
     }
 }
 
+/// The decoding kernel this CPU runs: `avx512`, `avx2+fma` or `portable`.
+pub fn kernel_path() -> &'static str {
+    if has_avx512() {
+        "avx512"
+    } else if has_avx2_fma() {
+        "avx2+fma"
+    } else {
+        "portable"
+    }
+}
+
 fn has_avx512() -> bool {
     #[cfg(target_arch = "x86_64")]
     {

@@ -722,6 +722,11 @@ impl Decoder {
         total
     }
 
+    /// Floating-point operations of the LM head for one position.
+    pub fn lm_head_flops(&self) -> usize {
+        2 * self.lm_head.weight().elem_count()
+    }
+
     /// Floating-point operations of the decoder blocks' projections for
     /// one token (two per weight: a multiply and an add), the part of a
     /// prefill that grows with prompt tokens times rows; attention scores

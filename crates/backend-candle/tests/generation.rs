@@ -57,112 +57,24 @@ const PROMPTS: [&str; 5] = [
     "gla mou ten sti fai ba ro ke",
 ];
 
+// Greedy tokens, logits, batching, eos, stop strings and seeds are the
+// conformance suite's (tests/conformance.rs); these are candle's own.
+
 #[test]
-fn batched_greedy_output_equals_one_request_at_a_time_for_prompts_of_different_lengths() {
-    let dir = fixture(&FixtureSpec::tiny());
-    let mut engine = load(dir.path());
-    // different lengths and different max_tokens, so rows finish at
-    // different steps and the batch is compacted on the way
-    let batch: Vec<EngineRequest> = PROMPTS
-        .iter()
-        .enumerate()
-        .map(|(i, p)| request(i as u64, p, greedy(3 + 4 * i as u32)))
-        .collect();
-    let together = run(&mut engine, &batch);
-    assert_eq!(together.len(), batch.len());
-    for (req, out) in batch.iter().zip(&together) {
-        let alone = run(&mut engine, std::slice::from_ref(req));
-        assert_eq!(alone[0].token_ids, out.token_ids, "request {}", req.id);
-        assert_eq!(alone[0].text, out.text);
-        assert_eq!(out.token_ids.len(), req.sampling.max_tokens as usize);
-        assert_eq!(out.finish_reason, FinishReason::Length);
-        assert_eq!(out.token_instants.len(), out.token_ids.len());
-        assert!(out.token_instants.windows(2).all(|w| w[0] <= w[1]));
-    }
-    // the greedy continuation is not a constant
+fn sharded_safetensors_load_to_the_same_model() {
+    let one = fixture(&FixtureSpec::tiny());
+    let sharded = fixture(&FixtureSpec::sharded());
     assert!(
-        together
-            .iter()
-            .any(|o| o.token_ids.iter().any(|&t| t != o.token_ids[0]))
+        sharded
+            .path()
+            .join("model.safetensors.index.json")
+            .is_file()
     );
-}
-
-#[test]
-fn seeded_sampling_in_a_batch_equals_sampling_alone() {
-    let dir = fixture(&FixtureSpec::tiny());
-    let mut engine = load(dir.path());
-    let sampling = SamplingParams {
-        temperature: Some(0.9),
-        top_p: Some(0.95),
-        top_k: Some(50),
-        seed: Some(1234),
-        max_tokens: Some(12),
-        ignore_eos: Some(true),
-        ..SamplingParams::default()
-    }
-    .validate()
-    .expect("sampling");
-    let batch: Vec<EngineRequest> = PROMPTS
-        .iter()
-        .enumerate()
-        .map(|(i, p)| request(i as u64, p, sampling.clone()))
-        .collect();
-    let together = run(&mut engine, &batch);
-    for (req, out) in batch.iter().zip(&together) {
-        let alone = run(&mut engine, std::slice::from_ref(req));
-        assert_eq!(alone[0].token_ids, out.token_ids);
-    }
-}
-
-#[test]
-fn generation_stops_at_any_eos_id_of_generation_config_unless_eos_is_ignored() {
-    let dir = fixture(&FixtureSpec::tiny());
-    let prompt = PROMPTS[1];
-    let free = run(&mut load(dir.path()), &[request(0, prompt, greedy(8))]).remove(0);
-    // make the third greedy token an end-of-sequence id (a list of ids)
-    let stop_token = free.token_ids[2];
-    assert!(
-        !free.token_ids[..2].contains(&stop_token),
-        "{:?}",
-        free.token_ids
+    let prompt = [5, 6, 7, 8];
+    assert_eq!(
+        logits(load(one.path()), &prompt),
+        logits(load(sharded.path()), &prompt)
     );
-    std::fs::write(
-        dir.path().join("generation_config.json"),
-        format!(r#"{{"eos_token_id": [1, {stop_token}]}}"#),
-    )
-    .expect("write");
-    let mut engine = load(dir.path());
-    assert!(engine.engine().eos_ids().contains(&stop_token));
-
-    let mut sampling = greedy(8);
-    sampling.ignore_eos = false;
-    let outs = run(
-        &mut engine,
-        &[request(0, prompt, sampling), request(1, prompt, greedy(8))],
-    );
-    assert_eq!(outs[0].token_ids, free.token_ids[..3].to_vec());
-    assert_eq!(outs[0].finish_reason, FinishReason::Eos);
-    assert_eq!(outs[1].token_ids, free.token_ids, "ignore_eos keeps going");
-    assert_eq!(outs[1].finish_reason, FinishReason::Length);
-}
-
-#[test]
-fn a_stop_string_ends_generation_and_is_cut_from_the_text() {
-    let dir = fixture(&FixtureSpec::tiny());
-    let mut engine = load(dir.path());
-    let prompt = PROMPTS[4];
-    let free = run(&mut engine, &[request(0, prompt, greedy(10))]).remove(0);
-    let chars: Vec<char> = free.text.chars().collect();
-    assert!(chars.len() >= 4, "{:?}", free.text);
-    let stop: String = chars[chars.len() / 2..chars.len() / 2 + 2].iter().collect();
-    let mut sampling = greedy(10);
-    sampling.stop = vec![stop.clone()];
-    let out = run(&mut engine, &[request(0, prompt, sampling)]).remove(0);
-    assert_eq!(out.finish_reason, FinishReason::Stop);
-    let at = free.text.find(&stop).expect("stop in text");
-    assert_eq!(out.text, free.text[..at]);
-    assert!(out.token_ids.len() <= free.token_ids.len());
-    assert_eq!(out.token_ids[..], free.token_ids[..out.token_ids.len()]);
 }
 
 #[test]
