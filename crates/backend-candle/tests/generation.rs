@@ -7,7 +7,7 @@ use guidebench_candle::{CandleEngine, CandleOptions};
 use guidebench_core::engine::{Engine, EngineOutput, EngineRequest};
 use guidebench_core::generation::{StepRunner, first_step_logits};
 use guidebench_core::request::FinishReason;
-use guidebench_core::sampling::{Sampling, SamplingParams};
+use guidebench_core::sampling::Sampling;
 use guidebench_testkit::fixtures::{FixtureSpec, write_llama_fixture};
 
 fn fixture(spec: &FixtureSpec) -> tempfile::TempDir {
