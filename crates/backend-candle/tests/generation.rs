@@ -325,12 +325,23 @@ fn load_errors_reach_the_registry_with_their_own_labels() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_engine_works_through_the_offline_backend_and_matches_direct_calls() {
+    for scheduling in [
+        "scheduling=static,batch_size=4,batch_timeout=50ms",
+        "scheduling=continuous,max_running=3,max_prefill_tokens=16",
+    ] {
+        through_the_offline_backend(scheduling).await;
+    }
+}
+
+/// Greedy outputs through the offline backend under `scheduling` equal
+/// running each request alone.
+async fn through_the_offline_backend(scheduling: &str) {
     use guidebench_core::backend::Backend;
     use guidebench_core::request::GenerationRequest;
 
     let dir = fixture(&FixtureSpec::tiny());
     let args = guidebench_core::options::parse_kind_args(&format!(
-        "kind=offline,engine=candle,model={},batch_size=4,batch_timeout=50ms,dtype=f32,threads=1",
+        "kind=offline,engine=candle,model={},{scheduling},dtype=f32,threads=1",
         dir.path().display()
     ))
     .expect("args");
@@ -344,7 +355,9 @@ async fn the_engine_works_through_the_offline_backend_and_matches_direct_calls()
     let mut handles = Vec::new();
     for (i, prompt) in PROMPTS.iter().enumerate() {
         let backend = std::sync::Arc::clone(&backend);
-        let req = GenerationRequest::text(i as u64, *prompt, greedy(5));
+        // different lengths, so that under continuous scheduling requests
+        // finish at different steps and waiting ones join mid-generation
+        let req = GenerationRequest::text(i as u64, *prompt, greedy(3 + 2 * i as u32));
         handles.push(tokio::spawn(async move { backend.resolve(req).await }));
     }
     let mut responses = Vec::new();
@@ -355,10 +368,18 @@ async fn the_engine_works_through_the_offline_backend_and_matches_direct_calls()
 
     let mut engine = load(dir.path());
     for (i, response) in responses.iter().enumerate() {
-        let direct = run(&mut engine, &[request(i as u64, PROMPTS[i], greedy(5))]).remove(0);
-        assert_eq!(response.token_ids, direct.token_ids, "request {i}");
+        let tokens = 3 + 2 * i as u32;
+        let direct = run(
+            &mut engine,
+            &[request(i as u64, PROMPTS[i], greedy(tokens))],
+        )
+        .remove(0);
+        assert_eq!(
+            response.token_ids, direct.token_ids,
+            "{scheduling}: request {i}"
+        );
         assert_eq!(response.text, direct.text);
-        assert_eq!(response.output_tokens, 5);
-        assert_eq!(response.timings.tokens.len(), 5);
+        assert_eq!(response.output_tokens, tokens);
+        assert_eq!(response.timings.tokens.len(), tokens as usize);
     }
 }

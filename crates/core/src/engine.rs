@@ -98,6 +98,13 @@ pub trait Engine {
         self.tokenizer().chat_template().map(str::to_owned)
     }
 
+    /// The step engine inside, for schedulers that drive it one iteration
+    /// at a time (`scheduling=continuous`); `None` for an engine that only
+    /// runs whole batches.
+    fn step_engine(&mut self) -> Option<&mut dyn crate::generation::StepEngine> {
+        None
+    }
+
     /// What inputs the engine accepts.
     fn capabilities(&self) -> EngineCapabilities {
         EngineCapabilities::default()

@@ -272,6 +272,12 @@ impl<K> Admitted<K> {
     pub fn key(&self) -> &K {
         &self.key
     }
+
+    /// The caller's key, mutably (for example to stamp when it was
+    /// admitted).
+    pub fn key_mut(&mut self) -> &mut K {
+        &mut self.key
+    }
 }
 
 /// The running sequences of one step engine and the rules that move them:
@@ -407,7 +413,19 @@ impl<K> Generation<K> {
         waiting: &mut Vec<Admitted<K>>,
         done: &mut Vec<(K, Result<EngineOutput>)>,
     ) {
-        let n = waiting.len().min(self.free.len());
+        self.admit_up_to(engine, waiting, usize::MAX, done);
+    }
+
+    /// [`admit`](Self::admit), taking at most `most` requests from the
+    /// front of `waiting` (in one prefill call).
+    pub fn admit_up_to(
+        &mut self,
+        engine: &mut dyn StepEngine,
+        waiting: &mut Vec<Admitted<K>>,
+        most: usize,
+        done: &mut Vec<(K, Result<EngineOutput>)>,
+    ) {
+        let n = waiting.len().min(self.free.len()).min(most);
         if n == 0 {
             return;
         }
@@ -662,6 +680,10 @@ impl<E: StepEngine> StepRunner<E> {
 }
 
 impl<E: StepEngine> Engine for StepRunner<E> {
+    fn step_engine(&mut self) -> Option<&mut dyn StepEngine> {
+        Some(&mut self.engine)
+    }
+
     fn generate(&mut self, batch: &[EngineRequest]) -> Result<Vec<Result<EngineOutput>>> {
         let mut results: Vec<Option<Result<EngineOutput>>> = batch.iter().map(|_| None).collect();
         let mut waiting = Vec::with_capacity(batch.len());

@@ -46,7 +46,7 @@ mod tokenizer;
 pub use error::{Error, Result};
 pub use mock::{InjectedFailure, MockEngine, MockOptions, OPTIONS as MOCK_OPTIONS};
 pub use probe::{Gate, MockProbe};
-pub use step::{MockStepEngine, StepLog};
+pub use step::{MockStepEngine, StepCall, StepLog};
 pub use tokenizer::ByteTokenizer;
 
 guidebench_core::register_builtin_model! {

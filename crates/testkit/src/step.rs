@@ -4,16 +4,30 @@
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use tokio::sync::watch;
+
 use guidebench_core::engine::EngineDescription;
 use guidebench_core::generation::{Decode, Logits, Prefill, StepEngine, StepLimits};
 use guidebench_core::tokenizer::Tokenizer;
 use guidebench_core::{Error, Result};
 
+use crate::probe::Gate;
 use crate::tokenizer::{ByteTokenizer, EOS};
+
+/// One call the loop made, in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StepCall {
+    /// A prefill of this many sequences.
+    Prefill(usize),
+    /// A decoding step over this many sequences.
+    Decode(usize),
+}
 
 /// What the loop asked a [`MockStepEngine`] for.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct StepLog {
+    /// Every prefill and decode call, in order.
+    pub calls: Vec<StepCall>,
     /// Sequences of each prefill call.
     pub prefills: Vec<usize>,
     /// Rows of each decode call.
@@ -45,8 +59,11 @@ pub struct MockStepEngine {
     max_seq_len: usize,
     eos_after: Option<usize>,
     fail_decode_call: Option<usize>,
+    panic_decode_call: Option<usize>,
     decode_calls: usize,
     log: Arc<Mutex<StepLog>>,
+    step_gate: Arc<Gate>,
+    decodes_started: Arc<watch::Sender<usize>>,
 }
 
 impl MockStepEngine {
@@ -58,9 +75,29 @@ impl MockStepEngine {
             max_seq_len,
             eos_after: None,
             fail_decode_call: None,
+            panic_decode_call: None,
             decode_calls: 0,
             log: Arc::default(),
+            step_gate: Arc::default(),
+            decodes_started: Arc::new(watch::channel(0).0),
         }
+    }
+
+    /// The `n`th decode call (1-based) panics.
+    pub fn panicking_decode_call(mut self, n: usize) -> Self {
+        self.panic_decode_call = Some(n);
+        self
+    }
+
+    /// The gate every decode call passes before it runs (open by default):
+    /// close it to hold the engine between steps.
+    pub fn step_gate(&self) -> Arc<Gate> {
+        Arc::clone(&self.step_gate)
+    }
+
+    /// How many decode calls have started (counted before the gate).
+    pub fn decodes_started(&self) -> watch::Receiver<usize> {
+        self.decodes_started.subscribe()
     }
 
     /// Prefers end-of-sequence once a sequence has `n` positions past its
@@ -140,13 +177,23 @@ impl StepEngine for MockStepEngine {
         let held = self.slots.iter().flatten().count();
         let mut log = self.log_mut();
         log.prefills.push(seqs.len());
+        log.calls.push(StepCall::Prefill(seqs.len()));
         log.peak_slots = log.peak_slots.max(held);
         Ok(())
     }
 
     fn decode(&mut self, seqs: &[Decode], logits: &mut Logits) -> Result<()> {
         self.decode_calls += 1;
-        self.log_mut().decodes.push(seqs.len());
+        {
+            let mut log = self.log_mut();
+            log.decodes.push(seqs.len());
+            log.calls.push(StepCall::Decode(seqs.len()));
+        }
+        self.decodes_started.send_replace(self.decode_calls);
+        self.step_gate.pass();
+        if self.panic_decode_call == Some(self.decode_calls) {
+            panic!("injected panic in decode call {}", self.decode_calls);
+        }
         if self.fail_decode_call == Some(self.decode_calls) {
             return Err(Error::Config(format!(
                 "injected failure in decode call {}",

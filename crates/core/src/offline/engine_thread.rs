@@ -9,6 +9,8 @@ use std::time::Instant;
 
 use tokio::sync::{mpsc as tokio_mpsc, oneshot};
 
+use super::Scheduling;
+use super::continuous;
 use crate::engine::{
     EngineCapabilities, EngineConfig, EngineDescription, EngineFactory, EngineOutput, EngineRequest,
 };
@@ -43,7 +45,7 @@ pub(crate) struct EngineThread {
     thread: JoinHandle<()>,
 }
 
-fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
     payload
         .downcast_ref::<&str>()
         .map(|s| (*s).to_owned())
@@ -57,6 +59,7 @@ impl EngineThread {
     pub(crate) async fn spawn(
         factory: EngineFactory,
         config: EngineConfig,
+        scheduling: Scheduling,
         done: tokio_mpsc::UnboundedSender<()>,
     ) -> Result<(EngineThread, EngineReady)> {
         let (ready_tx, ready_rx) = oneshot::channel();
@@ -64,7 +67,7 @@ impl EngineThread {
         let engine_name = config.engine.clone();
         let thread = std::thread::Builder::new()
             .name(format!("guidebench-engine-{engine_name}"))
-            .spawn(move || engine_main(&factory, &config, ready_tx, &jobs_rx, &done))
+            .spawn(move || engine_main(&factory, &config, scheduling, ready_tx, &jobs_rx, &done))
             .map_err(|e| Error::EngineLoad {
                 engine: engine_name.clone(),
                 reason: format!("cannot start the engine thread: {e}"),
@@ -112,6 +115,7 @@ impl EngineThread {
 fn engine_main(
     factory: &EngineFactory,
     config: &EngineConfig,
+    scheduling: Scheduling,
     ready: oneshot::Sender<Result<EngineReady>>,
     jobs: &mpsc::Receiver<Vec<Pending>>,
     done: &tokio_mpsc::UnboundedSender<()>,
@@ -134,6 +138,12 @@ fn engine_main(
             return;
         }
     };
+    if let Scheduling::Continuous(_) = scheduling
+        && let Err(err) = continuous::check_engine(engine.as_mut(), &config.engine)
+    {
+        let _ = ready.send(Err(err));
+        return;
+    }
     let info = EngineReady {
         tokenizer: engine.tokenizer(),
         chat_template: engine.chat_template(),
@@ -142,6 +152,10 @@ fn engine_main(
         load_time: started.elapsed(),
     };
     if ready.send(Ok(info)).is_err() {
+        return;
+    }
+    if let Scheduling::Continuous(policy) = scheduling {
+        continuous::run(engine.as_mut(), jobs, policy);
         return;
     }
     while let Ok(batch) = jobs.recv() {

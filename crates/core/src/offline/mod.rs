@@ -6,6 +6,7 @@
 //! runs one batch at a time. The guarantees this module keeps are listed in
 //! `docs/offline-backend.md`; each is a named test.
 
+pub mod continuous;
 mod engine_thread;
 pub mod policy;
 
@@ -30,6 +31,7 @@ use crate::template::{Placeholders, PromptFormatter, RequestFormat};
 use crate::tokenizer::Tokenizer;
 use crate::{Error, Result};
 
+pub use continuous::ContinuousPolicy;
 use engine_thread::{EngineReady, EngineThread, Generated, Pending};
 pub use policy::{BatchPolicy, BatchQueue, Batcher, Step};
 
@@ -50,6 +52,25 @@ pub const OPTIONS: &[OptionSpec] = &[
         "how long a partial batch waits, from its first request (10ms, 0.01)",
     )
     .with_default("10ms"),
+    OptionSpec::optional(
+        "scheduling",
+        OptionType::Choice(&["static", "continuous"]),
+        "static: micro-batches generated to their end; continuous: per-iteration admission \
+         into the running batch (step engines only)",
+    )
+    .with_default("static"),
+    OptionSpec::optional(
+        "max_running",
+        OptionType::Int,
+        "continuous: the most sequences in the running batch (default: batch_size)",
+    ),
+    OptionSpec::optional(
+        "max_prefill_tokens",
+        OptionType::Int,
+        "continuous: the most prompt tokens prefilled in one iteration (a longer prompt is \
+         prefilled alone)",
+    )
+    .with_default("2048"),
     OptionSpec::optional(
         "request_format",
         OptionType::String,
@@ -77,11 +98,24 @@ crate::register_backend! {
     create: OfflineBackend::from_args,
 }
 
+/// How the engine thread schedules requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Scheduling {
+    /// Micro-batches: a batch leaves the queue by [`BatchPolicy`] and is
+    /// generated to its end before the next one starts.
+    #[default]
+    Static,
+    /// Per-iteration admission into the running batch (step engines only).
+    Continuous(ContinuousPolicy),
+}
+
 /// The configuration of an offline backend.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct OfflineConfig {
-    /// When batches leave the queue.
+    /// When batches leave the queue (static scheduling).
     pub policy: BatchPolicy,
+    /// Static micro-batches or continuous batching.
+    pub scheduling: Scheduling,
     /// How requests become prompt text.
     pub request_format: RequestFormat,
     /// Placeholders for multimodal parts.
@@ -95,6 +129,9 @@ struct OfflineArgs {
     model: Option<String>,
     batch_size: Option<i64>,
     batch_timeout: Option<f64>,
+    scheduling: Option<String>,
+    max_running: Option<i64>,
+    max_prefill_tokens: Option<i64>,
     request_format: Option<String>,
     image_placeholder: Option<String>,
     audio_placeholder: Option<String>,
@@ -195,6 +232,52 @@ impl OfflineBackend {
             args.batch_timeout
                 .unwrap_or(policy::DEFAULT_BATCH_TIMEOUT.as_secs_f64()),
         )?;
+        let positive = |key: &str, value: i64| {
+            usize::try_from(value)
+                .ok()
+                .filter(|&v| v > 0)
+                .ok_or_else(|| Error::InvalidOption {
+                    context: "backend offline".into(),
+                    key: key.into(),
+                    reason: format!("must be a positive integer, got {value}"),
+                })
+        };
+        let scheduling = match args.scheduling.as_deref() {
+            None | Some("static") => {
+                for key in ["max_running", "max_prefill_tokens"] {
+                    let given = if key == "max_running" {
+                        args.max_running.is_some()
+                    } else {
+                        args.max_prefill_tokens.is_some()
+                    };
+                    if given {
+                        return Err(Error::InvalidOption {
+                            context: "backend offline".into(),
+                            key: key.into(),
+                            reason: "applies to scheduling=continuous only".into(),
+                        });
+                    }
+                }
+                Scheduling::Static
+            }
+            Some("continuous") => Scheduling::Continuous(ContinuousPolicy {
+                max_running: match args.max_running {
+                    Some(v) => positive("max_running", v)?,
+                    None => policy.batch_size,
+                },
+                max_prefill_tokens: match args.max_prefill_tokens {
+                    Some(v) => positive("max_prefill_tokens", v)?,
+                    None => continuous::DEFAULT_MAX_PREFILL_TOKENS,
+                },
+            }),
+            Some(other) => {
+                return Err(Error::InvalidOption {
+                    context: "backend offline".into(),
+                    key: "scheduling".into(),
+                    reason: format!("expected static or continuous, got `{other}`"),
+                });
+            }
+        };
         let request_format = match &args.request_format {
             Some(value) => RequestFormat::parse(value)?,
             None => RequestFormat::Plain,
@@ -202,6 +285,7 @@ impl OfflineBackend {
         let defaults = Placeholders::default();
         let config = OfflineConfig {
             policy,
+            scheduling,
             request_format,
             placeholders: Placeholders {
                 image: args.image_placeholder.unwrap_or(defaults.image),
@@ -251,6 +335,7 @@ impl OfflineBackend {
         let (thread, ready) = EngineThread::spawn(
             Arc::clone(&self.factory),
             self.engine_config.clone(),
+            self.config.scheduling,
             done_tx,
         )
         .await?;
@@ -289,10 +374,17 @@ impl OfflineBackend {
 /// request channel closes and everything queued is done.
 async fn run_batcher(
     policy: BatchPolicy,
+    scheduling: Scheduling,
     running: Arc<Running>,
     mut requests: mpsc::UnboundedReceiver<Pending>,
     mut done: mpsc::UnboundedReceiver<()>,
 ) {
+    if let Scheduling::Continuous(_) = scheduling {
+        // Requests go straight to the engine thread; this task only marks
+        // the end of the cycle, when shutdown closes the queue.
+        while requests.recv().await.is_some() {}
+        return;
+    }
     let mut batcher = Batcher::new(policy);
     let mut open = true;
     loop {
@@ -371,6 +463,7 @@ impl Backend for OfflineBackend {
         });
         let task = tokio::spawn(run_batcher(
             self.config.policy,
+            self.config.scheduling,
             Arc::clone(&running),
             queue_rx,
             done_rx,
@@ -393,11 +486,24 @@ impl Backend for OfflineBackend {
             "capabilities".into(),
             serde_json::to_value(loaded.capabilities).unwrap_or(Value::Null),
         );
-        info.insert("batch_size".into(), json!(self.config.policy.batch_size));
-        info.insert(
-            "batch_timeout_s".into(),
-            json!(self.config.policy.batch_timeout.as_secs_f64()),
-        );
+        match self.config.scheduling {
+            Scheduling::Static => {
+                info.insert("scheduling".into(), json!("static"));
+                info.insert("batch_size".into(), json!(self.config.policy.batch_size));
+                info.insert(
+                    "batch_timeout_s".into(),
+                    json!(self.config.policy.batch_timeout.as_secs_f64()),
+                );
+            }
+            Scheduling::Continuous(policy) => {
+                info.insert("scheduling".into(), json!("continuous"));
+                info.insert("max_running".into(), json!(policy.max_running));
+                info.insert(
+                    "max_prefill_tokens".into(),
+                    json!(policy.max_prefill_tokens),
+                );
+            }
+        }
         Ok(ValidationReport {
             load_time: Some(loaded.load_time),
             info,
@@ -435,9 +541,17 @@ impl Backend for OfflineBackend {
         };
         let queued = Instant::now();
         {
+            // The check and the enqueue are one step under this lock.
             let queue = lock(&running.queue);
             let sender = queue.as_ref().ok_or(Error::ShuttingDown)?;
-            sender.send(pending).map_err(|_| Error::ShuttingDown)?;
+            match self.config.scheduling {
+                Scheduling::Static => sender.send(pending).map_err(|_| Error::ShuttingDown)?,
+                // The engine thread schedules each iteration itself: the
+                // request goes straight to it.
+                Scheduling::Continuous(_) => {
+                    dispatch(&running, vec![pending]);
+                }
+            }
         }
         let Generated { output, dispatched } = reply_rx
             .await
