@@ -463,6 +463,7 @@ impl Backend for OfflineBackend {
                     .map(|&t| clock.wall(t))
                     .collect(),
                 end: Some(clock.wall(end)),
+                retries: 0,
             },
         })
     }
