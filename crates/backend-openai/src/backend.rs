@@ -24,6 +24,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::config::{OpenAiConfig, RequestFormat};
 use crate::error::{OpenAiError, chain, snippet};
+use crate::keep_alive::{KeepAlive, idle_timeout_for, unanswered};
 use crate::protocol::{Body, LineSplitter, OutputEvent, Usage, data_payload, token_timestamps};
 
 /// The registered name of this backend kind.
@@ -37,6 +38,18 @@ const SNIPPET_CHARS: usize = 200;
 ///
 /// One [`reqwest::Client`] (one connection pool) is built at
 /// [`startup`](Backend::startup) and shared by every request of the run.
+///
+/// # Connections
+///
+/// Connections are reused no longer than the server allows (see the
+/// `keep_alive` module): `Connection: close` is obeyed, and a
+/// `Keep-Alive: timeout=T` shorter than the pool's idle timeout (90 s)
+/// rebuilds the pool so that it drops idle connections before the server
+/// closes them. A send on which the connection closed before any answer
+/// arrived is sent once more on a fresh connection, never more; the
+/// response's [`RequestTimings::retries`] counts it and its timings start
+/// at the send that succeeded (the runner then shows the time lost as
+/// dispatch delay).
 ///
 /// # Timings
 ///
@@ -80,9 +93,18 @@ impl std::fmt::Debug for OpenAiHttpBackend {
     }
 }
 
+/// How long the pool keeps idle connections until a server announces less.
+const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+
 /// One startup..shutdown cycle.
 struct Running {
-    client: reqwest::Client,
+    config: Arc<OpenAiConfig>,
+    /// The pooled client, rebuilt when a server announces a shorter
+    /// keep-alive timeout than its pool's idle timeout.
+    pool: Mutex<Pool>,
+    /// A client that keeps no idle connection: every request on it opens a
+    /// fresh one. For the one retry of a send that went unanswered.
+    fresh: reqwest::Client,
     completions_url: reqwest::Url,
     completions_label: String,
     model: tokio::sync::OnceCell<Arc<str>>,
@@ -91,6 +113,54 @@ struct Running {
     /// Cancels requests still in flight when the drain time is over.
     cancel: CancellationToken,
     tracker: TaskTracker,
+}
+
+/// The pooled client and how long it keeps connections idle.
+struct Pool {
+    client: reqwest::Client,
+    idle_timeout: Duration,
+    /// The last `Keep-Alive` header seen, as the server wrote it.
+    announced: Option<String>,
+}
+
+impl Running {
+    /// The pooled client.
+    fn client(&self) -> reqwest::Client {
+        lock(&self.pool).client.clone()
+    }
+
+    /// Takes note of a response's `Keep-Alive` header: a timeout shorter
+    /// than the pool's idle timeout rebuilds the pool with a shorter one
+    /// (see the `keep_alive` module). Connections of the old pool close once
+    /// their requests are done.
+    fn observe(&self, headers: &HeaderMap) {
+        let Some(value) = headers.get("keep-alive").and_then(|v| v.to_str().ok()) else {
+            return;
+        };
+        let mut pool = lock(&self.pool);
+        if pool.announced.as_deref() != Some(value) {
+            pool.announced = Some(value.to_owned());
+        }
+        let Some(timeout) = KeepAlive::parse(value).timeout else {
+            return;
+        };
+        let idle = idle_timeout_for(timeout);
+        if idle >= pool.idle_timeout {
+            return;
+        }
+        match build_client(&self.config, (!idle.is_zero()).then_some(idle)) {
+            Ok(client) => {
+                tracing::info!(
+                    keep_alive = value,
+                    idle_timeout_s = idle.as_secs_f64(),
+                    "the server closes idle connections: the pool drops them sooner"
+                );
+                pool.client = client;
+                pool.idle_timeout = idle;
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot rebuild the HTTP client"),
+        }
+    }
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -139,58 +209,9 @@ impl OpenAiHttpBackend {
         })
     }
 
-    fn build_client(&self) -> Result<reqwest::Client> {
-        let config = &self.config;
-        let invalid = |reason: String| Error::InvalidOption {
-            context: "backend openai_http".into(),
-            key: "headers".into(),
-            reason,
-        };
-        let mut headers = HeaderMap::new();
-        if let Some(key) = &config.api_key {
-            let mut value = HeaderValue::from_str(&format!("Bearer {key}")).map_err(|_| {
-                Error::InvalidOption {
-                    context: "backend openai_http".into(),
-                    key: "api_key".into(),
-                    reason: "contains characters not allowed in an HTTP header".into(),
-                }
-            })?;
-            value.set_sensitive(true);
-            headers.insert(AUTHORIZATION, value);
-        }
-        for (name, value) in &config.headers {
-            let name = HeaderName::from_bytes(name.as_bytes())
-                .map_err(|e| invalid(format!("`{name}` is not a header name: {e}")))?;
-            let value = HeaderValue::from_str(value)
-                .map_err(|e| invalid(format!("the value of `{name}` is not allowed: {e}")))?;
-            headers.insert(name, value);
-        }
-        let url = self.url("")?;
-        let mut builder = reqwest::Client::builder()
-            .default_headers(headers)
-            .connect_timeout(config.connect_timeout)
-            .tcp_nodelay(true)
-            .pool_idle_timeout(Duration::from_secs(90))
-            .pool_max_idle_per_host(usize::MAX);
-        if matches!(
-            url.host_str(),
-            Some("localhost" | "127.0.0.1" | "[::1]" | "::1")
-        ) {
-            builder = builder.no_proxy();
-        }
-        builder = match (config.http2, url.scheme()) {
-            (true, "http") => builder.http2_prior_knowledge(),
-            (true, _) => builder,
-            (false, _) => builder.http1_only(),
-        };
-        builder
-            .build()
-            .map_err(|e| Error::Config(format!("cannot build the HTTP client: {}", chain(&e))))
-    }
-
     /// `GET url` within `limit`, as a `NotReady` error on failure.
     async fn probe(
-        client: &reqwest::Client,
+        running: &Running,
         url: &reqwest::Url,
         limit: Duration,
     ) -> std::result::Result<(u16, bytes::Bytes), OpenAiError> {
@@ -199,11 +220,13 @@ impl OpenAiHttpBackend {
             reason,
         };
         let work = async {
-            let response = client
+            let response = running
+                .client()
                 .get(url.clone())
                 .send()
                 .await
                 .map_err(|e| not_ready(chain(&e)))?;
+            running.observe(response.headers());
             let status = response.status().as_u16();
             let body = response.bytes().await.map_err(|e| not_ready(chain(&e)))?;
             Ok((status, body))
@@ -215,11 +238,11 @@ impl OpenAiHttpBackend {
 
     /// The model ids of `GET /v1/models`.
     async fn list_models(
-        client: &reqwest::Client,
+        running: &Running,
         url: &reqwest::Url,
         limit: Duration,
     ) -> std::result::Result<Vec<String>, OpenAiError> {
-        let (status, body) = Self::probe(client, url, limit).await?;
+        let (status, body) = Self::probe(running, url, limit).await?;
         let not_ready = |reason: String| OpenAiError::NotReady {
             url: url.to_string(),
             reason,
@@ -257,7 +280,7 @@ impl OpenAiHttpBackend {
                     return Ok(Arc::from(model.as_str()));
                 }
                 let url = self.url("/v1/models")?;
-                let models = Self::list_models(&running.client, &url, self.config.timeout).await?;
+                let models = Self::list_models(running, &url, self.config.timeout).await?;
                 models
                     .into_iter()
                     .next()
@@ -281,24 +304,51 @@ impl OpenAiHttpBackend {
         // Resolved once per run (by `validate`, or by the first request).
         let model = self.model(running).await?;
         let started = Instant::now();
-        let start = Clock::global().wall(started);
         let deadline = tokio::time::Instant::from_std(started) + self.config.timeout;
-        let body = build_body(&self.config, &model, &request)?;
+        let body = bytes::Bytes::from(build_body(&self.config, &model, &request)?);
         let url_label = running.completions_label.as_str();
         let timeout = || OpenAiError::Timeout {
             url: url_label.to_owned(),
             after: self.config.timeout,
         };
-        let send = running
-            .client
-            .post(running.completions_url.clone())
-            .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
-            .body(body)
-            .send();
-        let response = timeout_at(deadline, send)
-            .await
-            .map_err(|_| timeout())?
-            .map_err(|e| self.classify(&e, url_label, "sending the request"))?;
+        // At most one retry, on a fresh connection, of a send that went
+        // unanswered (see `keep_alive::unanswered`). The request's timings
+        // start at the send that succeeded.
+        let mut retries = 0u32;
+        let (response, sent) = loop {
+            let client = if retries == 0 {
+                running.client()
+            } else {
+                running.fresh.clone()
+            };
+            let sent = Instant::now();
+            let send = client
+                .post(running.completions_url.clone())
+                .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
+                .body(body.clone())
+                .send();
+            match timeout_at(deadline, send).await.map_err(|_| timeout())? {
+                Ok(response) => break (response, sent),
+                Err(e) if retries == 0 && unanswered(&e) => {
+                    tracing::debug!(
+                        request = request.id,
+                        error = %chain(&e),
+                        "the connection closed before any answer: sending again on a fresh one"
+                    );
+                    retries += 1;
+                }
+                Err(e) => {
+                    let during = if retries == 0 {
+                        "sending the request"
+                    } else {
+                        "sending the request again on a fresh connection"
+                    };
+                    return Err(self.classify(&e, url_label, during).into());
+                }
+            }
+        };
+        running.observe(response.headers());
+        let start = Clock::global().wall(sent);
         let status = response.status();
         if !status.is_success() {
             let body = timeout_at(deadline, response.bytes())
@@ -403,6 +453,7 @@ impl OpenAiHttpBackend {
                 start: Some(start),
                 tokens,
                 end: Some(Clock::global().wall(Instant::now())),
+                retries,
                 ..RequestTimings::default()
             },
         })
@@ -421,6 +472,63 @@ impl OpenAiHttpBackend {
             }
         }
     }
+}
+
+/// The HTTP client for `config`; `idle_timeout` is how long its pool keeps
+/// idle connections, `None` keeps none (a fresh connection per request).
+fn build_client(config: &OpenAiConfig, idle_timeout: Option<Duration>) -> Result<reqwest::Client> {
+    let invalid = |reason: String| Error::InvalidOption {
+        context: "backend openai_http".into(),
+        key: "headers".into(),
+        reason,
+    };
+    let mut headers = HeaderMap::new();
+    if let Some(key) = &config.api_key {
+        let mut value =
+            HeaderValue::from_str(&format!("Bearer {key}")).map_err(|_| Error::InvalidOption {
+                context: "backend openai_http".into(),
+                key: "api_key".into(),
+                reason: "contains characters not allowed in an HTTP header".into(),
+            })?;
+        value.set_sensitive(true);
+        headers.insert(AUTHORIZATION, value);
+    }
+    for (name, value) in &config.headers {
+        let name = HeaderName::from_bytes(name.as_bytes())
+            .map_err(|e| invalid(format!("`{name}` is not a header name: {e}")))?;
+        let value = HeaderValue::from_str(value)
+            .map_err(|e| invalid(format!("the value of `{name}` is not allowed: {e}")))?;
+        headers.insert(name, value);
+    }
+    let url = reqwest::Url::parse(&config.base_url).map_err(|e| Error::InvalidOption {
+        context: "backend openai_http".into(),
+        key: "target".into(),
+        reason: format!("`{}` is not a URL: {e}", config.base_url),
+    })?;
+    let mut builder = reqwest::Client::builder()
+        .default_headers(headers)
+        .connect_timeout(config.connect_timeout)
+        .tcp_nodelay(true);
+    builder = match idle_timeout {
+        Some(idle) => builder
+            .pool_idle_timeout(idle)
+            .pool_max_idle_per_host(usize::MAX),
+        None => builder.pool_max_idle_per_host(0),
+    };
+    if matches!(
+        url.host_str(),
+        Some("localhost" | "127.0.0.1" | "[::1]" | "::1")
+    ) {
+        builder = builder.no_proxy();
+    }
+    builder = match (config.http2, url.scheme()) {
+        (true, "http") => builder.http2_prior_knowledge(),
+        (true, _) => builder,
+        (false, _) => builder.http1_only(),
+    };
+    builder
+        .build()
+        .map_err(|e| Error::Config(format!("cannot build the HTTP client: {}", chain(&e))))
 }
 
 /// A finish reason as the server wrote it.
@@ -713,14 +821,21 @@ impl Backend for OpenAiHttpBackend {
     }
 
     async fn startup(&self) -> Result<()> {
-        let client = self.build_client()?;
+        let client = build_client(&self.config, Some(DEFAULT_IDLE_TIMEOUT))?;
+        let fresh = build_client(&self.config, None)?;
         let completions_url = self.url(match self.config.request_format {
             RequestFormat::Chat => "/v1/chat/completions",
             RequestFormat::Text => "/v1/completions",
         })?;
         let model = tokio::sync::OnceCell::new();
         let running = Running {
-            client,
+            config: self.config.clone(),
+            pool: Mutex::new(Pool {
+                client,
+                idle_timeout: DEFAULT_IDLE_TIMEOUT,
+                announced: None,
+            }),
+            fresh,
             completions_label: completions_url.to_string(),
             completions_url,
             model,
@@ -736,7 +851,7 @@ impl Backend for OpenAiHttpBackend {
         let running = self.running()?;
         let limit = self.config.timeout.min(Duration::from_secs(60));
         let health_url = self.url("/health")?;
-        let (health, _) = Self::probe(&running.client, &health_url, limit).await?;
+        let (health, _) = Self::probe(&running, &health_url, limit).await?;
         // Servers without /health (OpenAI itself) answer 404 or 405.
         if !((200..300).contains(&health) || health == 404 || health == 405) {
             return Err(OpenAiError::NotReady {
@@ -746,7 +861,7 @@ impl Backend for OpenAiHttpBackend {
             .into());
         }
         let models_url = self.url("/v1/models")?;
-        let models = Self::list_models(&running.client, &models_url, limit).await?;
+        let models = Self::list_models(&running, &models_url, limit).await?;
         let model = match &self.config.model {
             Some(model) => model.clone(),
             None => models.first().cloned().ok_or_else(|| {
@@ -775,6 +890,16 @@ impl Backend for OpenAiHttpBackend {
         );
         info.insert("stream".into(), json!(self.config.stream));
         info.insert("http2".into(), json!(self.config.http2));
+        {
+            let pool = lock(&running.pool);
+            if let Some(announced) = &pool.announced {
+                info.insert("keep_alive".into(), json!(announced));
+            }
+            info.insert(
+                "pool_idle_timeout_s".into(),
+                json!(pool.idle_timeout.as_secs_f64()),
+            );
+        }
         Ok(ValidationReport {
             load_time: None,
             info,

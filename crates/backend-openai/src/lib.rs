@@ -19,6 +19,7 @@
 mod backend;
 mod config;
 mod error;
+mod keep_alive;
 pub mod mock_server;
 mod precise;
 mod protocol;

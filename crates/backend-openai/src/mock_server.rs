@@ -42,6 +42,30 @@
 //! * `malformed_rate`: an invalid JSON chunk follows the first token (a
 //!   non-streamed body is invalid JSON).
 //!
+//! # Keep-alive
+//!
+//! Like real servers, the mock can limit how long and how often a
+//! connection is reused (HTTP/1.1; an HTTP/2 connection is only closed when
+//! idle):
+//!
+//! * `keep_alive_timeout=T`: a connection with no response in progress for
+//!   `T` is closed;
+//! * `keep_alive_max=N`: a connection serves at most `N` requests;
+//! * `connection_close`: every response says `Connection: close` and the
+//!   connection is closed after it.
+//!
+//! With `announce_keep_alive` (the default) the limits are announced as
+//! llama.cpp's server does: `Keep-Alive: timeout=T, max=M` on every
+//! response (`T` in whole seconds, `M` the requests the connection has
+//! left) and `Connection: close` on the last response a connection serves.
+//! Without it they are enforced silently: an idle connection is just
+//! closed, and the request after the `N`th on a connection finds it closed
+//! — the server drops its bytes unread and closes without an answer, which
+//! is what a client sees when its request crosses a server's close (the
+//! request is not counted in [`MockStats::requests`] but in
+//! [`MockStats::closed_unanswered`]). That makes the keep-alive race of
+//! real servers reproducible.
+//!
 //! # Serving
 //!
 //! [`serve`] runs the server on a listener until a shutdown future
@@ -64,7 +88,7 @@ use guidebench_core::tokenizer::{HfTokenizer, Tokenizer};
 use guidebench_core::{Error, Result};
 use http_body_util::BodyExt;
 use hyper::body::{Frame, Incoming, SizeHint};
-use hyper::header::{CONTENT_TYPE, HeaderValue};
+use hyper::header::{CONNECTION, CONTENT_TYPE, HeaderName, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
@@ -166,6 +190,29 @@ pub const OPTIONS: &[OptionSpec] = &[
         "tokenizer.json or model directory for prompt token counts; default: whitespace words",
     ),
     OptionSpec::optional(
+        "keep_alive_timeout",
+        OptionType::Duration,
+        "close a connection idle for this long; default: never",
+    ),
+    OptionSpec::optional(
+        "keep_alive_max",
+        OptionType::Int,
+        "serve at most N requests per connection; default: no limit",
+    ),
+    OptionSpec::optional(
+        "connection_close",
+        OptionType::Bool,
+        "answer every request with `Connection: close` and close the connection",
+    )
+    .with_default("false"),
+    OptionSpec::optional(
+        "announce_keep_alive",
+        OptionType::Bool,
+        "announce the limits (`Keep-Alive: timeout=T, max=M`, `Connection: close` on the last \
+         response); false closes connections without warning",
+    )
+    .with_default("true"),
+    OptionSpec::optional(
         "shutdown_grace",
         OptionType::Duration,
         "how long shutdown lets open responses finish",
@@ -217,6 +264,18 @@ pub struct MockServerConfig {
     pub record_requests: bool,
     /// How long shutdown lets open responses finish before closing them.
     pub shutdown_grace: Duration,
+    /// Close a connection that has had no response in progress for this
+    /// long; `None` keeps idle connections open.
+    pub keep_alive_timeout: Option<Duration>,
+    /// Serve at most this many requests per connection; `None`: no limit.
+    pub keep_alive_max: Option<u64>,
+    /// Answer every request with `Connection: close` and close the
+    /// connection after it.
+    pub connection_close: bool,
+    /// Announce the limits (`Keep-Alive: timeout=T, max=M` on every
+    /// response, `Connection: close` on a connection's last); when false
+    /// they are enforced without warning (see the module docs).
+    pub announce_keep_alive: bool,
 }
 
 impl std::fmt::Debug for MockServerConfig {
@@ -242,6 +301,10 @@ impl std::fmt::Debug for MockServerConfig {
             .field("tokenizer", &self.tokenizer.is_some())
             .field("record_requests", &self.record_requests)
             .field("shutdown_grace", &self.shutdown_grace)
+            .field("keep_alive_timeout", &self.keep_alive_timeout)
+            .field("keep_alive_max", &self.keep_alive_max)
+            .field("connection_close", &self.connection_close)
+            .field("announce_keep_alive", &self.announce_keep_alive)
             .finish()
     }
 }
@@ -270,6 +333,10 @@ impl Default for MockServerConfig {
             tokenizer: None,
             record_requests: false,
             shutdown_grace: Duration::from_secs(1),
+            keep_alive_timeout: None,
+            keep_alive_max: None,
+            connection_close: false,
+            announce_keep_alive: true,
         }
     }
 }
@@ -296,6 +363,10 @@ struct RawOptions {
     seed: Option<i64>,
     tokenizer: Option<String>,
     shutdown_grace: Option<f64>,
+    keep_alive_timeout: Option<f64>,
+    keep_alive_max: Option<i64>,
+    connection_close: Option<bool>,
+    announce_keep_alive: Option<bool>,
 }
 
 fn invalid(key: &str, reason: String) -> Error {
@@ -401,6 +472,24 @@ impl MockServerConfig {
                 raw.shutdown_grace,
                 defaults.shutdown_grace,
             )?,
+            keep_alive_timeout: match raw.keep_alive_timeout {
+                None => None,
+                Some(secs) if secs > 0.0 => {
+                    Some(duration("keep_alive_timeout", Some(secs), Duration::ZERO)?)
+                }
+                Some(secs) => {
+                    return Err(invalid(
+                        "keep_alive_timeout",
+                        format!("must be positive, got {secs}s"),
+                    ));
+                }
+            },
+            keep_alive_max: raw
+                .keep_alive_max
+                .map(|n| count("keep_alive_max", n, 1))
+                .transpose()?,
+            connection_close: raw.connection_close.unwrap_or(false),
+            announce_keep_alive: raw.announce_keep_alive.unwrap_or(true),
         })
     }
 }
@@ -425,6 +514,9 @@ pub struct MockStats {
     pub completed: u64,
     /// Connections accepted.
     pub connections: u64,
+    /// Requests whose connection the server closed unread, past an
+    /// unannounced `keep_alive_max`.
+    pub closed_unanswered: u64,
 }
 
 /// State shared by every connection.
@@ -434,6 +526,7 @@ struct Shared {
     requests: AtomicU64,
     completed: AtomicU64,
     connections: AtomicU64,
+    closed_unanswered: AtomicU64,
     recorded: Mutex<Vec<RecordedRequest>>,
     /// Cancelled at shutdown: stalled responses end.
     stop: CancellationToken,
@@ -465,6 +558,7 @@ impl Shared {
             requests: AtomicU64::new(0),
             completed: AtomicU64::new(0),
             connections: AtomicU64::new(0),
+            closed_unanswered: AtomicU64::new(0),
             recorded: Mutex::new(Vec::new()),
             stop: CancellationToken::new(),
         }
@@ -475,6 +569,7 @@ impl Shared {
             requests: self.requests.load(Ordering::Relaxed),
             completed: self.completed.load(Ordering::Relaxed),
             connections: self.connections.load(Ordering::Relaxed),
+            closed_unanswered: self.closed_unanswered.load(Ordering::Relaxed),
         }
     }
 }
@@ -505,13 +600,31 @@ async fn serve_shared(
         };
         let _ = stream.set_nodelay(true);
         shared.connections.fetch_add(1, Ordering::Relaxed);
+        let conn = Arc::new(ConnState::new());
+        let io = KeepAliveIo {
+            inner: stream,
+            conn: conn.clone(),
+            shared: shared.clone(),
+        };
         let state = shared.clone();
-        let service = hyper::service::service_fn(move |request| handle(state.clone(), request));
-        let connection = builder.serve_connection(TokioIo::new(stream), service);
+        let service_conn = conn.clone();
+        let service = hyper::service::service_fn(move |request| {
+            serve_on(state.clone(), service_conn.clone(), request)
+        });
+        let connection = builder.serve_connection(TokioIo::new(io), service);
         let watched = graceful.watch(connection.into_owned());
+        let idle_timeout = shared.config.keep_alive_timeout;
         connections.spawn(async move {
-            if let Err(e) = watched.await {
-                tracing::debug!(error = %e, "mock server: connection ended");
+            tokio::select! {
+                ended = watched => {
+                    if let Err(e) = ended {
+                        tracing::debug!(error = %e, "mock server: connection ended");
+                    }
+                }
+                // Dropping the connection closes it.
+                () = conn.idle_for(idle_timeout) => {
+                    tracing::debug!("mock server: closing an idle connection");
+                }
             }
         });
     }
@@ -527,6 +640,233 @@ async fn serve_shared(
     connections.abort_all();
     while connections.join_next().await.is_some() {}
     Ok(())
+}
+
+/// One connection's keep-alive bookkeeping.
+struct ConnState {
+    /// Requests the connection has started to serve.
+    started: AtomicU64,
+    /// Responses still being sent.
+    in_flight: AtomicU64,
+    /// When the connection last had no response in progress.
+    idle_since: Mutex<Instant>,
+    /// Woken when a response starts or ends.
+    changed: tokio::sync::Notify,
+}
+
+impl ConnState {
+    fn new() -> Self {
+        ConnState {
+            started: AtomicU64::new(0),
+            in_flight: AtomicU64::new(0),
+            idle_since: Mutex::new(Instant::now()),
+            changed: tokio::sync::Notify::new(),
+        }
+    }
+
+    fn idle_since(&self) -> Instant {
+        *self
+            .idle_since
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Completes once the connection has had no response in progress for
+    /// `timeout`; never without a timeout.
+    async fn idle_for(&self, timeout: Option<Duration>) {
+        let Some(timeout) = timeout else {
+            return std::future::pending().await;
+        };
+        loop {
+            // Registered before the state is read, so no change is missed.
+            let changed = self.changed.notified();
+            if self.in_flight.load(Ordering::Acquire) == 0 {
+                let deadline = self.idle_since() + timeout;
+                tokio::select! {
+                    () = tokio::time::sleep_until(deadline) => {
+                        if self.in_flight.load(Ordering::Acquire) == 0
+                            && self.idle_since() + timeout <= Instant::now()
+                        {
+                            return;
+                        }
+                    }
+                    () = changed => {}
+                }
+            } else {
+                changed.await;
+            }
+        }
+    }
+}
+
+/// A response in progress on a connection; its end makes the connection
+/// idle again.
+struct InFlight(Arc<ConnState>);
+
+impl InFlight {
+    fn new(conn: Arc<ConnState>) -> Self {
+        conn.in_flight.fetch_add(1, Ordering::AcqRel);
+        conn.changed.notify_one();
+        InFlight(conn)
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        *self
+            .0
+            .idle_since
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Instant::now();
+        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+        self.0.changed.notify_one();
+    }
+}
+
+/// A connection's socket, which past an unannounced `keep_alive_max` reads
+/// the next request's bytes as the end of the stream: the request is
+/// dropped unread and hyper closes the connection without an answer.
+struct KeepAliveIo {
+    inner: tokio::net::TcpStream,
+    conn: Arc<ConnState>,
+    shared: Arc<Shared>,
+}
+
+impl KeepAliveIo {
+    fn spent(&self) -> bool {
+        let config = &self.shared.config;
+        !config.announce_keep_alive
+            && config
+                .keep_alive_max
+                .is_some_and(|max| self.conn.started.load(Ordering::Acquire) >= max)
+            && self.conn.in_flight.load(Ordering::Acquire) == 0
+    }
+}
+
+impl tokio::io::AsyncRead for KeepAliveIo {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        if !this.spent() {
+            return Pin::new(&mut this.inner).poll_read(cx, buf);
+        }
+        let mut scratch = [0u8; 1024];
+        let mut discard = tokio::io::ReadBuf::new(&mut scratch);
+        match Pin::new(&mut this.inner).poll_read(cx, &mut discard) {
+            Poll::Ready(Ok(())) => {
+                if !discard.filled().is_empty() {
+                    this.shared
+                        .closed_unanswered
+                        .fetch_add(1, Ordering::Relaxed);
+                }
+                // Nothing added to `buf`: the end of the stream.
+                Poll::Ready(Ok(()))
+            }
+            other => other,
+        }
+    }
+}
+
+impl tokio::io::AsyncWrite for KeepAliveIo {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
+
+/// The `Keep-Alive` header announcing the limits, after the `number`th
+/// request of a connection; `None` without limits.
+fn keep_alive_header(config: &MockServerConfig, number: u64) -> Option<HeaderValue> {
+    let mut parts = Vec::new();
+    if let Some(timeout) = config.keep_alive_timeout {
+        // Whole seconds, rounded down: never later than the server closes.
+        parts.push(format!("timeout={}", timeout.as_secs()));
+    }
+    if let Some(max) = config.keep_alive_max {
+        parts.push(format!("max={}", max.saturating_sub(number)));
+    }
+    if parts.is_empty() {
+        return None;
+    }
+    HeaderValue::from_str(&parts.join(", ")).ok()
+}
+
+/// Serves one request of a connection: its keep-alive bookkeeping and
+/// headers around [`handle`].
+async fn serve_on(
+    shared: Arc<Shared>,
+    conn: Arc<ConnState>,
+    request: Request<Incoming>,
+) -> std::result::Result<Response<TrackedBody>, Abort> {
+    let number = conn.started.fetch_add(1, Ordering::AcqRel) + 1;
+    let in_flight = InFlight::new(conn);
+    let mut response = handle(shared.clone(), request).await?;
+    let config = &shared.config;
+    let last = config.keep_alive_max.is_some_and(|max| number >= max);
+    let headers = response.headers_mut();
+    if config.connection_close || (last && config.announce_keep_alive) {
+        headers.insert(CONNECTION, HeaderValue::from_static("close"));
+    } else if config.announce_keep_alive
+        && let Some(value) = keep_alive_header(config, number)
+    {
+        headers.insert(HeaderName::from_static("keep-alive"), value);
+    }
+    Ok(response.map(|body| TrackedBody {
+        body,
+        _in_flight: in_flight,
+    }))
+}
+
+/// A response body that keeps its connection busy until it is dropped.
+struct TrackedBody {
+    body: MockBody,
+    _in_flight: InFlight,
+}
+
+impl hyper::body::Body for TrackedBody {
+    type Data = Bytes;
+    type Error = Abort;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<std::result::Result<Frame<Bytes>, Abort>>> {
+        Pin::new(&mut self.get_mut().body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
 }
 
 /// A mock server running in the background.

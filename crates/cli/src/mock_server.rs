@@ -35,6 +35,17 @@ pub struct MockServerArgs {
     /// A tokenizer.json or model folder for prompt token counts.
     #[arg(long)]
     tokenizer: Option<PathBuf>,
+    /// Close connections idle for this long (`5s`), announced as
+    /// `Keep-Alive: timeout=N` like llama.cpp's server.
+    #[arg(long)]
+    keep_alive_timeout: Option<String>,
+    /// Serve at most N requests per connection, announced as `max=N`
+    /// and `Connection: close` on the last.
+    #[arg(long)]
+    keep_alive_max: Option<u64>,
+    /// Answer every request with `Connection: close`.
+    #[arg(long)]
+    connection_close: bool,
     /// Any other option, `KEY=VALUE` (`guidebench backends` lists them).
     #[arg(long = "set")]
     set: Vec<String>,
@@ -55,6 +66,15 @@ fn options(args: &MockServerArgs) -> Result<Map<String, Value>, Failure> {
     put("ttft", args.ttft.clone().map(Value::String));
     put("itl", args.itl.clone().map(Value::String));
     put("output_tokens", args.output_tokens.map(Value::from));
+    put(
+        "keep_alive_timeout",
+        args.keep_alive_timeout.clone().map(Value::String),
+    );
+    put("keep_alive_max", args.keep_alive_max.map(Value::from));
+    put(
+        "connection_close",
+        args.connection_close.then_some(Value::Bool(true)),
+    );
     put(
         "tokenizer",
         args.tokenizer

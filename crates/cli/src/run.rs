@@ -410,6 +410,7 @@ fn benchmark_report(plan: &Plan, run: &BenchmarkRun) -> BenchmarkReport {
         m.end,
         m.records.iter().copied(),
     );
+    report.client = run.footprint;
     if plan.warmup.is_some() {
         report.warmup_excluded = Some(m.warmup_excluded);
     }

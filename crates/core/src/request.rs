@@ -144,6 +144,16 @@ pub struct RequestTimings {
     pub tokens: Vec<Timestamp>,
     /// When the caller received the result.
     pub end: Option<Timestamp>,
+    /// Times the request was sent again because its first send failed
+    /// before the server could have answered (a pooled connection the
+    /// server had closed). `start` is then the send that succeeded.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub retries: u32,
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference.
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl RequestTimings {

@@ -577,6 +577,7 @@ impl Backend for OfflineBackend {
                     .map(|&t| clock.wall(t))
                     .collect(),
                 end: Some(clock.wall(end)),
+                retries: 0,
             },
         })
     }

@@ -71,6 +71,15 @@ pub struct CompactRecord {
     /// minutes) as `u32::MAX`.
     #[serde(default, skip_serializing_if = "<[u32]>::is_empty")]
     pub token_gaps: Box<[u32]>,
+    /// Times the request was sent again on a fresh connection (see
+    /// [`RequestTimings::retries`]); absent when 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub retries: u32,
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference.
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl CompactRecord {
@@ -241,6 +250,7 @@ impl CompactRecords {
             end: offset(t.end),
             first_token: offsets.first().copied(),
             token_gaps,
+            retries: t.retries,
         };
         self.records.push(compact);
     }
@@ -266,6 +276,7 @@ impl CompactRecords {
                     .map(|o| self.timestamp_of(o))
                     .collect(),
                 end: at(record.end),
+                retries: record.retries,
             },
         }
     }
@@ -343,6 +354,7 @@ mod tests {
                 dispatched: Some(at_us(1_500)),
                 tokens: (0..16).map(|i| at_us(20_000 + i * 7_013)).collect(),
                 end: Some(at_us(140_000)),
+                retries: 2,
             },
         }
     }
@@ -475,6 +487,7 @@ mod tests {
                         dispatched: Some(at(start + 1)),
                         tokens,
                         end: tail.map(|t| at(last + t)),
+                        retries: 0,
                     },
                 };
                 let compact = CompactRecords::from_records(origin, [&record]);

@@ -172,6 +172,20 @@ pub fn console_summary(report: &Report) -> String {
         // Writing to a String cannot fail.
         let _ = writeln!(out, "errors in {}: {}", b.name, list.join(", "));
     }
+    for b in &report.benchmarks {
+        if b.metrics.retries > 0 {
+            let _ = writeln!(
+                out,
+                "retries in {}: {} (sent again on a fresh connection the server had closed)",
+                b.name, b.metrics.retries
+            );
+        }
+    }
+    for b in &report.benchmarks {
+        if let Some(client) = &b.client {
+            let _ = writeln!(out, "client in {}: {}", b.name, client.summary());
+        }
+    }
     out
 }
 
@@ -218,6 +232,23 @@ mod tests {
         );
         assert_eq!(cells[8], format!("{:.2}", m.successful.ttft.median * 1e3));
         assert_eq!(cells[10], format!("{:.2}", m.successful.itl.median * 1e3));
+    }
+
+    #[test]
+    fn retries_and_the_client_footprint_get_a_line_each() {
+        let text = console_summary(&sample_report());
+        assert!(
+            text.contains("retries in synchronous: 1 (sent again on a fresh connection"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "client in synchronous: CPU 0.375 s (user 0.250 s, system 0.125 s, \
+                 37.500 ms per request), peak RSS 48.0 MiB"
+            ),
+            "{text}"
+        );
+        assert!(!text.contains("client in <script>"), "{text}");
     }
 
     #[test]

@@ -126,6 +126,11 @@ pub struct BenchmarkMetrics {
     pub dispatch_delay: Distribution,
     /// The number of failed requests by error label, sorted by label.
     pub errors_by_label: BTreeMap<String, usize>,
+    /// Sends repeated on a fresh connection because the first failed before
+    /// the server could have answered, over every request (see
+    /// [`RequestTimings::retries`](crate::request::RequestTimings::retries)).
+    #[serde(default)]
+    pub retries: u64,
 }
 
 impl BenchmarkMetrics {
@@ -184,6 +189,7 @@ impl BenchmarkMetrics {
             mean_concurrency: mean_concurrency(records, window_start, window_end),
             dispatch_delay,
             errors_by_label,
+            retries: records.records.iter().map(|r| u64::from(r.retries)).sum(),
         }
     }
 }

@@ -16,6 +16,7 @@
 mod compact;
 mod console;
 mod csv;
+mod footprint;
 mod html;
 mod metrics;
 mod model;
@@ -23,6 +24,7 @@ mod model;
 pub use compact::{CompactRecord, CompactRecords, round_to_micros};
 pub use console::console_summary;
 pub use csv::{to_csv, write_csv};
+pub use footprint::{ClientFootprint, ProcessUsage};
 pub use html::{to_html, write_html};
 pub use metrics::{BenchmarkMetrics, StatusMetrics};
 pub use model::{BenchmarkReport, Environment, GUIDEBENCH_VERSION, Report, SCHEMA_VERSION};
@@ -102,6 +104,7 @@ pub(crate) mod tests {
                     .map(|o| Timestamp(ms(start + o).0 + 123_456))
                     .collect(),
                 end: Some(ms(start + 140)),
+                retries: 0,
             },
         }
     }
@@ -117,16 +120,25 @@ pub(crate) mod tests {
             .environment
             .backend
             .insert("engine".into(), "mock <fast>".into());
-        let first: Vec<RequestRecord> = (0..10)
+        let mut first: Vec<RequestRecord> = (0..10)
             .map(|i| served(i, i64::try_from(i).expect("small") * 100))
             .collect();
-        report.benchmarks.push(BenchmarkReport::from_records(
+        first[3].timings.retries = 1;
+        let mut sync = BenchmarkReport::from_records(
             "synchronous",
             "synchronous".into(),
             ms(0),
             ms(1_000),
             &first,
-        ));
+        );
+        sync.client = Some(ClientFootprint {
+            cpu_user_s: 0.25,
+            cpu_system_s: 0.125,
+            cpu_s: 0.375,
+            cpu_per_request_ms: Some(37.5),
+            peak_rss_bytes: 48 << 20,
+        });
+        report.benchmarks.push(sync);
         let mut second: Vec<RequestRecord> = (10..20)
             .map(|i| served(i, 2_000 + (i64::try_from(i).expect("small") - 10) * 30))
             .collect();

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::compact::CompactRecords;
+use super::footprint::ClientFootprint;
 use super::metrics::BenchmarkMetrics;
 use crate::clock::Timestamp;
 use crate::request::RequestRecord;
@@ -115,6 +116,10 @@ pub struct BenchmarkReport {
     /// Anything else the caller wants kept with the benchmark.
     #[serde(default, skip_serializing_if = "Map::is_empty")]
     pub extra: Map<String, Value>,
+    /// What the client process used during the benchmark, where it could
+    /// be read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client: Option<ClientFootprint>,
     /// The metrics, computed from `records` over `start..end`.
     pub metrics: BenchmarkMetrics,
     /// The per-request records.
@@ -140,6 +145,7 @@ impl BenchmarkReport {
             warmup_excluded: None,
             cooldown_excluded: None,
             extra: Map::new(),
+            client: None,
             metrics,
             records,
         }

@@ -145,6 +145,7 @@ mod tests {
             start: ts(0),
             end: ts(1_000),
             stop_reason: StopReason::MaxRequests,
+            footprint: None,
         }
     }
 

@@ -22,6 +22,7 @@ use tokio::time::Instant;
 
 use crate::backend::Backend;
 use crate::clock::{Clock, Timestamp};
+use crate::report::{ClientFootprint, ProcessUsage};
 use crate::request::{GenerationRequest, RequestRecord};
 
 use super::constraints::{ConstraintState, Constraints, StopReason};
@@ -75,6 +76,8 @@ pub struct BenchmarkRun {
     pub end: Timestamp,
     /// Why it stopped sending.
     pub stop_reason: StopReason,
+    /// What the process used meanwhile, where it could be read.
+    pub footprint: Option<ClientFootprint>,
 }
 
 impl BenchmarkRun {
@@ -188,9 +191,18 @@ impl Execution {
             Ok(response) => RequestRecord::success(response, self.keep_text),
             Err(err) => RequestRecord::error(id, &err, sent, now()),
         };
-        // Start is when the caller sent the request, on the schedule's clock.
+        // Start is when the caller sent the request, on the schedule's clock,
+        // unless the backend had to send it again: then its timings start at
+        // the send that succeeded, and the time lost before it shows as
+        // dispatch delay (from the planned send, or from this send for
+        // strategies without a schedule).
+        let retried_at = record.timings.start.filter(|_| record.timings.retries > 0);
         record.timings.scheduled = scheduled;
         record.timings.start = Some(sent);
+        if let Some(retried_at) = retried_at {
+            record.timings.scheduled = scheduled.or(Some(sent));
+            record.timings.start = Some(retried_at.max(sent));
+        }
         let stop = self
             .completions
             .lock()
@@ -257,6 +269,7 @@ pub async fn run_benchmark(
     mut cancel: watch::Receiver<bool>,
 ) -> BenchmarkRun {
     let clock = Clock::global();
+    let usage_at_start = ProcessUsage::now();
     let t0 = Instant::now();
     let start = clock.wall(t0.into_std());
     let (stop_tx, mut stop_rx) = watch::channel(None::<StopReason>);
@@ -442,11 +455,124 @@ pub async fn run_benchmark(
         .unwrap_or_else(|| clock.wall(Instant::now().into_std()))
         .max(start);
     let stop_reason = stop_rx.borrow().unwrap_or(StopReason::DataExhausted);
+    let footprint = usage_at_start
+        .zip(ProcessUsage::now())
+        .map(|(from, to)| ClientFootprint::between(&from, &to, records.len()));
     BenchmarkRun {
         strategy: strategy.clone(),
         records,
         start,
         end,
         stop_reason,
+        footprint,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use async_trait::async_trait;
+
+    use super::*;
+    use crate::backend::ValidationReport;
+    use crate::request::{FinishReason, GenerationResponse, RequestTimings};
+    use crate::sampling::Sampling;
+
+    /// Loses `lost` on even requests before a send that succeeds (as a
+    /// backend does that sends again on a fresh connection), then answers
+    /// after `service`.
+    struct Retrying {
+        lost: Duration,
+        service: Duration,
+    }
+
+    #[async_trait]
+    impl Backend for Retrying {
+        fn kind(&self) -> &'static str {
+            "retrying"
+        }
+        async fn startup(&self) -> crate::Result<()> {
+            Ok(())
+        }
+        async fn validate(&self) -> crate::Result<ValidationReport> {
+            Ok(ValidationReport::default())
+        }
+        async fn resolve(&self, request: GenerationRequest) -> crate::Result<GenerationResponse> {
+            let retries = u32::from(request.id.is_multiple_of(2));
+            if retries > 0 {
+                tokio::time::sleep(self.lost).await;
+            }
+            let clock = Clock::global();
+            let start = clock.wall(std::time::Instant::now());
+            tokio::time::sleep(self.service).await;
+            let end = clock.wall(std::time::Instant::now());
+            Ok(GenerationResponse {
+                id: request.id,
+                text: String::new(),
+                token_ids: Vec::new(),
+                prompt_tokens: 1,
+                output_tokens: 1,
+                finish_reason: FinishReason::Length,
+                timings: RequestTimings {
+                    start: Some(start),
+                    tokens: vec![end],
+                    end: Some(end),
+                    retries,
+                    ..RequestTimings::default()
+                },
+            })
+        }
+        async fn shutdown(&self) -> crate::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn a_retried_request_is_timed_from_the_send_that_succeeded_and_its_lost_time_is_dispatch_delay()
+     {
+        let backend = Arc::new(Retrying {
+            lost: Duration::from_millis(40),
+            service: Duration::from_millis(10),
+        });
+        let (tx, mut rx) = mpsc::channel(8);
+        for id in 0..4 {
+            tx.try_send(GenerationRequest::text(
+                id,
+                "p",
+                Sampling::fixed_length(1).expect("valid"),
+            ))
+            .expect("room");
+        }
+        drop(tx);
+        let (_cancel_tx, cancel) = watch::channel(false);
+        let run = run_benchmark(
+            backend,
+            &mut rx,
+            &Strategy::Concurrent { streams: 2 },
+            &Constraints::default(),
+            &RunOptions::default(),
+            Arc::new(NoObserver),
+            cancel,
+        )
+        .await;
+        assert_eq!(run.records.len(), 4);
+        for r in &run.records {
+            let t = &r.timings;
+            let latency = t.latency().expect("latency");
+            if r.id.is_multiple_of(2) {
+                assert_eq!(t.retries, 1);
+                let lost = t
+                    .start
+                    .expect("start")
+                    .secs_since(t.scheduled.expect("sent"));
+                assert!(lost >= 0.035, "dispatch delay {lost}");
+                assert!(latency < 0.035, "latency {latency} excludes the lost time");
+            } else {
+                assert_eq!((t.retries, t.scheduled), (0, None));
+            }
+        }
+        if cfg!(unix) {
+            let footprint = run.footprint.expect("getrusage");
+            assert!(footprint.cpu_per_request_ms.is_some() && footprint.peak_rss_bytes > 0);
+        }
     }
 }
