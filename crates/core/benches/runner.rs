@@ -155,6 +155,7 @@ fn memory(records: u64) {
                     dispatched: Some(start),
                     end: tokens.last().copied(),
                     tokens,
+                    retries: 0,
                 },
             },
             false,

@@ -6,7 +6,8 @@
 //! as soon as its own last token is out.
 //!
 //! The admission rule is a pure function ([`admissions`]), tested alone;
-//! the loop ([`run`]) owns the engine, the channel and the replies.
+//! the loop (`run`, on the engine thread) owns the engine, the channel and
+//! the replies.
 //!
 //! Guarantees (tests in `tests/continuous.rs` unless noted):
 //! - admission is first in, first out, and a prompt over the token budget
