@@ -41,7 +41,7 @@ use crate::generation::{Admitted, Generation};
 use crate::{Error, Result};
 
 /// Default of `max_prefill_tokens`.
-pub const DEFAULT_MAX_PREFILL_TOKENS: usize = 2048;
+pub const DEFAULT_MAX_PREFILL_TOKENS: usize = 8192;
 
 /// The limits of continuous scheduling.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -70,7 +70,7 @@ pub const OPTIONS: &[OptionSpec] = &[
         "continuous: the most prompt tokens prefilled in one iteration (a longer prompt is \
          prefilled alone)",
     )
-    .with_default("2048"),
+    .with_default("8192"),
     OptionSpec::optional(
         "request_format",
         OptionType::String,
