@@ -340,3 +340,74 @@ pub fn find_graph(dir: &Path) -> Result<PathBuf> {
             looked_for: GRAPH_FILES.iter().map(|s| (*s).to_owned()).collect(),
         })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> DecoderConfig {
+        let json = r#"{"model_type": "llama", "vocab_size": 320, "hidden_size": 64,
+            "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+            "num_key_value_heads": 2, "max_position_embeddings": 512, "rms_norm_eps": 1e-5,
+            "rope_theta": 50000.0}"#;
+        DecoderConfig::from_json_str(json, Path::new("config.json")).expect("a valid config")
+    }
+
+    fn ports(layers: usize, elem: Elem) -> (Vec<Port>, Vec<Port>) {
+        let mut inputs = vec![
+            Port::new("input_ids", Elem::I64, &[-1, -1]),
+            Port::new("attention_mask", Elem::I64, &[-1, -1]),
+            Port::new("position_ids", Elem::I64, &[-1, -1]),
+        ];
+        let mut outputs = vec![Port::new("logits", Elem::F32, &[-1, -1, 320])];
+        for l in 0..layers {
+            for kind in ["key", "value"] {
+                inputs.push(Port::new(&past_name(l, kind), elem, &[-1, 2, -1, 16]));
+                outputs.push(Port::new(&present_name(l, kind), elem, &[-1, 2, -1, 16]));
+            }
+        }
+        (inputs, outputs)
+    }
+
+    #[test]
+    fn layers_heads_and_head_size_come_from_the_past_inputs() {
+        let (inputs, outputs) = ports(2, Elem::F32);
+        let layout = GraphLayout::analyze(Path::new("m.onnx"), &inputs, &outputs, &config())
+            .expect("a valid graph");
+        assert_eq!(
+            (layout.layers, layout.kv_heads, layout.head_dim),
+            (2, 2, 16)
+        );
+        assert!(layout.has_past && layout.position_ids && !layout.use_cache_branch);
+        assert_eq!(layout.vocab, Some(320));
+    }
+
+    #[test]
+    fn a_float16_cache_is_refused_with_a_reason() {
+        let (inputs, outputs) = ports(2, Elem::F16);
+        let err = GraphLayout::analyze(Path::new("m.onnx"), &inputs, &outputs, &config())
+            .expect_err("refused");
+        assert!(err.to_string().contains("only float32"), "{err}");
+    }
+
+    #[test]
+    fn a_past_input_without_its_present_output_is_refused() {
+        let (inputs, mut outputs) = ports(2, Elem::F32);
+        outputs.retain(|p| p.name != "present.1.value");
+        let err = GraphLayout::analyze(Path::new("m.onnx"), &inputs, &outputs, &config())
+            .expect_err("refused");
+        assert!(
+            err.to_string().contains("no `present.1.value` output"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_graph_without_past_inputs_recomputes() {
+        let (inputs, outputs) = ports(0, Elem::F32);
+        let layout = GraphLayout::analyze(Path::new("m.onnx"), &inputs, &outputs, &config())
+            .expect("a valid graph");
+        assert!(!layout.has_past);
+        assert_eq!(layout.layers, 0);
+    }
+}
