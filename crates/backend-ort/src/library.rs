@@ -164,19 +164,23 @@ pub fn environment(option: Option<&Path>) -> Result<(ort::environment::Environme
     Ok((loaded.environment.clone(), loaded.path.clone()))
 }
 
-/// The version string of the loaded library (`1.31.1`); `None` before a
-/// library is loaded.
+/// The loaded library's version, from its file name
+/// (`libonnxruntime.so.1.31.1`, links followed), else its build's commit
+/// (`ort::info()`); `None` before a library is loaded.
 pub fn version() -> Option<String> {
-    LOADED.get()?;
-    Some(ort::info().to_owned())
-        .and_then(|info| {
-            info.split(',').find_map(|part| {
-                part.trim()
-                    .strip_prefix("git-branch=rel-")
-                    .map(str::to_owned)
-            })
-        })
-        .or_else(|| Some("1.x".to_owned()))
+    let loaded = LOADED.get()?;
+    let real = std::fs::canonicalize(&loaded.path).unwrap_or_else(|_| loaded.path.clone());
+    let from_name = real
+        .file_name()
+        .and_then(|n| n.to_str())
+        .and_then(|n| n.split_once(".so."))
+        .map(|(_, v)| v.to_owned());
+    from_name.or_else(|| {
+        ort::info()
+            .split(',')
+            .find_map(|part| part.trim().strip_prefix("git-commit-id="))
+            .map(|commit| format!("(commit {commit})"))
+    })
 }
 
 #[cfg(test)]

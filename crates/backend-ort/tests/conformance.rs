@@ -57,3 +57,26 @@ fn a_graph_without_position_ids_gives_the_stored_tokens() {
         });
     }
 }
+
+/// Reports name the library, its version and the device.
+#[test]
+fn the_engine_describes_its_library() {
+    use guidebench_core::generation::StepEngine;
+    use guidebench_testkit::fixtures::{FixtureSpec, write_llama_fixture};
+
+    if !common::ready() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("a temp dir");
+    write_llama_fixture(dir.path(), &FixtureSpec::tiny()).expect("the fixture is written");
+    let engine = common::load(dir.path());
+    let description = engine.describe();
+    assert_eq!(description.engine, "ort");
+    assert_eq!(description.device, "cpu");
+    assert_eq!(description.threads, Some(2));
+    assert!(
+        description.library.starts_with("onnxruntime 1.31"),
+        "{}",
+        description.library
+    );
+}
