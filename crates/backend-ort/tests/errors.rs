@@ -1,4 +1,5 @@
-//! The ort engine's load errors: each says what is wrong and what to do.
+//! Loading the ort engine: where the graph is found, and the load errors
+//! (each says what is wrong and what to do).
 
 mod common;
 
@@ -147,4 +148,26 @@ fn the_engine_is_registered_as_ort() {
         .names()
         .collect();
     assert!(names.contains(&"ort"), "{names:?}");
+}
+
+#[test]
+fn a_merged_decoder_under_onnx_is_found_with_its_external_data() {
+    if !common::ready() {
+        return;
+    }
+    let dir = fixture();
+    common::export(dir.path(), &[]);
+    let sub = dir.path().join("onnx");
+    std::fs::create_dir(&sub).expect("mkdir");
+    let graph = sub.join("decoder_model_merged.onnx");
+    std::fs::rename(dir.path().join("model.onnx"), &graph).expect("move the graph");
+    std::fs::rename(
+        dir.path().join("model.onnx_data"),
+        sub.join("model.onnx_data"),
+    )
+    .expect("move its data");
+    let engine = OrtEngine::load(dir.path().to_str().expect("UTF-8"), &common::options())
+        .unwrap_or_else(|e| panic!("the moved graph loads: {e}"));
+    assert_eq!(engine.layout().path, graph);
+    assert_eq!(engine.layout().layers, 2);
 }
