@@ -1,0 +1,577 @@
+//! The `ort` engine: an Optimum-layout ONNX decoder run by ONNX Runtime,
+//! as a step engine with a KV cache by slot.
+
+use std::borrow::Cow;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use guidebench_core::engine::{Engine, EngineConfig, EngineDescription};
+use guidebench_core::generation::{Decode, Logits, Prefill, StepEngine, StepLimits, StepRunner};
+use guidebench_core::model::ModelFolder;
+use guidebench_core::options::{OptionSpec, OptionType};
+use guidebench_core::tokenizer::{HfTokenizer, Tokenizer};
+use ort::session::builder::GraphOptimizationLevel;
+use ort::session::{Session, SessionInputValue, SessionOutputs};
+use ort::value::TensorRef;
+use serde::Deserialize;
+
+use crate::cache::SlotCache;
+use crate::error::{OrtError, Result};
+use crate::graph::{GraphLayout, Port, find_graph, past_name, present_name};
+use crate::library;
+
+/// The engine's options (`engine=ort,key=value,...`).
+pub const OPTIONS: &[OptionSpec] = &[
+    OptionSpec::optional(
+        "threads",
+        OptionType::Int,
+        "intra-op threads (default: ONNX Runtime's choice, one per core)",
+    ),
+    OptionSpec::optional(
+        "inter_threads",
+        OptionType::Int,
+        "inter-op threads (more than 1 turns on parallel execution)",
+    ),
+    OptionSpec::optional(
+        "graph_optimization",
+        OptionType::Choice(&["disable", "basic", "extended", "all"]),
+        "ONNX Runtime graph optimization level",
+    )
+    .with_default("all"),
+    OptionSpec::optional(
+        "execution_provider",
+        OptionType::Choice(&["cpu", "cuda"]),
+        "cpu, or cuda when the loaded library has the CUDA provider",
+    )
+    .with_default("cpu"),
+    OptionSpec::optional(
+        "ort_library",
+        OptionType::String,
+        "path of libonnxruntime.so (else ORT_DYLIB_PATH, else .native/ from scripts/native ort)",
+    ),
+    OptionSpec::optional(
+        "max_seq_len",
+        OptionType::Int,
+        "longest prompt + output (default: the model's max_position_embeddings)",
+    ),
+    OptionSpec::optional(
+        "max_slots",
+        OptionType::Int,
+        "the most sequences in the KV cache at once",
+    )
+    .with_default("256"),
+];
+
+/// Default of `max_slots`.
+pub const DEFAULT_MAX_SLOTS: usize = 256;
+
+/// Typed engine options.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct OrtOptions {
+    /// Intra-op threads; default: ONNX Runtime's own choice.
+    pub threads: Option<i64>,
+    /// Inter-op threads; more than 1 turns on parallel execution.
+    pub inter_threads: Option<i64>,
+    /// `disable`, `basic`, `extended` or `all` (default).
+    pub graph_optimization: Option<String>,
+    /// `cpu` (default) or `cuda`.
+    pub execution_provider: Option<String>,
+    /// The library to load (before `ORT_DYLIB_PATH` and `.native/`).
+    pub ort_library: Option<String>,
+    /// Longest prompt + output; default: `max_position_embeddings`.
+    pub max_seq_len: Option<i64>,
+    /// The most sequences in the KV cache at once; default 256.
+    pub max_slots: Option<i64>,
+}
+
+fn positive(value: Option<i64>, key: &'static str) -> Result<Option<usize>> {
+    match value {
+        None => Ok(None),
+        Some(v) => usize::try_from(v)
+            .ok()
+            .filter(|&v| v > 0)
+            .map(Some)
+            .ok_or_else(|| OrtError::InvalidOption {
+                key,
+                reason: format!("must be a positive integer, got {v}"),
+            }),
+    }
+}
+
+fn optimization_level(text: Option<&str>) -> Result<GraphOptimizationLevel> {
+    match text.unwrap_or("all") {
+        "disable" => Ok(GraphOptimizationLevel::Disable),
+        "basic" => Ok(GraphOptimizationLevel::Level1),
+        "extended" => Ok(GraphOptimizationLevel::Level2),
+        "all" => Ok(GraphOptimizationLevel::All),
+        other => Err(OrtError::InvalidOption {
+            key: "graph_optimization",
+            reason: format!("expected disable, basic, extended or all, got `{other}`"),
+        }),
+    }
+}
+
+/// Row-major inputs of one run, reused between steps.
+#[derive(Debug, Default)]
+struct Scratch {
+    ids: Vec<i64>,
+    mask: Vec<i64>,
+    positions: Vec<i64>,
+    /// Past keys and values per layer (keys at `2 * layer`, values at
+    /// `2 * layer + 1`).
+    past: Vec<Vec<f32>>,
+}
+
+/// A loaded ONNX decoder with its tokenizer: a step engine (prefill,
+/// decoding step, retire on a KV cache by slot) that core's generation
+/// loop drives.
+pub struct OrtEngine {
+    session: Session,
+    layout: GraphLayout,
+    cache: SlotCache,
+    scratch: Scratch,
+    past_names: Vec<String>,
+    present_names: Vec<String>,
+    vocab: usize,
+    max_seq_len: usize,
+    tokenizer: Arc<HfTokenizer>,
+    eos_ids: Vec<u32>,
+    pad_id: u32,
+    model: String,
+    dir: PathBuf,
+    library_path: PathBuf,
+    device: String,
+    threads: Option<usize>,
+}
+
+impl std::fmt::Debug for OrtEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OrtEngine")
+            .field("model", &self.model)
+            .field("layout", &self.layout)
+            .field("library", &self.library_path)
+            .field("device", &self.device)
+            .field("threads", &self.threads)
+            .field("max_slots", &self.cache.max_slots())
+            .finish_non_exhaustive()
+    }
+}
+
+impl OrtEngine {
+    /// Creates the engine from `engine=ort,...` (the registry entry): the
+    /// step engine inside core's generation loop.
+    pub fn create(config: &EngineConfig) -> guidebench_core::Result<Box<dyn Engine>> {
+        let options: OrtOptions = config.parse_options()?;
+        let model = config
+            .model
+            .as_deref()
+            .ok_or_else(|| OrtError::InvalidOption {
+                key: "model",
+                reason: "the ort engine needs `model=` (a folder with an ONNX decoder)".into(),
+            });
+        model
+            .and_then(|model| OrtEngine::load(model, &options))
+            .map(|e| Box::new(StepRunner::new(e)) as Box<dyn Engine>)
+            .map_err(OrtError::into_load_error)
+    }
+
+    /// Loads `model` (a folder or a hub id in the local HF cache) with
+    /// its ONNX decoder.
+    pub fn load(model: &str, options: &OrtOptions) -> Result<Self> {
+        let threads = positive(options.threads, "threads")?;
+        let inter_threads = positive(options.inter_threads, "inter_threads")?;
+        let max_seq_len = positive(options.max_seq_len, "max_seq_len")?;
+        let max_slots = positive(options.max_slots, "max_slots")?.unwrap_or(DEFAULT_MAX_SLOTS);
+        let level = optimization_level(options.graph_optimization.as_deref())?;
+        let provider = options.execution_provider.as_deref().unwrap_or("cpu");
+        if provider != "cpu" && provider != "cuda" {
+            return Err(OrtError::UnsupportedProvider {
+                provider: provider.to_owned(),
+                reason: "supported: cpu, cuda".into(),
+            });
+        }
+        let (environment, library_path) =
+            library::environment(options.ort_library.as_deref().map(Path::new))?;
+        let folder = ModelFolder::open(model)?;
+        let graph = find_graph(folder.dir())?;
+
+        let mut builder = Session::builder(&environment)?
+            .with_optimization_level(level)?
+            .with_log_level(ort::logging::LogLevel::Error)?;
+        if let Some(n) = threads {
+            builder = builder.with_intra_threads(n)?;
+        }
+        if let Some(n) = inter_threads {
+            builder = builder.with_inter_threads(n)?;
+            if n > 1 {
+                builder = builder.with_parallel_execution(true)?;
+            }
+        }
+        let device = if provider == "cuda" {
+            builder = with_cuda(builder, &library_path)?;
+            "cuda:0".to_owned()
+        } else {
+            "cpu".to_owned()
+        };
+        let session = builder.commit_from_file(&graph)?;
+        let inputs: Vec<Port> = session.inputs().iter().map(Port::from_outlet).collect();
+        let outputs: Vec<Port> = session.outputs().iter().map(Port::from_outlet).collect();
+        let config = folder.config();
+        let layout = GraphLayout::analyze(&graph, &inputs, &outputs, config)?;
+        if !layout.has_past {
+            tracing::warn!(
+                "`{}` takes no past keys/values: every step recomputes the whole sequence",
+                graph.display()
+            );
+        }
+        let names = |f: fn(usize, &str) -> String| -> Vec<String> {
+            (0..layout.layers)
+                .flat_map(|l| [f(l, "key"), f(l, "value")])
+                .collect()
+        };
+        let max_seq_len = max_seq_len.unwrap_or(config.max_position_embeddings);
+        Ok(OrtEngine {
+            past_names: names(past_name),
+            present_names: names(present_name),
+            cache: SlotCache::new(max_slots, layout.layers, layout.kv_heads, layout.head_dim),
+            scratch: Scratch {
+                past: vec![Vec::new(); 2 * layout.layers],
+                ..Scratch::default()
+            },
+            vocab: layout.vocab.unwrap_or(config.vocab_size),
+            layout,
+            session,
+            max_seq_len,
+            tokenizer: Arc::clone(folder.tokenizer()),
+            eos_ids: folder.eos_token_ids().to_vec(),
+            pad_id: folder.pad_token_id(),
+            model: model.to_owned(),
+            dir: folder.dir().to_owned(),
+            library_path,
+            device,
+            threads,
+        })
+    }
+
+    /// What the engine read from the graph.
+    pub fn layout(&self) -> &GraphLayout {
+        &self.layout
+    }
+
+    /// The folder the model was loaded from.
+    pub fn model_dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The ONNX Runtime library in use.
+    pub fn library_path(&self) -> &Path {
+        &self.library_path
+    }
+
+    /// Sequences in the KV cache now.
+    pub fn occupied_slots(&self) -> usize {
+        self.cache.occupied()
+    }
+
+    /// Runs rows of tokens, left-padded to the longest, after no past;
+    /// writes each row's last-position logits to `logits`, and stores each
+    /// row's keys and values (its real positions) into `slots` when the
+    /// graph has a cache.
+    fn run_prompts(
+        &mut self,
+        rows: &[&[u32]],
+        slots: &[(usize, usize)],
+        logits: &mut Logits,
+    ) -> Result<()> {
+        let b = rows.len();
+        let t = rows.iter().map(|r| r.len()).max().unwrap_or(0);
+        let s = &mut self.scratch;
+        s.ids.clear();
+        s.mask.clear();
+        s.positions.clear();
+        for row in rows {
+            let pad = t - row.len();
+            s.ids
+                .extend(std::iter::repeat_n(i64::from(self.pad_id), pad));
+            s.ids.extend(row.iter().map(|&id| i64::from(id)));
+            s.mask.extend(std::iter::repeat_n(0, pad));
+            s.mask.extend(std::iter::repeat_n(1, row.len()));
+            s.positions.extend(std::iter::repeat_n(0, pad));
+            s.positions.extend((0..row.len()).map(to_i64));
+        }
+        for buf in &mut s.past {
+            buf.clear();
+        }
+        let outputs = run_session(
+            &mut self.session,
+            &self.layout,
+            &self.scratch,
+            &self.past_names,
+            (b, t, 0),
+        )?;
+        let vocab = self.vocab;
+        let out = logits.rows_mut(b);
+        let (shape, data) = tensor(&outputs, "logits")?;
+        check_shape("logits", shape, &[b, t, vocab])?;
+        for i in 0..b {
+            let at = (i * t + t - 1) * vocab;
+            out[i * vocab..(i + 1) * vocab].copy_from_slice(&data[at..at + vocab]);
+        }
+        if self.layout.has_past {
+            let (kv, hd) = (self.layout.kv_heads, self.layout.head_dim);
+            for (layer_kind, name) in self.present_names.iter().enumerate() {
+                let (shape, data) = tensor(&outputs, name)?;
+                check_shape(name, shape, &[b, kv, t, hd])?;
+                for (i, &(slot, _)) in slots.iter().enumerate() {
+                    let len = rows[i].len();
+                    self.cache
+                        .store(slot, layer_kind, data, i, t, t - len, 0, len);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn run_prefill(&mut self, seqs: &[Prefill<'_>], logits: &mut Logits) -> Result<()> {
+        let rows: Vec<&[u32]> = seqs.iter().map(|s| s.tokens).collect();
+        let slots: Vec<(usize, usize)> = seqs.iter().map(|s| (s.slot, s.max_len)).collect();
+        for (s, &(slot, max_len)) in seqs.iter().zip(&slots) {
+            self.cache.occupy(slot, max_len, self.layout.has_past);
+            if !self.layout.has_past {
+                self.cache.push_tokens(slot, s.tokens);
+            }
+        }
+        let result = self.run_prompts(&rows, &slots, logits);
+        for (s, &(slot, _)) in seqs.iter().zip(&slots) {
+            if result.is_ok() {
+                self.cache.set_len(slot, s.tokens.len());
+            } else {
+                self.cache.retire(slot);
+            }
+        }
+        result
+    }
+
+    fn run_decode(&mut self, seqs: &[Decode], logits: &mut Logits) -> Result<()> {
+        if !self.layout.has_past {
+            return self.recompute(seqs, logits);
+        }
+        let b = seqs.len();
+        let (kv, hd) = (self.layout.kv_heads, self.layout.head_dim);
+        let past = seqs
+            .iter()
+            .map(|d| self.cache.len(d.slot))
+            .max()
+            .unwrap_or(0);
+        // Right padding: each row's cached positions first, zeros up to the
+        // longest, then the new token; the mask hides the zeros.
+        let s = &mut self.scratch;
+        s.ids.clear();
+        s.mask.clear();
+        s.positions.clear();
+        for d in seqs {
+            let len = self.cache.len(d.slot);
+            s.ids.push(i64::from(d.token));
+            s.mask.extend(std::iter::repeat_n(1, len));
+            s.mask.extend(std::iter::repeat_n(0, past - len));
+            s.mask.push(1);
+            s.positions.push(to_i64(len));
+        }
+        for (layer_kind, buf) in s.past.iter_mut().enumerate() {
+            buf.clear();
+            buf.resize(b * kv * past * hd, 0.0);
+            for (i, d) in seqs.iter().enumerate() {
+                self.cache.load(d.slot, layer_kind, buf, i, past);
+            }
+        }
+        let outputs = run_session(
+            &mut self.session,
+            &self.layout,
+            &self.scratch,
+            &self.past_names,
+            (b, 1, past),
+        )?;
+        let vocab = self.vocab;
+        let (shape, data) = tensor(&outputs, "logits")?;
+        check_shape("logits", shape, &[b, 1, vocab])?;
+        logits.rows_mut(b).copy_from_slice(&data[..b * vocab]);
+        for (layer_kind, name) in self.present_names.iter().enumerate() {
+            let (shape, data) = tensor(&outputs, name)?;
+            check_shape(name, shape, &[b, kv, past + 1, hd])?;
+            for (i, d) in seqs.iter().enumerate() {
+                let len = self.cache.len(d.slot);
+                self.cache
+                    .store(d.slot, layer_kind, data, i, past + 1, past, len, 1);
+            }
+        }
+        drop(outputs);
+        for d in seqs {
+            let len = self.cache.len(d.slot);
+            self.cache.set_len(d.slot, len + 1);
+        }
+        Ok(())
+    }
+
+    /// A decoding step for a graph without a cache: every row's whole
+    /// sequence again.
+    fn recompute(&mut self, seqs: &[Decode], logits: &mut Logits) -> Result<()> {
+        for d in seqs {
+            self.cache.push_tokens(d.slot, &[d.token]);
+        }
+        let owned: Vec<Vec<u32>> = seqs
+            .iter()
+            .map(|d| self.cache.tokens(d.slot).to_vec())
+            .collect();
+        let rows: Vec<&[u32]> = owned.iter().map(Vec::as_slice).collect();
+        self.run_prompts(&rows, &[], logits)
+    }
+}
+
+/// Registers the CUDA execution provider, or says why it cannot.
+fn with_cuda(
+    mut builder: ort::session::builder::SessionBuilder,
+    library: &Path,
+) -> Result<ort::session::builder::SessionBuilder> {
+    use ort::ep::ExecutionProvider;
+    let cuda = ort::ep::CUDA::default();
+    if !ort::ep::CUDA::is_available()? {
+        return Err(OrtError::UnsupportedProvider {
+            provider: "cuda".into(),
+            reason: format!(
+                "the ONNX Runtime library `{}` was built without the CUDA execution provider \
+                 (the PyPI `onnxruntime` wheel is CPU-only; point ORT_DYLIB_PATH at the \
+                 library of `onnxruntime-gpu`)",
+                library.display()
+            ),
+        });
+    }
+    cuda.register(&mut builder)
+        .map_err(|e| OrtError::UnsupportedProvider {
+            provider: "cuda".into(),
+            reason: e.to_string(),
+        })?;
+    Ok(builder)
+}
+
+/// One ONNX Runtime run over the scratch inputs: `b` rows of `t` new
+/// tokens after `past` cached positions.
+fn run_session<'s>(
+    session: &'s mut Session,
+    layout: &GraphLayout,
+    scratch: &Scratch,
+    past_names: &[String],
+    (b, t, past): (usize, usize, usize),
+) -> Result<SessionOutputs<'s>> {
+    let (kv, hd) = (layout.kv_heads, layout.head_dim);
+    let s = scratch;
+    let mut inputs: Vec<(Cow<'_, str>, SessionInputValue<'_>)> =
+        Vec::with_capacity(4 + s.past.len());
+    inputs.push((
+        "input_ids".into(),
+        TensorRef::from_array_view(([b, t], s.ids.as_slice()))?.into(),
+    ));
+    inputs.push((
+        "attention_mask".into(),
+        TensorRef::from_array_view(([b, past + t], s.mask.as_slice()))?.into(),
+    ));
+    if layout.position_ids {
+        inputs.push((
+            "position_ids".into(),
+            TensorRef::from_array_view(([b, t], s.positions.as_slice()))?.into(),
+        ));
+    }
+    for (name, buf) in past_names.iter().zip(&s.past) {
+        inputs.push((
+            name.as_str().into(),
+            TensorRef::from_array_view(([b, kv, past, hd], buf.as_slice()))?.into(),
+        ));
+    }
+    let cache_branch = [true];
+    if layout.use_cache_branch {
+        inputs.push((
+            "use_cache_branch".into(),
+            TensorRef::from_array_view(([1usize], &cache_branch[..]))?.into(),
+        ));
+    }
+    Ok(session.run(inputs)?)
+}
+
+/// An `f32` output of a run: its shape and data.
+fn tensor<'a>(outputs: &'a SessionOutputs<'_>, name: &str) -> Result<(Vec<i64>, &'a [f32])> {
+    let value = outputs
+        .get(name)
+        .ok_or_else(|| OrtError::Output(format!("no `{name}` in the outputs")))?;
+    let (shape, data) = value.try_extract_tensor::<f32>()?;
+    Ok((shape.to_vec(), data))
+}
+
+fn check_shape(name: &str, shape: Vec<i64>, expected: &[usize]) -> Result<()> {
+    let ok = shape.len() == expected.len()
+        && shape
+            .iter()
+            .zip(expected)
+            .all(|(&d, &e)| usize::try_from(d) == Ok(e));
+    if ok {
+        Ok(())
+    } else {
+        Err(OrtError::Output(format!(
+            "`{name}` has shape {shape:?}, expected {expected:?}"
+        )))
+    }
+}
+
+/// Positions and token counts are far below `i64::MAX`.
+fn to_i64(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+impl StepEngine for OrtEngine {
+    fn limits(&self) -> StepLimits {
+        StepLimits {
+            max_slots: self.cache.max_slots(),
+            max_seq_len: self.max_seq_len,
+            vocab_size: self.vocab,
+        }
+    }
+
+    fn prefill(
+        &mut self,
+        seqs: &[Prefill<'_>],
+        logits: &mut Logits,
+    ) -> guidebench_core::Result<()> {
+        self.run_prefill(seqs, logits)
+            .map_err(guidebench_core::Error::engine)
+    }
+
+    fn decode(&mut self, seqs: &[Decode], logits: &mut Logits) -> guidebench_core::Result<()> {
+        self.run_decode(seqs, logits)
+            .map_err(guidebench_core::Error::engine)
+    }
+
+    fn retire(&mut self, slot: usize) {
+        self.cache.retire(slot);
+    }
+
+    fn tokenizer(&self) -> Arc<dyn Tokenizer> {
+        Arc::clone(&self.tokenizer) as Arc<dyn Tokenizer>
+    }
+
+    fn eos_token_ids(&self) -> Vec<u32> {
+        self.eos_ids.clone()
+    }
+
+    fn describe(&self) -> EngineDescription {
+        EngineDescription {
+            engine: crate::ENGINE_NAME.into(),
+            library: format!(
+                "onnxruntime {} (ort {})",
+                library::version().unwrap_or_else(|| "?".into()),
+                crate::ORT_CRATE_VERSION
+            ),
+            model: self.model.clone(),
+            device: self.device.clone(),
+            threads: self.threads,
+        }
+    }
+}

@@ -1,0 +1,123 @@
+//! The error type of the ONNX Runtime engine.
+
+use std::path::PathBuf;
+
+/// What to run to get the library, in every message about a missing one.
+pub const GET_LIBRARY: &str = "run `scripts/native ort` in the guidebench checkout (it downloads \
+     onnxruntime 1.31.1 from PyPI into .native/ and prints `export ORT_DYLIB_PATH=...`), or set \
+     ORT_DYLIB_PATH / `ort_library=PATH` to a libonnxruntime.so of version 1.31 or later";
+
+/// Everything that can go wrong in the ONNX Runtime engine.
+///
+/// Converted into [`guidebench_core::Error`] at the `Engine` boundary:
+/// load problems become `EngineLoad`, generation problems `Engine`.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OrtError {
+    /// The model folder could not be found or read (config, tokenizer):
+    /// core's error, which names the file.
+    #[error(transparent)]
+    Model(#[from] guidebench_core::Error),
+
+    /// No ONNX Runtime library where the engine looked.
+    #[error("ONNX Runtime library not found (looked at: {}); {GET_LIBRARY}", .searched.join(", "))]
+    LibraryNotFound {
+        /// The places looked at, in order, each with where it came from.
+        searched: Vec<String>,
+    },
+
+    /// A library was found but could not be loaded or is too old.
+    #[error("cannot load ONNX Runtime from `{}`: {reason}; {GET_LIBRARY}", path.display())]
+    LibraryLoad {
+        /// The file.
+        path: PathBuf,
+        /// What the loader said.
+        reason: String,
+    },
+
+    /// The model folder holds no ONNX decoder graph.
+    #[error("no ONNX decoder in `{}` (looked for {})", dir.display(), .looked_for.join(", "))]
+    NoGraph {
+        /// The model folder.
+        dir: PathBuf,
+        /// The files looked for.
+        looked_for: Vec<String>,
+    },
+
+    /// The graph's inputs or outputs are not those of an Optimum decoder.
+    #[error("unsupported graph `{}`: {reason}; inputs: [{}]; outputs: [{}]", path.display(), .inputs.join(", "), .outputs.join(", "))]
+    UnsupportedGraph {
+        /// The graph file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+        /// The inputs found (name, type and shape).
+        inputs: Vec<String>,
+        /// The outputs found.
+        outputs: Vec<String>,
+    },
+
+    /// The graph and `config.json` describe different models.
+    #[error("the graph `{}` and config.json disagree on {what}: the graph has {graph}, config.json says {config}", path.display())]
+    ConfigMismatch {
+        /// The graph file.
+        path: PathBuf,
+        /// The quantity (`layers`, `key/value heads`, `head size`).
+        what: &'static str,
+        /// The graph's value.
+        graph: String,
+        /// config.json's value.
+        config: String,
+    },
+
+    /// An execution provider this library does not have.
+    #[error("execution provider `{provider}` is not available: {reason}")]
+    UnsupportedProvider {
+        /// The `execution_provider=` value.
+        provider: String,
+        /// Why.
+        reason: String,
+    },
+
+    /// An engine option with a bad value.
+    #[error("invalid option `{key}`: {reason}")]
+    InvalidOption {
+        /// The option.
+        key: &'static str,
+        /// Why it is rejected.
+        reason: String,
+    },
+
+    /// A run returned something the engine cannot use (a missing output,
+    /// a wrong shape).
+    #[error("unexpected output from the graph: {0}")]
+    Output(String),
+
+    /// ONNX Runtime reported an error.
+    #[error("onnxruntime: {0}")]
+    Ort(String),
+}
+
+impl<R> From<ort::Error<R>> for OrtError {
+    fn from(err: ort::Error<R>) -> Self {
+        OrtError::Ort(err.to_string())
+    }
+}
+
+impl OrtError {
+    /// This error as a load failure of the `ort` engine; a model-folder
+    /// error stays core's own (it names the file, and a missing model is
+    /// the user's mistake).
+    pub fn into_load_error(self) -> guidebench_core::Error {
+        match self {
+            OrtError::Model(err) => err,
+            other => guidebench_core::Error::EngineLoad {
+                engine: crate::ENGINE_NAME.to_owned(),
+                reason: other.to_string(),
+            },
+        }
+    }
+}
+
+/// A `Result` whose error is [`OrtError`].
+pub type Result<T, E = OrtError> = std::result::Result<T, E>;

@@ -1,0 +1,75 @@
+//! Shared by the ort engine's tests: the ONNX export of the testkit
+//! fixtures, through the project's own scripts.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use guidebench_ort::{OrtEngine, OrtOptions};
+
+/// The checkout.
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Whether the tests can run: `python3` is there (else they are skipped
+/// with a message). Runs `scripts/native ort` once per process, which
+/// creates the venv with `onnx` and `numpy` and fetches ONNX Runtime
+/// unless they are already cached.
+pub fn ready() -> bool {
+    static READY: OnceLock<bool> = OnceLock::new();
+    *READY.get_or_init(|| {
+        let python = Command::new("python3").arg("--version").output();
+        if !python.is_ok_and(|o| o.status.success()) {
+            eprintln!("SKIPPED: python3 is not installed; the ONNX fixtures cannot be exported");
+            return false;
+        }
+        let status = Command::new(root().join("scripts/native"))
+            .arg("ort")
+            .stdout(std::process::Stdio::null())
+            .status()
+            .expect("scripts/native runs");
+        assert!(status.success(), "`scripts/native ort` failed");
+        true
+    })
+}
+
+/// Writes `dir/model.onnx` from the fixture's safetensors with the
+/// project's exporter (`extra` are its options, e.g. `--no-past`).
+pub fn export(dir: &Path, extra: &[&str]) {
+    let out = Command::new(root().join(".venv/bin/python"))
+        .arg(root().join("scripts/export_onnx_fixture.py"))
+        .arg(dir)
+        .args(extra)
+        .output()
+        .expect("the exporter runs");
+    assert!(
+        out.status.success(),
+        "the exporter failed on {}: {}",
+        dir.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The options the tests load with.
+pub fn options() -> OrtOptions {
+    OrtOptions {
+        threads: Some(2),
+        max_slots: Some(8),
+        ..OrtOptions::default()
+    }
+}
+
+/// Exports the fixture in `dir` with `extra` and loads it.
+pub fn load_with(dir: &Path, extra: &[&str]) -> OrtEngine {
+    export(dir, extra);
+    let model = dir.to_str().expect("a UTF-8 path");
+    OrtEngine::load(model, &options()).unwrap_or_else(|e| panic!("the fixture loads: {e}"))
+}
+
+/// Exports the fixture in `dir` as Optimum would and loads it.
+pub fn load(dir: &Path) -> OrtEngine {
+    load_with(dir, &[])
+}

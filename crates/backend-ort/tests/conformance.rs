@@ -1,0 +1,82 @@
+//! The step-engine conformance suite of `guidebench-testkit`, run against
+//! the ort engine on the shared fixtures exported to ONNX (same weights as
+//! the safetensors candle reads), in f32 on the CPU.
+
+mod common;
+
+/// One `#[test]` per check, each skipped (with a message) only when
+/// python3 is missing.
+macro_rules! checks {
+    ($($check:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $check() {
+                if common::ready() {
+                    guidebench_testkit::conformance::$check(common::load);
+                }
+            }
+        )*
+    };
+}
+
+checks!(
+    greedy_tokens_match_stored,
+    first_step_logits_match_stored,
+    batched_equals_one_at_a_time,
+    max_tokens_is_respected,
+    eos_ends_a_sequence_unless_ignored,
+    a_stop_string_ends_generation,
+    seeded_sampling_is_reproducible,
+    a_too_long_prompt_fails_alone,
+    timings_are_one_instant_per_token,
+);
+
+/// A graph without past inputs runs with full recomputation and gives
+/// the same greedy tokens.
+#[test]
+fn a_graph_without_a_cache_recomputes_and_gives_the_stored_tokens() {
+    if common::ready() {
+        guidebench_testkit::conformance::greedy_tokens_match_stored(|dir| {
+            let engine = common::load_with(dir, &["--no-past"]);
+            assert!(!engine.layout().has_past);
+            engine
+        });
+    }
+}
+
+/// A graph that derives positions from the attention mask (no
+/// `position_ids` input, as some Optimum exports do) gives the same
+/// greedy tokens, batched.
+#[test]
+fn a_graph_without_position_ids_gives_the_stored_tokens() {
+    if common::ready() {
+        guidebench_testkit::conformance::batched_equals_one_at_a_time(|dir| {
+            let engine = common::load_with(dir, &["--no-position-ids"]);
+            assert!(!engine.layout().position_ids);
+            engine
+        });
+    }
+}
+
+/// Reports name the library, its version and the device.
+#[test]
+fn the_engine_describes_its_library() {
+    use guidebench_core::generation::StepEngine;
+    use guidebench_testkit::fixtures::{FixtureSpec, write_llama_fixture};
+
+    if !common::ready() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("a temp dir");
+    write_llama_fixture(dir.path(), &FixtureSpec::tiny()).expect("the fixture is written");
+    let engine = common::load(dir.path());
+    let description = engine.describe();
+    assert_eq!(description.engine, "ort");
+    assert_eq!(description.device, "cpu");
+    assert_eq!(description.threads, Some(2));
+    assert!(
+        description.library.starts_with("onnxruntime 1.31"),
+        "{}",
+        description.library
+    );
+}
