@@ -1,0 +1,643 @@
+//! The ort engine's performance figures, measured side by side in one run
+//! (what `bench/ort` runs, after exporting `builtin:tiny` to ONNX):
+//!
+//! 1. output tokens/s on `builtin:tiny` (prompt 128, 64 new tokens, greedy,
+//!    f32, all cores) at batch 1, 8 and 32 through the engine
+//!    (`StepRunner::generate`), and the share of the roofline each reaches:
+//!    the run's lower bound is the prefill's FLOPs / the
+//!    matrix-multiplication peak measured in this run, plus, per decoding
+//!    step, max(weight bytes / read bandwidth measured in this run, the
+//!    step's FLOPs / that peak) (the bound of `bench/candle`);
+//! 2. the same batches driven directly with ONNX Runtime: a plain loop of
+//!    `session.run` calls (one prefill over the left-padded batch, then 63
+//!    decoding calls feeding `present` back as `past`, with a growing
+//!    attention mask and position ids, greedy argmax in the loop), so that
+//!    the engine's overhead shows as engine / direct (target >= 0.95);
+//! 3. candle's engine on the same batches (`candle=0` leaves it out).
+//!
+//! ```text
+//! bench/ort [rounds=2] [candle=1]
+//! cargo run --release -p guidebench-ort --example bench -- [rounds=2] [candle=1] \
+//!     [model=builtin:tiny] [matmul=PATH]
+//! cargo run --release -p guidebench-ort --example bench -- prepare   # prints the model folder
+//! ```
+//!
+//! `model=` must hold `model.onnx` (`scripts/export_onnx_fixture.py`);
+//! `matmul=` is an ONNX graph of one product `A (4096 x 512) x B (512 x
+//! 2816)` with `B` a constant, which `bench/ort` writes, to measure ONNX
+//! Runtime's own matrix-multiplication rate (the bound takes the faster of
+//! it and candle's).
+
+use std::borrow::Cow;
+use std::path::Path;
+use std::time::Instant;
+
+use guidebench_candle::{CandleEngine, CandleOptions};
+use guidebench_core::data::SyntheticText;
+use guidebench_core::engine::{Engine, EngineOutput, EngineRequest};
+use guidebench_core::generation::StepRunner;
+use guidebench_core::model::{DecoderConfig, ModelFolder};
+use guidebench_core::sampling::Sampling;
+use guidebench_ort::graph::{find_graph, past_name, present_name};
+use guidebench_ort::{OrtEngine, OrtOptions};
+use guidebench_testkit as _;
+use ort::session::builder::GraphOptimizationLevel;
+use ort::session::{Session, SessionInputValue};
+use ort::value::{DynValue, TensorRef};
+use rayon::prelude::*;
+
+type BoxError = Box<dyn std::error::Error>;
+
+const PROMPT: usize = 128;
+const OUTPUT: u32 = 64;
+const BATCHES: [usize; 3] = [1, 8, 32];
+
+/// The CPU's model name (Linux), for the record.
+fn cpu_name() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|info| {
+            info.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_owned())
+        })
+        .unwrap_or_else(|| std::env::consts::ARCH.to_owned())
+}
+
+/// The 1-minute load average (Linux), for the record.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().map(str::to_owned))
+        .unwrap_or_else(|| "?".into())
+}
+
+/// Every output of a batch; any request's error fails the bench.
+fn generate(
+    engine: &mut dyn Engine,
+    batch: &[EngineRequest],
+) -> Result<Vec<EngineOutput>, BoxError> {
+    Ok(engine
+        .generate(batch)?
+        .into_iter()
+        .collect::<Result<Vec<_>, _>>()?)
+}
+
+/// One timed batch: output tokens/s, the time to the first token and the
+/// tokens of each row.
+struct Timed {
+    tps: f64,
+    ttft: f64,
+    tokens: Vec<Vec<u32>>,
+}
+
+fn timed_engine(engine: &mut dyn Engine, batch: &[EngineRequest]) -> Result<Timed, BoxError> {
+    let start = Instant::now();
+    let outputs = generate(engine, batch)?;
+    let elapsed = start.elapsed().as_secs_f64();
+    let count: usize = outputs.iter().map(|o| o.token_ids.len()).sum();
+    let ttft = outputs
+        .first()
+        .and_then(|o| o.token_instants.first())
+        .map_or(f64::NAN, |t| (*t - start).as_secs_f64());
+    Ok(Timed {
+        tps: count as f64 / elapsed,
+        ttft,
+        tokens: outputs.into_iter().map(|o| o.token_ids).collect(),
+    })
+}
+
+/// Best figures of one column over the rounds.
+#[derive(Clone, Copy)]
+struct Best {
+    tps: f64,
+    ttft: f64,
+}
+
+impl Default for Best {
+    fn default() -> Self {
+        Best {
+            tps: 0.0,
+            ttft: f64::INFINITY,
+        }
+    }
+}
+
+impl Best {
+    fn add(&mut self, t: &Timed) {
+        self.tps = self.tps.max(t.tps);
+        self.ttft = self.ttft.min(t.ttft);
+    }
+}
+
+fn main() -> Result<(), BoxError> {
+    let mut rounds = 2usize;
+    let mut with_candle = true;
+    let mut model = "builtin:tiny".to_owned();
+    let mut matmul: Option<String> = None;
+    for arg in std::env::args().skip(1) {
+        if arg == "prepare" {
+            // Generates the built-in model if needed; prints its folder.
+            println!("{}", guidebench_core::model::resolve(&model)?.display());
+            return Ok(());
+        }
+        let (key, value) = arg
+            .split_once('=')
+            .ok_or("expected key=value or `prepare`")?;
+        match key {
+            "rounds" => rounds = value.parse()?,
+            "candle" => with_candle = value != "0",
+            "model" => model = value.to_owned(),
+            "matmul" => matmul = Some(value.to_owned()),
+            other => return Err(format!("unknown argument `{other}`").into()),
+        }
+    }
+    let threads = std::thread::available_parallelism().map_or(1, usize::from);
+    let folder = ModelFolder::open(&model)?;
+    let graph = find_graph(folder.dir()).map_err(|e| {
+        format!(
+            "{e}\n(export it first: .venv/bin/python scripts/export_onnx_fixture.py {}, \
+             or run bench/ort)",
+            folder.dir().display()
+        )
+    })?;
+
+    let t0 = Instant::now();
+    let options = OrtOptions {
+        threads: Some(threads as i64),
+        ..OrtOptions::default()
+    };
+    let mut engine = StepRunner::new(OrtEngine::load(&model, &options)?);
+    let description = engine.describe();
+    println!(
+        "ort bench: {model}, prompt {PROMPT}, output {OUTPUT}, greedy, f32, threads {threads}, \
+         {}, loaded in {:.2?}",
+        description.library,
+        t0.elapsed()
+    );
+    println!("graph: {}", graph.display());
+    println!(
+        "cpu: {} ({threads} cores visible); load average (1 min) at start: {}",
+        cpu_name(),
+        load_average()
+    );
+    let mut direct = Direct::load(&graph, threads, engine.engine())?;
+
+    let candle_peak = matmul_peak(threads)?;
+    let ort_peak = match &matmul {
+        Some(path) => Some(ort_matmul_peak(Path::new(path), threads)?),
+        None => None,
+    };
+    let peak = ort_peak.map_or(candle_peak, |p| p.max(candle_peak));
+    let (read_bw, copy_bw) = bandwidths(threads);
+    println!(
+        "measured here: f32 matmul peak (4096 x 512 x 2816, {threads} threads) {:.1} GFLOP/s \
+         with candle, {} with ONNX Runtime; read bandwidth {:.2} GB/s; copy bandwidth \
+         (read + write) {:.2} GB/s",
+        candle_peak / 1e9,
+        ort_peak.map_or("not measured".to_owned(), |p| format!(
+            "{:.1} GFLOP/s",
+            p / 1e9
+        )),
+        read_bw / 1e9,
+        copy_bw / 1e9
+    );
+
+    let mut candle = if with_candle {
+        let t = Instant::now();
+        let candle = StepRunner::new(CandleEngine::load(
+            Some(&model),
+            &CandleOptions {
+                threads: Some(threads as i64),
+                ..CandleOptions::default()
+            },
+        )?);
+        println!("candle engine loaded in {:.2?}", t.elapsed());
+        Some(candle)
+    } else {
+        None
+    };
+
+    let tokenizer = engine.tokenizer();
+    let mut text = SyntheticText::new(tokenizer.as_ref(), 1);
+    let mut requests = |n: usize, output: u32| -> Result<Vec<EngineRequest>, BoxError> {
+        (0..n)
+            .map(|i| {
+                Ok(EngineRequest {
+                    id: i as u64,
+                    prompt: text.prompt(PROMPT)?,
+                    add_special_tokens: true,
+                    images: Vec::new(),
+                    audio: Vec::new(),
+                    sampling: Sampling::fixed_length(output)?,
+                })
+            })
+            .collect()
+    };
+    let encode = |batch: &[EngineRequest]| -> Result<Vec<Vec<u32>>, BoxError> {
+        batch
+            .iter()
+            .map(|r| Ok(tokenizer.encode(&r.prompt, r.add_special_tokens)?))
+            .collect()
+    };
+    // warm-up
+    let warm = requests(2, 4)?;
+    generate(&mut engine, &warm)?;
+    direct.generate(&encode(&warm)?, 4)?;
+    if let Some(c) = candle.as_mut() {
+        generate(c, &warm)?;
+    }
+
+    let batches: Vec<Vec<EngineRequest>> = BATCHES
+        .iter()
+        .map(|&b| requests(b, OUTPUT))
+        .collect::<Result<_, _>>()?;
+    let encoded: Vec<Vec<Vec<u32>>> = batches
+        .iter()
+        .map(|b| encode(b))
+        .collect::<Result<_, _>>()?;
+    let mut best_engine = [Best::default(); BATCHES.len()];
+    let mut best_direct = [Best::default(); BATCHES.len()];
+    let mut best_candle = [Best::default(); BATCHES.len()];
+    let mut identical = [true; BATCHES.len()];
+    let mut candle_identical = [true; BATCHES.len()];
+    let started = Instant::now();
+    for round in 0..rounds {
+        for (i, batch) in batches.iter().enumerate() {
+            // alternate which goes first, so that both see the same load
+            let (e, d) = if (round + i) % 2 == 0 {
+                let e = timed_engine(&mut engine, batch)?;
+                (e, direct.generate(&encoded[i], OUTPUT as usize)?)
+            } else {
+                let d = direct.generate(&encoded[i], OUTPUT as usize)?;
+                (timed_engine(&mut engine, batch)?, d)
+            };
+            best_engine[i].add(&e);
+            best_direct[i].add(&d);
+            identical[i] &= e.tokens == d.tokens;
+            if let Some(c) = candle.as_mut() {
+                let c = timed_engine(c, batch)?;
+                best_candle[i].add(&c);
+                candle_identical[i] &= c.tokens == e.tokens;
+            }
+        }
+    }
+
+    let (flops_token, lm_flops, weight_bytes) = model_costs(folder.config());
+    if let Some(c) = candle.as_ref() {
+        let d = c.engine().decoder();
+        let theirs = (
+            d.flops_per_token() as f64,
+            d.lm_head_flops() as f64,
+            d.weight_bytes_per_step() as f64,
+        );
+        if theirs != (flops_token, lm_flops, weight_bytes) {
+            println!(
+                "note: candle's decoder counts {theirs:?} (FLOPs/token, LM head FLOPs, weight \
+                 bytes/step), this bench {:?}",
+                (flops_token, lm_flops, weight_bytes)
+            );
+        }
+    }
+    println!(
+        "\n[1] output tokens/s (best of {rounds} interleaved rounds, {:.0} s; load average \
+         now {})",
+        started.elapsed().as_secs_f64(),
+        load_average()
+    );
+    println!(
+        "  {:>5}  {:>9} {:>9} {:>8}  {:>9} {:>9}  {:>14}  {:>9} {:>13}",
+        "batch",
+        "engine",
+        "direct",
+        "eng/dir",
+        "TTFT eng",
+        "TTFT dir",
+        "roofline share",
+        "candle",
+        "ort/candle"
+    );
+    for (i, &b) in BATCHES.iter().enumerate() {
+        let b_f = b as f64;
+        let prefill_bound = (b_f * PROMPT as f64 * flops_token + b_f * lm_flops) / peak;
+        let step_bound = (weight_bytes / read_bw).max(b_f * (flops_token + lm_flops) / peak);
+        let bound = prefill_bound + f64::from(OUTPUT - 1) * step_bound;
+        let share = |tps: f64| 100.0 * bound / (b_f * f64::from(OUTPUT) / tps);
+        let (e, d, c) = (best_engine[i], best_direct[i], best_candle[i]);
+        println!(
+            "  {b:>5}  {:>9.1} {:>9.1} {:>8.3}  {:>7.1}ms {:>7.1}ms  {:>5.0} % / {:>3.0} %  {:>9} {:>13}",
+            e.tps,
+            d.tps,
+            e.tps / d.tps,
+            e.ttft * 1e3,
+            d.ttft * 1e3,
+            share(e.tps),
+            share(d.tps),
+            if candle.is_some() {
+                format!("{:.1}", c.tps)
+            } else {
+                "-".into()
+            },
+            if candle.is_some() {
+                format!("{:.2}x", e.tps / c.tps)
+            } else {
+                "-".into()
+            },
+        );
+    }
+    println!(
+        "  roofline share: engine / direct; the bound: prefill {:.1} MFLOP per prompt token + \
+         {:.1} MFLOP LM head per row at {:.1} GFLOP/s, then per step max({:.1} MB of weights at \
+         {:.2} GB/s, rows x {:.1} MFLOP)",
+        flops_token / 1e6,
+        lm_flops / 1e6,
+        peak / 1e9,
+        weight_bytes / 1e6,
+        read_bw / 1e9,
+        (flops_token + lm_flops) / 1e6,
+    );
+    println!(
+        "  (the exported graph computes logits at every prompt position, which the bound does \
+         not count)"
+    );
+    println!(
+        "  target: engine / direct >= 0.95; engine tokens equal direct tokens: {:?}{}",
+        identical,
+        if candle.is_some() {
+            format!("; candle's equal the engine's: {candle_identical:?}")
+        } else {
+            String::new()
+        }
+    );
+    Ok(())
+}
+
+/// FLOPs of the decoder blocks' projections per token, FLOPs of the LM
+/// head per row, and the weight bytes one decoding step reads (f32), from
+/// the model's configuration (as candle's decoder counts them).
+fn model_costs(c: &DecoderConfig) -> (f64, f64, f64) {
+    let (h, q, kv) = (
+        c.hidden_size,
+        c.num_attention_heads * c.head_dim,
+        c.num_key_value_heads * c.head_dim,
+    );
+    let per_layer = h * (q + 2 * kv) + q * h + 3 * h * c.intermediate_size;
+    let biases = if c.qkv_bias { q + 2 * kv } else { 0 } + if c.o_bias { h } else { 0 };
+    let norms = 2 * h + if c.qk_norm { 2 * c.head_dim } else { 0 };
+    let lm = c.vocab_size * h;
+    let flops_token = 2 * c.num_hidden_layers * per_layer;
+    let weights = c.num_hidden_layers * (per_layer + biases + norms) + lm + h + h;
+    (flops_token as f64, (2 * lm) as f64, (4 * weights) as f64)
+}
+
+/// A second session on the same graph, driven by a plain loop.
+struct Direct {
+    session: Session,
+    past_names: Vec<String>,
+    present_names: Vec<String>,
+    kv_heads: usize,
+    head_dim: usize,
+    vocab: usize,
+    pad: i64,
+    position_ids: bool,
+}
+
+impl Direct {
+    /// Opens `graph` with the engine's settings (all optimizations, `threads`
+    /// intra-op threads) and the engine's reading of its layout.
+    fn load(graph: &Path, threads: usize, engine: &OrtEngine) -> Result<Self, BoxError> {
+        let (environment, _) = guidebench_ort::library::environment(None)?;
+        let session = Session::builder(&environment)?
+            .with_optimization_level(GraphOptimizationLevel::All)?
+            .with_log_level(ort::logging::LogLevel::Error)?
+            .with_intra_threads(threads)?
+            .commit_from_file(graph)?;
+        let layout = engine.layout();
+        if !layout.has_past || layout.use_cache_branch {
+            return Err(
+                "the direct loop needs a graph with past inputs and no use_cache_branch".into(),
+            );
+        }
+        let names = |f: fn(usize, &str) -> String| -> Vec<String> {
+            (0..layout.layers)
+                .flat_map(|l| [f(l, "key"), f(l, "value")])
+                .collect()
+        };
+        let config = ModelFolder::from_dir(engine.model_dir())?;
+        Ok(Direct {
+            session,
+            past_names: names(past_name),
+            present_names: names(present_name),
+            kv_heads: layout.kv_heads,
+            head_dim: layout.head_dim,
+            vocab: layout.vocab.unwrap_or(config.config().vocab_size),
+            pad: i64::from(config.pad_token_id()),
+            position_ids: layout.position_ids,
+        })
+    }
+
+    /// Greedy generation of `output` tokens for each prompt: one prefill
+    /// over the left-padded batch, then `output - 1` decoding runs feeding
+    /// `present` back as `past`.
+    fn generate(&mut self, prompts: &[Vec<u32>], output: usize) -> Result<Timed, BoxError> {
+        let start = Instant::now();
+        let b = prompts.len();
+        let t = prompts.iter().map(Vec::len).max().unwrap_or(0);
+        let (kv, hd, vocab) = (self.kv_heads, self.head_dim, self.vocab);
+        let pads: Vec<usize> = prompts.iter().map(|p| t - p.len()).collect();
+        let mut ids: Vec<i64> = Vec::with_capacity(b * t);
+        let mut positions: Vec<i64> = Vec::with_capacity(b * t);
+        for p in prompts {
+            let pad = t - p.len();
+            ids.extend(std::iter::repeat_n(self.pad, pad));
+            ids.extend(p.iter().map(|&id| i64::from(id)));
+            positions.extend(std::iter::repeat_n(0, pad));
+            positions.extend(0..p.len() as i64);
+        }
+        let mut mask: Vec<i64> = Vec::with_capacity(b * (t + output));
+        let empty: Vec<f32> = Vec::new();
+        let mut past: Vec<DynValue> = Vec::new();
+        let mut tokens: Vec<Vec<u32>> = vec![Vec::with_capacity(output); b];
+        let mut ttft = 0.0;
+        for step in 0..output {
+            // rows: left padding (0), then every real position so far (1)
+            let (seq, total) = if step == 0 { (t, t) } else { (1, t + step) };
+            mask.clear();
+            for &pad in &pads {
+                mask.extend(std::iter::repeat_n(0, pad));
+                mask.extend(std::iter::repeat_n(1, total - pad));
+            }
+            let mut inputs: Vec<(Cow<'_, str>, SessionInputValue<'_>)> =
+                Vec::with_capacity(3 + self.past_names.len());
+            inputs.push((
+                "input_ids".into(),
+                TensorRef::from_array_view(([b, seq], ids.as_slice()))?.into(),
+            ));
+            inputs.push((
+                "attention_mask".into(),
+                TensorRef::from_array_view(([b, total], mask.as_slice()))?.into(),
+            ));
+            if self.position_ids {
+                inputs.push((
+                    "position_ids".into(),
+                    TensorRef::from_array_view(([b, seq], positions.as_slice()))?.into(),
+                ));
+            }
+            for (i, name) in self.past_names.iter().enumerate() {
+                let value: SessionInputValue<'_> = if step == 0 {
+                    TensorRef::from_array_view(([b, kv, 0, hd], empty.as_slice()))?.into()
+                } else {
+                    (&past[i]).into()
+                };
+                inputs.push((name.as_str().into(), value));
+            }
+            let mut outputs = self.session.run(inputs)?;
+            let (_, logits) = outputs["logits"].try_extract_tensor::<f32>()?;
+            ids.clear();
+            for (row, out) in tokens.iter_mut().enumerate() {
+                let at = (row * seq + seq - 1) * vocab;
+                let next = argmax(&logits[at..at + vocab]);
+                out.push(next);
+                ids.push(i64::from(next));
+            }
+            if step == 0 {
+                ttft = start.elapsed().as_secs_f64();
+            }
+            if step + 1 == output {
+                break;
+            }
+            past = self
+                .present_names
+                .iter()
+                .map(|n| {
+                    outputs
+                        .remove(n)
+                        .ok_or_else(|| format!("no `{n}` in the outputs"))
+                })
+                .collect::<Result<_, _>>()?;
+            drop(outputs);
+            positions.clear();
+            positions.extend(prompts.iter().map(|p| (p.len() + step) as i64));
+        }
+        let elapsed = start.elapsed().as_secs_f64();
+        Ok(Timed {
+            tps: (b * output) as f64 / elapsed,
+            ttft,
+            tokens,
+        })
+    }
+}
+
+/// The first index of the largest value.
+fn argmax(row: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &v) in row.iter().enumerate() {
+        if v > row[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+/// The f32 matrix-multiplication rate candle reaches on a prefill-shaped
+/// product (4096 x 512 by 512 x 2816), in FLOP/s, best of 5, on a pool of
+/// `threads` threads (as `bench/candle` measures it).
+fn matmul_peak(threads: usize) -> Result<f64, BoxError> {
+    use candle_core::{Device, Tensor};
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()?;
+    let (m, k, n) = (4096usize, 512usize, 2816usize);
+    pool.install(|| -> candle_core::Result<f64> {
+        let a = Tensor::randn(0f32, 1.0, (m, k), &Device::Cpu)?;
+        let w = Tensor::randn(0f32, 1.0, (n, k), &Device::Cpu)?;
+        let mut best = f64::INFINITY;
+        for _ in 0..6 {
+            let start = Instant::now();
+            let c = a.matmul(&w.t()?)?;
+            std::hint::black_box(&c);
+            best = best.min(start.elapsed().as_secs_f64());
+        }
+        Ok((2 * m * k * n) as f64 / best)
+    })
+    .map_err(Into::into)
+}
+
+/// ONNX Runtime's rate on the same product: `graph` takes `A` (4096 x
+/// 512) and multiplies it by a constant 512 x 2816; best of 5 after one
+/// warm-up run.
+fn ort_matmul_peak(graph: &Path, threads: usize) -> Result<f64, BoxError> {
+    let (environment, _) = guidebench_ort::library::environment(None)?;
+    let mut session = Session::builder(&environment)?
+        .with_optimization_level(GraphOptimizationLevel::All)?
+        .with_intra_threads(threads)?
+        .commit_from_file(graph)?;
+    let (m, k, n) = (4096usize, 512usize, 2816usize);
+    let a: Vec<f32> = (0..m * k).map(|i| (i % 7) as f32 - 3.0).collect();
+    let name = session
+        .inputs()
+        .first()
+        .map(|i| i.name().to_owned())
+        .ok_or("the matmul graph has no input")?;
+    let mut best = f64::INFINITY;
+    for _ in 0..6 {
+        let start = Instant::now();
+        let outputs = session.run(vec![(
+            Cow::from(name.as_str()),
+            SessionInputValue::from(TensorRef::from_array_view(([m, k], a.as_slice()))?),
+        )])?;
+        std::hint::black_box(&outputs);
+        drop(outputs);
+        best = best.min(start.elapsed().as_secs_f64());
+    }
+    Ok((2 * m * k * n) as f64 / best)
+}
+
+/// Read bandwidth (a sum over a 1 GiB buffer) and copy bandwidth (bytes
+/// read + written) in bytes/s, best of 4, split over `threads` threads (as
+/// `bench/candle` measures them).
+fn bandwidths(threads: usize) -> (f64, f64) {
+    const LEN: usize = 256 << 20; // f32s: 1 GiB
+    let pool = match rayon::ThreadPoolBuilder::new().num_threads(threads).build() {
+        Ok(pool) => pool,
+        Err(_) => return (f64::NAN, f64::NAN),
+    };
+    pool.install(|| {
+        let src: Vec<f32> = (0..LEN).map(|i| i as f32).collect();
+        let mut dst = vec![0f32; LEN];
+        let bytes = (LEN * std::mem::size_of::<f32>()) as f64;
+        let chunk = LEN.div_ceil(threads.max(1));
+        let time = |f: &mut dyn FnMut()| {
+            let mut best = f64::INFINITY;
+            for _ in 0..4 {
+                let start = Instant::now();
+                f();
+                best = best.min(start.elapsed().as_secs_f64());
+            }
+            best
+        };
+        let read = time(&mut || {
+            let sum: f32 = src
+                .par_chunks(chunk)
+                .map(|c| {
+                    let mut acc = [0f32; 32];
+                    for block in c.chunks_exact(32) {
+                        for (a, v) in acc.iter_mut().zip(block) {
+                            *a += v;
+                        }
+                    }
+                    acc.iter().sum::<f32>()
+                })
+                .sum();
+            std::hint::black_box(sum);
+        });
+        let copy = time(&mut || {
+            dst.par_chunks_mut(chunk)
+                .zip(src.par_chunks(chunk))
+                .for_each(|(d, s)| d.copy_from_slice(s));
+            std::hint::black_box(&dst);
+        });
+        (bytes / read, 2.0 * bytes / copy)
+    })
+}
