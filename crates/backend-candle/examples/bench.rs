@@ -22,9 +22,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use guidebench_bench::data::SyntheticText;
 use guidebench_candle::{CandleEngine, CandleOptions};
 use guidebench_core::backend::Backend;
-use guidebench_core::data::SyntheticText;
 use guidebench_core::engine::{Engine, EngineOutput, EngineRequest};
 use guidebench_core::generation::StepRunner;
 use guidebench_core::request::GenerationRequest;

@@ -15,6 +15,8 @@ use guidebench_core::request::{
     ChatMessage, ContentPart, FinishReason, GenerationRequest, GenerationResponse, MediaSource,
     RequestInput, RequestTimings,
 };
+use guidebench_core::template::{Placeholders, PromptFormatter, RequestFormat as TemplateFormat};
+use guidebench_core::tokenizer::SpecialTokens;
 use guidebench_core::{Error, Result};
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use serde_json::{Map, Value, json};
@@ -786,32 +788,29 @@ fn mime_from_path(path: &Path, kind: &str) -> &'static str {
     }
 }
 
-/// A chat as one prompt for the text endpoint; media cannot be sent.
+/// A chat as one prompt for the text endpoint, exactly as the offline
+/// backend's plain format writes it (core's [`PromptFormatter`]: a
+/// message's text parts joined by a space, messages by a newline); media
+/// cannot be sent.
 fn flatten_chat(messages: &[ChatMessage]) -> Result<String> {
-    let mut prompt = String::new();
-    for message in messages {
-        for part in &message.content {
-            match part {
-                ContentPart::Text { text } => {
-                    if !prompt.is_empty() {
-                        prompt.push('\n');
-                    }
-                    prompt.push_str(text);
-                }
-                ContentPart::Image { .. } | ContentPart::Audio { .. } => {
-                    return Err(Error::UnsupportedInput {
-                        engine: "openai_http with request_format=text".into(),
-                        input: if matches!(part, ContentPart::Image { .. }) {
-                            "image"
-                        } else {
-                            "audio"
-                        },
-                    });
-                }
-            }
-        }
+    for part in messages.iter().flat_map(|m| &m.content) {
+        let input = match part {
+            ContentPart::Text { .. } => continue,
+            ContentPart::Image { .. } => "image",
+            ContentPart::Audio { .. } => "audio",
+        };
+        return Err(Error::UnsupportedInput {
+            engine: "openai_http with request_format=text".into(),
+            input,
+        });
     }
-    Ok(prompt)
+    let plain = PromptFormatter::new(
+        &TemplateFormat::Plain,
+        None,
+        &SpecialTokens::default(),
+        Placeholders::default(),
+    )?;
+    Ok(plain.format(&RequestInput::Chat(messages.to_vec()))?.text)
 }
 
 #[async_trait]
@@ -1034,6 +1033,53 @@ mod tests {
             json!({"type": "input_audio", "input_audio": {"data": "YWJj", "format": "wav"}})
         );
         assert_eq!(body["ignore_eos"], true);
+    }
+
+    #[test]
+    fn a_multi_part_chat_is_the_same_prompt_as_on_the_offline_backend() {
+        // The offline backend with request_format=plain formats through
+        // core's PromptFormatter; the text endpoint must send exactly that.
+        let chat = vec![
+            ChatMessage::text("system", "be brief"),
+            ChatMessage {
+                role: "user".into(),
+                content: vec![
+                    ContentPart::Text {
+                        text: "first part".into(),
+                    },
+                    ContentPart::Text {
+                        text: "second part".into(),
+                    },
+                ],
+            },
+        ];
+        let offline = PromptFormatter::new(
+            &TemplateFormat::Plain,
+            None,
+            &SpecialTokens::default(),
+            Placeholders::default(),
+        )
+        .expect("plain")
+        .format(&RequestInput::Chat(chat.clone()))
+        .expect("formats")
+        .text;
+        assert_eq!(offline, "be brief\nfirst part second part");
+        let request = GenerationRequest::new(
+            1,
+            RequestInput::Chat(chat),
+            Sampling::fixed_length(2).expect("valid"),
+        );
+        let body = body_of(&config(RequestFormat::Text), &request);
+        assert_eq!(body["prompt"], offline.as_str());
+        // The chat endpoint keeps the parts as parts.
+        let body = body_of(&config(RequestFormat::Chat), &request);
+        assert_eq!(
+            body["messages"][1]["content"],
+            json!([
+                {"type": "text", "text": "first part"},
+                {"type": "text", "text": "second part"}
+            ])
+        );
     }
 
     #[test]

@@ -32,8 +32,8 @@ use std::borrow::Cow;
 use std::path::Path;
 use std::time::Instant;
 
+use guidebench_bench::data::SyntheticText;
 use guidebench_candle::{CandleEngine, CandleOptions};
-use guidebench_core::data::SyntheticText;
 use guidebench_core::engine::{Engine, EngineOutput, EngineRequest};
 use guidebench_core::generation::StepRunner;
 use guidebench_core::model::{DecoderConfig, ModelFolder};

@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use guidebench_bench::runner::Observer;
 use guidebench_core::request::RequestRecord;
-use guidebench_core::runner::Observer;
 use guidebench_core::stdio::StdioRedirect;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle, TermLike};
 

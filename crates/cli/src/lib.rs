@@ -78,6 +78,16 @@ pub(crate) enum Failure {
     Interrupted,
 }
 
+impl From<guidebench_bench::Error> for Failure {
+    fn from(err: guidebench_bench::Error) -> Self {
+        if err.is_usage() {
+            Failure::Usage(err.into())
+        } else {
+            Failure::Run(err.into())
+        }
+    }
+}
+
 impl From<guidebench_core::Error> for Failure {
     fn from(err: guidebench_core::Error) -> Self {
         if err.is_usage() {
@@ -142,7 +152,7 @@ fn print_options(options: &[guidebench_core::options::OptionSpec]) {
 }
 
 fn export(args: &ExportArgs) -> Result<(), Failure> {
-    let report = guidebench_core::report::Report::read_json(&args.file)?;
+    let report = guidebench_bench::report::Report::read_json(&args.file)?;
     let outputs = output::parse_all(&args.output)?;
     output::write_all(&outputs, &report).map_err(Failure::Run)
 }
@@ -168,17 +178,45 @@ fn list_backends() -> Result<(), Failure> {
         println!("  {:<14} {}", engine.name, engine.description);
         print_options(engine.options);
     }
+    println!();
+    println!("Sampling (--backend ...,sampling.KEY=VALUE; a data row's own column wins):");
+    for (key, what) in [
+        (
+            "temperature",
+            "softmax temperature, >= 0; 0 is greedy (default 0)",
+        ),
+        ("top_p", "nucleus mass in (0, 1] (default 1: off)"),
+        (
+            "top_k",
+            "keep the k most likely tokens; 0 is off (default 0)",
+        ),
+        (
+            "seed",
+            "seed of every request's sampler (default: from the request id)",
+        ),
+        ("stop", "stop strings, separated by `;`"),
+        (
+            "max_tokens",
+            "tokens to generate when the data does not say (default 256)",
+        ),
+        (
+            "ignore_eos",
+            "generate past end-of-sequence (default: true when the data fixes the length)",
+        ),
+    ] {
+        println!("      sampling.{key:<13} {what}");
+    }
     list_kinds(
         "Data (--data kind=NAME,...):",
-        guidebench_core::data::DATA_KINDS,
+        guidebench_bench::data::DATA_KINDS,
     );
     list_kinds(
         "Profiles (--profile kind=NAME,...):",
-        guidebench_core::runner::PROFILE_KINDS,
+        guidebench_bench::runner::PROFILE_KINDS,
     );
     list_kinds(
         "Constraints (--constraint kind=NAME,...):",
-        guidebench_core::runner::CONSTRAINT_KINDS,
+        guidebench_bench::runner::CONSTRAINT_KINDS,
     );
     list_kinds("Outputs (--output kind=NAME,...):", output::OUTPUT_KINDS);
     #[cfg(feature = "openai")]

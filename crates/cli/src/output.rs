@@ -3,8 +3,8 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, anyhow};
+use guidebench_bench::report::{Report, console_summary, write_csv, write_html};
 use guidebench_core::options::{KindArgs, OptionSpec, OptionType, check_options, parse_kind_args};
-use guidebench_core::report::{Report, console_summary, write_csv, write_html};
 
 /// Every output kind with its options, for help and checks.
 pub const OUTPUT_KINDS: &[(&str, &[OptionSpec])] = &[

@@ -167,6 +167,24 @@ fn bad_options_exit_2_with_a_one_line_reason() {
         ),
         (&["run", "--warmup", "soon"], "warmup"),
         (
+            &[
+                "run",
+                "--backend",
+                "kind=offline,engine=nope",
+                "--data",
+                "kind=nope",
+            ],
+            "unknown data kind `nope`",
+        ),
+        (
+            &[
+                "run",
+                "--backend",
+                "kind=offline,engine=mock,sampling.top_p=2",
+            ],
+            "sampling.top_p",
+        ),
+        (
             &["run", "--backend", "kind=offline,engine=tch"],
             "--features tch",
         ),
@@ -333,6 +351,110 @@ fn warmup_and_cooldown_requests_are_left_out_of_the_metrics() {
     assert_eq!(benchmark["metrics"]["all"]["count"], 15);
     assert_eq!(benchmark["warmup_excluded"], 3);
     assert_eq!(benchmark["cooldown_excluded"], 2);
+    let records = benchmark["records"]["records"].as_array().expect("records");
+    assert_eq!(records.len(), 20, "excluded requests are kept");
+    let marked = |why: &str| records.iter().filter(|r| r["excluded"] == why).count();
+    assert_eq!((marked("warmup"), marked("cooldown")), (3, 2));
+}
+
+#[test]
+fn a_bad_data_row_exits_2_naming_the_row_and_field() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data.jsonl");
+    std::fs::write(
+        &data,
+        "{\"prompt\": \"a\", \"output_tokens\": 2}\n{\"prompt\": \"b\", \"output_tokens\": 0}\n",
+    )
+    .expect("write");
+    let out = guidebench(&[
+        "run",
+        "--backend",
+        "kind=offline,engine=mock",
+        "--data",
+        &format!("kind=file,path={}", data.display()),
+    ]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("line 2"), "{stderr}");
+    assert!(stderr.contains("output_tokens"), "{stderr}");
+}
+
+#[test]
+fn the_cli_and_the_library_give_the_same_report_for_the_same_plan() {
+    use guidebench_bench::session::{Plan, PlanArgs, Quiet, Session};
+    use guidebench_testkit as _;
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let json = dir.path().join("report.json");
+    let backend = "kind=offline,engine=mock,sampling.temperature=0.5,sampling.seed=3";
+    let data = "kind=synthetic_text,prompt_tokens=12,output_tokens=5";
+    let out = guidebench(&[
+        "run",
+        "--backend",
+        backend,
+        "--data",
+        data,
+        "--profile",
+        "kind=synchronous",
+        "--constraint",
+        "kind=max_requests,count=6",
+        "--warmup",
+        "1",
+        "--output",
+        &format!("kind=json,path={},include_text=true", json.display()),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let from_cli = read_json(&json);
+
+    let plan = Plan::new(PlanArgs {
+        backend: backend.into(),
+        data: vec![data.into()],
+        profile: Some("kind=synchronous".into()),
+        constraints: vec!["kind=max_requests,count=6".into()],
+        warmup: Some("1".into()),
+        keep_text: true,
+        ..PlanArgs::default()
+    })
+    .expect("plan");
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let report = runtime
+        .block_on(async {
+            let backend = plan.create_backend()?;
+            let (_tx, cancel) = tokio::sync::watch::channel(false);
+            Session::new(plan).run(backend, &mut Quiet, cancel).await
+        })
+        .expect("the library runs the plan");
+    let from_library = serde_json::to_value(&report).expect("json");
+
+    assert_eq!(from_cli["config"], from_library["config"]);
+    // Everything but times: the same requests, prompts, outputs, exclusions.
+    let shape = |report: &Value| -> Vec<Value> {
+        report["benchmarks"]
+            .as_array()
+            .expect("benchmarks")
+            .iter()
+            .map(|b| {
+                let records: Vec<Value> = b["records"]["records"]
+                    .as_array()
+                    .expect("records")
+                    .iter()
+                    .map(|r| {
+                        serde_json::json!([
+                            r["id"],
+                            r["status"],
+                            r["prompt_tokens"],
+                            r["output_tokens"],
+                            r["text"],
+                            r["excluded"]
+                        ])
+                    })
+                    .collect();
+                serde_json::json!([b["name"], b["metrics"]["successful"]["count"], records])
+            })
+            .collect()
+    };
+    assert_eq!(shape(&from_cli), shape(&from_library));
+    assert_eq!(shape(&from_cli)[0][1], 5);
 }
 
 #[cfg(unix)]
@@ -359,7 +481,7 @@ fn sigint_writes_a_valid_partial_report_and_exits_130() {
             "--output",
             &format!("kind=json,path={}", json.display()),
         ])
-        .env("GUIDEBENCH_LOG", "guidebench_core::runner=debug")
+        .env("GUIDEBENCH_LOG", "guidebench_bench::runner=debug")
         .stderr(Stdio::piped())
         .stdout(Stdio::null())
         .spawn()

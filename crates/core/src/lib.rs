@@ -2,32 +2,31 @@
 //!
 //! The contracts every guidebench component shares: the request model, the
 //! [`Backend`](backend::Backend) and [`Engine`](engine::Engine) traits, the
+//! step contract and the one generation loop ([`generation`]), the
 //! abstract [`Tokenizer`](tokenizer::Tokenizer), shared request formatting
 //! (chat templates, multimodal placeholders, sampling validation), the
 //! `kind=NAME,key=value` option grammar, the plugin registry, the model
 //! folder (resolved and read once, see [`model`]), and the `offline`
 //! backend: an in-process engine behind a micro-batcher.
 //!
-//! Engine crates depend on this crate only, implement [`engine::Engine`],
-//! and register themselves with [`register_engine!`].
+//! Engine crates depend on this crate only, implement
+//! [`generation::StepEngine`] (or [`engine::Engine`]), and register
+//! themselves with [`register_engine!`]. The benchmark itself (load
+//! profiles, data, metrics, reports) is the `guidebench-bench` crate.
 #![deny(missing_docs)]
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
 pub mod affinity;
 pub mod backend;
 pub mod clock;
-pub mod data;
 pub mod engine;
 pub mod error;
 pub mod generation;
-pub mod metrics;
 pub mod model;
 pub mod offline;
 pub mod options;
 pub mod registry;
-pub mod report;
 pub mod request;
-pub mod runner;
 pub mod sampler;
 pub mod sampling;
 pub mod stdio;

@@ -10,9 +10,9 @@ use serde_json::{Map, Value};
 use super::compact::CompactRecords;
 use super::footprint::ClientFootprint;
 use super::metrics::BenchmarkMetrics;
-use crate::clock::Timestamp;
-use crate::request::RequestRecord;
-use crate::{Error, Result};
+use guidebench_core::clock::Timestamp;
+use guidebench_core::request::RequestRecord;
+use guidebench_core::{Error, Result};
 
 /// The JSON schema version this build writes and reads.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -205,6 +205,10 @@ pub struct Report {
     pub config: Value,
     /// Whether the run was stopped before it finished.
     pub interrupted: bool,
+    /// Why the run failed after its benchmarks started (a data item that
+    /// could not become a request); the benchmarks cover what ran before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<String>,
     /// The benchmarks, in the order they ran.
     pub benchmarks: Vec<BenchmarkReport>,
 }
@@ -219,8 +223,20 @@ impl Report {
             environment: Environment::detect(),
             config,
             interrupted: false,
+            failure: None,
             benchmarks: Vec::new(),
         }
+    }
+
+    /// Whether any request of any benchmark succeeded, warm-up and
+    /// cool-down requests included.
+    pub fn any_success(&self) -> bool {
+        self.benchmarks.iter().any(|b| {
+            b.records
+                .records
+                .iter()
+                .any(|r| r.status == guidebench_core::request::RequestStatus::Success)
+        })
     }
 
     /// The report as compact JSON.

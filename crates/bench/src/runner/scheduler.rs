@@ -20,10 +20,10 @@ use tokio::sync::{Semaphore, mpsc, watch};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use crate::backend::Backend;
-use crate::clock::{Clock, Timestamp};
 use crate::report::{ClientFootprint, ProcessUsage};
-use crate::request::{GenerationRequest, RequestRecord};
+use guidebench_core::backend::Backend;
+use guidebench_core::clock::{Clock, Timestamp};
+use guidebench_core::request::{GenerationRequest, RequestRecord};
 
 use super::constraints::{ConstraintState, Constraints, StopReason};
 use super::profile::Strategy;
@@ -473,9 +473,9 @@ mod tests {
     use async_trait::async_trait;
 
     use super::*;
-    use crate::backend::ValidationReport;
-    use crate::request::{FinishReason, GenerationResponse, RequestTimings};
-    use crate::sampling::Sampling;
+    use guidebench_core::backend::ValidationReport;
+    use guidebench_core::request::{FinishReason, GenerationResponse, RequestTimings};
+    use guidebench_core::sampling::Sampling;
 
     /// Loses `lost` on even requests before a send that succeeds (as a
     /// backend does that sends again on a fresh connection), then answers
@@ -490,13 +490,16 @@ mod tests {
         fn kind(&self) -> &'static str {
             "retrying"
         }
-        async fn startup(&self) -> crate::Result<()> {
+        async fn startup(&self) -> guidebench_core::Result<()> {
             Ok(())
         }
-        async fn validate(&self) -> crate::Result<ValidationReport> {
+        async fn validate(&self) -> guidebench_core::Result<ValidationReport> {
             Ok(ValidationReport::default())
         }
-        async fn resolve(&self, request: GenerationRequest) -> crate::Result<GenerationResponse> {
+        async fn resolve(
+            &self,
+            request: GenerationRequest,
+        ) -> guidebench_core::Result<GenerationResponse> {
             let retries = u32::from(request.id.is_multiple_of(2));
             if retries > 0 {
                 tokio::time::sleep(self.lost).await;
@@ -521,7 +524,7 @@ mod tests {
                 },
             })
         }
-        async fn shutdown(&self) -> crate::Result<()> {
+        async fn shutdown(&self) -> guidebench_core::Result<()> {
             Ok(())
         }
     }

@@ -12,8 +12,10 @@ use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::clock::Timestamp;
-use crate::request::{FinishReason, RequestError, RequestRecord, RequestStatus, RequestTimings};
+use guidebench_core::clock::Timestamp;
+use guidebench_core::request::{
+    FinishReason, RequestError, RequestRecord, RequestStatus, RequestTimings,
+};
 
 /// Rounds a time in nanoseconds since the epoch to the nearest whole
 /// microsecond (halves round up).
@@ -75,6 +77,20 @@ pub struct CompactRecord {
     /// [`RequestTimings::retries`]); absent when 0.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub retries: u32,
+    /// Why the record is kept but left out of the metrics (a warm-up or
+    /// cool-down request); absent for a measured request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub excluded: Option<Excluded>,
+}
+
+/// Why a kept record is left out of a benchmark's metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Excluded {
+    /// Sent during the warm-up.
+    Warmup,
+    /// Sent during the cool-down.
+    Cooldown,
 }
 
 #[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference.
@@ -168,6 +184,21 @@ impl CompactRecords {
         compact
     }
 
+    /// The records the metrics are computed over: every record not
+    /// [`excluded`](CompactRecord::excluded).
+    pub fn measured(&self) -> impl Iterator<Item = &CompactRecord> + '_ {
+        self.records.iter().filter(|r| r.excluded.is_none())
+    }
+
+    /// Adds `record`, kept for the record but left out of the metrics as
+    /// `why`.
+    pub fn push_excluded(&mut self, record: &RequestRecord, why: Excluded) {
+        self.push(record);
+        if let Some(last) = self.records.last_mut() {
+            last.excluded = Some(why);
+        }
+    }
+
     /// The number of records.
     pub fn len(&self) -> usize {
         self.records.len()
@@ -251,6 +282,7 @@ impl CompactRecords {
             first_token: offsets.first().copied(),
             token_gaps,
             retries: t.retries,
+            excluded: None,
         };
         self.records.push(compact);
     }
@@ -362,7 +394,8 @@ mod tests {
     #[test]
     fn a_round_trip_through_the_compact_form_is_exact_at_microsecond_resolution() {
         let origin = at_us(0);
-        let mut failed = RequestRecord::error(2, &crate::Error::ShuttingDown, at_us(5), at_us(9));
+        let mut failed =
+            RequestRecord::error(2, &guidebench_core::Error::ShuttingDown, at_us(5), at_us(9));
         failed.timings.scheduled = Some(at_us(-3));
         let records = vec![
             sixteen_token_record(1),
@@ -393,7 +426,7 @@ mod tests {
 
     #[test]
     fn identical_errors_are_stored_once() {
-        let err = crate::Error::ShuttingDown;
+        let err = guidebench_core::Error::ShuttingDown;
         let records: Vec<RequestRecord> = (0..5)
             .map(|i| RequestRecord::error(i, &err, at_us(0), at_us(1)))
             .collect();
@@ -405,12 +438,12 @@ mod tests {
 
     #[test]
     fn merging_shifts_offsets_exactly_and_reinterns_errors() {
-        let err = crate::Error::NotStarted;
+        let err = guidebench_core::Error::NotStarted;
         let a = CompactRecords::from_records(
             at_us(0),
             &[RequestRecord::error(
                 1,
-                &crate::Error::ShuttingDown,
+                &guidebench_core::Error::ShuttingDown,
                 at_us(1),
                 at_us(2),
             )],

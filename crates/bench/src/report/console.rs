@@ -158,6 +158,9 @@ pub fn console_summary(report: &Report) -> String {
     if report.interrupted {
         out.push_str("(interrupted: the run stopped early; the last benchmark may be partial)\n");
     }
+    if let Some(failure) = &report.failure {
+        let _ = writeln!(out, "(failed: {failure}; the last benchmark is partial)");
+    }
     out.push_str(&Table { columns, rows }.render());
     for b in &report.benchmarks {
         if b.metrics.errors_by_label.is_empty() {
@@ -178,6 +181,19 @@ pub fn console_summary(report: &Report) -> String {
                 out,
                 "retries in {}: {} (sent again on a fresh connection the server had closed)",
                 b.name, b.metrics.retries
+            );
+        }
+    }
+    for b in &report.benchmarks {
+        if let Some(skipped) = b
+            .extra
+            .get("data_skipped")
+            .and_then(serde_json::Value::as_u64)
+        {
+            let _ = writeln!(
+                out,
+                "data items skipped in {}: {skipped} (on_error=skip; see the log for each)",
+                b.name
             );
         }
     }

@@ -21,7 +21,7 @@ mod html;
 mod metrics;
 mod model;
 
-pub use compact::{CompactRecord, CompactRecords, round_to_micros};
+pub use compact::{CompactRecord, CompactRecords, Excluded, round_to_micros};
 pub use console::console_summary;
 pub use csv::{to_csv, write_csv};
 pub use footprint::{ClientFootprint, ProcessUsage};
@@ -29,8 +29,8 @@ pub use html::{to_html, write_html};
 pub use metrics::{BenchmarkMetrics, StatusMetrics};
 pub use model::{BenchmarkReport, Environment, GUIDEBENCH_VERSION, Report, SCHEMA_VERSION};
 
-use crate::clock::Timestamp;
 use crate::metrics::Distribution;
+use guidebench_core::clock::Timestamp;
 
 /// Microseconds as seconds.
 #[allow(clippy::cast_precision_loss)] // |µs| below 2^53 (285 years) converts exactly.
@@ -75,7 +75,7 @@ fn format_utc(at: Timestamp) -> String {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::request::{FinishReason, RequestRecord, RequestStatus, RequestTimings};
+    use guidebench_core::request::{FinishReason, RequestRecord, RequestStatus, RequestTimings};
 
     const ORIGIN: i64 = 1_700_000_000_000_000_000;
 
@@ -144,7 +144,7 @@ pub(crate) mod tests {
             .collect();
         second.push(RequestRecord::error(
             20,
-            &crate::Error::EnginePanic("boom".into()),
+            &guidebench_core::Error::EnginePanic("boom".into()),
             ms(2_100),
             ms(2_150),
         ));

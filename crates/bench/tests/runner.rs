@@ -6,14 +6,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use guidebench_bench::runner::{
+    Constraints, NoObserver, RunOptions, StopReason, Strategy, run_benchmark,
+};
 use guidebench_core::backend::{Backend, ValidationReport};
 use guidebench_core::clock::Timestamp;
 use guidebench_core::options::parse_kind_args;
 use guidebench_core::request::{
     FinishReason, GenerationRequest, GenerationResponse, RequestStatus, RequestTimings,
-};
-use guidebench_core::runner::{
-    Constraints, NoObserver, RunOptions, StopReason, Strategy, run_benchmark,
 };
 use guidebench_core::sampling::Sampling;
 use guidebench_core::{Error, Result};
@@ -121,7 +121,7 @@ async fn run(
     requests: &mut mpsc::Receiver<GenerationRequest>,
     strategy: Strategy,
     constraints: &Constraints,
-) -> guidebench_core::runner::BenchmarkRun {
+) -> guidebench_bench::runner::BenchmarkRun {
     run_with_grace(
         backend,
         requests,
@@ -138,7 +138,7 @@ async fn run_with_grace(
     strategy: Strategy,
     constraints: &Constraints,
     grace_period: Duration,
-) -> guidebench_core::runner::BenchmarkRun {
+) -> guidebench_bench::runner::BenchmarkRun {
     run_benchmark(
         Arc::clone(backend) as Arc<dyn Backend>,
         requests,

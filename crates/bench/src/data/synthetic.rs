@@ -25,10 +25,11 @@ use rand_chacha::ChaCha8Rng;
 use serde_json::{Map, Value};
 
 use super::{DataItem, DataSource, int_option, u32_option};
-use crate::options::{OptionSpec, OptionType};
-use crate::request::RequestInput;
-use crate::tokenizer::Tokenizer;
-use crate::{Error, Result};
+use guidebench_core::options::{OptionSpec, OptionType};
+use guidebench_core::request::RequestInput;
+use guidebench_core::sampling::SamplingParams;
+use guidebench_core::tokenizer::Tokenizer;
+use guidebench_core::{Error, Result};
 
 /// The name of this data kind.
 pub(super) const KIND: &str = "synthetic_text";
@@ -97,6 +98,7 @@ pub const SYNTHETIC_TEXT_OPTIONS: &[OptionSpec] = &[
         OptionType::Int,
         "seed of the text and lengths (default: the run's seed)",
     ),
+    super::ON_ERROR,
 ];
 
 const ONSETS: [&str; 16] = [
@@ -722,6 +724,8 @@ impl DataSource for SyntheticTextSource {
             input: RequestInput::Text(text),
             prompt_tokens: Some(u32::try_from(count).unwrap_or(u32::MAX)),
             output_tokens: Some(output_tokens),
+            sampling: SamplingParams::default(),
+            origin: format!("synthetic_text item {}", self.produced),
         }))
     }
 
@@ -737,9 +741,10 @@ mod tests {
     use std::sync::OnceLock;
 
     use super::*;
-    use crate::data::testing::{ByteTokenizer, MetaspaceTokenizer, PairTokenizer};
-    use crate::options::parse_kind_args;
-    use crate::tokenizer::{HfTokenizer, train_byte_level_bpe};
+    use crate::data::testing::{MetaspaceTokenizer, PairTokenizer};
+    use guidebench_core::options::parse_kind_args;
+    use guidebench_core::tokenizer::{HfTokenizer, train_byte_level_bpe};
+    use guidebench_testkit::ByteTokenizer;
 
     /// A byte-level BPE tokenizer of about 4k ids, trained once on
     /// pseudo-word text of another seed and a little English.
@@ -768,7 +773,7 @@ mod tests {
     fn source(input: &str, tokenizer: Arc<dyn Tokenizer>) -> Result<SyntheticTextSource> {
         let args = parse_kind_args(input).expect("parses");
         let mut options = args.options;
-        crate::options::check_options(KIND, &[SYNTHETIC_TEXT_OPTIONS], &mut options)?;
+        guidebench_core::options::check_options(KIND, &[SYNTHETIC_TEXT_OPTIONS], &mut options)?;
         SyntheticTextSource::from_options(KIND, &options, tokenizer, 42)
     }
 

@@ -15,10 +15,11 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
-use crate::options::{KindArgs, OptionSpec, check_options};
-use crate::request::RequestInput;
-use crate::tokenizer::Tokenizer;
-use crate::{Error, Result};
+use guidebench_core::options::{KindArgs, OptionSpec, OptionType, check_options};
+use guidebench_core::request::RequestInput;
+use guidebench_core::sampling::SamplingParams;
+use guidebench_core::tokenizer::Tokenizer;
+use guidebench_core::{Error, Result};
 
 pub mod file;
 pub mod synthetic;
@@ -38,6 +39,12 @@ pub struct DataItem {
     pub prompt_tokens: Option<u32>,
     /// How many tokens to generate, when the data says.
     pub output_tokens: Option<u32>,
+    /// Sampling fields the item sets itself (a file row's `temperature`,
+    /// `top_p`, `top_k`, `seed` or `stop` column); they win over the run's
+    /// `sampling.*` options.
+    pub sampling: SamplingParams,
+    /// Where the item comes from (`data.jsonl, line 3`), for error messages.
+    pub origin: String,
 }
 
 /// A source of benchmark items.
@@ -54,6 +61,16 @@ pub trait DataSource: Send {
         None
     }
 }
+
+/// What a run does with an item that cannot become a request, an option of
+/// every data kind: `fail` (the default) stops the run with an error that
+/// names the row and the field; `skip` counts and reports it and goes on.
+pub const ON_ERROR: OptionSpec = OptionSpec::optional(
+    "on_error",
+    OptionType::Choice(&["fail", "skip"]),
+    "an item that cannot become a request: fail the run, or skip it (counted and reported)",
+)
+.with_default("fail");
 
 /// The option schema of each data kind, for help output.
 pub const DATA_KINDS: &[(&str, &[OptionSpec])] = &[
@@ -153,8 +170,8 @@ fn string_option<'a>(options: &'a Map<String, Value>, key: &str) -> Option<&'a s
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::data::testing::ByteTokenizer;
-    use crate::options::parse_kind_args;
+    use guidebench_core::options::parse_kind_args;
+    use guidebench_testkit::ByteTokenizer;
 
     fn create(input: &str) -> Result<Box<dyn DataSource>> {
         let args = parse_kind_args(input).expect("parses");

@@ -8,7 +8,7 @@ use serde_json::Value;
 use super::model::{BenchmarkReport, Report};
 use super::{count_as_f64, fixed, format_utc, ms_at, ms_mean};
 use crate::metrics::Distribution;
-use crate::{Error, Result};
+use guidebench_core::{Error, Result};
 
 /// `text` with `&`, `<`, `>`, `"` and `'` escaped, safe in element content
 /// and in quoted attributes.

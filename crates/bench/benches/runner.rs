@@ -14,14 +14,14 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use async_trait::async_trait;
+use guidebench_bench::metrics::Distribution;
+use guidebench_bench::report::CompactRecords;
+use guidebench_bench::runner::{Constraints, NoObserver, RunOptions, Strategy, run_benchmark};
 use guidebench_core::backend::{Backend, ValidationReport};
 use guidebench_core::clock::{Clock, Timestamp};
-use guidebench_core::metrics::Distribution;
-use guidebench_core::report::CompactRecords;
 use guidebench_core::request::{
     FinishReason, GenerationRequest, GenerationResponse, RequestRecord, RequestTimings,
 };
-use guidebench_core::runner::{Constraints, NoObserver, RunOptions, Strategy, run_benchmark};
 use guidebench_core::sampling::Sampling;
 use tokio::sync::{mpsc, watch};
 
@@ -180,7 +180,7 @@ fn memory(records: u64) {
         }
     );
     let started = Instant::now();
-    let _ = guidebench_core::report::BenchmarkMetrics::compute(
+    let _ = guidebench_bench::report::BenchmarkMetrics::compute(
         &compact,
         origin,
         Timestamp(origin.0 + 200_000 * i64::try_from(records).unwrap_or(0)),

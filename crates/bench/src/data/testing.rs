@@ -1,35 +1,8 @@
-//! Test helpers: a tokenizer with one token per byte.
-//!
-//! `guidebench-testkit` has one too, but it implements the trait of the
-//! `guidebench-core` it depends on, not of this crate under test.
+//! Test tokenizers that split text unlike a byte tokenizer (testkit's
+//! `ByteTokenizer` is the byte one).
 
-use crate::Result;
-use crate::tokenizer::{SpecialTokens, Tokenizer};
-
-/// One token per byte (ids 0–255), no special tokens.
-#[derive(Debug, Default)]
-pub(crate) struct ByteTokenizer {
-    special: SpecialTokens,
-}
-
-impl Tokenizer for ByteTokenizer {
-    fn encode(&self, text: &str, _add_special_tokens: bool) -> Result<Vec<u32>> {
-        Ok(text.bytes().map(u32::from).collect())
-    }
-
-    fn decode(&self, ids: &[u32], _skip_special_tokens: bool) -> Result<String> {
-        let bytes: Vec<u8> = ids.iter().filter_map(|id| u8::try_from(*id).ok()).collect();
-        Ok(String::from_utf8_lossy(&bytes).into_owned())
-    }
-
-    fn special_tokens(&self) -> &SpecialTokens {
-        &self.special
-    }
-
-    fn vocab_size(&self) -> usize {
-        256
-    }
-}
+use guidebench_core::Result;
+use guidebench_core::tokenizer::{SpecialTokens, Tokenizer};
 
 /// One token per two bytes, spaces included (ids `a * 256 + b`, a lone last
 /// byte as itself): a tokenizer that does not split words at spaces, so a

@@ -6,8 +6,8 @@ use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 
-use crate::options::{KindArgs, OptionSpec, OptionType, check_options};
-use crate::{Error, Result};
+use guidebench_core::options::{KindArgs, OptionSpec, OptionType, check_options};
+use guidebench_core::{Error, Result};
 
 /// How one benchmark sends its requests.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -368,7 +368,7 @@ pub fn sweep_rates(synchronous_rate: f64, throughput_rate: f64, sweep_size: usiz
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::options::parse_kind_args;
+    use guidebench_core::options::parse_kind_args;
 
     fn profile(arg: &str) -> Result<Profile> {
         Profile::from_args(parse_kind_args(arg)?, 7)

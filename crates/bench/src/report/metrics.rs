@@ -10,9 +10,9 @@ use serde::{Deserialize, Serialize};
 
 use super::compact::{CompactRecord, CompactRecords};
 use super::{count_as_f64, micros_as_secs};
-use crate::clock::Timestamp;
 use crate::metrics::Distribution;
-use crate::request::RequestStatus;
+use guidebench_core::clock::Timestamp;
+use guidebench_core::request::RequestStatus;
 
 /// The statistics of one group of requests (successful, errored,
 /// incomplete or all).
@@ -128,7 +128,7 @@ pub struct BenchmarkMetrics {
     pub errors_by_label: BTreeMap<String, usize>,
     /// Sends repeated on a fresh connection because the first failed before
     /// the server could have answered, over every request (see
-    /// [`RequestTimings::retries`](crate::request::RequestTimings::retries)).
+    /// [`RequestTimings::retries`](guidebench_core::request::RequestTimings::retries)).
     #[serde(default)]
     pub retries: u64,
 }
@@ -142,7 +142,7 @@ impl BenchmarkMetrics {
         window_start: Timestamp,
         window_end: Timestamp,
     ) -> Self {
-        let of = |status| records.records.iter().filter(move |r| r.status == status);
+        let of = |status| records.measured().filter(move |r| r.status == status);
         let window_ns = window_end.0.saturating_sub(window_start.0);
         let duration_s = window_end.secs_since(window_start);
         let per_s = |amount: f64| {
@@ -172,8 +172,7 @@ impl BenchmarkMetrics {
 
         let dispatch_delay = Distribution::from_values(
             records
-                .records
-                .iter()
+                .measured()
                 .filter_map(|r| Some(micros_as_secs(r.start?.saturating_sub(r.scheduled?)))),
         );
 
@@ -182,14 +181,14 @@ impl BenchmarkMetrics {
             successful: StatusMetrics::compute(of(RequestStatus::Success)),
             errored: StatusMetrics::compute(of(RequestStatus::Error)),
             incomplete: StatusMetrics::compute(of(RequestStatus::Incomplete)),
-            all: StatusMetrics::compute(&records.records),
+            all: StatusMetrics::compute(records.measured()),
             requests_per_s: per_s(count_as_f64(ok_requests)),
             output_tokens_per_s: per_s(tokens_as_f64(ok_output)),
             total_tokens_per_s: per_s(tokens_as_f64(ok_total)),
             mean_concurrency: mean_concurrency(records, window_start, window_end),
             dispatch_delay,
             errors_by_label,
-            retries: records.records.iter().map(|r| u64::from(r.retries)).sum(),
+            retries: records.measured().map(|r| u64::from(r.retries)).sum(),
         }
     }
 }
@@ -211,8 +210,7 @@ fn mean_concurrency(
     }
     let ns = |offset: i64| (i128::from(records.origin_us) + i128::from(offset)) * 1_000;
     let busy: i128 = records
-        .records
-        .iter()
+        .measured()
         .filter_map(|r| {
             let start = ns(r.start?).max(lo);
             let end = r.end.map_or(hi, ns).min(hi);
@@ -230,7 +228,7 @@ fn ratio(num: i128, den: i128) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::request::{FinishReason, RequestRecord, RequestTimings};
+    use guidebench_core::request::{FinishReason, RequestRecord, RequestTimings};
 
     const ORIGIN: i64 = 1_700_000_000_000_000_000;
 
@@ -262,7 +260,8 @@ mod tests {
 
     /// Two served requests, one failure; window 0..1000 ms.
     fn fixture() -> (CompactRecords, BenchmarkMetrics) {
-        let mut failed = RequestRecord::error(3, &crate::Error::ShuttingDown, ms(500), ms(700));
+        let mut failed =
+            RequestRecord::error(3, &guidebench_core::Error::ShuttingDown, ms(500), ms(700));
         failed.timings.scheduled = Some(ms(480));
         let mut a = served(1, 0, &[100, 120, 160, 200], 210, 10);
         a.timings.scheduled = Some(ms(0));

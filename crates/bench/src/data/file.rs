@@ -20,7 +20,13 @@
 //!   file's folder), an `http(s)` URL or a `data:` URL, or a JSON list of
 //!   several. The item becomes a chat with one user message holding the
 //!   text, then the media;
-//! * `system_column`: a system message put first.
+//! * `system_column`: a system message put first;
+//! * sampling: the columns `temperature`, `top_p`, `top_k`, `seed` and
+//!   `stop` (a string, or a list of strings; in CSV a JSON list in the cell),
+//!   where present, set the row's own sampling, which wins over the run's
+//!   `sampling.*` options.
+//!
+//! A row whose output length is 0 is an error that names the row.
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -29,10 +35,11 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 
 use super::{DataItem, DataSource, string_option, u32_option};
-use crate::options::{OptionSpec, OptionType};
-use crate::request::{ChatMessage, ContentPart, MediaSource, RequestInput};
-use crate::tokenizer::Tokenizer;
-use crate::{Error, Result};
+use guidebench_core::options::{OptionSpec, OptionType};
+use guidebench_core::request::{ChatMessage, ContentPart, MediaSource, RequestInput};
+use guidebench_core::sampling::SamplingParams;
+use guidebench_core::tokenizer::Tokenizer;
+use guidebench_core::{Error, Result};
 
 /// The name of this data kind.
 pub(super) const KIND: &str = "file";
@@ -86,6 +93,7 @@ pub const FILE_OPTIONS: &[OptionSpec] = &[
         OptionType::Int,
         "how many items to use, from the top (default: all)",
     ),
+    super::ON_ERROR,
 ];
 
 const PROMPT_COLUMNS: &[&str] = &[
@@ -216,9 +224,13 @@ impl FileSource {
         let items = rows
             .iter()
             .map(|row| {
-                item_from_row(row, &columns, base).map_err(|reason| {
-                    Error::Config(format!("{}, {}: {reason}", path.display(), row.location))
-                })
+                let origin = format!("{}, {}", path.display(), row.location);
+                item_from_row(row, &columns, base)
+                    .map(|item| DataItem {
+                        origin: origin.clone(),
+                        ..item
+                    })
+                    .map_err(|reason| Error::Config(format!("{origin}: {reason}")))
             })
             .collect::<Result<VecDeque<_>>>()?;
         Ok(FileSource { items, tokenizer })
@@ -501,11 +513,94 @@ fn item_from_row(
             format!("column `{name}`: expected a positive whole number, got {value}")
         })
     };
+    let output_tokens = count(&columns.output_tokens)?;
+    if output_tokens == Some(0) {
+        return Err(format!(
+            "column `{}`: must be at least 1, got 0",
+            columns.output_tokens.as_deref().unwrap_or_default()
+        ));
+    }
     Ok(DataItem {
         input,
         prompt_tokens: count(&columns.prompt_tokens)?,
-        output_tokens: count(&columns.output_tokens)?,
+        output_tokens,
+        sampling: row_sampling(row)?,
+        origin: String::new(),
     })
+}
+
+/// The columns a row may set sampling with; each wins over the run's
+/// `sampling.*` option of the same name.
+pub const SAMPLING_COLUMNS: &[&str] = &["temperature", "top_p", "top_k", "seed", "stop"];
+
+/// The sampling fields a row sets; the error names the column.
+fn row_sampling(row: &Row) -> std::result::Result<SamplingParams, String> {
+    let get = |name: &str| {
+        row.fields
+            .get(name)
+            .filter(|v| !(v.is_null() || (row.csv && v.as_str().is_some_and(str::is_empty))))
+    };
+    let number = |name: &str| -> std::result::Result<Option<f32>, String> {
+        let Some(value) = get(name) else {
+            return Ok(None);
+        };
+        let n = match value {
+            Value::Number(n) => n.as_f64(),
+            Value::String(s) => s.trim().parse::<f64>().ok(),
+            _ => None,
+        };
+        #[allow(clippy::cast_possible_truncation)] // sampling values are small.
+        n.map(|n| Some(n as f32))
+            .ok_or_else(|| format!("column `{name}`: expected a number, got {value}"))
+    };
+    let whole = |name: &str| -> std::result::Result<Option<u64>, String> {
+        let Some(value) = get(name) else {
+            return Ok(None);
+        };
+        let n = match value {
+            Value::Number(n) => n.as_u64(),
+            Value::String(s) => s.trim().parse::<u64>().ok(),
+            _ => None,
+        };
+        n.map(Some)
+            .ok_or_else(|| format!("column `{name}`: expected a whole number >= 0, got {value}"))
+    };
+    let stop = match get("stop") {
+        None => None,
+        Some(Value::String(text)) if row.csv => Some(match json_in_cell(text) {
+            Some(Value::Array(list)) => strings(&list)?,
+            _ => vec![text.clone()],
+        }),
+        Some(Value::String(text)) => Some(vec![text.clone()]),
+        Some(Value::Array(list)) => Some(strings(list)?),
+        Some(other) => {
+            return Err(format!(
+                "column `stop`: expected a string or a list of strings, got {other}"
+            ));
+        }
+    };
+    let top_k = whole("top_k")?
+        .map(|k| u32::try_from(k).map_err(|_| format!("column `top_k`: {k} is too large")))
+        .transpose()?;
+    Ok(SamplingParams {
+        temperature: number("temperature")?,
+        top_p: number("top_p")?,
+        top_k,
+        seed: whole("seed")?,
+        stop,
+        ..SamplingParams::default()
+    })
+}
+
+/// Every element of a list as a string; the error names the column `stop`.
+fn strings(list: &[Value]) -> std::result::Result<Vec<String>, String> {
+    list.iter()
+        .map(|v| {
+            v.as_str()
+                .map(str::to_owned)
+                .ok_or_else(|| format!("column `stop`: expected strings, got {v}"))
+        })
+        .collect()
 }
 
 /// A positive token count from a number or numeric text.
@@ -676,8 +771,8 @@ fn media_source(location: &str, base: &Path) -> MediaSource {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::data::testing::ByteTokenizer;
-    use crate::options::{check_options, parse_kind_args};
+    use guidebench_core::options::{check_options, parse_kind_args};
+    use guidebench_testkit::ByteTokenizer;
 
     fn write(dir: &Path, name: &str, content: &str) -> PathBuf {
         let path = dir.join(name);
@@ -693,9 +788,11 @@ mod tests {
         FileSource::from_options("data file", &options, Arc::new(ByteTokenizer::default()))
     }
 
+    /// Every item, without its origin (see `items_name_the_row_they_come_from`).
     fn all(source: &mut FileSource) -> Vec<DataItem> {
         let mut items = Vec::new();
-        while let Some(item) = source.next_item().expect("item") {
+        while let Some(mut item) = source.next_item().expect("item") {
+            item.origin.clear();
             items.push(item);
         }
         items
@@ -706,6 +803,8 @@ mod tests {
             input: RequestInput::Text(text.to_string()),
             prompt_tokens,
             output_tokens,
+            sampling: SamplingParams::default(),
+            origin: String::new(),
         }
     }
 

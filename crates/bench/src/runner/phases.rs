@@ -3,9 +3,9 @@
 
 use serde::Serialize;
 
-use crate::clock::Timestamp;
-use crate::request::RequestRecord;
-use crate::{Error, Result};
+use guidebench_core::clock::Timestamp;
+use guidebench_core::request::RequestRecord;
+use guidebench_core::{Error, Result};
 
 use super::scheduler::BenchmarkRun;
 
@@ -28,12 +28,13 @@ impl Phase {
         if let Ok(count) = value.parse::<u64>() {
             return Ok(Phase::Requests(count));
         }
-        let seconds = crate::options::parse_seconds(&serde_json::Value::String(value.to_owned()))
-            .map_err(|reason| Error::InvalidOption {
-            context: format!("--{flag}"),
-            key: flag.to_owned(),
-            reason: format!("{reason} (give a request count like 20 or a time like 10s)"),
-        })?;
+        let seconds =
+            guidebench_core::options::parse_seconds(&serde_json::Value::String(value.to_owned()))
+                .map_err(|reason| Error::InvalidOption {
+                context: format!("--{flag}"),
+                key: flag.to_owned(),
+                reason: format!("{reason} (give a request count like 20 or a time like 10s)"),
+            })?;
         if !(seconds.is_finite() && seconds >= 0.0) {
             return Err(Error::InvalidOption {
                 context: format!("--{flag}"),
@@ -50,6 +51,11 @@ impl Phase {
 pub struct Measured<'a> {
     /// The records inside the window, in send order.
     pub records: Vec<&'a RequestRecord>,
+    /// The warm-up's records, in send order (kept in reports, left out of
+    /// the metrics).
+    pub warmup: Vec<&'a RequestRecord>,
+    /// The cool-down's records, in send order.
+    pub cooldown: Vec<&'a RequestRecord>,
     /// The window's start: the earliest send among them (the run's start if none).
     pub start: Timestamp,
     /// The window's end: the latest end among them (the run's end if none).
@@ -103,6 +109,8 @@ pub fn measured(
         .max(start);
     Measured {
         records: kept,
+        warmup: records[..head].to_vec(),
+        cooldown: records[total - tail..].to_vec(),
         start,
         end,
         warmup_excluded: head as u64,
@@ -118,8 +126,8 @@ fn seconds_after(at: Timestamp, seconds: f64) -> Timestamp {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::request::RequestTimings;
     use crate::runner::{StopReason, Strategy};
+    use guidebench_core::request::RequestTimings;
 
     fn ts(ms: i64) -> Timestamp {
         Timestamp(ms * 1_000_000)

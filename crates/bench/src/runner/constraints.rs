@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::options::{KindArgs, OptionSpec, OptionType, check_options};
-use crate::{Error, Result};
+use guidebench_core::options::{KindArgs, OptionSpec, OptionType, check_options};
+use guidebench_core::{Error, Result};
 
 /// Why a benchmark stopped sending.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -215,7 +215,7 @@ impl ConstraintState {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::options::parse_kind_args;
+    use guidebench_core::options::parse_kind_args;
 
     fn constraints(args: &[&str]) -> Result<Constraints> {
         Constraints::from_args(

@@ -5,7 +5,7 @@ use std::path::Path;
 use super::model::{BenchmarkReport, Report};
 use super::{ms_at, ms_mean};
 use crate::metrics::Distribution;
-use crate::{Error, Result};
+use guidebench_core::{Error, Result};
 
 /// The CSV header. Times are in milliseconds; ITL is the per-gap
 /// distribution; percentiles are of successful requests.

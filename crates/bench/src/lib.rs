@@ -1,0 +1,21 @@
+//! # guidebench-bench
+//!
+//! The benchmark: load profiles and constraints ([`runner`]), data sources
+//! ([`data`]), metrics ([`metrics`]), reports ([`report`]) and the
+//! [`Session`](session::Session) that turns a checked [`Plan`](session::Plan)
+//! into benchmarks against a backend (strategy expansion including sweeps,
+//! the data feed, warm-up and cool-down, the report).
+//!
+//! Engine and backend crates do not need this crate: they compile against
+//! `guidebench-core` only.
+#![deny(missing_docs)]
+#![cfg_attr(not(test), warn(clippy::unwrap_used))]
+
+pub mod data;
+pub mod error;
+pub mod metrics;
+pub mod report;
+pub mod runner;
+pub mod session;
+
+pub use error::{Error, Result};

@@ -1,0 +1,937 @@
+//! A benchmark session: a checked [`Plan`] run as benchmarks against one
+//! backend.
+//!
+//! [`Plan::new`] parses and checks every option a run takes (backend kind
+//! and options, the `sampling.*` group, data kinds and their options, the
+//! profile, constraints, phases) before anything heavy starts, so a typo is
+//! reported before a model is loaded. [`Session::run`] then starts the
+//! backend, expands the profile into strategies (a sweep measures
+//! synchronous and throughput first, then the rates between), feeds each
+//! benchmark from the data sources on a thread of its own, leaves warm-up
+//! and cool-down requests out of the metrics (keeping their records), and
+//! returns the [`Report`].
+//!
+//! Nothing is dropped silently: a data item that cannot become a request
+//! fails the run with an error naming the item and the field, unless its
+//! data source says `on_error=skip`, in which case it is counted in the
+//! benchmark's `extra.data_skipped` and reported.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use serde_json::{Map, Value, json};
+use tokio::sync::{mpsc, oneshot, watch};
+
+use guidebench_core::backend::Backend;
+use guidebench_core::options::{KindArgs, check_options, parse_kind_args, parse_seconds};
+use guidebench_core::registry;
+use guidebench_core::request::GenerationRequest;
+use guidebench_core::sampling::SamplingParams;
+use guidebench_core::tokenizer::{HfTokenizer, Tokenizer};
+
+use crate::data::{DATA_KINDS, DataItem, DataSource, create_source};
+use crate::report::{BenchmarkReport, CompactRecords, Excluded, Report};
+use crate::runner::{
+    BenchmarkRun, Constraints, NoObserver, Observer, Phase, Profile, RunOptions, StopReason,
+    Strategy, measured, run_benchmark, sweep_rates,
+};
+use crate::{Error, Result};
+
+/// The default data.
+pub const DEFAULT_DATA: &str = "kind=synthetic_text,prompt_tokens=256,output_tokens=128";
+/// The default profile.
+pub const DEFAULT_PROFILE: &str = "kind=throughput";
+/// The default seed of synthetic data and Poisson arrivals.
+pub const DEFAULT_SEED: u64 = 42;
+/// Requests per benchmark when nothing else bounds it.
+pub const DEFAULT_MAX_REQUESTS: u64 = 100;
+/// Tokens a request may generate when neither the data nor
+/// `sampling.max_tokens` says.
+pub const DEFAULT_MAX_TOKENS: u32 = 256;
+/// Items prepared ahead of the sender when the count is open-ended.
+const FEED_BUFFER: usize = 1024;
+/// Up to this many items are all prepared before the timed phase, so that
+/// making prompts never slows the sender.
+const FEED_PREPARED: usize = 50_000;
+
+/// The keys of the backend option's `sampling` group.
+pub const SAMPLING_KEYS: &[&str] = &[
+    "temperature",
+    "top_p",
+    "top_k",
+    "seed",
+    "stop",
+    "max_tokens",
+    "ignore_eos",
+];
+
+/// A run as the user wrote it: every field is text or absent, defaults are
+/// filled in by [`Plan::new`].
+#[derive(Debug, Clone, Default)]
+pub struct PlanArgs {
+    /// `--backend kind=NAME,...`, with an optional `sampling.*` group.
+    pub backend: String,
+    /// `--data kind=NAME,...` (empty: [`DEFAULT_DATA`]).
+    pub data: Vec<String>,
+    /// `--profile kind=NAME,...` (absent: [`DEFAULT_PROFILE`]).
+    pub profile: Option<String>,
+    /// `--constraint kind=NAME,...`.
+    pub constraints: Vec<String>,
+    /// A tokenizer file or model folder for the data, instead of the backend's.
+    pub tokenizer: Option<PathBuf>,
+    /// The seed (absent: [`DEFAULT_SEED`]).
+    pub seed: Option<u64>,
+    /// Warm-up: a request count (`20`) or a time (`10s`).
+    pub warmup: Option<String>,
+    /// Cool-down: a request count or a time.
+    pub cooldown: Option<String>,
+    /// How long requests in flight may finish once sending stopped (`30s`).
+    pub grace_period: Option<String>,
+    /// Labels kept with the report.
+    pub labels: BTreeMap<String, String>,
+    /// Keep each request's generated text in its record.
+    pub keep_text: bool,
+}
+
+/// What a run does with a data item that cannot become a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnError {
+    /// Stop the run with an error naming the item and the field.
+    #[default]
+    Fail,
+    /// Count it, report it, and go on.
+    Skip,
+}
+
+/// One `--data` source, checked.
+#[derive(Debug, Clone)]
+pub struct DataPlan {
+    /// The kind and its options (without `on_error`).
+    pub args: KindArgs,
+    /// What to do with an item that cannot become a request.
+    pub on_error: OnError,
+}
+
+/// Everything a run asks for, parsed and checked.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// The backend kind and its options, without the `sampling` group.
+    pub backend: KindArgs,
+    /// The run's sampling (`sampling.*`); a data item's own fields win.
+    pub sampling: SamplingParams,
+    /// The data sources, used in turn.
+    pub data: Vec<DataPlan>,
+    /// The load profile.
+    pub profile: Profile,
+    /// When each benchmark stops.
+    pub constraints: Constraints,
+    /// A tokenizer for the data instead of the backend's.
+    pub tokenizer: Option<PathBuf>,
+    /// The seed of synthetic data and Poisson arrivals.
+    pub seed: u64,
+    /// Left out of the metrics at the start.
+    pub warmup: Option<Phase>,
+    /// Left out of the metrics at the end.
+    pub cooldown: Option<Phase>,
+    /// Grace period and whether to keep text.
+    pub options: RunOptions,
+    /// Labels kept with the report.
+    pub labels: BTreeMap<String, String>,
+}
+
+fn config_error(message: String) -> Error {
+    Error::Core(guidebench_core::Error::Config(message))
+}
+
+impl Plan {
+    /// Parses and checks every option of `args`. Nothing is started and no
+    /// model is loaded: an unknown data kind, a bad option anywhere or a
+    /// missing data file is reported here.
+    ///
+    /// # Errors
+    ///
+    /// A usage error ([`Error::is_usage`]) naming the option at fault.
+    pub fn new(args: PlanArgs) -> Result<Plan> {
+        let mut backend = parse_kind_args(&args.backend)?;
+        let sampling = take_sampling(&mut backend)?;
+        let mut data = Vec::new();
+        let data_args: Vec<&str> = if args.data.is_empty() {
+            vec![DEFAULT_DATA]
+        } else {
+            args.data.iter().map(String::as_str).collect()
+        };
+        for text in data_args {
+            data.push(check_data(parse_kind_args(text)?)?);
+        }
+        let seed = args.seed.unwrap_or(DEFAULT_SEED);
+        let profile = Profile::from_args(
+            parse_kind_args(args.profile.as_deref().unwrap_or(DEFAULT_PROFILE))?,
+            seed,
+        )?;
+        let constraints = Constraints::from_args(
+            args.constraints
+                .iter()
+                .map(|c| parse_kind_args(c))
+                .collect::<guidebench_core::Result<Vec<_>>>()?,
+        )?;
+        let phase = |flag: &str, value: &Option<String>| -> Result<Option<Phase>> {
+            Ok(value
+                .as_deref()
+                .map(|v| Phase::parse(flag, v))
+                .transpose()?)
+        };
+        let grace_period = match &args.grace_period {
+            Some(text) => {
+                let secs = parse_seconds(&Value::String(text.clone()))
+                    .ok()
+                    .filter(|s| s.is_finite() && *s >= 0.0)
+                    .ok_or_else(|| {
+                        config_error(format!(
+                            "--grace-period must be a time like 30s, got `{text}`"
+                        ))
+                    })?;
+                Duration::from_secs_f64(secs)
+            }
+            None => RunOptions::default().grace_period,
+        };
+        if let Some(path) = &args.tokenizer
+            && !path.exists()
+        {
+            return Err(config_error(format!(
+                "the tokenizer `{}` does not exist",
+                path.display()
+            )));
+        }
+        Ok(Plan {
+            backend,
+            sampling,
+            data,
+            profile,
+            constraints,
+            tokenizer: args.tokenizer,
+            seed,
+            warmup: phase("warmup", &args.warmup)?,
+            cooldown: phase("cooldown", &args.cooldown)?,
+            options: RunOptions {
+                grace_period,
+                keep_text: args.keep_text,
+            },
+            labels: args.labels,
+        })
+    }
+
+    /// Creates the backend from the registry (cheap: engines load their
+    /// model at [`Backend::startup`]).
+    ///
+    /// # Errors
+    ///
+    /// An unknown backend kind or engine (listing the available ones), or
+    /// options the backend refuses.
+    pub fn create_backend(&self) -> Result<Arc<dyn Backend>> {
+        Ok(Arc::from(registry::create_backend(self.backend.clone())?))
+    }
+
+    /// The resolved configuration, as the report keeps it (secrets
+    /// redacted).
+    pub fn config(&self) -> Value {
+        json!({
+            "backend": backend_config(&self.backend),
+            "sampling": self.sampling,
+            "data": self.data.iter().map(|d| {
+                let mut value = kind_config(&d.args);
+                if let Some(map) = value.as_object_mut() {
+                    map.insert("on_error".into(), json!(d.on_error));
+                }
+                value
+            }).collect::<Vec<_>>(),
+            "profile": self.profile,
+            "constraints": self.constraints,
+            "seed": self.seed,
+            "warmup": self.warmup,
+            "cooldown": self.cooldown,
+            "grace_period_s": self.options.grace_period.as_secs_f64(),
+            "labels": self.labels,
+        })
+    }
+}
+
+/// Takes the `sampling` group out of the backend's options and checks it.
+fn take_sampling(backend: &mut KindArgs) -> Result<SamplingParams> {
+    let invalid = |key: &str, reason: String| {
+        Error::Core(guidebench_core::Error::InvalidOption {
+            context: format!("backend {}", backend.kind),
+            key: key.to_owned(),
+            reason,
+        })
+    };
+    let Some(group) = backend.options.remove("sampling") else {
+        return Ok(SamplingParams::default());
+    };
+    let Value::Object(mut group) = group else {
+        return Err(invalid(
+            "sampling",
+            "give its fields as sampling.temperature=0.7,sampling.top_p=0.9,...".into(),
+        ));
+    };
+    if let Some(key) = group.keys().find(|k| !SAMPLING_KEYS.contains(&k.as_str())) {
+        return Err(Error::Core(guidebench_core::Error::UnknownOption {
+            context: format!("backend {}", backend.kind),
+            key: format!("sampling.{key}"),
+            valid: SAMPLING_KEYS
+                .iter()
+                .map(|k| format!("sampling.{k}"))
+                .collect(),
+        }));
+    }
+    // `stop=a;b` is two stop strings.
+    if let Some(Value::String(stop)) = group.get("stop") {
+        let list: Vec<Value> = stop
+            .split(';')
+            .map(|s| Value::String(s.to_owned()))
+            .collect();
+        group.insert("stop".into(), Value::Array(list));
+    }
+    // One field at a time, so that a wrong type names its key.
+    for (key, value) in &group {
+        let mut one = Map::new();
+        one.insert(key.clone(), value.clone());
+        serde_json::from_value::<SamplingParams>(Value::Object(one))
+            .map_err(|e| invalid(&format!("sampling.{key}"), e.to_string()))?;
+    }
+    let params: SamplingParams = serde_json::from_value(Value::Object(group))
+        .map_err(|e| invalid("sampling", e.to_string()))?;
+    // Range checks, with a stand-in length when the data decides it.
+    SamplingParams {
+        max_tokens: Some(params.max_tokens.unwrap_or(1)),
+        ..params.clone()
+    }
+    .validate()
+    .map_err(|err| match err {
+        guidebench_core::Error::InvalidRequest { field, reason } => {
+            invalid(&format!("sampling.{field}"), reason)
+        }
+        other => Error::Core(other),
+    })?;
+    Ok(params)
+}
+
+/// Checks one `--data` argument against its kind's options, without
+/// reading anything but whether a named file exists.
+fn check_data(mut args: KindArgs) -> Result<DataPlan> {
+    let Some((name, specs)) = DATA_KINDS.iter().find(|(k, _)| *k == args.kind) else {
+        let mut available: Vec<String> = DATA_KINDS.iter().map(|(k, _)| (*k).to_owned()).collect();
+        available.sort();
+        return Err(Error::Core(guidebench_core::Error::UnknownName {
+            what: "data kind",
+            name: args.kind,
+            available,
+        }));
+    };
+    let mut probe = args.options.clone();
+    check_options(&format!("data {name}"), &[specs], &mut probe)?;
+    let on_error = match args.options.remove("on_error") {
+        Some(Value::String(s)) if s == "skip" => OnError::Skip,
+        _ => OnError::Fail,
+    };
+    if let Some(path) = args.options.get("path").and_then(Value::as_str)
+        && !std::path::Path::new(path).exists()
+    {
+        return Err(config_error(format!(
+            "the data file `{path}` does not exist"
+        )));
+    }
+    Ok(DataPlan { args, on_error })
+}
+
+fn kind_config(args: &KindArgs) -> Value {
+    let mut map = args.options.clone();
+    map.insert("kind".into(), Value::String(args.kind.clone()));
+    Value::Object(map)
+}
+
+/// The backend's configuration for the report, without secrets.
+fn backend_config(args: &KindArgs) -> Value {
+    let mut value = kind_config(args);
+    if let Some(map) = value.as_object_mut() {
+        for key in ["api_key", "headers"] {
+            if map.contains_key(key) {
+                map.insert(key.into(), Value::String("(redacted)".into()));
+            }
+        }
+    }
+    value
+}
+
+/// What a session tells whoever shows progress. Every method has a
+/// default that does nothing.
+pub trait Progress: Send {
+    /// A step before the benchmarks (starting the backend, ...).
+    fn phase(&mut self, message: &str) {
+        let _ = message;
+    }
+    /// A benchmark starts; `total` is its request count when known. The
+    /// observer sees its sends and records.
+    fn benchmark(&mut self, label: &str, total: Option<u64>) -> Arc<dyn Observer> {
+        let _ = (label, total);
+        Arc::new(NoObserver)
+    }
+    /// A benchmark ended after `seconds`.
+    fn benchmark_done(&mut self, label: &str, seconds: f64) {
+        let _ = (label, seconds);
+    }
+}
+
+/// Progress that shows nothing.
+#[derive(Debug, Default)]
+pub struct Quiet;
+
+impl Progress for Quiet {}
+
+/// A checked plan, ready to run.
+#[derive(Debug)]
+pub struct Session {
+    plan: Plan,
+}
+
+impl Session {
+    /// A session that will run `plan`.
+    pub fn new(plan: Plan) -> Self {
+        Session { plan }
+    }
+
+    /// The plan.
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    /// Starts `backend`, runs every benchmark of the plan, shuts the
+    /// backend down, and returns the report. `cancel` turning true stops
+    /// sending (requests in flight get the grace period) and marks the
+    /// report interrupted.
+    ///
+    /// A data item that cannot become a request once the benchmarks have
+    /// started stops the run: the report covers what ran, and
+    /// [`Report::failure`] says why (with `on_error=skip` the item is
+    /// counted instead).
+    ///
+    /// # Errors
+    ///
+    /// The backend failing to start or validate, no tokenizer for the
+    /// data, or a data source or item that fails before the first request
+    /// is sent.
+    pub async fn run(
+        &self,
+        backend: Arc<dyn Backend>,
+        progress: &mut dyn Progress,
+        cancel: watch::Receiver<bool>,
+    ) -> Result<Report> {
+        progress.phase("starting the backend and loading the model");
+        let result = self.measure(&backend, progress, cancel).await;
+        let shutdown = backend.shutdown().await;
+        let report = result?;
+        shutdown?;
+        Ok(report)
+    }
+
+    async fn measure(
+        &self,
+        backend: &Arc<dyn Backend>,
+        progress: &mut dyn Progress,
+        cancel: watch::Receiver<bool>,
+    ) -> Result<Report> {
+        let plan = &self.plan;
+        backend.startup().await?;
+        let validation = backend.validate().await?;
+        let tokenizer: Arc<dyn Tokenizer> = match &plan.tokenizer {
+            Some(path) if path.is_dir() => Arc::new(HfTokenizer::from_dir(path)?),
+            Some(path) => Arc::new(HfTokenizer::from_file(path)?),
+            None => backend.tokenizer().ok_or_else(|| {
+                config_error("the backend has no tokenizer; give one with --tokenizer PATH".into())
+            })?,
+        };
+        // Build every source once before the first benchmark: a bad file
+        // fails before anything is sent.
+        for data in &plan.data {
+            create_source(data.args.clone(), Arc::clone(&tokenizer), plan.seed)?;
+        }
+
+        let mut report = Report::new(plan.config());
+        report.environment.backend = validation.info.clone();
+        if let Some(load) = validation.load_time {
+            report
+                .environment
+                .backend
+                .insert("load_time_s".into(), json!(load.as_secs_f64()));
+        }
+        if !plan.labels.is_empty() {
+            report
+                .environment
+                .backend
+                .insert("labels".into(), json!(plan.labels));
+        }
+
+        let mut strategies = first_strategies(&plan.profile);
+        let mut rates: Vec<f64> = Vec::new();
+        let mut index = 0;
+        while index < strategies.len() {
+            let strategy = strategies[index].clone();
+            let (run, fed) = self
+                .one_benchmark(backend, &tokenizer, &strategy, progress, cancel.clone())
+                .await?;
+            let interrupted = run.stop_reason == StopReason::Interrupted;
+            let mut benchmark = self.benchmark_report(&run);
+            if fed.skipped > 0 {
+                benchmark
+                    .extra
+                    .insert("data_skipped".into(), json!(fed.skipped));
+            }
+            report.benchmarks.push(benchmark);
+            rates.push(run.success_rate());
+            if let Some(err) = fed.error {
+                report.failure = Some(err.to_string());
+                break;
+            }
+            if interrupted {
+                report.interrupted = true;
+                break;
+            }
+            strategies.extend(next_strategies(&plan.profile, &rates));
+            index += 1;
+        }
+        Ok(report)
+    }
+
+    fn benchmark_report(&self, run: &BenchmarkRun) -> BenchmarkReport {
+        let plan = &self.plan;
+        let m = measured(run, plan.warmup, plan.cooldown);
+        let mut records = CompactRecords::new(m.start);
+        for r in &m.warmup {
+            records.push_excluded(r, Excluded::Warmup);
+        }
+        for r in &m.records {
+            records.push(r);
+        }
+        for r in &m.cooldown {
+            records.push_excluded(r, Excluded::Cooldown);
+        }
+        let mut report = BenchmarkReport::new(
+            run.strategy.label(),
+            serde_json::to_value(&run.strategy).unwrap_or(Value::Null),
+            m.start,
+            m.end,
+            records,
+        );
+        report.client = run.footprint;
+        if plan.warmup.is_some() {
+            report.warmup_excluded = Some(m.warmup_excluded);
+        }
+        if plan.cooldown.is_some() {
+            report.cooldown_excluded = Some(m.cooldown_excluded);
+        }
+        report.extra.insert(
+            "stop_reason".into(),
+            serde_json::to_value(run.stop_reason).unwrap_or(Value::Null),
+        );
+        report
+            .extra
+            .insert("requests_sent".into(), json!(run.records.len()));
+        report
+    }
+
+    async fn one_benchmark(
+        &self,
+        backend: &Arc<dyn Backend>,
+        tokenizer: &Arc<dyn Tokenizer>,
+        strategy: &Strategy,
+        progress: &mut dyn Progress,
+        cancel: watch::Receiver<bool>,
+    ) -> Result<(BenchmarkRun, Fed)> {
+        let plan = &self.plan;
+        let sources = plan
+            .data
+            .iter()
+            .map(|d| {
+                Ok(FeedSource {
+                    kind: d.args.kind.clone(),
+                    on_error: d.on_error,
+                    source: create_source(d.args.clone(), Arc::clone(tokenizer), plan.seed)?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let finite: Option<usize> = sources
+            .iter()
+            .map(|s| s.source.len_hint())
+            .sum::<Option<usize>>();
+        let mut constraints = plan.constraints.clone();
+        if constraints.is_unbounded() && finite.is_none() {
+            constraints.max_requests = Some(DEFAULT_MAX_REQUESTS);
+        }
+        let total = match (constraints.max_requests, finite) {
+            (Some(n), Some(f)) => Some(n.min(f as u64)),
+            (Some(n), None) => Some(n),
+            (None, Some(f)) if constraints.max_duration.is_none() => Some(f as u64),
+            _ => None,
+        };
+        let ahead = total.map_or(FEED_BUFFER, |n| {
+            usize::try_from(n)
+                .unwrap_or(FEED_PREPARED)
+                .clamp(1, FEED_PREPARED)
+        });
+        let (mut rx, feed) = Feed::start(sources, plan.sampling.clone(), ahead).await?;
+
+        let observer = progress.benchmark(&strategy.label(), total);
+        let run = run_benchmark(
+            Arc::clone(backend),
+            &mut rx,
+            strategy,
+            &constraints,
+            &plan.options,
+            observer,
+            cancel,
+        )
+        .await;
+        // Dropping the receiver ends a feed still preparing items.
+        drop(rx);
+        progress.benchmark_done(&strategy.label(), run.end.secs_since(run.start));
+        Ok((run, feed.finish()))
+    }
+}
+
+/// The strategies a profile starts with.
+fn first_strategies(profile: &Profile) -> Vec<Strategy> {
+    match profile {
+        Profile::Fixed { strategies } => strategies.clone(),
+        Profile::Sweep {
+            max_concurrency, ..
+        } => vec![
+            Strategy::Synchronous,
+            Strategy::Throughput {
+                max_concurrency: *max_concurrency,
+            },
+        ],
+    }
+}
+
+/// The strategies to add once `rates` (successful requests/s of each
+/// benchmark so far, in order) are known: a sweep adds its constant rates
+/// after its second benchmark.
+fn next_strategies(profile: &Profile, rates: &[f64]) -> Vec<Strategy> {
+    match (profile, rates) {
+        (Profile::Sweep { sweep_size, .. }, [synchronous, throughput]) => {
+            sweep_rates(*synchronous, *throughput, *sweep_size)
+                .into_iter()
+                .map(|rate| Strategy::Constant {
+                    rate,
+                    max_concurrency: None,
+                })
+                .collect()
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// A data item as a validated request: the item's own sampling fields win
+/// over the run's, its output length over `max_tokens`.
+///
+/// # Errors
+///
+/// [`Error::Item`], naming the item and the field at fault.
+pub fn to_request(id: u64, item: DataItem, run: &SamplingParams) -> Result<GenerationRequest> {
+    let DataItem {
+        input,
+        prompt_tokens,
+        output_tokens,
+        sampling,
+        origin,
+    } = item;
+    let mut params = SamplingParams {
+        temperature: sampling.temperature.or(run.temperature),
+        top_p: sampling.top_p.or(run.top_p),
+        top_k: sampling.top_k.or(run.top_k),
+        seed: sampling.seed.or(run.seed),
+        max_tokens: sampling.max_tokens.or(run.max_tokens),
+        ignore_eos: sampling.ignore_eos.or(run.ignore_eos),
+        stop: sampling.stop.or_else(|| run.stop.clone()),
+    };
+    match output_tokens {
+        // A fixed output length is what the data asks to measure.
+        Some(n) => {
+            params.max_tokens = Some(n);
+            params.ignore_eos.get_or_insert(true);
+        }
+        None => {
+            params.max_tokens.get_or_insert(DEFAULT_MAX_TOKENS);
+        }
+    }
+    let sampling = params
+        .validate()
+        .map_err(|source| Error::Item { origin, source })?;
+    let mut request = GenerationRequest::new(id, input, sampling);
+    request.expected_prompt_tokens = prompt_tokens;
+    Ok(request)
+}
+
+/// One data source as the feed uses it.
+struct FeedSource {
+    kind: String,
+    on_error: OnError,
+    source: Box<dyn DataSource>,
+}
+
+/// What the feed of one benchmark did besides sending requests.
+#[derive(Debug, Default)]
+struct Fed {
+    /// Items skipped (`on_error=skip`).
+    skipped: u64,
+    /// The error that stopped the feed after the benchmark started.
+    error: Option<Error>,
+}
+
+/// Turns items into requests and sends them until the data ends or the
+/// receiver is gone; says `ready` once `ahead` requests are prepared.
+fn feed_items(
+    sources: &mut Vec<FeedSource>,
+    sampling: &SamplingParams,
+    tx: &mpsc::Sender<GenerationRequest>,
+    skipped: &AtomicU64,
+    ahead: usize,
+    ready: &mut Option<oneshot::Sender<Result<()>>>,
+) -> Result<()> {
+    let mut id = 0u64;
+    let mut turn = 0usize;
+    while !sources.is_empty() {
+        let index = turn % sources.len();
+        let feed = &mut sources[index];
+        let item = match feed.source.next_item() {
+            Ok(Some(item)) => item,
+            Ok(None) => {
+                sources.remove(index);
+                continue;
+            }
+            Err(source) => {
+                return Err(Error::Source {
+                    kind: feed.kind.clone(),
+                    source,
+                });
+            }
+        };
+        turn += 1;
+        let request = match to_request(id, item, sampling) {
+            Ok(request) => request,
+            Err(err) if feed.on_error == OnError::Skip => {
+                tracing::warn!(error = %err, "data item skipped");
+                skipped.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            Err(err) => return Err(err),
+        };
+        id += 1;
+        if tx.blocking_send(request).is_err() {
+            return Ok(());
+        }
+        if usize::try_from(id).unwrap_or(usize::MAX) >= ahead
+            && let Some(ready) = ready.take()
+        {
+            let _ = ready.send(Ok(()));
+        }
+    }
+    Ok(())
+}
+
+/// The data feed of one benchmark: a thread that turns items into
+/// requests ahead of the sender.
+struct Feed {
+    skipped: Arc<AtomicU64>,
+    error: Arc<Mutex<Option<Error>>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Feed {
+    /// Starts the thread and waits until `ahead` requests are prepared (or
+    /// the data ends). An error before then is returned here.
+    async fn start(
+        mut sources: Vec<FeedSource>,
+        sampling: SamplingParams,
+        ahead: usize,
+    ) -> Result<(mpsc::Receiver<GenerationRequest>, Feed)> {
+        let (tx, rx) = mpsc::channel::<GenerationRequest>(ahead);
+        let (ready_tx, ready_rx) = oneshot::channel::<Result<()>>();
+        let skipped = Arc::new(AtomicU64::new(0));
+        let error: Arc<Mutex<Option<Error>>> = Arc::new(Mutex::new(None));
+        let thread = {
+            let skipped = Arc::clone(&skipped);
+            let error = Arc::clone(&error);
+            std::thread::Builder::new()
+                .name("guidebench-data".into())
+                .spawn(move || {
+                    let mut ready = Some(ready_tx);
+                    let outcome =
+                        feed_items(&mut sources, &sampling, &tx, &skipped, ahead, &mut ready);
+                    match (outcome, ready.take()) {
+                        (Ok(()), Some(ready)) => {
+                            let _ = ready.send(Ok(()));
+                        }
+                        (Ok(()), None) => {}
+                        (Err(err), Some(ready)) => {
+                            let _ = ready.send(Err(err));
+                        }
+                        (Err(err), None) => {
+                            tracing::error!(error = %err, "the data feed stopped the run");
+                            *error.lock().unwrap_or_else(PoisonError::into_inner) = Some(err);
+                        }
+                    }
+                })
+                .map_err(|source| Error::Start {
+                    what: "the data thread",
+                    source,
+                })?
+        };
+        if let Ok(Err(err)) = ready_rx.await {
+            return Err(err);
+        }
+        Ok((
+            rx,
+            Feed {
+                skipped,
+                error,
+                thread: Some(thread),
+            },
+        ))
+    }
+
+    /// Waits for the thread (its receiver must be gone) and returns what it
+    /// did.
+    fn finish(mut self) -> Fed {
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+        Fed {
+            skipped: self.skipped.load(Ordering::Relaxed),
+            error: self
+                .error
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use guidebench_core::request::RequestInput;
+
+    fn item(sampling: SamplingParams, output_tokens: Option<u32>) -> DataItem {
+        DataItem {
+            input: RequestInput::Text("hello".into()),
+            prompt_tokens: Some(5),
+            output_tokens,
+            sampling,
+            origin: "data.jsonl, line 7".into(),
+        }
+    }
+
+    #[test]
+    fn a_rows_sampling_wins_over_the_runs_and_the_data_fixes_the_length() {
+        let run = SamplingParams {
+            temperature: Some(0.7),
+            top_p: Some(0.9),
+            seed: Some(3),
+            stop: Some(vec!["x".into()]),
+            max_tokens: Some(50),
+            ..SamplingParams::default()
+        };
+        let row = SamplingParams {
+            temperature: Some(0.2),
+            ..SamplingParams::default()
+        };
+        let request = to_request(4, item(row, Some(9)), &run).expect("valid");
+        let s = &request.sampling;
+        assert_eq!(s.temperature, 0.2, "the row's own value");
+        assert_eq!(s.top_p, 0.9, "the run's value where the row has none");
+        assert_eq!(s.seed, Some(3));
+        assert_eq!(s.stop, vec!["x".to_owned()]);
+        assert_eq!(s.max_tokens, 9, "the data's length");
+        assert!(s.ignore_eos, "a fixed length is generated in full");
+
+        let open = to_request(5, item(SamplingParams::default(), None), &run).expect("valid");
+        assert_eq!(open.sampling.max_tokens, 50);
+        assert!(!open.sampling.ignore_eos);
+        let default = to_request(
+            6,
+            item(SamplingParams::default(), None),
+            &SamplingParams::default(),
+        )
+        .expect("valid");
+        assert_eq!(default.sampling.max_tokens, DEFAULT_MAX_TOKENS);
+    }
+
+    #[test]
+    fn an_invalid_item_names_its_origin_and_field() {
+        let row = SamplingParams {
+            top_p: Some(0.0),
+            ..SamplingParams::default()
+        };
+        let err =
+            to_request(0, item(row, Some(2)), &SamplingParams::default()).expect_err("top_p 0");
+        let message = err.to_string();
+        assert!(message.starts_with("data.jsonl, line 7: "), "{message}");
+        assert!(message.contains("top_p"), "{message}");
+    }
+
+    /// Items, then an error at item `fail_at`.
+    struct Failing {
+        produced: usize,
+        fail_at: usize,
+    }
+
+    impl DataSource for Failing {
+        fn next_item(&mut self) -> guidebench_core::Result<Option<DataItem>> {
+            self.produced += 1;
+            if self.produced == self.fail_at {
+                return Err(guidebench_core::Error::Config("row unreadable".into()));
+            }
+            Ok(Some(item(SamplingParams::default(), Some(1))))
+        }
+    }
+
+    fn failing(fail_at: usize) -> Vec<FeedSource> {
+        vec![FeedSource {
+            kind: "test".into(),
+            on_error: OnError::Fail,
+            source: Box::new(Failing {
+                produced: 0,
+                fail_at,
+            }),
+        }]
+    }
+
+    #[tokio::test]
+    async fn a_source_failing_after_the_run_started_is_reported_not_dropped() {
+        let (mut rx, feed) = Feed::start(failing(5), SamplingParams::default(), 2)
+            .await
+            .expect("two items are ready before the failure");
+        let mut received = 0;
+        while rx.recv().await.is_some() {
+            received += 1;
+        }
+        assert_eq!(received, 4);
+        let fed = feed.finish();
+        let err = fed.error.expect("the failure is kept for the report");
+        assert!(err.to_string().contains("row unreadable"), "{err}");
+        assert!(err.to_string().contains("`test`"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_source_failing_before_the_run_fails_the_start() {
+        let err = Feed::start(failing(2), SamplingParams::default(), 8)
+            .await
+            .err()
+            .expect("fails before enough items are ready");
+        assert!(err.to_string().contains("row unreadable"), "{err}");
+    }
+}

@@ -1,0 +1,264 @@
+//! A session end to end against the offline backend on testkit's mock
+//! engine: plans checked before anything starts, sweeps expanded, warm-up
+//! kept but not measured, bad data reported with its row, and the user's
+//! sampling on every request.
+
+use std::io::Write;
+use std::path::Path;
+use std::time::Duration;
+
+use guidebench_bench::report::{Excluded, Report};
+use guidebench_bench::session::{Plan, PlanArgs, Quiet, Session};
+use guidebench_bench::{Error, Result};
+use guidebench_testkit as _;
+use tokio::sync::watch;
+
+/// The mock engine (instant, with the byte tokenizer).
+const MOCK: &str = "kind=offline,engine=mock";
+
+fn plan(backend: &str, data: &[&str], profile: &str, constraints: &[&str]) -> Result<Plan> {
+    Plan::new(PlanArgs {
+        backend: backend.to_owned(),
+        data: data.iter().map(|d| (*d).to_owned()).collect(),
+        profile: Some(profile.to_owned()),
+        constraints: constraints.iter().map(|c| (*c).to_owned()).collect(),
+        ..PlanArgs::default()
+    })
+}
+
+async fn run(plan: Plan) -> Result<Report> {
+    let backend = plan.create_backend()?;
+    let (_tx, cancel) = watch::channel(false);
+    Session::new(plan).run(backend, &mut Quiet, cancel).await
+}
+
+/// Runs `fut` under a time limit: a hang is a failure.
+async fn limited<T>(fut: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(60), fut)
+        .await
+        .expect("the session finished in time")
+}
+
+fn write_jsonl(dir: &Path, rows: &[&str]) -> String {
+    let path = dir.join("data.jsonl");
+    let mut file = std::fs::File::create(&path).expect("create");
+    for row in rows {
+        writeln!(file, "{row}").expect("write");
+    }
+    path.display().to_string()
+}
+
+const SHORT: &str = "kind=synthetic_text,prompt_tokens=8,output_tokens=4";
+
+#[tokio::test]
+async fn an_unknown_data_kind_is_refused_before_the_backend_exists() {
+    // The backend kind is unknown too: the data is checked first, without
+    // creating (let alone starting) anything.
+    let err = plan(
+        "kind=offline,engine=mock",
+        &["kind=nope"],
+        "kind=synchronous",
+        &[],
+    )
+    .expect_err("unknown data kind");
+    let message = err.to_string();
+    assert!(message.contains("unknown data kind `nope`"), "{message}");
+    assert!(message.contains("file, synthetic_text"), "{message}");
+    assert!(err.is_usage());
+}
+
+#[tokio::test]
+async fn a_sweep_runs_synchronous_then_throughput_then_the_rates_between() {
+    let plan = plan(
+        MOCK,
+        &[SHORT],
+        "kind=sweep,sweep_size=4",
+        &["kind=max_requests,count=4"],
+    )
+    .expect("plan");
+    let report = limited(run(plan)).await.expect("run");
+    let names: Vec<&str> = report.benchmarks.iter().map(|b| b.name.as_str()).collect();
+    assert_eq!(names.len(), 4, "{names:?}");
+    assert_eq!(names[0], "synchronous");
+    assert!(names[1].starts_with("throughput"), "{names:?}");
+    assert!(
+        names[2..].iter().all(|n| n.starts_with("constant@")),
+        "{names:?}"
+    );
+    for b in &report.benchmarks {
+        assert_eq!(b.metrics.successful.count, 4, "{}", b.name);
+    }
+}
+
+#[tokio::test]
+async fn warmup_requests_stay_in_the_records_but_not_in_the_metrics() {
+    let mut args = PlanArgs {
+        backend: MOCK.into(),
+        data: vec![SHORT.into()],
+        profile: Some("kind=synchronous".into()),
+        constraints: vec!["kind=max_requests,count=10".into()],
+        warmup: Some("3".into()),
+        cooldown: Some("2".into()),
+        ..PlanArgs::default()
+    };
+    args.seed = Some(1);
+    let report = limited(run(Plan::new(args).expect("plan")))
+        .await
+        .expect("run");
+    let b = &report.benchmarks[0];
+    assert_eq!(b.records.len(), 10, "every request is kept");
+    let excluded: Vec<Option<Excluded>> = b.records.records.iter().map(|r| r.excluded).collect();
+    assert_eq!(
+        excluded
+            .iter()
+            .filter(|e| **e == Some(Excluded::Warmup))
+            .count(),
+        3
+    );
+    assert_eq!(
+        excluded
+            .iter()
+            .filter(|e| **e == Some(Excluded::Cooldown))
+            .count(),
+        2
+    );
+    assert_eq!(b.metrics.successful.count, 5);
+    assert_eq!(b.warmup_excluded, Some(3));
+    assert_eq!(
+        b.recomputed_metrics(),
+        b.metrics,
+        "a saved report reads back the same"
+    );
+}
+
+#[tokio::test]
+async fn a_run_entirely_inside_the_warmup_still_succeeded() {
+    let args = PlanArgs {
+        backend: MOCK.into(),
+        data: vec![SHORT.into()],
+        profile: Some("kind=synchronous".into()),
+        constraints: vec!["kind=max_requests,count=3".into()],
+        warmup: Some("5".into()),
+        ..PlanArgs::default()
+    };
+    let report = limited(run(Plan::new(args).expect("plan")))
+        .await
+        .expect("run");
+    assert_eq!(report.benchmarks[0].metrics.successful.count, 0);
+    assert!(report.any_success(), "its requests succeeded");
+}
+
+#[tokio::test]
+async fn a_row_with_zero_output_tokens_fails_the_run_naming_the_row() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = write_jsonl(
+        dir.path(),
+        &[
+            r#"{"prompt": "a", "output_tokens": 2}"#,
+            r#"{"prompt": "b", "output_tokens": 2}"#,
+            r#"{"prompt": "c", "output_tokens": 0}"#,
+        ],
+    );
+    let plan = plan(
+        MOCK,
+        &[&format!("kind=file,path={path}")],
+        "kind=synchronous",
+        &[],
+    )
+    .expect("plan");
+    let err = limited(run(plan)).await.expect_err("row 3 is bad");
+    let message = err.to_string();
+    assert!(message.contains("line 3"), "{message}");
+    assert!(message.contains("output_tokens"), "{message}");
+}
+
+#[tokio::test]
+async fn a_row_whose_sampling_is_invalid_fails_the_run_naming_row_and_field() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = write_jsonl(
+        dir.path(),
+        &[
+            r#"{"prompt": "a", "output_tokens": 2}"#,
+            r#"{"prompt": "b", "output_tokens": 2, "top_p": 1.5}"#,
+        ],
+    );
+    let plan = plan(
+        MOCK,
+        &[&format!("kind=file,path={path}")],
+        "kind=synchronous",
+        &[],
+    )
+    .expect("plan");
+    let err = limited(run(plan)).await.expect_err("row 2 is bad");
+    assert!(matches!(err, Error::Item { .. }), "{err:?}");
+    let message = err.to_string();
+    assert!(message.contains("line 2"), "{message}");
+    assert!(message.contains("top_p"), "{message}");
+}
+
+#[tokio::test]
+async fn with_on_error_skip_a_bad_row_is_counted_and_the_rest_runs() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = write_jsonl(
+        dir.path(),
+        &[
+            r#"{"prompt": "a", "output_tokens": 2}"#,
+            r#"{"prompt": "b", "output_tokens": 2, "temperature": -1}"#,
+            r#"{"prompt": "c", "output_tokens": 2}"#,
+        ],
+    );
+    let plan = plan(
+        MOCK,
+        &[&format!("kind=file,path={path},on_error=skip")],
+        "kind=synchronous",
+        &[],
+    )
+    .expect("plan");
+    let report = limited(run(plan)).await.expect("run");
+    let b = &report.benchmarks[0];
+    assert_eq!(b.metrics.successful.count, 2);
+    assert_eq!(b.extra["data_skipped"], 1);
+    assert!(report.failure.is_none());
+}
+
+#[tokio::test]
+async fn the_sampling_group_is_checked_and_recorded_in_the_config() {
+    let err = plan(
+        "kind=offline,engine=mock,sampling.temperature=-1",
+        &[SHORT],
+        "kind=synchronous",
+        &[],
+    )
+    .expect_err("negative temperature");
+    assert!(err.to_string().contains("sampling.temperature"), "{err}");
+
+    let err = plan(
+        "kind=offline,engine=mock,sampling.temp=1",
+        &[SHORT],
+        "kind=synchronous",
+        &[],
+    )
+    .expect_err("unknown key");
+    let message = err.to_string();
+    assert!(
+        message.contains("unknown option `sampling.temp`"),
+        "{message}"
+    );
+    assert!(message.contains("sampling.top_p"), "{message}");
+
+    let plan = plan(
+        "kind=offline,engine=mock,sampling.temperature=0.5,sampling.top_k=4,sampling.stop=a;b",
+        &[SHORT],
+        "kind=synchronous",
+        &[],
+    )
+    .expect("plan");
+    let config = plan.config();
+    assert_eq!(config["sampling"]["temperature"], 0.5);
+    assert_eq!(config["sampling"]["top_k"], 4);
+    assert_eq!(config["sampling"]["stop"], serde_json::json!(["a", "b"]));
+    assert!(
+        config["backend"].get("sampling").is_none(),
+        "the engine never sees the group"
+    );
+}
