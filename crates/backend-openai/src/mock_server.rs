@@ -84,6 +84,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use guidebench_core::options::{OptionSpec, OptionType, check_options, from_map};
+use guidebench_core::rng::{self, SeededRng};
 use guidebench_core::tokenizer::{HfTokenizer, Tokenizer};
 use guidebench_core::{Error, Result};
 use http_body_util::BodyExt;
@@ -93,6 +94,8 @@ use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
+use rand::RngExt;
+use rand_distr::{Distribution, StandardNormal};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use tokio::net::TcpListener;
@@ -1166,39 +1169,27 @@ enum Fault {
     Malformed,
 }
 
-/// A small, fast, seedable generator (SplitMix64).
-struct Rng(u64);
+/// The draws of one request: core's seeded generator on the request's
+/// own stream, with `rand_distr`'s normal.
+struct Rng(SeededRng);
 
 impl Rng {
     fn new(seed: u64, stream: u64) -> Self {
-        let mut rng = Rng(seed ^ stream.wrapping_mul(0x9E37_79B9_7F4A_7C15));
-        rng.next_u64();
-        rng
-    }
-
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        Rng(rng::seeded(seed, stream))
     }
 
     /// Uniform in [0, 1).
-    #[allow(clippy::cast_precision_loss)] // 53 bits fit an f64 exactly.
     fn uniform(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+        self.0.random::<f64>()
     }
 
     fn chance(&mut self, p: f64) -> bool {
         p > 0.0 && self.uniform() < p
     }
 
-    /// Standard normal (Box–Muller).
+    /// Standard normal.
     fn normal(&mut self) -> f64 {
-        let u1 = 1.0 - self.uniform();
-        let u2 = self.uniform();
-        (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
+        StandardNormal.sample(&mut self.0)
     }
 
     fn duration(&mut self, mean: Duration, std: Duration) -> Duration {
@@ -1655,7 +1646,7 @@ mod tests {
     fn the_generator_is_reproducible_and_its_normal_draws_are_centred() {
         let mut a = Rng::new(7, 3);
         let mut b = Rng::new(7, 3);
-        assert_eq!(a.next_u64(), b.next_u64());
+        assert_eq!(a.uniform().to_bits(), b.uniform().to_bits());
         let mut r = Rng::new(1, 0);
         let n = 20_000;
         let mean: f64 = (0..n).map(|_| r.normal()).sum::<f64>() / f64::from(n);

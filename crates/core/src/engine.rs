@@ -1,4 +1,8 @@
-//! The `Engine` trait: a synchronous, batched, in-process inference library.
+//! The two engine contracts: [`Engine`], a synchronous, batched,
+//! in-process inference library that runs whole batches, and
+//! [`StepEngine`], a model executor that prefills, steps and retires
+//! sequences in a KV cache it owns while core's generation loop
+//! ([`crate::generation`]) does everything else.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -77,7 +81,7 @@ pub struct EngineDescription {
 /// `generate` is caught there and becomes an error for that batch.
 ///
 /// Engines built on a model they can step (prefill, one decoding step,
-/// retire) implement [`StepEngine`](crate::generation::StepEngine)
+/// retire) implement [`StepEngine`]
 /// instead and get this trait from
 /// [`StepRunner`](crate::generation::StepRunner), which owns the
 /// generation loop.
@@ -101,7 +105,7 @@ pub trait Engine {
     /// The step engine inside, for schedulers that drive it one iteration
     /// at a time (`scheduling=continuous`); `None` for an engine that only
     /// runs whole batches.
-    fn step_engine(&mut self) -> Option<&mut dyn crate::generation::StepEngine> {
+    fn step_engine(&mut self) -> Option<&mut dyn StepEngine> {
         None
     }
 
@@ -144,4 +148,153 @@ pub struct EngineLoaded {
     pub description: EngineDescription,
     /// What it accepts.
     pub capabilities: EngineCapabilities,
+}
+
+/// A new sequence to prefill into a free slot.
+#[derive(Debug, Clone, Copy)]
+pub struct Prefill<'a> {
+    /// The slot it goes to (free before the call).
+    pub slot: usize,
+    /// Its prompt tokens, at least one.
+    pub tokens: &'a [u32],
+    /// The longest this sequence can grow (prompt and generated tokens
+    /// that will be fed back), at most the engine's `max_seq_len`: an
+    /// engine may reserve its cache for this up front.
+    pub max_len: usize,
+}
+
+/// One running sequence's next input token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Decode {
+    /// The slot that holds the sequence.
+    pub slot: usize,
+    /// The token to append (the one sampled last).
+    pub token: u32,
+}
+
+/// What a step engine can hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StepLimits {
+    /// Slots: the most sequences it holds at once (slot ids are
+    /// `0..max_slots`).
+    pub max_slots: usize,
+    /// The longest sequence, prompt and fed-back output together.
+    pub max_seq_len: usize,
+    /// Logits per row.
+    pub vocab_size: usize,
+}
+
+/// Logits of one step, one row of `vocab` values per sequence, written by
+/// the engine into a buffer the loop owns and reuses (it grows, never
+/// shrinks, so steady-state steps allocate nothing).
+#[derive(Debug, Default, Clone)]
+pub struct Logits {
+    data: Vec<f32>,
+    vocab: usize,
+    rows: usize,
+}
+
+impl Logits {
+    /// A buffer for rows of `vocab` logits.
+    pub fn new(vocab: usize) -> Self {
+        Logits {
+            data: Vec::new(),
+            vocab,
+            rows: 0,
+        }
+    }
+
+    /// Logits per row.
+    pub fn vocab(&self) -> usize {
+        self.vocab
+    }
+
+    /// Rows of the last step.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Makes room for `rows` rows and returns them as one mutable slice,
+    /// row after row, for the engine to fill.
+    pub fn rows_mut(&mut self, rows: usize) -> &mut [f32] {
+        let len = rows * self.vocab;
+        if self.data.len() < len {
+            self.data.resize(len, 0.0);
+        }
+        self.rows = rows;
+        &mut self.data[..len]
+    }
+
+    /// Row `i` of the last step.
+    pub fn row(&self, i: usize) -> &[f32] {
+        &self.data[i * self.vocab..(i + 1) * self.vocab]
+    }
+}
+
+/// A model executor: a KV cache by slot, prefill, one decoding step,
+/// retire. Created and used on one thread (the engine thread), never two
+/// calls at once.
+///
+/// The loop guarantees: [`prefill`](StepEngine::prefill) only names free
+/// slots, with at least one token and `tokens.len() <= max_len <=
+/// max_seq_len`; [`decode`](StepEngine::decode) only names slots that hold
+/// a sequence, each at most once per call, and never grows one past the
+/// `max_len` it was prefilled with; a slot is [`retire`](StepEngine::retire)d
+/// before it is used again. Rows of `logits` follow the order of the
+/// sequences in the call.
+pub trait StepEngine {
+    /// What the engine can hold.
+    fn limits(&self) -> StepLimits;
+
+    /// Runs the prompts of new sequences into their slots and writes, for
+    /// each, the logits of its last prompt position (`logits.rows_mut(n)`).
+    fn prefill(&mut self, seqs: &[Prefill<'_>], logits: &mut Logits) -> Result<()>;
+
+    /// Appends one token to each named running sequence and writes the
+    /// logits of that new position, one row per sequence.
+    fn decode(&mut self, seqs: &[Decode], logits: &mut Logits) -> Result<()>;
+
+    /// Forgets the sequence in `slot`; the slot is free after.
+    fn retire(&mut self, slot: usize);
+
+    /// The model's tokenizer.
+    fn tokenizer(&self) -> Arc<dyn Tokenizer>;
+
+    /// Token ids that end a sequence (unless a request ignores them).
+    fn eos_token_ids(&self) -> Vec<u32>;
+
+    /// Facts about the engine for reports.
+    fn describe(&self) -> EngineDescription;
+
+    /// What inputs the engine accepts (text only by default).
+    fn capabilities(&self) -> EngineCapabilities {
+        EngineCapabilities::default()
+    }
+}
+
+impl<E: StepEngine + ?Sized> StepEngine for Box<E> {
+    fn limits(&self) -> StepLimits {
+        (**self).limits()
+    }
+    fn prefill(&mut self, seqs: &[Prefill<'_>], logits: &mut Logits) -> Result<()> {
+        (**self).prefill(seqs, logits)
+    }
+    fn decode(&mut self, seqs: &[Decode], logits: &mut Logits) -> Result<()> {
+        (**self).decode(seqs, logits)
+    }
+    fn retire(&mut self, slot: usize) {
+        (**self).retire(slot);
+    }
+    fn tokenizer(&self) -> Arc<dyn Tokenizer> {
+        (**self).tokenizer()
+    }
+    fn eos_token_ids(&self) -> Vec<u32> {
+        (**self).eos_token_ids()
+    }
+    fn describe(&self) -> EngineDescription {
+        (**self).describe()
+    }
+    fn capabilities(&self) -> EngineCapabilities {
+        (**self).capabilities()
+    }
 }

@@ -27,6 +27,7 @@ pub mod offline;
 pub mod options;
 pub mod registry;
 pub mod request;
+pub mod rng;
 pub mod sampler;
 pub mod sampling;
 pub mod stdio;

@@ -6,8 +6,9 @@
 //! The order of the transformations is the usual one: temperature, then
 //! top-k, then top-p (nucleus), then a draw from what is left.
 
-use rand::{RngExt, SeedableRng};
-use rand_chacha::ChaCha8Rng;
+use rand::RngExt;
+
+use crate::rng::SeededRng;
 
 use crate::sampling::Sampling;
 
@@ -17,7 +18,7 @@ pub struct Sampler {
     temperature: f32,
     top_k: usize,
     top_p: f32,
-    rng: ChaCha8Rng,
+    rng: SeededRng,
     /// Candidates of the current step: `(token id, scaled logit or probability)`.
     scratch: Vec<(u32, f32)>,
 }
@@ -60,7 +61,7 @@ impl Sampler {
             temperature: sampling.temperature,
             top_k: usize::try_from(sampling.top_k).unwrap_or(usize::MAX),
             top_p: sampling.top_p,
-            rng: ChaCha8Rng::seed_from_u64(seed),
+            rng: crate::rng::seeded(seed, 0),
             scratch: Vec::new(),
         }
     }
@@ -187,7 +188,7 @@ mod tests {
     }
 
     fn logits(n: usize, seed: u64) -> Vec<f32> {
-        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let mut rng = crate::rng::seeded(seed, 0);
         (0..n).map(|_| rng.random::<f32>() * 8.0 - 4.0).collect()
     }
 

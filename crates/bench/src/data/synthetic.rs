@@ -20,8 +20,9 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use rand::{RngExt, SeedableRng};
-use rand_chacha::ChaCha8Rng;
+use guidebench_core::rng::{self, SeededRng};
+use rand::RngExt;
+use rand_distr::{Distribution, Normal};
 use serde_json::{Map, Value};
 
 use super::{DataItem, DataSource, int_option, u32_option};
@@ -128,12 +129,17 @@ const VERIFIED_WINDOWS: usize = 32;
 
 /// Pseudo-word text and its token ids, grown on demand, and the window
 /// search that cuts exact prompts out of it.
+/// The streams of the run's seed that synthetic data draws from.
+const STREAM_WORDS: u64 = 1;
+const STREAM_OFFSETS: u64 = 2;
+const STREAM_LENGTHS: u64 = 3;
+
 #[derive(Debug)]
 struct Corpus {
     /// Generates the words of the text.
-    words: ChaCha8Rng,
+    words: SeededRng,
     /// Draws window offsets.
-    offsets: ChaCha8Rng,
+    offsets: SeededRng,
     /// The text so far.
     text: String,
     /// The token ids of `text`, without special tokens.
@@ -173,9 +179,8 @@ enum WholeWords {
 impl Corpus {
     fn new(seed: u64) -> Self {
         Corpus {
-            words: ChaCha8Rng::seed_from_u64(seed),
-            // A different stream of the same seed.
-            offsets: ChaCha8Rng::seed_from_u64(seed ^ 0x9E37_79B9_7F4A_7C15),
+            words: rng::seeded(seed, STREAM_WORDS),
+            offsets: rng::seeded(seed, STREAM_OFFSETS),
             text: String::new(),
             ids: Vec::new(),
             used: HashSet::new(),
@@ -552,14 +557,9 @@ pub struct LengthDistribution {
 impl LengthDistribution {
     /// Draws one length.
     pub fn sample<R: rand::Rng + ?Sized>(&self, rng: &mut R) -> u32 {
-        let value = if self.stdev > 0.0 {
-            // Box–Muller; `1 - u` is in (0, 1], so the logarithm is finite.
-            let u1: f64 = 1.0 - rng.random::<f64>();
-            let u2: f64 = rng.random::<f64>();
-            let normal = (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos();
-            self.mean + self.stdev * normal
-        } else {
-            self.mean
+        let value = match Normal::new(self.mean, self.stdev) {
+            Ok(normal) if self.stdev > 0.0 => normal.sample(rng),
+            _ => self.mean,
         };
         let clamped = value
             .round()
@@ -638,7 +638,7 @@ pub struct SyntheticTextSource {
     tokenizer: Arc<dyn Tokenizer>,
     config: SyntheticTextConfig,
     corpus: Corpus,
-    lengths: ChaCha8Rng,
+    lengths: SeededRng,
     prefix: String,
     prefix_count: usize,
     produced: u64,
@@ -667,7 +667,7 @@ impl SyntheticTextSource {
             tokenizer,
             config,
             corpus,
-            lengths: ChaCha8Rng::seed_from_u64(config.seed.wrapping_add(1)),
+            lengths: rng::seeded(config.seed, STREAM_LENGTHS),
             prefix,
             prefix_count,
             produced: 0,
@@ -973,7 +973,7 @@ mod tests {
             min: 70,
             max: 140,
         };
-        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        let mut rng = rng::seeded(1, 0);
         let samples: Vec<u32> = (0..20_000).map(|_| dist.sample(&mut rng)).collect();
         assert!(samples.iter().all(|s| (70..=140).contains(s)));
         let mean = samples.iter().map(|s| f64::from(*s)).sum::<f64>() / samples.len() as f64;

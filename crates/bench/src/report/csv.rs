@@ -25,15 +25,6 @@ const FIXED_HEADER: [&str; 10] = [
 const TIMED: [&str; 4] = ["latency", "ttft", "itl", "tpot"];
 const PERCENTILES: [(f64, &str); 3] = [(50.0, "p50"), (95.0, "p95"), (99.0, "p99")];
 
-/// A field quoted when it holds a comma, a quote or a line break.
-fn field(s: &str) -> String {
-    if s.contains([',', '"', '\n', '\r']) {
-        format!("\"{}\"", s.replace('"', "\"\""))
-    } else {
-        s.to_owned()
-    }
-}
-
 fn number(value: Option<f64>) -> String {
     value.map_or_else(String::new, |v| format!("{v:.3}"))
 }
@@ -53,8 +44,8 @@ fn row(b: &BenchmarkReport) -> Vec<String> {
     let m = &b.metrics;
     let s = &m.successful;
     let mut cells = vec![
-        field(&b.name),
-        field(&b.profile_label()),
+        b.name.clone(),
+        b.profile_label(),
         s.count.to_string(),
         m.errored.count.to_string(),
         m.incomplete.count.to_string(),
@@ -80,20 +71,34 @@ fn row(b: &BenchmarkReport) -> Vec<String> {
 /// p95 and p99 of latency, TTFT, ITL (per gap) and TPOT of successful
 /// requests (ms), and the mean dispatch delay (ms). Empty cells mark
 /// distributions without values.
+/// Fields are quoted by the `csv` crate's writer where they need it.
 pub fn to_csv(report: &Report) -> String {
-    let mut out = header().join(",");
-    out.push('\n');
-    for b in &report.benchmarks {
-        out.push_str(&row(b).join(","));
-        out.push('\n');
+    let mut bytes = Vec::new();
+    // Writing to memory fails only on a bug: the text is then cut short
+    // and the error logged.
+    if let Err(err) = write_records(report, &mut bytes) {
+        tracing::error!(error = %err, "the CSV could not be written in full");
     }
-    out
+    String::from_utf8_lossy(&bytes).into_owned()
 }
 
 /// Writes [`to_csv`] to `path`.
 pub fn write_csv(report: &Report, path: impl AsRef<Path>) -> Result<()> {
     let path = path.as_ref();
-    std::fs::write(path, to_csv(report)).map_err(|e| Error::io(path, e))
+    let file = std::fs::File::create(path).map_err(|e| Error::io(path, e))?;
+    write_records(report, file).map_err(|e| Error::io(path, std::io::Error::other(e)))
+}
+
+fn write_records(report: &Report, out: impl std::io::Write) -> csv::Result<()> {
+    let mut writer = csv::WriterBuilder::new()
+        .terminator(csv::Terminator::Any(b'\n'))
+        .from_writer(out);
+    writer.write_record(header())?;
+    for b in &report.benchmarks {
+        writer.write_record(row(b))?;
+    }
+    writer.flush()?;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use rand::{RngExt, SeedableRng};
-use rand_chacha::ChaCha8Rng;
+use guidebench_core::rng::{self, SeededRng};
+use rand_distr::{Distribution, Exp};
 use serde::Serialize;
 
 use guidebench_core::options::{KindArgs, OptionSpec, OptionType, check_options};
@@ -69,7 +69,7 @@ impl Strategy {
             }),
             Strategy::Poisson { rate, seed, .. } => Some(Schedule::Poisson {
                 rate: *rate,
-                rng: Box::new(ChaCha8Rng::seed_from_u64(*seed)),
+                rng: Box::new(rng::seeded(*seed, 0)),
                 elapsed: 0.0,
             }),
             _ => None,
@@ -102,7 +102,7 @@ pub enum Schedule {
         /// Mean requests per second.
         rate: f64,
         /// The gap generator.
-        rng: Box<ChaCha8Rng>,
+        rng: Box<SeededRng>,
         /// Seconds up to the previous send.
         elapsed: f64,
     },
@@ -137,9 +137,9 @@ impl Iterator for Schedule {
             }
             Schedule::Poisson { rate, rng, elapsed } => {
                 let at = *elapsed;
-                // Inverse transform: -ln(U) / rate, with U in (0, 1].
-                let u: f64 = 1.0 - rng.random::<f64>();
-                *elapsed += -u.ln() / *rate;
+                // Exponential gaps of mean 1 / rate (rate > 0 is checked
+                // when the profile is built).
+                *elapsed += Exp::new(*rate).map_or(f64::INFINITY, |gap| gap.sample(&mut **rng));
                 at
             }
         };
