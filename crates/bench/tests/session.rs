@@ -39,13 +39,16 @@ async fn limited<T>(fut: impl std::future::Future<Output = T>) -> T {
         .expect("the session finished in time")
 }
 
-fn write_jsonl(dir: &Path, rows: &[&str]) -> String {
+/// A synchronous plan on the mock over a JSONL file of `rows` in `dir`,
+/// with `extra` data options (`,on_error=skip`).
+fn file_plan(dir: &Path, rows: &[&str], extra: &str) -> Plan {
     let path = dir.join("data.jsonl");
     let mut file = std::fs::File::create(&path).expect("create");
     for row in rows {
         writeln!(file, "{row}").expect("write");
     }
-    path.display().to_string()
+    let data = format!("kind=file,path={}{extra}", path.display());
+    plan(MOCK, &[&data], "kind=synchronous", &[]).expect("plan")
 }
 
 const SHORT: &str = "kind=synthetic_text,prompt_tokens=8,output_tokens=4";
@@ -151,21 +154,15 @@ async fn a_run_entirely_inside_the_warmup_still_succeeded() {
 #[tokio::test]
 async fn a_row_with_zero_output_tokens_fails_the_run_naming_the_row() {
     let dir = tempfile::tempdir().expect("dir");
-    let path = write_jsonl(
+    let plan = file_plan(
         dir.path(),
         &[
             r#"{"prompt": "a", "output_tokens": 2}"#,
             r#"{"prompt": "b", "output_tokens": 2}"#,
             r#"{"prompt": "c", "output_tokens": 0}"#,
         ],
+        "",
     );
-    let plan = plan(
-        MOCK,
-        &[&format!("kind=file,path={path}")],
-        "kind=synchronous",
-        &[],
-    )
-    .expect("plan");
     let err = limited(run(plan)).await.expect_err("row 3 is bad");
     let message = err.to_string();
     assert!(message.contains("line 3"), "{message}");
@@ -175,20 +172,14 @@ async fn a_row_with_zero_output_tokens_fails_the_run_naming_the_row() {
 #[tokio::test]
 async fn a_row_whose_sampling_is_invalid_fails_the_run_naming_row_and_field() {
     let dir = tempfile::tempdir().expect("dir");
-    let path = write_jsonl(
+    let plan = file_plan(
         dir.path(),
         &[
             r#"{"prompt": "a", "output_tokens": 2}"#,
             r#"{"prompt": "b", "output_tokens": 2, "top_p": 1.5}"#,
         ],
+        "",
     );
-    let plan = plan(
-        MOCK,
-        &[&format!("kind=file,path={path}")],
-        "kind=synchronous",
-        &[],
-    )
-    .expect("plan");
     let err = limited(run(plan)).await.expect_err("row 2 is bad");
     assert!(matches!(err, Error::Item { .. }), "{err:?}");
     let message = err.to_string();
@@ -199,21 +190,15 @@ async fn a_row_whose_sampling_is_invalid_fails_the_run_naming_row_and_field() {
 #[tokio::test]
 async fn with_on_error_skip_a_bad_row_is_counted_and_the_rest_runs() {
     let dir = tempfile::tempdir().expect("dir");
-    let path = write_jsonl(
+    let plan = file_plan(
         dir.path(),
         &[
             r#"{"prompt": "a", "output_tokens": 2}"#,
             r#"{"prompt": "b", "output_tokens": 2, "temperature": -1}"#,
             r#"{"prompt": "c", "output_tokens": 2}"#,
         ],
+        ",on_error=skip",
     );
-    let plan = plan(
-        MOCK,
-        &[&format!("kind=file,path={path},on_error=skip")],
-        "kind=synchronous",
-        &[],
-    )
-    .expect("plan");
     let report = limited(run(plan)).await.expect("run");
     let b = &report.benchmarks[0];
     assert_eq!(b.metrics.successful.count, 2);
