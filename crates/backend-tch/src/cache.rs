@@ -272,3 +272,43 @@ impl KvCache {
         Ok((view(&self.keys[layer])?, view(&self.values[layer])?))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The first `len` positions of `row` of layer 0's keys, flattened.
+    fn keys(cache: &KvCache, row: i64, len: i64) -> Vec<f32> {
+        let t = cache.keys[0]
+            .narrow(0, row, 1)
+            .narrow(1, 0, len)
+            .flatten(0, -1);
+        Vec::<f32>::try_from(&t).expect("f32 values")
+    }
+
+    #[test]
+    fn retiring_moves_the_last_row_into_the_hole_and_growing_keeps_what_rows_hold() {
+        let mut cache = KvCache::new(4, 1, 1, 2, Kind::Float, Device::Cpu);
+        cache.reserve(3, 2).expect("reserve");
+        // Rows 0, 1, 2 hold 1s, 2s and 3s, for slots 3, 1 and 2.
+        let k = Tensor::from_slice(&[1f32, 1., 1., 1., 2., 2., 2., 2., 3., 3., 3., 3.])
+            .view([3, 2, 1, 2]);
+        cache.write_prefill(0, 0, &k, &k).expect("write");
+        for slot in [3, 1, 2] {
+            cache.occupy(slot, 2);
+        }
+        cache.retire(3);
+        assert_eq!(cache.occupied(), 2);
+        assert_eq!(cache.len(3), None);
+        assert_eq!(cache.row(2).expect("slot 2"), 0);
+        assert_eq!(cache.row(1).expect("slot 1"), 1);
+        assert_eq!(keys(&cache, 0, 2), [3.0; 4]);
+        cache.reserve(1, 5).expect("grow");
+        assert_eq!(cache.capacity(), 5);
+        assert_eq!(keys(&cache, 0, 2), [3.0; 4]);
+        assert_eq!(keys(&cache, 1, 2), [2.0; 4]);
+        assert!(cache.check_free(&[0, 3]).is_ok());
+        assert!(cache.check_free(&[0, 0]).is_err());
+        assert!(cache.check_free(&[4]).is_err());
+    }
+}

@@ -119,10 +119,8 @@ fn drive(
         .map(|i| vec![argmax(logits.row(i))])
         .collect();
     let mut running: Vec<usize> = (0..prompts.len()).filter(|&s| budgets[s] > 1).collect();
-    for slot in 0..prompts.len() {
-        if budgets[slot] <= 1 {
-            engine.retire(slot);
-        }
+    for (slot, _) in budgets.iter().enumerate().filter(|&(_, &n)| n <= 1) {
+        engine.retire(slot);
     }
     while !running.is_empty() {
         order(&mut running);
