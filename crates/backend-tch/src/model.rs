@@ -148,51 +148,59 @@ impl RmsNorm {
     }
 }
 
-/// Rotary tables: cos and sin of every position times every inverse
-/// frequency, `(max_seq_len, head_dim / 2)`.
+/// Rotary tables for every position, `(max_seq_len, head_dim)`: cos of
+/// each angle twice (`[cos, cos]`) and sin with the first half negated
+/// (`[-sin, sin]`), so that a rotation is two products and a sum.
 #[derive(Debug)]
 struct Rope {
     cos: Tensor,
     sin: Tensor,
-    half: i64,
+    head_dim: i64,
 }
 
 impl Rope {
     fn new(cfg: &DecoderConfig, max_len: usize, kind: Kind, device: Device) -> Result<Self> {
         let freqs = cfg.inv_freqs();
         let half = freqs.len();
-        let mut cos = Vec::with_capacity(max_len * half);
-        let mut sin = Vec::with_capacity(max_len * half);
+        let mut cos = Vec::with_capacity(max_len * 2 * half);
+        let mut sin = Vec::with_capacity(max_len * 2 * half);
         for pos in 0..max_len {
+            // Positions are exact in f64 far beyond any context length.
+            #[allow(clippy::cast_precision_loss)]
+            let pos = pos as f64;
+            let at = cos.len();
             for f in &freqs {
-                // Positions are exact in f64 far beyond any context length.
-                #[allow(clippy::cast_precision_loss)]
-                let angle = pos as f64 * f;
+                let angle = pos * f;
                 #[allow(clippy::cast_possible_truncation)]
                 {
                     cos.push(angle.cos() as f32);
-                    sin.push(angle.sin() as f32);
+                    sin.push(-(angle.sin() as f32));
                 }
+            }
+            cos.extend_from_within(at..);
+            sin.extend_from_within(at..);
+            for s in &mut sin[at + half..] {
+                *s = -*s;
             }
         }
         let table = |v: &[f32]| -> Result<Tensor> {
             Ok(Tensor::f_from_slice(v)?
-                .f_view([dim(max_len), dim(half)])?
+                .f_view([dim(max_len), dim(2 * half)])?
                 .f_to_kind(kind)?
                 .f_to_device(device)?)
         };
         Ok(Rope {
             cos: table(&cos)?,
             sin: table(&sin)?,
-            half: dim(half),
+            head_dim: dim(2 * half),
         })
     }
 
-    /// cos and sin for `positions` `(b, t)`, shaped `(b, t, 1, half)` to
-    /// broadcast over heads.
+    /// The tables' rows for `positions` `(b, t)`, shaped `(b, t, 1,
+    /// head_dim)` to broadcast over heads.
     fn gather(&self, positions: &Tensor) -> Result<(Tensor, Tensor)> {
         let size = positions.size();
-        let shape = [size[0], size[1], 1, self.half];
+        let shape = [size[0], size[1], 1, self.head_dim];
         let flat = positions.f_flatten(0, -1)?;
         let cos = self.cos.f_index_select(0, &flat)?.f_view(shape)?;
         let sin = self.sin.f_index_select(0, &flat)?.f_view(shape)?;
@@ -200,14 +208,14 @@ impl Rope {
     }
 }
 
-/// Rotates `x` `(b, t, heads, head_dim)` by the gathered angles, in the
-/// Hugging Face convention (the two halves of each head are the pairs).
-fn rotate(x: &Tensor, cos: &Tensor, sin: &Tensor, half: i64) -> Result<Tensor> {
-    let x1 = x.f_narrow(3, 0, half)?;
-    let x2 = x.f_narrow(3, half, half)?;
-    let first = x1.f_mul(cos)?.f_sub(&x2.f_mul(sin)?)?;
-    let second = x2.f_mul(cos)?.f_add(&x1.f_mul(sin)?)?;
-    Ok(Tensor::f_cat(&[first, second], 3)?)
+/// Rotates `x` `(b, t, heads, head_dim)` by the gathered angles in the
+/// Hugging Face convention, `x * cos + rotate_half(x) * sin` (the two
+/// halves of each head are the pairs): with the tables of [`Rope`],
+/// `x * [cos, cos] + [x2, x1] * [-sin, sin]`.
+fn rotate(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
+    let half = x.size()[3] / 2;
+    let swapped = Tensor::f_cat(&[x.f_narrow(3, half, half)?, x.f_narrow(3, 0, half)?], 3)?;
+    Ok(x.f_mul(cos)?.f_add(&swapped.f_mul(sin)?)?)
 }
 
 /// Which positions one forward pass adds, and where their keys and values
@@ -300,24 +308,27 @@ impl Attention {
         let (b, t) = (size[0], size[1]);
         let (nh, nkv, hd) = (self.heads, self.kv_heads, self.head_dim);
         let qkv = self.qkv_proj.forward(x)?;
-        let q = qkv.f_narrow(2, 0, nh * hd)?.f_reshape([b, t, nh, hd])?;
-        let k = qkv
-            .f_narrow(2, nh * hd, nkv * hd)?
-            .f_reshape([b, t, nkv, hd])?;
+        // Queries and keys side by side (`heads + kv_heads` heads), rotated
+        // together.
+        let qk = qkv
+            .f_narrow(2, 0, (nh + nkv) * hd)?
+            .f_reshape([b, t, nh + nkv, hd])?;
         let v = qkv
             .f_narrow(2, (nh + nkv) * hd, nkv * hd)?
             .f_reshape([b, t, nkv, hd])?;
-        let q = match &self.q_norm {
-            Some(norm) => norm.forward(&q)?,
-            None => q,
+        let qk = match (&self.q_norm, &self.k_norm) {
+            (Some(q_norm), Some(k_norm)) => Tensor::f_cat(
+                &[
+                    q_norm.forward(&qk.f_narrow(2, 0, nh)?)?,
+                    k_norm.forward(&qk.f_narrow(2, nh, nkv)?)?,
+                ],
+                2,
+            )?,
+            _ => qk,
         };
-        let k = match &self.k_norm {
-            Some(norm) => norm.forward(&k)?,
-            None => k,
-        };
-        let half = hd / 2;
-        let q = rotate(&q, step.cos, step.sin, half)?;
-        let k = rotate(&k, step.cos, step.sin, half)?;
+        let qk = rotate(&qk, step.cos, step.sin)?;
+        let q = qk.f_narrow(2, 0, nh)?;
+        let k = qk.f_narrow(2, nh, nkv)?;
         let (keys, values) = match step.pass {
             Pass::Prefill { row0 } => {
                 cache.write_prefill(layer, row0, &k, &v)?;
