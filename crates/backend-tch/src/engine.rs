@@ -135,7 +135,8 @@ fn positive(value: Option<i64>, key: &'static str) -> Result<Option<usize>> {
 struct Scratch {
     ids: Vec<i64>,
     positions: Vec<i64>,
-    mask: Vec<bool>,
+    /// Additive attention mask: 0 where a query may attend, -inf where not.
+    mask: Vec<f32>,
     index: Vec<i64>,
     /// For each row of a decoding step, the sequence (of the call) it
     /// computes, if any.
@@ -300,14 +301,14 @@ impl TchEngine {
                 .extend(std::iter::repeat_n(i64::from(self.pad_id), t - len));
             s.positions.extend((0..t).map(dim));
             for q in 0..t {
-                s.mask.extend((0..t).map(|k| k <= q && k < len));
+                s.mask.extend((0..t).map(|k| allowed(k <= q && k < len)));
             }
             s.index.push(dim(i * t + len - 1));
         }
         let (bt, tt) = (dim(b), dim(t));
         let ids = self.decoder.upload(&s.ids, &[bt, tt])?;
         let positions = self.decoder.upload(&s.positions, &[bt, tt])?;
-        let mask = self.decoder.upload(&s.mask, &[bt, 1, tt, tt])?;
+        let mask = self.decoder.upload_mask(&s.mask, &[bt, 1, tt, tt])?;
         let pick = self.decoder.upload(&s.index, &[bt])?;
         let row0 = dim(self.cache.occupied());
         let out = self.decoder.forward(
@@ -366,12 +367,12 @@ impl TchEngine {
         for (row, len) in self.cache.lens().enumerate() {
             let named = s.named[row].is_some();
             s.mask
-                .extend((0..total).map(|k| if named { k <= len } else { k == 0 }));
+                .extend((0..total).map(|k| allowed(if named { k <= len } else { k == 0 })));
         }
         let (nt, tt) = (dim(n), dim(total));
         let ids = self.decoder.upload(&s.ids, &[nt, 1])?;
         let positions = self.decoder.upload(&s.positions, &[nt, 1])?;
-        let mask = self.decoder.upload(&s.mask, &[nt, 1, 1, tt])?;
+        let mask = self.decoder.upload_mask(&s.mask, &[nt, 1, 1, tt])?;
         let index = self.decoder.upload(&s.index, &[nt])?;
         let out = self.decoder.forward(
             &ids,
@@ -405,6 +406,13 @@ impl TchEngine {
         }
         Ok(())
     }
+}
+
+/// An additive mask entry. Every query row keeps at least one key (its
+/// own position, or key 0 for padding and rows a step does not name), so
+/// no softmax sees only `-inf`.
+fn allowed(yes: bool) -> f32 {
+    if yes { 0.0 } else { f32::NEG_INFINITY }
 }
 
 /// Copies f32 logits `(rows, vocab)` into the loop's buffer.

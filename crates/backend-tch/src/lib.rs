@@ -33,7 +33,7 @@
 //! ## The forward pass
 //!
 //! Under `no_grad`. A prefill right-pads the new prompts to the longest;
-//! a boolean mask is causal and hides the padding, each row's positions
+//! an additive mask (0 or -inf) is causal and hides the padding, each row's positions
 //! start at 0, and the logits come from each row's last real position.
 //! Keys and values go to the sequences' rows of the [`cache::KvCache`]; a
 //! decoding step writes each row's new position at its own length and

@@ -243,7 +243,8 @@ pub(crate) enum Pass<'a> {
 struct Step<'a> {
     cos: &'a Tensor,
     sin: &'a Tensor,
-    /// Boolean `(b, 1, t, T)`: which keys each query may attend to.
+    /// Additive `(b, 1, t, T)` in the compute dtype: 0 where a query may
+    /// attend to a key, `-inf` where not.
     mask: &'a Tensor,
     pass: Pass<'a>,
 }
@@ -550,6 +551,17 @@ impl Decoder {
             None => last.f_linear::<&Tensor>(&self.embed_tokens, None)?,
         };
         Ok(logits.f_to_kind(Kind::Float)?.f_contiguous()?)
+    }
+
+    /// An additive attention mask from the host, in the compute dtype on
+    /// the device (converted once per forward pass, not in every layer).
+    pub(crate) fn upload_mask(&self, data: &[f32], shape: &[i64]) -> Result<Tensor> {
+        let mask = self.upload(data, shape)?;
+        Ok(if self.kind == Kind::Float {
+            mask
+        } else {
+            mask.f_to_kind(self.kind)?
+        })
     }
 
     /// Host tensors for the device: `Tensor::from_slice` then a move when
