@@ -207,8 +207,8 @@ impl TchEngine {
         let max_seq_len = max_seq_len.unwrap_or(config.max_position_embeddings);
         let _no_grad = tch::no_grad_guard();
         let decoder = {
-            let weights = Weights::read(&folder.weight_files()?, kind, device)?;
-            Decoder::load(&weights, config, max_seq_len)?
+            let mut weights = Weights::read(&folder.weight_files()?, kind, device)?;
+            Decoder::load(&mut weights, config, max_seq_len)?
         };
         let device_name = match device {
             Device::Cuda(n) => format!("cuda:{n}"),

@@ -64,12 +64,13 @@ impl Weights {
         self.tensors.contains_key(name)
     }
 
-    /// The tensor `name`, checked against `shape`, in the compute dtype
-    /// on the compute device.
-    pub fn get(&self, name: &str, shape: &[usize]) -> Result<Tensor> {
+    /// Takes the tensor `name` out (so its host copy is freed once
+    /// converted), checked against `shape`, in the compute dtype on the
+    /// compute device.
+    pub fn take(&mut self, name: &str, shape: &[usize]) -> Result<Tensor> {
         let tensor = self
             .tensors
-            .get(name)
+            .remove(name)
             .ok_or_else(|| TchError::MissingWeight {
                 name: name.to_owned(),
             })?;
@@ -94,11 +95,17 @@ struct Linear {
 }
 
 impl Linear {
-    fn load(w: &Weights, name: &str, in_dim: usize, out_dim: usize, bias: bool) -> Result<Self> {
+    fn load(
+        w: &mut Weights,
+        name: &str,
+        in_dim: usize,
+        out_dim: usize,
+        bias: bool,
+    ) -> Result<Self> {
         Ok(Linear {
-            weight: w.get(&format!("{name}.weight"), &[out_dim, in_dim])?,
+            weight: w.take(&format!("{name}.weight"), &[out_dim, in_dim])?,
             bias: if bias {
-                Some(w.get(&format!("{name}.bias"), &[out_dim])?)
+                Some(w.take(&format!("{name}.bias"), &[out_dim])?)
             } else {
                 None
             },
@@ -135,9 +142,9 @@ struct RmsNorm {
 }
 
 impl RmsNorm {
-    fn load(w: &Weights, name: &str, size: usize, eps: f64) -> Result<Self> {
+    fn load(w: &mut Weights, name: &str, size: usize, eps: f64) -> Result<Self> {
         Ok(RmsNorm {
-            weight: w.get(&format!("{name}.weight"), &[size])?,
+            weight: w.take(&format!("{name}.weight"), &[size])?,
             size: dim(size),
             eps,
         })
@@ -262,24 +269,21 @@ struct Attention {
 }
 
 impl Attention {
-    fn load(w: &Weights, name: &str, cfg: &DecoderConfig) -> Result<Self> {
+    fn load(w: &mut Weights, name: &str, cfg: &DecoderConfig) -> Result<Self> {
         let h = cfg.hidden_size;
         let (nh, nkv, hd) = (
             cfg.num_attention_heads,
             cfg.num_key_value_heads,
             cfg.head_dim,
         );
-        let norm = |which: &str| -> Result<Option<RmsNorm>> {
-            if cfg.qk_norm {
-                Ok(Some(RmsNorm::load(
-                    w,
-                    &format!("{name}.{which}"),
-                    hd,
-                    cfg.rms_norm_eps,
-                )?))
-            } else {
-                Ok(None)
-            }
+        let (q_norm, k_norm) = if cfg.qk_norm {
+            let eps = cfg.rms_norm_eps;
+            (
+                Some(RmsNorm::load(w, &format!("{name}.q_norm"), hd, eps)?),
+                Some(RmsNorm::load(w, &format!("{name}.k_norm"), hd, eps)?),
+            )
+        } else {
+            (None, None)
         };
         Ok(Attention {
             qkv_proj: Linear::stacked(vec![
@@ -288,8 +292,8 @@ impl Attention {
                 Linear::load(w, &format!("{name}.v_proj"), h, nkv * hd, cfg.qkv_bias)?,
             ])?,
             o_proj: Linear::load(w, &format!("{name}.o_proj"), nh * hd, h, cfg.o_bias)?,
-            q_norm: norm("q_norm")?,
-            k_norm: norm("k_norm")?,
+            q_norm,
+            k_norm,
             heads: dim(nh),
             kv_heads: dim(nkv),
             head_dim: dim(hd),
@@ -364,7 +368,7 @@ struct Mlp {
 }
 
 impl Mlp {
-    fn load(w: &Weights, name: &str, cfg: &DecoderConfig) -> Result<Self> {
+    fn load(w: &mut Weights, name: &str, cfg: &DecoderConfig) -> Result<Self> {
         let (h, i) = (cfg.hidden_size, cfg.intermediate_size);
         Ok(Mlp {
             gate_up_proj: Linear::stacked(vec![
@@ -395,7 +399,7 @@ struct Block {
 }
 
 impl Block {
-    fn load(w: &Weights, name: &str, cfg: &DecoderConfig) -> Result<Self> {
+    fn load(w: &mut Weights, name: &str, cfg: &DecoderConfig) -> Result<Self> {
         let (h, eps) = (cfg.hidden_size, cfg.rms_norm_eps);
         Ok(Block {
             input_layernorm: RmsNorm::load(w, &format!("{name}.input_layernorm"), h, eps)?,
@@ -442,8 +446,8 @@ pub struct Decoder {
 impl Decoder {
     /// Builds the decoder from checkpoint weights, with rotary tables for
     /// `max_seq_len` positions.
-    pub fn load(w: &Weights, cfg: &DecoderConfig, max_seq_len: usize) -> Result<Self> {
-        let embed_tokens = w.get(
+    pub fn load(w: &mut Weights, cfg: &DecoderConfig, max_seq_len: usize) -> Result<Self> {
+        let embed_tokens = w.take(
             "model.embed_tokens.weight",
             &[cfg.vocab_size, cfg.hidden_size],
         )?;
