@@ -1,0 +1,292 @@
+//! The tch engine's performance figures beside candle's, measured in one
+//! run (what `bench/tch` runs):
+//!
+//! output tokens/s on `builtin:tiny` (prompt 128, 64 new tokens, greedy,
+//! f32, all cores) at batch 1, 8 and 32 through each engine
+//! (`StepRunner::generate`, core's generation loop), best of the rounds
+//! with the engines interleaved, and the share of the roofline each
+//! reaches. The run's lower bound is the prefill's FLOPs / the
+//! matrix-multiplication peak measured in this run, plus, per decoding
+//! step, max(weight bytes / read bandwidth measured in this run, the
+//! step's FLOPs / that peak), as `bench/candle` and `bench/ort` define it.
+//! Here the peak is the faster of libtorch's and candle's on a
+//! prefill-shaped product, and the read bandwidth libtorch's sum over
+//! 1 GiB.
+//!
+//! ```text
+//! bench/tch [rounds=2] [candle=1]
+//! cargo run --release -p guidebench-tch --example bench -- [rounds=2] [candle=1] [model=builtin:tiny]
+//! ```
+
+use std::time::Instant;
+
+use guidebench_candle::{CandleEngine, CandleOptions};
+use guidebench_core::data::SyntheticText;
+use guidebench_core::engine::{Engine, EngineOutput, EngineRequest};
+use guidebench_core::generation::StepRunner;
+use guidebench_core::sampling::Sampling;
+use guidebench_tch::{TchEngine, TchOptions};
+use guidebench_testkit as _;
+use tch::{Device, Kind, Tensor};
+
+type BoxError = Box<dyn std::error::Error>;
+
+const PROMPT: usize = 128;
+const OUTPUT: u32 = 64;
+const BATCHES: [usize; 3] = [1, 8, 32];
+
+/// The CPU's model name (Linux), for the record.
+fn cpu_name() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|info| {
+            info.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_owned())
+        })
+        .unwrap_or_else(|| std::env::consts::ARCH.to_owned())
+}
+
+/// The 1-minute load average (Linux), for the record.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().map(str::to_owned))
+        .unwrap_or_else(|| "?".into())
+}
+
+/// Output tokens/s of one batch, and its tokens.
+fn timed(
+    engine: &mut dyn Engine,
+    batch: &[EngineRequest],
+) -> Result<(f64, Vec<Vec<u32>>), BoxError> {
+    let start = Instant::now();
+    let outputs: Vec<EngineOutput> = engine
+        .generate(batch)?
+        .into_iter()
+        .collect::<Result<_, _>>()?;
+    let elapsed = start.elapsed().as_secs_f64();
+    let count: usize = outputs.iter().map(|o| o.token_ids.len()).sum();
+    Ok((
+        count as f64 / elapsed,
+        outputs.into_iter().map(|o| o.token_ids).collect(),
+    ))
+}
+
+/// libtorch's f32 rate on a prefill-shaped product (4096 x 512 by
+/// 512 x 2816), FLOP/s, best of 5 after a warm-up.
+fn tch_matmul_peak() -> Result<f64, BoxError> {
+    let _guard = tch::no_grad_guard();
+    let (m, k, n) = (4096i64, 512i64, 2816i64);
+    let a = Tensor::f_randn([m, k], (Kind::Float, Device::Cpu))?;
+    let w = Tensor::f_randn([n, k], (Kind::Float, Device::Cpu))?;
+    let mut best = f64::INFINITY;
+    for _ in 0..6 {
+        let start = Instant::now();
+        let c = a.f_linear::<&Tensor>(&w, None)?;
+        std::hint::black_box(&c);
+        best = best.min(start.elapsed().as_secs_f64());
+    }
+    Ok((2 * m * k * n) as f64 / best)
+}
+
+/// candle's rate on the same product, on a pool of `threads` threads.
+fn candle_matmul_peak(threads: usize) -> Result<f64, BoxError> {
+    use candle_core::{Device, Tensor};
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()?;
+    let (m, k, n) = (4096usize, 512usize, 2816usize);
+    pool.install(|| -> candle_core::Result<f64> {
+        let a = Tensor::randn(0f32, 1.0, (m, k), &Device::Cpu)?;
+        let w = Tensor::randn(0f32, 1.0, (n, k), &Device::Cpu)?;
+        let mut best = f64::INFINITY;
+        for _ in 0..6 {
+            let start = Instant::now();
+            let c = a.matmul(&w.t()?)?;
+            std::hint::black_box(&c);
+            best = best.min(start.elapsed().as_secs_f64());
+        }
+        Ok((2 * m * k * n) as f64 / best)
+    })
+    .map_err(Into::into)
+}
+
+/// Read bandwidth: libtorch's sum over 1 GiB of f32, bytes/s, best of 4.
+fn read_bandwidth() -> Result<f64, BoxError> {
+    let _guard = tch::no_grad_guard();
+    let len = 256i64 << 20;
+    let src = Tensor::f_ones([len], (Kind::Float, Device::Cpu))?;
+    let mut best = f64::INFINITY;
+    for _ in 0..4 {
+        let start = Instant::now();
+        let s = src.f_sum(Kind::Float)?;
+        std::hint::black_box(&s);
+        best = best.min(start.elapsed().as_secs_f64());
+    }
+    Ok((len * 4) as f64 / best)
+}
+
+fn main() -> Result<(), BoxError> {
+    let mut rounds = 2usize;
+    let mut with_candle = true;
+    let mut model = "builtin:tiny".to_owned();
+    for arg in std::env::args().skip(1) {
+        let (key, value) = arg.split_once('=').ok_or("expected key=value")?;
+        match key {
+            "rounds" => rounds = value.parse()?,
+            "candle" => with_candle = value != "0",
+            "model" => model = value.to_owned(),
+            other => return Err(format!("unknown argument `{other}`").into()),
+        }
+    }
+    let threads = std::thread::available_parallelism().map_or(1, usize::from);
+    let t0 = Instant::now();
+    let options = TchOptions {
+        threads: Some(threads as i64),
+        ..TchOptions::default()
+    };
+    let mut engine = StepRunner::new(TchEngine::load(Some(&model), &options)?);
+    println!(
+        "tch bench: {model}, prompt {PROMPT}, output {OUTPUT}, greedy, f32, threads {threads}, \
+         {}, loaded in {:.2?}",
+        engine.describe().library,
+        t0.elapsed()
+    );
+    println!(
+        "cpu: {} ({threads} cores visible); load average (1 min) at start: {}",
+        cpu_name(),
+        load_average()
+    );
+    let mut candle = if with_candle {
+        let t = Instant::now();
+        let c = StepRunner::new(CandleEngine::load(
+            Some(&model),
+            &CandleOptions {
+                threads: Some(threads as i64),
+                ..CandleOptions::default()
+            },
+        )?);
+        println!("candle engine loaded in {:.2?}", t.elapsed());
+        Some(c)
+    } else {
+        None
+    };
+    let tch_peak = tch_matmul_peak()?;
+    let candle_peak = candle_matmul_peak(threads)?;
+    let peak = tch_peak.max(candle_peak);
+    let read_bw = read_bandwidth()?;
+    println!(
+        "measured here: f32 matmul peak (4096 x 512 x 2816) {:.1} GFLOP/s with libtorch, \
+         {:.1} GFLOP/s with candle; read bandwidth {:.2} GB/s",
+        tch_peak / 1e9,
+        candle_peak / 1e9,
+        read_bw / 1e9
+    );
+
+    let tokenizer = engine.tokenizer();
+    let mut text = SyntheticText::new(tokenizer.as_ref(), 1);
+    let mut requests = |n: usize, output: u32| -> Result<Vec<EngineRequest>, BoxError> {
+        (0..n)
+            .map(|i| {
+                Ok(EngineRequest {
+                    id: i as u64,
+                    prompt: text.prompt(PROMPT)?,
+                    add_special_tokens: true,
+                    images: Vec::new(),
+                    audio: Vec::new(),
+                    sampling: Sampling::fixed_length(output)?,
+                })
+            })
+            .collect()
+    };
+    let warm = requests(2, 4)?;
+    timed(&mut engine, &warm)?;
+    if let Some(c) = candle.as_mut() {
+        timed(c, &warm)?;
+    }
+    let batches: Vec<Vec<EngineRequest>> = BATCHES
+        .iter()
+        .map(|&b| requests(b, OUTPUT))
+        .collect::<Result<_, _>>()?;
+    let mut best_tch = [0f64; BATCHES.len()];
+    let mut best_candle = [0f64; BATCHES.len()];
+    let mut identical = [true; BATCHES.len()];
+    let started = Instant::now();
+    for round in 0..rounds {
+        for (i, batch) in batches.iter().enumerate() {
+            // Alternate which goes first, so both see the same load.
+            let tch_first = (round + i) % 2 == 0;
+            let mut tch_tokens = None;
+            if tch_first {
+                let (tps, tokens) = timed(&mut engine, batch)?;
+                best_tch[i] = best_tch[i].max(tps);
+                tch_tokens = Some(tokens);
+            }
+            if let Some(c) = candle.as_mut() {
+                let (tps, tokens) = timed(c, batch)?;
+                best_candle[i] = best_candle[i].max(tps);
+                if tch_tokens.is_none() {
+                    let (tps, t) = timed(&mut engine, batch)?;
+                    best_tch[i] = best_tch[i].max(tps);
+                    tch_tokens = Some(t);
+                }
+                identical[i] &= tch_tokens.as_ref() == Some(&tokens);
+            } else if tch_tokens.is_none() {
+                let (tps, _) = timed(&mut engine, batch)?;
+                best_tch[i] = best_tch[i].max(tps);
+            }
+        }
+    }
+
+    // The model's costs, counted by candle's decoder (the same numbers
+    // bench/candle and bench/ort use); the tch decoder's parameter count
+    // is printed beside them as a check.
+    let costs = candle.as_ref().map(|c| {
+        let d = c.engine().decoder();
+        (
+            d.flops_per_token() as f64,
+            d.lm_head_flops() as f64,
+            d.weight_bytes_per_step() as f64,
+        )
+    });
+    println!(
+        "\noutput tokens/s (best of {rounds} interleaved rounds, {:.0} s; load average now {}); \
+         tch reads {} parameters per decoding step",
+        started.elapsed().as_secs_f64(),
+        load_average(),
+        engine.engine().decoder().parameters_per_step()
+    );
+    println!(
+        "  {:>5}  {:>9} {:>9}  {:>9} {:>9}  {:>10}  {:>16}",
+        "batch", "tch", "roofline", "candle", "roofline", "tch/candle", "identical tokens"
+    );
+    for (i, &b) in BATCHES.iter().enumerate() {
+        let b_f = b as f64;
+        let share = |tps: f64| -> String {
+            match costs {
+                Some((flops_token, lm_flops, weight_bytes)) => {
+                    let prefill = (b_f * PROMPT as f64 * flops_token + b_f * lm_flops) / peak;
+                    let step = (weight_bytes / read_bw).max(b_f * (flops_token + lm_flops) / peak);
+                    let bound = prefill + f64::from(OUTPUT - 1) * step;
+                    format!("{:.0} %", 100.0 * bound / (b_f * f64::from(OUTPUT) / tps))
+                }
+                None => "-".into(),
+            }
+        };
+        let (t, c) = (best_tch[i], best_candle[i]);
+        if candle.is_some() {
+            println!(
+                "  {b:>5}  {t:>9.1} {:>9}  {c:>9.1} {:>9}  {:>10.2}  {:>16}",
+                share(t),
+                share(c),
+                t / c,
+                if identical[i] { "yes" } else { "no" }
+            );
+        } else {
+            println!("  {b:>5}  {t:>9.1} {:>9}", share(t));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,485 @@
+//! The `tch` engine: the [`Decoder`] as a step engine with a KV cache by
+//! slot.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use guidebench_core::engine::{Engine, EngineConfig, EngineDescription};
+use guidebench_core::generation::{Decode, Logits, Prefill, StepEngine, StepLimits, StepRunner};
+use guidebench_core::model::ModelFolder;
+use guidebench_core::options::{OptionSpec, OptionType};
+use guidebench_core::tokenizer::{HfTokenizer, Tokenizer};
+use serde::Deserialize;
+use tch::{Device, Kind, Tensor};
+
+use crate::cache::KvCache;
+use crate::error::{Result, TchError};
+use crate::model::{Decoder, Pass, Weights, dim};
+
+/// The engine's options (`engine=tch,key=value,...`).
+pub const OPTIONS: &[OptionSpec] = &[
+    OptionSpec::optional(
+        "dtype",
+        OptionType::Choice(&["f32", "bf16", "f16"]),
+        "compute dtype",
+    )
+    .with_default("f32"),
+    OptionSpec::optional(
+        "threads",
+        OptionType::Int,
+        "libtorch intra-op threads (default: libtorch's choice, one per core)",
+    ),
+    OptionSpec::optional(
+        "device",
+        OptionType::String,
+        "cpu, or cuda[:N] when libtorch was built with CUDA",
+    )
+    .with_default("cpu"),
+    OptionSpec::optional(
+        "max_seq_len",
+        OptionType::Int,
+        "longest prompt + output (default: the model's max_position_embeddings)",
+    ),
+    OptionSpec::optional(
+        "max_slots",
+        OptionType::Int,
+        "the most sequences in the KV cache at once",
+    )
+    .with_default("256"),
+];
+
+/// The model when none is given.
+pub const DEFAULT_MODEL: &str = "builtin:tiny";
+
+/// Default of `max_slots`.
+pub const DEFAULT_MAX_SLOTS: usize = 256;
+
+/// Typed engine options.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TchOptions {
+    /// `f32` (default), `bf16` or `f16`.
+    pub dtype: Option<String>,
+    /// libtorch intra-op threads; default: libtorch's own choice.
+    pub threads: Option<i64>,
+    /// `cpu` (default) or `cuda[:N]`.
+    pub device: Option<String>,
+    /// Longest prompt + output; default: the model's
+    /// `max_position_embeddings`.
+    pub max_seq_len: Option<i64>,
+    /// The most sequences in the KV cache at once; default 256.
+    pub max_slots: Option<i64>,
+}
+
+fn parse_kind(text: Option<&str>) -> Result<Kind> {
+    match text.unwrap_or("f32") {
+        "f32" | "float32" => Ok(Kind::Float),
+        "bf16" | "bfloat16" => Ok(Kind::BFloat16),
+        "f16" | "float16" => Ok(Kind::Half),
+        other => Err(TchError::InvalidOption {
+            key: "dtype",
+            reason: format!("expected f32, bf16 or f16, got `{other}`"),
+        }),
+    }
+}
+
+/// `cpu`, `cuda` or `cuda:N`; CUDA only where libtorch has it and the
+/// device exists.
+fn parse_device(text: Option<&str>) -> Result<Device> {
+    let text = text.unwrap_or("cpu");
+    if text == "cpu" {
+        return Ok(Device::Cpu);
+    }
+    let unsupported = |reason: String| TchError::UnsupportedDevice {
+        device: text.to_owned(),
+        reason,
+    };
+    let ordinal = match text.strip_prefix("cuda") {
+        Some("") => 0,
+        Some(rest) => rest
+            .strip_prefix(':')
+            .and_then(|n| n.parse::<usize>().ok())
+            .ok_or_else(|| unsupported("expected cpu, cuda or cuda:N".into()))?,
+        None => return Err(unsupported("supported devices: cpu, cuda[:N]".into())),
+    };
+    if !tch::Cuda::is_available() {
+        return Err(unsupported(
+            "this libtorch has no CUDA (or no GPU is visible); the libtorch that \
+             `scripts/native tch` builds is CPU-only: point LIBTORCH at a CUDA libtorch 2.13"
+                .into(),
+        ));
+    }
+    let count = usize::try_from(tch::Cuda::device_count()).unwrap_or(0);
+    if ordinal >= count {
+        return Err(unsupported(format!("libtorch sees {count} CUDA device(s)")));
+    }
+    Ok(Device::Cuda(ordinal))
+}
+
+fn positive(value: Option<i64>, key: &'static str) -> Result<Option<usize>> {
+    match value {
+        None => Ok(None),
+        Some(v) => usize::try_from(v)
+            .ok()
+            .filter(|&v| v > 0)
+            .map(Some)
+            .ok_or_else(|| TchError::InvalidOption {
+                key,
+                reason: format!("must be a positive integer, got {v}"),
+            }),
+    }
+}
+
+/// Row-major host inputs of one step, reused between steps.
+#[derive(Debug, Default)]
+struct Scratch {
+    ids: Vec<i64>,
+    positions: Vec<i64>,
+    /// Additive attention mask: 0 where a query may attend, -inf where not.
+    mask: Vec<f32>,
+    index: Vec<i64>,
+    /// For each row of a decoding step, the sequence (of the call) it
+    /// computes, if any.
+    named: Vec<Option<usize>>,
+}
+
+/// A loaded model with its tokenizer: a step engine (prefill, decoding
+/// step, retire on a KV cache by slot) that core's generation loop drives.
+pub struct TchEngine {
+    decoder: Decoder,
+    cache: KvCache,
+    scratch: Scratch,
+    tokenizer: Arc<HfTokenizer>,
+    eos_ids: Vec<u32>,
+    pad_id: u32,
+    model: String,
+    dir: PathBuf,
+    device_name: String,
+    threads: usize,
+}
+
+impl std::fmt::Debug for TchEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TchEngine")
+            .field("model", &self.model)
+            .field("dir", &self.dir)
+            .field("config", self.decoder.config())
+            .field("kind", &self.decoder.kind())
+            .field("device", &self.device_name)
+            .field("threads", &self.threads)
+            .field("max_slots", &self.cache.max_slots())
+            .finish_non_exhaustive()
+    }
+}
+
+impl TchEngine {
+    /// Creates the engine from `engine=tch,...` (the registry entry): the
+    /// step engine inside core's generation loop.
+    pub fn create(config: &EngineConfig) -> guidebench_core::Result<Box<dyn Engine>> {
+        let options: TchOptions = config.parse_options()?;
+        TchEngine::load(config.model.as_deref(), &options)
+            .map(|e| Box::new(StepRunner::new(e)) as Box<dyn Engine>)
+            .map_err(TchError::into_load_error)
+    }
+
+    /// Loads `model` (a folder, `builtin:tiny`, or a hub id in the local
+    /// HF cache; `None` is `builtin:tiny`).
+    ///
+    /// `threads` sets libtorch's intra-op threads for the calling thread
+    /// (the engine thread), which every step then uses.
+    pub fn load(model: Option<&str>, options: &TchOptions) -> Result<Self> {
+        let kind = parse_kind(options.dtype.as_deref())?;
+        let threads = positive(options.threads, "threads")?;
+        let max_seq_len = positive(options.max_seq_len, "max_seq_len")?;
+        let max_slots = positive(options.max_slots, "max_slots")?.unwrap_or(DEFAULT_MAX_SLOTS);
+        let device = parse_device(options.device.as_deref())?;
+        if let Some(n) = threads {
+            let n = i32::try_from(n).map_err(|_| TchError::InvalidOption {
+                key: "threads",
+                reason: format!("{n} is too many"),
+            })?;
+            tch::set_num_threads(n);
+        }
+        let threads = usize::try_from(tch::get_num_threads()).unwrap_or(1);
+        let model = model.unwrap_or(DEFAULT_MODEL);
+        let folder = ModelFolder::open(model)?;
+        let config = folder.config();
+        let max_seq_len = max_seq_len.unwrap_or(config.max_position_embeddings);
+        let _no_grad = tch::no_grad_guard();
+        let decoder = {
+            let mut weights = Weights::read(&folder.weight_files()?, kind, device)?;
+            Decoder::load(&mut weights, config, max_seq_len)?
+        };
+        let device_name = match device {
+            Device::Cuda(n) => format!("cuda:{n}"),
+            _ => "cpu".to_owned(),
+        };
+        Ok(TchEngine {
+            cache: KvCache::new(
+                max_slots,
+                config.num_hidden_layers,
+                config.num_key_value_heads,
+                config.head_dim,
+                kind,
+                device,
+            ),
+            decoder,
+            scratch: Scratch::default(),
+            tokenizer: Arc::clone(folder.tokenizer()),
+            eos_ids: folder.eos_token_ids().to_vec(),
+            pad_id: folder.pad_token_id(),
+            model: model.to_owned(),
+            dir: folder.dir().to_owned(),
+            device_name,
+            threads,
+        })
+    }
+
+    /// The decoder.
+    pub fn decoder(&self) -> &Decoder {
+        &self.decoder
+    }
+
+    /// The folder the model was loaded from.
+    pub fn model_dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Sequences in the KV cache now.
+    pub fn occupied_slots(&self) -> usize {
+        self.cache.occupied()
+    }
+
+    /// libtorch's intra-op threads for this engine.
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    /// Every step runs without autograd and with the engine's threads
+    /// (libtorch keeps both per thread).
+    fn enter(&self) -> tch::NoGradGuard {
+        let threads = i32::try_from(self.threads).unwrap_or(i32::MAX);
+        if tch::get_num_threads() != threads {
+            tch::set_num_threads(threads);
+        }
+        tch::no_grad_guard()
+    }
+
+    /// Prefills the new sequences as one batch, right-padded to the
+    /// longest: row `i`'s tokens at positions `0..len_i`, a causal mask
+    /// that also hides the padding, and the logits of each row's last real
+    /// position.
+    fn run_prefill(&mut self, seqs: &[Prefill<'_>], logits: &mut Logits) -> Result<()> {
+        let _guard = self.enter();
+        let slots: Vec<usize> = seqs.iter().map(|s| s.slot).collect();
+        self.cache.check_free(&slots)?;
+        let b = seqs.len();
+        let t = seqs.iter().map(|s| s.tokens.len()).max().unwrap_or(0);
+        let max_len = seqs.iter().map(|s| s.max_len).max().unwrap_or(0);
+        if let Some(empty) = seqs.iter().find(|s| s.tokens.is_empty()) {
+            return Err(TchError::Cache(format!(
+                "the prompt for slot {} has no tokens",
+                empty.slot
+            )));
+        }
+        if t > self.decoder.max_seq_len() {
+            return Err(TchError::Cache(format!(
+                "a prompt of {t} tokens is longer than max_seq_len {}",
+                self.decoder.max_seq_len()
+            )));
+        }
+        self.cache.reserve(b, max_len.max(t))?;
+        let s = &mut self.scratch;
+        s.ids.clear();
+        s.positions.clear();
+        s.mask.clear();
+        s.index.clear();
+        for (i, seq) in seqs.iter().enumerate() {
+            let len = seq.tokens.len();
+            s.ids.extend(seq.tokens.iter().map(|&id| i64::from(id)));
+            s.ids
+                .extend(std::iter::repeat_n(i64::from(self.pad_id), t - len));
+            s.positions.extend((0..t).map(dim));
+            for q in 0..t {
+                s.mask.extend((0..t).map(|k| allowed(k <= q && k < len)));
+            }
+            s.index.push(dim(i * t + len - 1));
+        }
+        let (bt, tt) = (dim(b), dim(t));
+        let ids = self.decoder.upload(&s.ids, &[bt, tt])?;
+        let positions = self.decoder.upload(&s.positions, &[bt, tt])?;
+        let mask = self.decoder.upload_mask(&s.mask, &[bt, 1, tt, tt])?;
+        let pick = self.decoder.upload(&s.index, &[bt])?;
+        let row0 = dim(self.cache.occupied());
+        let out = self.decoder.forward(
+            &ids,
+            &positions,
+            &mask,
+            Pass::Prefill { row0 },
+            Some(&pick),
+            &mut self.cache,
+        )?;
+        copy_logits(&out, logits.rows_mut(b))?;
+        for seq in seqs {
+            self.cache.occupy(seq.slot, seq.tokens.len());
+        }
+        Ok(())
+    }
+
+    /// One decoding step over every row of the cache (rows are dense), each
+    /// named sequence's row at its own position; rows the call does not
+    /// name write to their scratch position and are not returned.
+    fn run_decode(&mut self, seqs: &[Decode], logits: &mut Logits) -> Result<()> {
+        let _guard = self.enter();
+        let n = self.cache.occupied();
+        let capacity = self.cache.capacity();
+        let s = &mut self.scratch;
+        s.named.clear();
+        s.named.resize(n, None);
+        s.ids.clear();
+        s.ids.resize(n, i64::from(self.pad_id));
+        for (i, seq) in seqs.iter().enumerate() {
+            let row = self.cache.row(seq.slot)?;
+            if s.named[row].replace(i).is_some() {
+                return Err(TchError::Cache(format!("slot {} is named twice", seq.slot)));
+            }
+            s.ids[row] = i64::from(seq.token);
+        }
+        let mut total = 1;
+        s.positions.clear();
+        s.index.clear();
+        for (row, len) in self.cache.lens().enumerate() {
+            if s.named[row].is_some() {
+                if len >= capacity {
+                    return Err(TchError::Cache(format!(
+                        "the sequence in row {row} is full ({capacity} positions)"
+                    )));
+                }
+                total = total.max(len + 1);
+                s.positions.push(dim(len));
+                s.index.push(self.cache.flat_index(row, Some(len)));
+            } else {
+                s.positions.push(0);
+                s.index.push(self.cache.flat_index(row, None));
+            }
+        }
+        s.mask.clear();
+        for (row, len) in self.cache.lens().enumerate() {
+            let named = s.named[row].is_some();
+            s.mask
+                .extend((0..total).map(|k| allowed(if named { k <= len } else { k == 0 })));
+        }
+        let (nt, tt) = (dim(n), dim(total));
+        let ids = self.decoder.upload(&s.ids, &[nt, 1])?;
+        let positions = self.decoder.upload(&s.positions, &[nt, 1])?;
+        let mask = self.decoder.upload_mask(&s.mask, &[nt, 1, 1, tt])?;
+        let index = self.decoder.upload(&s.index, &[nt])?;
+        let out = self.decoder.forward(
+            &ids,
+            &positions,
+            &mask,
+            Pass::Decode {
+                index: &index,
+                total: tt,
+            },
+            None,
+            &mut self.cache,
+        )?;
+        // Rows of the output in the order of the call.
+        let in_order = seqs.len() == n && s.named.iter().enumerate().all(|(r, i)| *i == Some(r));
+        if in_order {
+            copy_logits(&out, logits.rows_mut(n))?;
+        } else {
+            let mut rows = vec![0i64; seqs.len()];
+            for (row, named) in s.named.iter().enumerate() {
+                if let Some(i) = named {
+                    rows[*i] = dim(row);
+                }
+            }
+            let rows = self.decoder.upload(&rows, &[dim(seqs.len())])?;
+            copy_logits(&out.f_index_select(0, &rows)?, logits.rows_mut(seqs.len()))?;
+        }
+        for row in 0..n {
+            if self.scratch.named[row].is_some() {
+                self.cache.advance(row);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// An additive mask entry. Every query row keeps at least one key (its
+/// own position, or key 0 for padding and rows a step does not name), so
+/// no softmax sees only `-inf`.
+fn allowed(yes: bool) -> f32 {
+    if yes { 0.0 } else { f32::NEG_INFINITY }
+}
+
+/// Copies f32 logits `(rows, vocab)` into the loop's buffer.
+fn copy_logits(out: &Tensor, dst: &mut [f32]) -> Result<()> {
+    let out = if out.device() == Device::Cpu {
+        out.shallow_clone()
+    } else {
+        out.f_to_device(Device::Cpu)?
+    };
+    if out.numel() != dst.len() {
+        return Err(TchError::Cache(format!(
+            "the decoder returned {} logits where {} were expected",
+            out.numel(),
+            dst.len()
+        )));
+    }
+    let n = dst.len();
+    out.f_copy_data(dst, n)?;
+    Ok(())
+}
+
+impl StepEngine for TchEngine {
+    fn limits(&self) -> StepLimits {
+        StepLimits {
+            max_slots: self.cache.max_slots(),
+            max_seq_len: self.decoder.max_seq_len(),
+            vocab_size: self.decoder.config().vocab_size,
+        }
+    }
+
+    fn prefill(
+        &mut self,
+        seqs: &[Prefill<'_>],
+        logits: &mut Logits,
+    ) -> guidebench_core::Result<()> {
+        self.run_prefill(seqs, logits)
+            .map_err(guidebench_core::Error::engine)
+    }
+
+    fn decode(&mut self, seqs: &[Decode], logits: &mut Logits) -> guidebench_core::Result<()> {
+        self.run_decode(seqs, logits)
+            .map_err(guidebench_core::Error::engine)
+    }
+
+    fn retire(&mut self, slot: usize) {
+        self.cache.retire(slot);
+    }
+
+    fn tokenizer(&self) -> Arc<dyn Tokenizer> {
+        Arc::clone(&self.tokenizer) as Arc<dyn Tokenizer>
+    }
+
+    fn eos_token_ids(&self) -> Vec<u32> {
+        self.eos_ids.clone()
+    }
+
+    fn describe(&self) -> EngineDescription {
+        EngineDescription {
+            engine: crate::ENGINE_NAME.into(),
+            library: format!(
+                "libtorch {} (tch {})",
+                crate::LIBTORCH_VERSION,
+                crate::TCH_VERSION
+            ),
+            model: self.model.clone(),
+            device: self.device_name.clone(),
+            threads: Some(self.threads),
+        }
+    }
+}

@@ -1,0 +1,94 @@
+//! The error type of the libtorch engine.
+
+use std::path::PathBuf;
+
+/// What to do when libtorch is missing, in every message about it.
+pub const GET_LIBTORCH: &str = "run `eval \"$(scripts/native tch)\"` in the guidebench checkout \
+     (it builds .native/libtorch from the PyPI torch 2.13.0 wheel and prints LIBTORCH), or set \
+     LIBTORCH to a libtorch 2.13 folder, or LIBTORCH_USE_PYTORCH=1 with PyTorch 2.13 installed; \
+     then rebuild with `--features tch` (see docs/tch-engine.md)";
+
+/// Everything that can go wrong in the libtorch engine.
+///
+/// Converted into [`guidebench_core::Error`] at the `Engine` boundary:
+/// load problems become `EngineLoad`, generation problems `Engine`.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TchError {
+    /// The model folder could not be found or read (a missing file, bad
+    /// JSON, an unsupported architecture): core's error, which names it.
+    #[error(transparent)]
+    Model(#[from] guidebench_core::Error),
+
+    /// A safetensors file could not be read.
+    #[error("cannot read weights from `{}`: {reason}", path.display())]
+    InvalidWeights {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+
+    /// A weight the architecture needs is absent from the checkpoint.
+    #[error("missing weight `{name}` in the model's safetensors files")]
+    MissingWeight {
+        /// The full tensor name.
+        name: String,
+    },
+
+    /// A weight whose shape is not the one `config.json` implies.
+    #[error("weight `{name}` has shape {found:?}, config.json implies {expected:?}")]
+    WeightShape {
+        /// The full tensor name.
+        name: String,
+        /// Its shape in the checkpoint.
+        found: Vec<i64>,
+        /// The shape the config implies.
+        expected: Vec<i64>,
+    },
+
+    /// A device this build or this libtorch cannot use.
+    #[error("device `{device}` is not available: {reason}")]
+    UnsupportedDevice {
+        /// The `device=` value.
+        device: String,
+        /// Why.
+        reason: String,
+    },
+
+    /// An engine option with a bad value.
+    #[error("invalid option `{key}`: {reason}")]
+    InvalidOption {
+        /// The option.
+        key: &'static str,
+        /// Why it is rejected.
+        reason: String,
+    },
+
+    /// A step named a slot the cache cannot use (out of range, taken, or
+    /// empty), or a sequence outgrew the room it was prefilled with.
+    #[error("KV cache: {0}")]
+    Cache(String),
+
+    /// libtorch reported an error.
+    #[error("libtorch: {0}")]
+    Torch(#[from] tch::TchError),
+}
+
+impl TchError {
+    /// This error as a load failure of the `tch` engine; a model-folder
+    /// error stays core's own (it names the file, and a missing model is
+    /// the user's mistake).
+    pub fn into_load_error(self) -> guidebench_core::Error {
+        match self {
+            TchError::Model(err) => err,
+            other => guidebench_core::Error::EngineLoad {
+                engine: crate::ENGINE_NAME.to_owned(),
+                reason: other.to_string(),
+            },
+        }
+    }
+}
+
+/// A `Result` whose error is [`TchError`].
+pub type Result<T, E = TchError> = std::result::Result<T, E>;

@@ -1,0 +1,567 @@
+//! The tch engine's own behaviour: loading (sharded weights, configs,
+//! options), the KV cache under decoding steps that name some rows or
+//! name them out of order, dtypes, load errors, and the engine behind the
+//! offline backend.
+
+use std::path::Path;
+
+use guidebench_core::engine::{Engine, EngineOutput, EngineRequest};
+use guidebench_core::generation::{
+    Decode, Logits, Prefill, StepEngine, StepRunner, first_step_logits,
+};
+use guidebench_core::request::FinishReason;
+use guidebench_core::sampling::Sampling;
+use guidebench_tch::{TchEngine, TchError, TchOptions};
+use guidebench_testkit::fixtures::{FixtureSpec, write_llama_fixture};
+use guidebench_testkit::reference::argmax;
+
+fn fixture(spec: &FixtureSpec) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    write_llama_fixture(dir.path(), spec).expect("the fixture is written");
+    dir
+}
+
+fn options() -> TchOptions {
+    TchOptions {
+        threads: Some(2),
+        ..TchOptions::default()
+    }
+}
+
+fn engine(dir: &Path) -> TchEngine {
+    TchEngine::load(dir.to_str(), &options()).unwrap_or_else(|e| panic!("the fixture loads: {e}"))
+}
+
+fn load(dir: &Path) -> StepRunner<TchEngine> {
+    StepRunner::new(engine(dir))
+}
+
+/// Every request's output; panics on any error.
+fn run(engine: &mut StepRunner<TchEngine>, batch: &[EngineRequest]) -> Vec<EngineOutput> {
+    engine
+        .generate(batch)
+        .expect("the batch runs")
+        .into_iter()
+        .map(|r| r.expect("the request succeeds"))
+        .collect()
+}
+
+fn logits(engine: TchEngine, prompt: &[u32]) -> Vec<Vec<f32>> {
+    let mut engine = engine;
+    first_step_logits(&mut engine, &[prompt.to_vec()]).expect("logits")
+}
+
+fn request(id: u64, prompt: &str, sampling: Sampling) -> EngineRequest {
+    EngineRequest {
+        id,
+        prompt: prompt.to_owned(),
+        add_special_tokens: true,
+        images: Vec::new(),
+        audio: Vec::new(),
+        sampling,
+    }
+}
+
+fn greedy(max_tokens: u32) -> Sampling {
+    Sampling::fixed_length(max_tokens).expect("sampling")
+}
+
+const PROMPTS: [&str; 5] = [
+    "bree",
+    "stai glouck bree trandoo pleasing gaist vorn, kail stou 512 bo",
+    "hello there",
+    "",
+    "gla mou ten sti fai ba ro ke",
+];
+
+#[test]
+fn sharded_safetensors_load_to_the_same_model() {
+    let one = fixture(&FixtureSpec::tiny());
+    let sharded = fixture(&FixtureSpec::sharded());
+    assert!(
+        sharded
+            .path()
+            .join("model.safetensors.index.json")
+            .is_file()
+    );
+    let prompt = [5, 6, 7, 8];
+    assert_eq!(
+        logits(engine(one.path()), &prompt),
+        logits(engine(sharded.path()), &prompt)
+    );
+}
+
+// --- the KV cache -------------------------------------------------------
+
+/// Greedy tokens of `prompts` driven by hand: prefill all, then decoding
+/// steps that name the running sequences in the order `order` gives
+/// (applied to the list of running slots) and retire each after its own
+/// number of tokens.
+fn drive(
+    engine: &mut TchEngine,
+    prompts: &[Vec<u32>],
+    budgets: &[usize],
+    order: impl Fn(&mut Vec<usize>),
+) -> Vec<Vec<u32>> {
+    let vocab = engine.limits().vocab_size;
+    let mut logits = Logits::new(vocab);
+    let seqs: Vec<Prefill<'_>> = prompts
+        .iter()
+        .enumerate()
+        .map(|(slot, tokens)| Prefill {
+            slot,
+            tokens,
+            max_len: tokens.len() + budgets[slot],
+        })
+        .collect();
+    engine.prefill(&seqs, &mut logits).expect("prefill");
+    let mut out: Vec<Vec<u32>> = (0..prompts.len())
+        .map(|i| vec![argmax(logits.row(i))])
+        .collect();
+    let mut running: Vec<usize> = (0..prompts.len()).filter(|&s| budgets[s] > 1).collect();
+    for (slot, _) in budgets.iter().enumerate().filter(|&(_, &n)| n <= 1) {
+        engine.retire(slot);
+    }
+    while !running.is_empty() {
+        order(&mut running);
+        let step: Vec<Decode> = running
+            .iter()
+            .map(|&slot| Decode {
+                slot,
+                token: *out[slot].last().expect("a token"),
+            })
+            .collect();
+        engine.decode(&step, &mut logits).expect("decode");
+        for (i, &slot) in running.iter().enumerate() {
+            out[slot].push(argmax(logits.row(i)));
+        }
+        running.retain(|&slot| {
+            let done = out[slot].len() >= budgets[slot];
+            if done {
+                engine.retire(slot);
+            }
+            !done
+        });
+    }
+    assert_eq!(engine.occupied_slots(), 0);
+    out
+}
+
+/// The non-empty prompts of [`PROMPTS`], encoded.
+fn encoded(engine: &TchEngine) -> Vec<Vec<u32>> {
+    let tokenizer = engine.tokenizer();
+    PROMPTS
+        .iter()
+        .filter(|p| !p.is_empty())
+        .map(|p| tokenizer.encode(p, true).expect("encode"))
+        .collect()
+}
+
+#[test]
+fn decoding_steps_in_any_order_with_rows_retiring_give_the_tokens_of_one_at_a_time() {
+    let dir = fixture(&FixtureSpec::tiny());
+    let mut e = engine(dir.path());
+    let prompts = encoded(&e);
+    let budgets = [2, 7, 9, 1];
+    let alone: Vec<Vec<u32>> = prompts
+        .iter()
+        .zip(budgets)
+        .map(|(p, n)| drive(&mut e, std::slice::from_ref(p), &[n], |_| {}))
+        .map(|mut v| v.remove(0))
+        .collect();
+    let in_order = drive(&mut e, &prompts, &budgets, |_| {});
+    assert_eq!(in_order, alone, "slots in order");
+    let reversed = drive(&mut e, &prompts, &budgets, |r| r.reverse());
+    assert_eq!(reversed, alone, "slots named in reverse order");
+    let rotated = drive(&mut e, &prompts, &budgets, |r| r.rotate_left(1));
+    assert_eq!(rotated, alone, "slots named rotated");
+}
+
+#[test]
+fn a_decoding_step_that_names_some_rows_leaves_the_others_untouched() {
+    let dir = fixture(&FixtureSpec::tiny());
+    let mut e = engine(dir.path());
+    let prompts = encoded(&e);
+    let vocab = e.limits().vocab_size;
+    let mut logits = Logits::new(vocab);
+    // Alone: the second token of prompt 1.
+    let alone = drive(&mut e, &prompts[1..2], &[3], |_| {});
+    // Together with prompt 2, which then sits out two steps.
+    let seqs = [
+        Prefill {
+            slot: 4,
+            tokens: &prompts[1],
+            max_len: prompts[1].len() + 3,
+        },
+        Prefill {
+            slot: 2,
+            tokens: &prompts[2],
+            max_len: prompts[2].len() + 3,
+        },
+    ];
+    e.prefill(&seqs, &mut logits).expect("prefill");
+    let mut tokens = vec![argmax(logits.row(0))];
+    for _ in 0..2 {
+        let token = *tokens.last().expect("a token");
+        e.decode(&[Decode { slot: 4, token }], &mut logits)
+            .expect("decode");
+        tokens.push(argmax(logits.row(0)));
+    }
+    assert_eq!(tokens, alone[0]);
+    e.retire(4);
+    e.retire(2);
+    assert_eq!(e.occupied_slots(), 0);
+}
+
+#[test]
+fn a_slot_that_is_taken_or_out_of_range_is_an_error_not_a_panic() {
+    let dir = fixture(&FixtureSpec::tiny());
+    let options = TchOptions {
+        max_slots: Some(2),
+        ..options()
+    };
+    let mut e = TchEngine::load(dir.path().to_str(), &options).expect("load");
+    let mut logits = Logits::new(e.limits().vocab_size);
+    let tokens = [5u32, 6, 7];
+    let seq = |slot| Prefill {
+        slot,
+        tokens: &tokens,
+        max_len: 8,
+    };
+    let err = e.prefill(&[seq(2)], &mut logits).expect_err("out of range");
+    assert!(err.to_string().contains("slot 2 is out of range"), "{err}");
+    e.prefill(&[seq(0)], &mut logits).expect("prefill");
+    let err = e.prefill(&[seq(0)], &mut logits).expect_err("taken");
+    assert!(
+        err.to_string().contains("slot 0 is already in use"),
+        "{err}"
+    );
+    let err = e
+        .decode(&[Decode { slot: 1, token: 3 }], &mut logits)
+        .expect_err("empty");
+    assert!(
+        err.to_string().contains("slot 1 holds no sequence"),
+        "{err}"
+    );
+    let none = Prefill {
+        slot: 1,
+        tokens: &[],
+        max_len: 4,
+    };
+    let err = e.prefill(&[none], &mut logits).expect_err("no tokens");
+    assert!(err.to_string().contains("slot 1 has no tokens"), "{err}");
+}
+
+#[test]
+fn max_seq_len_caps_generation_and_rejects_longer_prompts() {
+    let dir = fixture(&FixtureSpec::tiny());
+    let options = TchOptions {
+        max_seq_len: Some(12),
+        ..options()
+    };
+    let mut engine = StepRunner::new(TchEngine::load(dir.path().to_str(), &options).expect("load"));
+    let prompt_tokens = guidebench_core::tokenizer::Tokenizer::encode(
+        engine.tokenizer().as_ref(),
+        PROMPTS[0],
+        true,
+    )
+    .expect("encode")
+    .len();
+    assert!(prompt_tokens < 12);
+    let out = run(&mut engine, &[request(0, PROMPTS[0], greedy(100))]).remove(0);
+    assert_eq!(out.token_ids.len(), 12 + 1 - prompt_tokens);
+    assert_eq!(out.finish_reason, FinishReason::Length);
+    let long = "word ".repeat(40);
+    let mut results = engine
+        .generate(&[
+            request(7, &long, greedy(2)),
+            request(8, PROMPTS[0], greedy(2)),
+        ])
+        .expect("batch");
+    assert_eq!(
+        results.pop().expect("second").expect("ok").token_ids.len(),
+        2
+    );
+    let err = results.pop().expect("first").expect_err("too long");
+    assert!(err.to_string().contains("max_seq_len of 12"), "{err}");
+}
+
+#[test]
+fn bf16_and_f16_run_and_mostly_agree_with_f32() {
+    let dir = fixture(&FixtureSpec::tiny());
+    let reference = run(&mut load(dir.path()), &[request(0, PROMPTS[1], greedy(4))]);
+    for dtype in ["bf16", "f16"] {
+        let options = TchOptions {
+            dtype: Some(dtype.into()),
+            threads: Some(1),
+            ..TchOptions::default()
+        };
+        let mut engine =
+            StepRunner::new(TchEngine::load(dir.path().to_str(), &options).expect("load"));
+        let out = run(&mut engine, &[request(0, PROMPTS[1], greedy(4))]);
+        assert_eq!(out[0].token_ids.len(), 4);
+        assert_eq!(
+            out[0].token_ids[0], reference[0].token_ids[0],
+            "{dtype}: the first token"
+        );
+        assert_eq!(engine.describe().threads, Some(1));
+    }
+}
+
+#[test]
+fn the_engine_describes_libtorch_and_its_threads() {
+    let dir = fixture(&FixtureSpec::tiny());
+    let e = engine(dir.path());
+    let description = e.describe();
+    assert_eq!(description.engine, "tch");
+    assert_eq!(description.device, "cpu");
+    assert_eq!(description.threads, Some(2));
+    assert_eq!(description.library, "libtorch 2.13.0 (tch 0.26.0)");
+}
+
+// --- errors -------------------------------------------------------------
+
+fn load_err(dir: &Path) -> String {
+    TchEngine::load(dir.to_str(), &options())
+        .expect_err("the load fails")
+        .to_string()
+}
+
+#[test]
+fn a_missing_file_is_named_with_its_path() {
+    for file in ["config.json", "tokenizer.json", "model.safetensors"] {
+        let dir = fixture(&FixtureSpec::tiny());
+        std::fs::remove_file(dir.path().join(file)).expect("remove");
+        let err = load_err(dir.path());
+        assert!(
+            err.contains(&dir.path().join(file).display().to_string()),
+            "{err}"
+        );
+    }
+    let dir = fixture(&FixtureSpec::sharded());
+    std::fs::remove_file(dir.path().join("model-00002-of-00003.safetensors")).expect("remove");
+    let err = load_err(dir.path());
+    assert!(err.contains("model-00002-of-00003.safetensors"), "{err}");
+}
+
+#[test]
+fn a_missing_model_folder_is_named() {
+    let err = TchEngine::load(Some("/no/such/model/dir"), &options()).expect_err("missing");
+    assert!(err.to_string().contains("/no/such/model/dir"), "{err}");
+}
+
+#[test]
+fn bad_json_names_the_file() {
+    let dir = fixture(&FixtureSpec::tiny());
+    std::fs::write(dir.path().join("config.json"), "{ not json").expect("write");
+    let err = load_err(dir.path());
+    assert!(err.contains("config.json"), "{err}");
+    assert!(err.contains("invalid JSON"), "{err}");
+}
+
+fn edit_config(dir: &Path, edit: impl FnOnce(&mut serde_json::Value)) {
+    let path = dir.join("config.json");
+    let mut value: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).expect("read")).expect("json");
+    edit(&mut value);
+    std::fs::write(&path, value.to_string()).expect("write");
+}
+
+#[test]
+fn an_unsupported_architecture_is_named() {
+    let dir = fixture(&FixtureSpec::tiny());
+    edit_config(dir.path(), |c| c["model_type"] = "gpt_neox".into());
+    let err = load_err(dir.path());
+    assert!(
+        err.contains("unsupported model architecture `gpt_neox`"),
+        "{err}"
+    );
+}
+
+#[test]
+fn mistral_configs_run_as_llama() {
+    let dir = fixture(&FixtureSpec::tiny());
+    let llama = logits(engine(dir.path()), &[5, 6, 7]);
+    edit_config(dir.path(), |c| c["model_type"] = "mistral".into());
+    let mistral = logits(engine(dir.path()), &[5, 6, 7]);
+    assert_eq!(llama, mistral);
+}
+
+#[test]
+fn llama3_rope_scaling_is_applied() {
+    let dir = fixture(&FixtureSpec::tiny());
+    let plain = logits(engine(dir.path()), &[5, 6, 7, 8, 9, 10]);
+    edit_config(dir.path(), |c| {
+        c["rope_scaling"] = serde_json::json!({
+            "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0, "original_max_position_embeddings": 8
+        });
+    });
+    let scaled = logits(engine(dir.path()), &[5, 6, 7, 8, 9, 10]);
+    assert_ne!(plain, scaled);
+}
+
+#[test]
+fn a_missing_weight_is_named() {
+    let dir = fixture(&FixtureSpec::tiny());
+    // Claim Qwen2: its q/k/v biases are not in a Llama checkpoint.
+    edit_config(dir.path(), |c| {
+        c["model_type"] = "qwen2".into();
+        c["attention_bias"] = true.into();
+    });
+    let err = load_err(dir.path());
+    assert!(
+        err.contains("missing weight `model.layers.0.self_attn.q_proj.bias`"),
+        "{err}"
+    );
+    // And untied without lm_head.
+    let dir = fixture(&FixtureSpec::tied());
+    edit_config(dir.path(), |c| c["tie_word_embeddings"] = false.into());
+    let err = load_err(dir.path());
+    assert!(err.contains("missing weight `lm_head.weight`"), "{err}");
+}
+
+#[test]
+fn a_weight_of_the_wrong_shape_is_named_with_both_shapes() {
+    let dir = fixture(&FixtureSpec::tiny());
+    edit_config(dir.path(), |c| c["intermediate_size"] = 96.into());
+    let err = TchEngine::load(dir.path().to_str(), &options()).expect_err("wrong shape");
+    assert!(matches!(err, TchError::WeightShape { .. }), "{err:?}");
+    let text = err.to_string();
+    assert!(
+        text.contains("model.layers.0.mlp.gate_proj.weight")
+            && text.contains("[128, 64]")
+            && text.contains("[96, 64]"),
+        "{text}"
+    );
+}
+
+#[test]
+fn bad_options_are_clear_errors() {
+    let dir = fixture(&FixtureSpec::tiny());
+    let with = |options: TchOptions| {
+        TchEngine::load(dir.path().to_str(), &options)
+            .expect_err("the load fails")
+            .to_string()
+    };
+    if !tch::Cuda::is_available() {
+        let err = with(TchOptions {
+            device: Some("cuda".into()),
+            ..TchOptions::default()
+        });
+        assert!(err.contains("has no CUDA"), "{err}");
+    }
+    let err = with(TchOptions {
+        device: Some("tpu".into()),
+        ..TchOptions::default()
+    });
+    assert!(err.contains("tpu"), "{err}");
+    let err = with(TchOptions {
+        threads: Some(0),
+        ..TchOptions::default()
+    });
+    assert!(err.contains("threads"), "{err}");
+    let err = with(TchOptions {
+        dtype: Some("f8".into()),
+        ..TchOptions::default()
+    });
+    assert!(err.contains("dtype"), "{err}");
+    let err = TchEngine::load(Some("builtin:huge"), &TchOptions::default())
+        .expect_err("unknown builtin")
+        .to_string();
+    assert!(err.contains("builtin model `huge`"), "{err}");
+}
+
+#[test]
+fn load_errors_reach_the_registry_with_their_own_labels() {
+    let config = guidebench_core::engine::EngineConfig {
+        engine: "tch".into(),
+        model: Some("/no/such/model/dir".into()),
+        options: serde_json::Map::new(),
+    };
+    let registration = guidebench_core::registry::engines()
+        .expect("registry")
+        .get("tch")
+        .expect("tch is registered");
+    let options: Vec<&str> = registration.options.iter().map(|o| o.name).collect();
+    assert_eq!(
+        options,
+        ["dtype", "threads", "device", "max_seq_len", "max_slots"]
+    );
+    let err = (registration.create)(&config).err().expect("must fail");
+    assert_eq!(err.label(), "model_not_found");
+    assert!(err.to_string().contains("/no/such/model/dir"), "{err}");
+    // A broken weight file is the engine's load failure.
+    let dir = fixture(&FixtureSpec::tiny());
+    std::fs::write(dir.path().join("model.safetensors"), b"not safetensors").expect("write");
+    let config = guidebench_core::engine::EngineConfig {
+        model: dir.path().to_str().map(str::to_owned),
+        ..config
+    };
+    let err = (registration.create)(&config).err().expect("must fail");
+    assert_eq!(err.label(), "engine_load");
+    assert!(err.to_string().contains("model.safetensors"), "{err}");
+}
+
+// --- through the offline backend ----------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_engine_works_through_the_offline_backend_and_matches_direct_calls() {
+    for scheduling in [
+        "scheduling=static,batch_size=4,batch_timeout=50ms",
+        "scheduling=continuous,max_running=3,max_prefill_tokens=16",
+    ] {
+        through_the_offline_backend(scheduling).await;
+    }
+}
+
+/// Greedy outputs through the offline backend under `scheduling` equal
+/// running each request alone.
+async fn through_the_offline_backend(scheduling: &str) {
+    use guidebench_core::backend::Backend;
+    use guidebench_core::request::GenerationRequest;
+
+    let dir = fixture(&FixtureSpec::tiny());
+    let args = guidebench_core::options::parse_kind_args(&format!(
+        "kind=offline,engine=tch,model={},{scheduling},dtype=f32,threads=1",
+        dir.path().display()
+    ))
+    .expect("args");
+    let backend: std::sync::Arc<dyn Backend> = guidebench_core::registry::create_backend(args)
+        .expect("backend")
+        .into();
+    backend.startup().await.expect("startup");
+    let report = backend.validate().await.expect("validate");
+    assert!(report.load_time.is_some());
+
+    let mut handles = Vec::new();
+    for (i, prompt) in PROMPTS.iter().enumerate() {
+        let backend = std::sync::Arc::clone(&backend);
+        // Different lengths, so that under continuous scheduling requests
+        // finish at different steps and waiting ones join mid-generation.
+        let req = GenerationRequest::text(i as u64, *prompt, greedy(3 + 2 * i as u32));
+        handles.push(tokio::spawn(async move { backend.resolve(req).await }));
+    }
+    let mut responses = Vec::new();
+    for handle in handles {
+        responses.push(handle.await.expect("join").expect("resolve"));
+    }
+    backend.shutdown().await.expect("shutdown");
+
+    let mut engine = load(dir.path());
+    for (i, response) in responses.iter().enumerate() {
+        let tokens = 3 + 2 * i as u32;
+        let direct = run(
+            &mut engine,
+            &[request(i as u64, PROMPTS[i], greedy(tokens))],
+        )
+        .remove(0);
+        assert_eq!(
+            response.token_ids, direct.token_ids,
+            "{scheduling}: request {i}"
+        );
+        assert_eq!(response.text, direct.text);
+        assert_eq!(response.output_tokens, tokens);
+        assert_eq!(response.timings.tokens.len(), tokens as usize);
+    }
+}
