@@ -20,8 +20,8 @@
 
 use std::time::Instant;
 
-use guidebench_candle::{CandleEngine, CandleOptions};
 use guidebench_bench::data::SyntheticText;
+use guidebench_candle::{CandleEngine, CandleOptions};
 use guidebench_core::engine::{Engine, EngineOutput, EngineRequest};
 use guidebench_core::generation::StepRunner;
 use guidebench_core::sampling::Sampling;
