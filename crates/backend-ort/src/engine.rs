@@ -12,7 +12,7 @@ use guidebench_core::options::{OptionSpec, OptionType};
 use guidebench_core::tokenizer::{HfTokenizer, Tokenizer};
 use ort::session::builder::GraphOptimizationLevel;
 use ort::session::{Session, SessionInputValue, SessionOutputs};
-use ort::value::{DynValue, PrimitiveTensorElementType, Tensor, TensorRef};
+use ort::value::{DynValue, PrimitiveTensorElementType, Tensor, TensorElementType, TensorRef};
 use serde::Deserialize;
 
 use crate::cache::{KvBatch, KvCache, Past, compact_row};
@@ -311,14 +311,7 @@ impl OrtEngine {
             (b, t, 0),
             PastInput::Empty,
         )?;
-        let vocab = self.vocab;
-        let out = logits.rows_mut(b);
-        let (shape, data) = tensor(&outputs, "logits")?;
-        check_shape("logits", shape, &[b, t, vocab])?;
-        for i in 0..b {
-            let at = (i * t + t - 1) * vocab;
-            out[i * vocab..(i + 1) * vocab].copy_from_slice(&data[at..at + vocab]);
-        }
+        last_logits(&outputs, (b, t, self.vocab), logits.rows_mut(b))?;
         if self.layout.has_past && !slots.is_empty() {
             let (kv, hd) = (self.layout.kv_heads, self.layout.head_dim);
             let values = take_presents(&mut outputs, &self.present_names, &[b, kv, t, hd])?;
@@ -397,10 +390,7 @@ impl OrtEngine {
             (b, 1, past),
             PastInput::Values(&batch.values),
         )?;
-        let vocab = self.vocab;
-        let (shape, data) = tensor(&outputs, "logits")?;
-        check_shape("logits", shape, &[b, 1, vocab])?;
-        logits.rows_mut(b).copy_from_slice(&data[..b * vocab]);
+        last_logits(&outputs, (b, 1, self.vocab), logits.rows_mut(b))?;
         let values = take_presents(&mut outputs, &self.present_names, &[b, kv, past + 1, hd])?;
         drop(outputs);
         self.cache.advance(index, values, &mut self.scratch.mask);
@@ -417,6 +407,7 @@ impl OrtEngine {
     fn gather(&self, seqs: &[Decode]) -> Result<KvBatch> {
         match self.layout.cache_elem {
             Elem::F32 => self.gather_as::<f32>(seqs),
+            Elem::F16 => self.gather_as::<half::f16>(seqs),
             other => Err(OrtError::Output(format!(
                 "a KV cache of {other:?} cannot be gathered"
             ))),
@@ -599,6 +590,7 @@ fn run_session<'s>(
 fn empty_past(elem: Elem, shape: [usize; 4]) -> Result<SessionInputValue<'static>> {
     match elem {
         Elem::F32 => Ok(TensorRef::from_array_view((shape, &[] as &[f32]))?.into()),
+        Elem::F16 => Ok(TensorRef::from_array_view((shape, &[] as &[half::f16]))?.into()),
         other => Err(OrtError::Output(format!(
             "a KV cache of {other:?} is not supported"
         ))),
@@ -629,13 +621,40 @@ fn take_presents(
         .collect()
 }
 
-/// An `f32` output of a run: its shape and data.
-fn tensor<'a>(outputs: &'a SessionOutputs<'_>, name: &str) -> Result<(Vec<i64>, &'a [f32])> {
+/// Copies the logits of the last of the `t` positions of each of `b`
+/// rows into `out` (`b` rows of `vocab`), as `f32` (float16 logits are
+/// converted).
+fn last_logits(
+    outputs: &SessionOutputs<'_>,
+    (b, t, vocab): (usize, usize, usize),
+    out: &mut [f32],
+) -> Result<()> {
     let value = outputs
-        .get(name)
-        .ok_or_else(|| OrtError::Output(format!("no `{name}` in the outputs")))?;
-    let (shape, data) = value.try_extract_tensor::<f32>()?;
-    Ok((shape.to_vec(), data))
+        .get("logits")
+        .ok_or_else(|| OrtError::Output("no `logits` in the outputs".into()))?;
+    let shape = value
+        .dtype()
+        .tensor_shape()
+        .map(|s| s.to_vec())
+        .unwrap_or_default();
+    check_shape("logits", shape, &[b, t, vocab])?;
+    let rows = out.chunks_exact_mut(vocab).enumerate();
+    if value.dtype().tensor_type() == Some(TensorElementType::Float16) {
+        let (_, data) = value.try_extract_tensor::<half::f16>()?;
+        for (i, row) in rows {
+            let at = (i * t + t - 1) * vocab;
+            for (o, v) in row.iter_mut().zip(&data[at..at + vocab]) {
+                *o = v.to_f32();
+            }
+        }
+    } else {
+        let (_, data) = value.try_extract_tensor::<f32>()?;
+        for (i, row) in rows {
+            let at = (i * t + t - 1) * vocab;
+            row.copy_from_slice(&data[at..at + vocab]);
+        }
+    }
+    Ok(())
 }
 
 fn check_shape(name: &str, shape: Vec<i64>, expected: &[usize]) -> Result<()> {
