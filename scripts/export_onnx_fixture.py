@@ -29,6 +29,11 @@ Options for tests of the engine's error paths:
   --logits-name NAME   call the logits output NAME instead
   --extra-input NAME   add an int64 [batch_size] input the model ignores
   --no-position-ids    no position_ids input (positions from the mask)
+  --float16            weights, past/present keys and values and logits in
+                       float16 (the arithmetic stays float32: each weight and
+                       past is cast up where it is used, each present and the
+                       logits cast down, because ONNX Runtime's CPU provider
+                       has float16 kernels for few operators)
 
 Needs `onnx` and `numpy` (`scripts/native ort` installs them into .venv/).
 """
@@ -120,7 +125,16 @@ def export(model_dir, args):
     past = not args.no_past
 
     g = Graph()
-    dtype = TensorProto.FLOAT
+    half = args.float16
+    dtype = TensorProto.FLOAT16 if half else TensorProto.FLOAT
+
+    def weight(name, array):
+        """A weight as a float32 tensor: stored in float16 and cast up when
+        --float16, else as it is."""
+        if not half:
+            return g.const(name, array)
+        g.const(f"{name}.f16", np.asarray(array).astype(np.float16))
+        return g.op("Cast", [f"{name}.f16"], outputs=[name], to=TensorProto.FLOAT)
     inputs = [
         helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch_size", "sequence_length"]),
         helper.make_tensor_value_info(
@@ -209,10 +223,10 @@ def export(model_dir, args):
         return g.op("Mul", [g.op("Mul", [x, inv]), weight_name], hint)
 
     def linear(x, prefix, bias=False):
-        wt = g.const(f"{prefix}.weight_t", np.ascontiguousarray(w[f"{prefix}.weight"].T))
+        wt = weight(f"{prefix}.weight_t", np.ascontiguousarray(w[f"{prefix}.weight"].T))
         y = g.op("MatMul", [x, wt])
         if bias and f"{prefix}.bias" in w:
-            y = g.op("Add", [y, g.const(f"{prefix}.bias", w[f"{prefix}.bias"])])
+            y = g.op("Add", [y, weight(f"{prefix}.bias", w[f"{prefix}.bias"])])
         return y
 
     def rotate(x):
@@ -220,18 +234,18 @@ def export(model_dir, args):
         rotated = g.op("Concat", [g.op("Neg", [b]), a], axis=-1)
         return g.op("Add", [g.op("Mul", [x, cos]), g.op("Mul", [rotated, sin])])
 
-    x = g.op("Gather", [g.const("model.embed_tokens.weight", embed), "input_ids"], "embeds")
+    x = g.op("Gather", [weight("model.embed_tokens.weight", embed), "input_ids"], "embeds")
     for i in range(layers):
         p = f"model.layers.{i}"
-        g.const(f"{p}.input_layernorm.weight", w[f"{p}.input_layernorm.weight"])
-        g.const(f"{p}.post_attention_layernorm.weight", w[f"{p}.post_attention_layernorm.weight"])
+        weight(f"{p}.input_layernorm.weight", w[f"{p}.input_layernorm.weight"])
+        weight(f"{p}.post_attention_layernorm.weight", w[f"{p}.post_attention_layernorm.weight"])
         n = rms(x, f"{p}.input_layernorm.weight", f"l{i}_attn_norm")
         q = g.op("Reshape", [linear(n, f"{p}.self_attn.q_proj", True), "shape_q"])
         k = g.op("Reshape", [linear(n, f"{p}.self_attn.k_proj", True), "shape_kv"])
         v = g.op("Reshape", [linear(n, f"{p}.self_attn.v_proj", True), "shape_kv"])
         if qk_norm:
-            g.const(f"{p}.self_attn.q_norm.weight", w[f"{p}.self_attn.q_norm.weight"])
-            g.const(f"{p}.self_attn.k_norm.weight", w[f"{p}.self_attn.k_norm.weight"])
+            weight(f"{p}.self_attn.q_norm.weight", w[f"{p}.self_attn.q_norm.weight"])
+            weight(f"{p}.self_attn.k_norm.weight", w[f"{p}.self_attn.k_norm.weight"])
             q = rms(q, f"{p}.self_attn.q_norm.weight", f"l{i}_q_norm")
             k = rms(k, f"{p}.self_attn.k_norm.weight", f"l{i}_k_norm")
         q = rotate(q)
@@ -240,9 +254,19 @@ def export(model_dir, args):
         q = g.op("Transpose", [g.op("Reshape", [q, "shape_q5"])], perm=[0, 2, 3, 1, 4])
         k = g.op("Transpose", [k], perm=[0, 2, 1, 3])
         v = g.op("Transpose", [v], perm=[0, 2, 1, 3])
-        if past:
+        if past and half:
+            # The cache is float16: the new position is cast down, the
+            # whole present cast up for the attention.
+            k_h = g.op("Cast", [k], to=TensorProto.FLOAT16)
+            v_h = g.op("Cast", [v], to=TensorProto.FLOAT16)
+            k_h = g.op("Concat", [f"past_key_values.{i}.key", k_h], outputs=[f"present.{i}.key"], axis=2)
+            v_h = g.op("Concat", [f"past_key_values.{i}.value", v_h], outputs=[f"present.{i}.value"], axis=2)
+            k = g.op("Cast", [k_h], to=TensorProto.FLOAT)
+            v = g.op("Cast", [v_h], to=TensorProto.FLOAT)
+        elif past:
             k = g.op("Concat", [f"past_key_values.{i}.key", k], outputs=[f"present.{i}.key"], axis=2)
             v = g.op("Concat", [f"past_key_values.{i}.value", v], outputs=[f"present.{i}.value"], axis=2)
+        if past:
             for kind in ("key", "value"):
                 outputs.append(
                     helper.make_tensor_value_info(
@@ -263,13 +287,17 @@ def export(model_dir, args):
         act = g.op("Mul", [g.op("Mul", [gate, g.op("Sigmoid", [gate])]), up])
         x = g.op("Add", [x, linear(act, f"{p}.mlp.down_proj")], f"l{i}_mlp_residual")
 
-    g.const("model.norm.weight", w["model.norm.weight"])
+    weight("model.norm.weight", w["model.norm.weight"])
     x = rms(x, "model.norm.weight", "final_norm")
     if "lm_head.weight" in w:
-        head = g.const("lm_head.weight_t", np.ascontiguousarray(w["lm_head.weight"].T))
+        head = weight("lm_head.weight_t", np.ascontiguousarray(w["lm_head.weight"].T))
     else:
         head = g.op("Transpose", ["model.embed_tokens.weight"], "tied_head", perm=[1, 0])
-    g.op("MatMul", [x, head], outputs=[args.logits_name])
+    if half:
+        logits = g.op("MatMul", [x, head], "logits_f32")
+        g.op("Cast", [logits], outputs=[args.logits_name], to=TensorProto.FLOAT16)
+    else:
+        g.op("MatMul", [x, head], outputs=[args.logits_name])
 
     graph = helper.make_graph(g.nodes, "decoder", inputs, outputs, g.initializers)
     model = helper.make_model(
@@ -301,6 +329,7 @@ def main():
     parser.add_argument("--logits-name", default="logits")
     parser.add_argument("--extra-input")
     parser.add_argument("--no-position-ids", action="store_true")
+    parser.add_argument("--float16", action="store_true")
     args = parser.parse_args()
     print(export(args.dir, args))
 

@@ -12,12 +12,12 @@ use guidebench_core::options::{OptionSpec, OptionType};
 use guidebench_core::tokenizer::{HfTokenizer, Tokenizer};
 use ort::session::builder::GraphOptimizationLevel;
 use ort::session::{Session, SessionInputValue, SessionOutputs};
-use ort::value::TensorRef;
+use ort::value::{DynValue, PrimitiveTensorElementType, Tensor, TensorElementType, TensorRef};
 use serde::Deserialize;
 
-use crate::cache::SlotCache;
+use crate::cache::{KvBatch, KvCache, Past, compact_row};
 use crate::error::{OrtError, Result};
-use crate::graph::{GraphLayout, Port, find_graph, past_name, present_name};
+use crate::graph::{Elem, GraphLayout, Port, find_graph, past_name, present_name};
 use crate::library;
 
 /// The engine's options (`engine=ort,key=value,...`).
@@ -118,9 +118,6 @@ struct Scratch {
     ids: Vec<i64>,
     mask: Vec<i64>,
     positions: Vec<i64>,
-    /// Past keys and values per layer (keys at `2 * layer`, values at
-    /// `2 * layer + 1`).
-    past: Vec<Vec<f32>>,
 }
 
 /// A loaded ONNX decoder with its tokenizer: a step engine (prefill,
@@ -129,7 +126,7 @@ struct Scratch {
 pub struct OrtEngine {
     session: Session,
     layout: GraphLayout,
-    cache: SlotCache,
+    cache: KvCache,
     scratch: Scratch,
     past_names: Vec<String>,
     present_names: Vec<String>,
@@ -234,11 +231,8 @@ impl OrtEngine {
         Ok(OrtEngine {
             past_names: names(past_name),
             present_names: names(present_name),
-            cache: SlotCache::new(max_slots, layout.layers, layout.kv_heads, layout.head_dim),
-            scratch: Scratch {
-                past: vec![Vec::new(); 2 * layout.layers],
-                ..Scratch::default()
-            },
+            cache: KvCache::new(max_slots),
+            scratch: Scratch::default(),
             vocab: layout.vocab.unwrap_or(config.vocab_size),
             layout,
             session,
@@ -274,16 +268,25 @@ impl OrtEngine {
         self.cache.occupied()
     }
 
+    /// Batches of keys and values the KV cache holds now (the `present`
+    /// outputs of runs whose sequences are not all retired).
+    pub fn kv_batches(&self) -> usize {
+        self.cache.batches()
+    }
+
+    /// How many decoding steps so far had to gather their past because
+    /// the running set had changed since the previous run; every other
+    /// step fed the previous run's `present` back as `past` with no copy.
+    pub fn kv_gathers(&self) -> usize {
+        self.cache.gathers()
+    }
+
     /// Runs rows of tokens, left-padded to the longest, after no past;
-    /// writes each row's last-position logits to `logits`, and stores each
-    /// row's keys and values (its real positions) into `slots` when the
-    /// graph has a cache.
-    fn run_prompts(
-        &mut self,
-        rows: &[&[u32]],
-        slots: &[(usize, usize)],
-        logits: &mut Logits,
-    ) -> Result<()> {
+    /// writes each row's last-position logits to `logits` and, when the
+    /// graph has a cache and `slots` are given, keeps the run's `present`
+    /// values as the keys and values of those slots (one batch, rows in
+    /// the order of `slots`, the mask marking each row's real positions).
+    fn run_prompts(&mut self, rows: &[&[u32]], slots: &[usize], logits: &mut Logits) -> Result<()> {
         let b = rows.len();
         let t = rows.iter().map(|r| r.len()).max().unwrap_or(0);
         let s = &mut self.scratch;
@@ -300,63 +303,121 @@ impl OrtEngine {
             s.positions.extend(std::iter::repeat_n(0, pad));
             s.positions.extend((0..row.len()).map(to_i64));
         }
-        for buf in &mut s.past {
-            buf.clear();
-        }
-        let outputs = run_session(
+        let mut outputs = run_session(
             &mut self.session,
             &self.layout,
             &self.scratch,
             &self.past_names,
             (b, t, 0),
+            PastInput::Empty,
         )?;
-        let vocab = self.vocab;
-        let out = logits.rows_mut(b);
-        let (shape, data) = tensor(&outputs, "logits")?;
-        check_shape("logits", shape, &[b, t, vocab])?;
-        for i in 0..b {
-            let at = (i * t + t - 1) * vocab;
-            out[i * vocab..(i + 1) * vocab].copy_from_slice(&data[at..at + vocab]);
-        }
-        if self.layout.has_past {
+        last_logits(&outputs, (b, t, self.vocab), logits.rows_mut(b))?;
+        if self.layout.has_past && !slots.is_empty() {
             let (kv, hd) = (self.layout.kv_heads, self.layout.head_dim);
-            for (layer_kind, name) in self.present_names.iter().enumerate() {
-                let (shape, data) = tensor(&outputs, name)?;
-                check_shape(name, shape, &[b, kv, t, hd])?;
-                for (i, &(slot, _)) in slots.iter().enumerate() {
-                    let len = rows[i].len();
-                    self.cache
-                        .store(slot, layer_kind, data, i, t, t - len, 0, len);
-                }
-            }
+            let values = take_presents(&mut outputs, &self.present_names, &[b, kv, t, hd])?;
+            drop(outputs);
+            self.cache.insert(KvBatch {
+                values,
+                positions: t,
+                mask: self.scratch.mask.clone(),
+                slots: slots.iter().copied().map(Some).collect(),
+            });
         }
         Ok(())
     }
 
     fn run_prefill(&mut self, seqs: &[Prefill<'_>], logits: &mut Logits) -> Result<()> {
         let rows: Vec<&[u32]> = seqs.iter().map(|s| s.tokens).collect();
-        let slots: Vec<(usize, usize)> = seqs.iter().map(|s| (s.slot, s.max_len)).collect();
-        for (s, &(slot, max_len)) in seqs.iter().zip(&slots) {
-            self.cache.occupy(slot, max_len, self.layout.has_past);
+        let slots: Vec<usize> = seqs.iter().map(|s| s.slot).collect();
+        for s in seqs {
+            self.cache.occupy(s.slot);
             if !self.layout.has_past {
-                self.cache.push_tokens(slot, s.tokens);
+                self.cache.push_tokens(s.slot, s.tokens);
             }
         }
         let result = self.run_prompts(&rows, &slots, logits);
-        for (s, &(slot, _)) in seqs.iter().zip(&slots) {
+        for s in seqs {
             if result.is_ok() {
-                self.cache.set_len(slot, s.tokens.len());
+                self.cache.set_len(s.slot, s.tokens.len());
             } else {
-                self.cache.retire(slot);
+                self.cache.retire(s.slot);
             }
         }
         result
     }
 
+    /// A decoding step. When the step's slots are the rows of the batch
+    /// the last run left (same sequences, same order: the common case
+    /// between admissions and retirements), that run's `present` values
+    /// are this run's `past` as they are, with no copy; else the past is
+    /// gathered once from the batches that hold the rows.
     fn run_decode(&mut self, seqs: &[Decode], logits: &mut Logits) -> Result<()> {
         if !self.layout.has_past {
             return self.recompute(seqs, logits);
         }
+        let b = seqs.len();
+        let (kv, hd) = (self.layout.kv_heads, self.layout.head_dim);
+        let index = match self.cache.past_for(seqs.iter().map(|d| d.slot)) {
+            Past::Batch(index) => index,
+            Past::Gather => {
+                let batch = self.gather(seqs)?;
+                self.cache.count_gather();
+                self.cache.insert(batch)
+            }
+        };
+        let batch = self
+            .cache
+            .batch(index)
+            .ok_or_else(|| OrtError::Output(format!("no batch {index} in the KV cache")))?;
+        let past = batch.positions;
+        // Each row's mask over its past (1 on its real positions, 0 on
+        // padding) and 1 for the new token.
+        let s = &mut self.scratch;
+        s.ids.clear();
+        s.mask.clear();
+        s.positions.clear();
+        for (i, d) in seqs.iter().enumerate() {
+            s.ids.push(i64::from(d.token));
+            s.mask.extend_from_slice(batch.mask_row(i));
+            s.mask.push(1);
+            s.positions.push(to_i64(self.cache.len(d.slot)));
+        }
+        let mut outputs = run_session(
+            &mut self.session,
+            &self.layout,
+            &self.scratch,
+            &self.past_names,
+            (b, 1, past),
+            PastInput::Values(&batch.values),
+        )?;
+        last_logits(&outputs, (b, 1, self.vocab), logits.rows_mut(b))?;
+        let values = take_presents(&mut outputs, &self.present_names, &[b, kv, past + 1, hd])?;
+        drop(outputs);
+        self.cache.advance(index, values, &mut self.scratch.mask);
+        for d in seqs {
+            let len = self.cache.len(d.slot);
+            self.cache.set_len(d.slot, len + 1);
+        }
+        Ok(())
+    }
+
+    /// A new batch for `seqs`, in their order: each row's real positions
+    /// copied from the batch that holds them, right-padded with zeros to
+    /// the longest row.
+    fn gather(&self, seqs: &[Decode]) -> Result<KvBatch> {
+        match self.layout.cache_elem {
+            Elem::F32 => self.gather_as::<f32>(seqs),
+            Elem::F16 => self.gather_as::<half::f16>(seqs),
+            other => Err(OrtError::Output(format!(
+                "a KV cache of {other:?} cannot be gathered"
+            ))),
+        }
+    }
+
+    fn gather_as<T>(&self, seqs: &[Decode]) -> Result<KvBatch>
+    where
+        T: PrimitiveTensorElementType + Copy + Default + std::fmt::Debug + 'static,
+    {
         let b = seqs.len();
         let (kv, hd) = (self.layout.kv_heads, self.layout.head_dim);
         let past = seqs
@@ -364,53 +425,55 @@ impl OrtEngine {
             .map(|d| self.cache.len(d.slot))
             .max()
             .unwrap_or(0);
-        // Right padding: each row's cached positions first, zeros up to the
-        // longest, then the new token; the mask hides the zeros.
-        let s = &mut self.scratch;
-        s.ids.clear();
-        s.mask.clear();
-        s.positions.clear();
+        let mut sources = Vec::with_capacity(b);
         for d in seqs {
-            let len = self.cache.len(d.slot);
-            s.ids.push(i64::from(d.token));
-            s.mask.extend(std::iter::repeat_n(1, len));
-            s.mask.extend(std::iter::repeat_n(0, past - len));
-            s.mask.push(1);
-            s.positions.push(to_i64(len));
+            let (index, row) = self.cache.place(d.slot).ok_or_else(|| {
+                OrtError::Output(format!("slot {} has no keys and values", d.slot))
+            })?;
+            let batch = self
+                .cache
+                .batch(index)
+                .ok_or_else(|| OrtError::Output(format!("no batch {index} in the KV cache")))?;
+            sources.push((batch, row, self.cache.len(d.slot)));
         }
-        for (layer_kind, buf) in s.past.iter_mut().enumerate() {
-            buf.clear();
-            buf.resize(b * kv * past * hd, 0.0);
-            for (i, d) in seqs.iter().enumerate() {
-                self.cache.load(d.slot, layer_kind, buf, i, past);
+        let mut values = Vec::with_capacity(2 * self.layout.layers);
+        for layer_kind in 0..2 * self.layout.layers {
+            let mut buf = vec![T::default(); b * kv * past * hd];
+            for (i, &(batch, row, len)) in sources.iter().enumerate() {
+                let value = batch.values.get(layer_kind).ok_or_else(|| {
+                    OrtError::Output(format!("a batch lacks past value {layer_kind}"))
+                })?;
+                let (_, data) = value.try_extract_tensor::<T>()?;
+                let copied = compact_row(
+                    data,
+                    batch.positions,
+                    row,
+                    batch.mask_row(row),
+                    &mut buf,
+                    past,
+                    i,
+                    (kv, hd),
+                );
+                if copied != len {
+                    return Err(OrtError::Output(format!(
+                        "slot {} holds {copied} positions, expected {len}",
+                        seqs[i].slot
+                    )));
+                }
             }
+            values.push(Tensor::from_array(([b, kv, past, hd], buf))?.into_dyn());
         }
-        let outputs = run_session(
-            &mut self.session,
-            &self.layout,
-            &self.scratch,
-            &self.past_names,
-            (b, 1, past),
-        )?;
-        let vocab = self.vocab;
-        let (shape, data) = tensor(&outputs, "logits")?;
-        check_shape("logits", shape, &[b, 1, vocab])?;
-        logits.rows_mut(b).copy_from_slice(&data[..b * vocab]);
-        for (layer_kind, name) in self.present_names.iter().enumerate() {
-            let (shape, data) = tensor(&outputs, name)?;
-            check_shape(name, shape, &[b, kv, past + 1, hd])?;
-            for (i, d) in seqs.iter().enumerate() {
-                let len = self.cache.len(d.slot);
-                self.cache
-                    .store(d.slot, layer_kind, data, i, past + 1, past, len, 1);
-            }
+        let mut mask = Vec::with_capacity(b * past);
+        for &(_, _, len) in &sources {
+            mask.extend(std::iter::repeat_n(1, len));
+            mask.extend(std::iter::repeat_n(0, past - len));
         }
-        drop(outputs);
-        for d in seqs {
-            let len = self.cache.len(d.slot);
-            self.cache.set_len(d.slot, len + 1);
-        }
-        Ok(())
+        Ok(KvBatch {
+            values,
+            positions: past,
+            mask,
+            slots: seqs.iter().map(|d| Some(d.slot)).collect(),
+        })
     }
 
     /// A decoding step for a graph without a cache: every row's whole
@@ -454,6 +517,15 @@ fn with_cuda(
     Ok(builder)
 }
 
+/// The past keys and values of a run.
+enum PastInput<'a> {
+    /// No past (a prefill): empty tensors.
+    Empty,
+    /// The values of a batch of the cache, keys and values of each
+    /// layer in turn.
+    Values(&'a [DynValue]),
+}
+
 /// One ONNX Runtime run over the scratch inputs: `b` rows of `t` new
 /// tokens after `past` cached positions.
 fn run_session<'s>(
@@ -462,11 +534,12 @@ fn run_session<'s>(
     scratch: &Scratch,
     past_names: &[String],
     (b, t, past): (usize, usize, usize),
+    past_values: PastInput<'_>,
 ) -> Result<SessionOutputs<'s>> {
     let (kv, hd) = (layout.kv_heads, layout.head_dim);
     let s = scratch;
     let mut inputs: Vec<(Cow<'_, str>, SessionInputValue<'_>)> =
-        Vec::with_capacity(4 + s.past.len());
+        Vec::with_capacity(4 + past_names.len());
     inputs.push((
         "input_ids".into(),
         TensorRef::from_array_view(([b, t], s.ids.as_slice()))?.into(),
@@ -481,11 +554,27 @@ fn run_session<'s>(
             TensorRef::from_array_view(([b, t], s.positions.as_slice()))?.into(),
         ));
     }
-    for (name, buf) in past_names.iter().zip(&s.past) {
-        inputs.push((
-            name.as_str().into(),
-            TensorRef::from_array_view(([b, kv, past, hd], buf.as_slice()))?.into(),
-        ));
+    match past_values {
+        PastInput::Empty => {
+            for name in past_names {
+                inputs.push((
+                    name.as_str().into(),
+                    empty_past(layout.cache_elem, [b, kv, 0, hd])?,
+                ));
+            }
+        }
+        PastInput::Values(values) => {
+            if values.len() != past_names.len() {
+                return Err(OrtError::Output(format!(
+                    "{} past values for {} past inputs",
+                    values.len(),
+                    past_names.len()
+                )));
+            }
+            for (name, value) in past_names.iter().zip(values) {
+                inputs.push((name.as_str().into(), value.into()));
+            }
+        }
     }
     let cache_branch = [true];
     if layout.use_cache_branch {
@@ -497,13 +586,75 @@ fn run_session<'s>(
     Ok(session.run(inputs)?)
 }
 
-/// An `f32` output of a run: its shape and data.
-fn tensor<'a>(outputs: &'a SessionOutputs<'_>, name: &str) -> Result<(Vec<i64>, &'a [f32])> {
+/// An empty past (no positions) of the cache's element type.
+fn empty_past(elem: Elem, shape: [usize; 4]) -> Result<SessionInputValue<'static>> {
+    match elem {
+        Elem::F32 => Ok(TensorRef::from_array_view((shape, &[] as &[f32]))?.into()),
+        Elem::F16 => Ok(TensorRef::from_array_view((shape, &[] as &[half::f16]))?.into()),
+        other => Err(OrtError::Output(format!(
+            "a KV cache of {other:?} is not supported"
+        ))),
+    }
+}
+
+/// Takes the `present` outputs of a run (keys and values of each layer
+/// in turn), each of shape `expected`: the cache keeps them as they are.
+fn take_presents(
+    outputs: &mut SessionOutputs<'_>,
+    names: &[String],
+    expected: &[usize],
+) -> Result<Vec<DynValue>> {
+    names
+        .iter()
+        .map(|name| {
+            let value = outputs
+                .remove(name)
+                .ok_or_else(|| OrtError::Output(format!("no `{name}` in the outputs")))?;
+            let shape = value
+                .dtype()
+                .tensor_shape()
+                .map(|s| s.to_vec())
+                .unwrap_or_default();
+            check_shape(name, shape, expected)?;
+            Ok(value)
+        })
+        .collect()
+}
+
+/// Copies the logits of the last of the `t` positions of each of `b`
+/// rows into `out` (`b` rows of `vocab`), as `f32` (float16 logits are
+/// converted).
+fn last_logits(
+    outputs: &SessionOutputs<'_>,
+    (b, t, vocab): (usize, usize, usize),
+    out: &mut [f32],
+) -> Result<()> {
     let value = outputs
-        .get(name)
-        .ok_or_else(|| OrtError::Output(format!("no `{name}` in the outputs")))?;
-    let (shape, data) = value.try_extract_tensor::<f32>()?;
-    Ok((shape.to_vec(), data))
+        .get("logits")
+        .ok_or_else(|| OrtError::Output("no `logits` in the outputs".into()))?;
+    let shape = value
+        .dtype()
+        .tensor_shape()
+        .map(|s| s.to_vec())
+        .unwrap_or_default();
+    check_shape("logits", shape, &[b, t, vocab])?;
+    let rows = out.chunks_exact_mut(vocab).enumerate();
+    if value.dtype().tensor_type() == Some(TensorElementType::Float16) {
+        let (_, data) = value.try_extract_tensor::<half::f16>()?;
+        for (i, row) in rows {
+            let at = (i * t + t - 1) * vocab;
+            for (o, v) in row.iter_mut().zip(&data[at..at + vocab]) {
+                *o = v.to_f32();
+            }
+        }
+    } else {
+        let (_, data) = value.try_extract_tensor::<f32>()?;
+        for (i, row) in rows {
+            let at = (i * t + t - 1) * vocab;
+            row.copy_from_slice(&data[at..at + vocab]);
+        }
+    }
+    Ok(())
 }
 
 fn check_shape(name: &str, shape: Vec<i64>, expected: &[usize]) -> Result<()> {

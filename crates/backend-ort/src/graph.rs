@@ -128,8 +128,10 @@ pub struct GraphLayout {
     pub position_ids: bool,
     /// Whether the graph takes `use_cache_branch` (merged decoders).
     pub use_cache_branch: bool,
-    /// The cache's element type (float32 only, for now).
+    /// The cache's element type: float32 or float16.
     pub cache_elem: Elem,
+    /// The logits' element type: float32 or float16 (read as float32).
+    pub logits_elem: Elem,
     /// Logits per position, when the graph fixes it.
     pub vocab: Option<usize>,
 }
@@ -200,10 +202,10 @@ impl GraphLayout {
             .iter()
             .find(|p| p.name == "logits")
             .ok_or_else(|| unsupported("no `logits` output".into()))?;
-        if logits.elem != Elem::F32 || logits.shape.len() != 3 {
+        if !matches!(logits.elem, Elem::F32 | Elem::F16) || logits.shape.len() != 3 {
             return Err(unsupported(format!(
-                "`logits` must be float32 of rank 3 (batch, sequence, vocabulary); exports in \
-                 float16 are not supported yet, export in float32 (got {})",
+                "`logits` must be float32 or float16 of rank 3 (batch, sequence, vocabulary) \
+                 (got {})",
                 logits.describe()
             )));
         }
@@ -269,10 +271,10 @@ impl GraphLayout {
             if past.len() != 2 * layers {
                 return Err(unsupported("duplicate past inputs".into()));
             }
-            if cache_elem != Elem::F32 {
+            if !matches!(cache_elem, Elem::F32 | Elem::F16) {
                 return Err(unsupported(format!(
-                    "the KV cache is {}; only float32 graphs are supported yet (export in \
-                     float32)",
+                    "the KV cache is {}; only float32 and float16 caches are supported (export \
+                     in float32 or float16)",
                     cache_elem.name()
                 )));
             }
@@ -304,6 +306,7 @@ impl GraphLayout {
             position_ids,
             use_cache_branch,
             cache_elem,
+            logits_elem: logits.elem,
             vocab,
         })
     }
@@ -383,11 +386,23 @@ mod tests {
     }
 
     #[test]
-    fn a_float16_cache_is_refused_with_a_reason() {
+    fn a_float16_cache_is_read_from_the_past_inputs() {
         let (inputs, outputs) = ports(2, Elem::F16);
+        let layout = GraphLayout::analyze(Path::new("m.onnx"), &inputs, &outputs, &config())
+            .expect("a valid graph");
+        assert_eq!(layout.cache_elem, Elem::F16);
+        assert_eq!(layout.logits_elem, Elem::F32);
+    }
+
+    #[test]
+    fn a_bfloat16_cache_is_refused_with_a_reason() {
+        let (inputs, outputs) = ports(2, Elem::Bf16);
         let err = GraphLayout::analyze(Path::new("m.onnx"), &inputs, &outputs, &config())
             .expect_err("refused");
-        assert!(err.to_string().contains("only float32"), "{err}");
+        assert!(
+            err.to_string().contains("only float32 and float16"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -35,11 +35,14 @@
 //!
 //! A prefill left-pads the new prompts to the longest, with an
 //! `attention_mask` hiding the padding, `position_ids` from 0 for each
-//! row, and an empty past; each row's real positions of every
-//! `present.N.key/value` go to its slot ([`cache::SlotCache`]). A decoding
-//! step gathers the running slots into one past of the longest length
-//! (right-padded with zeros, masked), gives each row its own position, and
-//! writes each row's new position back to its slot.
+//! row, and an empty past; its `present.N.key/value` outputs are kept as
+//! they are, as the keys and values of its rows ([`cache::KvCache`]). A
+//! decoding step over the same rows in the same order feeds the last
+//! run's `present` values back as `past` with no copy (the mask marks each
+//! row's real positions, each row gets its own position id); only when
+//! the running set has changed (an admission or a retirement) is the past
+//! gathered once, each row's real positions copied into a fresh batch
+//! right-padded to the longest.
 //!
 //! ## Options
 //!
