@@ -2,7 +2,7 @@
 //! run (what `bench/tch` runs):
 //!
 //! output tokens/s on `builtin:tiny` (prompt 128, 64 new tokens, greedy,
-//! f32, all cores) at batch 1, 8 and 32 through each engine
+//! f32, all cores unless `threads=N`) at batch 1, 8 and 32 through each engine
 //! (`StepRunner::generate`, core's generation loop), best of the rounds
 //! with the engines interleaved, and the share of the roofline each
 //! reaches. The run's lower bound is the prefill's FLOPs / the
@@ -14,8 +14,8 @@
 //! 1 GiB.
 //!
 //! ```text
-//! bench/tch [rounds=2] [candle=1]
-//! cargo run --release -p guidebench-tch --example bench -- [rounds=2] [candle=1] [model=builtin:tiny]
+//! bench/tch [rounds=2] [candle=1] [threads=N]
+//! cargo run --release -p guidebench-tch --example bench -- [rounds=2] [candle=1] [threads=N] [model=builtin:tiny]
 //! ```
 
 use std::time::Instant;
@@ -132,16 +132,17 @@ fn main() -> Result<(), BoxError> {
     let mut rounds = 2usize;
     let mut with_candle = true;
     let mut model = "builtin:tiny".to_owned();
+    let mut threads = std::thread::available_parallelism().map_or(1, usize::from);
     for arg in std::env::args().skip(1) {
         let (key, value) = arg.split_once('=').ok_or("expected key=value")?;
         match key {
             "rounds" => rounds = value.parse()?,
             "candle" => with_candle = value != "0",
             "model" => model = value.to_owned(),
+            "threads" => threads = value.parse()?,
             other => return Err(format!("unknown argument `{other}`").into()),
         }
     }
-    let threads = std::thread::available_parallelism().map_or(1, usize::from);
     let t0 = Instant::now();
     let options = TchOptions {
         threads: Some(threads as i64),
@@ -155,9 +156,11 @@ fn main() -> Result<(), BoxError> {
         t0.elapsed()
     );
     println!(
-        "cpu: {} ({threads} cores visible); load average (1 min) at start: {}",
+        "cpu: {} ({} cores visible); load average (1 min) at start: {}; OMP_WAIT_POLICY={}",
         cpu_name(),
-        load_average()
+        std::thread::available_parallelism().map_or(1, usize::from),
+        load_average(),
+        std::env::var("OMP_WAIT_POLICY").unwrap_or_else(|_| "(unset: libgomp spins)".into())
     );
     let mut candle = if with_candle {
         let t = Instant::now();

@@ -2,12 +2,6 @@
 
 use std::path::PathBuf;
 
-/// What to do when libtorch is missing, in every message about it.
-pub const GET_LIBTORCH: &str = "run `eval \"$(scripts/native tch)\"` in the guidebench checkout \
-     (it builds .native/libtorch from the PyPI torch 2.13.0 wheel and prints LIBTORCH), or set \
-     LIBTORCH to a libtorch 2.13 folder, or LIBTORCH_USE_PYTORCH=1 with PyTorch 2.13 installed; \
-     then rebuild with `--features tch` (see docs/tch-engine.md)";
-
 /// Everything that can go wrong in the libtorch engine.
 ///
 /// Converted into [`guidebench_core::Error`] at the `Engine` boundary:

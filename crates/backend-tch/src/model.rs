@@ -87,7 +87,11 @@ impl Weights {
     }
 }
 
-/// A projection: weight `(out, in)` and optional bias.
+/// A projection: the checkpoint's weight `(out, in)` stored transposed,
+/// `(in, out)` row-major, so that `x @ weight` needs no repacking of the
+/// weight in every call (libtorch's `linear` on the `(out, in)` layout
+/// copies it into panels each time, most of a decoding step's work at
+/// small batches), and an optional bias.
 #[derive(Debug)]
 struct Linear {
     weight: Tensor,
@@ -102,8 +106,9 @@ impl Linear {
         out_dim: usize,
         bias: bool,
     ) -> Result<Self> {
+        let weight = w.take(&format!("{name}.weight"), &[out_dim, in_dim])?;
         Ok(Linear {
-            weight: w.take(&format!("{name}.weight"), &[out_dim, in_dim])?,
+            weight: weight.f_transpose(0, 1)?.f_contiguous()?,
             bias: if bias {
                 Some(w.take(&format!("{name}.bias"), &[out_dim])?)
             } else {
@@ -115,7 +120,7 @@ impl Linear {
     /// Projections of the same input stacked into one, outputs side by side.
     fn stacked(parts: Vec<Linear>) -> Result<Self> {
         let weights: Vec<&Tensor> = parts.iter().map(|p| &p.weight).collect();
-        let weight = Tensor::f_cat(&weights, 0)?;
+        let weight = Tensor::f_cat(&weights, 1)?;
         let biases: Option<Vec<&Tensor>> = parts.iter().map(|p| p.bias.as_ref()).collect();
         let bias = match biases {
             Some(b) => Some(Tensor::f_cat(&b, 0)?),
@@ -125,7 +130,11 @@ impl Linear {
     }
 
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        Ok(x.f_linear(&self.weight, self.bias.as_ref())?)
+        let y = x.f_matmul(&self.weight)?;
+        Ok(match &self.bias {
+            Some(bias) => y.f_add(bias)?,
+            None => y,
+        })
     }
 
     fn numel(&self) -> usize {
