@@ -8,6 +8,7 @@ use guidebench_core::engine::{Engine, EngineOutput, EngineRequest};
 use guidebench_core::generation::{StepRunner, first_step_logits};
 use guidebench_core::request::FinishReason;
 use guidebench_core::sampling::Sampling;
+use guidebench_testkit::conformance;
 use guidebench_testkit::fixtures::{FixtureSpec, write_llama_fixture};
 
 fn fixture(spec: &FixtureSpec) -> tempfile::TempDir {
@@ -291,11 +292,6 @@ fn bad_options_are_clear_errors() {
 
 #[test]
 fn load_errors_reach_the_registry_with_their_own_labels() {
-    let config = guidebench_core::engine::EngineConfig {
-        engine: "candle".into(),
-        model: Some("/no/such/model/dir".into()),
-        options: serde_json::Map::new(),
-    };
     let registration = guidebench_core::registry::engines()
         .expect("registry")
         .get("candle")
@@ -305,81 +301,17 @@ fn load_errors_reach_the_registry_with_their_own_labels() {
         options,
         ["dtype", "threads", "device", "max_seq_len", "max_slots"]
     );
-    let err = (registration.create)(&config).err().expect("must fail");
-    assert_eq!(err.label(), "model_not_found");
-    assert!(err.is_usage(), "a missing model is the user's mistake");
-    assert!(err.to_string().contains("/no/such/model/dir"), "{err}");
-    // a broken weight file is the engine's load failure
-    let dir = fixture(&FixtureSpec::tiny());
-    std::fs::write(dir.path().join("model.safetensors"), b"not safetensors").expect("write");
-    let config = guidebench_core::engine::EngineConfig {
-        model: dir.path().to_str().map(str::to_owned),
-        ..config
-    };
-    let err = (registration.create)(&config).err().expect("must fail");
-    assert_eq!(err.label(), "engine_load");
-    assert!(err.to_string().contains("model.safetensors"), "{err}");
+    conformance::load_errors_reach_the_registry_with_their_own_labels(
+        "candle",
+        "model.safetensors",
+    );
 }
 
 // --- through the offline backend ----------------------------------------
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_engine_works_through_the_offline_backend_and_matches_direct_calls() {
-    for scheduling in [
-        "scheduling=static,batch_size=4,batch_timeout=50ms",
-        "scheduling=continuous,max_running=3,max_prefill_tokens=16",
-    ] {
-        through_the_offline_backend(scheduling).await;
-    }
-}
-
-/// Greedy outputs through the offline backend under `scheduling` equal
-/// running each request alone.
-async fn through_the_offline_backend(scheduling: &str) {
-    use guidebench_core::backend::Backend;
-    use guidebench_core::request::GenerationRequest;
-
-    let dir = fixture(&FixtureSpec::tiny());
-    let args = guidebench_core::options::parse_kind_args(&format!(
-        "kind=offline,engine=candle,model={},{scheduling},dtype=f32,threads=1",
-        dir.path().display()
-    ))
-    .expect("args");
-    let backend: std::sync::Arc<dyn Backend> = guidebench_core::registry::create_backend(args)
-        .expect("backend")
-        .into();
-    backend.startup().await.expect("startup");
-    let report = backend.validate().await.expect("validate");
-    assert!(report.load_time.is_some());
-
-    let mut handles = Vec::new();
-    for (i, prompt) in PROMPTS.iter().enumerate() {
-        let backend = std::sync::Arc::clone(&backend);
-        // different lengths, so that under continuous scheduling requests
-        // finish at different steps and waiting ones join mid-generation
-        let req = GenerationRequest::text(i as u64, *prompt, greedy(3 + 2 * i as u32));
-        handles.push(tokio::spawn(async move { backend.resolve(req).await }));
-    }
-    let mut responses = Vec::new();
-    for handle in handles {
-        responses.push(handle.await.expect("join").expect("resolve"));
-    }
-    backend.shutdown().await.expect("shutdown");
-
-    let mut engine = load(dir.path());
-    for (i, response) in responses.iter().enumerate() {
-        let tokens = 3 + 2 * i as u32;
-        let direct = run(
-            &mut engine,
-            &[request(i as u64, PROMPTS[i], greedy(tokens))],
-        )
-        .remove(0);
-        assert_eq!(
-            response.token_ids, direct.token_ids,
-            "{scheduling}: request {i}"
-        );
-        assert_eq!(response.text, direct.text);
-        assert_eq!(response.output_tokens, tokens);
-        assert_eq!(response.timings.tokens.len(), tokens as usize);
-    }
+#[test]
+fn the_engine_works_through_the_offline_backend_and_matches_direct_calls() {
+    conformance::offline_backend_matches_direct_calls("candle", "dtype=f32,threads=1", |dir| {
+        CandleEngine::load(dir.to_str(), &CandleOptions::default()).expect("load")
+    });
 }

@@ -19,6 +19,14 @@
 //! | [`a_too_long_prompt_fails_alone`] | a prompt longer than the engine's `limits().max_seq_len` fails with `prompt_too_long`; the rest of its batch succeeds with the stored tokens |
 //! | [`timings_are_one_instant_per_token`] | every output has exactly one instant per generated token, non-decreasing, the first at or after the call started and the last before it returned |
 //!
+//! Two more checks take the engine's registered name, for engines linked
+//! into the registry: [`offline_backend_matches_direct_calls`] (through
+//! `kind=offline,engine=NAME` under static and continuous scheduling,
+//! every request's tokens, text and timings equal running it alone) and
+//! [`load_errors_reach_the_registry_with_their_own_labels`] (a missing
+//! model is `model_not_found`, a usage error naming the path; a broken
+//! weight file is `engine_load`, naming the file).
+//!
 //! Run them all with [`run_all`], or one `#[test]` each with
 //! [`conformance_tests!`](crate::conformance_tests) (the nicer failure
 //! report: every check runs and fails under its own name).
@@ -50,12 +58,17 @@
 //! and should run the suite in `f32`.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use guidebench_core::engine::{Engine, EngineOutput, EngineRequest};
+use guidebench_core::backend::Backend;
+use guidebench_core::engine::{Engine, EngineConfig, EngineOutput, EngineRequest};
 use guidebench_core::generation::{StepEngine, StepRunner, first_step_logits};
+use guidebench_core::options::parse_kind_args;
+use guidebench_core::registry;
 use guidebench_core::request::FinishReason;
+use guidebench_core::request::GenerationRequest;
 use guidebench_core::sampling::{Sampling, SamplingParams};
 
 use crate::expected::{self, Expectations, GREEDY_TOKENS, PROMPTS, PromptExpectation};
@@ -529,6 +542,110 @@ pub fn timings_are_one_instant_per_token<E: StepEngine>(load: impl Fn(&Path) -> 
     for (req, out) in batch.iter().zip(&outputs) {
         assert_eq!(out.token_ids.len(), req.sampling.max_tokens as usize);
     }
+}
+
+/// Through the registry's `kind=offline,engine=NAME` with the engine's own
+/// `options` (`dtype=f32,threads=1`, say), under static micro-batches and
+/// under continuous batching, every request's greedy tokens, text, token
+/// count and instants equal running it alone through `load`. The requests
+/// ask for different lengths, so that under continuous scheduling they
+/// finish at different steps and waiting ones join mid-generation.
+pub fn offline_backend_matches_direct_calls<E: StepEngine>(
+    engine: &str,
+    options: &str,
+    load: impl Fn(&Path) -> E,
+) {
+    let dir = Scratch::fixture("tiny", &FixtureSpec::tiny());
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let tokens = |i: usize| 3 + 2 * i as u32;
+    for scheduling in [
+        "scheduling=static,batch_size=4,batch_timeout=50ms",
+        "scheduling=continuous,max_running=3,max_prefill_tokens=16",
+    ] {
+        let text = format!(
+            "kind=offline,engine={engine},model={},{scheduling},{options}",
+            dir.path().display()
+        );
+        let responses = runtime.block_on(async {
+            let args = parse_kind_args(&text).expect("the backend argument parses");
+            let backend: Arc<dyn Backend> = registry::create_backend(args)
+                .unwrap_or_else(|e| panic!("{text}: {e}"))
+                .into();
+            backend.startup().await.expect("startup");
+            let report = backend.validate().await.expect("validate");
+            assert!(report.load_time.is_some(), "{text}: no load time");
+            let handles: Vec<_> = PROMPTS
+                .iter()
+                .enumerate()
+                .map(|(i, prompt)| {
+                    let backend = Arc::clone(&backend);
+                    let request = GenerationRequest::text(i as u64, *prompt, greedy(tokens(i)));
+                    tokio::spawn(async move { backend.resolve(request).await })
+                })
+                .collect();
+            let mut responses = Vec::new();
+            for handle in handles {
+                responses.push(handle.await.expect("join").expect("resolve"));
+            }
+            backend.shutdown().await.expect("shutdown");
+            responses
+        });
+        let mut runner = StepRunner::new(load(dir.path()));
+        for (i, response) in responses.iter().enumerate() {
+            let what = format!("{scheduling}: request {i}");
+            let alone = generate_ok(
+                &mut runner,
+                &[request(i as u64, PROMPTS[i], greedy(tokens(i)))],
+                &what,
+            )
+            .remove(0);
+            assert_eq!(response.token_ids, alone.token_ids, "{what}");
+            assert_eq!(response.text, alone.text, "{what}");
+            assert_eq!(response.output_tokens, tokens(i), "{what}");
+            assert_eq!(response.timings.tokens.len(), tokens(i) as usize, "{what}");
+        }
+    }
+}
+
+/// Through the registry's factory for `engine`: a model folder that does
+/// not exist is `model_not_found`, a usage error naming the path; a
+/// fixture whose `weights_file` (`model.safetensors`, say) is not a valid
+/// file is `engine_load`, naming the file.
+pub fn load_errors_reach_the_registry_with_their_own_labels(engine: &str, weights_file: &str) {
+    let registration = registry::engines()
+        .expect("the registry")
+        .get(engine)
+        .unwrap_or_else(|e| panic!("`{engine}` is not registered: {e}"));
+    let config = EngineConfig {
+        engine: engine.into(),
+        model: Some("/no/such/model/dir".into()),
+        options: serde_json::Map::new(),
+    };
+    let err = (registration.create)(&config)
+        .err()
+        .expect("a missing model must fail");
+    assert_eq!(err.label(), "model_not_found", "{err}");
+    assert!(
+        err.is_usage(),
+        "a missing model is the user's mistake: {err}"
+    );
+    assert!(err.to_string().contains("/no/such/model/dir"), "{err}");
+
+    let dir = Scratch::fixture("tiny", &FixtureSpec::tiny());
+    std::fs::write(dir.path().join(weights_file), b"not a weights file").expect("write");
+    let config = EngineConfig {
+        model: dir.path().to_str().map(str::to_owned),
+        ..config
+    };
+    let err = (registration.create)(&config)
+        .err()
+        .expect("a broken weights file must fail");
+    assert_eq!(err.label(), "engine_load", "{err}");
+    assert!(err.to_string().contains(weights_file), "{err}");
 }
 
 // ---------------------------------------------------------------------------
