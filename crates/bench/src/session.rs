@@ -26,7 +26,9 @@ use serde_json::{Map, Value, json};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use guidebench_core::backend::Backend;
-use guidebench_core::options::{KindArgs, check_options, parse_kind_args, parse_seconds};
+use guidebench_core::options::{
+    KindArgs, OptionSpec, OptionType, check_options, parse_kind_args, parse_seconds,
+};
 use guidebench_core::registry;
 use guidebench_core::request::GenerationRequest;
 use guidebench_core::sampling::SamplingParams;
@@ -57,15 +59,44 @@ const FEED_BUFFER: usize = 1024;
 /// making prompts never slows the sender.
 const FEED_PREPARED: usize = 50_000;
 
-/// The keys of the backend option's `sampling` group.
-pub const SAMPLING_KEYS: &[&str] = &[
-    "temperature",
-    "top_p",
-    "top_k",
-    "seed",
-    "stop",
-    "max_tokens",
-    "ignore_eos",
+/// The fields of the backend option's `sampling` group
+/// (`sampling.temperature=0.7,...`), for checking and for help output.
+pub const SAMPLING_OPTIONS: &[OptionSpec] = &[
+    OptionSpec::optional(
+        "temperature",
+        OptionType::Float,
+        "softmax temperature, >= 0; 0 is greedy",
+    )
+    .with_default("0"),
+    OptionSpec::optional(
+        "top_p",
+        OptionType::Float,
+        "nucleus mass in (0, 1]; 1 is off",
+    )
+    .with_default("1"),
+    OptionSpec::optional(
+        "top_k",
+        OptionType::Int,
+        "keep the k most likely tokens; 0 is off",
+    )
+    .with_default("0"),
+    OptionSpec::optional(
+        "seed",
+        OptionType::Int,
+        "seed of every request's sampler (default: derived from the request id)",
+    ),
+    OptionSpec::optional("stop", OptionType::String, "stop strings, separated by `;`"),
+    OptionSpec::optional(
+        "max_tokens",
+        OptionType::Int,
+        "tokens to generate when the data does not fix the length",
+    )
+    .with_default("256"),
+    OptionSpec::optional(
+        "ignore_eos",
+        OptionType::Bool,
+        "generate past end-of-sequence (default: true when the data fixes the length)",
+    ),
 ];
 
 /// A run as the user wrote it: every field is text or absent, defaults are
@@ -277,13 +308,16 @@ fn take_sampling(backend: &mut KindArgs) -> Result<SamplingParams> {
             "give its fields as sampling.temperature=0.7,sampling.top_p=0.9,...".into(),
         ));
     };
-    if let Some(key) = group.keys().find(|k| !SAMPLING_KEYS.contains(&k.as_str())) {
+    if let Some(key) = group
+        .keys()
+        .find(|k| !SAMPLING_OPTIONS.iter().any(|o| o.name == k.as_str()))
+    {
         return Err(Error::Core(guidebench_core::Error::UnknownOption {
             context: format!("backend {}", backend.kind),
             key: format!("sampling.{key}"),
-            valid: SAMPLING_KEYS
+            valid: SAMPLING_OPTIONS
                 .iter()
-                .map(|k| format!("sampling.{k}"))
+                .map(|o| format!("sampling.{}", o.name))
                 .collect(),
         }));
     }
@@ -868,6 +902,15 @@ mod tests {
         )
         .expect("valid");
         assert_eq!(default.sampling.max_tokens, DEFAULT_MAX_TOKENS);
+    }
+
+    #[test]
+    fn the_help_shows_the_max_tokens_default_the_code_uses() {
+        let spec = SAMPLING_OPTIONS
+            .iter()
+            .find(|o| o.name == "max_tokens")
+            .expect("listed");
+        assert_eq!(spec.default, Some(DEFAULT_MAX_TOKENS.to_string().as_str()));
     }
 
     #[test]

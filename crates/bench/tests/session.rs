@@ -55,10 +55,10 @@ const SHORT: &str = "kind=synthetic_text,prompt_tokens=8,output_tokens=4";
 
 #[tokio::test]
 async fn an_unknown_data_kind_is_refused_before_the_backend_exists() {
-    // The backend kind is unknown too: the data is checked first, without
+    // The engine is unknown too: the data is checked first, without
     // creating (let alone starting) anything.
     let err = plan(
-        "kind=offline,engine=mock",
+        "kind=offline,engine=nope",
         &["kind=nope"],
         "kind=synchronous",
         &[],

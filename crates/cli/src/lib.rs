@@ -180,32 +180,7 @@ fn list_backends() -> Result<(), Failure> {
     }
     println!();
     println!("Sampling (--backend ...,sampling.KEY=VALUE; a data row's own column wins):");
-    for (key, what) in [
-        (
-            "temperature",
-            "softmax temperature, >= 0; 0 is greedy (default 0)",
-        ),
-        ("top_p", "nucleus mass in (0, 1] (default 1: off)"),
-        (
-            "top_k",
-            "keep the k most likely tokens; 0 is off (default 0)",
-        ),
-        (
-            "seed",
-            "seed of every request's sampler (default: from the request id)",
-        ),
-        ("stop", "stop strings, separated by `;`"),
-        (
-            "max_tokens",
-            "tokens to generate when the data does not say (default 256)",
-        ),
-        (
-            "ignore_eos",
-            "generate past end-of-sequence (default: true when the data fixes the length)",
-        ),
-    ] {
-        println!("      sampling.{key:<13} {what}");
-    }
+    print_options(guidebench_bench::session::SAMPLING_OPTIONS);
     list_kinds(
         "Data (--data kind=NAME,...):",
         guidebench_bench::data::DATA_KINDS,
