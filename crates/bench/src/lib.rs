@@ -11,6 +11,7 @@
 #![deny(missing_docs)]
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
+pub mod analysis;
 pub mod data;
 pub mod error;
 pub mod metrics;
