@@ -122,6 +122,12 @@ pub const OPTIONS: &[OptionSpec] = &[
         "standard deviation of ttft",
     )
     .with_default("0"),
+    OptionSpec::optional(
+        "ttft_per_request",
+        OptionType::Duration,
+        "added to ttft for each other request in flight when one arrives (latency that grows with load)",
+    )
+    .with_default("0"),
     OptionSpec::optional("itl", OptionType::Duration, "time between tokens").with_default("0"),
     OptionSpec::optional("itl_std", OptionType::Duration, "standard deviation of itl")
         .with_default("0"),
@@ -232,6 +238,10 @@ pub struct MockServerConfig {
     pub ttft: Duration,
     /// Standard deviation of the time to the first token.
     pub ttft_std: Duration,
+    /// Added to the time to the first token for each other completion
+    /// request in flight when a request arrives: a latency that grows with
+    /// load, as a saturated server's does.
+    pub ttft_per_request: Duration,
     /// Mean time between tokens.
     pub itl: Duration,
     /// Standard deviation of the time between tokens.
@@ -287,6 +297,7 @@ impl std::fmt::Debug for MockServerConfig {
             .field("model", &self.model)
             .field("ttft", &self.ttft)
             .field("ttft_std", &self.ttft_std)
+            .field("ttft_per_request", &self.ttft_per_request)
             .field("itl", &self.itl)
             .field("itl_std", &self.itl_std)
             .field("output_tokens", &self.output_tokens)
@@ -319,6 +330,7 @@ impl Default for MockServerConfig {
             model: "mock-model".into(),
             ttft: Duration::ZERO,
             ttft_std: Duration::ZERO,
+            ttft_per_request: Duration::ZERO,
             itl: Duration::ZERO,
             itl_std: Duration::ZERO,
             output_tokens: None,
@@ -350,6 +362,7 @@ struct RawOptions {
     model: Option<String>,
     ttft: Option<f64>,
     ttft_std: Option<f64>,
+    ttft_per_request: Option<f64>,
     itl: Option<f64>,
     itl_std: Option<f64>,
     output_tokens: Option<i64>,
@@ -439,6 +452,7 @@ impl MockServerConfig {
             model: raw.model.unwrap_or(defaults.model),
             ttft: duration("ttft", raw.ttft, Duration::ZERO)?,
             ttft_std: duration("ttft_std", raw.ttft_std, Duration::ZERO)?,
+            ttft_per_request: duration("ttft_per_request", raw.ttft_per_request, Duration::ZERO)?,
             itl: duration("itl", raw.itl, Duration::ZERO)?,
             itl_std: duration("itl_std", raw.itl_std, Duration::ZERO)?,
             output_tokens: raw
@@ -530,6 +544,8 @@ struct Shared {
     completed: AtomicU64,
     connections: AtomicU64,
     closed_unanswered: AtomicU64,
+    /// Completion requests in flight.
+    active: AtomicU64,
     recorded: Mutex<Vec<RecordedRequest>>,
     /// Cancelled at shutdown: stalled responses end.
     stop: CancellationToken,
@@ -562,6 +578,7 @@ impl Shared {
             completed: AtomicU64::new(0),
             connections: AtomicU64::new(0),
             closed_unanswered: AtomicU64::new(0),
+            active: AtomicU64::new(0),
             recorded: Mutex::new(Vec::new()),
             stop: CancellationToken::new(),
         }
@@ -1010,6 +1027,27 @@ struct SseStream {
     stalled: Option<Pin<Box<WaitForCancellationFutureOwned>>>,
     shared: Arc<Shared>,
     finished: bool,
+    /// Counts the request as in flight until the stream ends or is dropped.
+    _active: Active,
+}
+
+/// A completion request in flight, counted in [`Shared::active`] until
+/// dropped.
+struct Active(Arc<Shared>);
+
+impl Active {
+    /// Counts a request that just arrived; also returns how many others
+    /// were in flight.
+    fn arrive(shared: &Arc<Shared>) -> (Active, u64) {
+        let others = shared.active.fetch_add(1, Ordering::AcqRel);
+        (Active(Arc::clone(shared)), others)
+    }
+}
+
+impl Drop for Active {
+    fn drop(&mut self) {
+        self.0.active.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl hyper::body::Body for MockBody {
@@ -1261,6 +1299,7 @@ async fn completion(
         Err(_) => return Err(Abort),
     };
     let arrived = Instant::now();
+    let (active, others) = Active::arrive(&shared);
     let index = shared.requests.fetch_add(1, Ordering::Relaxed);
     let value: Value = match serde_json::from_slice(&bytes) {
         Ok(v) => v,
@@ -1357,7 +1396,10 @@ async fn completion(
         chat,
         model: &shared.model_json,
     };
-    let ttft = rng.duration(config.ttft, config.ttft_std);
+    let load = config
+        .ttft_per_request
+        .saturating_mul(u32::try_from(others).unwrap_or(u32::MAX));
+    let ttft = rng.duration(config.ttft, config.ttft_std) + load;
     if parsed.stream {
         let include_usage = parsed.stream_options.is_some_and(|o| o.include_usage);
         let steps = plan_stream(
@@ -1378,6 +1420,7 @@ async fn completion(
             stalled: None,
             shared: shared.clone(),
             finished: false,
+            _active: active,
         };
         let mut response = Response::new(MockBody::Stream(Box::new(stream)));
         response

@@ -15,8 +15,10 @@ pub mod analysis;
 pub mod data;
 pub mod error;
 pub mod metrics;
+pub mod planner;
 pub mod report;
 pub mod runner;
 pub mod session;
+pub mod slo;
 
 pub use error::{Error, Result};

@@ -2,6 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::analysis::stats::{Interval, mean_interval, quantile_interval};
+
 /// The percentiles every distribution reports.
 pub const PERCENTILES: [f64; 10] = [1.0, 5.0, 10.0, 25.0, 50.0, 75.0, 90.0, 95.0, 99.0, 99.9];
 
@@ -22,7 +24,19 @@ pub struct Distribution {
     pub std: f64,
     /// `(p, value)` for each of [`PERCENTILES`].
     pub percentiles: Vec<(f64, f64)>,
+    /// The [`CONFIDENCE`] interval of the mean (Student t); absent with
+    /// fewer than 2 values.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mean_interval: Option<Interval>,
+    /// `(p, interval)`: the distribution-free [`CONFIDENCE`] interval of
+    /// each of [`PERCENTILES`] that the sample is large enough to bound
+    /// (order statistics; see [`quantile_interval`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub percentile_intervals: Vec<(f64, Interval)>,
 }
+
+/// The confidence of the intervals every distribution reports.
+pub const CONFIDENCE: f64 = 0.95;
 
 /// The `p`-th percentile (0–100) of sorted values, interpolating linearly
 /// between closest ranks (numpy's default method).
@@ -63,7 +77,21 @@ impl Distribution {
             max: sorted[sorted.len() - 1],
             std: var.sqrt(),
             percentiles: PERCENTILES.iter().map(|&p| (p, pct(p))).collect(),
+            mean_interval: mean_interval(&sorted, CONFIDENCE),
+            percentile_intervals: PERCENTILES
+                .iter()
+                .filter_map(|&p| Some((p, quantile_interval(&sorted, p, CONFIDENCE)?)))
+                .collect(),
         }
+    }
+
+    /// The interval of percentile `p`, if it is one of [`PERCENTILES`] and
+    /// the sample bounds it.
+    pub fn interval_at(&self, p: f64) -> Option<Interval> {
+        self.percentile_intervals
+            .iter()
+            .find(|(q, _)| (q - p).abs() < 1e-9)
+            .map(|&(_, i)| i)
     }
 
     /// The value at percentile `p`, if it is one of [`PERCENTILES`].

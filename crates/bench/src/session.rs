@@ -35,11 +35,13 @@ use guidebench_core::sampling::SamplingParams;
 use guidebench_core::tokenizer::{HfTokenizer, Tokenizer};
 
 use crate::data::{DATA_KINDS, DataItem, DataSource, create_source};
+use crate::planner::{Finished, Planner};
 use crate::report::{BenchmarkReport, CompactRecords, Excluded, Report};
 use crate::runner::{
     BenchmarkRun, Constraints, NoObserver, Observer, Phase, Profile, RunOptions, StopReason,
-    Strategy, measured, run_benchmark, sweep_rates,
+    Strategy, measured, run_benchmark,
 };
+use crate::slo::Slo;
 use crate::{Error, Result};
 
 /// The default data.
@@ -125,6 +127,8 @@ pub struct PlanArgs {
     pub labels: BTreeMap<String, String>,
     /// Keep each request's generated text in its record.
     pub keep_text: bool,
+    /// `--slo ttft=200ms,...`: per-request latency objectives.
+    pub slo: Option<String>,
 }
 
 /// What a run does with a data item that cannot become a request.
@@ -172,6 +176,8 @@ pub struct Plan {
     pub options: RunOptions,
     /// Labels kept with the report.
     pub labels: BTreeMap<String, String>,
+    /// Per-request latency objectives, if any.
+    pub slo: Option<Slo>,
 }
 
 fn config_error(message: String) -> Error {
@@ -229,6 +235,14 @@ impl Plan {
             }
             None => RunOptions::default().grace_period,
         };
+        let slo = args.slo.as_deref().map(Slo::parse).transpose()?;
+        if matches!(profile, Profile::Goodput { .. }) && slo.is_none() {
+            return Err(config_error(
+                "the goodput profile searches for the highest load meeting latency objectives: \
+                 give them with --slo, e.g. --slo ttft=200ms,itl=50ms"
+                    .into(),
+            ));
+        }
         if let Some(path) = &args.tokenizer
             && !path.exists()
         {
@@ -252,6 +266,7 @@ impl Plan {
                 keep_text: args.keep_text,
             },
             labels: args.labels,
+            slo,
         })
     }
 
@@ -286,6 +301,7 @@ impl Plan {
             "cooldown": self.cooldown,
             "grace_period_s": self.options.grace_period.as_secs_f64(),
             "labels": self.labels,
+            "slo": crate::slo::config(self.slo.as_ref()),
         })
     }
 }
@@ -508,11 +524,9 @@ impl Session {
                 .insert("labels".into(), json!(plan.labels));
         }
 
-        let mut strategies = first_strategies(&plan.profile);
-        let mut rates: Vec<f64> = Vec::new();
-        let mut index = 0;
-        while index < strategies.len() {
-            let strategy = strategies[index].clone();
+        let mut planner = Planner::new(&plan.profile);
+        let mut next = planner.next(None);
+        while let Some(strategy) = next {
             let (run, fed) = self
                 .one_benchmark(backend, &tokenizer, &strategy, progress, cancel.clone())
                 .await?;
@@ -524,7 +538,6 @@ impl Session {
                     .insert("data_skipped".into(), json!(fed.skipped));
             }
             report.benchmarks.push(benchmark);
-            rates.push(run.success_rate());
             if let Some(err) = fed.error {
                 report.failure = Some(err.to_string());
                 break;
@@ -533,9 +546,14 @@ impl Session {
                 report.interrupted = true;
                 break;
             }
-            strategies.extend(next_strategies(&plan.profile, &rates));
-            index += 1;
+            next = planner.next(report.benchmarks.last().map(|benchmark| Finished {
+                strategy: &strategy,
+                report: benchmark,
+                success_rate: run.success_rate(),
+                stop: run.stop_reason,
+            }));
         }
+        report.conclusion = planner.conclusion();
         Ok(report)
     }
 
@@ -573,6 +591,15 @@ impl Session {
         report
             .extra
             .insert("requests_sent".into(), json!(run.records.len()));
+        if let Some(saturation) = &run.saturation {
+            report.extra.insert(
+                "over_saturation".into(),
+                serde_json::to_value(saturation).unwrap_or(Value::Null),
+            );
+        }
+        if let Some(slo) = &plan.slo {
+            report.apply_slo(slo);
+        }
         report
     }
 
@@ -632,39 +659,6 @@ impl Session {
         drop(rx);
         progress.benchmark_done(&strategy.label(), run.end.secs_since(run.start));
         Ok((run, feed.finish()))
-    }
-}
-
-/// The strategies a profile starts with.
-fn first_strategies(profile: &Profile) -> Vec<Strategy> {
-    match profile {
-        Profile::Fixed { strategies } => strategies.clone(),
-        Profile::Sweep {
-            max_concurrency, ..
-        } => vec![
-            Strategy::Synchronous,
-            Strategy::Throughput {
-                max_concurrency: *max_concurrency,
-            },
-        ],
-    }
-}
-
-/// The strategies to add once `rates` (successful requests/s of each
-/// benchmark so far, in order) are known: a sweep adds its constant rates
-/// after its second benchmark.
-fn next_strategies(profile: &Profile, rates: &[f64]) -> Vec<Strategy> {
-    match (profile, rates) {
-        (Profile::Sweep { sweep_size, .. }, [synchronous, throughput]) => {
-            sweep_rates(*synchronous, *throughput, *sweep_size)
-                .into_iter()
-                .map(|rate| Strategy::Constant {
-                    rate,
-                    max_concurrency: None,
-                })
-                .collect()
-        }
-        _ => Vec::new(),
     }
 }
 

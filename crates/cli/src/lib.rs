@@ -193,6 +193,9 @@ fn list_backends() -> Result<(), Failure> {
         "Constraints (--constraint kind=NAME,...):",
         guidebench_bench::runner::CONSTRAINT_KINDS,
     );
+    println!();
+    println!("Objectives (--slo KEY=VALUE,...):");
+    print_options(guidebench_bench::slo::SLO_OPTIONS);
     list_kinds("Outputs (--output kind=NAME,...):", output::OUTPUT_KINDS);
     #[cfg(feature = "openai")]
     list_kinds(

@@ -36,10 +36,15 @@ pub struct RunArgs {
     /// The data: `kind=synthetic_text,...` or `kind=file,path=...` (repeatable).
     #[arg(long)]
     data: Vec<String>,
-    /// The load profile: synchronous, concurrent, throughput, constant, poisson, sweep.
+    /// The load profile: synchronous, concurrent, throughput, constant, poisson, sweep, goodput, knee.
     #[arg(long)]
     profile: Option<String>,
-    /// When a benchmark stops: max_requests, max_duration, max_errors, max_error_rate (repeatable).
+    /// Per-request latency objectives: `ttft=200ms,itl=50ms,itl_p95=80ms,tpot=60ms,latency=5s`
+    /// (any subset); reports attainment and goodput, and the goodput profile searches by them.
+    #[arg(long)]
+    slo: Option<String>,
+    /// When a benchmark stops: max_requests, max_duration, max_errors, max_error_rate,
+    /// over_saturation (repeatable).
     #[arg(long)]
     constraint: Vec<String>,
     /// Where the report goes: console, json, csv, html (repeatable; default console).
@@ -121,6 +126,9 @@ fn plan_args(args: RunArgs) -> Result<(PlanArgs, Vec<Output>, bool), Failure> {
             .or_else(|| scenario.grace_period.as_ref().map(|g| g.to_arg())),
         labels,
         keep_text: outputs.iter().any(Output::wants_text),
+        slo: args
+            .slo
+            .or_else(|| scenario.slo.as_ref().map(|s| s.to_arg())),
     };
     let progress = !(args.disable_progress || scenario.disable_progress == Some(true))
         && std::io::IsTerminal::is_terminal(&std::io::stderr());

@@ -98,6 +98,8 @@ pub struct Scenario {
     pub grace_period: Option<PhaseValue>,
     /// `--disable-progress`
     pub disable_progress: Option<bool>,
+    /// `--slo`
+    pub slo: Option<KindValue>,
 }
 
 impl Scenario {

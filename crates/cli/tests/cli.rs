@@ -1,25 +1,11 @@
 //! The `guidebench` binary end to end, with the mock engine.
 
-use std::path::Path;
-use std::process::{Command, Output};
+mod common;
 
+use std::process::Command;
+
+use common::{guidebench, read_json, text};
 use serde_json::Value;
-
-fn guidebench(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_guidebench"))
-        .args(args)
-        .output()
-        .expect("the binary runs")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-fn read_json(path: &Path) -> Value {
-    serde_json::from_str(&std::fs::read_to_string(path).expect("report written"))
-        .expect("valid JSON")
-}
 
 #[test]
 fn run_with_the_mock_engine_prints_a_summary_and_exits_zero() {
@@ -522,42 +508,10 @@ fn sigint_writes_a_valid_partial_report_and_exits_130() {
 #[cfg(unix)]
 #[test]
 fn the_openai_backend_benchmarks_the_mock_server_end_to_end() {
-    use std::io::{BufRead, BufReader};
-    use std::process::Stdio;
-
     let dir = tempfile::tempdir().expect("tempdir");
-    let corpus: Vec<String> = (0..300)
-        .map(|i| format!("lorem ipsum {} dolor sit amet {}", i % 17, i % 5))
-        .collect();
-    let tokenizer =
-        guidebench_core::tokenizer::train_byte_level_bpe(&corpus, 320, &["<s>", "</s>"])
-            .expect("trains");
-    let tokenizer_path = dir.path().join("tokenizer.json");
-    std::fs::write(&tokenizer_path, tokenizer.to_json().expect("json")).expect("write");
-
-    let mut server = Command::new(env!("CARGO_BIN_EXE_guidebench"))
-        .args([
-            "mock-server",
-            "--port",
-            "0",
-            "--ttft",
-            "5ms",
-            "--itl",
-            "1ms",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("server starts");
-    let mut first = String::new();
-    BufReader::new(server.stdout.take().expect("stdout"))
-        .read_line(&mut first)
-        .expect("the server says where it listens");
-    let url = first
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .expect("an address")
-        .to_owned();
+    let tokenizer_path = common::tokenizer_in(dir.path());
+    let server = common::MockServer::start(&["--ttft", "5ms", "--itl", "1ms"]);
+    let url = server.url.clone();
 
     let json = dir.path().join("report.json");
     let run = guidebench(&[
@@ -575,9 +529,7 @@ fn the_openai_backend_benchmarks_the_mock_server_end_to_end() {
         "--output",
         &format!("kind=json,path={}", json.display()),
     ]);
-    let pid = nix::unistd::Pid::from_raw(i32::try_from(server.id()).expect("pid"));
-    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT);
-    let _ = server.wait();
+    drop(server);
 
     assert_eq!(run.status.code(), Some(0), "{}", text(&run.stderr));
     let metrics = &read_json(&json)["benchmarks"][0]["metrics"];

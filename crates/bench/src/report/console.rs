@@ -4,6 +4,10 @@ use std::fmt::Write as _;
 
 use super::model::Report;
 use super::{fixed, ms_at};
+use crate::analysis::goodput::Verdict;
+use crate::metrics::Distribution;
+use crate::planner::Conclusion;
+use crate::runner::{SaturationMode, SaturationReport};
 
 /// How a column's cells line up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -202,6 +206,238 @@ pub fn console_summary(report: &Report) -> String {
             let _ = writeln!(out, "client in {}: {}", b.name, client.summary());
         }
     }
+    out.push_str(&uncertainty_table(report));
+    out.push_str(&answers_text(report));
+    out
+}
+
+/// The objectives' table, the over-saturation lines and the profile's
+/// conclusion, as text (empty when the run had none of them).
+pub(crate) fn answers_text(report: &Report) -> String {
+    let mut out = objectives_table(report);
+    out.push_str(&saturation_lines(report));
+    if let Some(conclusion) = &report.conclusion {
+        out.push_str(&conclusion_lines(conclusion));
+    }
+    out
+}
+
+/// `mean ± half-width` in ms, or the mean alone when no interval.
+fn mean_cell(d: &Distribution) -> String {
+    if d.count == 0 {
+        return "-".into();
+    }
+    match d.mean_interval {
+        Some(i) => format!(
+            "{:.2} ±{:.2}",
+            d.mean * 1e3,
+            (i.upper - i.lower) / 2.0 * 1e3
+        ),
+        None => format!("{:.2}", d.mean * 1e3),
+    }
+}
+
+/// `[lower, upper]` in ms of the p-th percentile, or `-`.
+fn percentile_cell(d: &Distribution, p: f64) -> String {
+    d.interval_at(p).map_or_else(
+        || "-".into(),
+        |i| format!("[{:.2}, {:.2}]", i.lower * 1e3, i.upper * 1e3),
+    )
+}
+
+/// Confidence intervals of the means and of p95 of successful requests.
+fn uncertainty_table(report: &Report) -> String {
+    let r = Align::Right;
+    let col = |group, title| Column {
+        group,
+        title,
+        align: r,
+    };
+    let columns = vec![
+        Column {
+            group: "",
+            title: "Benchmark",
+            align: Align::Left,
+        },
+        col("TTFT ms", "mean"),
+        col("TTFT ms", "p95 interval"),
+        col("ITL ms", "mean"),
+        col("Latency ms", "mean"),
+        col("Latency ms", "p95 interval"),
+    ];
+    let rows: Vec<Vec<String>> = report
+        .benchmarks
+        .iter()
+        .filter(|b| b.metrics.successful.count >= 2)
+        .map(|b| {
+            let s = &b.metrics.successful;
+            vec![
+                b.name.clone(),
+                mean_cell(&s.ttft),
+                percentile_cell(&s.ttft, 95.0),
+                mean_cell(&s.itl_per_request),
+                mean_cell(&s.latency),
+                percentile_cell(&s.latency, 95.0),
+            ]
+        })
+        .collect();
+    if rows.is_empty() {
+        return String::new();
+    }
+    format!(
+        "\n95 % confidence intervals (successful requests; ITL per request):\n{}",
+        Table { columns, rows }.render()
+    )
+}
+
+/// Attainment and goodput per benchmark, when the run set objectives.
+fn objectives_table(report: &Report) -> String {
+    let Some(objectives) = report
+        .benchmarks
+        .iter()
+        .find_map(|b| b.metrics.slo.as_ref().map(|s| s.objectives))
+    else {
+        return String::new();
+    };
+    let r = Align::Right;
+    let col = |group, title| Column {
+        group,
+        title,
+        align: r,
+    };
+    let columns = vec![
+        Column {
+            group: "",
+            title: "Benchmark",
+            align: Align::Left,
+        },
+        col("Requests", "met"),
+        col("Requests", "missed"),
+        col("Requests", "undetermined"),
+        col("Attainment", "%"),
+        col("Attainment", "95 % interval"),
+        col("Goodput", "req/s"),
+        col("Goodput", "out tok/s"),
+        Column {
+            group: "",
+            title: "misses",
+            align: Align::Left,
+        },
+    ];
+    let rows = report
+        .benchmarks
+        .iter()
+        .filter_map(|b| {
+            let s = b.metrics.slo.as_ref()?;
+            Some(vec![
+                b.name.clone(),
+                s.conforming.to_string(),
+                s.violating.to_string(),
+                s.undetermined.to_string(),
+                fixed(s.attainment.map(|a| a * 100.0), 1),
+                s.attainment_interval.map_or_else(
+                    || "-".into(),
+                    |i| format!("[{:.1}, {:.1}]", i.lower * 100.0, i.upper * 100.0),
+                ),
+                format!("{:.2}", s.goodput_requests_per_s),
+                format!("{:.1}", s.goodput_output_tokens_per_s),
+                s.misses
+                    .iter()
+                    .map(|(name, n)| format!("{name} {n}"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            ])
+        })
+        .collect();
+    format!(
+        "\nObjectives: {}\n{}",
+        objectives.describe(),
+        Table { columns, rows }.render()
+    )
+}
+
+/// A line per benchmark the over-saturation watch covered.
+fn saturation_lines(report: &Report) -> String {
+    let mut out = String::new();
+    for b in &report.benchmarks {
+        let Some(watch) = b
+            .extra
+            .get("over_saturation")
+            .and_then(|v| serde_json::from_value::<SaturationReport>(v.clone()).ok())
+        else {
+            continue;
+        };
+        let _ = match &watch.fired {
+            Some(verdict) => writeln!(
+                out,
+                "over-saturation in {}: at {:.1} s, {} ({})",
+                b.name,
+                verdict.at_s,
+                verdict.reason,
+                match watch.mode {
+                    SaturationMode::Enforce => "sending stopped",
+                    SaturationMode::Monitor => "monitor only",
+                }
+            ),
+            None => writeln!(out, "over-saturation in {}: not detected", b.name),
+        };
+    }
+    out
+}
+
+/// What a goodput search or a knee fit concluded.
+fn conclusion_lines(conclusion: &Conclusion) -> String {
+    let mut out = String::new();
+    match conclusion {
+        Conclusion::Goodput(g) => {
+            let _ = writeln!(out, "\nGoodput search: {}", g.message);
+            let probes: Vec<String> = g
+                .probes
+                .iter()
+                .map(|p| {
+                    format!(
+                        "{}{} {:.1}% {}",
+                        p.level,
+                        if p.extension > 0 { "+" } else { "" },
+                        p.attainment * 100.0,
+                        match p.verdict {
+                            Verdict::Pass => "pass",
+                            Verdict::Fail => "fail",
+                            Verdict::Undecided => "undecided",
+                        }
+                    )
+                })
+                .collect();
+            let _ = writeln!(
+                out,
+                "probes (streams attainment verdict): {}",
+                probes.join(", ")
+            );
+        }
+        Conclusion::Knee(k) => {
+            let fit = &k.fit;
+            match (fit.found, fit.knee, fit.saturation_concurrency) {
+                (true, Some(knee), Some(saturation)) => {
+                    let _ = writeln!(
+                        out,
+                        "\nKnee: output tokens/s stops rising at {knee:.1} streams (first level \
+                         at or past it: {saturation}); rising {:.1} tok/s per stream, then {:.1}; \
+                         fit gain {:.2}",
+                        fit.rising_slope.unwrap_or(0.0),
+                        fit.tail_slope.unwrap_or(0.0),
+                        fit.fit_gain.unwrap_or(0.0),
+                    );
+                }
+                _ => {
+                    let _ = writeln!(out, "\nKnee: none found: {}", fit.reason);
+                }
+            }
+            if !k.refinement.is_empty() {
+                let levels: Vec<String> = k.refinement.iter().map(ToString::to_string).collect();
+                let _ = writeln!(out, "refined around it at {} streams", levels.join(", "));
+            }
+        }
+    }
     out
 }
 
@@ -265,6 +501,35 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains("client in <script>"), "{text}");
+    }
+
+    #[test]
+    fn objectives_intervals_and_a_goodput_answer_are_shown_under_the_summary() {
+        use crate::analysis::goodput::{GoodputOptions, GoodputSearch};
+        let mut report = sample_report();
+        let slo = crate::slo::Slo::parse("ttft=50ms").expect("valid");
+        for b in &mut report.benchmarks {
+            b.apply_slo(&slo);
+        }
+        let mut search = GoodputSearch::new(GoodputOptions {
+            initial: 4,
+            ..GoodputOptions::default()
+        });
+        let _ = search.record(4, 100, 100, false);
+        let _ = search.record(8, 0, 100, false);
+        report.conclusion = Some(Conclusion::Goodput(search.conclusion()));
+        let text = console_summary(&report);
+        assert!(text.contains("Objectives: ttft ≤ 50 ms"), "{text}");
+        // Every request of the sample has a 40 ms TTFT; the failure misses.
+        let row = text
+            .lines()
+            .find(|l| l.starts_with("<script>") && l.contains("error 1"))
+            .expect("the objectives row of the second benchmark");
+        assert!(row.contains("90.9"), "10 of 11 met: {row}");
+        assert!(text.contains("95 % confidence intervals"), "{text}");
+        assert!(text.contains("Goodput search:"), "{text}");
+        assert!(text.contains("4 100.0% pass, 8 0.0% fail"), "{text}");
+        assert!(super::super::to_html(&report).contains("<h2>Answers</h2>"));
     }
 
     #[test]

@@ -37,8 +37,18 @@ fn header() -> Vec<String> {
         }
     }
     cols.push("dispatch_delay_mean_ms".to_owned());
+    for extra in SLO_COLUMNS {
+        cols.push(extra.to_owned());
+    }
     cols
 }
+
+/// Objective columns, empty without `--slo`.
+const SLO_COLUMNS: [&str; 3] = [
+    "slo_attainment",
+    "goodput_requests_per_s",
+    "goodput_output_tokens_per_s",
+];
 
 fn row(b: &BenchmarkReport) -> Vec<String> {
     let m = &b.metrics;
@@ -62,6 +72,10 @@ fn row(b: &BenchmarkReport) -> Vec<String> {
         }
     }
     cells.push(number(ms_mean(&m.dispatch_delay)));
+    let slo = m.slo.as_ref();
+    cells.push(number(slo.and_then(|s| s.attainment)));
+    cells.push(number(slo.map(|s| s.goodput_requests_per_s)));
+    cells.push(number(slo.map(|s| s.goodput_output_tokens_per_s)));
     cells
 }
 
@@ -69,8 +83,9 @@ fn row(b: &BenchmarkReport) -> Vec<String> {
 /// profile, successful / errored / incomplete request counts, window length
 /// (s), requests/s, output and total tokens/s, mean concurrency, the median,
 /// p95 and p99 of latency, TTFT, ITL (per gap) and TPOT of successful
-/// requests (ms), and the mean dispatch delay (ms). Empty cells mark
-/// distributions without values.
+/// requests (ms), the mean dispatch delay (ms), and with `--slo` the
+/// attainment and goodput (requests/s, output tokens/s). Empty cells mark
+/// values that do not exist.
 /// Fields are quoted by the `csv` crate's writer where they need it.
 pub fn to_csv(report: &Report) -> String {
     let mut bytes = Vec::new();
@@ -116,9 +131,9 @@ mod tests {
             "name,profile,requests_ok,requests_errored,requests_incomplete,duration_s,"
         ));
         assert!(lines[0].contains("latency_p50_ms,latency_p95_ms,latency_p99_ms,ttft_p50_ms"));
-        assert!(lines[0].ends_with("tpot_p99_ms,dispatch_delay_mean_ms"));
+        assert!(lines[0].ends_with("dispatch_delay_mean_ms,slo_attainment,goodput_requests_per_s,goodput_output_tokens_per_s"));
         let columns = lines[0].split(',').count();
-        assert_eq!(columns, 23);
+        assert_eq!(columns, 26);
         let first: Vec<&str> = lines[1].split(',').collect();
         assert_eq!(first.len(), columns);
         let m = &report.benchmarks[0].metrics;

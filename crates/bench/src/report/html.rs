@@ -305,6 +305,14 @@ pub fn to_html(report: &Report) -> String {
             &items(&|b| ms_at(&b.metrics.successful.itl, 50.0).unwrap_or(0.0)),
         );
     }
+    let answers = super::console::answers_text(report);
+    if !answers.trim().is_empty() {
+        let _ = writeln!(
+            out,
+            "<h2>Answers</h2>\n<pre>{}</pre>",
+            escape(answers.trim())
+        );
+    }
     out.push_str("<h2>Benchmarks</h2>\n");
     for b in &report.benchmarks {
         benchmark_details(&mut out, b);

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use super::compact::{CompactRecord, CompactRecords};
 use super::{count_as_f64, micros_as_secs};
 use crate::metrics::Distribution;
+use crate::slo::SloMetrics;
 use guidebench_core::clock::Timestamp;
 use guidebench_core::request::RequestStatus;
 
@@ -131,6 +132,10 @@ pub struct BenchmarkMetrics {
     /// [`RequestTimings::retries`](guidebench_core::request::RequestTimings::retries)).
     #[serde(default)]
     pub retries: u64,
+    /// How the requests fared against the run's objectives (`--slo`), if
+    /// it set any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slo: Option<SloMetrics>,
 }
 
 impl BenchmarkMetrics {
@@ -189,6 +194,7 @@ impl BenchmarkMetrics {
             dispatch_delay,
             errors_by_label,
             retries: records.measured().map(|r| u64::from(r.retries)).sum(),
+            slo: None,
         }
     }
 }

@@ -10,6 +10,8 @@ use serde_json::{Map, Value};
 use super::compact::CompactRecords;
 use super::footprint::ClientFootprint;
 use super::metrics::BenchmarkMetrics;
+use crate::planner::Conclusion;
+use crate::slo::{Slo, SloMetrics};
 use guidebench_core::clock::Timestamp;
 use guidebench_core::request::RequestRecord;
 use guidebench_core::{Error, Result};
@@ -169,9 +171,25 @@ impl BenchmarkReport {
         )
     }
 
-    /// The metrics recomputed from the records and window.
+    /// The metrics recomputed from the records and window (with the same
+    /// objectives, if the metrics had any).
     pub fn recomputed_metrics(&self) -> BenchmarkMetrics {
-        BenchmarkMetrics::compute(&self.records, self.start, self.end)
+        let mut metrics = BenchmarkMetrics::compute(&self.records, self.start, self.end);
+        metrics.slo = self
+            .metrics
+            .slo
+            .as_ref()
+            .map(|slo| SloMetrics::compute(&slo.objectives, &self.records, metrics.duration_s));
+        metrics
+    }
+
+    /// Judges the requests against `objectives` (see [`crate::slo`]).
+    pub fn apply_slo(&mut self, objectives: &Slo) {
+        self.metrics.slo = Some(SloMetrics::compute(
+            objectives,
+            &self.records,
+            self.metrics.duration_s,
+        ));
     }
 
     /// Recomputes and stores the metrics (after merging records, say).
@@ -211,6 +229,10 @@ pub struct Report {
     pub failure: Option<String>,
     /// The benchmarks, in the order they ran.
     pub benchmarks: Vec<BenchmarkReport>,
+    /// What the profile concluded from its benchmarks (a goodput search,
+    /// a knee fit), for profiles that conclude something.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conclusion: Option<Conclusion>,
 }
 
 impl Report {
@@ -225,6 +247,7 @@ impl Report {
             interrupted: false,
             failure: None,
             benchmarks: Vec::new(),
+            conclusion: None,
         }
     }
 

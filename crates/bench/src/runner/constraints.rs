@@ -8,6 +8,10 @@ use serde::{Deserialize, Serialize};
 use guidebench_core::options::{KindArgs, OptionSpec, OptionType, check_options};
 use guidebench_core::{Error, Result};
 
+use crate::analysis::saturation::{
+    SaturationDetector, SaturationOptions, SaturationVerdict, SlopeTest,
+};
+
 /// Why a benchmark stopped sending.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -22,6 +26,9 @@ pub enum StopReason {
     MaxErrorRate,
     /// The data ran out.
     DataExhausted,
+    /// The over-saturation watch (in `enforce` mode) saw the in-flight
+    /// count and TTFT grow without bound.
+    OverSaturated,
     /// The user interrupted the run.
     Interrupted,
 }
@@ -46,8 +53,86 @@ pub struct Constraints {
     pub max_errors: Option<u64>,
     /// Stop once the recent error rate exceeds a bound.
     pub max_error_rate: Option<ErrorRate>,
+    /// Watch for a run that only measures a growing queue.
+    pub over_saturation: Option<OverSaturation>,
 }
 
+/// What an over-saturation verdict does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SaturationMode {
+    /// Report when it fired and go on.
+    Monitor,
+    /// Report it and stop sending.
+    Enforce,
+}
+
+/// The over-saturation constraint.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct OverSaturation {
+    /// What a verdict does.
+    pub mode: SaturationMode,
+    /// The detector's settings.
+    pub options: SaturationOptions,
+}
+
+/// What the over-saturation watch saw during one benchmark.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SaturationReport {
+    /// What a verdict did.
+    pub mode: SaturationMode,
+    /// When and why it fired, if it did (the first time).
+    pub fired: Option<SaturationVerdict>,
+    /// The latest slope tests of the in-flight count and of TTFT.
+    pub last: Option<(SlopeTest, SlopeTest)>,
+}
+
+/// The detector and what it concluded, during one benchmark.
+#[derive(Debug)]
+struct SaturationWatch {
+    mode: SaturationMode,
+    detector: SaturationDetector,
+    fired: Option<SaturationVerdict>,
+}
+
+const OVER_SATURATION: &[OptionSpec] = &[
+    OptionSpec::optional(
+        "mode",
+        OptionType::Choice(&["monitor", "enforce"]),
+        "monitor reports when it fired; enforce also stops sending",
+    )
+    .with_default("enforce"),
+    OptionSpec::optional(
+        "min_duration",
+        OptionType::Duration,
+        "no verdict before this long into a benchmark",
+    )
+    .with_default("30s"),
+    OptionSpec::optional(
+        "window",
+        OptionType::Duration,
+        "the latest stretch of the run the slopes are fitted over",
+    )
+    .with_default("60s"),
+    OptionSpec::optional(
+        "bin",
+        OptionType::Duration,
+        "samples are averaged per bin; the tests count bins, not requests",
+    )
+    .with_default("1s"),
+    OptionSpec::optional(
+        "min_bins",
+        OptionType::Int,
+        "bins needed before a slope is tested",
+    )
+    .with_default("10"),
+    OptionSpec::optional(
+        "confidence",
+        OptionType::Float,
+        "confidence that both slopes are positive",
+    )
+    .with_default("0.95"),
+];
 const MAX_REQUESTS: &[OptionSpec] =
     &[OptionSpec::optional("count", OptionType::Int, "requests to send").required()];
 const MAX_DURATION: &[OptionSpec] =
@@ -75,6 +160,7 @@ pub const CONSTRAINT_KINDS: &[(&str, &[OptionSpec])] = &[
     ("max_error_rate", MAX_ERROR_RATE),
     ("max_errors", MAX_ERRORS),
     ("max_requests", MAX_REQUESTS),
+    ("over_saturation", OVER_SATURATION),
 ];
 
 fn count(context: &str, value: Option<&serde_json::Value>) -> Result<u64> {
@@ -89,6 +175,63 @@ fn count(context: &str, value: Option<&serde_json::Value>) -> Result<u64> {
                 value.map_or_else(|| "nothing".to_owned(), ToString::to_string)
             ),
         })
+}
+
+fn over_saturation(
+    context: &str,
+    o: &serde_json::Map<String, serde_json::Value>,
+) -> Result<OverSaturation> {
+    let d = SaturationOptions::default();
+    let invalid = |key: &str, reason: String| Error::InvalidOption {
+        context: context.into(),
+        key: key.into(),
+        reason,
+    };
+    let seconds = |key: &str, default: f64, positive: bool| -> Result<f64> {
+        let Some(value) = o.get(key) else {
+            return Ok(default);
+        };
+        value
+            .as_f64()
+            .filter(|s| s.is_finite() && (*s > 0.0 || (!positive && *s >= 0.0)))
+            .ok_or_else(|| invalid(key, format!("must be a positive time, got {value}")))
+    };
+    let options = SaturationOptions {
+        min_duration_s: seconds("min_duration", d.min_duration_s, false)?,
+        window_s: seconds("window", d.window_s, true)?,
+        bin_s: seconds("bin", d.bin_s, true)?,
+        min_bins: match o.get("min_bins") {
+            Some(v) => v
+                .as_u64()
+                .and_then(|n| usize::try_from(n).ok())
+                .filter(|n| *n >= 3)
+                .ok_or_else(|| invalid("min_bins", format!("must be at least 3, got {v}")))?,
+            None => d.min_bins,
+        },
+        confidence: match o.get("confidence") {
+            Some(v) => v.as_f64().filter(|c| *c > 0.0 && *c < 1.0).ok_or_else(|| {
+                invalid(
+                    "confidence",
+                    format!("must be strictly between 0 and 1, got {v}"),
+                )
+            })?,
+            None => d.confidence,
+        },
+    };
+    if options.window_s < options.bin_s * 3.0 {
+        return Err(invalid(
+            "window",
+            format!(
+                "must hold at least 3 bins of {} s, got {} s",
+                options.bin_s, options.window_s
+            ),
+        ));
+    }
+    let mode = match o.get("mode").and_then(serde_json::Value::as_str) {
+        Some("monitor") => SaturationMode::Monitor,
+        _ => SaturationMode::Enforce,
+    };
+    Ok(OverSaturation { mode, options })
 }
 
 impl Constraints {
@@ -145,6 +288,9 @@ impl Constraints {
                     };
                     constraints.max_error_rate = Some(ErrorRate { rate, window });
                 }
+                "over_saturation" => {
+                    constraints.over_saturation = Some(over_saturation(&context, o)?);
+                }
                 _ => unreachable!("kinds come from CONSTRAINT_KINDS"),
             }
         }
@@ -158,15 +304,63 @@ impl Constraints {
 }
 
 /// The running state of the constraints during one benchmark.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Default)]
 pub struct ConstraintState {
     sent: u64,
     errors: u64,
     recent: VecDeque<bool>,
     recent_errors: usize,
+    saturation: Option<SaturationWatch>,
 }
 
 impl ConstraintState {
+    /// A fresh state for `constraints`, watching for over-saturation if
+    /// they ask to.
+    pub fn new(constraints: &Constraints) -> Self {
+        ConstraintState {
+            saturation: constraints.over_saturation.map(|o| SaturationWatch {
+                mode: o.mode,
+                detector: SaturationDetector::new(o.options),
+                fired: None,
+            }),
+            ..ConstraintState::default()
+        }
+    }
+
+    /// Records that a request was sent `at_s` seconds into the benchmark
+    /// with `in_flight` requests then in flight (itself included).
+    pub fn on_started(&mut self, at_s: f64, in_flight: usize) {
+        if let Some(watch) = &mut self.saturation {
+            watch.detector.on_send(at_s, in_flight);
+        }
+    }
+
+    /// Records the end of a request sent at `sent_s` (with its TTFT, if it
+    /// had a first token) at `now_s`; returns [`StopReason::OverSaturated`]
+    /// once the watch fires in `enforce` mode.
+    pub fn on_ended(&mut self, sent_s: f64, ttft_s: Option<f64>, now_s: f64) -> Option<StopReason> {
+        let watch = self.saturation.as_mut()?;
+        if let Some(ttft) = ttft_s {
+            watch.detector.on_first_token(sent_s, ttft);
+        }
+        if watch.fired.is_some() {
+            return None;
+        }
+        let verdict = watch.detector.check(now_s)?;
+        tracing::warn!(at_s = verdict.at_s, reason = %verdict.reason, "over-saturation");
+        watch.fired = Some(verdict);
+        (watch.mode == SaturationMode::Enforce).then_some(StopReason::OverSaturated)
+    }
+
+    /// What the over-saturation watch saw, if there was one.
+    pub fn saturation_report(&self) -> Option<SaturationReport> {
+        self.saturation.as_ref().map(|watch| SaturationReport {
+            mode: watch.mode,
+            fired: watch.fired.clone(),
+            last: watch.detector.state(),
+        })
+    }
+
     /// Whether another request may be sent, `elapsed` into the benchmark.
     pub fn may_send(&self, constraints: &Constraints, elapsed: Duration) -> Result<(), StopReason> {
         if constraints.max_requests.is_some_and(|n| self.sent >= n) {
@@ -277,10 +471,13 @@ mod tests {
     fn constraint_errors_are_clear() {
         let err = constraints(&["kind=max_tokens,count=1"]).expect_err("unknown");
         assert!(
-            err.to_string()
-                .contains("available: max_duration, max_error_rate, max_errors, max_requests"),
+            err.to_string().contains(
+                "available: max_duration, max_error_rate, max_errors, max_requests, over_saturation"
+            ),
             "{err}"
         );
+        let err = constraints(&["kind=over_saturation,window=1s"]).expect_err("too short");
+        assert!(err.to_string().contains("window"), "{err}");
         let err = constraints(&["kind=max_requests,count=0"]).expect_err("zero");
         assert!(err.to_string().contains("count"), "{err}");
         let err = constraints(&["kind=max_error_rate,rate=2"]).expect_err("rate");

@@ -6,7 +6,10 @@ pub mod phases;
 pub mod profile;
 pub mod scheduler;
 
-pub use constraints::{CONSTRAINT_KINDS, ConstraintState, Constraints, ErrorRate, StopReason};
+pub use constraints::{
+    CONSTRAINT_KINDS, ConstraintState, Constraints, ErrorRate, OverSaturation, SaturationMode,
+    SaturationReport, StopReason,
+};
 pub use phases::{Measured, Phase, measured};
 pub use profile::{PROFILE_KINDS, Profile, Schedule, Strategy, sweep_rates};
 pub use scheduler::{BenchmarkRun, NoObserver, Observer, RunOptions, run_benchmark};

@@ -154,6 +154,7 @@ mod tests {
             end: ts(1_000),
             stop_reason: StopReason::MaxRequests,
             footprint: None,
+            saturation: None,
         }
     }
 

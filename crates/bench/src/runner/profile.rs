@@ -9,6 +9,8 @@ use serde::Serialize;
 use guidebench_core::options::{KindArgs, OptionSpec, OptionType, check_options};
 use guidebench_core::{Error, Result};
 
+use crate::analysis::goodput::GoodputOptions;
+
 /// How one benchmark sends its requests.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -228,10 +230,79 @@ const SWEEP: &[OptionSpec] = &[
     .with_default("256"),
 ];
 
+const GOODPUT: &[OptionSpec] = &[
+    OptionSpec::optional(
+        "target",
+        OptionType::Float,
+        "fraction of requests that must meet every objective (--slo), in (0, 1)",
+    )
+    .with_default("0.95"),
+    OptionSpec::optional(
+        "confidence",
+        OptionType::Float,
+        "confidence of the attainment interval that decides a level",
+    )
+    .with_default("0.95"),
+    OptionSpec::optional("initial_streams", OptionType::Int, "the first level probed")
+        .with_default("1"),
+    OptionSpec::optional("max_streams", OptionType::Int, "the highest level probed")
+        .with_default("1024"),
+    OptionSpec::optional(
+        "tolerance",
+        OptionType::Float,
+        "stop once the bracket is within this fraction of the passing level",
+    )
+    .with_default("0.1"),
+    OptionSpec::optional(
+        "max_probes",
+        OptionType::Int,
+        "benchmarks the search may run, re-runs included",
+    )
+    .with_default("15"),
+    OptionSpec::optional(
+        "max_extensions",
+        OptionType::Int,
+        "re-runs of a level whose interval straddles the target",
+    )
+    .with_default("2"),
+];
+const KNEE: &[OptionSpec] = &[
+    OptionSpec::optional(
+        "streams",
+        OptionType::Any,
+        "the concurrency grid, at least 5 levels (or min_streams, max_streams, count)",
+    ),
+    OptionSpec::optional("min_streams", OptionType::Int, "the grid's lowest level")
+        .with_default("1"),
+    OptionSpec::optional("max_streams", OptionType::Int, "the grid's highest level"),
+    OptionSpec::optional("count", OptionType::Int, "levels in the grid, at least 5")
+        .with_default("8"),
+    OptionSpec::optional(
+        "refine",
+        OptionType::Bool,
+        "run a finer grid around the knee found",
+    )
+    .with_default("false"),
+    OptionSpec::optional(
+        "points_each_side",
+        OptionType::Int,
+        "refinement levels on each side of the knee",
+    )
+    .with_default("5"),
+    OptionSpec::optional(
+        "max_step",
+        OptionType::Int,
+        "largest spacing of the refinement levels",
+    )
+    .with_default("5"),
+];
+
 /// Every profile kind with its options, for help output.
 pub const PROFILE_KINDS: &[(&str, &[OptionSpec])] = &[
     ("concurrent", CONCURRENT),
     ("constant", CONSTANT),
+    ("goodput", GOODPUT),
+    ("knee", KNEE),
     ("poisson", POISSON),
     ("sweep", SWEEP),
     ("synchronous", SYNCHRONOUS),
@@ -254,6 +325,24 @@ pub enum Profile {
         sweep_size: usize,
         /// The throughput run's concurrency.
         max_concurrency: usize,
+    },
+    /// A search over concurrency for the highest level at which the
+    /// objectives' attainment reaches its target.
+    Goodput {
+        /// The search's settings.
+        search: GoodputOptions,
+    },
+    /// A concurrency grid and a two-segment fit of output tokens/s
+    /// against concurrency, optionally refined around the knee.
+    Knee {
+        /// The grid, increasing.
+        streams: Vec<usize>,
+        /// Whether to run a finer grid around the knee.
+        refine: bool,
+        /// Refinement levels on each side.
+        points_each_side: usize,
+        /// Largest refinement spacing.
+        max_step: usize,
     },
 }
 
@@ -344,10 +433,139 @@ impl Profile {
                     max_concurrency: opt_limit("max_concurrency")?.unwrap_or(256),
                 });
             }
+            "goodput" => return goodput(&context, o),
+            "knee" => return knee(&context, o),
             _ => unreachable!("kinds come from PROFILE_KINDS"),
         };
         Ok(Profile::Fixed { strategies })
     }
+}
+
+fn fraction(
+    context: &str,
+    key: &str,
+    value: Option<&serde_json::Value>,
+    default: f64,
+) -> Result<f64> {
+    let Some(value) = value else {
+        return Ok(default);
+    };
+    value
+        .as_f64()
+        .filter(|v| *v > 0.0 && *v < 1.0)
+        .ok_or_else(|| Error::InvalidOption {
+            context: context.into(),
+            key: key.into(),
+            reason: format!("must be strictly between 0 and 1, got {value}"),
+        })
+}
+
+fn goodput(context: &str, o: &serde_json::Map<String, serde_json::Value>) -> Result<Profile> {
+    let d = GoodputOptions::default();
+    let int = |key: &str, default: usize| -> Result<usize> {
+        o.get(key)
+            .map_or(Ok(default), |v| positive_int(context, key, v))
+    };
+    let search = GoodputOptions {
+        target: fraction(context, "target", o.get("target"), d.target)?,
+        confidence: fraction(context, "confidence", o.get("confidence"), d.confidence)?,
+        initial: int("initial_streams", d.initial)?,
+        max_level: int("max_streams", d.max_level)?,
+        tolerance: match o.get("tolerance") {
+            Some(v) => v
+                .as_f64()
+                .filter(|t| *t > 0.0 && *t <= 1.0)
+                .ok_or_else(|| Error::InvalidOption {
+                    context: context.into(),
+                    key: "tolerance".into(),
+                    reason: format!("must be in (0, 1], got {v}"),
+                })?,
+            None => d.tolerance,
+        },
+        max_probes: int("max_probes", d.max_probes)?,
+        max_extensions: match o.get("max_extensions") {
+            Some(v) => v
+                .as_u64()
+                .and_then(|n| usize::try_from(n).ok())
+                .ok_or_else(|| Error::InvalidOption {
+                    context: context.into(),
+                    key: "max_extensions".into(),
+                    reason: format!("must be a whole number, got {v}"),
+                })?,
+            None => d.max_extensions,
+        },
+    };
+    if search.initial > search.max_level {
+        return Err(Error::InvalidOption {
+            context: context.into(),
+            key: "initial_streams".into(),
+            reason: format!(
+                "must not exceed max_streams ({}), got {}",
+                search.max_level, search.initial
+            ),
+        });
+    }
+    Ok(Profile::Goodput { search })
+}
+
+fn knee(context: &str, o: &serde_json::Map<String, serde_json::Value>) -> Result<Profile> {
+    let int = |key: &str, default: Option<usize>| -> Result<Option<usize>> {
+        o.get(key)
+            .map(|v| positive_int(context, key, v))
+            .transpose()
+            .map(|v| v.or(default))
+    };
+    let streams = match o.get("streams") {
+        Some(value) => {
+            let mut levels = each(Some(value))
+                .into_iter()
+                .map(|v| positive_int(context, "streams", v.unwrap_or(&serde_json::Value::Null)))
+                .collect::<Result<Vec<_>>>()?;
+            levels.sort_unstable();
+            levels.dedup();
+            levels
+        }
+        None => {
+            let Some(max) = int("max_streams", None)? else {
+                return Err(Error::InvalidOption {
+                    context: context.into(),
+                    key: "streams".into(),
+                    reason: "give the grid as streams=1;2;4;8;16;32 or as max_streams=N \
+                             (with min_streams and count)"
+                        .into(),
+                });
+            };
+            let min = int("min_streams", Some(1))?.unwrap_or(1);
+            let count = int("count", Some(8))?.unwrap_or(8);
+            if min >= max {
+                return Err(Error::InvalidOption {
+                    context: context.into(),
+                    key: "max_streams".into(),
+                    reason: format!("must exceed min_streams ({min}), got {max}"),
+                });
+            }
+            crate::analysis::knee::grid(min, max, count)
+        }
+    };
+    if streams.len() < 5 {
+        return Err(Error::InvalidOption {
+            context: context.into(),
+            key: "streams".into(),
+            reason: format!(
+                "a knee fit needs at least 5 distinct levels, got {}",
+                streams.len()
+            ),
+        });
+    }
+    Ok(Profile::Knee {
+        streams,
+        refine: o
+            .get("refine")
+            .and_then(serde_json::Value::as_bool)
+            .unwrap_or(false),
+        points_each_side: int("points_each_side", Some(5))?.unwrap_or(5),
+        max_step: int("max_step", Some(5))?.unwrap_or(5),
+    })
 }
 
 /// The constant rates a sweep runs after its synchronous and throughput
@@ -443,7 +661,7 @@ mod tests {
         let err = profile("kind=warp").expect_err("unknown");
         assert!(
             err.to_string().contains(
-                "available: concurrent, constant, poisson, sweep, synchronous, throughput"
+                "available: concurrent, constant, goodput, knee, poisson, sweep, synchronous, throughput"
             ),
             "{err}"
         );

@@ -14,6 +14,7 @@
 //! applied as each request ends, before its slot takes the next one.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use tokio::sync::{Semaphore, mpsc, watch};
@@ -25,7 +26,7 @@ use guidebench_core::backend::Backend;
 use guidebench_core::clock::{Clock, Timestamp};
 use guidebench_core::request::{GenerationRequest, RequestRecord};
 
-use super::constraints::{ConstraintState, Constraints, StopReason};
+use super::constraints::{ConstraintState, Constraints, SaturationReport, StopReason};
 use super::profile::Strategy;
 
 /// Options of a benchmark run beyond its strategy and constraints.
@@ -78,6 +79,8 @@ pub struct BenchmarkRun {
     pub stop_reason: StopReason,
     /// What the process used meanwhile, where it could be read.
     pub footprint: Option<ClientFootprint>,
+    /// What the over-saturation watch saw, if the constraints set one.
+    pub saturation: Option<SaturationReport>,
 }
 
 impl BenchmarkRun {
@@ -169,9 +172,19 @@ struct Execution {
     constraints: Arc<Constraints>,
     completions: Arc<std::sync::Mutex<ConstraintState>>,
     stop: watch::Sender<Option<StopReason>>,
+    /// The benchmark's start, for the over-saturation watch.
+    t0: Instant,
+    /// Requests in flight, for the over-saturation watch.
+    in_flight: Arc<AtomicUsize>,
 }
 
 impl Execution {
+    fn constraints_state(&self) -> std::sync::MutexGuard<'_, ConstraintState> {
+        self.completions
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// Sends `request` and records what happened; a record is sent even if
     /// this future is dropped first (as incomplete).
     async fn execute(&self, request: GenerationRequest, scheduled: Option<Timestamp>) {
@@ -181,12 +194,21 @@ impl Execution {
         // outside tests) measures the send, like the schedule.
         let now = || clock.wall(Instant::now().into_std());
         let sent = now();
+        let watching = self.constraints.over_saturation.is_some();
+        let sent_s = self.t0.elapsed().as_secs_f64();
+        if watching {
+            let in_flight = self.in_flight.fetch_add(1, Ordering::AcqRel) + 1;
+            self.constraints_state().on_started(sent_s, in_flight);
+        }
         let mut guard = IncompleteGuard {
             armed: Some((id, sent, scheduled)),
             records: self.records.clone(),
         };
         let result = self.backend.resolve(request).await;
         guard.armed = None;
+        if watching {
+            self.in_flight.fetch_sub(1, Ordering::AcqRel);
+        }
         let mut record = match result {
             Ok(response) => RequestRecord::success(response, self.keep_text),
             Err(err) => RequestRecord::error(id, &err, sent, now()),
@@ -203,11 +225,17 @@ impl Execution {
             record.timings.scheduled = scheduled.or(Some(sent));
             record.timings.start = Some(retried_at.max(sent));
         }
-        let stop = self
-            .completions
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .on_complete(&self.constraints, record.error.is_some());
+        let stop = {
+            let mut state = self.constraints_state();
+            let stop = state.on_complete(&self.constraints, record.error.is_some());
+            let saturated = if watching {
+                let ttft = record.timings.ttft();
+                state.on_ended(sent_s, ttft, self.t0.elapsed().as_secs_f64())
+            } else {
+                None
+            };
+            stop.or(saturated)
+        };
         if let Some(reason) = stop {
             stop_with(&self.stop, reason);
         }
@@ -306,9 +334,12 @@ pub async fn run_benchmark(
         keep_text: options.keep_text,
         clock,
         constraints: Arc::new(constraints.clone()),
-        completions: Arc::new(std::sync::Mutex::new(ConstraintState::default())),
+        completions: Arc::new(std::sync::Mutex::new(ConstraintState::new(constraints))),
         stop: stop_tx.clone(),
+        t0,
+        in_flight: Arc::new(AtomicUsize::new(0)),
     };
+    let completions = Arc::clone(&execution.completions);
 
     // Strategies without a schedule keep `n` requests in flight: `n` slot
     // workers take requests from a queue this loop keeps filled.
@@ -455,6 +486,10 @@ pub async fn run_benchmark(
         .unwrap_or_else(|| clock.wall(Instant::now().into_std()))
         .max(start);
     let stop_reason = stop_rx.borrow().unwrap_or(StopReason::DataExhausted);
+    let saturation = completions
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .saturation_report();
     let footprint = usage_at_start
         .zip(ProcessUsage::now())
         .map(|(from, to)| ClientFootprint::between(&from, &to, records.len()));
@@ -465,6 +500,7 @@ pub async fn run_benchmark(
         end,
         stop_reason,
         footprint,
+        saturation,
     }
 }
 
