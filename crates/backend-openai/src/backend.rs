@@ -305,7 +305,7 @@ impl OpenAiHttpBackend {
     ) -> Result<GenerationResponse> {
         // Resolved once per run (by `validate`, or by the first request).
         let model = self.model(running).await?;
-        let started = Instant::now();
+        let started = now();
         let deadline = tokio::time::Instant::from_std(started) + self.config.timeout;
         let body = bytes::Bytes::from(build_body(&self.config, &model, &request)?);
         let url_label = running.completions_label.as_str();
@@ -323,7 +323,7 @@ impl OpenAiHttpBackend {
             } else {
                 running.fresh.clone()
             };
-            let sent = Instant::now();
+            let sent = now();
             let send = client
                 .post(running.completions_url.clone())
                 .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
@@ -391,10 +391,11 @@ impl OpenAiHttpBackend {
                 if finished {
                     continue; // drain to the end, so the connection is reused
                 }
-                let now = Instant::now();
-                finished = splitter.feed(&chunk, |line| output.on_line(line, now, url_label))?;
+                let read_at = now();
+                finished =
+                    splitter.feed(&chunk, |line| output.on_line(line, read_at, url_label))?;
             }
-            arrived = Instant::now();
+            arrived = now();
             if !finished && !splitter.remainder().is_empty() {
                 let line = std::mem::take(&mut splitter).remainder().to_vec();
                 finished = output.on_line(&line, arrived, url_label)?;
@@ -414,7 +415,7 @@ impl OpenAiHttpBackend {
                 .await
                 .map_err(|_| timeout())?
                 .map_err(|e| self.classify(&e, url_label, "reading the response"))?;
-            arrived = Instant::now();
+            arrived = now();
             output.on_body(&body, url_label)?;
         }
 
@@ -454,7 +455,7 @@ impl OpenAiHttpBackend {
             timings: RequestTimings {
                 start: Some(start),
                 tokens,
-                end: Some(Clock::global().wall(Instant::now())),
+                end: Some(Clock::global().wall(now())),
                 retries,
                 ..RequestTimings::default()
             },
@@ -474,6 +475,13 @@ impl OpenAiHttpBackend {
             }
         }
     }
+}
+
+/// The instant of every reading a request's timings are made of: tokio's
+/// clock, which is the system's monotonic clock, except in a test that
+/// pauses tokio's time and so decides when each event arrived.
+fn now() -> Instant {
+    tokio::time::Instant::now().into_std()
 }
 
 /// The HTTP client for `config`; `idle_timeout` is how long its pool keeps

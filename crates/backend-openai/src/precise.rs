@@ -194,6 +194,10 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
+    /// Far above the few milliseconds the sleeps take: a sleep that never
+    /// ends fails here instead of hanging.
+    const LIMIT: Duration = Duration::from_secs(10);
+
     #[tokio::test]
     async fn sleeps_end_at_their_deadline_in_order() {
         let start = Instant::now();
@@ -206,13 +210,26 @@ mod tests {
             }));
         }
         for (handle, at) in handles.into_iter().zip(deadlines) {
-            let woke = handle.await.expect("task");
+            let woke = tokio::time::timeout(LIMIT, handle)
+                .await
+                .expect("the sleep ends")
+                .expect("task");
             assert!(woke >= at, "never early");
         }
     }
 
-    #[tokio::test]
-    async fn a_deadline_in_the_past_is_ready_at_once() {
-        PreciseSleep::until(Instant::now()).await;
+    /// Polled once, with a waker that does nothing: ready, or the test
+    /// fails at once (a sleep that waits for a wake-up would otherwise hang).
+    #[test]
+    fn a_deadline_in_the_past_is_ready_at_once() {
+        let mut sleep = PreciseSleep::until(Instant::now());
+        let mut cx = Context::from_waker(Waker::noop());
+        assert_eq!(Pin::new(&mut sleep).poll(&mut cx), Poll::Ready(()));
+        let mut long_past = PreciseSleep::until(
+            Instant::now()
+                .checked_sub(Duration::from_secs(1))
+                .unwrap_or_else(Instant::now),
+        );
+        assert_eq!(Pin::new(&mut long_past).poll(&mut cx), Poll::Ready(()));
     }
 }

@@ -6,8 +6,7 @@ use std::time::Duration;
 use guidebench_core::backend::Backend;
 use guidebench_core::options::parse_kind_args;
 use guidebench_core::request::{
-    ChatMessage, ContentPart, FinishReason, GenerationRequest, GenerationResponse, MediaSource,
-    RequestInput,
+    ChatMessage, ContentPart, FinishReason, GenerationRequest, MediaSource, RequestInput,
 };
 use guidebench_core::sampling::Sampling;
 use guidebench_openai::mock_server::{MockServer, MockServerConfig};
@@ -31,10 +30,6 @@ fn request(id: u64, tokens: u32) -> GenerationRequest {
         "one two three four five",
         Sampling::fixed_length(tokens).expect("valid"),
     )
-}
-
-fn gaps_ms(response: &GenerationResponse) -> Vec<f64> {
-    response.timings.itl_gaps().map(|g| g * 1e3).collect()
 }
 
 async fn failure(backend: &OpenAiHttpBackend, tokens: u32) -> guidebench_core::Error {
@@ -105,37 +100,251 @@ async fn an_output_length_below_max_tokens_finishes_at_eos() {
     assert_eq!((r.output_tokens, r.finish_reason), (3, FinishReason::Eos));
 }
 
-#[tokio::test]
+/// A server whose stream the test writes one chunk at a time, on a clock
+/// the test moves: see [`events_carrying_several_tokens_are_counted_from_usage_and_share_their_gap`].
+mod scripted {
+    use std::convert::Infallible;
+    use std::net::SocketAddr;
+    use std::pin::Pin;
+    use std::task::{Context, Poll};
+
+    use bytes::Bytes;
+    use hyper::body::Frame;
+    use hyper::header::CONTENT_TYPE;
+    use hyper::service::service_fn;
+    use hyper::{Request, Response};
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    use tokio::sync::mpsc;
+
+    /// A chunk this large fills far more than what HTTP/2 flow control lets
+    /// the server have in flight: the stream's window (2 MiB for reqwest's
+    /// client) plus the server's send buffer (400 KiB). So the server can
+    /// only send a chunk after it once the client has consumed most of it,
+    /// and with it the event at its start. 8 MiB of SSE comment lines.
+    pub const PADDING: usize = 8 << 20;
+
+    /// The body of the one response: chunks as the test sends them; each
+    /// time the server asks for the next one, the test hears its number.
+    struct Chunks {
+        chunks: mpsc::UnboundedReceiver<Bytes>,
+        asked: mpsc::UnboundedSender<usize>,
+        sent: usize,
+        told: bool,
+    }
+
+    impl hyper::body::Body for Chunks {
+        type Data = Bytes;
+        type Error = Infallible;
+
+        fn poll_frame(
+            self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+            let this = self.get_mut();
+            if !this.told {
+                this.told = true;
+                let _ = this.asked.send(this.sent);
+            }
+            match this.chunks.poll_recv(cx) {
+                Poll::Ready(Some(chunk)) => {
+                    this.sent += 1;
+                    this.told = false;
+                    Poll::Ready(Some(Ok(Frame::data(chunk))))
+                }
+                Poll::Ready(None) => Poll::Ready(None),
+                Poll::Pending => Poll::Pending,
+            }
+        }
+    }
+
+    /// An HTTP/2 (prior knowledge) server on loopback that answers one
+    /// request with an event stream the test writes.
+    pub struct Server {
+        pub addr: SocketAddr,
+        chunks: Option<mpsc::UnboundedSender<Bytes>>,
+        asked: mpsc::UnboundedReceiver<usize>,
+        /// Chunks handed to the server so far.
+        sent: usize,
+    }
+
+    impl Server {
+        pub async fn start() -> Server {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+                .await
+                .expect("bind loopback");
+            let addr = listener.local_addr().expect("address");
+            let (chunks_tx, chunks_rx) = mpsc::unbounded_channel();
+            let (asked_tx, asked_rx) = mpsc::unbounded_channel();
+            tokio::spawn(async move {
+                let (stream, _) = listener.accept().await.expect("the client connects");
+                let body = std::sync::Mutex::new(Some(Chunks {
+                    chunks: chunks_rx,
+                    asked: asked_tx,
+                    sent: 0,
+                    told: false,
+                }));
+                let service = service_fn(move |_request: Request<hyper::body::Incoming>| {
+                    let body = body
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .take()
+                        .expect("one request");
+                    async move {
+                        let mut response = Response::new(body);
+                        response.headers_mut().insert(
+                            CONTENT_TYPE,
+                            hyper::header::HeaderValue::from_static("text/event-stream"),
+                        );
+                        Ok::<_, Infallible>(response)
+                    }
+                });
+                let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+            Server {
+                addr,
+                chunks: Some(chunks_tx),
+                asked: asked_rx,
+                sent: 0,
+            }
+        }
+
+        /// Waits until the server asks for the next chunk.
+        async fn asked(&mut self) {
+            loop {
+                let asked = self.asked.recv().await.expect("the response is open");
+                if asked == self.sent {
+                    return;
+                }
+            }
+        }
+
+        /// Waits until the response has begun: its headers are out.
+        pub async fn started(&mut self) {
+            self.asked().await;
+        }
+
+        /// Hands the server the next chunk of the stream.
+        pub fn send(&mut self, chunk: String) {
+            self.chunks
+                .as_ref()
+                .expect("the stream is open")
+                .send(Bytes::from(chunk))
+                .expect("the response is open");
+            self.sent += 1;
+        }
+
+        /// Hands the server `chunk` (of at least [`PADDING`] bytes) and
+        /// waits until the client has read its start. The server takes the
+        /// chunk after it (a comment line) at once, but asks for the one
+        /// after that only once it could send the comment, which flow
+        /// control allows only once the client consumed most of `chunk`.
+        pub async fn send_and_wait_until_read(&mut self, chunk: String) {
+            assert!(chunk.len() >= PADDING);
+            self.send(chunk);
+            self.send(": read?\n".to_owned());
+            self.asked().await;
+        }
+
+        /// Ends the stream.
+        pub fn end(&mut self) {
+            self.chunks.take();
+        }
+    }
+
+    /// One chat chunk carrying `content`.
+    pub fn content(content: &str, finish: Option<&str>) -> String {
+        let finish = finish.map_or("null".to_owned(), |f| format!("\"{f}\""));
+        format!(
+            "data: {{\"object\":\"chat.completion.chunk\",\"choices\":[{{\"index\":0,\
+             \"delta\":{{\"content\":\"{content}\"}},\"finish_reason\":{finish}}}]}}\n\n"
+        )
+    }
+
+    /// [`PADDING`] bytes of SSE comment lines, which carry no event.
+    pub fn padding() -> String {
+        let line = format!(": {}\n", "x".repeat(1021));
+        line.repeat(PADDING / line.len())
+    }
+}
+
+/// The client stamps each event with the instant it read it. Here the
+/// test moves the clock only once the client has read the event before
+/// (HTTP/2 flow control tells, see [`scripted::PADDING`]),
+/// and the test moves tokio's paused clock (whose auto-advance a blocking
+/// task holds off) between events: the events arrive exactly 25, 65 and
+/// 75 ms after the request was sent, whatever the machine's load.
+#[tokio::test(start_paused = true)]
 async fn events_carrying_several_tokens_are_counted_from_usage_and_share_their_gap() {
-    let mock = server(MockServerConfig {
-        itl: Duration::from_millis(10),
-        tokens_per_event: 4,
-        ..MockServerConfig::default()
-    })
-    .await;
-    let b = backend(&mock, |_| {}).await;
-    let r = b.resolve(request(1, 9)).await.expect("served");
-    // Events of 4, 4 and 1 tokens: usage says 9, not 3.
+    let (hold, held) = std::sync::mpsc::channel::<()>();
+    // While a blocking task runs, paused time moves only when told to.
+    let manual_clock = tokio::task::spawn_blocking(move || held.recv());
+    let mut server = scripted::Server::start().await;
+    let mut config = OpenAiConfig::new(&format!("http://{}", server.addr)).expect("config");
+    config.http2 = true;
+    config.model = Some("scripted".into());
+    let b = Arc::new(OpenAiHttpBackend::new(config));
+    b.startup().await.expect("startup");
+    let client = Arc::clone(&b);
+    let response = tokio::spawn(async move { client.resolve(request(1, 9)).await });
+
+    // Events of 4, 4 and 1 five-byte tokens (the usage's 9 tokens are
+    // shared out in proportion to their text), 25 ms, then 40 ms (4 × 10),
+    // then 10 ms apart.
+    server.started().await;
+    tokio::time::advance(Duration::from_millis(25)).await;
+    server
+        .send_and_wait_until_read(
+            "data: {\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":\
+             {\"role\":\"assistant\",\"content\":\"\"},\"finish_reason\":null}]}\n\n"
+                .to_owned()
+                + &scripted::content(" aaaa bbbb cccc dddd", None)
+                + &scripted::padding(),
+        )
+        .await;
+    tokio::time::advance(Duration::from_millis(40)).await;
+    server
+        .send_and_wait_until_read(
+            scripted::content(" eeee ffff gggg hhhh", None) + &scripted::padding(),
+        )
+        .await;
+    tokio::time::advance(Duration::from_millis(10)).await;
+    server.send(
+        scripted::content(" iiii", Some("length"))
+            + "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":9}}\n\n\
+               data: [DONE]\n\n",
+    );
+    server.end();
+    let r = response.await.expect("resolve task").expect("served");
+    drop(hold);
+    manual_clock.await.expect("the blocking task ends").ok();
+
+    // Usage says 9 tokens, not the 3 events.
     assert_eq!(r.output_tokens, 9);
     assert_eq!(r.timings.tokens.len(), 9);
-    // The first event's 4 tokens share its instant; the second event's 4
-    // share its ~40 ms gap (~10 ms each); the last token its own ~10 ms gap.
-    let gaps = gaps_ms(&r);
-    assert!(gaps[..3].iter().all(|&g| g == 0.0), "gaps {gaps:?}");
-    // The second event's tokens split its gap evenly (whatever the
-    // scheduler did to its arrival, the four shares are equal).
-    let shared = &gaps[3..7];
-    assert!(
-        shared
-            .iter()
-            .all(|&g| (8.0..30.0).contains(&g) && (g - shared[0]).abs() < 0.01),
-        "gaps {gaps:?}"
-    );
-    // The last token has a gap of its own; how long depends on when the
-    // client woke for the event before it, so only its order is checked
-    // here, and the whole stream spans at least the two event gaps.
-    assert!((0.0..30.0).contains(&gaps[7]), "gaps {gaps:?}");
-    assert!(gaps.iter().sum::<f64>() >= 40.0, "gaps {gaps:?}");
+    assert_eq!(r.text, " aaaa bbbb cccc dddd eeee ffff gggg hhhh iiii");
+    assert_eq!(r.finish_reason, FinishReason::Length);
+    // The first event's 4 tokens share its instant, 25 ms after the send;
+    // the second event's 4 share its 40 ms gap; the last has its own 10 ms.
+    let ttft = r.timings.ttft().expect("ttft");
+    assert!((ttft - 0.025).abs() < 1e-9, "ttft {ttft}");
+    let gaps_ns: Vec<i64> = r
+        .timings
+        .tokens
+        .windows(2)
+        .map(|w| w[1].0 - w[0].0)
+        .collect();
+    let expected_ms = [0, 0, 0, 10, 10, 10, 10, 10];
+    for (i, (&gap, ms)) in gaps_ns.iter().zip(expected_ms).enumerate() {
+        // Splitting 40 ms in four rounds to the nanosecond at most.
+        assert!(
+            (gap - ms * 1_000_000).abs() <= 1,
+            "gap {i} is {gap} ns, not {ms} ms: {gaps_ns:?}"
+        );
+    }
+    let latency = r.timings.latency().expect("latency");
+    assert!((latency - 0.075).abs() < 1e-9, "latency {latency}");
 }
 
 #[tokio::test]

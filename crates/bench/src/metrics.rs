@@ -121,6 +121,35 @@ mod tests {
     }
 
     #[test]
+    fn unsorted_samples_give_the_same_statistics_as_sorted_ones() {
+        // 1..=10 out of order, with the extremes in the middle: taken as
+        // they come, min, max and every percentile would be wrong.
+        let values = [7.0, 3.0, 10.0, 1.0, 9.0, 2.0, 8.0, 5.0, 4.0, 6.0];
+        let d = Distribution::from_values(values);
+        assert_eq!((d.min, d.max), (1.0, 10.0));
+        assert!((d.median - 5.5).abs() < 1e-12, "{}", d.median);
+        for (p, expected) in [
+            (1.0, 1.09),
+            (10.0, 1.9),
+            (25.0, 3.25),
+            (50.0, 5.5),
+            (75.0, 7.75),
+            (90.0, 9.1),
+            (99.0, 9.91),
+        ] {
+            let got = d.at(p).expect("a reported percentile");
+            assert!(
+                (got - expected).abs() < 1e-12,
+                "p{p}: {got}, not {expected}"
+            );
+        }
+        assert!((d.mean - 5.5).abs() < 1e-12);
+        assert!((d.std - 8.25f64.sqrt()).abs() < 1e-12);
+        let descending = Distribution::from_values(values.iter().rev().copied());
+        assert_eq!(d, descending, "the order of the samples does not matter");
+    }
+
+    #[test]
     fn empty_input_has_count_zero() {
         let d = Distribution::from_values(Vec::<f64>::new());
         assert_eq!(d.count, 0);

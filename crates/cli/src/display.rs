@@ -106,6 +106,18 @@ struct Live {
     bar: Option<ProgressBar>,
 }
 
+impl Live {
+    /// Takes the bar on screen off it. Each bar draws through its own
+    /// handle and knows only its own lines, so the old one must be cleared
+    /// before the next one draws: cleared after, it would erase the new
+    /// bar's line and leave its own on screen.
+    fn clear(&mut self) {
+        if let Some(old) = self.bar.take() {
+            old.finish_and_clear();
+        }
+    }
+}
+
 /// Observes a benchmark for the display.
 pub struct DisplayObserver {
     counters: Arc<Counters>,
@@ -152,14 +164,19 @@ impl Display {
                 counters,
             };
         }
+        // The bars fill their lines to this width and count on it to find
+        // their lines again: wider than the terminal, every line wraps and
+        // each redraw leaves one behind. Read while descriptor 2 is still
+        // the terminal.
+        let width = std::env::var("COLUMNS")
+            .ok()
+            .and_then(|c| c.parse().ok())
+            .or_else(|| console::Term::stderr().size_checked().map(|(_, cols)| cols))
+            .unwrap_or(100);
         let log_path = std::env::temp_dir().join(format!("guidebench-{}.log", std::process::id()));
         let live = File::create(&log_path).ok().and_then(|log| {
             let redirect = StdioRedirect::to_file(&log).ok()?;
             let file = redirect.terminal().ok()?;
-            let width = std::env::var("COLUMNS")
-                .ok()
-                .and_then(|c| c.parse().ok())
-                .unwrap_or(100);
             Some(Live {
                 redirect,
                 log_path: log_path.clone(),
@@ -176,6 +193,7 @@ impl Display {
             eprintln!("{message}");
         }
         if let Some(live) = &mut self.live {
+            live.clear();
             let bar = ProgressBar::with_draw_target(None, draw_target(&live.target));
             bar.set_style(
                 ProgressStyle::with_template("{spinner} {msg} {elapsed}")
@@ -183,9 +201,7 @@ impl Display {
             );
             bar.set_message(message.to_owned());
             bar.enable_steady_tick(Duration::from_millis(120));
-            if let Some(old) = live.bar.replace(bar) {
-                old.finish_and_clear();
-            }
+            live.bar = Some(bar);
         }
     }
 
@@ -199,6 +215,7 @@ impl Display {
             }
         }
         let bar = self.live.as_mut().map(|live| {
+            live.clear();
             let bar = ProgressBar::with_draw_target(total, draw_target(&live.target));
             let template = if total.is_some() {
                 "{prefix} [{bar:30}] {pos}/{len} requests · {msg} · {elapsed}"
@@ -212,9 +229,7 @@ impl Display {
             );
             bar.set_prefix(name.to_owned());
             bar.enable_steady_tick(Duration::from_millis(200));
-            if let Some(old) = live.bar.replace(bar.clone()) {
-                old.finish_and_clear();
-            }
+            live.bar = Some(bar.clone());
             bar
         });
         DisplayObserver {

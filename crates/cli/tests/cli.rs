@@ -106,6 +106,30 @@ fn backends_lists_kinds_engines_and_every_pluggable_option() {
     }
 }
 
+/// The help a user reads for the offline backend gives the defaults that
+/// a run without the options gets (pinned through the registry in
+/// `crates/core/tests/offline_batcher.rs`).
+#[test]
+fn backends_shows_the_offline_defaults_that_apply() {
+    let out = guidebench(&["backends"]);
+    assert_eq!(out.status.code(), Some(0));
+    let stdout = text(&out.stdout);
+    let line = |option: &str| {
+        stdout
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(option))
+            .unwrap_or_else(|| panic!("no line for `{option}` in {stdout}"))
+            .to_owned()
+    };
+    let batch_size = line("batch_size");
+    assert!(
+        batch_size.ends_with("the most requests per batch (default 32)"),
+        "{batch_size}"
+    );
+    let batch_timeout = line("batch_timeout");
+    assert!(batch_timeout.ends_with("(default 10ms)"), "{batch_timeout}");
+}
+
 #[test]
 fn bad_options_exit_2_with_a_one_line_reason() {
     let cases: &[(&[&str], &str)] = &[

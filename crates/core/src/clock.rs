@@ -34,6 +34,9 @@ impl Timestamp {
     }
 }
 
+/// The process-wide anchor: see [`Clock::global`].
+static GLOBAL: OnceLock<Clock> = OnceLock::new();
+
 /// The anchor that maps `Instant`s to [`Timestamp`]s.
 #[derive(Debug, Clone, Copy)]
 pub struct Clock {
@@ -44,8 +47,17 @@ pub struct Clock {
 impl Clock {
     /// The process-wide clock, anchored on first use.
     pub fn global() -> &'static Clock {
-        static CLOCK: OnceLock<Clock> = OnceLock::new();
-        CLOCK.get_or_init(|| Clock::anchored(Instant::now(), SystemTime::now()))
+        GLOBAL.get_or_init(|| Clock::anchored(Instant::now(), SystemTime::now()))
+    }
+
+    /// Anchors the process-wide clock at `clock`, if nothing has used it
+    /// yet; gives `clock` back otherwise.
+    ///
+    /// For tests that need to know in advance which wall-clock time every
+    /// instant maps to (an anchor no fresh reading of the clocks can
+    /// reproduce shows any conversion that bypasses [`Clock::global`]).
+    pub fn set_global(clock: Clock) -> Result<(), Clock> {
+        GLOBAL.set(clock)
     }
 
     /// A clock anchored at the given pair of readings.

@@ -8,7 +8,7 @@ use guidebench_core::backend::Backend;
 use guidebench_core::clock::Timestamp;
 use guidebench_core::engine::EngineConfig;
 use guidebench_core::offline::{BatchPolicy, OfflineBackend, OfflineConfig};
-use guidebench_core::request::{FinishReason, GenerationRequest, GenerationResponse};
+use guidebench_core::request::{GenerationRequest, GenerationResponse};
 use guidebench_core::sampling::Sampling;
 use guidebench_core::{Error, Result};
 use guidebench_testkit::{MockEngine, MockOptions, MockProbe};
@@ -136,21 +136,75 @@ async fn requests_arriving_during_a_generate_are_flushed_afterwards() {
     assert_eq!(probe.overlaps(), 0);
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_partial_batch_arriving_during_a_generate_leaves_at_its_first_arrival_plus_the_timeout() {
+    let probe = MockProbe::new();
+    let timeout = Duration::from_millis(10);
+    let backend = started(&probe, MockOptions::default(), policy(2, timeout)).await;
+    probe.generate_gate().close();
+    let t0 = Instant::now();
+    let mut handles: Vec<_> = (0..2).map(|id| spawn_resolve(&backend, id)).collect();
+    probe.wait_generates_started(1).await;
+    assert_eq!(Instant::now(), t0, "a full batch leaves at once");
+
+    // 3 ms into the generate, a request arrives: a partial batch whose
+    // timeout runs from now, while the engine is busy.
+    tokio::time::sleep(Duration::from_millis(3)).await;
+    let arrived = Instant::now();
+    handles.push(spawn_resolve(&backend, 2));
+    // The generate ends 5 ms in, well before that timeout.
+    tokio::time::sleep(Duration::from_millis(2)).await;
+    assert_eq!(probe.generates_started(), 1, "one generate at a time");
+    probe.generate_gate().open();
+
+    probe.wait_generates_started(2).await;
+    assert_eq!(
+        Instant::now() - arrived,
+        timeout,
+        "the partial batch leaves when its timeout, counted from its arrival during the \
+         generate, expires (a batcher that stopped reading its queue during the generate \
+         counts it from the generate's end instead)"
+    );
+    let results = join_all(handles).await;
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    assert_eq!(probe.batch_sizes(), vec![2, 1]);
+}
+
 // --- Guarantee 4: generate calls never overlap ----------------------------
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn generate_calls_never_overlap_under_concurrent_load() {
+/// With one engine thread, generate calls cannot overlap even if the
+/// batcher handed out a batch while another was generating (it would wait
+/// in the engine thread's queue). So this checks the hand-out itself: while
+/// a generate runs, requests whose timeout expires stay in the batcher's
+/// queue, keep gathering, and leave together once the generate is done; a
+/// batch handed out during the generate would have left alone.
+#[tokio::test(start_paused = true)]
+async fn the_batcher_hands_out_no_batch_while_a_generate_runs() {
     let probe = MockProbe::new();
-    let options = MockOptions {
-        token_time: 0.000_05,
-        ..MockOptions::default()
-    };
-    let backend = started(&probe, options, policy(3, Duration::from_micros(200))).await;
-    let results = join_all((0..60).map(|id| spawn_resolve(&backend, id)).collect()).await;
+    let timeout = Duration::from_millis(10);
+    let backend = started(&probe, MockOptions::default(), policy(3, timeout)).await;
+    probe.generate_gate().close();
+    let mut handles = vec![spawn_resolve(&backend, 0)];
+    probe.wait_generates_started(1).await;
+
+    // Two requests arrive during the generate, 15 ms apart: each one's
+    // timeout expires while the engine is still busy.
+    for id in 1..=2 {
+        handles.push(spawn_resolve(&backend, id));
+        tokio::time::sleep(timeout + Duration::from_millis(5)).await;
+    }
+    assert_eq!(probe.generates_started(), 1, "the engine is still busy");
+    probe.generate_gate().open();
+
+    let results = join_all(handles).await;
     assert!(results.iter().all(Result::is_ok), "{results:?}");
+    assert_eq!(
+        probe.batch_sizes(),
+        vec![1, 2],
+        "requests that timed out during a generate wait for it and leave as one batch; \
+         a batch per request means batches were handed out while a generate ran"
+    );
     assert_eq!(probe.overlaps(), 0);
-    assert_eq!(probe.batch_sizes().iter().sum::<usize>(), 60);
-    assert!(probe.batch_sizes().iter().all(|&n| n <= 3));
 }
 
 // --- Guarantee 5: the engine is created lazily and once ------------------
@@ -453,40 +507,129 @@ async fn outputs_through_the_batcher_equal_direct_engine_outputs() {
     }
 }
 
-// --- Guarantee 8: timings come from the engine's instants -----------------
+// --- Guarantee 8: timings (the rest is in offline_timings.rs) -------------
 
-mod scripted {
-    use std::sync::Arc;
+/// Engines written for one test each, created through a plain factory.
+mod custom {
+    use std::sync::{Arc, Mutex};
     use std::time::{Duration, Instant};
 
     use guidebench_core::Result;
-    use guidebench_core::engine::{Engine, EngineDescription, EngineOutput, EngineRequest};
+    use guidebench_core::engine::{
+        Engine, EngineConfig, EngineDescription, EngineFactory, EngineOutput, EngineRequest,
+    };
+    use guidebench_core::offline::{BatchPolicy, OfflineBackend, OfflineConfig};
     use guidebench_core::request::FinishReason;
     use guidebench_core::tokenizer::Tokenizer;
     use guidebench_testkit::ByteTokenizer;
 
-    /// Reports three tokens at fixed offsets from the start of generate.
-    pub struct Scripted;
+    /// Something an engine writes down on its own thread for the test.
+    pub type Slot<T> = Arc<Mutex<Vec<T>>>;
 
-    pub const OFFSETS_MS: [u64; 3] = [40, 60, 90];
+    pub fn push<T>(slot: &Slot<T>, value: T) {
+        slot.lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(value);
+    }
 
-    impl Engine for Scripted {
+    pub fn taken<T: Clone>(slot: &Slot<T>) -> Vec<T> {
+        slot.lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// An offline backend (batches of one) over `factory`.
+    pub fn backend(factory: EngineFactory) -> OfflineBackend {
+        OfflineBackend::new(
+            OfflineConfig {
+                policy: BatchPolicy {
+                    batch_size: 1,
+                    batch_timeout: Duration::from_millis(1),
+                },
+                ..OfflineConfig::default()
+            },
+            EngineConfig::default(),
+            factory,
+        )
+    }
+
+    fn output(token_instants: Vec<Instant>) -> EngineOutput {
+        EngineOutput {
+            token_ids: vec![1; token_instants.len()],
+            text: "a".repeat(token_instants.len()),
+            prompt_tokens: 1,
+            finish_reason: FinishReason::Length,
+            token_instants,
+        }
+    }
+
+    /// Reports its three tokens as having come out 30, 20 and 5 ms before
+    /// it returns (an engine that syncs a device or detokenizes after its
+    /// last step), and writes down the instant it returns.
+    pub struct EarlyTokens {
+        pub returned: Slot<Instant>,
+    }
+
+    impl Engine for EarlyTokens {
         fn generate(&mut self, batch: &[EngineRequest]) -> Result<Vec<Result<EngineOutput>>> {
-            let base = Instant::now();
+            let returned = Instant::now();
+            let before = |ms| {
+                returned
+                    .checked_sub(Duration::from_millis(ms))
+                    .expect("the monotonic clock started more than 30 ms ago")
+            };
+            push(&self.returned, returned);
             Ok(batch
                 .iter()
-                .map(|r| EngineOutput {
-                    token_ids: vec![1, 2, 3],
-                    text: "abc".into(),
-                    prompt_tokens: u32::try_from(r.prompt.len()).unwrap_or(0) + 7,
-                    finish_reason: FinishReason::Length,
-                    token_instants: OFFSETS_MS
-                        .iter()
-                        .map(|&ms| base + Duration::from_millis(ms))
-                        .collect(),
-                })
-                .map(Ok)
+                .map(|_| Ok(output(vec![before(30), before(20), before(5)])))
                 .collect())
+        }
+
+        fn tokenizer(&self) -> Arc<dyn Tokenizer> {
+            Arc::new(ByteTokenizer::default())
+        }
+
+        fn describe(&self) -> EngineDescription {
+            EngineDescription::default()
+        }
+    }
+
+    /// Writes down the CPU affinity of the thread it runs on, when it is
+    /// created and in every generate.
+    #[cfg(target_os = "linux")]
+    pub struct AffinityRecorder {
+        pub seen: Slot<(&'static str, Vec<usize>)>,
+    }
+
+    /// The CPUs the calling thread may run on.
+    #[cfg(target_os = "linux")]
+    pub fn own_affinity() -> Vec<usize> {
+        let set = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0))
+            .expect("sched_getaffinity");
+        (0..nix::sched::CpuSet::count())
+            .filter(|&cpu| set.is_set(cpu).unwrap_or(false))
+            .collect()
+    }
+
+    #[cfg(target_os = "linux")]
+    impl AffinityRecorder {
+        pub fn factory(seen: &Slot<(&'static str, Vec<usize>)>) -> EngineFactory {
+            let seen = Arc::clone(seen);
+            Arc::new(move |_: &EngineConfig| {
+                push(&seen, ("created", own_affinity()));
+                Ok(Box::new(AffinityRecorder {
+                    seen: Arc::clone(&seen),
+                }) as Box<dyn Engine>)
+            })
+        }
+    }
+
+    #[cfg(target_os = "linux")]
+    impl Engine for AffinityRecorder {
+        fn generate(&mut self, batch: &[EngineRequest]) -> Result<Vec<Result<EngineOutput>>> {
+            push(&self.seen, ("generate", own_affinity()));
+            let now = Instant::now();
+            Ok(batch.iter().map(|_| Ok(output(vec![now]))).collect())
         }
 
         fn tokenizer(&self) -> Arc<dyn Tokenizer> {
@@ -500,46 +643,110 @@ mod scripted {
 }
 
 #[tokio::test]
-async fn timings_come_from_the_engines_own_token_instants() {
+async fn a_requests_end_is_when_the_caller_got_the_result_not_the_engines_last_token() {
+    use guidebench_core::clock::Clock;
     use guidebench_core::engine::Engine;
 
-    let backend = OfflineBackend::new(
-        OfflineConfig {
-            policy: policy(1, Duration::from_millis(1)),
-            ..OfflineConfig::default()
-        },
-        EngineConfig::default(),
-        Arc::new(|_: &EngineConfig| Ok(Box::new(scripted::Scripted) as Box<dyn Engine>)),
-    );
+    let returned: custom::Slot<std::time::Instant> = custom::Slot::default();
+    let slot = Arc::clone(&returned);
+    let backend = custom::backend(Arc::new(move |_: &EngineConfig| {
+        Ok(Box::new(custom::EarlyTokens {
+            returned: Arc::clone(&slot),
+        }) as Box<dyn Engine>)
+    }));
     backend.startup().await.expect("startup");
     backend.validate().await.expect("validate");
-    let response = backend.resolve(request(5)).await.expect("resolve");
+    let response = backend.resolve(request(1)).await.expect("resolve");
+    let got = Timestamp::now();
     let t = &response.timings;
+    let end = t.end.expect("end");
+    let returned = custom::taken(&returned);
+    let handed_back = Clock::global().wall(*returned.first().expect("one generate"));
+    let last_token = t.last_token().expect("tokens");
 
-    // Token counts come from the engine.
-    assert_eq!(response.output_tokens, 3);
-    assert_eq!(
-        response.prompt_tokens,
-        u32::try_from("prompt number 5".len()).expect("small") + 7
-    );
-    assert_eq!(response.finish_reason, FinishReason::Length);
-
-    // The instants are mapped through one anchor: their gaps are exact.
-    let gaps_ns: Vec<i64> = t.tokens.windows(2).map(|w| w[1].0 - w[0].0).collect();
-    assert_eq!(gaps_ns, vec![20_000_000, 30_000_000]);
-    let itl = t.itl_mean().expect("itl");
-    assert!((itl - 0.025).abs() < 1e-9, "{itl}");
-    let start = t.start.expect("start");
-    let dispatched = t.dispatched.expect("dispatched");
-    assert!(start <= t.queued.expect("queued") && t.queued.expect("queued") <= dispatched);
-    let ttft = t.ttft().expect("ttft");
-    assert!(ttft >= 0.040, "first token is 40 ms after dispatch: {ttft}");
-    let tpot = t.tpot().expect("tpot");
     assert!(
-        ((tpot * 3.0) - (ttft + 0.050)).abs() < 1e-6,
-        "tpot = (last - start) / n"
+        end >= handed_back,
+        "end {end:?} is before the engine even returned ({handed_back:?}): it is not when \
+         the caller got the result"
+    );
+    assert!(end >= last_token, "{end:?} < {last_token:?}");
+    assert!(
+        end <= got,
+        "end {end:?} is after the caller had the result ({got:?})"
+    );
+    assert!(
+        end.0 - last_token.0 >= 5_000_000,
+        "the engine returned 5 ms after its last token"
     );
     backend.shutdown().await.expect("shutdown");
+}
+
+// --- Guarantee 10: the engine thread's CPU affinity ------------------------
+
+/// The engine thread is started by whichever thread first needs the engine,
+/// and would inherit that thread's affinity: here one narrowed to a single
+/// CPU. The engine itself reads its own thread's affinity while it is
+/// created and while it generates.
+#[cfg(target_os = "linux")]
+#[test]
+fn the_engine_runs_on_every_cpu_the_cgroup_allows_even_when_started_from_a_narrowed_thread() {
+    use custom::own_affinity;
+    use guidebench_core::affinity::reset_thread_affinity;
+
+    let narrow = || {
+        let mut one = nix::sched::CpuSet::new();
+        one.set(own_affinity()[0]).expect("cpu");
+        nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &one).expect("narrow");
+        own_affinity()
+    };
+    // What a reset gives on this machine, from a narrowed thread.
+    let (narrowed, reset) = std::thread::spawn(move || {
+        let narrowed = narrow();
+        reset_thread_affinity();
+        (narrowed, own_affinity())
+    })
+    .join()
+    .expect("reference thread");
+    if reset == narrowed {
+        eprintln!(
+            "skipped: on this machine the cgroup allows only {narrowed:?} (or no reset can \
+             be applied), so a reset is indistinguishable from none"
+        );
+        return;
+    }
+
+    let seen = custom::Slot::default();
+    let recorder = Arc::clone(&seen);
+    let caller_after = std::thread::spawn(move || {
+        let caller = narrow();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        runtime.block_on(async {
+            let backend = custom::backend(custom::AffinityRecorder::factory(&recorder));
+            backend.startup().await.expect("startup");
+            backend.validate().await.expect("validate");
+            backend.resolve(request(1)).await.expect("resolve");
+            backend.shutdown().await.expect("shutdown");
+        });
+        assert_eq!(own_affinity(), caller, "only the engine thread is reset");
+    })
+    .join();
+    caller_after.expect("narrowed caller thread");
+
+    let seen = custom::taken(&seen);
+    assert_eq!(
+        seen.iter().map(|(when, _)| *when).collect::<Vec<_>>(),
+        vec!["created", "generate"]
+    );
+    for (when, cpus) in seen {
+        assert_eq!(
+            cpus, reset,
+            "the engine {when} on {cpus:?}, not on every allowed CPU {reset:?} (its thread kept \
+             the affinity {narrowed:?} of the thread that started it)"
+        );
+    }
 }
 
 // --- Guarantee 1: options, through the registry ---------------------------
@@ -567,6 +774,40 @@ mod options {
             );
             assert!(err.is_usage());
         }
+    }
+
+    /// The defaults a user gets without setting anything are the ones
+    /// `guidebench backends` shows them (its help is the option list).
+    #[tokio::test]
+    async fn the_defaults_that_apply_are_32_requests_and_10_ms_as_the_help_says() {
+        use guidebench_core::offline::policy::{DEFAULT_BATCH_SIZE, DEFAULT_BATCH_TIMEOUT};
+        use guidebench_core::registry;
+
+        let options = registry::backends()
+            .expect("registry")
+            .get("offline")
+            .expect("offline is registered")
+            .options;
+        let help = |name: &str| {
+            options
+                .iter()
+                .find(|spec| spec.name == name)
+                .and_then(|spec| spec.default)
+        };
+        assert_eq!(help("batch_size"), Some("32"));
+        assert_eq!(help("batch_timeout"), Some("10ms"));
+        assert_eq!(
+            (DEFAULT_BATCH_SIZE, DEFAULT_BATCH_TIMEOUT),
+            (32, std::time::Duration::from_millis(10))
+        );
+
+        let backend = create("kind=offline,engine=mock").expect("defaults are valid");
+        backend.startup().await.expect("startup");
+        let report = backend.validate().await.expect("validate");
+        assert_eq!(report.info["scheduling"], "static", "{:?}", report.info);
+        assert_eq!(report.info["batch_size"], 32, "{:?}", report.info);
+        assert_eq!(report.info["batch_timeout_s"], 0.01, "{:?}", report.info);
+        backend.shutdown().await.expect("shutdown");
     }
 
     #[test]

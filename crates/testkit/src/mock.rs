@@ -59,6 +59,12 @@ pub const OPTIONS: &[OptionSpec] = &[
     )
     .with_default("true"),
     OptionSpec::optional("images", OptionType::Bool, "accept image inputs").with_default("false"),
+    OptionSpec::optional(
+        "stdio_noise",
+        OptionType::Bool,
+        "write a line to descriptors 1 and 2 at load and in every batch, as native libraries do",
+    )
+    .with_default("false"),
 ];
 
 guidebench_core::register_engine! {
@@ -90,6 +96,11 @@ pub struct MockOptions {
     pub chat_template: Option<bool>,
     /// Accept image inputs.
     pub images: bool,
+    /// Write a line straight to file descriptors 1 and 2 (below Rust's
+    /// `stdout`/`stderr` handles, as a native library does) when the engine
+    /// loads and in every batch: `mock engine loaded (fd 1)`, `mock engine
+    /// batch N (fd 2)`, ...
+    pub stdio_noise: bool,
 }
 
 /// The error a mock engine injects with `fail_on_batch`.
@@ -138,6 +149,30 @@ fn fnv1a(bytes: &[u8]) -> u64 {
     })
 }
 
+/// Writes `mock engine {what} (fd N)` to descriptors 1 and 2 with plain
+/// `write` calls on duplicates of them, bypassing Rust's buffered handles,
+/// as C code does.
+fn native_noise(what: &str) {
+    use std::io::Write;
+    #[cfg(unix)]
+    {
+        use std::os::fd::AsFd;
+        let out = std::io::stdout().as_fd().try_clone_to_owned();
+        let err = std::io::stderr().as_fd().try_clone_to_owned();
+        for (fd, n) in [(out, 1), (err, 2)] {
+            if let Ok(fd) = fd {
+                let _ = std::fs::File::from(fd)
+                    .write_all(format!("mock engine {what} (fd {n})\n").as_bytes());
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = writeln!(std::io::stdout(), "mock engine {what} (fd 1)");
+        let _ = writeln!(std::io::stderr(), "mock engine {what} (fd 2)");
+    }
+}
+
 impl MockEngine {
     /// Creates a mock engine from `engine=mock,...` options (registry entry).
     pub fn create(config: &EngineConfig) -> Result<Box<dyn Engine>> {
@@ -159,6 +194,9 @@ impl MockEngine {
                 engine: "mock".into(),
                 reason: "injected load failure".into(),
             });
+        }
+        if options.stdio_noise {
+            native_noise("loaded");
         }
         Ok(MockEngine {
             tokenizer: Arc::new(ByteTokenizer::new(options.chat_template.unwrap_or(true))),
@@ -229,6 +267,9 @@ impl Engine for MockEngine {
         let _active = ActiveGuard(self.probe.as_ref());
         self.batches += 1;
         let n = self.batches;
+        if self.options.stdio_noise {
+            native_noise(&format!("batch {n}"));
+        }
         if self.options.fail_on_batch == Some(n) {
             return Err(Error::engine(InjectedFailure(n)));
         }

@@ -1,0 +1,203 @@
+//! Guarantee 11 end to end: `guidebench run` on a terminal (a
+//! pseudo-terminal this test opens), where the live display starts, with a
+//! mock engine that writes to descriptors 1 and 2 the way a native library
+//! does. What the engine writes must land in the log file, never on the
+//! terminal, and the screen left at the end (read through a terminal
+//! emulator) must hold the report and the log's name, with no trace of the
+//! display or of the engine: on a wide terminal that exports `COLUMNS` and
+//! on an 80-column one that does not.
+//!
+//! This file holds a single test: the terminal's descriptors must not leak
+//! into processes that other tests of the same binary would spawn.
+
+#![cfg(unix)]
+
+use std::fs::File;
+use std::io::Read;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use nix::fcntl::{FcntlArg, FdFlag, fcntl};
+use nix::pty::{Winsize, openpty};
+
+const ROWS: u16 = 50;
+/// Far above the second or so the run takes; a hang fails here instead of
+/// at the test runner's limit.
+const LIMIT: Duration = Duration::from_secs(60);
+
+/// A pseudo-terminal: the side the program gets, and the side the test
+/// reads the screen from.
+struct Pty {
+    terminal: OwnedFd,
+    screen: OwnedFd,
+}
+
+fn open_pty(cols: u16) -> Pty {
+    let size = Winsize {
+        ws_row: ROWS,
+        ws_col: cols,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    let pty = openpty(&size, None).expect("a pseudo-terminal");
+    for fd in [&pty.master, &pty.slave] {
+        // Only the child's descriptors 0, 1 and 2 may hold the terminal, so
+        // that reading the screen ends when the child exits.
+        fcntl(fd.as_fd(), FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC)).expect("close on exec");
+    }
+    Pty {
+        terminal: pty.slave,
+        screen: pty.master,
+    }
+}
+
+/// Everything written to the terminal, until no process holds it any more.
+fn read_screen(screen: OwnedFd) -> std::thread::JoinHandle<Vec<u8>> {
+    std::thread::spawn(move || {
+        let mut screen = File::from(screen);
+        let mut shown = Vec::new();
+        let mut buf = [0u8; 8192];
+        loop {
+            match screen.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => shown.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                // Linux answers EIO once the last descriptor of the terminal
+                // side is closed.
+                Err(_) => break,
+            }
+        }
+        shown
+    })
+}
+
+/// Waits for the child for at most [`LIMIT`]; kills it past that.
+fn wait(mut child: std::process::Child) -> ExitStatus {
+    let pid = child.id();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait());
+    });
+    match rx.recv_timeout(LIMIT) {
+        Ok(status) => status.expect("wait for guidebench"),
+        Err(_) => {
+            let pid = nix::unistd::Pid::from_raw(i32::try_from(pid).expect("a pid"));
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+            panic!("guidebench run did not finish within {LIMIT:?} on a terminal");
+        }
+    }
+}
+
+/// What one run on a terminal of `cols` columns left behind.
+struct Run {
+    status: ExitStatus,
+    /// Every byte written to the terminal.
+    shown: Vec<u8>,
+    log: PathBuf,
+}
+
+/// `guidebench run` on a fresh terminal `cols` wide, with `COLUMNS`
+/// exported or not.
+fn run_on_a_terminal(tmp: &Path, cols: u16, export_columns: bool) -> Run {
+    let pty = open_pty(cols);
+    let mut command = Command::new(env!("CARGO_BIN_EXE_guidebench"));
+    command
+        .args([
+            "run",
+            "--backend",
+            "kind=offline,engine=mock,stdio_noise=true,batch_size=4,token_time=2ms",
+            "--data",
+            "kind=synthetic_text,prompt_tokens=16,output_tokens=8",
+            "--constraint",
+            "kind=max_requests,count=24",
+            "--output",
+            "kind=console",
+        ])
+        // The log goes to the temporary directory.
+        .env("TMPDIR", tmp)
+        .env_remove("GUIDEBENCH_LOG")
+        .stdin(Stdio::from(pty.terminal.try_clone().expect("dup")))
+        .stdout(Stdio::from(pty.terminal.try_clone().expect("dup")))
+        .stderr(Stdio::from(pty.terminal));
+    if export_columns {
+        command.env("COLUMNS", cols.to_string());
+    } else {
+        command.env_remove("COLUMNS");
+    }
+    let shown = read_screen(pty.screen);
+    let child = command.spawn().expect("guidebench starts");
+    // The command keeps the terminal's descriptors until it is dropped.
+    drop(command);
+    let log = tmp.join(format!("guidebench-{}.log", child.id()));
+    let status = wait(child);
+    let shown = shown.join().expect("screen reader");
+    Run { status, shown, log }
+}
+
+#[test]
+fn engine_output_goes_to_the_log_and_the_final_screen_holds_only_the_report() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    // A wide terminal that exports its width, and the common 80 columns
+    // that do not (the display must ask the terminal).
+    for (cols, export_columns) in [(160, true), (80, false)] {
+        let case = format!("{cols} columns, COLUMNS exported: {export_columns}");
+        let Run { status, shown, log } = run_on_a_terminal(tmp.path(), cols, export_columns);
+        let raw = String::from_utf8_lossy(&shown);
+        assert!(status.success(), "{case}: {status}: {raw}");
+
+        // The engine's writes went to the log, from load to the last batch.
+        let logged = std::fs::read_to_string(&log).unwrap_or_else(|e| {
+            panic!("{case}: no log at {}: {e}; terminal: {raw}", log.display())
+        });
+        for line in [
+            "mock engine loaded (fd 1)",
+            "mock engine loaded (fd 2)",
+            "mock engine batch 1 (fd 1)",
+            "mock engine batch 1 (fd 2)",
+            "mock engine batch 6 (fd 2)",
+        ] {
+            assert!(
+                logged.contains(line),
+                "{case}: `{line}` not in the log: {logged}"
+            );
+        }
+        // ... and never reached the terminal, not even for a moment.
+        assert!(
+            !raw.contains("mock engine"),
+            "{case}: engine output reached the terminal: {raw}"
+        );
+        // The display was live: it drew on the terminal.
+        assert!(
+            raw.contains("starting the backend and loading the model"),
+            "{case}: the live display never drew: {raw}"
+        );
+
+        let size = |n| std::num::NonZeroU16::new(n).expect("a terminal size");
+        let mut terminal = vt100::Parser::new(size(ROWS), size(cols), 0);
+        terminal.process(&shown);
+        let screen = terminal.screen().contents();
+        assert!(
+            screen.contains(&format!("engine output was written to {}", log.display())),
+            "{case}: {screen}"
+        );
+        assert!(
+            screen.contains("TTFT ms"),
+            "{case}: the report is on screen: {screen}"
+        );
+        for leftover in [
+            "mock engine",
+            "starting the backend",
+            "requests · ",
+            "errors · ",
+            "[====",
+        ] {
+            assert!(
+                !screen.contains(leftover),
+                "{case}: `{leftover}` left on the final screen: {screen}"
+            );
+        }
+    }
+}
