@@ -45,6 +45,9 @@ enum Command {
     Backends,
     /// Re-render a saved JSON report.
     Export(ExportArgs),
+    /// Compare two saved JSON reports benchmark by benchmark, saying which
+    /// differences are beyond chance.
+    Compare(CompareArgs),
     /// Serve an OpenAI-compatible mock server with configurable latencies and faults.
     #[cfg(feature = "openai")]
     MockServer(mock_server::MockServerArgs),
@@ -58,6 +61,18 @@ struct ExportArgs {
     /// Where it goes: console, json, csv, html (repeatable; default console).
     #[arg(long)]
     output: Vec<String>,
+}
+
+/// Arguments of `guidebench compare`.
+#[derive(Debug, clap::Args)]
+struct CompareArgs {
+    /// The baseline report (`--output kind=json,path=FILE`).
+    baseline: std::path::PathBuf,
+    /// The candidate report.
+    candidate: std::path::PathBuf,
+    /// Write the comparison as JSON to this file as well.
+    #[arg(long)]
+    json: Option<std::path::PathBuf>,
 }
 
 /// Exit code: the run failed.
@@ -113,6 +128,7 @@ pub fn main() -> ExitCode {
         Command::Backends => list_backends(),
         Command::Run(args) => run::run(*args),
         Command::Export(args) => export(&args),
+        Command::Compare(args) => compare(&args),
         #[cfg(feature = "openai")]
         Command::MockServer(args) => mock_server::run(&args),
     };
@@ -155,6 +171,33 @@ fn export(args: &ExportArgs) -> Result<(), Failure> {
     let report = guidebench_bench::report::Report::read_json(&args.file)?;
     let outputs = output::parse_all(&args.output)?;
     output::write_all(&outputs, &report).map_err(Failure::Run)
+}
+
+fn compare(args: &CompareArgs) -> Result<(), Failure> {
+    use guidebench_bench::report::{Report, compare, comparison_text};
+    let baseline = Report::read_json(&args.baseline)?;
+    let candidate = Report::read_json(&args.candidate)?;
+    let comparison = compare(&baseline, &candidate);
+    if comparison.benchmarks.is_empty() {
+        return Err(Failure::Usage(anyhow::anyhow!(
+            "the two reports have no benchmark name in common (baseline: {}; candidate: {})",
+            comparison.only_in_baseline.join(", "),
+            comparison.only_in_candidate.join(", ")
+        )));
+    }
+    println!(
+        "baseline {} vs candidate {} (95 % intervals of candidate − baseline; \
+         means by Welch's t, p95 by non-overlapping intervals, attainment by Newcombe)",
+        args.baseline.display(),
+        args.candidate.display()
+    );
+    print!("{}", comparison_text(&comparison));
+    if let Some(path) = &args.json {
+        let text = serde_json::to_string_pretty(&comparison).map_err(|e| Failure::Run(e.into()))?;
+        std::fs::write(path, text + "\n")
+            .map_err(|e| Failure::Run(anyhow::anyhow!("cannot write `{}`: {e}", path.display())))?;
+    }
+    Ok(())
 }
 
 fn list_kinds(title: &str, kinds: &[(&str, &[guidebench_core::options::OptionSpec])]) {

@@ -11,23 +11,34 @@ use crate::runner::{SaturationMode, SaturationReport};
 
 /// How a column's cells line up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Align {
+pub(crate) enum Align {
     Left,
     Right,
 }
 
 /// A column: a group heading shared with its neighbours (may be empty), a
 /// title, and an alignment.
-struct Column {
+pub(crate) struct Column {
     group: &'static str,
     title: &'static str,
     align: Align,
 }
 
+impl Column {
+    /// A column under `group` (empty for none).
+    pub(crate) const fn new(group: &'static str, title: &'static str, align: Align) -> Self {
+        Column {
+            group,
+            title,
+            align,
+        }
+    }
+}
+
 /// A text table with aligned columns and an optional group heading row.
-struct Table {
-    columns: Vec<Column>,
-    rows: Vec<Vec<String>>,
+pub(crate) struct Table {
+    pub(crate) columns: Vec<Column>,
+    pub(crate) rows: Vec<Vec<String>>,
 }
 
 const GAP: &str = "  ";
@@ -45,7 +56,8 @@ fn pad(s: &str, width_: usize, align: Align) -> String {
 }
 
 impl Table {
-    fn render(&self) -> String {
+    /// The table as text, columns aligned, with a rule under the titles.
+    pub(crate) fn render(&self) -> String {
         let mut widths: Vec<usize> = self.columns.iter().map(|c| width(c.title)).collect();
         for row in &self.rows {
             for (w, cell) in widths.iter_mut().zip(row) {

@@ -14,6 +14,7 @@
 )]
 
 mod compact;
+mod compare;
 mod console;
 mod csv;
 mod footprint;
@@ -22,6 +23,9 @@ mod metrics;
 mod model;
 
 pub use compact::{CompactRecord, CompactRecords, Excluded, round_to_micros};
+pub use compare::{
+    BenchmarkComparison, Comparison, MetricComparison, Verdict, compare, comparison_text,
+};
 pub use console::console_summary;
 pub use csv::{to_csv, write_csv};
 pub use footprint::{ClientFootprint, ProcessUsage};
