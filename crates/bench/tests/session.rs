@@ -314,7 +314,11 @@ async fn once_the_global_error_rate_is_exceeded_no_further_benchmark_starts() {
     )
     .expect("plan");
     let report = limited(run(plan)).await.expect("run");
-    assert_eq!(report.benchmarks.len(), 1, "the run stopped after the first");
+    assert_eq!(
+        report.benchmarks.len(),
+        1,
+        "the run stopped after the first"
+    );
     let b = &report.benchmarks[0];
     assert_eq!(b.extra["stop_reason"], "max_global_error_rate");
     let why = b.extra["run_stopped"].as_str().expect("why");
