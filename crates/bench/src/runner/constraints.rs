@@ -309,16 +309,15 @@ fn over_saturation(
     Ok(OverSaturation { mode, options })
 }
 
+type Options = serde_json::Map<String, serde_json::Value>;
+
 /// The value of each list-valued option for benchmark `index` (the last
 /// value repeats), and how many values the longest list has, with its key.
 fn at_index(
     context: &str,
     options: &serde_json::Map<String, serde_json::Value>,
     index: usize,
-) -> Result<(
-    serde_json::Map<String, serde_json::Value>,
-    Option<(String, usize)>,
-)> {
+) -> Result<(Options, Option<(String, usize)>)> {
     let mut longest: Option<(String, usize)> = None;
     let mut resolved = serde_json::Map::new();
     for (key, value) in options {
