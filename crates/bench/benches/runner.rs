@@ -102,10 +102,7 @@ fn dispatch_precision(seconds: u64) {
         run_benchmark(
             Arc::new(Instant0),
             &mut rx,
-            &Strategy::Constant {
-                rate,
-                max_concurrency: None,
-            },
+            &Strategy::constant(rate, None),
             &constraints,
             &RunOptions::default(),
             Arc::new(NoObserver),

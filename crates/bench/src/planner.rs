@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::analysis::goodput::{GoodputConclusion, GoodputSearch, Next};
 use crate::analysis::knee::{KneeFit, find_knee, refinement};
 use crate::report::BenchmarkReport;
+use crate::runner::profile::RateKind;
 use crate::runner::{Profile, StopReason, Strategy, sweep_rates};
 
 /// What a profile concluded from its benchmarks, kept in the report.
@@ -57,6 +58,8 @@ pub enum Planner {
     Sweep {
         /// Benchmarks in all.
         sweep_size: usize,
+        /// How the rates between are sent, and the Poisson seed.
+        rates_as: (RateKind, u64),
         /// Strategies not yet run.
         queue: VecDeque<Strategy>,
         /// The rates measured so far.
@@ -90,12 +93,17 @@ impl Planner {
             Profile::Sweep {
                 sweep_size,
                 max_concurrency,
+                strategy,
+                seed,
+                rampup,
             } => Planner::Sweep {
                 sweep_size: *sweep_size,
+                rates_as: (*strategy, *seed),
                 queue: VecDeque::from([
                     Strategy::Synchronous,
                     Strategy::Throughput {
                         max_concurrency: *max_concurrency,
+                        rampup: *rampup,
                     },
                 ]),
                 rates: Vec::new(),
@@ -127,6 +135,7 @@ impl Planner {
             Planner::Fixed(queue) => queue.pop_front(),
             Planner::Sweep {
                 sweep_size,
+                rates_as: (kind, seed),
                 queue,
                 rates,
             } => {
@@ -136,10 +145,7 @@ impl Planner {
                         queue.extend(
                             sweep_rates(synchronous, throughput, *sweep_size)
                                 .into_iter()
-                                .map(|rate| Strategy::Constant {
-                                    rate,
-                                    max_concurrency: None,
-                                }),
+                                .map(|rate| kind.strategy(rate, *seed, None)),
                         );
                     }
                 }
@@ -149,7 +155,7 @@ impl Planner {
                 let level = match finished {
                     None => search.first(),
                     Some(done) => {
-                        let Strategy::Concurrent { streams } = *done.strategy else {
+                        let Strategy::Concurrent { streams, .. } = *done.strategy else {
                             return None;
                         };
                         let (conforming, determined) = done
@@ -165,7 +171,7 @@ impl Planner {
                         }
                     }
                 };
-                Some(Strategy::Concurrent { streams: level })
+                Some(Strategy::concurrent(level))
             }
             Planner::Knee(state) => state.next(finished),
         }
@@ -191,7 +197,7 @@ impl Planner {
 impl KneeState {
     fn next(&mut self, finished: Option<Finished<'_>>) -> Option<Strategy> {
         if let Some(done) = finished
-            && let Strategy::Concurrent { streams } = *done.strategy
+            && let Strategy::Concurrent { streams, .. } = *done.strategy
         {
             #[allow(clippy::cast_precision_loss)] // stream counts are small.
             self.measured
@@ -208,8 +214,6 @@ impl KneeState {
                 self.initial = Some(fit);
             }
         }
-        self.queue
-            .pop_front()
-            .map(|streams| Strategy::Concurrent { streams })
+        self.queue.pop_front().map(Strategy::concurrent)
     }
 }

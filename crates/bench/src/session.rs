@@ -30,7 +30,7 @@ use guidebench_core::options::{
     KindArgs, OptionSpec, OptionType, check_options, parse_kind_args, parse_seconds,
 };
 use guidebench_core::registry;
-use guidebench_core::request::GenerationRequest;
+use guidebench_core::request::{GenerationRequest, RequestStatus};
 use guidebench_core::sampling::SamplingParams;
 use guidebench_core::tokenizer::{HfTokenizer, Tokenizer};
 
@@ -38,8 +38,8 @@ use crate::data::{DATA_KINDS, DataItem, DataSource, create_source};
 use crate::planner::{Finished, Planner};
 use crate::report::{BenchmarkReport, CompactRecords, Excluded, Report};
 use crate::runner::{
-    BenchmarkRun, Constraints, NoObserver, Observer, Phase, Profile, RunOptions, StopReason,
-    Strategy, measured, run_benchmark,
+    BenchmarkRun, ConstraintPlan, Constraints, NoObserver, Observer, Phase, Profile, RunOptions,
+    StopReason, Strategy, measured, run_benchmark,
 };
 use crate::slo::Slo;
 use crate::{Error, Result};
@@ -117,9 +117,10 @@ pub struct PlanArgs {
     pub tokenizer: Option<PathBuf>,
     /// The seed (absent: [`DEFAULT_SEED`]).
     pub seed: Option<u64>,
-    /// Warm-up: a request count (`20`) or a time (`10s`).
+    /// Warm-up: a request count (`20`), a time (`10s`) or a fraction of
+    /// the benchmark (`10%`).
     pub warmup: Option<String>,
-    /// Cool-down: a request count or a time.
+    /// Cool-down: a request count, a time or a fraction.
     pub cooldown: Option<String>,
     /// How long requests in flight may finish once sending stopped (`30s`).
     pub grace_period: Option<String>,
@@ -162,8 +163,8 @@ pub struct Plan {
     pub data: Vec<DataPlan>,
     /// The load profile.
     pub profile: Profile,
-    /// When each benchmark stops.
-    pub constraints: Constraints,
+    /// When each benchmark stops (list values: one per benchmark).
+    pub constraints: ConstraintPlan,
     /// A tokenizer for the data instead of the backend's.
     pub tokenizer: Option<PathBuf>,
     /// The seed of synthetic data and Poisson arrivals.
@@ -209,12 +210,13 @@ impl Plan {
             parse_kind_args(args.profile.as_deref().unwrap_or(DEFAULT_PROFILE))?,
             seed,
         )?;
-        let constraints = Constraints::from_args(
+        let constraints = ConstraintPlan::from_args(
             args.constraints
                 .iter()
                 .map(|c| parse_kind_args(c))
                 .collect::<guidebench_core::Result<Vec<_>>>()?,
         )?;
+        constraints.check_benchmarks(profile.benchmarks_known())?;
         let phase = |flag: &str, value: &Option<String>| -> Result<Option<Phase>> {
             Ok(value
                 .as_deref()
@@ -526,12 +528,43 @@ impl Session {
 
         let mut planner = Planner::new(&plan.profile);
         let mut next = planner.next(None);
+        // Requests completed and failed by the benchmarks so far, for the
+        // global error rate.
+        let (mut completed, mut errors) = (0u64, 0u64);
         while let Some(strategy) = next {
-            let (run, fed) = self
-                .one_benchmark(backend, &tokenizer, &strategy, progress, cancel.clone())
+            let mut constraints = plan
+                .constraints
+                .for_benchmark(report.benchmarks.len())
+                .clone();
+            if let Some(global) = &mut constraints.max_global_error_rate {
+                global.earlier_completed = completed;
+                global.earlier_errors = errors;
+            }
+            let (run, fed, constraints) = self
+                .one_benchmark(
+                    backend,
+                    &tokenizer,
+                    &strategy,
+                    constraints,
+                    progress,
+                    cancel.clone(),
+                )
                 .await?;
             let interrupted = run.stop_reason == StopReason::Interrupted;
-            let mut benchmark = self.benchmark_report(&run);
+            completed += run
+                .records
+                .iter()
+                .filter(|r| r.status != RequestStatus::Incomplete)
+                .count() as u64;
+            errors += run
+                .records
+                .iter()
+                .filter(|r| r.status == RequestStatus::Error)
+                .count() as u64;
+            let global_stop = constraints
+                .max_global_error_rate
+                .filter(|g| g.exceeded(completed, errors));
+            let mut benchmark = self.benchmark_report(&run, &constraints);
             if fed.skipped > 0 {
                 benchmark
                     .extra
@@ -546,6 +579,23 @@ impl Session {
                 report.interrupted = true;
                 break;
             }
+            if let Some(global) = global_stop {
+                #[allow(clippy::cast_precision_loss)] // counts far below 2^52.
+                let rate = errors as f64 / completed as f64;
+                let why = format!(
+                    "max_global_error_rate: {errors} of the {completed} requests completed so far \
+                     failed ({:.1} % > {:.1} %); no further benchmark was run",
+                    rate * 100.0,
+                    global.rate * 100.0
+                );
+                tracing::warn!("{why}");
+                if let Some(last) = report.benchmarks.last_mut() {
+                    last.extra
+                        .insert("stop_reason".into(), json!(StopReason::MaxGlobalErrorRate));
+                    last.extra.insert("run_stopped".into(), json!(why));
+                }
+                break;
+            }
             next = planner.next(report.benchmarks.last().map(|benchmark| Finished {
                 strategy: &strategy,
                 report: benchmark,
@@ -557,9 +607,11 @@ impl Session {
         Ok(report)
     }
 
-    fn benchmark_report(&self, run: &BenchmarkRun) -> BenchmarkReport {
+    fn benchmark_report(&self, run: &BenchmarkRun, constraints: &Constraints) -> BenchmarkReport {
         let plan = &self.plan;
-        let m = measured(run, plan.warmup, plan.cooldown);
+        let resolve =
+            |phase: Phase| phase.resolve(constraints.max_requests, constraints.max_duration);
+        let m = measured(run, plan.warmup.map(resolve), plan.cooldown.map(resolve));
         let mut records = CompactRecords::new(m.start);
         for r in &m.warmup {
             records.push_excluded(r, Excluded::Warmup);
@@ -608,9 +660,10 @@ impl Session {
         backend: &Arc<dyn Backend>,
         tokenizer: &Arc<dyn Tokenizer>,
         strategy: &Strategy,
+        mut constraints: Constraints,
         progress: &mut dyn Progress,
         cancel: watch::Receiver<bool>,
-    ) -> Result<(BenchmarkRun, Fed)> {
+    ) -> Result<(BenchmarkRun, Fed, Constraints)> {
         let plan = &self.plan;
         let sources = plan
             .data
@@ -627,11 +680,13 @@ impl Session {
             .iter()
             .map(|s| s.source.len_hint())
             .sum::<Option<usize>>();
-        let mut constraints = plan.constraints.clone();
         if constraints.is_unbounded() && finite.is_none() {
             constraints.max_requests = Some(DEFAULT_MAX_REQUESTS);
         }
-        let total = match (constraints.max_requests, finite) {
+        let total = match (
+            constraints.max_requests.or(constraints.min_requests),
+            finite,
+        ) {
             (Some(n), Some(f)) => Some(n.min(f as u64)),
             (Some(n), None) => Some(n),
             (None, Some(f)) if constraints.max_duration.is_none() => Some(f as u64),
@@ -658,7 +713,7 @@ impl Session {
         // Dropping the receiver ends a feed still preparing items.
         drop(rx);
         progress.benchmark_done(&strategy.label(), run.end.secs_since(run.start));
-        Ok((run, feed.finish()))
+        Ok((run, feed.finish(), constraints))
     }
 }
 

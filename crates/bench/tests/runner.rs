@@ -158,10 +158,7 @@ async fn run_with_grace(
 async fn constant_rate_sends_request_i_at_exactly_i_over_rate() {
     let backend = Timed::new(Duration::from_millis(250));
     let t0 = Instant::now();
-    let strategy = Strategy::Constant {
-        rate: 10.0,
-        max_concurrency: None,
-    };
+    let strategy = Strategy::constant(10.0, None);
     let run = run(
         &backend,
         &mut feed(100),
@@ -195,10 +192,7 @@ async fn constant_rate_sends_request_i_at_exactly_i_over_rate() {
 #[tokio::test(start_paused = true)]
 async fn a_concurrency_cap_on_a_rate_shows_up_as_dispatch_delay() {
     let backend = Timed::new(Duration::from_millis(100));
-    let strategy = Strategy::Constant {
-        rate: 100.0,
-        max_concurrency: Some(1),
-    };
+    let strategy = Strategy::constant(100.0, Some(1));
     let run = run(
         &backend,
         &mut feed(100),
@@ -231,7 +225,7 @@ async fn concurrent_keeps_exactly_n_requests_in_flight() {
     let run = run(
         &backend,
         &mut feed(100),
-        Strategy::Concurrent { streams: 3 },
+        Strategy::concurrent(3),
         &constraints(&["kind=max_requests,count=12"]),
     )
     .await;
@@ -251,7 +245,7 @@ async fn throughput_slots_send_nothing_once_the_time_is_up() {
     let run = run(
         &backend,
         &mut feed(1_000),
-        Strategy::Throughput { max_concurrency: 4 },
+        Strategy::throughput(4),
         &constraints(&["kind=max_duration,seconds=0.1"]),
     )
     .await;
@@ -284,10 +278,7 @@ async fn synchronous_sends_one_at_a_time() {
 #[tokio::test(start_paused = true)]
 async fn max_duration_stops_sending_when_the_time_is_up() {
     let backend = Timed::new(Duration::from_millis(1));
-    let strategy = Strategy::Constant {
-        rate: 10.0,
-        max_concurrency: None,
-    };
+    let strategy = Strategy::constant(10.0, None);
     let run = run(
         &backend,
         &mut feed(1_000),
@@ -325,7 +316,7 @@ async fn running_out_of_data_ends_the_benchmark() {
     let run = run(
         &backend,
         &mut feed(7),
-        Strategy::Throughput { max_concurrency: 4 },
+        Strategy::throughput(4),
         &Constraints::default(),
     )
     .await;
@@ -340,7 +331,7 @@ async fn requests_still_in_flight_after_the_grace_period_are_recorded_as_incompl
     let run = run_with_grace(
         &backend,
         &mut feed(10),
-        Strategy::Concurrent { streams: 2 },
+        Strategy::concurrent(2),
         &constraints(&["kind=max_duration,seconds=1"]),
         Duration::from_secs(3),
     )
@@ -366,7 +357,7 @@ async fn after_the_last_request_of_a_count_everything_in_flight_is_waited_for() 
     let run = run_with_grace(
         &backend,
         &mut feed(10),
-        Strategy::Throughput { max_concurrency: 8 },
+        Strategy::throughput(8),
         &constraints(&["kind=max_requests,count=4"]),
         Duration::from_secs(3),
     )
@@ -389,10 +380,7 @@ async fn an_interrupt_stops_sending_and_is_the_stop_reason() {
     let backend = Timed::new(Duration::from_millis(10));
     let (cancel_tx, cancel_rx) = watch::channel(false);
     let mut requests = feed(1_000);
-    let strategy = Strategy::Constant {
-        rate: 100.0,
-        max_concurrency: None,
-    };
+    let strategy = Strategy::constant(100.0, None);
     let run = {
         let backend = Arc::clone(&backend) as Arc<dyn Backend>;
         let handle = tokio::spawn(async move {
@@ -414,4 +402,138 @@ async fn an_interrupt_stops_sending_and_is_the_stop_reason() {
     assert_eq!(run.stop_reason, StopReason::Interrupted);
     // Due at 0..50 ms: 6 sends before the interrupt at 55 ms.
     assert_eq!(backend.sends().len(), 6);
+}
+
+#[tokio::test(start_paused = true)]
+async fn concurrent_streams_start_spread_evenly_over_the_rampup() {
+    let backend = Timed::new(Duration::from_secs(10));
+    let t0 = Instant::now();
+    let strategy = Strategy::Concurrent {
+        streams: 4,
+        rampup: Duration::from_secs(4),
+    };
+    let run = run(
+        &backend,
+        &mut feed(100),
+        strategy,
+        &constraints(&["kind=max_requests,count=8"]),
+    )
+    .await;
+    let sends: Vec<Duration> = backend.sends().iter().map(|&s| s - t0).collect();
+    // Stream k starts at k/4 of the 4 s ramp-up, then sends again as soon
+    // as its request ends, 10 s later.
+    let expected: Vec<Duration> = [0, 1, 2, 3, 10, 11, 12, 13]
+        .iter()
+        .map(|&s| Duration::from_secs(s))
+        .collect();
+    assert_eq!(sends, expected);
+    assert_eq!(run.records.len(), 8);
+}
+
+#[tokio::test(start_paused = true)]
+async fn throughput_slots_start_spread_over_the_rampup_and_send_again_only_after_it() {
+    let backend = Timed::new(Duration::from_millis(100));
+    let t0 = Instant::now();
+    let strategy = Strategy::Throughput {
+        max_concurrency: 4,
+        rampup: Duration::from_secs(2),
+    };
+    let run = run(
+        &backend,
+        &mut feed(100),
+        strategy,
+        &constraints(&["kind=max_requests,count=8"]),
+    )
+    .await;
+    let sends: Vec<Duration> = backend.sends().iter().map(|&s| s - t0).collect();
+    let expected: Vec<Duration> = [0, 500, 1_000, 1_500, 2_000, 2_000, 2_000, 2_000]
+        .iter()
+        .map(|&ms| Duration::from_millis(ms))
+        .collect();
+    assert_eq!(sends, expected);
+    assert_eq!(run.records.len(), 8);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_constant_rate_ramps_up_linearly_from_zero() {
+    let backend = Timed::new(Duration::from_millis(1));
+    let t0 = Instant::now();
+    let strategy = Strategy::Constant {
+        rate: 10.0,
+        max_concurrency: None,
+        rampup: Duration::from_secs(2),
+    };
+    run(
+        &backend,
+        &mut feed(100),
+        strategy,
+        &constraints(&["kind=max_requests,count=15"]),
+    )
+    .await;
+    let sends: Vec<f64> = backend
+        .sends()
+        .iter()
+        .map(|&s| (s - t0).as_secs_f64())
+        .collect();
+    // The rate grows as 10 t / 2 for t ≤ 2 s: 2.5 t² requests are due by
+    // t, so request i is sent at √(i / 2.5) up to i = 10 (t = 2 s), then
+    // every 100 ms.
+    let expected: Vec<f64> = (0..15)
+        .map(|i| {
+            let i = f64::from(i);
+            if i <= 10.0 {
+                (i / 2.5).sqrt()
+            } else {
+                2.0 + (i - 10.0) / 10.0
+            }
+        })
+        .collect();
+    assert_eq!(sends.len(), 15);
+    for (i, (at, want)) in sends.iter().zip(&expected).enumerate() {
+        // The paused timer fires on whole milliseconds at the latest.
+        assert!((at - want).abs() <= 1e-3, "send {i}: at {at}, want {want}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn min_requests_keeps_sending_until_that_many_requests_completed() {
+    let backend = Timed::new(Duration::from_millis(10));
+    let t0 = Instant::now();
+    let run = run(
+        &backend,
+        &mut feed(1_000),
+        Strategy::concurrent(4),
+        &constraints(&["kind=min_requests,count=10"]),
+    )
+    .await;
+    assert_eq!(run.stop_reason, StopReason::MinRequests);
+    let done = run
+        .records
+        .iter()
+        .filter(|r| r.status == RequestStatus::Success)
+        .count();
+    assert!(done >= 10, "{done} completed");
+    // Four in flight all along: the 9th to 12th were sent before the 10th
+    // completed (at 30 ms), and nothing is sent after it.
+    let sends: Vec<Duration> = backend.sends().iter().map(|&s| s - t0).collect();
+    assert!(sends.len() >= 12, "{sends:?}");
+    assert!(
+        sends.iter().all(|s| *s <= Duration::from_millis(30)),
+        "{sends:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_global_error_rate_counts_the_earlier_benchmarks_requests() {
+    let backend = Timed::with(Duration::from_millis(1), true, false);
+    let mut c = constraints(&["kind=max_global_error_rate,rate=0.2,min_requests=30"]);
+    if let Some(global) = &mut c.max_global_error_rate {
+        // 40 requests completed earlier in the run, none failed.
+        global.earlier_completed = 40;
+        global.earlier_errors = 0;
+    }
+    let run = run(&backend, &mut feed(100), Strategy::Synchronous, &c).await;
+    // k errors of 40 + k exceed 20 % from k = 11.
+    assert_eq!(run.stop_reason, StopReason::MaxGlobalErrorRate);
+    assert_eq!(run.records.len(), 11);
 }

@@ -247,3 +247,80 @@ async fn the_sampling_group_is_checked_and_recorded_in_the_config() {
         "the engine never sees the group"
     );
 }
+
+#[tokio::test]
+async fn a_constraint_list_gives_each_benchmark_of_a_list_profile_its_own_value() {
+    let plan = plan(
+        MOCK,
+        &[SHORT],
+        "kind=concurrent,streams=1;2;2",
+        &["kind=max_requests,count=3;5"],
+    )
+    .expect("plan");
+    let report = limited(run(plan)).await.expect("run");
+    let counts: Vec<usize> = report
+        .benchmarks
+        .iter()
+        .map(|b| b.metrics.successful.count)
+        .collect();
+    assert_eq!(counts, vec![3, 5, 5], "the last value repeats");
+}
+
+#[tokio::test]
+async fn a_constraint_list_longer_than_a_fixed_profile_is_refused_naming_it() {
+    let err = plan(
+        MOCK,
+        &[SHORT],
+        "kind=concurrent,streams=1;2",
+        &["kind=max_requests,count=3;5;8"],
+    )
+    .expect_err("three values, two benchmarks");
+    assert!(err.is_usage());
+    let message = err.to_string();
+    assert!(message.contains("constraint max_requests"), "{message}");
+    assert!(message.contains("count"), "{message}");
+}
+
+#[tokio::test]
+async fn a_percentage_warmup_is_a_fraction_of_max_requests() {
+    let args = PlanArgs {
+        backend: MOCK.into(),
+        data: vec![SHORT.into()],
+        profile: Some("kind=synchronous".into()),
+        constraints: vec!["kind=max_requests,count=20".into()],
+        warmup: Some("10%".into()),
+        cooldown: Some("25%".into()),
+        ..PlanArgs::default()
+    };
+    let report = limited(run(Plan::new(args).expect("plan")))
+        .await
+        .expect("run");
+    let b = &report.benchmarks[0];
+    assert_eq!((b.warmup_excluded, b.cooldown_excluded), (Some(2), Some(5)));
+    assert_eq!(b.metrics.successful.count, 13);
+}
+
+#[tokio::test]
+async fn once_the_global_error_rate_is_exceeded_no_further_benchmark_starts() {
+    // The mock fails its first batch: one error in the first benchmark.
+    let plan = plan(
+        "kind=offline,engine=mock,fail_on_batch=1",
+        &[SHORT],
+        "kind=concurrent,streams=1;1;1",
+        &[
+            "kind=max_requests,count=4",
+            "kind=max_global_error_rate,rate=0.1,min_requests=2",
+        ],
+    )
+    .expect("plan");
+    let report = limited(run(plan)).await.expect("run");
+    assert_eq!(
+        report.benchmarks.len(),
+        1,
+        "the run stopped after the first"
+    );
+    let b = &report.benchmarks[0];
+    assert_eq!(b.extra["stop_reason"], "max_global_error_rate");
+    let why = b.extra["run_stopped"].as_str().expect("why");
+    assert!(why.contains("max_global_error_rate"), "{why}");
+}

@@ -18,6 +18,7 @@
 
 mod display;
 mod engines;
+mod guidellm;
 #[cfg(feature = "openai")]
 mod mock_server;
 mod output;

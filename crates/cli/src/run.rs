@@ -25,7 +25,8 @@ pub const DEFAULT_BACKEND: &str = "kind=offline,engine=mock";
 /// Arguments of `guidebench run`.
 #[derive(Debug, Args, Default)]
 pub struct RunArgs {
-    /// A JSON or YAML file with the same fields as these flags; flags win.
+    /// A JSON or YAML file with the same fields as these flags, or a GuideLLM scenario
+    /// (metadata, spec, benchmarks); flags win.
     #[arg(long)]
     scenario: Option<PathBuf>,
     /// The backend: `kind=NAME,key=value,...` (see `guidebench backends`), with the
@@ -36,15 +37,17 @@ pub struct RunArgs {
     /// The data: `kind=synthetic_text,...` or `kind=file,path=...` (repeatable).
     #[arg(long)]
     data: Vec<String>,
-    /// The load profile: synchronous, concurrent, throughput, constant, poisson, sweep, goodput, knee.
+    /// The load profile: synchronous, concurrent, throughput, constant, async, poisson, sweep,
+    /// goodput, knee.
     #[arg(long)]
     profile: Option<String>,
     /// Per-request latency objectives: `ttft=200ms,itl=50ms,itl_p95=80ms,tpot=60ms,latency=5s`
     /// (any subset); reports attainment and goodput, and the goodput profile searches by them.
     #[arg(long)]
     slo: Option<String>,
-    /// When a benchmark stops: max_requests, max_duration, max_errors, max_error_rate,
-    /// over_saturation (repeatable).
+    /// When a benchmark stops: max_requests, min_requests, max_duration, max_errors,
+    /// max_error_rate, max_global_error_rate, over_saturation (repeatable; a list value
+    /// gives one value per benchmark).
     #[arg(long)]
     constraint: Vec<String>,
     /// Where the report goes: console, json, csv, html (repeatable; default console).
@@ -56,10 +59,12 @@ pub struct RunArgs {
     /// Seed of the synthetic data and of Poisson arrivals.
     #[arg(long)]
     seed: Option<u64>,
-    /// Left out of the metrics at the start: a request count (20) or a time (10s).
+    /// Left out of the metrics at the start: a request count (20), a time (10s) or a
+    /// fraction of the benchmark (10%).
     #[arg(long)]
     warmup: Option<String>,
-    /// Left out of the metrics at the end: a request count (20) or a time (10s).
+    /// Left out of the metrics at the end: a request count (20), a time (10s) or a
+    /// fraction (10%).
     #[arg(long)]
     cooldown: Option<String>,
     /// How long requests in flight may finish once sending stopped (default 30s).
@@ -71,6 +76,11 @@ pub struct RunArgs {
     /// No live progress display (it is also off when standard error is not a terminal).
     #[arg(long)]
     disable_progress: bool,
+    /// Sets one field on top of the scenario and the flags (repeatable):
+    /// `profile.streams=1;2;4`, `constraint.max_requests.count=50`,
+    /// `backend.KEY=V`, `data.KEY=V`, `slo.KEY=V`, `warmup=10%`, `seed=N`.
+    #[arg(long = "override", value_name = "KEY=VALUE")]
+    overrides: Vec<String>,
 }
 
 fn usage(err: impl Into<anyhow::Error>) -> Failure {
@@ -100,7 +110,7 @@ fn plan_args(args: RunArgs) -> Result<(PlanArgs, Vec<Output>, bool), Failure> {
             .ok_or_else(|| usage(anyhow!("--label must be key=value, got `{label}`")))?;
         labels.insert(key.trim().to_owned(), value.trim().to_owned());
     }
-    let plan = PlanArgs {
+    let mut plan = PlanArgs {
         backend: args
             .backend
             .or_else(|| scenario.backend.as_ref().map(|b| b.to_arg()))
@@ -130,6 +140,7 @@ fn plan_args(args: RunArgs) -> Result<(PlanArgs, Vec<Output>, bool), Failure> {
             .slo
             .or_else(|| scenario.slo.as_ref().map(|s| s.to_arg())),
     };
+    crate::scenario::apply_overrides(&mut plan, &args.overrides).map_err(usage)?;
     let progress = !(args.disable_progress || scenario.disable_progress == Some(true))
         && std::io::IsTerminal::is_terminal(&std::io::stderr());
     Ok((plan, outputs, progress))

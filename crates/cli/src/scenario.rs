@@ -1,8 +1,12 @@
-//! `--scenario FILE`: the same fields as the flags, in JSON or YAML.
+//! `--scenario FILE`: the same fields as the flags, in JSON or YAML, or a
+//! GuideLLM 0.8.1 scenario (`metadata`, `spec`, `benchmarks`), mapped onto
+//! the same fields; and `--override KEY=VALUE` on top of both.
 
 use std::path::Path;
 
 use anyhow::{Context, anyhow};
+use guidebench_bench::session::{DEFAULT_DATA, DEFAULT_PROFILE, PlanArgs};
+use guidebench_core::options::parse_kind_args;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -111,12 +115,208 @@ impl Scenario {
             path.extension().and_then(|e| e.to_str()),
             Some("yaml" | "yml")
         );
-        if yaml {
+        let value: Value = if yaml {
             serde_yaml_ng::from_str(&text)
-                .map_err(|e| anyhow!("invalid scenario `{}`: {e}", path.display()))
+                .map_err(|e| anyhow!("invalid scenario `{}`: {e}", path.display()))?
         } else {
             serde_json::from_str(&text)
-                .map_err(|e| anyhow!("invalid scenario `{}`: {e}", path.display()))
+                .map_err(|e| anyhow!("invalid scenario `{}`: {e}", path.display()))?
+        };
+        let value = if crate::guidellm::is_guidellm(&value) {
+            crate::guidellm::convert(&value)
+                .map_err(|e| anyhow!("the GuideLLM scenario `{}` {e}", path.display()))?
+        } else {
+            value
+        };
+        serde_json::from_value(value)
+            .map_err(|e| anyhow!("invalid scenario `{}`: {e}", path.display()))
+    }
+}
+
+/// Merges `from` into `into`, objects key by key.
+fn merge(into: &mut serde_json::Map<String, Value>, from: serde_json::Map<String, Value>) {
+    for (key, value) in from {
+        match (into.get_mut(&key), value) {
+            (Some(Value::Object(inner)), Value::Object(value)) => merge(inner, value),
+            (_, value) => {
+                into.insert(key, value);
+            }
         }
+    }
+}
+
+/// Sets `path=value` (a dotted path, a `;` list for several values) in a
+/// `kind=…` argument, returned as its JSON form.
+fn set_in_kind_arg(arg: &str, path: &str, value: &str) -> anyhow::Result<String> {
+    let mut args = parse_kind_args(arg)?;
+    if path == "kind" {
+        args.kind = value.trim().to_owned();
+    } else {
+        let one = parse_kind_args(&format!("kind=_,{path}={value}"))?;
+        merge(&mut args.options, one.options);
+    }
+    let mut object = args.options;
+    object.insert("kind".into(), Value::String(args.kind));
+    Ok(Value::Object(object).to_string())
+}
+
+/// The roots an `--override` path may start with.
+const OVERRIDE_ROOTS: &str = "profile.KEY, backend.KEY, data.KEY (data.N.KEY with several \
+     sources), constraint.KIND.KEY, slo.KEY, warmup, cooldown, seed, grace_period, tokenizer";
+
+/// Applies every `--override KEY=VALUE`, in order, on top of the scenario
+/// and the flags: `profile.streams=1;2;4`, `constraint.max_requests.count=50`,
+/// `backend.sampling.temperature=0.7`, `warmup=10%`.
+///
+/// # Errors
+///
+/// A malformed override, or a path that names nothing, named in the error.
+pub fn apply_overrides(plan: &mut PlanArgs, overrides: &[String]) -> anyhow::Result<()> {
+    for item in overrides {
+        let (path, value) = item
+            .split_once('=')
+            .ok_or_else(|| anyhow!("--override must be KEY=VALUE, got `{item}`"))?;
+        let path = path.trim();
+        let unknown =
+            || anyhow!("--override `{path}`: unknown path; it starts with one of {OVERRIDE_ROOTS}");
+        let (root, rest) = path.split_once('.').unwrap_or((path, ""));
+        let context = |e: anyhow::Error| anyhow!("--override `{path}`: {e:#}");
+        match (root, rest) {
+            ("profile", rest) if !rest.is_empty() => {
+                let current = plan.profile.as_deref().unwrap_or(DEFAULT_PROFILE);
+                plan.profile = Some(set_in_kind_arg(current, rest, value).map_err(context)?);
+            }
+            ("backend", rest) if !rest.is_empty() => {
+                plan.backend = set_in_kind_arg(&plan.backend, rest, value).map_err(context)?;
+            }
+            ("data", rest) if !rest.is_empty() => {
+                if plan.data.is_empty() {
+                    plan.data.push(DEFAULT_DATA.to_owned());
+                }
+                let (index, key) = match rest.split_once('.') {
+                    Some((n, key)) if n.parse::<usize>().is_ok() => {
+                        (n.parse::<usize>().unwrap_or_default(), key)
+                    }
+                    _ if plan.data.len() == 1 => (0, rest),
+                    _ => {
+                        return Err(anyhow!(
+                            "--override `{path}`: there are {} data sources; name one as data.N.KEY",
+                            plan.data.len()
+                        ));
+                    }
+                };
+                let Some(source) = plan.data.get_mut(index) else {
+                    return Err(anyhow!(
+                        "--override `{path}`: there is no data source {index} (there are {})",
+                        plan.data.len()
+                    ));
+                };
+                *source = set_in_kind_arg(source, key, value).map_err(context)?;
+            }
+            ("constraint" | "constraints", rest) => {
+                let Some((kind, key)) = rest.split_once('.') else {
+                    return Err(unknown());
+                };
+                let found = plan
+                    .constraints
+                    .iter()
+                    .position(|c| parse_kind_args(c).is_ok_and(|args| args.kind == kind));
+                let index = found.unwrap_or_else(|| {
+                    plan.constraints.push(format!("kind={kind}"));
+                    plan.constraints.len() - 1
+                });
+                plan.constraints[index] =
+                    set_in_kind_arg(&plan.constraints[index], key, value).map_err(context)?;
+            }
+            ("slo", key) if !key.is_empty() && !key.contains('.') => {
+                let mut pairs: Vec<String> = plan
+                    .slo
+                    .iter()
+                    .flat_map(|s| s.split(','))
+                    .filter(|p| p.split_once('=').is_none_or(|(k, _)| k.trim() != key))
+                    .map(str::to_owned)
+                    .collect();
+                pairs.push(format!("{key}={value}"));
+                plan.slo = Some(pairs.join(","));
+            }
+            ("warmup", "") => plan.warmup = Some(value.to_owned()),
+            ("cooldown", "") => plan.cooldown = Some(value.to_owned()),
+            ("grace_period", "") => plan.grace_period = Some(value.to_owned()),
+            ("tokenizer", "") => plan.tokenizer = Some(value.into()),
+            ("seed", "") => {
+                plan.seed = Some(value.trim().parse().map_err(|_| {
+                    anyhow!("--override `seed`: expected a whole number, got `{value}`")
+                })?);
+            }
+            _ => return Err(unknown()),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan() -> PlanArgs {
+        PlanArgs {
+            backend: "kind=offline,engine=mock".into(),
+            profile: Some("kind=concurrent,streams=8".into()),
+            constraints: vec!["kind=max_requests,count=10".into()],
+            ..PlanArgs::default()
+        }
+    }
+
+    fn args(kind_arg: &str) -> serde_json::Map<String, Value> {
+        let mut args = parse_kind_args(kind_arg).expect("parses");
+        args.options.insert("kind".into(), Value::String(args.kind));
+        args.options
+    }
+
+    #[test]
+    fn overrides_set_profile_constraint_backend_and_scalar_fields() {
+        let mut p = plan();
+        apply_overrides(
+            &mut p,
+            &[
+                "profile.streams=1;2;4".into(),
+                "constraint.max_requests.count=50".into(),
+                "constraint.max_duration.seconds=30s".into(),
+                "backend.sampling.temperature=0.5".into(),
+                "data.prompt_tokens=64".into(),
+                "warmup=10%".into(),
+                "seed=9".into(),
+                "slo.ttft=200ms".into(),
+            ],
+        )
+        .expect("valid");
+        let profile = args(p.profile.as_deref().expect("set"));
+        assert_eq!(profile["streams"], serde_json::json!([1, 2, 4]));
+        assert_eq!(profile["kind"], "concurrent");
+        assert_eq!(args(&p.constraints[0])["count"], 50);
+        assert_eq!(args(&p.constraints[1])["kind"], "max_duration");
+        assert_eq!(args(&p.backend)["sampling"]["temperature"], 0.5);
+        assert_eq!(args(&p.data[0])["prompt_tokens"], 64);
+        assert_eq!(args(&p.data[0])["kind"], "synthetic_text");
+        assert_eq!(
+            (p.warmup.as_deref(), p.seed, p.slo.as_deref()),
+            (Some("10%"), Some(9), Some("ttft=200ms"))
+        );
+    }
+
+    #[test]
+    fn an_override_with_an_unknown_path_is_named_in_the_error() {
+        for bad in [
+            "colour=blue",
+            "profile=x",
+            "constraint.max_requests=5",
+            "warmup.x=1",
+        ] {
+            let err = apply_overrides(&mut plan(), &[bad.into()]).expect_err(bad);
+            let path = bad.split_once('=').map_or(bad, |(p, _)| p);
+            assert!(err.to_string().contains(&format!("`{path}`")), "{err}");
+        }
+        let err = apply_overrides(&mut plan(), &["profile.streams".into()]).expect_err("no =");
+        assert!(err.to_string().contains("KEY=VALUE"), "{err}");
     }
 }

@@ -561,3 +561,74 @@ fn the_openai_backend_benchmarks_the_mock_server_end_to_end() {
     assert_eq!(metrics["successful"]["output_tokens"]["mean"], 8.0);
     assert!(metrics["successful"]["ttft"]["min"].as_f64().expect("ttft") >= 0.005);
 }
+
+#[test]
+fn a_guidellm_scenario_runs_one_benchmark_per_entry_and_overrides_apply_on_top() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let scenario = dir.path().join("guidellm.json");
+    let json = dir.path().join("report.json");
+    std::fs::write(
+        &scenario,
+        r#"{
+          "metadata": {"name": "tiny-concurrent", "description": "two levels"},
+          "spec": {
+            "backend": {"kind": "offline", "engine": "mock"},
+            "profile": {"kind": "concurrent", "rampup_duration": 0},
+            "data": [{"kind": "synthetic_text", "prompt_tokens": 8, "output_tokens": 2}],
+            "constraints": [{"kind": "max_requests", "count": 50}]
+          },
+          "benchmarks": [
+            {"profile.streams": 1, "constraints[0].count": 3},
+            {"profile.streams": 2, "constraints[0].count": 4}
+          ]
+        }"#,
+    )
+    .expect("write scenario");
+    let out = guidebench(&[
+        "run",
+        "--scenario",
+        scenario.to_str().expect("utf-8 path"),
+        "--override",
+        "constraint.max_requests.count=3;6",
+        "--output",
+        &format!("kind=json,path={}", json.display()),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let report = read_json(&json);
+    let names: Vec<&str> = report["benchmarks"]
+        .as_array()
+        .expect("benchmarks")
+        .iter()
+        .filter_map(|b| b["name"].as_str())
+        .collect();
+    assert_eq!(names, ["concurrent@1", "concurrent@2"]);
+    assert_eq!(
+        report["benchmarks"][1]["metrics"]["all"]["count"], 6,
+        "the override wins"
+    );
+    assert_eq!(report["config"]["labels"]["name"], "tiny-concurrent");
+}
+
+#[test]
+fn a_guidellm_scenario_with_unsupported_fields_exits_2_naming_each() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let scenario = dir.path().join("guidellm.yaml");
+    std::fs::write(
+        &scenario,
+        "spec:\n  profile:\n    kind: synchronous\n  data_loader:\n    kind: custom\n  colour: blue\n",
+    )
+    .expect("write scenario");
+    let out = guidebench(&["run", "--scenario", scenario.to_str().expect("utf-8 path")]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(err.contains("`spec.data_loader`"), "{err}");
+    assert!(err.contains("`spec.colour`"), "{err}");
+
+    let out = guidebench(&["run", "--override", "profile_streams=2"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("`profile_streams`"),
+        "{}",
+        text(&out.stderr)
+    );
+}

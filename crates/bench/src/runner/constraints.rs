@@ -29,6 +29,13 @@ pub enum StopReason {
     /// The over-saturation watch (in `enforce` mode) saw the in-flight
     /// count and TTFT grow without bound.
     OverSaturated,
+    /// `min_requests` requests completed (successfully or not); sending
+    /// went on until then, so the load never tailed off.
+    MinRequests,
+    /// The error rate over every request completed in the run so far (all
+    /// benchmarks) exceeded `max_global_error_rate`: no further benchmark
+    /// starts.
+    MaxGlobalErrorRate,
     /// The user interrupted the run.
     Interrupted,
 }
@@ -40,6 +47,34 @@ pub struct ErrorRate {
     pub rate: f64,
     /// How many of the latest completed requests the rate is taken over.
     pub window: usize,
+}
+
+/// The global error-rate constraint: the error rate over every request
+/// completed in the run so far, every benchmark included.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct GlobalErrorRate {
+    /// The largest tolerated fraction of errors, in [0, 1].
+    pub rate: f64,
+    /// Requests that must have completed in the run before the rate is judged.
+    pub min_requests: u64,
+    /// Requests completed by the run's earlier benchmarks (set by the
+    /// session before each benchmark).
+    #[serde(skip)]
+    pub earlier_completed: u64,
+    /// Of them, errors.
+    #[serde(skip)]
+    pub earlier_errors: u64,
+}
+
+impl GlobalErrorRate {
+    /// Whether `errors` out of `completed` requests (the whole run's)
+    /// exceed the rate, once enough requests completed.
+    #[allow(clippy::cast_precision_loss)] // counts far below 2^52.
+    pub fn exceeded(&self, completed: u64, errors: u64) -> bool {
+        completed > 0
+            && completed >= self.min_requests
+            && errors as f64 / completed as f64 > self.rate
+    }
 }
 
 /// Every constraint of a benchmark; each applies per benchmark.
@@ -55,6 +90,12 @@ pub struct Constraints {
     pub max_error_rate: Option<ErrorRate>,
     /// Watch for a run that only measures a growing queue.
     pub over_saturation: Option<OverSaturation>,
+    /// Stop once this many requests completed (sending continues until
+    /// then; requests still in flight get the grace period).
+    pub min_requests: Option<u64>,
+    /// Stop this benchmark, and the run, once the error rate over the
+    /// whole run exceeds a bound.
+    pub max_global_error_rate: Option<GlobalErrorRate>,
 }
 
 /// What an over-saturation verdict does.
@@ -133,17 +174,49 @@ const OVER_SATURATION: &[OptionSpec] = &[
     )
     .with_default("0.95"),
 ];
-const MAX_REQUESTS: &[OptionSpec] =
-    &[OptionSpec::optional("count", OptionType::Int, "requests to send").required()];
-const MAX_DURATION: &[OptionSpec] =
-    &[OptionSpec::optional("seconds", OptionType::Duration, "how long to send").required()];
-const MAX_ERRORS: &[OptionSpec] =
-    &[OptionSpec::optional("count", OptionType::Int, "errors tolerated").required()];
+const MAX_REQUESTS: &[OptionSpec] = &[OptionSpec::optional(
+    "count",
+    OptionType::Int,
+    "requests to send (a list: one value per benchmark)",
+)
+.required()];
+const MIN_REQUESTS: &[OptionSpec] = &[OptionSpec::optional(
+    "count",
+    OptionType::Int,
+    "stop once this many requests completed, sending until then (a list: one per benchmark)",
+)
+.required()];
+const MAX_DURATION: &[OptionSpec] = &[OptionSpec::optional(
+    "seconds",
+    OptionType::Duration,
+    "how long to send (a list: one value per benchmark)",
+)
+.required()];
+const MAX_ERRORS: &[OptionSpec] = &[OptionSpec::optional(
+    "count",
+    OptionType::Int,
+    "errors tolerated (a list: one value per benchmark)",
+)
+.required()];
+const MAX_GLOBAL_ERROR_RATE: &[OptionSpec] = &[
+    OptionSpec::optional(
+        "rate",
+        OptionType::Float,
+        "largest tolerated error fraction over the whole run, 0 to 1",
+    )
+    .required(),
+    OptionSpec::optional(
+        "min_requests",
+        OptionType::Int,
+        "requests completed in the run before the rate is judged",
+    )
+    .with_default("30"),
+];
 const MAX_ERROR_RATE: &[OptionSpec] = &[
     OptionSpec::optional(
         "rate",
         OptionType::Float,
-        "largest tolerated error fraction, 0 to 1",
+        "largest tolerated error fraction, 0 to 1 (a list: one value per benchmark)",
     )
     .required(),
     OptionSpec::optional(
@@ -159,7 +232,9 @@ pub const CONSTRAINT_KINDS: &[(&str, &[OptionSpec])] = &[
     ("max_duration", MAX_DURATION),
     ("max_error_rate", MAX_ERROR_RATE),
     ("max_errors", MAX_ERRORS),
+    ("max_global_error_rate", MAX_GLOBAL_ERROR_RATE),
     ("max_requests", MAX_REQUESTS),
+    ("min_requests", MIN_REQUESTS),
     ("over_saturation", OVER_SATURATION),
 ];
 
@@ -234,15 +309,155 @@ fn over_saturation(
     Ok(OverSaturation { mode, options })
 }
 
-impl Constraints {
-    /// Parses every `--constraint kind=…`.
+type Options = serde_json::Map<String, serde_json::Value>;
+
+/// The value of each list-valued option for benchmark `index` (the last
+/// value repeats), and how many values the longest list has, with its key.
+fn at_index(
+    context: &str,
+    options: &serde_json::Map<String, serde_json::Value>,
+    index: usize,
+) -> Result<(Options, Option<(String, usize)>)> {
+    let mut longest: Option<(String, usize)> = None;
+    let mut resolved = serde_json::Map::new();
+    for (key, value) in options {
+        let value = match value {
+            serde_json::Value::Array(items) => {
+                let Some(last) = items.len().checked_sub(1) else {
+                    return Err(Error::InvalidOption {
+                        context: context.into(),
+                        key: key.clone(),
+                        reason: "the list is empty".into(),
+                    });
+                };
+                if longest.as_ref().is_none_or(|(_, n)| items.len() > *n) {
+                    longest = Some((key.clone(), items.len()));
+                }
+                items[index.min(last)].clone()
+            }
+            other => other.clone(),
+        };
+        resolved.insert(key.clone(), value);
+    }
+    Ok((resolved, longest))
+}
+
+/// The constraints of every benchmark of a run. A list value
+/// (`count=100;200;400`) gives one value per benchmark: the i-th benchmark
+/// takes the i-th value, and the last value repeats.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConstraintPlan {
+    /// The constraints of benchmark 0, 1, … up to the longest list
+    /// (never empty; later benchmarks take the last).
+    per_benchmark: Vec<Constraints>,
+    /// Each option given a list: the constraint kind, the key, its length.
+    lists: Vec<(String, String, usize)>,
+}
+
+impl Default for ConstraintPlan {
+    fn default() -> Self {
+        ConstraintPlan {
+            per_benchmark: vec![Constraints::default()],
+            lists: Vec::new(),
+        }
+    }
+}
+
+impl Serialize for ConstraintPlan {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        if self.lists.is_empty() {
+            self.per_benchmark[0].serialize(s)
+        } else {
+            self.per_benchmark.serialize(s)
+        }
+    }
+}
+
+impl ConstraintPlan {
+    /// Parses every `--constraint kind=…`, list values included.
+    ///
+    /// # Errors
+    ///
+    /// An unknown kind or option, or a value out of range, naming the
+    /// constraint and the key.
     pub fn from_args(args: impl IntoIterator<Item = KindArgs>) -> Result<Self> {
+        let args: Vec<KindArgs> = args.into_iter().collect();
+        let mut lists = Vec::new();
+        for arg in &args {
+            let (_, longest) = at_index(&format!("constraint {}", arg.kind), &arg.options, 0)?;
+            if let Some((key, n)) = longest
+                && n > 1
+            {
+                lists.push((arg.kind.clone(), key, n));
+            }
+        }
+        let benchmarks = lists.iter().map(|(_, _, n)| *n).max().unwrap_or(1);
+        let per_benchmark = (0..benchmarks)
+            .map(|index| Constraints::parse_at(&args, index))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(ConstraintPlan {
+            per_benchmark,
+            lists,
+        })
+    }
+
+    /// The constraints of benchmark `index` (from 0).
+    pub fn for_benchmark(&self, index: usize) -> &Constraints {
+        &self.per_benchmark[index.min(self.per_benchmark.len() - 1)]
+    }
+
+    /// Checks that no list is longer than the benchmarks the profile runs,
+    /// when that number is known up front.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidOption`] naming the constraint and its key.
+    pub fn check_benchmarks(&self, benchmarks: Option<usize>) -> Result<()> {
+        let Some(benchmarks) = benchmarks else {
+            return Ok(());
+        };
+        match self.lists.iter().find(|(_, _, n)| *n > benchmarks) {
+            Some((kind, key, n)) => Err(Error::InvalidOption {
+                context: format!("constraint {kind}"),
+                key: key.clone(),
+                reason: format!(
+                    "gives {n} values, one per benchmark, but the profile runs {benchmarks} \
+                     benchmark{}",
+                    if benchmarks == 1 { "" } else { "s" }
+                ),
+            }),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Constraints {
+    /// Parses every `--constraint kind=…` of a run with one benchmark.
+    ///
+    /// # Errors
+    ///
+    /// As [`ConstraintPlan::from_args`], and a list value (one value per
+    /// benchmark takes a [`ConstraintPlan`]).
+    pub fn from_args(args: impl IntoIterator<Item = KindArgs>) -> Result<Self> {
+        let plan = ConstraintPlan::from_args(args)?;
+        if let Some((kind, key, _)) = plan.lists.first() {
+            return Err(Error::InvalidOption {
+                context: format!("constraint {kind}"),
+                key: key.clone(),
+                reason: "a list gives one value per benchmark; this run has one".into(),
+            });
+        }
+        Ok(plan.per_benchmark[0].clone())
+    }
+
+    /// The constraints of benchmark `index`: each list value resolved.
+    fn parse_at(args: &[KindArgs], index: usize) -> Result<Self> {
         let mut constraints = Constraints::default();
-        for mut arg in args {
+        for arg in args {
             let Some((_, specs)) = CONSTRAINT_KINDS.iter().find(|(k, _)| *k == arg.kind) else {
                 return Err(Error::UnknownName {
                     what: "constraint kind",
-                    name: arg.kind,
+                    name: arg.kind.clone(),
                     available: CONSTRAINT_KINDS
                         .iter()
                         .map(|(k, _)| (*k).to_owned())
@@ -250,10 +465,12 @@ impl Constraints {
                 });
             };
             let context = format!("constraint {}", arg.kind);
-            check_options(&context, &[specs], &mut arg.options)?;
-            let o = &arg.options;
+            let (mut options, _) = at_index(&context, &arg.options, index)?;
+            check_options(&context, &[specs], &mut options)?;
+            let o = &options;
             match arg.kind.as_str() {
                 "max_requests" => constraints.max_requests = Some(count(&context, o.get("count"))?),
+                "min_requests" => constraints.min_requests = Some(count(&context, o.get("count"))?),
                 "max_errors" => constraints.max_errors = Some(count(&context, o.get("count"))?),
                 "max_duration" => {
                     let secs = o
@@ -270,7 +487,7 @@ impl Constraints {
                         })?;
                     constraints.max_duration = Some(duration);
                 }
-                "max_error_rate" => {
+                "max_error_rate" | "max_global_error_rate" => {
                     let rate = o
                         .get("rate")
                         .and_then(serde_json::Value::as_f64)
@@ -282,11 +499,30 @@ impl Constraints {
                             reason: format!("must be between 0 and 1, got {rate}"),
                         });
                     }
-                    let window = match o.get("window") {
-                        Some(v) => usize::try_from(count(&context, Some(v))?).unwrap_or(usize::MAX),
-                        None => 30,
-                    };
-                    constraints.max_error_rate = Some(ErrorRate { rate, window });
+                    if arg.kind == "max_global_error_rate" {
+                        let min_requests = match o.get("min_requests") {
+                            Some(v) => v.as_u64().ok_or_else(|| Error::InvalidOption {
+                                context: context.clone(),
+                                key: "min_requests".into(),
+                                reason: format!("must be a whole number, got {v}"),
+                            })?,
+                            None => 30,
+                        };
+                        constraints.max_global_error_rate = Some(GlobalErrorRate {
+                            rate,
+                            min_requests,
+                            earlier_completed: 0,
+                            earlier_errors: 0,
+                        });
+                    } else {
+                        let window = match o.get("window") {
+                            Some(v) => {
+                                usize::try_from(count(&context, Some(v))?).unwrap_or(usize::MAX)
+                            }
+                            None => 30,
+                        };
+                        constraints.max_error_rate = Some(ErrorRate { rate, window });
+                    }
                 }
                 "over_saturation" => {
                     constraints.over_saturation = Some(over_saturation(&context, o)?);
@@ -299,7 +535,7 @@ impl Constraints {
 
     /// Whether nothing would ever stop a benchmark with endless data.
     pub fn is_unbounded(&self) -> bool {
-        self.max_requests.is_none() && self.max_duration.is_none()
+        self.max_requests.is_none() && self.max_duration.is_none() && self.min_requests.is_none()
     }
 }
 
@@ -307,6 +543,7 @@ impl Constraints {
 #[derive(Debug, Default)]
 pub struct ConstraintState {
     sent: u64,
+    completed: u64,
     errors: u64,
     recent: VecDeque<bool>,
     recent_errors: usize,
@@ -383,14 +620,23 @@ impl ConstraintState {
     }
 
     /// Records a completed request; returns why to stop, if a limit on
-    /// errors was reached.
+    /// errors or on completed requests was reached.
     #[allow(clippy::cast_precision_loss)] // window sizes are small.
     pub fn on_complete(&mut self, constraints: &Constraints, failed: bool) -> Option<StopReason> {
+        self.completed += 1;
         if failed {
             self.errors += 1;
         }
         if constraints.max_errors.is_some_and(|n| self.errors >= n) {
             return Some(StopReason::MaxErrors);
+        }
+        if let Some(global) = constraints.max_global_error_rate
+            && global.exceeded(
+                global.earlier_completed + self.completed,
+                global.earlier_errors + self.errors,
+            )
+        {
+            return Some(StopReason::MaxGlobalErrorRate);
         }
         if let Some(ErrorRate { rate, window }) = constraints.max_error_rate {
             self.recent.push_back(failed);
@@ -401,6 +647,12 @@ impl ConstraintState {
             if self.recent.len() == window && self.recent_errors as f64 / window as f64 > rate {
                 return Some(StopReason::MaxErrorRate);
             }
+        }
+        if constraints
+            .min_requests
+            .is_some_and(|n| self.completed >= n)
+        {
+            return Some(StopReason::MinRequests);
         }
         None
     }
@@ -472,7 +724,8 @@ mod tests {
         let err = constraints(&["kind=max_tokens,count=1"]).expect_err("unknown");
         assert!(
             err.to_string().contains(
-                "available: max_duration, max_error_rate, max_errors, max_requests, over_saturation"
+                "available: max_duration, max_error_rate, max_errors, max_global_error_rate, \
+                 max_requests, min_requests, over_saturation"
             ),
             "{err}"
         );
@@ -484,5 +737,99 @@ mod tests {
         assert!(err.to_string().contains("between 0 and 1"), "{err}");
         let err = constraints(&["kind=max_duration,seconds=0"]).expect_err("zero");
         assert!(err.to_string().contains("positive"), "{err}");
+    }
+
+    fn plan(args: &[&str]) -> Result<ConstraintPlan> {
+        ConstraintPlan::from_args(
+            args.iter()
+                .map(|a| parse_kind_args(a))
+                .collect::<Result<Vec<_>>>()?,
+        )
+    }
+
+    #[test]
+    fn a_list_value_gives_the_ith_benchmark_the_ith_value_and_the_last_repeats() {
+        let p = plan(&[
+            "kind=max_requests,count=100;200;400",
+            "kind=max_duration,seconds=10s;20s",
+            "kind=max_errors,count=5",
+        ])
+        .expect("valid");
+        let at = |i| {
+            let c = p.for_benchmark(i);
+            (
+                c.max_requests,
+                c.max_duration.map(|d| d.as_secs()),
+                c.max_errors,
+            )
+        };
+        assert_eq!(at(0), (Some(100), Some(10), Some(5)));
+        assert_eq!(at(1), (Some(200), Some(20), Some(5)));
+        assert_eq!(at(2), (Some(400), Some(20), Some(5)));
+        assert_eq!(
+            at(7),
+            (Some(400), Some(20), Some(5)),
+            "the last value repeats"
+        );
+        let json = serde_json::to_value(&p).expect("json");
+        assert_eq!(json.as_array().map(Vec::len), Some(3), "{json}");
+    }
+
+    #[test]
+    fn a_list_longer_than_the_benchmarks_known_up_front_names_the_constraint() {
+        let p = plan(&["kind=max_requests,count=100;200;400"]).expect("valid");
+        assert!(p.check_benchmarks(Some(3)).is_ok());
+        assert!(
+            p.check_benchmarks(None).is_ok(),
+            "searches decide as they go"
+        );
+        let err = p.check_benchmarks(Some(2)).expect_err("too long");
+        let message = err.to_string();
+        assert!(message.contains("constraint max_requests"), "{message}");
+        assert!(message.contains("count"), "{message}");
+        assert!(message.contains("3 values"), "{message}");
+        let err = plan(&["kind=max_requests,count=100;0"]).expect_err("each value is checked");
+        assert!(err.to_string().contains("count"), "{err}");
+        let err = constraints(&["kind=max_requests,count=1;2"]).expect_err("one benchmark");
+        assert!(err.to_string().contains("count"), "{err}");
+    }
+
+    #[test]
+    fn min_requests_stops_once_that_many_requests_completed_failed_or_not() {
+        let c = constraints(&["kind=min_requests,count=3"]).expect("valid");
+        assert!(!c.is_unbounded());
+        let mut s = ConstraintState::default();
+        for _ in 0..10 {
+            s.on_send();
+        }
+        assert!(
+            s.may_send(&c, Duration::ZERO).is_ok(),
+            "sends are not counted"
+        );
+        assert_eq!(s.on_complete(&c, false), None);
+        assert_eq!(s.on_complete(&c, true), None);
+        assert_eq!(s.on_complete(&c, false), Some(StopReason::MinRequests));
+    }
+
+    #[test]
+    fn the_global_error_rate_waits_for_its_minimum_then_stops_above_the_rate() {
+        let c =
+            constraints(&["kind=max_global_error_rate,rate=0.25,min_requests=4"]).expect("valid");
+        let global = c.max_global_error_rate.expect("set");
+        assert_eq!((global.rate, global.min_requests), (0.25, 4));
+        let mut s = ConstraintState::default();
+        // Two errors of three: above the rate, but fewer than 4 completed.
+        assert_eq!(s.on_complete(&c, true), None);
+        assert_eq!(s.on_complete(&c, true), None);
+        assert_eq!(s.on_complete(&c, false), None);
+        assert_eq!(
+            s.on_complete(&c, false),
+            Some(StopReason::MaxGlobalErrorRate),
+            "2 of 4 > 25 %"
+        );
+        assert!(!global.exceeded(8, 2), "exactly the rate is tolerated");
+        assert!(global.exceeded(8, 3));
+        let c = constraints(&["kind=max_global_error_rate,rate=0.1"]).expect("valid");
+        assert_eq!(c.max_global_error_rate.map(|g| g.min_requests), Some(30));
     }
 }

@@ -7,9 +7,9 @@ pub mod profile;
 pub mod scheduler;
 
 pub use constraints::{
-    CONSTRAINT_KINDS, ConstraintState, Constraints, ErrorRate, OverSaturation, SaturationMode,
-    SaturationReport, StopReason,
+    CONSTRAINT_KINDS, ConstraintPlan, ConstraintState, Constraints, ErrorRate, GlobalErrorRate,
+    OverSaturation, SaturationMode, SaturationReport, StopReason,
 };
 pub use phases::{Measured, Phase, measured};
-pub use profile::{PROFILE_KINDS, Profile, Schedule, Strategy, sweep_rates};
+pub use profile::{PROFILE_KINDS, Profile, RateKind, Schedule, Strategy, sweep_rates};
 pub use scheduler::{BenchmarkRun, NoObserver, Observer, RunOptions, run_benchmark};

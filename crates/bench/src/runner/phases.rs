@@ -1,6 +1,8 @@
 //! Warm-up and cool-down: requests at the edges of a benchmark that are
 //! sent and recorded but left out of its metrics.
 
+use std::time::Duration;
+
 use serde::Serialize;
 
 use guidebench_core::clock::Timestamp;
@@ -17,16 +19,35 @@ pub enum Phase {
     Seconds(f64),
     /// The first (warm-up) or last (cool-down) this many requests sent.
     Requests(u64),
+    /// This fraction (0 to 1) of the benchmark: of its `max_requests` when
+    /// that is known, otherwise of its duration (`max_duration`, or how
+    /// long it ran). Written `10%`.
+    Fraction(f64),
 }
 
 impl Phase {
     /// Parses `--warmup` / `--cooldown`: a whole number is a request count
     /// (`20`); a number with a unit or a fraction is a time (`10s`, `500ms`,
-    /// `2.5`).
+    /// `2.5`); a percentage is a fraction of the benchmark (`10%`).
     pub fn parse(flag: &str, value: &str) -> Result<Self> {
         let value = value.trim();
         if let Ok(count) = value.parse::<u64>() {
             return Ok(Phase::Requests(count));
+        }
+        if let Some(percent) = value.strip_suffix('%') {
+            return percent
+                .trim()
+                .parse::<f64>()
+                .ok()
+                .filter(|p| (0.0..100.0).contains(p))
+                .map(|p| Phase::Fraction(p / 100.0))
+                .ok_or_else(|| Error::InvalidOption {
+                    context: format!("--{flag}"),
+                    key: flag.to_owned(),
+                    reason: format!(
+                        "a percentage must be at least 0 % and below 100 %, got {value}"
+                    ),
+                });
         }
         let seconds =
             guidebench_core::options::parse_seconds(&serde_json::Value::String(value.to_owned()))
@@ -43,6 +64,26 @@ impl Phase {
             });
         }
         Ok(Phase::Seconds(seconds))
+    }
+}
+
+impl Phase {
+    /// A fraction made concrete for a benchmark bounded by `max_requests`
+    /// (preferred) or `max_duration`: a request count (rounded down) or a
+    /// time. Counts and times are returned as they are, and so is a
+    /// fraction of a benchmark bounded by neither (it is then taken of how
+    /// long the benchmark ran).
+    #[allow(
+        clippy::cast_precision_loss,
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss
+    )] // request counts are far below 2^52; the product is in [0, n).
+    pub fn resolve(self, max_requests: Option<u64>, max_duration: Option<Duration>) -> Phase {
+        match (self, max_requests, max_duration) {
+            (Phase::Fraction(f), Some(n), _) => Phase::Requests((f * n as f64).floor() as u64),
+            (Phase::Fraction(f), None, Some(d)) => Phase::Seconds(f * d.as_secs_f64()),
+            (phase, _, _) => phase,
+        }
     }
 }
 
@@ -67,7 +108,9 @@ pub struct Measured<'a> {
 }
 
 /// Splits off warm-up and cool-down requests by send time or by count.
-/// Time phases count from the run's start and back from its last send.
+/// Time phases count from the run's start and back from its last send; a
+/// fraction not made concrete by [`Phase::resolve`] is a fraction of the
+/// time from the start to the last send.
 pub fn measured(
     run: &BenchmarkRun,
     warmup: Option<Phase>,
@@ -86,10 +129,23 @@ pub fn measured(
             let until = seconds_after(run.start, s);
             records.iter().take_while(|r| sent(r) < until).count()
         }
+        Some(Phase::Fraction(f)) => {
+            // Of how long the benchmark sent, like the time phases.
+            let until = seconds_after(run.start, f * last_send.secs_since(run.start));
+            records.iter().take_while(|r| sent(r) < until).count()
+        }
     };
     let tail = match cooldown {
         None => 0,
         Some(Phase::Requests(n)) => usize::try_from(n).unwrap_or(usize::MAX).min(total - head),
+        Some(Phase::Fraction(f)) => {
+            let from = seconds_after(last_send, -f * last_send.secs_since(run.start));
+            records[head..]
+                .iter()
+                .rev()
+                .take_while(|r| sent(r) > from)
+                .count()
+        }
         Some(Phase::Seconds(s)) => {
             let from = seconds_after(last_send, -s);
             records[head..]
@@ -214,5 +270,48 @@ mod tests {
         assert!(m.records.is_empty());
         assert_eq!(m.warmup_excluded, 3);
         assert_eq!(m.cooldown_excluded, 0);
+    }
+
+    #[test]
+    fn a_percent_sign_makes_a_fraction_distinct_from_counts_and_seconds() {
+        assert_eq!(
+            Phase::parse("warmup", "10%").expect("fraction"),
+            Phase::Fraction(0.1)
+        );
+        assert_eq!(
+            Phase::parse("warmup", "2.5 %").expect("fraction"),
+            Phase::Fraction(0.025)
+        );
+        assert_eq!(
+            Phase::parse("warmup", "10").expect("count"),
+            Phase::Requests(10)
+        );
+        assert_eq!(
+            Phase::parse("warmup", "0.1").expect("time"),
+            Phase::Seconds(0.1)
+        );
+        let err = Phase::parse("cooldown", "100%").expect_err("all of it");
+        assert!(err.to_string().contains("cooldown"), "{err}");
+        assert!(Phase::parse("warmup", "-5%").is_err());
+        assert!(Phase::parse("warmup", "x%").is_err());
+    }
+
+    #[test]
+    fn a_fraction_is_of_max_requests_when_known_otherwise_of_the_duration() {
+        let tenth = Phase::Fraction(0.1);
+        let ten_s = Some(std::time::Duration::from_secs(10));
+        assert_eq!(tenth.resolve(Some(95), ten_s), Phase::Requests(9));
+        assert_eq!(tenth.resolve(None, ten_s), Phase::Seconds(1.0));
+        assert_eq!(tenth.resolve(None, None), tenth);
+        assert_eq!(
+            Phase::Requests(3).resolve(Some(95), None),
+            Phase::Requests(3)
+        );
+        // Unresolved: a fraction of the time from the start to the last send.
+        let run = run_with_sends(&[0, 100, 200, 300, 400, 500]);
+        let m = measured(&run, Some(Phase::Fraction(0.3)), Some(Phase::Fraction(0.3)));
+        let ids: Vec<u64> = m.records.iter().map(|r| r.id).collect();
+        // Warm-up: sent before 150 ms; cool-down: sent after 350 ms.
+        assert_eq!(ids, vec![2, 3]);
     }
 }

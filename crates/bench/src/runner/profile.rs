@@ -21,18 +21,42 @@ pub enum Strategy {
     Concurrent {
         /// Requests in flight.
         streams: usize,
+        /// The streams start spread evenly over this long: stream `k` of
+        /// `n` sends its first request at `k / n · rampup`.
+        #[serde(
+            rename = "rampup_s",
+            serialize_with = "as_seconds",
+            skip_serializing_if = "Duration::is_zero"
+        )]
+        rampup: Duration,
     },
     /// As many requests in flight as allowed, sent as fast as possible.
     Throughput {
         /// The most requests in flight.
         max_concurrency: usize,
+        /// The slots start spread evenly over this long, and no slot sends
+        /// a second request before it ends (as GuideLLM's throughput ramp).
+        #[serde(
+            rename = "rampup_s",
+            serialize_with = "as_seconds",
+            skip_serializing_if = "Duration::is_zero"
+        )]
+        rampup: Duration,
     },
-    /// Request `i` is sent at `start + i / rate`.
+    /// Request `i` is sent at `start + i / rate`; with a ramp-up, the rate
+    /// grows linearly from 0 to `rate` over it first.
     Constant {
         /// Requests per second.
         rate: f64,
         /// The most requests in flight, if limited.
         max_concurrency: Option<usize>,
+        /// How long the rate takes to grow linearly from 0 to `rate`.
+        #[serde(
+            rename = "rampup_s",
+            serialize_with = "as_seconds",
+            skip_serializing_if = "Duration::is_zero"
+        )]
+        rampup: Duration,
     },
     /// Exponential gaps with mean `1 / rate`, from a seeded generator.
     Poisson {
@@ -45,13 +69,75 @@ pub enum Strategy {
     },
 }
 
+fn as_seconds<S: serde::Serializer>(d: &Duration, s: S) -> std::result::Result<S::Ok, S::Error> {
+    s.serialize_f64(d.as_secs_f64())
+}
+
 impl Strategy {
+    /// Exactly `streams` requests in flight, all started at once.
+    pub fn concurrent(streams: usize) -> Self {
+        Strategy::Concurrent {
+            streams,
+            rampup: Duration::ZERO,
+        }
+    }
+
+    /// Up to `max_concurrency` requests in flight, all started at once.
+    pub fn throughput(max_concurrency: usize) -> Self {
+        Strategy::Throughput {
+            max_concurrency,
+            rampup: Duration::ZERO,
+        }
+    }
+
+    /// A constant `rate` from the start, without a ramp-up.
+    pub fn constant(rate: f64, max_concurrency: Option<usize>) -> Self {
+        Strategy::Constant {
+            rate,
+            max_concurrency,
+            rampup: Duration::ZERO,
+        }
+    }
+
+    /// How long the strategy ramps up (zero without a ramp-up).
+    pub fn rampup(&self) -> Duration {
+        match self {
+            Strategy::Concurrent { rampup, .. }
+            | Strategy::Throughput { rampup, .. }
+            | Strategy::Constant { rampup, .. } => *rampup,
+            Strategy::Synchronous | Strategy::Poisson { .. } => Duration::ZERO,
+        }
+    }
+
+    /// When slot `slot` of a strategy without a schedule may send its first
+    /// request, and from when it may send later ones, as offsets from the
+    /// benchmark start: spread evenly over the ramp-up.
+    #[allow(clippy::cast_precision_loss)] // slot counts are far below 2^52.
+    pub fn slot_start(&self, slot: usize) -> (Duration, Duration) {
+        match self {
+            Strategy::Concurrent { streams, rampup } => (
+                rampup.mul_f64(slot as f64 / *streams as f64),
+                Duration::ZERO,
+            ),
+            Strategy::Throughput {
+                max_concurrency,
+                rampup,
+            } => (
+                rampup.mul_f64(slot as f64 / *max_concurrency as f64),
+                *rampup,
+            ),
+            _ => (Duration::ZERO, Duration::ZERO),
+        }
+    }
+
     /// The most requests in flight, if the strategy limits them.
     pub fn concurrency_limit(&self) -> Option<usize> {
         match self {
             Strategy::Synchronous => Some(1),
-            Strategy::Concurrent { streams } => Some(*streams),
-            Strategy::Throughput { max_concurrency } => Some(*max_concurrency),
+            Strategy::Concurrent { streams, .. } => Some(*streams),
+            Strategy::Throughput {
+                max_concurrency, ..
+            } => Some(*max_concurrency),
             Strategy::Constant {
                 max_concurrency, ..
             }
@@ -65,8 +151,9 @@ impl Strategy {
     /// `None` for strategies that send as soon as a slot is free.
     pub fn schedule(&self) -> Option<Schedule> {
         match self {
-            Strategy::Constant { rate, .. } => Some(Schedule::Constant {
+            Strategy::Constant { rate, rampup, .. } => Some(Schedule::Constant {
                 rate: *rate,
+                rampup_s: rampup.as_secs_f64(),
                 next: 0,
             }),
             Strategy::Poisson { rate, seed, .. } => Some(Schedule::Poisson {
@@ -82,8 +169,10 @@ impl Strategy {
     pub fn label(&self) -> String {
         match self {
             Strategy::Synchronous => "synchronous".into(),
-            Strategy::Concurrent { streams } => format!("concurrent@{streams}"),
-            Strategy::Throughput { max_concurrency } => format!("throughput@{max_concurrency}"),
+            Strategy::Concurrent { streams, .. } => format!("concurrent@{streams}"),
+            Strategy::Throughput {
+                max_concurrency, ..
+            } => format!("throughput@{max_concurrency}"),
             Strategy::Constant { rate, .. } => format!("constant@{rate:.2}/s"),
             Strategy::Poisson { rate, .. } => format!("poisson@{rate:.2}/s"),
         }
@@ -92,10 +181,15 @@ impl Strategy {
 
 /// The send offsets of a rate-based strategy, an endless iterator.
 pub enum Schedule {
-    /// `i / rate`.
+    /// `i / rate`; with a ramp-up of `R` seconds the rate grows linearly
+    /// from 0 over `R`, so `rate · t² / (2R)` requests are due by `t ≤ R`:
+    /// request `i` is sent at `√(2iR / rate)` while `i ≤ rate · R / 2`, and
+    /// at `R + (i − rate · R / 2) / rate` after.
     Constant {
         /// Requests per second.
         rate: f64,
+        /// The ramp-up in seconds (0: none).
+        rampup_s: f64,
         /// The next index.
         next: u64,
     },
@@ -113,8 +207,15 @@ pub enum Schedule {
 impl std::fmt::Debug for Schedule {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Schedule::Constant { rate, next } => {
-                write!(f, "Schedule::Constant {{ rate: {rate}, next: {next} }}")
+            Schedule::Constant {
+                rate,
+                rampup_s,
+                next,
+            } => {
+                write!(
+                    f,
+                    "Schedule::Constant {{ rate: {rate}, rampup_s: {rampup_s}, next: {next} }}"
+                )
             }
             Schedule::Poisson { rate, elapsed, .. } => {
                 write!(
@@ -132,10 +233,19 @@ impl Iterator for Schedule {
     #[allow(clippy::cast_precision_loss)] // request indices stay far below 2^52.
     fn next(&mut self) -> Option<Duration> {
         let secs = match self {
-            Schedule::Constant { rate, next } => {
-                let secs = *next as f64 / *rate;
+            Schedule::Constant {
+                rate,
+                rampup_s,
+                next,
+            } => {
+                let i = *next as f64;
                 *next += 1;
-                secs
+                let ramped = *rate * *rampup_s / 2.0;
+                if *rampup_s > 0.0 && i <= ramped {
+                    (2.0 * i * *rampup_s / *rate).sqrt()
+                } else {
+                    *rampup_s + (i - ramped) / *rate
+                }
             }
             Schedule::Poisson { rate, rng, elapsed } => {
                 let at = *elapsed;
@@ -180,19 +290,37 @@ fn each(value: Option<&serde_json::Value>) -> Vec<Option<&serde_json::Value>> {
     }
 }
 
+const RAMPUP_STREAMS: OptionSpec = OptionSpec::optional(
+    "rampup",
+    OptionType::Duration,
+    "the streams start spread evenly over this long instead of all at once",
+)
+.with_default("0s");
+const RAMPUP_RATE: OptionSpec = OptionSpec::optional(
+    "rampup",
+    OptionType::Duration,
+    "the rate grows linearly from 0 to its target over this long",
+)
+.with_default("0s");
 const SYNCHRONOUS: &[OptionSpec] = &[];
-const CONCURRENT: &[OptionSpec] = &[OptionSpec::optional(
-    "streams",
-    OptionType::Any,
-    "requests in flight (a list runs one benchmark per value)",
-)
-.required()];
-const THROUGHPUT: &[OptionSpec] = &[OptionSpec::optional(
-    "max_concurrency",
-    OptionType::Any,
-    "the most requests in flight",
-)
-.with_default("256")];
+const CONCURRENT: &[OptionSpec] = &[
+    OptionSpec::optional(
+        "streams",
+        OptionType::Any,
+        "requests in flight (a list runs one benchmark per value)",
+    )
+    .required(),
+    RAMPUP_STREAMS,
+];
+const THROUGHPUT: &[OptionSpec] = &[
+    OptionSpec::optional(
+        "max_concurrency",
+        OptionType::Any,
+        "the most requests in flight",
+    )
+    .with_default("256"),
+    RAMPUP_STREAMS,
+];
 const CONSTANT: &[OptionSpec] = &[
     OptionSpec::optional(
         "rate",
@@ -205,6 +333,37 @@ const CONSTANT: &[OptionSpec] = &[
         OptionType::Int,
         "the most requests in flight",
     ),
+    RAMPUP_RATE,
+];
+const ASYNC: &[OptionSpec] = &[
+    OptionSpec::optional(
+        "rate",
+        OptionType::Any,
+        "requests per second (a list runs one benchmark per value)",
+    )
+    .required(),
+    OptionSpec::optional(
+        "strategy",
+        OptionType::Choice(&["constant", "poisson"]),
+        "evenly spaced sends, or exponential gaps (GuideLLM's asynchronous profile)",
+    )
+    .with_default("constant"),
+    OptionSpec::optional(
+        "max_concurrency",
+        OptionType::Int,
+        "the most requests in flight",
+    ),
+    OptionSpec::optional(
+        "seed",
+        OptionType::Int,
+        "seed of the arrival process (poisson; default: the run's seed)",
+    ),
+    OptionSpec::optional(
+        "rampup",
+        OptionType::Duration,
+        "constant only: the rate grows linearly from 0 to its target over this long",
+    )
+    .with_default("0s"),
 ];
 const POISSON: &[OptionSpec] = &[
     OptionSpec::optional("rate", OptionType::Any, "mean requests per second").required(),
@@ -228,6 +387,23 @@ const SWEEP: &[OptionSpec] = &[
         "the throughput run's concurrency",
     )
     .with_default("256"),
+    OptionSpec::optional(
+        "strategy",
+        OptionType::Choice(&["constant", "poisson"]),
+        "how the rates between are sent: evenly spaced, or exponential gaps",
+    )
+    .with_default("constant"),
+    OptionSpec::optional(
+        "seed",
+        OptionType::Int,
+        "seed of the poisson arrivals (default: the run's seed)",
+    ),
+    OptionSpec::optional(
+        "rampup",
+        OptionType::Duration,
+        "the throughput run's slots start spread evenly over this long",
+    )
+    .with_default("0s"),
 ];
 
 const GOODPUT: &[OptionSpec] = &[
@@ -299,6 +475,7 @@ const KNEE: &[OptionSpec] = &[
 
 /// Every profile kind with its options, for help output.
 pub const PROFILE_KINDS: &[(&str, &[OptionSpec])] = &[
+    ("async", ASYNC),
     ("concurrent", CONCURRENT),
     ("constant", CONSTANT),
     ("goodput", GOODPUT),
@@ -308,6 +485,30 @@ pub const PROFILE_KINDS: &[(&str, &[OptionSpec])] = &[
     ("synchronous", SYNCHRONOUS),
     ("throughput", THROUGHPUT),
 ];
+
+/// How a rate is sent: evenly spaced or with exponential gaps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RateKind {
+    /// Evenly spaced sends.
+    Constant,
+    /// Exponential gaps from a seeded generator.
+    Poisson,
+}
+
+impl RateKind {
+    /// The strategy sending `rate` this way.
+    pub fn strategy(self, rate: f64, seed: u64, max_concurrency: Option<usize>) -> Strategy {
+        match self {
+            RateKind::Constant => Strategy::constant(rate, max_concurrency),
+            RateKind::Poisson => Strategy::Poisson {
+                rate,
+                seed,
+                max_concurrency,
+            },
+        }
+    }
+}
 
 /// What `--profile` asks for.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -325,6 +526,17 @@ pub enum Profile {
         sweep_size: usize,
         /// The throughput run's concurrency.
         max_concurrency: usize,
+        /// How the rates between are sent.
+        strategy: RateKind,
+        /// Seed of Poisson arrivals.
+        seed: u64,
+        /// The throughput run's ramp-up.
+        #[serde(
+            rename = "rampup_s",
+            serialize_with = "as_seconds",
+            skip_serializing_if = "Duration::is_zero"
+        )]
+        rampup: Duration,
     },
     /// A search over concurrency for the highest level at which the
     /// objectives' attainment reaches its target.
@@ -365,6 +577,17 @@ impl Profile {
                 .map(|v| positive_int(&context, key, v))
                 .transpose()
         };
+        let rampup = rampup(&context, o.get("rampup"))?;
+        let seed = o
+            .get("seed")
+            .and_then(serde_json::Value::as_u64)
+            .unwrap_or(default_seed);
+        let rates = || -> Result<Vec<f64>> {
+            each(o.get("rate"))
+                .into_iter()
+                .map(|v| positive_rate(&context, v.unwrap_or(&serde_json::Value::Null)))
+                .collect()
+        };
         let strategies = match args.kind.as_str() {
             "synchronous" => vec![Strategy::Synchronous],
             "concurrent" => each(o.get("streams"))
@@ -376,6 +599,7 @@ impl Profile {
                             "streams",
                             v.unwrap_or(&serde_json::Value::Null),
                         )?,
+                        rampup,
                     })
                 })
                 .collect::<Result<_>>()?,
@@ -387,37 +611,38 @@ impl Profile {
                             Some(v) => positive_int(&context, "max_concurrency", v)?,
                             None => 256,
                         },
+                        rampup,
                     })
                 })
                 .collect::<Result<_>>()?,
-            "constant" => {
+            "constant" | "async" | "poisson" => {
                 let limit = opt_limit("max_concurrency")?;
-                each(o.get("rate"))
+                let kind = match (
+                    args.kind.as_str(),
+                    o.get("strategy").and_then(|v| v.as_str()),
+                ) {
+                    ("poisson", _) | ("async", Some("poisson")) => RateKind::Poisson,
+                    _ => RateKind::Constant,
+                };
+                if kind == RateKind::Poisson && !rampup.is_zero() {
+                    return Err(Error::InvalidOption {
+                        context,
+                        key: "rampup".into(),
+                        reason: "a ramp-up applies to constant rates, not to poisson arrivals"
+                            .into(),
+                    });
+                }
+                rates()?
                     .into_iter()
-                    .map(|v| {
-                        Ok(Strategy::Constant {
-                            rate: positive_rate(&context, v.unwrap_or(&serde_json::Value::Null))?,
+                    .map(|rate| match kind {
+                        RateKind::Constant => Strategy::Constant {
+                            rate,
                             max_concurrency: limit,
-                        })
+                            rampup,
+                        },
+                        RateKind::Poisson => kind.strategy(rate, seed, limit),
                     })
-                    .collect::<Result<_>>()?
-            }
-            "poisson" => {
-                let limit = opt_limit("max_concurrency")?;
-                let seed = o
-                    .get("seed")
-                    .and_then(serde_json::Value::as_u64)
-                    .unwrap_or(default_seed);
-                each(o.get("rate"))
-                    .into_iter()
-                    .map(|v| {
-                        Ok(Strategy::Poisson {
-                            rate: positive_rate(&context, v.unwrap_or(&serde_json::Value::Null))?,
-                            seed,
-                            max_concurrency: limit,
-                        })
-                    })
-                    .collect::<Result<_>>()?
+                    .collect()
             }
             "sweep" => {
                 let sweep_size = opt_limit("sweep_size")?.unwrap_or(10);
@@ -431,6 +656,12 @@ impl Profile {
                 return Ok(Profile::Sweep {
                     sweep_size,
                     max_concurrency: opt_limit("max_concurrency")?.unwrap_or(256),
+                    strategy: match o.get("strategy").and_then(|v| v.as_str()) {
+                        Some("poisson") => RateKind::Poisson,
+                        _ => RateKind::Constant,
+                    },
+                    seed,
+                    rampup,
                 });
             }
             "goodput" => return goodput(&context, o),
@@ -438,6 +669,33 @@ impl Profile {
             _ => unreachable!("kinds come from PROFILE_KINDS"),
         };
         Ok(Profile::Fixed { strategies })
+    }
+}
+
+/// The `rampup` option: a non-negative time (zero when absent).
+fn rampup(context: &str, value: Option<&serde_json::Value>) -> Result<Duration> {
+    let Some(value) = value else {
+        return Ok(Duration::ZERO);
+    };
+    value
+        .as_f64()
+        .and_then(|s| Duration::try_from_secs_f64(s).ok())
+        .ok_or_else(|| Error::InvalidOption {
+            context: context.into(),
+            key: "rampup".into(),
+            reason: format!("must be a time of at least 0, like 10s, got {value}"),
+        })
+}
+
+impl Profile {
+    /// How many benchmarks the profile runs, when that is known before the
+    /// first one (a fixed list or a sweep); `None` for searches.
+    pub fn benchmarks_known(&self) -> Option<usize> {
+        match self {
+            Profile::Fixed { strategies } => Some(strategies.len()),
+            Profile::Sweep { sweep_size, .. } => Some(*sweep_size),
+            Profile::Goodput { .. } | Profile::Knee { .. } => None,
+        }
     }
 }
 
@@ -594,14 +852,11 @@ mod tests {
 
     #[test]
     fn constant_sends_at_exact_multiples_of_one_over_rate() {
-        let offsets: Vec<Duration> = Strategy::Constant {
-            rate: 4.0,
-            max_concurrency: None,
-        }
-        .schedule()
-        .expect("rate based")
-        .take(5)
-        .collect();
+        let offsets: Vec<Duration> = Strategy::constant(4.0, None)
+            .schedule()
+            .expect("rate based")
+            .take(5)
+            .collect();
         let expected: Vec<Duration> = (0..5).map(|i| Duration::from_millis(250 * i)).collect();
         assert_eq!(offsets, expected);
     }
@@ -646,9 +901,9 @@ mod tests {
             p,
             Profile::Fixed {
                 strategies: vec![
-                    Strategy::Concurrent { streams: 1 },
-                    Strategy::Concurrent { streams: 4 },
-                    Strategy::Concurrent { streams: 16 },
+                    Strategy::concurrent(1),
+                    Strategy::concurrent(4),
+                    Strategy::concurrent(16),
                 ]
             }
         );
@@ -661,7 +916,7 @@ mod tests {
         let err = profile("kind=warp").expect_err("unknown");
         assert!(
             err.to_string().contains(
-                "available: concurrent, constant, goodput, knee, poisson, sweep, synchronous, throughput"
+                "available: async, concurrent, constant, goodput, knee, poisson, sweep, synchronous, throughput"
             ),
             "{err}"
         );
@@ -681,5 +936,134 @@ mod tests {
         assert!(
             matches!(p, Profile::Fixed { ref strategies } if strategies[0] == Strategy::Poisson { rate: 3.0, seed: 7, max_concurrency: None })
         );
+    }
+
+    #[test]
+    fn a_ramped_constant_schedule_integrates_the_linear_rate_exactly() {
+        let offsets: Vec<f64> = Strategy::Constant {
+            rate: 4.0,
+            max_concurrency: None,
+            rampup: Duration::from_secs(3),
+        }
+        .schedule()
+        .expect("rate based")
+        .take(10)
+        .map(|d| d.as_secs_f64())
+        .collect();
+        // 4 t² / 6 requests are due by t ≤ 3 s (6 by the end of the ramp-up),
+        // then one every 250 ms.
+        for (i, at) in offsets.iter().enumerate() {
+            let i = i as f64;
+            let want = if i <= 6.0 {
+                (i * 6.0 / 4.0).sqrt()
+            } else {
+                3.0 + (i - 6.0) / 4.0
+            };
+            assert!((at - want).abs() < 1e-9, "request {i}: {at} vs {want}");
+        }
+        assert!(offsets.windows(2).all(|w| w[0] < w[1]));
+    }
+
+    #[test]
+    fn rampup_is_an_option_of_concurrent_throughput_and_constant() {
+        let p = profile("kind=concurrent,streams=2;4,rampup=10s").expect("valid");
+        assert_eq!(
+            p,
+            Profile::Fixed {
+                strategies: vec![
+                    Strategy::Concurrent {
+                        streams: 2,
+                        rampup: Duration::from_secs(10)
+                    },
+                    Strategy::Concurrent {
+                        streams: 4,
+                        rampup: Duration::from_secs(10)
+                    },
+                ]
+            }
+        );
+        let p = profile("kind=throughput,max_concurrency=8,rampup=500ms").expect("valid");
+        assert!(
+            matches!(p, Profile::Fixed { ref strategies } if strategies[0].rampup() == Duration::from_millis(500))
+        );
+        let p = profile("kind=constant,rate=5,rampup=2").expect("valid");
+        assert!(
+            matches!(p, Profile::Fixed { ref strategies } if strategies[0].rampup() == Duration::from_secs(2))
+        );
+        let err = profile("kind=poisson,rate=5,rampup=2s").expect_err("not for poisson");
+        assert!(err.to_string().contains("rampup"), "{err}");
+        let err = profile("kind=concurrent,streams=2,rampup=-1s").expect_err("negative");
+        assert!(err.to_string().contains("rampup"), "{err}");
+        let json = serde_json::to_value(Strategy::Concurrent {
+            streams: 2,
+            rampup: Duration::from_millis(1_500),
+        })
+        .expect("json");
+        assert_eq!(json["rampup_s"], 1.5);
+        let json = serde_json::to_value(Strategy::concurrent(2)).expect("json");
+        assert!(json.get("rampup_s").is_none(), "{json}");
+    }
+
+    #[test]
+    fn async_is_constant_unless_its_strategy_is_poisson() {
+        let p = profile("kind=async,rate=1;2,rampup=4s").expect("valid");
+        assert_eq!(
+            p,
+            Profile::Fixed {
+                strategies: vec![
+                    Strategy::Constant {
+                        rate: 1.0,
+                        max_concurrency: None,
+                        rampup: Duration::from_secs(4)
+                    },
+                    Strategy::Constant {
+                        rate: 2.0,
+                        max_concurrency: None,
+                        rampup: Duration::from_secs(4)
+                    },
+                ]
+            }
+        );
+        let p = profile("kind=async,rate=3,strategy=poisson,max_concurrency=5").expect("valid");
+        assert_eq!(
+            p,
+            Profile::Fixed {
+                strategies: vec![Strategy::Poisson {
+                    rate: 3.0,
+                    seed: 7,
+                    max_concurrency: Some(5)
+                }]
+            }
+        );
+        let err = profile("kind=async,rate=3,strategy=poisson,rampup=1s").expect_err("ramp");
+        assert!(err.to_string().contains("rampup"), "{err}");
+        let err = profile("kind=async,rate=3,strategy=burst").expect_err("choice");
+        assert!(err.to_string().contains("strategy"), "{err}");
+    }
+
+    #[test]
+    fn a_sweep_takes_a_rate_strategy_and_a_throughput_rampup() {
+        let p =
+            profile("kind=sweep,sweep_size=5,strategy=poisson,seed=9,rampup=3s").expect("valid");
+        assert_eq!(
+            p,
+            Profile::Sweep {
+                sweep_size: 5,
+                max_concurrency: 256,
+                strategy: RateKind::Poisson,
+                seed: 9,
+                rampup: Duration::from_secs(3),
+            }
+        );
+        assert_eq!(p.benchmarks_known(), Some(5));
+        let p = profile("kind=sweep").expect("valid");
+        assert!(matches!(
+            p,
+            Profile::Sweep {
+                strategy: RateKind::Constant,
+                seed: 7,
+                ..
+            }
+        ));
     }
 }

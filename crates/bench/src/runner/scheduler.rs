@@ -252,24 +252,45 @@ fn cut_off(stop: &watch::Receiver<Option<StopReason>>) -> bool {
     )
 }
 
+/// Waits until `at` (a ramp-up); false if sending was cut off meanwhile.
+async fn ramp_until(at: Instant, stop: &mut watch::Receiver<Option<StopReason>>) -> bool {
+    while Instant::now() < at {
+        if cut_off(stop) {
+            return false;
+        }
+        tokio::select! {
+            () = tokio::time::sleep_until(at) => {}
+            changed = stop.changed() => if changed.is_err() {
+                tokio::time::sleep_until(at).await;
+            },
+        }
+    }
+    !cut_off(stop)
+}
+
 /// One of the `n` slots of a strategy without a schedule: takes the next
 /// request as soon as its previous one ended, so that `n` stay in flight
 /// without a round trip through the feeder. Stops when the queue is closed
 /// and empty, or at a cut-off (a request taken after it is not sent).
+/// With a ramp-up, its first request waits until `first`, later ones until
+/// `later`.
 async fn slot_worker(
     run: Execution,
     queue: async_channel::Receiver<GenerationRequest>,
-    (stop_tx, stop): (
+    (stop_tx, mut stop): (
         watch::Sender<Option<StopReason>>,
         watch::Receiver<Option<StopReason>>,
     ),
     time_limit: Option<Instant>,
     observer: Arc<dyn Observer>,
+    (first, later): (Instant, Instant),
 ) {
+    let mut ramp = first;
     loop {
-        if cut_off(&stop) {
+        if cut_off(&stop) || !ramp_until(ramp, &mut stop).await {
             break;
         }
+        ramp = later;
         let Ok(request) = queue.recv().await else {
             break;
         };
@@ -349,13 +370,15 @@ pub async fn run_benchmark(
     };
     if slots > 0 {
         let (queue_tx, queue) = async_channel::bounded::<GenerationRequest>(slots);
-        for _ in 0..slots {
+        for slot in 0..slots {
+            let (first, later) = strategy.slot_start(slot);
             tasks.spawn(slot_worker(
                 execution.clone(),
                 queue.clone(),
                 (stop_tx.clone(), stop_rx.clone()),
                 time_limit,
                 Arc::clone(&observer),
+                (t0 + first, t0 + later),
             ));
         }
         drop(queue);
@@ -586,7 +609,7 @@ mod tests {
         let run = run_benchmark(
             backend,
             &mut rx,
-            &Strategy::Concurrent { streams: 2 },
+            &Strategy::concurrent(2),
             &Constraints::default(),
             &RunOptions::default(),
             Arc::new(NoObserver),

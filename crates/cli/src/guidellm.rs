@@ -1,0 +1,580 @@
+//! GuideLLM 0.8.1 scenario files (`metadata`, `spec`, `benchmarks`),
+//! mapped onto guidebench's own scenario fields.
+//!
+//! Every field is either mapped or named in the error: nothing is dropped
+//! silently. Options inside `backend`, `profile`, `data` and `constraints`
+//! objects are passed on under their guidebench names, where the usual
+//! checks name any that guidebench does not know.
+
+use serde_json::{Map, Value, json};
+
+/// Whether a scenario file is in GuideLLM's format: an object with a
+/// `spec`, `metadata` or `benchmarks` field.
+pub fn is_guidellm(value: &Value) -> bool {
+    value.as_object().is_some_and(|o| {
+        ["spec", "metadata", "benchmarks"]
+            .iter()
+            .any(|k| o.contains_key(*k))
+    })
+}
+
+/// Collects the fields that cannot be mapped.
+#[derive(Default)]
+struct Problems(Vec<String>);
+
+impl Problems {
+    fn unknown(&mut self, path: &str) {
+        self.0.push(format!("`{path}` (unknown field)"));
+    }
+    fn unsupported(&mut self, path: &str, why: &str) {
+        self.0.push(format!("`{path}` ({why})"));
+    }
+}
+
+/// The profile option that makes one benchmark per list value, by kind.
+fn list_key(kind: &str) -> Option<&'static str> {
+    match kind {
+        "concurrent" => Some("streams"),
+        "throughput" => Some("max_concurrency"),
+        "constant" | "poisson" | "async" => Some("rate"),
+        _ => None,
+    }
+}
+
+/// Maps a GuideLLM scenario onto guidebench's scenario fields.
+///
+/// # Errors
+///
+/// Every unknown or unsupported field, by its path in the file.
+pub fn convert(value: &Value) -> Result<Value, String> {
+    let mut problems = Problems::default();
+    let mut out = Map::new();
+    let empty = Map::new();
+    let root = value.as_object().unwrap_or(&empty);
+    for key in root.keys() {
+        if !["metadata", "spec", "benchmarks"].contains(&key.as_str()) {
+            problems.unknown(key);
+        }
+    }
+    let mut spec = match root.get("spec") {
+        Some(Value::Object(spec)) => spec.clone(),
+        None | Some(Value::Null) => Map::new(),
+        Some(_) => {
+            problems.unsupported("spec", "must be an object");
+            Map::new()
+        }
+    };
+    if let Some(metadata) = root.get("metadata") {
+        out.insert(
+            "label".into(),
+            Value::Object(labels(metadata, &mut problems)),
+        );
+    }
+    apply_benchmarks(root.get("benchmarks"), &mut spec, &mut problems);
+    map_spec(&spec, &mut out, &mut problems);
+    if problems.0.is_empty() {
+        Ok(Value::Object(out))
+    } else {
+        Err(format!(
+            "has fields guidebench cannot map: {}",
+            problems.0.join(", ")
+        ))
+    }
+}
+
+/// `metadata`: its labels and every other field become report labels.
+fn labels(metadata: &Value, problems: &mut Problems) -> Map<String, Value> {
+    let mut labels = Map::new();
+    let Some(metadata) = metadata.as_object() else {
+        problems.unsupported("metadata", "must be an object");
+        return labels;
+    };
+    for (key, value) in metadata {
+        match (key.as_str(), value) {
+            ("labels", Value::Object(map)) => {
+                for (k, v) in map {
+                    labels.insert(k.clone(), Value::String(text(v)));
+                }
+            }
+            (_, value) => {
+                labels.insert(key.clone(), Value::String(text(value).trim().to_owned()));
+            }
+        }
+    }
+    labels
+}
+
+fn text(value: &Value) -> String {
+    match value {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// Sets `value` at a GuideLLM override path (`profile.streams`,
+/// `constraints[0].seconds`) inside `spec`.
+fn set_path(spec: &mut Map<String, Value>, path: &str, value: Value) -> Result<(), ()> {
+    let mut parts: Vec<String> = Vec::new();
+    for part in path.split('.') {
+        match part.split_once('[') {
+            Some((name, rest)) => {
+                parts.push(name.to_owned());
+                for index in rest.split('[') {
+                    parts.push(index.trim_end_matches(']').to_owned());
+                }
+            }
+            None => parts.push(part.to_owned()),
+        }
+    }
+    let mut root = Value::Object(std::mem::take(spec));
+    let result = set_in(&mut root, &parts, value);
+    if let Value::Object(map) = root {
+        *spec = map;
+    }
+    result
+}
+
+fn set_in(node: &mut Value, parts: &[String], value: Value) -> Result<(), ()> {
+    let (first, rest) = parts.split_first().ok_or(())?;
+    let child = match node {
+        Value::Object(map) => {
+            if rest.is_empty() {
+                map.insert(first.clone(), value);
+                return Ok(());
+            }
+            map.entry(first.clone()).or_insert_with(|| json!({}))
+        }
+        Value::Array(items) => {
+            let index: usize = first.parse().map_err(|_| ())?;
+            let slot = items.get_mut(index).ok_or(())?;
+            if rest.is_empty() {
+                *slot = value;
+                return Ok(());
+            }
+            slot
+        }
+        _ => return Err(()),
+    };
+    set_in(child, rest, value)
+}
+
+/// `benchmarks`: one run per entry in GuideLLM. One entry is applied to the
+/// spec as it is; several become list values (one benchmark per value) of
+/// the profile's list option and of constraint options.
+fn apply_benchmarks(
+    benchmarks: Option<&Value>,
+    spec: &mut Map<String, Value>,
+    problems: &mut Problems,
+) {
+    let entries: Vec<Map<String, Value>> = match benchmarks {
+        None | Some(Value::Null) => return,
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|item| item.as_object().cloned().unwrap_or_default())
+            .collect(),
+        Some(_) => {
+            problems.unsupported("benchmarks", "must be a list of overrides");
+            return;
+        }
+    };
+    if entries.len() <= 1 {
+        for (key, value) in entries.into_iter().flatten() {
+            if set_path(spec, &key, value).is_err() {
+                problems.unsupported(&format!("benchmarks[0].{key}"), "no such field in spec");
+            }
+        }
+        return;
+    }
+    let mut keys: Vec<String> = entries.iter().flat_map(|e| e.keys().cloned()).collect();
+    keys.sort();
+    keys.dedup();
+    let profile_kind = spec
+        .get("profile")
+        .and_then(|p| p.get("kind"))
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_owned();
+    for key in keys {
+        let path = format!("benchmarks[*].{key}");
+        let listable = key.starts_with("constraints[")
+            || key
+                .strip_prefix("profile.")
+                .is_some_and(|field| list_key(&profile_kind) == Some(field));
+        if !listable {
+            problems.unsupported(
+                &path,
+                "guidebench runs one profile: only the profile's own list option \
+                 (streams, rate or max_concurrency) and constraint options may vary per benchmark",
+            );
+            continue;
+        }
+        let mut values = Vec::new();
+        for entry in &entries {
+            match entry.get(&key) {
+                Some(Value::Array(_)) => {
+                    problems.unsupported(&path, "a list inside one benchmark's override");
+                    break;
+                }
+                Some(value) => values.push(value.clone()),
+                None => {
+                    problems.unsupported(&path, "missing from some benchmarks");
+                    break;
+                }
+            }
+        }
+        if values.len() == entries.len() && set_path(spec, &key, Value::Array(values)).is_err() {
+            problems.unsupported(&path, "no such field in spec");
+        }
+    }
+}
+
+/// Maps `spec` onto guidebench's fields.
+fn map_spec(spec: &Map<String, Value>, out: &mut Map<String, Value>, problems: &mut Problems) {
+    for (key, value) in spec {
+        let path = format!("spec.{key}");
+        match key.as_str() {
+            "backend" => match value.as_object() {
+                Some(backend) => {
+                    let mut backend = backend.clone();
+                    if let Some(Value::String(format)) = backend.get("request_format") {
+                        let ours = match format.as_str() {
+                            "/v1/chat/completions" => Some("chat"),
+                            "/v1/completions" => Some("text"),
+                            _ => None,
+                        };
+                        match ours {
+                            Some(ours) => {
+                                backend.insert("request_format".into(), json!(ours));
+                            }
+                            None => problems.unsupported(
+                                &format!("{path}.request_format"),
+                                "only /v1/chat/completions and /v1/completions",
+                            ),
+                        }
+                    }
+                    out.insert("backend".into(), Value::Object(backend));
+                }
+                None => problems.unsupported(&path, "must be an object"),
+            },
+            "profile" => match value.as_object() {
+                Some(profile) => map_profile(&path, profile, out, problems),
+                None => problems.unsupported(&path, "must be an object"),
+            },
+            "data" => {
+                out.insert("data".into(), value.clone());
+            }
+            "constraints" => match value.as_array() {
+                Some(items) => {
+                    let mapped = items
+                        .iter()
+                        .enumerate()
+                        .map(|(i, c)| map_constraint(&format!("{path}[{i}]"), c, problems))
+                        .collect();
+                    out.insert("constraint".into(), Value::Array(mapped));
+                }
+                None => problems.unsupported(&path, "must be a list"),
+            },
+            "tokenizer" => map_tokenizer(&path, value, out, problems),
+            "seed" => match value {
+                Value::Number(_) => {
+                    out.insert("seed".into(), value.clone());
+                }
+                Value::Object(o)
+                    if o.get("kind").and_then(Value::as_str) == Some("static")
+                        && o.keys().all(|k| k == "kind" || k == "value") =>
+                {
+                    if let Some(seed) = o.get("value") {
+                        out.insert("seed".into(), seed.clone());
+                    }
+                }
+                _ => problems.unsupported(&path, "only a number or {kind: static, value: N}"),
+            },
+            "outputs" => match value.as_array() {
+                Some(items) => {
+                    let mut outputs = Vec::new();
+                    for (i, item) in items.iter().enumerate() {
+                        let Some(o) = item.as_object() else {
+                            problems.unsupported(&format!("{path}[{i}]"), "must be an object");
+                            continue;
+                        };
+                        let mut o = o.clone();
+                        if let Some(file) = o.remove("filename") {
+                            o.insert("path".into(), file);
+                        }
+                        outputs.push(Value::Object(o));
+                    }
+                    out.insert("output".into(), Value::Array(outputs));
+                }
+                None => problems.unsupported(&path, "must be a list"),
+            },
+            "metrics" => map_metrics(&path, value, out, problems),
+            "data_column_mapper" | "data_preprocessors" | "data_finalizer" | "data_loader" => {
+                let default = match key.as_str() {
+                    "data_column_mapper" => json!({"kind": "generative_column_mapper"}),
+                    "data_preprocessors" => json!([{"kind": "encode_media"}]),
+                    "data_finalizer" => json!({"kind": "generative"}),
+                    _ => json!({"kind": "pytorch"}),
+                };
+                if *value != default {
+                    problems.unsupported(&path, "only GuideLLM's default is supported");
+                }
+            }
+            _ => problems.unknown(&path),
+        }
+    }
+}
+
+fn map_profile(
+    path: &str,
+    profile: &Map<String, Value>,
+    out: &mut Map<String, Value>,
+    problems: &mut Problems,
+) {
+    let mut ours = Map::new();
+    for (key, value) in profile {
+        match key.as_str() {
+            "rampup_duration" => {
+                ours.insert("rampup".into(), value.clone());
+            }
+            "strategy_type" => {
+                ours.insert("strategy".into(), value.clone());
+            }
+            "random_seed" => {
+                ours.insert("seed".into(), value.clone());
+            }
+            "warmup" | "cooldown" => {
+                if let Some(phase) = map_phase(&format!("{path}.{key}"), value, problems) {
+                    out.insert(key.clone(), Value::String(phase));
+                }
+            }
+            // Options under their own names; the profile's checks name
+            // those guidebench does not know.
+            _ => {
+                ours.insert(key.clone(), value.clone());
+            }
+        }
+    }
+    out.insert("profile".into(), Value::Object(ours));
+}
+
+/// A GuideLLM transient phase: a number below 1 is a fraction, otherwise
+/// a count of seconds (GuideLLM's default `prefer_duration` mode); or
+/// `{percent}` / `{value, mode}`.
+fn map_phase(path: &str, value: &Value, problems: &mut Problems) -> Option<String> {
+    let percent = |p: f64| format!("{}%", p * 100.0);
+    match value {
+        Value::Number(n) => {
+            let n = n.as_f64()?;
+            if n == 0.0 {
+                None
+            } else if n < 1.0 {
+                Some(percent(n))
+            } else {
+                Some(format!("{n}s"))
+            }
+        }
+        Value::Object(o) => {
+            let mode = o
+                .get("mode")
+                .and_then(Value::as_str)
+                .unwrap_or("prefer_duration");
+            for key in o.keys() {
+                if !["percent", "value", "mode"].contains(&key.as_str()) {
+                    problems.unknown(&format!("{path}.{key}"));
+                }
+            }
+            if let Some(p) = o.get("percent").and_then(Value::as_f64) {
+                return Some(percent(p));
+            }
+            let v = o.get("value").and_then(Value::as_f64)?;
+            match mode {
+                "duration" | "prefer_duration" => Some(format!("{v}s")),
+                "requests" | "prefer_requests" => Some(format!("{}", v.floor())),
+                _ => {
+                    problems.unsupported(&format!("{path}.mode"), "only duration or requests");
+                    None
+                }
+            }
+        }
+        _ => {
+            problems.unsupported(path, "must be a number or an object");
+            None
+        }
+    }
+}
+
+fn map_constraint(path: &str, value: &Value, problems: &mut Problems) -> Value {
+    let Some(o) = value.as_object() else {
+        problems.unsupported(path, "must be an object");
+        return Value::Null;
+    };
+    let kind = o.get("kind").and_then(Value::as_str).unwrap_or("");
+    let mut ours = Map::new();
+    for (key, value) in o {
+        match (kind, key.as_str(), value.as_str()) {
+            (_, "stopping_scope", Some("current"))
+            | ("max_global_error_rate", "stopping_scope", Some("all")) => {}
+            (_, "stopping_scope", _) => problems.unsupported(
+                &format!("{path}.stopping_scope"),
+                "only `current` (and `all` for max_global_error_rate)",
+            ),
+            ("max_global_error_rate", "minimum", _) => {
+                ours.insert("min_requests".into(), value.clone());
+            }
+            _ => {
+                ours.insert(key.clone(), value.clone());
+            }
+        }
+    }
+    Value::Object(ours)
+}
+
+fn map_tokenizer(path: &str, value: &Value, out: &mut Map<String, Value>, problems: &mut Problems) {
+    let Some(o) = value.as_object() else {
+        problems.unsupported(path, "must be an object");
+        return;
+    };
+    for (key, value) in o {
+        match key.as_str() {
+            "kind" if matches!(value.as_str(), Some("huggingface_auto" | "hf_auto")) => {}
+            "source" | "path" => {
+                out.insert("tokenizer".into(), value.clone());
+            }
+            "load_kwargs" if value.as_object().is_some_and(Map::is_empty) => {}
+            _ => problems.unsupported(&format!("{path}.{key}"), "not supported"),
+        }
+    }
+}
+
+fn map_metrics(path: &str, value: &Value, out: &mut Map<String, Value>, problems: &mut Problems) {
+    let Some(o) = value.as_object() else {
+        problems.unsupported(path, "must be an object");
+        return;
+    };
+    for (key, value) in o {
+        let field = format!("{path}.{key}");
+        match key.as_str() {
+            "kind" if value.as_str() == Some("generative") => {}
+            "slo" if value.is_null() => {}
+            "slo" => {
+                let Some(slo) = value.as_object() else {
+                    problems.unsupported(&field, "must be an object");
+                    continue;
+                };
+                let mut parts = Vec::new();
+                for (name, ms) in slo {
+                    let ours = match name.as_str() {
+                        "ttft_ms" => "ttft",
+                        // GuideLLM judges tpot_ms against the inter-token latency.
+                        "tpot_ms" => "itl",
+                        "e2el_ms" => "latency",
+                        _ => {
+                            problems.unknown(&format!("{field}.{name}"));
+                            continue;
+                        }
+                    };
+                    if !ms.is_null() {
+                        parts.push(format!("{ours}={}ms", text(ms)));
+                    }
+                }
+                if !parts.is_empty() {
+                    out.insert("slo".into(), Value::String(parts.join(",")));
+                }
+            }
+            _ => problems.unsupported(&field, "not supported"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn builtin() -> Value {
+        json!({
+            "metadata": {"name": "concurrent-8k-800-norm", "description": "Large context.\n"},
+            "spec": {
+                "backend": {"kind": "openai_http", "request_format": "/v1/chat/completions"},
+                "profile": {"kind": "concurrent"},
+                "data": [{"kind": "synthetic_text", "prompt_tokens": 8000, "output_tokens": 800}],
+                "constraints": [{"kind": "max_duration", "seconds": 450}]
+            },
+            "benchmarks": [{"profile.streams": 1}, {"profile.streams": 50}, {"profile.streams": 100}]
+        })
+    }
+
+    #[test]
+    fn a_builtin_guidellm_scenario_maps_its_benchmarks_onto_one_list_profile() {
+        assert!(is_guidellm(&builtin()));
+        assert!(!is_guidellm(&json!({"profile": "kind=synchronous"})));
+        let ours = convert(&builtin()).expect("maps");
+        assert_eq!(
+            ours["profile"],
+            json!({"kind": "concurrent", "streams": [1, 50, 100]})
+        );
+        assert_eq!(ours["backend"]["request_format"], "chat");
+        assert_eq!(
+            ours["constraint"],
+            json!([{"kind": "max_duration", "seconds": 450}])
+        );
+        assert_eq!(ours["label"]["name"], "concurrent-8k-800-norm");
+        assert_eq!(ours["label"]["description"], "Large context.");
+        assert_eq!(ours["data"][0]["prompt_tokens"], 8000);
+    }
+
+    #[test]
+    fn per_benchmark_constraint_overrides_become_list_values() {
+        let scenario = json!({
+            "spec": {
+                "profile": {"kind": "constant", "rampup_duration": 5, "warmup": 0.1},
+                "constraints": [{"kind": "max_duration", "seconds": 10}],
+                "metrics": {"kind": "generative", "slo": {"ttft_ms": 200, "tpot_ms": 50}},
+                "seed": {"kind": "static", "value": 3},
+                "outputs": [{"kind": "json", "filename": "out.json"}]
+            },
+            "benchmarks": [
+                {"profile.rate": 10.0, "constraints[0].seconds": 10},
+                {"profile.rate": 20.0, "constraints[0].seconds": 20}
+            ]
+        });
+        let ours = convert(&scenario).expect("maps");
+        assert_eq!(
+            ours["profile"],
+            json!({"kind": "constant", "rampup": 5, "rate": [10.0, 20.0]})
+        );
+        assert_eq!(ours["constraint"][0]["seconds"], json!([10, 20]));
+        assert_eq!(ours["warmup"], "10%");
+        assert_eq!(ours["slo"], "ttft=200ms,itl=50ms");
+        assert_eq!(ours["seed"], 3);
+        assert_eq!(
+            ours["output"],
+            json!([{"kind": "json", "path": "out.json"}])
+        );
+    }
+
+    #[test]
+    fn every_unknown_or_unsupported_field_is_named() {
+        let scenario = json!({
+            "spec": {
+                "profile": {"kind": "sweep"},
+                "data_loader": {"kind": "custom"},
+                "metrics": {"kind": "generative", "confidence": 0.9},
+                "colour": "blue",
+                "constraints": [{"kind": "max_requests", "count": 5, "stopping_scope": "all"}]
+            },
+            "benchmarks": [{"profile.sweep_size": 3}, {"profile.sweep_size": 5}],
+            "extra": 1
+        });
+        let err = convert(&scenario).expect_err("unsupported");
+        for field in [
+            "`extra`",
+            "`spec.data_loader`",
+            "`spec.metrics.confidence`",
+            "`spec.colour`",
+            "`spec.constraints[0].stopping_scope`",
+            "`benchmarks[*].profile.sweep_size`",
+        ] {
+            assert!(err.contains(field), "{field} in {err}");
+        }
+    }
+}
