@@ -309,32 +309,13 @@ pub fn config(slo: Option<&Slo>) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use guidebench_core::clock::Timestamp;
-    use guidebench_core::request::{FinishReason, RequestRecord, RequestTimings};
+    use guidebench_core::request::RequestRecord;
 
-    const ORIGIN: i64 = 1_700_000_000_000_000_000;
-
-    fn ms(ms: i64) -> Timestamp {
-        Timestamp(ORIGIN + ms * 1_000_000)
-    }
+    use crate::report::tests::{ms, served_at};
 
     /// A served request sent at `start` ms with tokens at the given ms.
     fn served(id: u64, start: i64, tokens: &[i64], end: i64) -> RequestRecord {
-        RequestRecord {
-            id,
-            status: RequestStatus::Success,
-            error: None,
-            prompt_tokens: Some(8),
-            output_tokens: u32::try_from(tokens.len()).expect("few"),
-            finish_reason: Some(FinishReason::Length),
-            text: None,
-            timings: RequestTimings {
-                start: Some(ms(start)),
-                tokens: tokens.iter().map(|&t| ms(t)).collect(),
-                end: Some(ms(end)),
-                ..RequestTimings::default()
-            },
-        }
+        served_at(id, start, tokens, end, 8)
     }
 
     fn metrics(slo: &str, records: &[RequestRecord]) -> SloMetrics {

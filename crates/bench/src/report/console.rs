@@ -259,18 +259,9 @@ fn percentile_cell(d: &Distribution, p: f64) -> String {
 
 /// Confidence intervals of the means and of p95 of successful requests.
 fn uncertainty_table(report: &Report) -> String {
-    let r = Align::Right;
-    let col = |group, title| Column {
-        group,
-        title,
-        align: r,
-    };
+    let col = |group, title| Column::new(group, title, Align::Right);
     let columns = vec![
-        Column {
-            group: "",
-            title: "Benchmark",
-            align: Align::Left,
-        },
+        Column::new("", "Benchmark", Align::Left),
         col("TTFT ms", "mean"),
         col("TTFT ms", "p95 interval"),
         col("ITL ms", "mean"),
@@ -311,18 +302,9 @@ fn objectives_table(report: &Report) -> String {
     else {
         return String::new();
     };
-    let r = Align::Right;
-    let col = |group, title| Column {
-        group,
-        title,
-        align: r,
-    };
+    let col = |group, title| Column::new(group, title, Align::Right);
     let columns = vec![
-        Column {
-            group: "",
-            title: "Benchmark",
-            align: Align::Left,
-        },
+        Column::new("", "Benchmark", Align::Left),
         col("Requests", "met"),
         col("Requests", "missed"),
         col("Requests", "undetermined"),
@@ -330,11 +312,7 @@ fn objectives_table(report: &Report) -> String {
         col("Attainment", "95 % interval"),
         col("Goodput", "req/s"),
         col("Goodput", "out tok/s"),
-        Column {
-            group: "",
-            title: "misses",
-            align: Align::Left,
-        },
+        Column::new("", "misses", Align::Left),
     ];
     let rows = report
         .benchmarks

@@ -234,34 +234,12 @@ fn ratio(num: i128, den: i128) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use guidebench_core::request::{FinishReason, RequestRecord, RequestTimings};
+    use guidebench_core::request::RequestRecord;
 
-    const ORIGIN: i64 = 1_700_000_000_000_000_000;
-
-    fn ms(ms: i64) -> Timestamp {
-        Timestamp(ORIGIN + ms * 1_000_000)
-    }
+    use crate::report::tests::{ms, served_at as served};
 
     fn close(a: f64, b: f64) -> bool {
         (a - b).abs() < 1e-9
-    }
-
-    fn served(id: u64, start: i64, tokens: &[i64], end: i64, prompt: u32) -> RequestRecord {
-        RequestRecord {
-            id,
-            status: RequestStatus::Success,
-            error: None,
-            prompt_tokens: Some(prompt),
-            output_tokens: u32::try_from(tokens.len()).expect("few tokens"),
-            finish_reason: Some(FinishReason::Length),
-            text: None,
-            timings: RequestTimings {
-                start: Some(ms(start)),
-                tokens: tokens.iter().map(|&t| ms(t)).collect(),
-                end: Some(ms(end)),
-                ..RequestTimings::default()
-            },
-        }
     }
 
     /// Two served requests, one failure; window 0..1000 ms.

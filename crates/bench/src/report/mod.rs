@@ -83,8 +83,35 @@ pub(crate) mod tests {
 
     const ORIGIN: i64 = 1_700_000_000_000_000_000;
 
-    fn ms(ms: i64) -> Timestamp {
+    /// `ms` milliseconds after a fixed origin.
+    pub(crate) fn ms(ms: i64) -> Timestamp {
         Timestamp(ORIGIN + ms * 1_000_000)
+    }
+
+    /// A served request with `prompt` prompt tokens, sent at `start` ms,
+    /// with tokens at the given ms and its end at `end` ms.
+    pub(crate) fn served_at(
+        id: u64,
+        start: i64,
+        tokens: &[i64],
+        end: i64,
+        prompt: u32,
+    ) -> RequestRecord {
+        RequestRecord {
+            id,
+            status: RequestStatus::Success,
+            error: None,
+            prompt_tokens: Some(prompt),
+            output_tokens: u32::try_from(tokens.len()).expect("few tokens"),
+            finish_reason: Some(FinishReason::Length),
+            text: None,
+            timings: RequestTimings {
+                start: Some(ms(start)),
+                tokens: tokens.iter().map(|&t| ms(t)).collect(),
+                end: Some(ms(end)),
+                ..RequestTimings::default()
+            },
+        }
     }
 
     /// A served request with uneven token gaps, starting at `start` ms.
