@@ -208,6 +208,20 @@ pub fn console_summary(report: &Report) -> String {
     }
     out.push_str(&uncertainty_table(report));
     out.push_str(&answers_text(report));
+    for b in &report.benchmarks {
+        if let Some(reasons) = b.extra.get("client_saturated").and_then(|f| f.get("reasons")) {
+            let reasons: Vec<&str> = reasons
+                .as_array()
+                .map(|r| r.iter().filter_map(serde_json::Value::as_str).collect())
+                .unwrap_or_default();
+            let _ = writeln!(
+                out,
+                "client saturated in {}: {} (the client, not the target, may have set the pace)",
+                b.name,
+                reasons.join("; ")
+            );
+        }
+    }
     out
 }
 
