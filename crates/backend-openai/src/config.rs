@@ -300,12 +300,13 @@ mod tests {
 
     #[test]
     fn a_request_id_header_must_be_a_valid_header_name() {
-        let args = parse_kind_args("kind=openai_http,target=http://x,request_id_header=X-Request-Id")
-            .expect("parse");
+        let args =
+            parse_kind_args("kind=openai_http,target=http://x,request_id_header=X-Request-Id")
+                .expect("parse");
         let c = OpenAiConfig::from_args(args).expect("config");
         assert_eq!(c.request_id_header.as_deref(), Some("x-request-id"));
-        let args =
-            parse_kind_args("kind=openai_http,target=http://x,request_id_header=a b").expect("parse");
+        let args = parse_kind_args("kind=openai_http,target=http://x,request_id_header=a b")
+            .expect("parse");
         let err = OpenAiConfig::from_args(args).expect_err("invalid name");
         assert_eq!(err.label(), "invalid_option");
     }

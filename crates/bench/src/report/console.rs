@@ -209,7 +209,11 @@ pub fn console_summary(report: &Report) -> String {
     out.push_str(&uncertainty_table(report));
     out.push_str(&answers_text(report));
     for b in &report.benchmarks {
-        if let Some(reasons) = b.extra.get("client_saturated").and_then(|f| f.get("reasons")) {
+        if let Some(reasons) = b
+            .extra
+            .get("client_saturated")
+            .and_then(|f| f.get("reasons"))
+        {
             let reasons: Vec<&str> = reasons
                 .as_array()
                 .map(|r| r.iter().filter_map(serde_json::Value::as_str).collect())

@@ -8,9 +8,10 @@
 //!   send) exceeds the larger of the mean gap between planned sends and
 //!   [`MIN_DISPATCH_BOUND_S`] — the client is more than a whole gap late for
 //!   one request in twenty, so the arrival process it claims is not the one
-//!   the server saw;
+//!   the server saw (judged with at least [`MIN_PLANNED`] planned sends);
 //! * **CPU**: the process used at least [`CPU_SHARE`] of every available
-//!   core over the benchmark (CPU time ÷ wall time ÷ available cores) —
+//!   core over a benchmark of at least [`MIN_CPU_WALL_S`] (CPU time ÷ wall
+//!   time ÷ available cores) —
 //!   timings then include waiting for a core. With an in-process engine the
 //!   CPU time includes the engine's.
 //!
@@ -27,6 +28,14 @@ pub const MIN_DISPATCH_BOUND_S: f64 = 1e-3;
 
 /// The share of all available cores at which the client counts as CPU-bound.
 pub const CPU_SHARE: f64 = 0.9;
+
+/// The fewest planned sends the dispatch rule judges (a 95th percentile of
+/// fewer is little more than the maximum).
+pub const MIN_PLANNED: usize = 20;
+
+/// The shortest benchmark, in seconds, the CPU rule judges (CPU time is
+/// counted in scheduler ticks: over a shorter run its share is noise).
+pub const MIN_CPU_WALL_S: f64 = 1.0;
 
 /// Why a benchmark's client could not keep up (see the module docs).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -63,19 +72,18 @@ pub fn client_saturation(
     };
 
     let delay = &report.metrics.dispatch_delay;
-    let planned = report
-        .records
-        .measured()
-        .filter_map(|r| r.scheduled)
-        .fold(None, |span: Option<(i64, i64, usize)>, at| {
+    let planned = report.records.measured().filter_map(|r| r.scheduled).fold(
+        None,
+        |span: Option<(i64, i64, usize)>, at| {
             Some(span.map_or((at, at, 1), |(lo, hi, n)| (lo.min(at), hi.max(at), n + 1)))
-        });
+        },
+    );
     // A rate-based profile plans every send; other profiles plan none (only
     // a retried send has one) and are not held to a schedule.
     let rate_based = planned.is_some_and(|(_, _, n)| n == report.records.measured().count());
     if let (Some(p95), Some((lo, hi, n))) = (delay.at(95.0).filter(|_| delay.count > 0), planned)
         && rate_based
-        && n >= 2
+        && n >= MIN_PLANNED
     {
         let gap = micros_as_secs(hi - lo) / count_as_f64(n - 1);
         let bound = gap.max(MIN_DISPATCH_BOUND_S);
@@ -93,7 +101,7 @@ pub fn client_saturation(
     }
 
     if let Some(client) = &report.client
-        && wall_s > 0.0
+        && wall_s >= MIN_CPU_WALL_S
         && available_cores > 0
     {
         let cores = client.cpu_s / wall_s;
@@ -189,6 +197,9 @@ mod tests {
         let report = benchmark(0, &[0; 40], None);
         let flag = client_saturation(&report, 1.0, 4);
         assert_eq!(flag, None);
+        // Too few planned sends to judge a 95th percentile.
+        let late = [5; MIN_PLANNED - 1];
+        assert_eq!(client_saturation(&benchmark(0, &late, None), 1.0, 4), None);
         let late: Vec<i64> = (0..40).map(|i| if i % 2 == 0 { 2 } else { 0 }).collect();
         let flag = client_saturation(&benchmark(0, &late, None), 1.0, 4).expect("flagged");
         assert_eq!(flag.dispatch_bound_s, Some(MIN_DISPATCH_BOUND_S));
@@ -198,10 +209,16 @@ mod tests {
     fn a_process_using_nine_tenths_of_every_core_is_flagged() {
         let flag = client_saturation(&benchmark(10, &[0; 40], Some(3.6)), 1.0, 4).expect("flagged");
         assert_eq!(flag.cpu_cores_used, Some(3.6));
-        assert!(flag.reasons[0].contains("3.60 of 4 available cores"), "{flag:?}");
+        assert!(
+            flag.reasons[0].contains("3.60 of 4 available cores"),
+            "{flag:?}"
+        );
         assert_eq!(
             client_saturation(&benchmark(10, &[0; 40], Some(3.5)), 1.0, 4),
             None
         );
+        // Under a second, CPU time is too coarse to judge.
+        let short = benchmark(10, &[0; 40], Some(0.5));
+        assert_eq!(client_saturation(&short, 0.5, 1), None);
     }
 }
