@@ -559,7 +559,11 @@ pub struct StreamTimings {
     pub id: String,
     /// The request's number, in arrival order from 0.
     pub index: u64,
-    /// When the request's body had arrived, in ns since the Unix epoch.
+    /// When hyper handed the request over (its head parsed), in ns since
+    /// the Unix epoch.
+    pub received_ns: i64,
+    /// When the request's body had arrived (times count from here), in ns
+    /// since the Unix epoch.
     pub arrived_ns: i64,
     /// One entry per event carrying output tokens, in the order sent.
     pub events: Vec<EventTimes>,
@@ -1469,6 +1473,7 @@ async fn completion(
     path: String,
     chat: bool,
 ) -> Answer {
+    let received = shared.config.record_timings.then(std::time::Instant::now);
     let (parts, body) = request.into_parts();
     let bytes = match body.collect().await {
         Ok(collected) => collected.to_bytes(),
@@ -1598,6 +1603,7 @@ async fn completion(
             let slot = Arc::new(Mutex::new(StreamTimings {
                 id,
                 index,
+                received_ns: received.map_or(0, wall_ns),
                 arrived_ns: wall_ns(arrived.into_std()),
                 events: Vec::with_capacity(steps.len()),
             }));

@@ -65,8 +65,9 @@ async fn every_token_the_client_stamps_was_read_after_the_server_began_writing_i
         let client = &response.timings;
         assert_eq!(client.tokens.len(), server.events.len(), "request {id}");
         let start = client.start.expect("start").0;
+        assert!(server.received_ns <= server.arrived_ns, "request {id}");
         assert!(
-            start <= server.arrived_ns,
+            start <= server.received_ns,
             "request {id}: sent at {start}, arrived at {}",
             server.arrived_ns
         );

@@ -522,6 +522,21 @@ mod tests {
     }
 
     #[test]
+    fn a_benchmark_whose_client_could_not_keep_up_gets_a_line_with_its_reasons() {
+        let mut report = sample_report();
+        assert!(!console_summary(&report).contains("client saturated"));
+        report.benchmarks[0].extra.insert(
+            "client_saturated".into(),
+            serde_json::json!({"reasons": ["reason one", "reason two"], "available_cores": 2}),
+        );
+        let text = console_summary(&report);
+        assert!(
+            text.contains("client saturated in synchronous: reason one; reason two"),
+            "{text}"
+        );
+    }
+
+    #[test]
     fn objectives_intervals_and_a_goodput_answer_are_shown_under_the_summary() {
         use crate::analysis::goodput::{GoodputOptions, GoodputSearch};
         let mut report = sample_report();
