@@ -323,12 +323,15 @@ impl OpenAiHttpBackend {
             } else {
                 running.fresh.clone()
             };
-            let sent = now();
-            let send = client
+            let mut post = client
                 .post(running.completions_url.clone())
                 .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
-                .body(body.clone())
-                .send();
+                .body(body.clone());
+            if let Some(name) = &self.config.request_id_header {
+                post = post.header(name.as_str(), request.id);
+            }
+            let sent = now();
+            let send = post.send();
             match timeout_at(deadline, send).await.map_err(|_| timeout())? {
                 Ok(response) => break (response, sent),
                 Err(e) if retries == 0 && unanswered(&e) => {

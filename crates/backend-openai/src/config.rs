@@ -74,6 +74,12 @@ pub const OPTIONS: &[OptionSpec] = &[
         "how long shutdown waits for requests in flight before cancelling them",
     )
     .with_default("30s"),
+    OptionSpec::optional(
+        "request_id_header",
+        OptionType::String,
+        "send each request's id (unique within a run) in this HTTP header, e.g. x-request-id; \
+         default: none",
+    ),
 ];
 
 /// Which endpoint requests go to.
@@ -111,6 +117,10 @@ pub struct OpenAiConfig {
     pub http2: bool,
     /// How long shutdown waits for requests in flight before cancelling them.
     pub drain_timeout: Duration,
+    /// The HTTP header (a valid name, lower-case) that carries each
+    /// request's id, if any: how a server's own records (the mock server's
+    /// write instants) are joined to the client's.
+    pub request_id_header: Option<String>,
 }
 
 impl OpenAiConfig {
@@ -133,6 +143,7 @@ impl OpenAiConfig {
             connect_timeout: Duration::from_secs(10),
             http2: false,
             drain_timeout: Duration::from_secs(30),
+            request_id_header: None,
         })
     }
 
@@ -185,6 +196,11 @@ impl OpenAiConfig {
             config.drain_timeout = non_negative("drain_timeout", t)?;
         }
         config.http2 = raw.http2.unwrap_or(false);
+        if let Some(name) = raw.request_id_header {
+            let name = reqwest::header::HeaderName::from_bytes(name.trim().as_bytes())
+                .map_err(|e| invalid("request_id_header", format!("`{name}`: {e}")))?;
+            config.request_id_header = Some(name.as_str().to_owned());
+        }
         Ok(config)
     }
 }
@@ -203,6 +219,7 @@ struct RawArgs {
     connect_timeout: Option<f64>,
     http2: Option<bool>,
     drain_timeout: Option<f64>,
+    request_id_header: Option<String>,
 }
 
 fn invalid(key: &str, reason: String) -> Error {
@@ -279,6 +296,19 @@ mod tests {
         assert_eq!(c.extra_body.get("ignore_eos"), Some(&Value::Bool(false)));
         assert_eq!(c.timeout, Duration::from_secs(2));
         assert_eq!(c.connect_timeout, Duration::from_millis(50));
+    }
+
+    #[test]
+    fn a_request_id_header_must_be_a_valid_header_name() {
+        let args =
+            parse_kind_args("kind=openai_http,target=http://x,request_id_header=X-Request-Id")
+                .expect("parse");
+        let c = OpenAiConfig::from_args(args).expect("config");
+        assert_eq!(c.request_id_header.as_deref(), Some("x-request-id"));
+        let args = parse_kind_args("kind=openai_http,target=http://x,request_id_header=a b")
+            .expect("parse");
+        let err = OpenAiConfig::from_args(args).expect_err("invalid name");
+        assert_eq!(err.label(), "invalid_option");
     }
 
     #[test]

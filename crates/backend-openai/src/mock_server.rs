@@ -66,6 +66,22 @@
 //! [`MockStats::closed_unanswered`]). That makes the keep-alive race of
 //! real servers reproducible.
 //!
+//! # Write instants
+//!
+//! With `record_timings` the server keeps, for every streamed response,
+//! when each event carrying output tokens was handed to hyper (`polled_ns`)
+//! and when the first socket write carrying it began (`written_ns`), both
+//! in nanoseconds since the Unix epoch through guidebench's own clock
+//! ([`Clock::global`]: the same monotonic-to-wall mapping the client uses,
+//! so in one process the two sides compare exactly, and across processes
+//! up to the error of each process's anchor). A request is named by its
+//! `x-request-id` header (the `openai_http` backend sends it with
+//! `request_id_header=x-request-id`) or else by its number. The instants
+//! are served as JSON at `GET /debug/timings` (every request) and
+//! `GET /debug/timings?id=ID` (one), and returned by [`MockServer::timings`].
+//! Without the option nothing is recorded and the endpoint answers 404;
+//! the only cost left is one test of a flag per socket write.
+//!
 //! # Serving
 //!
 //! [`serve`] runs the server on a listener until a shutdown future
@@ -83,6 +99,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
+use guidebench_core::clock::Clock;
 use guidebench_core::options::{OptionSpec, OptionType, check_options, from_map};
 use guidebench_core::rng::{self, SeededRng};
 use guidebench_core::tokenizer::{HfTokenizer, Tokenizer};
@@ -96,7 +113,7 @@ use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use rand::RngExt;
 use rand_distr::{Distribution, StandardNormal};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
@@ -227,6 +244,12 @@ pub const OPTIONS: &[OptionSpec] = &[
         "how long shutdown lets open responses finish",
     )
     .with_default("1s"),
+    OptionSpec::optional(
+        "record_timings",
+        OptionType::Bool,
+        "record when each streamed token was written, served at GET /debug/timings",
+    )
+    .with_default("false"),
 ];
 
 /// The mock server's behaviour.
@@ -275,6 +298,9 @@ pub struct MockServerConfig {
     pub tokenizer: Option<Arc<dyn Tokenizer>>,
     /// Keep every completion request (see [`MockServer::recorded`]).
     pub record_requests: bool,
+    /// Record when each streamed token was written (see the module docs,
+    /// [`MockServer::timings`] and `GET /debug/timings`).
+    pub record_timings: bool,
     /// How long shutdown lets open responses finish before closing them.
     pub shutdown_grace: Duration,
     /// Close a connection that has had no response in progress for this
@@ -314,6 +340,7 @@ impl std::fmt::Debug for MockServerConfig {
             .field("seed", &self.seed)
             .field("tokenizer", &self.tokenizer.is_some())
             .field("record_requests", &self.record_requests)
+            .field("record_timings", &self.record_timings)
             .field("shutdown_grace", &self.shutdown_grace)
             .field("keep_alive_timeout", &self.keep_alive_timeout)
             .field("keep_alive_max", &self.keep_alive_max)
@@ -347,6 +374,7 @@ impl Default for MockServerConfig {
             seed: 0,
             tokenizer: None,
             record_requests: false,
+            record_timings: false,
             shutdown_grace: Duration::from_secs(1),
             keep_alive_timeout: None,
             keep_alive_max: None,
@@ -383,6 +411,7 @@ struct RawOptions {
     keep_alive_max: Option<i64>,
     connection_close: Option<bool>,
     announce_keep_alive: Option<bool>,
+    record_timings: Option<bool>,
 }
 
 fn invalid(key: &str, reason: String) -> Error {
@@ -484,6 +513,7 @@ impl MockServerConfig {
             seed: raw.seed.map_or(0, |s| s.cast_unsigned()),
             tokenizer,
             record_requests: false,
+            record_timings: raw.record_timings.unwrap_or(false),
             shutdown_grace: duration(
                 "shutdown_grace",
                 raw.shutdown_grace,
@@ -522,6 +552,50 @@ pub struct RecordedRequest {
     pub body: Value,
 }
 
+/// The write instants of one streamed response (see the module docs).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StreamTimings {
+    /// The request's `x-request-id` header, or else its number as text.
+    pub id: String,
+    /// The request's number, in arrival order from 0.
+    pub index: u64,
+    /// When hyper handed the request over (its head parsed), in ns since
+    /// the Unix epoch.
+    pub received_ns: i64,
+    /// When the request's body had arrived (times count from here), in ns
+    /// since the Unix epoch.
+    pub arrived_ns: i64,
+    /// One entry per event carrying output tokens, in the order sent.
+    pub events: Vec<EventTimes>,
+}
+
+/// When one event carrying output tokens left the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventTimes {
+    /// The output tokens the event carries.
+    pub tokens: u32,
+    /// When the event's frame was handed to hyper, in ns since the epoch.
+    pub polled_ns: i64,
+    /// When the first socket write carrying (part of) the frame began, in ns
+    /// since the epoch; `None` if no write followed (the connection closed).
+    pub written_ns: Option<i64>,
+}
+
+/// One response's write instants, shared by its body and its connection.
+type TimingSlot = Arc<Mutex<StreamTimings>>;
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Nanoseconds since the epoch of a monotonic instant, through the process
+/// clock (the client's mapping).
+fn wall_ns(at: std::time::Instant) -> i64 {
+    Clock::global().wall(at).0
+}
+
 /// Counters of a running mock server.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct MockStats {
@@ -547,6 +621,8 @@ struct Shared {
     /// Completion requests in flight.
     active: AtomicU64,
     recorded: Mutex<Vec<RecordedRequest>>,
+    /// Write instants of streamed responses, with `record_timings`.
+    timings: Mutex<Vec<TimingSlot>>,
     /// Cancelled at shutdown: stalled responses end.
     stop: CancellationToken,
 }
@@ -580,8 +656,18 @@ impl Shared {
             closed_unanswered: AtomicU64::new(0),
             active: AtomicU64::new(0),
             recorded: Mutex::new(Vec::new()),
+            timings: Mutex::new(Vec::new()),
             stop: CancellationToken::new(),
         }
+    }
+
+    /// The recorded write instants, of every request or of the one named `id`.
+    fn timings(&self, id: Option<&str>) -> Vec<StreamTimings> {
+        lock(&self.timings)
+            .iter()
+            .map(|slot| lock(slot).clone())
+            .filter(|t| id.is_none_or(|id| t.id == id))
+            .collect()
     }
 
     fn stats(&self) -> MockStats {
@@ -672,6 +758,9 @@ struct ConnState {
     idle_since: Mutex<Instant>,
     /// Woken when a response starts or ends.
     changed: tokio::sync::Notify,
+    /// Token frames handed to hyper and not yet written (`record_timings`):
+    /// the response's slot and the event's index in it.
+    unwritten: Mutex<Vec<(TimingSlot, usize)>>,
 }
 
 impl ConnState {
@@ -681,6 +770,22 @@ impl ConnState {
             in_flight: AtomicU64::new(0),
             idle_since: Mutex::new(Instant::now()),
             changed: tokio::sync::Notify::new(),
+            unwritten: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Stamps every frame handed over since the last write with `at`, when a
+    /// write that began at `at` succeeded.
+    fn written(&self, at: std::time::Instant) {
+        let mut unwritten = lock(&self.unwritten);
+        if unwritten.is_empty() {
+            return;
+        }
+        let at = wall_ns(at);
+        for (slot, index) in unwritten.drain(..) {
+            if let Some(event) = lock(&slot).events.get_mut(index) {
+                event.written_ns.get_or_insert(at);
+            }
         }
     }
 
@@ -753,6 +858,16 @@ struct KeepAliveIo {
 }
 
 impl KeepAliveIo {
+    /// With `record_timings`, stamps the frames waiting for a write once a
+    /// write that began at `began` has written bytes.
+    fn stamp(&self, began: Option<std::time::Instant>, written: &Poll<std::io::Result<usize>>) {
+        if let (Some(began), Poll::Ready(Ok(n))) = (began, written)
+            && *n > 0
+        {
+            self.conn.written(began);
+        }
+    }
+
     fn spent(&self) -> bool {
         let config = &self.shared.config;
         !config.announce_keep_alive
@@ -796,7 +911,15 @@ impl tokio::io::AsyncWrite for KeepAliveIo {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
+        let this = self.get_mut();
+        let began = this
+            .shared
+            .config
+            .record_timings
+            .then(std::time::Instant::now);
+        let written = Pin::new(&mut this.inner).poll_write(cx, buf);
+        this.stamp(began, &written);
+        written
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
@@ -812,7 +935,15 @@ impl tokio::io::AsyncWrite for KeepAliveIo {
         cx: &mut Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
+        let this = self.get_mut();
+        let began = this
+            .shared
+            .config
+            .record_timings
+            .then(std::time::Instant::now);
+        let written = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+        this.stamp(began, &written);
+        written
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -845,8 +976,8 @@ async fn serve_on(
     request: Request<Incoming>,
 ) -> std::result::Result<Response<TrackedBody>, Abort> {
     let number = conn.started.fetch_add(1, Ordering::AcqRel) + 1;
-    let in_flight = InFlight::new(conn);
-    let mut response = handle(shared.clone(), request).await?;
+    let in_flight = InFlight::new(conn.clone());
+    let mut response = handle(shared.clone(), &conn, request).await?;
     let config = &shared.config;
     let last = config.keep_alive_max.is_some_and(|max| number >= max);
     let headers = response.headers_mut();
@@ -958,6 +1089,13 @@ impl MockServer {
         self.shared.stats()
     }
 
+    /// The write instants of every streamed response so far, in arrival
+    /// order, when [`MockServerConfig::record_timings`] is set (see the
+    /// module docs).
+    pub fn timings(&self) -> Vec<StreamTimings> {
+        self.shared.timings(None)
+    }
+
     /// The completion requests received so far, when
     /// [`MockServerConfig::record_requests`] is set.
     pub fn recorded(&self) -> Vec<RecordedRequest> {
@@ -1012,8 +1150,9 @@ enum MockBody {
 
 /// One step of a planned stream.
 enum Step {
-    /// Send these bytes, not before the instant.
-    Send(Instant, Bytes),
+    /// Send these bytes, carrying this many output tokens, not before the
+    /// instant.
+    Send(Instant, Bytes, u32),
     /// Send nothing more until the server stops, then abort.
     Stall,
     /// Abort the connection.
@@ -1022,7 +1161,11 @@ enum Step {
 
 struct SseStream {
     steps: std::vec::IntoIter<Step>,
-    pending: Option<(Instant, Bytes)>,
+    /// With `record_timings`: where this response's write instants go, and
+    /// its connection (which stamps them when written).
+    timings: Option<(TimingSlot, Arc<ConnState>)>,
+    /// The next event: when, its bytes, the output tokens it carries.
+    pending: Option<(Instant, Bytes, u32)>,
     sleep: Option<PreciseSleep>,
     stalled: Option<Pin<Box<WaitForCancellationFutureOwned>>>,
     shared: Arc<Shared>,
@@ -1089,7 +1232,7 @@ impl SseStream {
             };
         }
         loop {
-            if let Some((at, _)) = &self.pending {
+            if let Some((at, _, _)) = &self.pending {
                 if *at > Instant::now() {
                     let at = *at;
                     let at = at.into_std();
@@ -1101,12 +1244,27 @@ impl SseStream {
                         return Poll::Pending;
                     }
                 }
-                if let Some((_, bytes)) = self.pending.take() {
+                if let Some((_, bytes, tokens)) = self.pending.take() {
+                    if tokens > 0
+                        && let Some((slot, conn)) = &self.timings
+                    {
+                        let polled_ns = wall_ns(std::time::Instant::now());
+                        let index = {
+                            let mut timings = lock(slot);
+                            timings.events.push(EventTimes {
+                                tokens,
+                                polled_ns,
+                                written_ns: None,
+                            });
+                            timings.events.len() - 1
+                        };
+                        lock(&conn.unwritten).push((slot.clone(), index));
+                    }
                     return Poll::Ready(Some(Ok(Frame::data(bytes))));
                 }
             }
             match self.steps.next() {
-                Some(Step::Send(at, bytes)) => self.pending = Some((at, bytes)),
+                Some(Step::Send(at, bytes, tokens)) => self.pending = Some((at, bytes, tokens)),
                 Some(Step::Stall) => {
                     self.stalled = Some(Box::pin(self.shared.stop.clone().cancelled_owned()));
                     return self.poll_next(cx);
@@ -1126,6 +1284,25 @@ impl SseStream {
 
 type Answer = std::result::Result<Response<MockBody>, Abort>;
 
+/// `GET /debug/timings[?id=ID]`: the recorded write instants as JSON,
+/// `{"clock": "unix_ns", "requests": [StreamTimings...]}`.
+fn debug_timings(shared: &Shared, query: Option<&str>) -> Answer {
+    if !shared.config.record_timings {
+        return error_body(
+            StatusCode::NOT_FOUND,
+            "write instants are not recorded: start the server with record_timings=true",
+            "not_found",
+        );
+    }
+    let id = query.and_then(|q| {
+        q.split('&')
+            .find_map(|pair| pair.strip_prefix("id="))
+            .map(str::to_owned)
+    });
+    let body = json!({"clock": "unix_ns", "requests": shared.timings(id.as_deref())});
+    full(StatusCode::OK, "application/json", body.to_string())
+}
+
 fn full(status: StatusCode, content_type: &'static str, body: impl Into<Bytes>) -> Answer {
     let mut response = Response::new(MockBody::Full(Some(body.into())));
     *response.status_mut() = status;
@@ -1142,6 +1319,7 @@ fn error_body(status: StatusCode, message: &str, kind: &str) -> Answer {
 
 async fn handle(
     shared: Arc<Shared>,
+    conn: &Arc<ConnState>,
     request: Request<Incoming>,
 ) -> std::result::Result<Response<MockBody>, Abort> {
     let path = request.uri().path().to_owned();
@@ -1154,11 +1332,12 @@ async fn handle(
             );
             full(StatusCode::OK, "application/json", body)
         }
+        (&Method::GET, "/debug/timings") => debug_timings(&shared, request.uri().query()),
         (&Method::POST, "/v1/chat/completions" | "/chat/completions") => {
-            completion(shared, request, path, true).await
+            completion(shared, conn, request, path, true).await
         }
         (&Method::POST, "/v1/completions" | "/completions") => {
-            completion(shared, request, path, false).await
+            completion(shared, conn, request, path, false).await
         }
         (_, "/health" | "/v1/models" | "/v1/chat/completions" | "/v1/completions") => error_body(
             StatusCode::METHOD_NOT_ALLOWED,
@@ -1289,10 +1468,12 @@ fn prompt_tokens(shared: &Shared, request: &CompletionRequest) -> u32 {
 
 async fn completion(
     shared: Arc<Shared>,
+    conn: &Arc<ConnState>,
     request: Request<Incoming>,
     path: String,
     chat: bool,
 ) -> Answer {
+    let received = shared.config.record_timings.then(std::time::Instant::now);
     let (parts, body) = request.into_parts();
     let bytes = match body.collect().await {
         Ok(collected) => collected.to_bytes(),
@@ -1413,8 +1594,25 @@ async fn completion(
             include_usage,
             fault,
         );
+        let timings = config.record_timings.then(|| {
+            let id = parts
+                .headers
+                .get("x-request-id")
+                .and_then(|v| v.to_str().ok())
+                .map_or_else(|| index.to_string(), str::to_owned);
+            let slot = Arc::new(Mutex::new(StreamTimings {
+                id,
+                index,
+                received_ns: received.map_or(0, wall_ns),
+                arrived_ns: wall_ns(arrived.into_std()),
+                events: Vec::with_capacity(steps.len()),
+            }));
+            lock(&shared.timings).push(slot.clone());
+            (slot, conn.clone())
+        });
         let stream = SseStream {
             steps: steps.into_iter(),
+            timings,
             pending: None,
             sleep: None,
             stalled: None,
@@ -1563,6 +1761,7 @@ fn plan_stream(
             Bytes::from(format!(
                 "data: {head},\"choices\":[{{\"index\":0,\"delta\":{{\"role\":\"assistant\",\"content\":\"\"}},\"finish_reason\":null}}]}}\n\n"
             )),
+            0,
         ));
     }
     let total = usage.completion;
@@ -1589,6 +1788,7 @@ fn plan_stream(
         steps.push(Step::Send(
             at,
             chunk(ids, &text, reasoning, finish_here.then_some(finish)),
+            k,
         ));
         produced += k;
         event += 1;
@@ -1607,6 +1807,7 @@ fn plan_stream(
                     steps.push(Step::Send(
                         at,
                         Bytes::from_static(b"data: {\"choices\": [\n\n"),
+                        0,
                     ));
                 }
                 Fault::None | Fault::Status => {}
@@ -1625,9 +1826,10 @@ fn plan_stream(
                 "data: {head},\"choices\":[],\"usage\":{}}}\n\n",
                 usage.json()
             )),
+            0,
         ));
     }
-    steps.push(Step::Send(at, Bytes::from_static(b"data: [DONE]\n\n")));
+    steps.push(Step::Send(at, Bytes::from_static(b"data: [DONE]\n\n"), 0));
     steps
 }
 

@@ -36,7 +36,7 @@ use guidebench_core::tokenizer::{HfTokenizer, Tokenizer};
 
 use crate::data::{DATA_KINDS, DataItem, DataSource, create_source};
 use crate::planner::{Finished, Planner};
-use crate::report::{BenchmarkReport, CompactRecords, Excluded, Report};
+use crate::report::{BenchmarkReport, CompactRecords, Excluded, Report, client_saturation};
 use crate::runner::{
     BenchmarkRun, ConstraintPlan, Constraints, NoObserver, Observer, Phase, Profile, RunOptions,
     StopReason, Strategy, measured, run_benchmark,
@@ -630,6 +630,13 @@ impl Session {
             records,
         );
         report.client = run.footprint;
+        let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+        if let Some(flag) = client_saturation(&report, run.end.secs_since(run.start), cores) {
+            report.extra.insert(
+                "client_saturated".into(),
+                serde_json::to_value(flag).unwrap_or(Value::Null),
+            );
+        }
         if plan.warmup.is_some() {
             report.warmup_excluded = Some(m.warmup_excluded);
         }

@@ -220,6 +220,24 @@ pub fn console_summary(report: &Report) -> String {
     }
     out.push_str(&uncertainty_table(report));
     out.push_str(&answers_text(report));
+    for b in &report.benchmarks {
+        if let Some(reasons) = b
+            .extra
+            .get("client_saturated")
+            .and_then(|f| f.get("reasons"))
+        {
+            let reasons: Vec<&str> = reasons
+                .as_array()
+                .map(|r| r.iter().filter_map(serde_json::Value::as_str).collect())
+                .unwrap_or_default();
+            let _ = writeln!(
+                out,
+                "client saturated in {}: {} (the client, not the target, may have set the pace)",
+                b.name,
+                reasons.join("; ")
+            );
+        }
+    }
     out
 }
 
@@ -491,6 +509,21 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains("client in <script>"), "{text}");
+    }
+
+    #[test]
+    fn a_benchmark_whose_client_could_not_keep_up_gets_a_line_with_its_reasons() {
+        let mut report = sample_report();
+        assert!(!console_summary(&report).contains("client saturated"));
+        report.benchmarks[0].extra.insert(
+            "client_saturated".into(),
+            serde_json::json!({"reasons": ["reason one", "reason two"], "available_cores": 2}),
+        );
+        let text = console_summary(&report);
+        assert!(
+            text.contains("client saturated in synchronous: reason one; reason two"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -19,6 +19,7 @@ mod console;
 mod csv;
 mod footprint;
 mod html;
+mod keeping_up;
 mod metrics;
 mod model;
 
@@ -30,6 +31,10 @@ pub use console::console_summary;
 pub use csv::{to_csv, write_csv};
 pub use footprint::{ClientFootprint, ProcessUsage};
 pub use html::{to_html, write_html};
+pub use keeping_up::{
+    CPU_SHARE, ClientSaturation, MIN_CPU_WALL_S, MIN_DISPATCH_BOUND_S, MIN_PLANNED,
+    client_saturation,
+};
 pub use metrics::{BenchmarkMetrics, StatusMetrics};
 pub use model::{BenchmarkReport, Environment, GUIDEBENCH_VERSION, Report, SCHEMA_VERSION};
 
