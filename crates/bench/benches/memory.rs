@@ -111,9 +111,7 @@ fn main() {
         let run = run_benchmark(
             Arc::clone(&backend),
             &mut rx,
-            &Strategy::Throughput {
-                max_concurrency: 512,
-            },
+            &Strategy::throughput(512),
             &constraints,
             &RunOptions::default(),
             watch.clone(),
