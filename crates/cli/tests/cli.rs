@@ -550,7 +550,8 @@ fn ctrl_c_stops_a_slow_engine_at_its_next_step_and_exits_within_two_seconds() {
         &format!("kind=json,path={}", json.display()),
         "--disable-progress",
     ]);
-    // The engine says (on its own standard error) when a batch starts.
+    // The engine says (on its own standard error) when a batch started: it
+    // then has its first token at least.
     run.wait_for("mock engine batch 1", 1, std::time::Duration::from_secs(60));
     run.interrupt();
     let (code, took) = run.wait_within(std::time::Duration::from_secs(60));

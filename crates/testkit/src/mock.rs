@@ -264,9 +264,11 @@ impl Engine for MockEngine {
         self.generate_interruptible(batch, &Interrupt::new())
     }
 
-    /// Checks `interrupt` before its prefill and before every decoding
-    /// step (each `token_time` long): the outputs then end there, with
-    /// [`FinishReason::Interrupted`].
+    /// Checks `interrupt` before every decoding step after the first
+    /// token (each `token_time` long): the outputs then end there, with
+    /// [`FinishReason::Interrupted`]. A batch that started has its first
+    /// token (the offline backend does not start a batch once
+    /// interrupted).
     fn generate_interruptible(
         &mut self,
         batch: &[EngineRequest],
@@ -301,9 +303,6 @@ impl Engine for MockEngine {
             .iter()
             .map(|(ids, _)| Vec::with_capacity(ids.len()))
             .collect();
-        if interrupt.is_triggered() {
-            return Ok(batch.iter().map(|_| Err(Error::Interrupted)).collect());
-        }
         std::thread::sleep(seconds(self.options.prefill_time));
         for step in 0..steps {
             if step > 0 {
