@@ -111,6 +111,14 @@ impl EngineThread {
         }
     }
 
+    /// Closes the job channel and lets the thread finish the step in
+    /// flight and drop the engine on its own, without waiting for it (after
+    /// an interrupt: one step of a large model can take long).
+    pub(crate) fn detach(self) {
+        drop(self.jobs);
+        drop(self.thread);
+    }
+
     /// Closes the job channel and waits until the thread has finished the
     /// batch in flight and dropped the engine.
     pub(crate) async fn stop(self) {

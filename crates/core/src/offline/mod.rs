@@ -608,6 +608,22 @@ impl Backend for OfflineBackend {
         // Refuse new requests: closing the channel also tells the batcher to
         // flush what is queued and stop.
         lock(&running.queue).take();
+        if running.interrupt.is_triggered() {
+            // Interrupted: the requests were abandoned, and the engine may be
+            // inside one long step (a prefill of a large model). Nothing
+            // waits for it: the engine thread ends that step, sees the
+            // closed channel and drops the engine on its own.
+            if let Some(batcher) = lock(&running.batcher).take() {
+                batcher.abort();
+            }
+            if let Some(Ok(loaded)) = running.engine.get()
+                && let Some(thread) = lock(&loaded.thread).take()
+            {
+                thread.detach();
+            }
+            lock(&self.state).take();
+            return Ok(());
+        }
         let batcher = lock(&running.batcher).take();
         if let Some(batcher) = batcher {
             let _ = batcher.await;
