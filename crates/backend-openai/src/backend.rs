@@ -114,6 +114,9 @@ struct Running {
     closed: AtomicBool,
     /// Cancels requests still in flight when the drain time is over.
     cancel: CancellationToken,
+    /// Cancelled by [`Backend::interrupt`]: sends and reads in flight
+    /// stop, streams keep what they received.
+    interrupt: CancellationToken,
     tracker: TaskTracker,
 }
 
@@ -332,7 +335,10 @@ impl OpenAiHttpBackend {
             }
             let sent = now();
             let send = post.send();
-            match timeout_at(deadline, send).await.map_err(|_| timeout())? {
+            match unless_interrupted(&running.interrupt, timeout_at(deadline, send))
+                .await?
+                .map_err(|_| timeout())?
+            {
                 Ok(response) => break (response, sent),
                 Err(e) if retries == 0 && unanswered(&e) => {
                     tracing::debug!(
@@ -356,10 +362,11 @@ impl OpenAiHttpBackend {
         let start = Clock::global().wall(sent);
         let status = response.status();
         if !status.is_success() {
-            let body = timeout_at(deadline, response.bytes())
-                .await
-                .map_err(|_| timeout())?
-                .unwrap_or_default();
+            let body =
+                unless_interrupted(&running.interrupt, timeout_at(deadline, response.bytes()))
+                    .await?
+                    .map_err(|_| timeout())?
+                    .unwrap_or_default();
             return Err(OpenAiError::HttpStatus {
                 url: url_label.to_owned(),
                 status: status.as_u16(),
@@ -375,14 +382,21 @@ impl OpenAiHttpBackend {
 
         let mut output = Output::default();
         let arrived;
+        let mut interrupted = false;
         if is_sse {
             let mut stream = response.bytes_stream();
             let mut splitter = LineSplitter::default();
             let mut finished = false;
             loop {
-                let next = timeout_at(deadline, stream.next())
-                    .await
-                    .map_err(|_| timeout())?;
+                let next = tokio::select! {
+                    biased;
+                    // Interrupted: keep what arrived, drop the connection.
+                    () = running.interrupt.cancelled(), if !finished => {
+                        interrupted = true;
+                        break;
+                    }
+                    next = timeout_at(deadline, stream.next()) => next.map_err(|_| timeout())?,
+                };
                 let Some(chunk) = next else { break };
                 let chunk = chunk.map_err(|e| {
                     self.classify(
@@ -399,11 +413,12 @@ impl OpenAiHttpBackend {
                     splitter.feed(&chunk, |line| output.on_line(line, read_at, url_label))?;
             }
             arrived = now();
-            if !finished && !splitter.remainder().is_empty() {
+            if !interrupted && !finished && !splitter.remainder().is_empty() {
                 let line = std::mem::take(&mut splitter).remainder().to_vec();
                 finished = output.on_line(&line, arrived, url_label)?;
             }
-            if !finished && output.finish.is_none() {
+            interrupted &= !finished && output.finish.is_none();
+            if !interrupted && !finished && output.finish.is_none() {
                 return Err(OpenAiError::StreamTruncated {
                     url: url_label.to_owned(),
                     detail: format!(
@@ -414,10 +429,11 @@ impl OpenAiHttpBackend {
                 .into());
             }
         } else {
-            let body = timeout_at(deadline, response.bytes())
-                .await
-                .map_err(|_| timeout())?
-                .map_err(|e| self.classify(&e, url_label, "reading the response"))?;
+            let body =
+                unless_interrupted(&running.interrupt, timeout_at(deadline, response.bytes()))
+                    .await?
+                    .map_err(|_| timeout())?
+                    .map_err(|e| self.classify(&e, url_label, "reading the response"))?;
             arrived = now();
             output.on_body(&body, url_label)?;
         }
@@ -439,6 +455,7 @@ impl OpenAiHttpBackend {
         }
         let (tokens, output_tokens) = token_timestamps(&events, usage.completion_tokens, arrived);
         let finish_reason = match output.finish {
+            None if interrupted => FinishReason::Interrupted,
             Some(RawFinish::Length) => FinishReason::Length,
             Some(RawFinish::Stop) if !request.sampling.stop.is_empty() => FinishReason::Stop,
             Some(RawFinish::Stop) => FinishReason::Eos,
@@ -483,6 +500,18 @@ impl OpenAiHttpBackend {
 /// The instant of every reading a request's timings are made of: tokio's
 /// clock, which is the system's monotonic clock, except in a test that
 /// pauses tokio's time and so decides when each event arrived.
+/// `work`, unless the run is interrupted first ([`Error::Interrupted`]).
+async fn unless_interrupted<T>(
+    interrupt: &CancellationToken,
+    work: impl std::future::Future<Output = T>,
+) -> Result<T> {
+    tokio::select! {
+        biased;
+        () = interrupt.cancelled() => Err(Error::Interrupted),
+        out = work => Ok(out),
+    }
+}
+
 fn now() -> Instant {
     tokio::time::Instant::now().into_std()
 }
@@ -851,6 +880,7 @@ impl Backend for OpenAiHttpBackend {
             model,
             closed: AtomicBool::new(false),
             cancel: CancellationToken::new(),
+            interrupt: CancellationToken::new(),
             tracker: TaskTracker::new(),
         };
         *lock(&self.state) = Some(Arc::new(running));
@@ -923,6 +953,9 @@ impl Backend for OpenAiHttpBackend {
             if running.closed.load(Ordering::Acquire) {
                 return Err(Error::ShuttingDown);
             }
+            if running.interrupt.is_cancelled() {
+                return Err(Error::Interrupted);
+            }
             let token = running.tracker.token();
             (running, token)
         };
@@ -930,6 +963,16 @@ impl Backend for OpenAiHttpBackend {
             biased;
             () = running.cancel.cancelled() => Err(Error::ShuttingDown),
             result = self.execute(&running, request) => result,
+        }
+    }
+
+    /// Stops what is in flight: a request not answered yet ends with
+    /// [`Error::Interrupted`]; a stream ends at once with the events it
+    /// received and [`FinishReason::Interrupted`] (its connection is
+    /// dropped).
+    fn interrupt(&self) {
+        if let Some(running) = lock(&self.state).as_ref() {
+            running.interrupt.cancel();
         }
     }
 

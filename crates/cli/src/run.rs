@@ -67,7 +67,8 @@ pub struct RunArgs {
     /// fraction (10%).
     #[arg(long)]
     cooldown: Option<String>,
-    /// How long requests in flight may finish once sending stopped (default 30s).
+    /// How long requests in flight may finish once sending was cut off by a time or error
+    /// constraint (default 30s); an interrupt (Ctrl-C) stops them at once instead.
     #[arg(long)]
     grace_period: Option<String>,
     /// A label for the report: `key=value` (repeatable).
@@ -178,14 +179,33 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
     Ok(())
 }
 
-/// Ctrl-C: the first stops sending (in-flight requests get the grace
-/// period); a second ends the grace period at once.
+/// How long a second Ctrl-C lets the process finish writing the report
+/// before it exits anyway (with 130): long enough to write what was
+/// recorded, short enough to feel immediate when something (an engine that
+/// cannot stop mid-batch) holds the shutdown.
+const SECOND_INTERRUPT_EXIT: std::time::Duration = std::time::Duration::from_millis(1500);
+
+/// Ctrl-C: the first stops sending and interrupts the backend: requests
+/// not handed to the engine or server yet are cancelled, generations and
+/// streams stop at their next step or event with the tokens they have
+/// (recorded as incomplete), and the partial report is written. A second
+/// ends every wait at once and makes sure the process exits (130) shortly
+/// after, whatever still runs.
 fn watch_interrupts() -> watch::Receiver<bool> {
     let (tx, rx) = watch::channel(false);
     tokio::spawn(async move {
+        let mut seen = 0u32;
         while tokio::signal::ctrl_c().await.is_ok() {
-            if tx.send(true).is_err() {
-                break;
+            seen += 1;
+            // Nobody listens once the benchmarks ended; the count still
+            // matters then.
+            let _ = tx.send(true);
+            if seen == 2 {
+                std::thread::spawn(|| {
+                    std::thread::sleep(SECOND_INTERRUPT_EXIT);
+                    eprintln!("interrupted twice: exiting without waiting any longer");
+                    std::process::exit(130);
+                });
             }
         }
     });

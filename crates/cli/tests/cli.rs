@@ -531,6 +531,51 @@ fn sigint_writes_a_valid_partial_report_and_exits_130() {
 
 #[cfg(unix)]
 #[test]
+fn ctrl_c_stops_a_slow_engine_at_its_next_step_and_exits_within_two_seconds() {
+    // Batches of 4 requests of 500 tokens at 20 ms a step: 10 s each, so
+    // waiting for the requests in flight (the old behaviour, with the
+    // default 30 s grace period) would take 20 s.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let json = dir.path().join("partial.json");
+    let mut run = common::Running::start(&[
+        "--backend",
+        "kind=offline,engine=mock,batch_size=4,token_time=20ms,stdio_noise=true",
+        "--data",
+        "kind=synthetic_text,prompt_tokens=8,output_tokens=500",
+        "--profile",
+        "kind=concurrent,streams=8",
+        "--constraint",
+        "kind=max_requests,count=16",
+        "--output",
+        &format!("kind=json,path={}", json.display()),
+        "--disable-progress",
+    ]);
+    // The engine says (on its own standard error) when a batch started: it
+    // then has its first token at least.
+    run.wait_for("mock engine batch 1", 1, std::time::Duration::from_secs(60));
+    run.interrupt();
+    let (code, took) = run.wait_within(std::time::Duration::from_secs(60));
+    eprintln!("Ctrl-C to exit: {took:?}");
+    assert_eq!(code, Some(130));
+    assert!(
+        took < std::time::Duration::from_secs(2),
+        "exited {took:?} after Ctrl-C"
+    );
+    let report = read_json(&json);
+    assert_eq!(report["interrupted"], true);
+    let counts = common::accounted(&report, 0);
+    // The batch of 4 left at once; the other streams may not all have
+    // sent theirs by the interrupt.
+    assert!((4..=8).contains(&counts.total()), "{counts:?}");
+    assert_eq!(counts.incomplete, counts.total(), "nothing can finish");
+    assert!(
+        (1..=4).contains(&counts.incomplete_with_tokens),
+        "the running batch keeps its tokens: {counts:?}"
+    );
+}
+
+#[cfg(unix)]
+#[test]
 fn the_openai_backend_benchmarks_the_mock_server_end_to_end() {
     let dir = tempfile::tempdir().expect("tempdir");
     let tokenizer_path = common::tokenizer_in(dir.path());

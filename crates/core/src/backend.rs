@@ -41,6 +41,19 @@ pub trait Backend: Send + Sync {
     /// Serves one request. Called concurrently.
     async fn resolve(&self, request: GenerationRequest) -> Result<GenerationResponse>;
 
+    /// Interrupts the run (a first Ctrl-C): requests not yet handed to the
+    /// engine or server end with [`Error::Interrupted`](crate::Error::Interrupted),
+    /// generations and streams in flight stop at their next step or event
+    /// and return what they have with
+    /// [`FinishReason::Interrupted`](crate::request::FinishReason::Interrupted),
+    /// and later requests end with `Error::Interrupted` until the next
+    /// [`startup`](Backend::startup). Returns at once; the requests answer
+    /// on their own.
+    ///
+    /// The default does nothing: requests in flight then run on, and the
+    /// runner stops waiting for them after a short bound.
+    fn interrupt(&self) {}
+
     /// Stops accepting requests, finishes those already accepted, releases
     /// resources.
     async fn shutdown(&self) -> Result<()>;

@@ -5,6 +5,7 @@
 //! ([`crate::generation`]) does everything else.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -94,6 +95,25 @@ pub trait Engine {
     /// the batch.
     fn generate(&mut self, batch: &[EngineRequest]) -> Result<Vec<Result<EngineOutput>>>;
 
+    /// [`generate`](Engine::generate), stopping early once `interrupt` is
+    /// triggered: sequences running then end with
+    /// [`FinishReason::Interrupted`] and the tokens (and token instants)
+    /// they have; requests of the batch not started yet get
+    /// [`Error::Interrupted`](crate::Error::Interrupted). Still one result
+    /// per request, in order.
+    ///
+    /// The default cannot stop a batch once it runs and calls `generate`;
+    /// [`StepRunner`](crate::generation::StepRunner) checks between
+    /// decoding steps.
+    fn generate_interruptible(
+        &mut self,
+        batch: &[EngineRequest],
+        interrupt: &Interrupt,
+    ) -> Result<Vec<Result<EngineOutput>>> {
+        let _ = interrupt;
+        self.generate(batch)
+    }
+
     /// The engine's tokenizer, shared with the benchmark runner.
     fn tokenizer(&self) -> Arc<dyn Tokenizer>;
 
@@ -116,6 +136,29 @@ pub trait Engine {
 
     /// Facts about the engine for reports.
     fn describe(&self) -> EngineDescription;
+}
+
+/// Tells generation in flight to stop at its next step (a benchmark
+/// interrupted by Ctrl-C). Clones share one flag; once triggered it stays
+/// triggered.
+#[derive(Debug, Clone, Default)]
+pub struct Interrupt(Arc<AtomicBool>);
+
+impl Interrupt {
+    /// A flag not triggered yet.
+    pub fn new() -> Self {
+        Interrupt::default()
+    }
+
+    /// Triggers it, for every clone.
+    pub fn trigger(&self) {
+        self.0.store(true, Ordering::Release);
+    }
+
+    /// Whether it was triggered.
+    pub fn is_triggered(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
 }
 
 /// What an engine factory receives: the model and the engine's own options.

@@ -193,6 +193,12 @@ pub enum Error {
     #[error("the backend is shutting down and accepts no new requests")]
     ShuttingDown,
 
+    /// The run was interrupted before the request reached the engine or
+    /// the server ([`crate::backend::Backend::interrupt`]); the runner
+    /// records it as incomplete.
+    #[error("the run was interrupted before the request was served")]
+    Interrupted,
+
     /// The backend was used before `startup` (or after `shutdown`).
     #[error("the backend is not started; call startup first")]
     NotStarted,
@@ -311,6 +317,7 @@ impl Error {
             Error::EmptyPrompt { .. } => "empty_prompt",
             Error::PromptTooLong { .. } => "prompt_too_long",
             Error::ShuttingDown => "shutting_down",
+            Error::Interrupted => "interrupted",
             Error::NotStarted => "not_started",
             Error::NotCompiledIn { .. } => "not_compiled_in",
             Error::ModelNotFound { .. } => "model_not_found",

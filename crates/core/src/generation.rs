@@ -36,7 +36,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 pub use crate::engine::{Decode, Logits, Prefill, StepEngine, StepLimits};
-use crate::engine::{Engine, EngineCapabilities, EngineDescription, EngineOutput, EngineRequest};
+use crate::engine::{
+    Engine, EngineCapabilities, EngineDescription, EngineOutput, EngineRequest, Interrupt,
+};
 use crate::request::FinishReason;
 use crate::sampler::Sampler;
 use crate::tokenizer::{DecodeStream, Tokenizer};
@@ -125,6 +127,11 @@ impl<K> Admitted<K> {
     /// The caller's key.
     pub fn key(&self) -> &K {
         &self.key
+    }
+
+    /// The caller's key, giving up the request.
+    pub fn into_key(self) -> K {
+        self.key
     }
 
     /// The caller's key, mutably (for example to stamp when it was
@@ -391,6 +398,34 @@ impl<K> Generation<K> {
         self.fail_from(engine, 0, err, done);
     }
 
+    /// Ends every running sequence now, as an interrupt does: each goes to
+    /// `done` with the tokens it generated so far (and their instants), its
+    /// text decoded from them, and [`FinishReason::Interrupted`]; their
+    /// slots are freed.
+    pub fn interrupt(
+        &mut self,
+        engine: &mut dyn StepEngine,
+        done: &mut Vec<(K, Result<EngineOutput>)>,
+    ) {
+        for mut seq in self.running.drain(..) {
+            engine.retire(seq.slot);
+            self.free.push(seq.slot);
+            let output = match seq.failed.take() {
+                Some(err) => Err(err),
+                None => finish(
+                    seq.tokens,
+                    seq.instants,
+                    seq.prompt_len,
+                    Some(FinishReason::Interrupted),
+                    None,
+                    None,
+                    self.tokenizer.as_ref(),
+                ),
+            };
+            done.push((seq.key, output));
+        }
+    }
+
     fn fail_from(
         &mut self,
         engine: &mut dyn StepEngine,
@@ -539,6 +574,18 @@ impl<E: StepEngine> Engine for StepRunner<E> {
     }
 
     fn generate(&mut self, batch: &[EngineRequest]) -> Result<Vec<Result<EngineOutput>>> {
+        self.generate_interruptible(batch, &Interrupt::new())
+    }
+
+    /// Checks `interrupt` before every iteration: once it is triggered,
+    /// running sequences end with what they have
+    /// ([`Generation::interrupt`]) and requests not admitted yet get
+    /// [`Error::Interrupted`].
+    fn generate_interruptible(
+        &mut self,
+        batch: &[EngineRequest],
+        interrupt: &Interrupt,
+    ) -> Result<Vec<Result<EngineOutput>>> {
         let mut results: Vec<Option<Result<EngineOutput>>> = batch.iter().map(|_| None).collect();
         let mut waiting = Vec::with_capacity(batch.len());
         for (i, request) in batch.iter().enumerate() {
@@ -555,6 +602,12 @@ impl<E: StepEngine> Engine for StepRunner<E> {
         }
         let mut done = Vec::with_capacity(batch.len());
         while !waiting.is_empty() || !self.generation.is_idle() {
+            if interrupt.is_triggered() {
+                self.generation.interrupt(&mut self.engine, &mut done);
+                for admitted in waiting.drain(..) {
+                    results[admitted.key] = Some(Err(Error::Interrupted));
+                }
+            }
             self.generation
                 .admit(&mut self.engine, &mut waiting, &mut done);
             self.generation.step(&mut self.engine, &mut done);

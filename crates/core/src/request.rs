@@ -126,6 +126,11 @@ pub enum FinishReason {
     Eos,
     /// A stop string appeared.
     Stop,
+    /// The run was interrupted ([`crate::backend::Backend::interrupt`]):
+    /// generation stopped early and the output is what was generated
+    /// until then. The runner records such a request as incomplete, with
+    /// its tokens.
+    Interrupted,
 }
 
 /// The timings of one request, in wall-clock time through one anchor
@@ -315,6 +320,22 @@ impl RequestRecord {
                 start: Some(start),
                 ..RequestTimings::default()
             },
+        }
+    }
+
+    /// The record of a request an interrupt cut short
+    /// ([`FinishReason::Interrupted`]): incomplete, with the tokens it
+    /// had and their instants.
+    pub fn interrupted(response: GenerationResponse, keep_text: bool) -> Self {
+        RequestRecord {
+            id: response.id,
+            status: RequestStatus::Incomplete,
+            error: None,
+            prompt_tokens: Some(response.prompt_tokens),
+            output_tokens: response.output_tokens,
+            finish_reason: None,
+            text: keep_text.then_some(response.text),
+            timings: response.timings,
         }
     }
 

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use guidebench_core::engine::{
     Engine, EngineCapabilities, EngineConfig, EngineDescription, EngineFactory, EngineOutput,
-    EngineRequest,
+    EngineRequest, Interrupt,
 };
 use guidebench_core::options::{OptionSpec, OptionType};
 use guidebench_core::request::FinishReason;
@@ -261,6 +261,19 @@ impl Drop for MockEngine {
 
 impl Engine for MockEngine {
     fn generate(&mut self, batch: &[EngineRequest]) -> Result<Vec<Result<EngineOutput>>> {
+        self.generate_interruptible(batch, &Interrupt::new())
+    }
+
+    /// Checks `interrupt` before every decoding step after the first
+    /// token (each `token_time` long): the outputs then end there, with
+    /// [`FinishReason::Interrupted`]. A batch that started has its first
+    /// token (the offline backend does not start a batch once
+    /// interrupted).
+    fn generate_interruptible(
+        &mut self,
+        batch: &[EngineRequest],
+        interrupt: &Interrupt,
+    ) -> Result<Vec<Result<EngineOutput>>> {
         if let Some(probe) = &self.probe {
             probe.on_generate_start(batch.len());
         }
@@ -293,6 +306,9 @@ impl Engine for MockEngine {
         std::thread::sleep(seconds(self.options.prefill_time));
         for step in 0..steps {
             if step > 0 {
+                if interrupt.is_triggered() {
+                    break;
+                }
                 std::thread::sleep(seconds(self.options.token_time));
             }
             let now = Instant::now();
@@ -304,7 +320,13 @@ impl Engine for MockEngine {
         }
 
         let mut outputs = Vec::with_capacity(batch.len());
-        for ((request, (ids, reason)), token_instants) in batch.iter().zip(planned).zip(instants) {
+        for ((request, (mut ids, mut reason)), token_instants) in
+            batch.iter().zip(planned).zip(instants)
+        {
+            if token_instants.len() < ids.len() {
+                ids.truncate(token_instants.len());
+                reason = FinishReason::Interrupted;
+            }
             let prompt_tokens = self
                 .tokenizer
                 .encode(&request.prompt, request.add_special_tokens)?

@@ -22,9 +22,10 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use crate::report::{ClientFootprint, ProcessUsage};
+use guidebench_core::Error;
 use guidebench_core::backend::Backend;
 use guidebench_core::clock::{Clock, Timestamp};
-use guidebench_core::request::{GenerationRequest, RequestRecord};
+use guidebench_core::request::{FinishReason, GenerationRequest, RequestRecord};
 
 use super::constraints::{ConstraintState, Constraints, SaturationReport, StopReason};
 use super::profile::Strategy;
@@ -32,8 +33,9 @@ use super::profile::Strategy;
 /// Options of a benchmark run beyond its strategy and constraints.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunOptions {
-    /// How long requests still in flight may finish once sending stopped;
-    /// the rest are recorded as incomplete.
+    /// How long requests still in flight may finish once sending was cut
+    /// off by time or errors; the rest are recorded as incomplete. An
+    /// interrupt does not wait for it: see [`INTERRUPT_WAIT`].
     pub grace_period: Duration,
     /// Keep each request's generated text in its record.
     pub keep_text: bool,
@@ -47,6 +49,13 @@ impl Default for RunOptions {
         }
     }
 }
+
+/// After an interrupt, the longest the runner waits (or the grace period,
+/// if shorter) for requests in flight to come back with what they have:
+/// the backend was told to stop them ([`Backend::interrupt`]) and an
+/// interruptible one answers within a decoding step or a stream event.
+/// Requests still out after it are recorded as incomplete without tokens.
+pub const INTERRUPT_WAIT: Duration = Duration::from_secs(1);
 
 /// Watches a benchmark as it runs (for a progress display).
 pub trait Observer: Send + Sync {
@@ -210,7 +219,16 @@ impl Execution {
             self.in_flight.fetch_sub(1, Ordering::AcqRel);
         }
         let mut record = match result {
+            // Cut short by an interrupt: incomplete, with what it had.
+            Ok(response) if response.finish_reason == FinishReason::Interrupted => {
+                RequestRecord::interrupted(response, self.keep_text)
+            }
             Ok(response) => RequestRecord::success(response, self.keep_text),
+            Err(Error::Interrupted) => {
+                let mut record = RequestRecord::incomplete(id, sent);
+                record.timings.end = Some(now());
+                record
+            }
             Err(err) => RequestRecord::error(id, &err, sent, now()),
         };
         // Start is when the caller sent the request, on the schedule's clock,
@@ -346,7 +364,7 @@ pub async fn run_benchmark(
     let mut state = ConstraintState::default();
     let mut tasks = JoinSet::new();
     let time_limit = constraints.max_duration.map(|d| t0 + d);
-    if *cancel.borrow() {
+    if *cancel.borrow_and_update() {
         stop_with(&stop_tx, StopReason::Interrupted);
     }
     let execution = Execution {
@@ -482,19 +500,31 @@ pub async fn run_benchmark(
 
     // Sending stopped. After the last request of a bounded run (a count, or
     // the end of the data) everything in flight belongs to the benchmark and
-    // is waited for; after a cut-off (time, errors, an interrupt) requests
-    // in flight get the grace period, and a second interrupt ends it.
+    // is waited for; after a cut-off by time or errors requests in flight
+    // get the grace period. An interrupt (now or while waiting) tells the
+    // backend to stop what is in flight and waits at most `INTERRUPT_WAIT`
+    // for it to come back with what it has; a second one ends the wait.
     let natural_end = !cut_off(&stop_rx);
     let mut grace_deadline = (!natural_end).then(|| Instant::now() + options.grace_period);
+    let interrupt = |deadline: Option<Instant>| {
+        backend.interrupt();
+        let bound = Instant::now() + options.grace_period.min(INTERRUPT_WAIT);
+        Some(deadline.map_or(bound, |d| d.min(bound)))
+    };
+    let mut interrupted = *stop_rx.borrow() == Some(StopReason::Interrupted);
+    if interrupted {
+        grace_deadline = interrupt(grace_deadline);
+    }
     loop {
         tokio::select! {
             biased;
             _ = cancel.changed() => {
-                if grace_deadline.is_some() {
+                if interrupted {
                     break;
                 }
+                interrupted = true;
                 stop_tx.send_replace(Some(StopReason::Interrupted));
-                grace_deadline = Some(Instant::now() + options.grace_period);
+                grace_deadline = interrupt(grace_deadline);
             }
             () = sleep_until_opt(grace_deadline) => break,
             next = tasks.join_next() => if next.is_none() { break },

@@ -83,3 +83,174 @@ impl Drop for MockServer {
         let _ = self.child.wait();
     }
 }
+
+/// `guidebench run ARGS` started with a debug log of the runner on
+/// standard error (one `request done` line per record), read by a thread.
+#[cfg(unix)]
+pub struct Running {
+    /// The process.
+    pub child: Child,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+#[cfg(unix)]
+impl Running {
+    /// Starts `guidebench run` with `args`.
+    pub fn start(args: &[&str]) -> Running {
+        use std::io::{BufRead, BufReader};
+        use std::process::Stdio;
+
+        let mut child = Command::new(env!("CARGO_BIN_EXE_guidebench"))
+            .arg("run")
+            .args(args)
+            .env("GUIDEBENCH_LOG", "guidebench_bench::runner=debug")
+            .stderr(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("starts");
+        let stderr = child.stderr.take().expect("stderr");
+        let (tx, lines) = std::sync::mpsc::channel();
+        // Reads to the end, so the child never blocks on a full pipe.
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                let _ = tx.send(line);
+            }
+        });
+        Running { child, lines }
+    }
+
+    /// Waits until `n` lines of the log contained `needle` (within
+    /// `limit`, or the test fails); returns them all, in order.
+    pub fn wait_for(&self, needle: &str, n: usize, limit: std::time::Duration) -> Vec<String> {
+        let deadline = std::time::Instant::now() + limit;
+        let mut seen = Vec::new();
+        let mut found = 0;
+        while found < n {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    found += usize::from(line.contains(needle));
+                    seen.push(line);
+                }
+                Err(e) => panic!(
+                    "{found} of {n} lines with `{needle}` after {limit:?} ({e}); the log:\n{}",
+                    seen.join("\n")
+                ),
+            }
+        }
+        seen
+    }
+
+    /// Sends SIGINT.
+    pub fn interrupt(&self) {
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(self.child.id()).expect("pid"));
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).expect("signal");
+    }
+
+    /// Waits for the exit (killing the process and failing after
+    /// `limit`); returns its code and how long the wait took.
+    pub fn wait_within(
+        &mut self,
+        limit: std::time::Duration,
+    ) -> (Option<i32>, std::time::Duration) {
+        let started = std::time::Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                return (status.code(), started.elapsed());
+            }
+            if started.elapsed() > limit {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!("guidebench run still running after {limit:?}: killed");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+}
+
+/// How the requests of one benchmark of a JSON report ended.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Accounted {
+    /// Successful records.
+    pub successful: u64,
+    /// Errored records.
+    pub errored: u64,
+    /// Incomplete records.
+    pub incomplete: u64,
+    /// Incomplete records that carry tokens.
+    pub incomplete_with_tokens: u64,
+    /// Errors by label, as the metrics give them.
+    pub errors_by_label: std::collections::BTreeMap<String, u64>,
+}
+
+impl Accounted {
+    /// Every record.
+    pub fn total(&self) -> u64 {
+        self.successful + self.errored + self.incomplete
+    }
+}
+
+/// Checks that benchmark `i` of `report` accounts for every request sent
+/// exactly once: one record per request (distinct ids, as many as
+/// `extra.requests_sent`), each successful, errored (with a label) or
+/// incomplete (with one token instant per output token), the metrics'
+/// counts and `errors_by_label` equal to the records'.
+pub fn accounted(report: &Value, i: usize) -> Accounted {
+    let benchmark = &report["benchmarks"][i];
+    let records = benchmark["records"]["records"].as_array().expect("records");
+    let errors = benchmark["records"]["errors"].as_array().expect("errors");
+    let sent = benchmark["extra"]["requests_sent"]
+        .as_u64()
+        .expect("requests_sent");
+    assert_eq!(records.len() as u64, sent, "one record per request sent");
+    let ids: std::collections::HashSet<u64> = records
+        .iter()
+        .map(|r| r["id"].as_u64().expect("id"))
+        .collect();
+    assert_eq!(ids.len(), records.len(), "no request recorded twice");
+    let mut counts = Accounted::default();
+    let mut labels = std::collections::BTreeMap::<String, u64>::new();
+    for r in records {
+        let tokens = r["output_tokens"].as_u64().expect("output_tokens");
+        let gaps = r["token_gaps"].as_array().map_or(0, Vec::len) as u64;
+        if tokens > 0 {
+            assert!(r["first_token"].is_i64(), "a first token instant: {r}");
+            assert_eq!(gaps, tokens - 1, "one instant per token: {r}");
+        }
+        match r["status"].as_str().expect("status") {
+            "success" => counts.successful += 1,
+            "error" => {
+                counts.errored += 1;
+                let index =
+                    usize::try_from(r["error"].as_u64().expect("error index")).expect("index");
+                let label = errors[index]["label"].as_str().expect("label");
+                assert!(!label.is_empty());
+                *labels.entry(label.to_owned()).or_default() += 1;
+            }
+            "incomplete" => {
+                counts.incomplete += 1;
+                counts.incomplete_with_tokens += u64::from(tokens > 0);
+            }
+            other => panic!("unknown status {other}"),
+        }
+    }
+    let metrics = &benchmark["metrics"];
+    assert_eq!(metrics["successful"]["count"], counts.successful);
+    assert_eq!(metrics["errored"]["count"], counts.errored);
+    assert_eq!(metrics["incomplete"]["count"], counts.incomplete);
+    let by_label: std::collections::BTreeMap<String, u64> = metrics["errors_by_label"]
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| (k.clone(), v.as_u64().expect("count")))
+                .collect()
+        })
+        .unwrap_or_default();
+    assert_eq!(
+        by_label, labels,
+        "errors_by_label counts every error record"
+    );
+    counts.errors_by_label = labels;
+    counts
+}

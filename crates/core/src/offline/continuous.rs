@@ -36,7 +36,7 @@ use std::time::Instant;
 use tokio::sync::oneshot;
 
 use super::engine_thread::{Generated, Pending, panic_message};
-use crate::engine::{Engine, EngineOutput};
+use crate::engine::{Engine, EngineOutput, Interrupt};
 use crate::generation::{Admitted, Generation};
 use crate::{Error, Result};
 
@@ -93,10 +93,14 @@ fn answer(waiter: Waiter, result: Result<EngineOutput>) {
 
 /// The engine thread's loop under continuous scheduling: runs until the
 /// job channel is closed and every request it delivered is answered.
+/// Once `interrupt` is triggered, the running sequences end with what they
+/// have at the next iteration and waiting requests (and any that arrive
+/// later) get [`Error::Interrupted`].
 pub(crate) fn run(
     engine: &mut dyn Engine,
     jobs: &mpsc::Receiver<Vec<Pending>>,
     policy: ContinuousPolicy,
+    interrupt: &Interrupt,
 ) {
     let Some(engine) = engine.step_engine() else {
         // Refused at load time; answer anything that still arrives.
@@ -138,6 +142,17 @@ pub(crate) fn run(
                 Ok(batch) => arrive(batch, &generation, &mut waiting),
                 Err(mpsc::TryRecvError::Empty) => break,
                 Err(mpsc::TryRecvError::Disconnected) => open = false,
+            }
+        }
+        if interrupt.is_triggered() {
+            for admitted in waiting.drain(..) {
+                answer(admitted.into_key(), Err(Error::Interrupted));
+            }
+            let _ = catch_unwind(AssertUnwindSafe(|| {
+                generation.interrupt(engine, &mut done);
+            }));
+            for (waiter, result) in done.drain(..) {
+                answer(waiter, result);
             }
         }
         if !open && generation.is_idle() && waiting.is_empty() {

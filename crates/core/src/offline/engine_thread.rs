@@ -12,7 +12,8 @@ use tokio::sync::{mpsc as tokio_mpsc, oneshot};
 use super::Scheduling;
 use super::continuous;
 use crate::engine::{
-    EngineCapabilities, EngineConfig, EngineDescription, EngineFactory, EngineOutput, EngineRequest,
+    EngineCapabilities, EngineConfig, EngineDescription, EngineFactory, EngineOutput,
+    EngineRequest, Interrupt,
 };
 use crate::tokenizer::Tokenizer;
 use crate::{Error, Result};
@@ -55,19 +56,26 @@ pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
 
 impl EngineThread {
     /// Spawns the thread, resets its CPU affinity, creates the engine on it
-    /// and waits until it is loaded. `done` is signalled after every batch.
+    /// and waits until it is loaded. `done` is signalled after every batch;
+    /// once `interrupt` is triggered, generation stops at its next step and
+    /// batches that arrive after are answered at once.
     pub(crate) async fn spawn(
         factory: EngineFactory,
         config: EngineConfig,
         scheduling: Scheduling,
         done: tokio_mpsc::UnboundedSender<()>,
+        interrupt: Interrupt,
     ) -> Result<(EngineThread, EngineReady)> {
         let (ready_tx, ready_rx) = oneshot::channel();
         let (jobs_tx, jobs_rx) = mpsc::channel::<Vec<Pending>>();
         let engine_name = config.engine.clone();
         let thread = std::thread::Builder::new()
             .name(format!("guidebench-engine-{engine_name}"))
-            .spawn(move || engine_main(&factory, &config, scheduling, ready_tx, &jobs_rx, &done))
+            .spawn(move || {
+                engine_main(
+                    &factory, &config, scheduling, ready_tx, &jobs_rx, &done, &interrupt,
+                );
+            })
             .map_err(|e| Error::EngineLoad {
                 engine: engine_name.clone(),
                 reason: format!("cannot start the engine thread: {e}"),
@@ -103,6 +111,14 @@ impl EngineThread {
         }
     }
 
+    /// Closes the job channel and lets the thread finish the step in
+    /// flight and drop the engine on its own, without waiting for it (after
+    /// an interrupt: one step of a large model can take long).
+    pub(crate) fn detach(self) {
+        drop(self.jobs);
+        drop(self.thread);
+    }
+
     /// Closes the job channel and waits until the thread has finished the
     /// batch in flight and dropped the engine.
     pub(crate) async fn stop(self) {
@@ -119,6 +135,7 @@ fn engine_main(
     ready: oneshot::Sender<Result<EngineReady>>,
     jobs: &mpsc::Receiver<Vec<Pending>>,
     done: &tokio_mpsc::UnboundedSender<()>,
+    interrupt: &Interrupt,
 ) {
     if let Some(cpus) = crate::affinity::reset_thread_affinity() {
         tracing::debug!(?cpus, "engine thread affinity reset to the cgroup cpuset");
@@ -155,14 +172,24 @@ fn engine_main(
         return;
     }
     if let Scheduling::Continuous(policy) = scheduling {
-        continuous::run(engine.as_mut(), jobs, policy);
+        continuous::run(engine.as_mut(), jobs, policy, interrupt);
         return;
     }
     while let Ok(batch) = jobs.recv() {
         let (requests, replies): (Vec<EngineRequest>, Vec<_>) =
             batch.into_iter().map(|p| (p.request, p.reply)).unzip();
         let dispatched = Instant::now();
-        let result = catch_unwind(AssertUnwindSafe(|| engine.generate(&requests)));
+        if interrupt.is_triggered() {
+            // Interrupted before it reached the engine.
+            for reply in replies {
+                let _ = reply.send(Err(Error::Interrupted));
+            }
+            let _ = done.send(());
+            continue;
+        }
+        let result = catch_unwind(AssertUnwindSafe(|| {
+            engine.generate_interruptible(&requests, interrupt)
+        }));
         let outcome = match result {
             Ok(Ok(outputs)) if outputs.len() == requests.len() => Ok(outputs),
             Ok(Ok(outputs)) => Err(Error::EngineOutputMismatch {

@@ -22,7 +22,7 @@ use tokio::task::JoinHandle;
 use crate::backend::{Backend, ValidationReport};
 use crate::clock::Clock;
 use crate::engine::{
-    EngineCapabilities, EngineConfig, EngineDescription, EngineFactory, EngineRequest,
+    EngineCapabilities, EngineConfig, EngineDescription, EngineFactory, EngineRequest, Interrupt,
 };
 use crate::options::{KindArgs, OptionSpec, OptionType, check_options};
 use crate::registry;
@@ -157,6 +157,9 @@ struct Running {
     engine: OnceCell<std::result::Result<Arc<Loaded>, Error>>,
     /// Signalled by the engine thread after each batch.
     done_tx: mpsc::UnboundedSender<()>,
+    /// Triggered by [`Backend::interrupt`]; the engine thread checks it
+    /// between decoding steps.
+    interrupt: Interrupt,
     batcher: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -320,7 +323,7 @@ impl OfflineBackend {
     async fn engine(&self, running: &Running) -> Result<Arc<Loaded>> {
         let loaded = running
             .engine
-            .get_or_init(|| self.load(running.done_tx.clone()))
+            .get_or_init(|| self.load(running.done_tx.clone(), running.interrupt.clone()))
             .await;
         match loaded {
             Ok(loaded) => Ok(Arc::clone(loaded)),
@@ -331,12 +334,14 @@ impl OfflineBackend {
     async fn load(
         &self,
         done_tx: mpsc::UnboundedSender<()>,
+        interrupt: Interrupt,
     ) -> std::result::Result<Arc<Loaded>, Error> {
         let (thread, ready) = EngineThread::spawn(
             Arc::clone(&self.factory),
             self.engine_config.clone(),
             self.config.scheduling,
             done_tx,
+            interrupt,
         )
         .await?;
         let EngineReady {
@@ -459,6 +464,7 @@ impl Backend for OfflineBackend {
             queue: Mutex::new(Some(queue_tx)),
             engine: OnceCell::new(),
             done_tx,
+            interrupt: Interrupt::new(),
             batcher: Mutex::new(None),
         });
         let task = tokio::spawn(run_batcher(
@@ -544,6 +550,9 @@ impl Backend for OfflineBackend {
             // The check and the enqueue are one step under this lock.
             let queue = lock(&running.queue);
             let sender = queue.as_ref().ok_or(Error::ShuttingDown)?;
+            if running.interrupt.is_triggered() {
+                return Err(Error::Interrupted);
+            }
             match self.config.scheduling {
                 Scheduling::Static => sender.send(pending).map_err(|_| Error::ShuttingDown)?,
                 // The engine thread schedules each iteration itself: the
@@ -582,6 +591,16 @@ impl Backend for OfflineBackend {
         })
     }
 
+    /// Triggers the cycle's interrupt: the engine thread ends running
+    /// sequences at its next step with what they have, and answers the
+    /// requests it has not started (and any sent later, until the next
+    /// startup) with [`Error::Interrupted`].
+    fn interrupt(&self) {
+        if let Some(running) = lock(&self.state).as_ref() {
+            running.interrupt.trigger();
+        }
+    }
+
     async fn shutdown(&self) -> Result<()> {
         let Some(running) = lock(&self.state).clone() else {
             return Ok(());
@@ -589,6 +608,22 @@ impl Backend for OfflineBackend {
         // Refuse new requests: closing the channel also tells the batcher to
         // flush what is queued and stop.
         lock(&running.queue).take();
+        if running.interrupt.is_triggered() {
+            // Interrupted: the requests were abandoned, and the engine may be
+            // inside one long step (a prefill of a large model). Nothing
+            // waits for it: the engine thread ends that step, sees the
+            // closed channel and drops the engine on its own.
+            if let Some(batcher) = lock(&running.batcher).take() {
+                batcher.abort();
+            }
+            if let Some(Ok(loaded)) = running.engine.get()
+                && let Some(thread) = lock(&loaded.thread).take()
+            {
+                thread.detach();
+            }
+            lock(&self.state).take();
+            return Ok(());
+        }
         let batcher = lock(&running.batcher).take();
         if let Some(batcher) = batcher {
             let _ = batcher.await;
