@@ -154,7 +154,7 @@ async fn interrupt_while_generating(
             run_benchmark(
                 backend,
                 &mut requests,
-                &Strategy::Concurrent { streams: 16 },
+                &Strategy::concurrent(16),
                 &Constraints::default(),
                 &RunOptions::default(),
                 observer,
@@ -281,7 +281,7 @@ async fn an_interrupt_stops_the_mock_engine_between_its_timed_steps() {
             run_benchmark(
                 backend,
                 &mut requests,
-                &Strategy::Concurrent { streams: 8 },
+                &Strategy::concurrent(8),
                 &Constraints::default(),
                 &RunOptions::default(),
                 observer,
@@ -354,7 +354,7 @@ async fn an_engine_inside_one_long_step_holds_neither_the_run_nor_the_shutdown()
             run_benchmark(
                 backend,
                 &mut requests,
-                &Strategy::Concurrent { streams: 4 },
+                &Strategy::concurrent(4),
                 &Constraints::default(),
                 &RunOptions::default(),
                 Arc::new(Sends::default()),
@@ -450,7 +450,7 @@ async fn deaf_run(constraint: &[&str], interrupts: &[Duration]) -> (BenchmarkRun
         run_benchmark(
             Arc::clone(&backend) as Arc<dyn Backend>,
             &mut requests,
-            &Strategy::Concurrent { streams: 4 },
+            &Strategy::concurrent(4),
             &constraints,
             &RunOptions {
                 grace_period: Duration::from_secs(30),
