@@ -36,10 +36,10 @@ use guidebench_core::tokenizer::{HfTokenizer, Tokenizer};
 
 use crate::data::{DATA_KINDS, DataItem, DataSource, create_source};
 use crate::planner::{Finished, Planner};
-use crate::report::{BenchmarkReport, CompactRecords, Excluded, Report, client_saturation};
+use crate::report::{BenchmarkReport, Report, client_saturation};
 use crate::runner::{
     BenchmarkRun, ConstraintPlan, Constraints, NoObserver, Observer, Phase, Profile, RunOptions,
-    StopReason, Strategy, measured, run_benchmark,
+    StopReason, Strategy, compact_measured, run_benchmark,
 };
 use crate::slo::Slo;
 use crate::{Error, Result};
@@ -540,7 +540,7 @@ impl Session {
                 global.earlier_completed = completed;
                 global.earlier_errors = errors;
             }
-            let (run, fed, constraints) = self
+            let (mut run, fed, constraints) = self
                 .one_benchmark(
                     backend,
                     &tokenizer,
@@ -564,7 +564,8 @@ impl Session {
             let global_stop = constraints
                 .max_global_error_rate
                 .filter(|g| g.exceeded(completed, errors));
-            let mut benchmark = self.benchmark_report(&run, &constraints);
+            let success_rate = run.success_rate();
+            let mut benchmark = self.benchmark_report(&mut run, &constraints);
             if fed.skipped > 0 {
                 benchmark
                     .extra
@@ -599,7 +600,7 @@ impl Session {
             next = planner.next(report.benchmarks.last().map(|benchmark| Finished {
                 strategy: &strategy,
                 report: benchmark,
-                success_rate: run.success_rate(),
+                success_rate,
                 stop: run.stop_reason,
             }));
         }
@@ -607,27 +608,24 @@ impl Session {
         Ok(report)
     }
 
-    fn benchmark_report(&self, run: &BenchmarkRun, constraints: &Constraints) -> BenchmarkReport {
+    /// The benchmark's report; the run's records are moved into it (the
+    /// run keeps none).
+    fn benchmark_report(
+        &self,
+        run: &mut BenchmarkRun,
+        constraints: &Constraints,
+    ) -> BenchmarkReport {
         let plan = &self.plan;
         let resolve =
             |phase: Phase| phase.resolve(constraints.max_requests, constraints.max_duration);
-        let m = measured(run, plan.warmup.map(resolve), plan.cooldown.map(resolve));
-        let mut records = CompactRecords::new(m.start);
-        for r in &m.warmup {
-            records.push_excluded(r, Excluded::Warmup);
-        }
-        for r in &m.records {
-            records.push(r);
-        }
-        for r in &m.cooldown {
-            records.push_excluded(r, Excluded::Cooldown);
-        }
+        let sent = run.records.len();
+        let m = compact_measured(run, plan.warmup.map(resolve), plan.cooldown.map(resolve));
         let mut report = BenchmarkReport::new(
             run.strategy.label(),
             serde_json::to_value(&run.strategy).unwrap_or(Value::Null),
             m.start,
             m.end,
-            records,
+            m.records,
         );
         report.client = run.footprint;
         let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
@@ -647,9 +645,7 @@ impl Session {
             "stop_reason".into(),
             serde_json::to_value(run.stop_reason).unwrap_or(Value::Null),
         );
-        report
-            .extra
-            .insert("requests_sent".into(), json!(run.records.len()));
+        report.extra.insert("requests_sent".into(), json!(sent));
         if let Some(saturation) = &run.saturation {
             report.extra.insert(
                 "over_saturation".into(),

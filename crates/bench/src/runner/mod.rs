@@ -10,6 +10,6 @@ pub use constraints::{
     CONSTRAINT_KINDS, ConstraintPlan, ConstraintState, Constraints, ErrorRate, GlobalErrorRate,
     OverSaturation, SaturationMode, SaturationReport, StopReason,
 };
-pub use phases::{Measured, Phase, measured};
+pub use phases::{Compacted, Measured, Phase, compact_measured, measured};
 pub use profile::{PROFILE_KINDS, Profile, RateKind, Schedule, Strategy, sweep_rates};
 pub use scheduler::{BenchmarkRun, NoObserver, Observer, RunOptions, run_benchmark};

@@ -1,6 +1,7 @@
 //! Warm-up and cool-down: requests at the edges of a benchmark that are
 //! sent and recorded but left out of its metrics.
 
+use std::borrow::Borrow;
 use std::time::Duration;
 
 use serde::Serialize;
@@ -10,6 +11,7 @@ use guidebench_core::request::RequestRecord;
 use guidebench_core::{Error, Result};
 
 use super::scheduler::BenchmarkRun;
+use crate::report::{CompactRecords, Excluded};
 
 /// How much of a benchmark's edge to leave out.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -107,31 +109,38 @@ pub struct Measured<'a> {
     pub cooldown_excluded: u64,
 }
 
-/// Splits off warm-up and cool-down requests by send time or by count.
-/// Time phases count from the run's start and back from its last send; a
-/// fraction not made concrete by [`Phase::resolve`] is a fraction of the
-/// time from the start to the last send.
-pub fn measured(
-    run: &BenchmarkRun,
+/// Where the phases split records sorted by send time: `head` warm-up
+/// records, `tail` cool-down records, and the window in between.
+#[derive(Debug, Clone, Copy)]
+struct Split {
+    head: usize,
+    tail: usize,
+    start: Timestamp,
+    end: Timestamp,
+}
+
+/// See [`measured`]: the split of `records`, sorted by send time.
+fn split<R: Borrow<RequestRecord>>(
+    records: &[R],
+    run: (Timestamp, Timestamp),
     warmup: Option<Phase>,
     cooldown: Option<Phase>,
-) -> Measured<'_> {
-    let mut records: Vec<&RequestRecord> = run.records.iter().collect();
-    records.sort_by_key(|r| (r.timings.start, r.id));
-    let sent = |r: &RequestRecord| r.timings.start.unwrap_or(run.start);
-    let last_send = records.last().map_or(run.start, |r| sent(r));
+) -> Split {
+    let (run_start, run_end) = run;
+    let sent = |r: &R| r.borrow().timings.start.unwrap_or(run_start);
+    let last_send = records.last().map_or(run_start, sent);
 
     let total = records.len();
     let head = match warmup {
         None => 0,
         Some(Phase::Requests(n)) => usize::try_from(n).unwrap_or(usize::MAX).min(total),
         Some(Phase::Seconds(s)) => {
-            let until = seconds_after(run.start, s);
+            let until = seconds_after(run_start, s);
             records.iter().take_while(|r| sent(r) < until).count()
         }
         Some(Phase::Fraction(f)) => {
             // Of how long the benchmark sent, like the time phases.
-            let until = seconds_after(run.start, f * last_send.secs_since(run.start));
+            let until = seconds_after(run_start, f * last_send.secs_since(run_start));
             records.iter().take_while(|r| sent(r) < until).count()
         }
     };
@@ -139,7 +148,7 @@ pub fn measured(
         None => 0,
         Some(Phase::Requests(n)) => usize::try_from(n).unwrap_or(usize::MAX).min(total - head),
         Some(Phase::Fraction(f)) => {
-            let from = seconds_after(last_send, -f * last_send.secs_since(run.start));
+            let from = seconds_after(last_send, -f * last_send.secs_since(run_start));
             records[head..]
                 .iter()
                 .rev()
@@ -155,18 +164,105 @@ pub fn measured(
                 .count()
         }
     };
-    let kept: Vec<&RequestRecord> = records[head..total - tail].to_vec();
-    let start = kept.iter().map(|r| sent(r)).min().unwrap_or(run.start);
+    let kept = &records[head..total - tail];
+    let start = kept.iter().map(sent).min().unwrap_or(run_start);
     let end = kept
         .iter()
-        .filter_map(|r| r.timings.end)
+        .filter_map(|r| r.borrow().timings.end)
         .max()
-        .unwrap_or(run.end)
+        .unwrap_or(run_end)
         .max(start);
+    Split {
+        head,
+        tail,
+        start,
+        end,
+    }
+}
+
+/// Splits off warm-up and cool-down requests by send time or by count.
+/// Time phases count from the run's start and back from its last send; a
+/// fraction not made concrete by [`Phase::resolve`] is a fraction of the
+/// time from the start to the last send.
+pub fn measured(
+    run: &BenchmarkRun,
+    warmup: Option<Phase>,
+    cooldown: Option<Phase>,
+) -> Measured<'_> {
+    let mut records: Vec<&RequestRecord> = run.records.iter().collect();
+    records.sort_by_key(|r| (r.timings.start, r.id));
+    let total = records.len();
+    let Split {
+        head,
+        tail,
+        start,
+        end,
+    } = split(&records, (run.start, run.end), warmup, cooldown);
     Measured {
-        records: kept,
+        records: records[head..total - tail].to_vec(),
         warmup: records[..head].to_vec(),
         cooldown: records[total - tail..].to_vec(),
+        start,
+        end,
+        warmup_excluded: head as u64,
+        cooldown_excluded: tail as u64,
+    }
+}
+
+/// What [`compact_measured`] made of a run's records.
+#[derive(Debug)]
+pub struct Compacted {
+    /// Every record in send order, warm-up and cool-down marked excluded,
+    /// with offsets from `start`.
+    pub records: CompactRecords,
+    /// The window's start (as [`Measured::start`]).
+    pub start: Timestamp,
+    /// The window's end (as [`Measured::end`]).
+    pub end: Timestamp,
+    /// Requests left out as warm-up.
+    pub warmup_excluded: u64,
+    /// Requests left out as cool-down.
+    pub cooldown_excluded: u64,
+}
+
+/// The same split as [`measured`], but taking the records out of `run`
+/// and compacting them as a report keeps them: each full record is dropped
+/// as soon as it is compacted and the list holding them shrinks as it
+/// empties, so a benchmark of a million requests never holds both forms
+/// of every record at once.
+pub fn compact_measured(
+    run: &mut BenchmarkRun,
+    warmup: Option<Phase>,
+    cooldown: Option<Phase>,
+) -> Compacted {
+    let mut records = std::mem::take(&mut run.records);
+    records.sort_by_key(|r| (r.timings.start, r.id));
+    let total = records.len();
+    let Split {
+        head,
+        tail,
+        start,
+        end,
+    } = split(&records, (run.start, run.end), warmup, cooldown);
+    let mut compact = CompactRecords::new(start);
+    // Popped from the back: reversed, they come out in send order.
+    records.reverse();
+    let mut index = 0;
+    while let Some(record) = records.pop() {
+        if index < head {
+            compact.push_excluded(&record, Excluded::Warmup);
+        } else if index >= total - tail {
+            compact.push_excluded(&record, Excluded::Cooldown);
+        } else {
+            compact.push(&record);
+        }
+        index += 1;
+        if records.capacity() > 4096 && records.len() < records.capacity() / 2 {
+            records.shrink_to_fit();
+        }
+    }
+    Compacted {
+        records: compact,
         start,
         end,
         warmup_excluded: head as u64,
@@ -253,6 +349,37 @@ mod tests {
         let ids: Vec<u64> = m.records.iter().map(|r| r.id).collect();
         // Warm-up: sent before 150 ms; cool-down: sent after 500 - 150 = 350 ms.
         assert_eq!(ids, vec![2, 3]);
+    }
+
+    #[test]
+    fn compacting_takes_the_records_out_and_splits_them_as_measured_does() {
+        // Sends out of order, so that both must sort them.
+        let sends: Vec<i64> = (0..10_000).map(|i| (i * 7_919) % 10_000).collect();
+        for (warmup, cooldown) in [
+            (None, None),
+            (Some(Phase::Requests(30)), Some(Phase::Seconds(0.5))),
+            (Some(Phase::Fraction(0.2)), Some(Phase::Requests(5_000))),
+        ] {
+            let mut run = run_with_sends(&sends);
+            let m = measured(&run, warmup, cooldown);
+            let mut expected = CompactRecords::new(m.start);
+            for r in &m.warmup {
+                expected.push_excluded(r, Excluded::Warmup);
+            }
+            for r in &m.records {
+                expected.push(r);
+            }
+            for r in &m.cooldown {
+                expected.push_excluded(r, Excluded::Cooldown);
+            }
+            let (start, end) = (m.start, m.end);
+            let (head, tail) = (m.warmup_excluded, m.cooldown_excluded);
+            let c = compact_measured(&mut run, warmup, cooldown);
+            assert!(run.records.is_empty(), "the run keeps no records");
+            assert_eq!(c.records, expected);
+            assert_eq!((c.start, c.end), (start, end));
+            assert_eq!((c.warmup_excluded, c.cooldown_excluded), (head, tail));
+        }
     }
 
     #[test]
