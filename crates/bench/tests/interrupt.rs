@@ -137,6 +137,36 @@ fn feed(n: u64, tokens: u32) -> mpsc::Receiver<GenerationRequest> {
 /// `backend`, interrupts once `steps_before` decoding steps ran, and checks
 /// what the issue asks: every request sent recorded exactly once, the
 /// incomplete ones with their tokens, the run ended within 2 s.
+/// Runs `requests` at `streams` concurrent against `backend` on a task of
+/// its own; returns the task, the send counter and the interrupt switch.
+fn spawn_run(
+    backend: &Arc<OfflineBackend>,
+    mut requests: mpsc::Receiver<GenerationRequest>,
+    streams: usize,
+) -> (
+    tokio::task::JoinHandle<BenchmarkRun>,
+    Arc<Sends>,
+    watch::Sender<bool>,
+) {
+    let sends = Arc::new(Sends::default());
+    let (cancel_tx, cancel) = watch::channel(false);
+    let backend = Arc::clone(backend) as Arc<dyn Backend>;
+    let observer = Arc::clone(&sends) as Arc<dyn Observer>;
+    let run = tokio::spawn(async move {
+        run_benchmark(
+            backend,
+            &mut requests,
+            &Strategy::concurrent(streams),
+            &Constraints::default(),
+            &RunOptions::default(),
+            observer,
+            cancel,
+        )
+        .await
+    });
+    (run, sends, cancel_tx)
+}
+
 async fn interrupt_while_generating(
     backend: Arc<OfflineBackend>,
     mut decodes: watch::Receiver<usize>,
@@ -144,25 +174,7 @@ async fn interrupt_while_generating(
 ) -> BenchmarkRun {
     backend.startup().await.expect("startup");
     backend.validate().await.expect("validate");
-    let sends = Arc::new(Sends::default());
-    let (cancel_tx, cancel) = watch::channel(false);
-    let run = {
-        let backend = Arc::clone(&backend) as Arc<dyn Backend>;
-        let observer = Arc::clone(&sends) as Arc<dyn Observer>;
-        tokio::spawn(async move {
-            let mut requests = feed(64, 400);
-            run_benchmark(
-                backend,
-                &mut requests,
-                &Strategy::concurrent(16),
-                &Constraints::default(),
-                &RunOptions::default(),
-                observer,
-                cancel,
-            )
-            .await
-        })
-    };
+    let (run, sends, cancel_tx) = spawn_run(&backend, feed(64, 400), 16);
     tokio::time::timeout(LIMIT, decodes.wait_for(|&n| n >= steps_before))
         .await
         .expect("the engine steps")
@@ -271,25 +283,7 @@ async fn an_interrupt_stops_the_mock_engine_between_its_timed_steps() {
     ));
     backend.startup().await.expect("startup");
     backend.validate().await.expect("validate");
-    let sends = Arc::new(Sends::default());
-    let (cancel_tx, cancel) = watch::channel(false);
-    let run = {
-        let backend = Arc::clone(&backend) as Arc<dyn Backend>;
-        let observer = Arc::clone(&sends) as Arc<dyn Observer>;
-        tokio::spawn(async move {
-            let mut requests = feed(32, 400);
-            run_benchmark(
-                backend,
-                &mut requests,
-                &Strategy::concurrent(8),
-                &Constraints::default(),
-                &RunOptions::default(),
-                observer,
-                cancel,
-            )
-            .await
-        })
-    };
+    let (run, sends, cancel_tx) = spawn_run(&backend, feed(32, 400), 8);
     // The first batch is generating (its 400 steps take 8 s).
     let deadline = std::time::Instant::now() + LIMIT;
     while probe.generates_started() == 0 {
@@ -346,23 +340,7 @@ async fn an_engine_inside_one_long_step_holds_neither_the_run_nor_the_shutdown()
     ));
     backend.startup().await.expect("startup");
     backend.validate().await.expect("validate");
-    let (cancel_tx, cancel) = watch::channel(false);
-    let run = {
-        let backend = Arc::clone(&backend) as Arc<dyn Backend>;
-        tokio::spawn(async move {
-            let mut requests = feed(8, 4);
-            run_benchmark(
-                backend,
-                &mut requests,
-                &Strategy::concurrent(4),
-                &Constraints::default(),
-                &RunOptions::default(),
-                Arc::new(Sends::default()),
-                cancel,
-            )
-            .await
-        })
-    };
+    let (run, _, cancel_tx) = spawn_run(&backend, feed(8, 4), 4);
     let deadline = std::time::Instant::now() + LIMIT;
     while probe.generates_started() == 0 {
         assert!(std::time::Instant::now() < deadline, "no generate started");
