@@ -15,7 +15,7 @@
 //!
 //! ```text
 //! bench/tch [rounds=2] [candle=1] [threads=N]
-//! cargo run --release -p guidebench-tch --example bench -- [rounds=2] [candle=1] [threads=N] [model=builtin:tiny]
+//! cargo run --release -p guidebench-tch --example tch_bench -- [rounds=2] [candle=1] [threads=N] [model=builtin:tiny]
 //! ```
 
 use std::time::Instant;

@@ -14,7 +14,7 @@
 //!    with the same batches.
 //!
 //! ```text
-//! cargo run --release -p guidebench-candle --example bench -- [rounds=2] [waves=4]
+//! cargo run --release -p guidebench-candle --example candle_bench -- [rounds=2] [waves=4]
 //! ```
 
 use std::alloc::{GlobalAlloc, Layout, System};

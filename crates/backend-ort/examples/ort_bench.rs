@@ -17,9 +17,9 @@
 //!
 //! ```text
 //! bench/ort [rounds=2] [candle=1]
-//! cargo run --release -p guidebench-ort --example bench -- [rounds=2] [candle=1] \
+//! cargo run --release -p guidebench-ort --example ort_bench -- [rounds=2] [candle=1] \
 //!     [model=builtin:tiny] [matmul=PATH]
-//! cargo run --release -p guidebench-ort --example bench -- prepare   # prints the model folder
+//! cargo run --release -p guidebench-ort --example ort_bench -- prepare   # prints the model folder
 //! ```
 //!
 //! `model=` must hold `model.onnx` (`scripts/export_onnx_fixture.py`);
