@@ -303,7 +303,7 @@ impl Plan {
             "cooldown": self.cooldown,
             "grace_period_s": self.options.grace_period.as_secs_f64(),
             "labels": self.labels,
-            "slo": crate::slo::config(self.slo.as_ref()),
+            "slo": self.slo,
         })
     }
 }

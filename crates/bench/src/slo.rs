@@ -299,13 +299,6 @@ fn ratio(num: u64, den: u64) -> f64 {
     num as f64 / den as f64
 }
 
-/// The `--slo` objectives kept in a report's configuration.
-pub fn config(slo: Option<&Slo>) -> Value {
-    slo.map_or(Value::Null, |s| {
-        serde_json::to_value(s).unwrap_or(Value::Null)
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -167,6 +167,27 @@ fn spawn_run(
     (run, sends, cancel_tx)
 }
 
+/// Waits (up to [`LIMIT`]) until the mock engine started a generate,
+/// interrupts the run, and returns its result and when it was interrupted.
+async fn interrupt_once_generating(
+    probe: &MockProbe,
+    cancel_tx: &watch::Sender<bool>,
+    run: tokio::task::JoinHandle<BenchmarkRun>,
+) -> (BenchmarkRun, std::time::Instant) {
+    let deadline = std::time::Instant::now() + LIMIT;
+    while probe.generates_started() == 0 {
+        assert!(std::time::Instant::now() < deadline, "no generate started");
+        tokio::task::yield_now().await;
+    }
+    let interrupted_at = std::time::Instant::now();
+    cancel_tx.send(true).expect("the run listens");
+    let run = tokio::time::timeout(LIMIT, run)
+        .await
+        .expect("the interrupted run ends")
+        .expect("the run task");
+    (run, interrupted_at)
+}
+
 async fn interrupt_while_generating(
     backend: Arc<OfflineBackend>,
     mut decodes: watch::Receiver<usize>,
@@ -285,17 +306,7 @@ async fn an_interrupt_stops_the_mock_engine_between_its_timed_steps() {
     backend.validate().await.expect("validate");
     let (run, sends, cancel_tx) = spawn_run(&backend, feed(32, 400), 8);
     // The first batch is generating (its 400 steps take 8 s).
-    let deadline = std::time::Instant::now() + LIMIT;
-    while probe.generates_started() == 0 {
-        assert!(std::time::Instant::now() < deadline, "no generate started");
-        tokio::task::yield_now().await;
-    }
-    let interrupted_at = std::time::Instant::now();
-    cancel_tx.send(true).expect("the run listens");
-    let run = tokio::time::timeout(LIMIT, run)
-        .await
-        .expect("the interrupted run ends")
-        .expect("the run task");
+    let (run, interrupted_at) = interrupt_once_generating(&probe, &cancel_tx, run).await;
     let ran = interrupted_at.elapsed();
     // The report is written once the backend is down: that counts too.
     tokio::time::timeout(LIMIT, backend.shutdown())
@@ -341,17 +352,7 @@ async fn an_engine_inside_one_long_step_holds_neither_the_run_nor_the_shutdown()
     backend.startup().await.expect("startup");
     backend.validate().await.expect("validate");
     let (run, _, cancel_tx) = spawn_run(&backend, feed(8, 4), 4);
-    let deadline = std::time::Instant::now() + LIMIT;
-    while probe.generates_started() == 0 {
-        assert!(std::time::Instant::now() < deadline, "no generate started");
-        tokio::task::yield_now().await;
-    }
-    let interrupted_at = std::time::Instant::now();
-    cancel_tx.send(true).expect("the run listens");
-    let run = tokio::time::timeout(LIMIT, run)
-        .await
-        .expect("the interrupted run ends")
-        .expect("the run task");
+    let (run, interrupted_at) = interrupt_once_generating(&probe, &cancel_tx, run).await;
     tokio::time::timeout(LIMIT, backend.shutdown())
         .await
         .expect("shutdown ends")

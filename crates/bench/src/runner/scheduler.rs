@@ -203,19 +203,21 @@ impl Execution {
         // outside tests) measures the send, like the schedule.
         let now = || clock.wall(Instant::now().into_std());
         let sent = now();
-        let watching = self.constraints.over_saturation.is_some();
-        let sent_s = self.t0.elapsed().as_secs_f64();
-        if watching {
+        // The over-saturation watch, if any, sees the send (seconds into the
+        // benchmark) with the count then in flight.
+        let watched_send = self.constraints.over_saturation.is_some().then(|| {
+            let sent_s = self.t0.elapsed().as_secs_f64();
             let in_flight = self.in_flight.fetch_add(1, Ordering::AcqRel) + 1;
             self.constraints_state().on_started(sent_s, in_flight);
-        }
+            sent_s
+        });
         let mut guard = IncompleteGuard {
             armed: Some((id, sent, scheduled)),
             records: self.records.clone(),
         };
         let result = self.backend.resolve(request).await;
         guard.armed = None;
-        if watching {
+        if watched_send.is_some() {
             self.in_flight.fetch_sub(1, Ordering::AcqRel);
         }
         let mut record = match result {
@@ -246,12 +248,13 @@ impl Execution {
         let stop = {
             let mut state = self.constraints_state();
             let stop = state.on_complete(&self.constraints, record.error.is_some());
-            let saturated = if watching {
-                let ttft = record.timings.ttft();
-                state.on_ended(sent_s, ttft, self.t0.elapsed().as_secs_f64())
-            } else {
-                None
-            };
+            let saturated = watched_send.and_then(|sent_s| {
+                state.on_ended(
+                    sent_s,
+                    record.timings.ttft(),
+                    self.t0.elapsed().as_secs_f64(),
+                )
+            });
             stop.or(saturated)
         };
         if let Some(reason) = stop {
