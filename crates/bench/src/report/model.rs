@@ -103,6 +103,10 @@ fn cpu_model(cpuinfo: &str) -> Option<String> {
 pub struct BenchmarkReport {
     /// The benchmark's label (`synchronous`, `constant@4.0`, ...).
     pub name: String,
+    /// The label of the backend it ran against, when a run benchmarks
+    /// several backends side by side (`--backend` given more than once).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend: Option<String>,
     /// The load profile, as the caller describes it.
     pub profile: Value,
     /// The start of the measured window.
@@ -141,6 +145,7 @@ impl BenchmarkReport {
         let metrics = BenchmarkMetrics::compute(&records, start, end);
         BenchmarkReport {
             name: name.into(),
+            backend: None,
             profile,
             start,
             end,
