@@ -238,15 +238,28 @@ impl Display {
         }
     }
 
-    /// Says how a benchmark ended, when there is no live bar to show it.
-    pub fn benchmark_done(&self, name: &str, seconds: f64) {
-        if self.live.is_none() {
-            let c = &self.counters;
-            eprintln!(
-                "benchmark {name}: {} requests done, {} errors, in {seconds:.1} s",
-                c.done.load(Ordering::Relaxed),
-                c.errors.load(Ordering::Relaxed),
-            );
+    /// Says how a benchmark ended: a line that stays, above the next
+    /// benchmark's bar when the display is live.
+    pub fn benchmark_done(&mut self, name: &str, seconds: f64) {
+        let c = &self.counters;
+        let line = format!(
+            "benchmark {name}: {} requests done, {} errors, in {seconds:.1} s",
+            c.done.load(Ordering::Relaxed),
+            c.errors.load(Ordering::Relaxed),
+        );
+        self.note(&line);
+    }
+
+    /// A line that stays on screen: the live bar is taken off first, so
+    /// that the line never shares a row with it (the next phase or
+    /// benchmark draws a new bar below).
+    pub fn note(&mut self, line: &str) {
+        match &mut self.live {
+            None => eprintln!("{line}"),
+            Some(live) => {
+                live.clear();
+                let _ = live.target.write_line(line);
+            }
         }
     }
 

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use anyhow::anyhow;
 use clap::Args;
+use guidebench_bench::report::{self, Report};
 use guidebench_bench::runner::Observer;
 use guidebench_bench::session::{Plan, PlanArgs, Progress, Session};
 use tokio::sync::watch;
@@ -32,8 +33,10 @@ pub struct RunArgs {
     /// The backend: `kind=NAME,key=value,...` (see `guidebench backends`), with the
     /// requests' sampling as `sampling.temperature=0.7,sampling.top_p=0.9,sampling.top_k=50,
     /// sampling.seed=1,sampling.stop=a;b,sampling.max_tokens=N,sampling.ignore_eos=true`.
+    /// Repeat it to run the same data and profile against each backend in turn (each
+    /// loaded before its own benchmarks and unloaded after) into one report.
     #[arg(long)]
-    backend: Option<String>,
+    backend: Vec<String>,
     /// The data: `kind=synthetic_text,...` or `kind=file,path=...` (repeatable).
     #[arg(long)]
     data: Vec<String>,
@@ -89,8 +92,9 @@ fn usage(err: impl Into<anyhow::Error>) -> Failure {
 }
 
 /// The flags and the scenario file merged (flags win) into what the
-/// session takes, the outputs, and whether to show live progress.
-fn plan_args(args: RunArgs) -> Result<(PlanArgs, Vec<Output>, bool), Failure> {
+/// session takes (one per backend), the outputs, and whether to show live
+/// progress.
+fn plan_args(args: RunArgs) -> Result<(Vec<PlanArgs>, Vec<Output>, bool), Failure> {
     let scenario = match &args.scenario {
         Some(path) => Scenario::read(path).map_err(usage)?,
         None => Scenario::default(),
@@ -111,11 +115,19 @@ fn plan_args(args: RunArgs) -> Result<(PlanArgs, Vec<Output>, bool), Failure> {
             .ok_or_else(|| usage(anyhow!("--label must be key=value, got `{label}`")))?;
         labels.insert(key.trim().to_owned(), value.trim().to_owned());
     }
-    let mut plan = PlanArgs {
-        backend: args
-            .backend
-            .or_else(|| scenario.backend.as_ref().map(|b| b.to_arg()))
-            .unwrap_or_else(|| DEFAULT_BACKEND.to_owned()),
+    let backends = if args.backend.is_empty() {
+        vec![
+            scenario
+                .backend
+                .as_ref()
+                .map_or_else(|| DEFAULT_BACKEND.to_owned(), |b| b.to_arg()),
+        ]
+    } else {
+        args.backend
+    };
+    let side_by_side = backends.len() > 1;
+    let base = PlanArgs {
+        backend: String::new(),
         data: pick(args.data, scenario.data.as_ref().map(|d| d.to_args())),
         profile: args
             .profile
@@ -136,15 +148,38 @@ fn plan_args(args: RunArgs) -> Result<(PlanArgs, Vec<Output>, bool), Failure> {
             .grace_period
             .or_else(|| scenario.grace_period.as_ref().map(|g| g.to_arg())),
         labels,
-        keep_text: outputs.iter().any(Output::wants_text),
+        // Side by side, the texts are compared request by request.
+        keep_text: side_by_side || outputs.iter().any(Output::wants_text),
         slo: args
             .slo
             .or_else(|| scenario.slo.as_ref().map(|s| s.to_arg())),
     };
-    crate::scenario::apply_overrides(&mut plan, &args.overrides).map_err(usage)?;
+    let plans = backends
+        .into_iter()
+        .map(|backend| {
+            let mut plan = PlanArgs {
+                backend,
+                ..base.clone()
+            };
+            crate::scenario::apply_overrides(&mut plan, &args.overrides).map_err(usage)?;
+            Ok(plan)
+        })
+        .collect::<Result<Vec<_>, Failure>>()?;
     let progress = !(args.disable_progress || scenario.disable_progress == Some(true))
         && std::io::IsTerminal::is_terminal(&std::io::stderr());
-    Ok((plan, outputs, progress))
+    Ok((plans, outputs, progress))
+}
+
+/// The command line as one shell-quoted string, for the report: the
+/// program by its file name, then every argument as given.
+fn command_line() -> String {
+    let mut args: Vec<String> = std::env::args().collect();
+    if let Some(program) = args.first_mut()
+        && let Some(name) = std::path::Path::new(program.as_str()).file_name()
+    {
+        *program = name.to_string_lossy().into_owned();
+    }
+    shlex::try_join(args.iter().map(String::as_str)).unwrap_or_else(|_| args.join(" "))
 }
 
 /// Runs `guidebench run`: every option is checked before the backend
@@ -152,19 +187,34 @@ fn plan_args(args: RunArgs) -> Result<(PlanArgs, Vec<Output>, bool), Failure> {
 /// when the run failed part-way.
 pub fn run(args: RunArgs) -> Result<(), Failure> {
     let (plan_args, outputs, progress) = plan_args(args)?;
-    let plan = Plan::new(plan_args)?;
-    let backend = plan.create_backend()?;
+    // Every backend's options are checked before the first one starts.
+    let plans = plan_args
+        .into_iter()
+        .map(Plan::new)
+        .collect::<Result<Vec<_>, _>>()?;
+    let backends = plans
+        .iter()
+        .map(Plan::create_backend)
+        .collect::<Result<Vec<_>, _>>()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .map_err(|e| Failure::Run(anyhow!("cannot start the async runtime: {e}")))?;
-    let report = runtime.block_on(async {
+    let mut report = runtime.block_on(async {
         let cancel = watch_interrupts();
         let mut display = Display::start(progress);
-        let report = Session::new(plan).run(backend, &mut display, cancel).await;
+        let report = if plans.len() == 1 {
+            let (plan, backend) = plans.into_iter().zip(backends).next().expect("one plan");
+            Session::new(plan).run(backend, &mut display, cancel).await
+        } else {
+            side_by_side(plans, backends, &mut display, cancel).await
+        };
         display.finish();
         report
     })?;
+    if let Some(config) = report.config.as_object_mut() {
+        config.insert("command".into(), command_line().into());
+    }
 
     output::write_all(&outputs, &report).map_err(Failure::Run)?;
     if report.interrupted {
@@ -177,6 +227,88 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
         return Err(Failure::Run(anyhow!("no request succeeded")));
     }
     Ok(())
+}
+
+/// Runs every plan (the same benchmarks, one backend each) in turn: each
+/// backend is started and loaded before its own benchmarks and shut down
+/// after them; one that cannot start is reported and the next one runs;
+/// an interrupt stops the run. The reports become one, each benchmark
+/// labelled with its backend.
+async fn side_by_side(
+    plans: Vec<Plan>,
+    backends: Vec<Arc<dyn guidebench_core::backend::Backend>>,
+    display: &mut Display,
+    cancel: watch::Receiver<bool>,
+) -> guidebench_bench::Result<Report> {
+    let labels =
+        report::backend_labels(&plans.iter().map(|p| p.backend.clone()).collect::<Vec<_>>());
+    // Outputs are compared where every backend is an in-process engine
+    // and decoding is greedy: only then must the texts agree.
+    let compare_outputs = plans
+        .iter()
+        .all(|p| p.backend.kind == "offline" && p.sampling.temperature.is_none_or(|t| t == 0.0));
+    let mut outcomes = Vec::with_capacity(plans.len());
+    let mut first_error = None;
+    for ((plan, backend), label) in plans.into_iter().zip(backends).zip(labels) {
+        if *cancel.borrow() {
+            break;
+        }
+        let config = plan.config()["backend"].clone();
+        let mut progress = Labelled {
+            display: &mut *display,
+            label: &label,
+        };
+        let result = Session::new(plan)
+            .run(backend, &mut progress, cancel.clone())
+            .await;
+        let report = result.map_err(|e| {
+            let text = e.to_string();
+            first_error.get_or_insert(e);
+            text
+        });
+        if report.is_err() {
+            display.note(&format!(
+                "{label}: {}",
+                report.as_ref().err().map_or("", String::as_str)
+            ));
+        }
+        outcomes.push(report::BackendOutcome {
+            label,
+            config,
+            report,
+        });
+    }
+    match report::combine(outcomes, compare_outputs) {
+        Some(report) => Ok(report),
+        None => Err(first_error.unwrap_or_else(|| {
+            guidebench_core::Error::Config("no backend ran: the run was interrupted".into()).into()
+        })),
+    }
+}
+
+/// Progress of one backend of a side-by-side run: its label before each
+/// phase and benchmark.
+struct Labelled<'a> {
+    display: &'a mut Display,
+    label: &'a str,
+}
+
+impl Progress for Labelled<'_> {
+    fn phase(&mut self, message: &str) {
+        self.display.phase(&format!("{}: {message}", self.label));
+    }
+
+    fn benchmark(&mut self, name: &str, total: Option<u64>) -> Arc<dyn Observer> {
+        Arc::new(
+            self.display
+                .benchmark(&format!("{} · {name}", self.label), total),
+        )
+    }
+
+    fn benchmark_done(&mut self, name: &str, seconds: f64) {
+        self.display
+            .benchmark_done(&format!("{} · {name}", self.label), seconds);
+    }
 }
 
 /// How long a second Ctrl-C lets the process finish writing the report

@@ -440,7 +440,19 @@ fn the_cli_and_the_library_give_the_same_report_for_the_same_plan() {
         .expect("the library runs the plan");
     let from_library = serde_json::to_value(&report).expect("json");
 
-    assert_eq!(from_cli["config"], from_library["config"]);
+    // The binary also keeps the command line it was given.
+    let mut cli_config = from_cli["config"].clone();
+    let command = cli_config
+        .as_object_mut()
+        .and_then(|c| c.remove("command"))
+        .expect("the command line is kept");
+    assert!(
+        command
+            .as_str()
+            .is_some_and(|c| c.starts_with("guidebench run ")),
+        "{command}"
+    );
+    assert_eq!(cli_config, from_library["config"]);
     // Everything but times: the same requests, prompts, outputs, exclusions.
     let shape = |report: &Value| -> Vec<Value> {
         report["benchmarks"]

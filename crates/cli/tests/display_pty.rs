@@ -100,8 +100,8 @@ struct Run {
 }
 
 /// `guidebench run` on a fresh terminal `cols` wide, with `COLUMNS`
-/// exported or not.
-fn run_on_a_terminal(tmp: &Path, cols: u16, export_columns: bool) -> Run {
+/// exported or not, and `profile` as its load profile.
+fn run_on_a_terminal(tmp: &Path, cols: u16, export_columns: bool, profile: &str) -> Run {
     let pty = open_pty(cols);
     let mut command = Command::new(env!("CARGO_BIN_EXE_guidebench"));
     command
@@ -111,6 +111,8 @@ fn run_on_a_terminal(tmp: &Path, cols: u16, export_columns: bool) -> Run {
             "kind=offline,engine=mock,stdio_noise=true,batch_size=4,token_time=2ms",
             "--data",
             "kind=synthetic_text,prompt_tokens=16,output_tokens=8",
+            "--profile",
+            profile,
             "--constraint",
             "kind=max_requests,count=24",
             "--output",
@@ -141,10 +143,16 @@ fn run_on_a_terminal(tmp: &Path, cols: u16, export_columns: bool) -> Run {
 fn engine_output_goes_to_the_log_and_the_final_screen_holds_only_the_report() {
     let tmp = tempfile::tempdir().expect("tempdir");
     // A wide terminal that exports its width, and the common 80 columns
-    // that do not (the display must ask the terminal).
-    for (cols, export_columns) in [(160, true), (80, false)] {
-        let case = format!("{cols} columns, COLUMNS exported: {export_columns}");
-        let Run { status, shown, log } = run_on_a_terminal(tmp.path(), cols, export_columns);
+    // that do not (the display must ask the terminal); a sweep, whose
+    // benchmarks follow one another on the display.
+    for (cols, export_columns, profile, benchmarks) in [
+        (160, true, "kind=throughput", 1),
+        (80, false, "kind=throughput", 1),
+        (120, true, "kind=sweep,sweep_size=3", 3),
+    ] {
+        let case = format!("{cols} columns, COLUMNS exported: {export_columns}, {profile}");
+        let Run { status, shown, log } =
+            run_on_a_terminal(tmp.path(), cols, export_columns, profile);
         let raw = String::from_utf8_lossy(&shown);
         assert!(status.success(), "{case}: {status}: {raw}");
 
@@ -197,6 +205,21 @@ fn engine_output_goes_to_the_log_and_the_final_screen_holds_only_the_report() {
             assert!(
                 !screen.contains(leftover),
                 "{case}: `{leftover}` left on the final screen: {screen}"
+            );
+        }
+        // Each finished benchmark left one line of its own, nothing else
+        // on it: no bar of a later benchmark shares it.
+        let done: Vec<&str> = screen
+            .lines()
+            .filter(|l| l.starts_with("benchmark "))
+            .collect();
+        assert_eq!(done.len(), benchmarks, "{case}: {screen}");
+        for line in done {
+            let (_, rest) = line.split_once(": ").expect("benchmark NAME: ...");
+            assert!(
+                rest.starts_with("24 requests done, 0 errors, in ")
+                    && rest.trim_end().ends_with(" s"),
+                "{case}: a line with something else on it: {line:?}"
             );
         }
     }

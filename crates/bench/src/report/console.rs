@@ -8,6 +8,7 @@ use crate::analysis::goodput::Verdict;
 use crate::metrics::Distribution;
 use crate::planner::Conclusion;
 use crate::runner::{SaturationMode, SaturationReport};
+use serde_json::Value;
 
 /// How a column's cells line up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -120,64 +121,294 @@ impl Table {
     }
 }
 
-/// The console summary of a report: one row per benchmark with median and
-/// p95 latency, TTFT, ITL (per gap) and TPOT of successful requests in
-/// milliseconds, requests/s, output tokens/s and the request counts; then
-/// the errors by label, if any. Plain text with aligned columns.
-pub fn console_summary(report: &Report) -> String {
-    const fn col(group: &'static str, title: &'static str, align: Align) -> Column {
-        Column {
-            group,
-            title,
-            align,
+/// The widest line a console table may take: wider tables are split in
+/// two rather than wrap.
+pub const CONSOLE_WIDTH: usize = 120;
+
+/// Milliseconds with three significant figures or more: two decimals
+/// under 10 ms, one under 1 s, none above.
+fn ms_cell(value: Option<f64>) -> String {
+    match value {
+        Some(v) if v.abs() >= 1000.0 => fixed(Some(v), 0),
+        Some(v) if v.abs() >= 10.0 => fixed(Some(v), 1),
+        v => fixed(v, 2),
+    }
+}
+
+/// What a run benchmarked, one line each: the backend(s) (engine, library,
+/// model, device, threads, load time, scheduler), the machine, the data
+/// and the profile.
+pub fn what_ran(report: &Report) -> String {
+    let mut out = String::new();
+    if report.backends.is_empty() {
+        let _ = writeln!(
+            out,
+            "Benchmarked: {}",
+            describe_backend(&report.environment.backend, &report.config["backend"])
+        );
+    } else {
+        let _ = writeln!(out, "Benchmarked side by side:");
+        for run in &report.backends {
+            let what = if run.environment.is_empty() {
+                describe_backend(&run.environment, &run.config)
+            } else {
+                describe_backend(&run.environment, &Value::Null)
+            };
+            let _ = writeln!(out, "  {}: {what}", run.label);
         }
     }
+    let env = &report.environment;
+    let _ = writeln!(
+        out,
+        "Machine: {}, {} logical cores ({} available), {} {}",
+        env.cpu_model.as_deref().unwrap_or("unknown CPU"),
+        env.logical_cores,
+        env.available_parallelism,
+        env.os,
+        env.arch
+    );
+    let kinds: Vec<String> = report.config["data"]
+        .as_array()
+        .map(|data| data.iter().map(describe_kind).collect())
+        .unwrap_or_default();
+    if !kinds.is_empty() || !report.config["profile"].is_null() {
+        let _ = writeln!(
+            out,
+            "Data: {}; profile: {}",
+            kinds.join(" + "),
+            describe_kind(&report.config["profile"])
+        );
+    }
+    out.push('\n');
+    out
+}
+
+/// `kind a=1 b=2` from a `{kind, ...}` object (a JSON string as is).
+fn describe_kind(value: &Value) -> String {
+    match value {
+        Value::Object(map) => {
+            let mut parts: Vec<String> = map
+                .get("kind")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+                .into_iter()
+                .collect();
+            for (key, v) in map {
+                if key == "kind" || v.is_null() {
+                    continue;
+                }
+                match v {
+                    Value::String(s) => parts.push(format!("{key}={s}")),
+                    other => parts.push(format!("{key}={other}")),
+                }
+            }
+            parts.join(" ")
+        }
+        Value::String(s) => s.clone(),
+        Value::Null => "-".into(),
+        other => other.to_string(),
+    }
+}
+
+/// One backend in words, from what it said of itself at validation (and,
+/// when it never got that far, from its configuration).
+fn describe_backend(info: &serde_json::Map<String, Value>, config: &Value) -> String {
+    let text = |v: Option<&Value>| v.and_then(Value::as_str).map(str::to_owned);
+    let mut parts = Vec::new();
+    let engine = info.get("engine").and_then(Value::as_object);
+    match (text(info.get("backend")), engine) {
+        (Some(kind), Some(engine)) => {
+            let name = text(engine.get("engine")).unwrap_or_default();
+            match text(engine.get("library")) {
+                Some(library) if !library.is_empty() => {
+                    parts.push(format!("{kind} engine {name} ({library})"));
+                }
+                _ => parts.push(format!("{kind} engine {name}")),
+            }
+            if let Some(model) = text(engine.get("model")) {
+                parts.push(format!("model {model}"));
+            }
+            if let Some(device) = text(engine.get("device")) {
+                parts.push(device);
+            }
+            if let Some(threads) = engine.get("threads").and_then(Value::as_u64) {
+                parts.push(format!("{threads} threads"));
+            }
+        }
+        _ => {
+            if let Some(target) = text(info.get("target")) {
+                parts.push(format!("openai_http {target}"));
+            } else if let Some(kind) = text(config.get("kind")) {
+                parts.push(kind);
+            }
+            if let Some(model) = text(info.get("model")).or_else(|| text(config.get("model"))) {
+                parts.push(format!("model {model}"));
+            }
+            if let Some(endpoint) = text(info.get("endpoint")) {
+                parts.push(endpoint);
+            }
+        }
+    }
+    if let Some(load) = info.get("load_time_s").and_then(Value::as_f64) {
+        parts.push(format!("loaded in {load:.2} s"));
+    }
+    match text(info.get("scheduling")).as_deref() {
+        Some("static") => parts.push(format!(
+            "static batching (batch {}, timeout {} ms)",
+            info.get("batch_size")
+                .map_or_else(|| "-".into(), ToString::to_string),
+            info.get("batch_timeout_s")
+                .and_then(Value::as_f64)
+                .map_or_else(|| "-".into(), |s| format!("{}", s * 1e3))
+        )),
+        Some("continuous") => parts.push(format!(
+            "continuous batching (up to {} running)",
+            info.get("max_running")
+                .map_or_else(|| "-".into(), ToString::to_string)
+        )),
+        _ => {}
+    }
+    if parts.is_empty() {
+        "an unnamed backend".into()
+    } else {
+        parts.join(", ")
+    }
+}
+
+/// The summary table: one row per benchmark (and backend, side by side);
+/// two tables when one would be wider than [`CONSOLE_WIDTH`].
+fn summary_tables(report: &Report) -> String {
     let r = Align::Right;
-    let columns = vec![
-        col("", "Benchmark", Align::Left),
-        col("Requests", "ok", r),
-        col("Requests", "errors", r),
-        col("Requests", "incomplete", r),
-        col("", "req/s", r),
-        col("", "out tok/s", r),
-        col("Latency ms", "p50", r),
-        col("Latency ms", "p95", r),
-        col("TTFT ms", "p50", r),
-        col("TTFT ms", "p95", r),
-        col("ITL ms", "p50", r),
-        col("ITL ms", "p95", r),
-        col("TPOT ms", "p50", r),
-        col("TPOT ms", "p95", r),
-    ];
-    let rows = report
+    let side_by_side = report.benchmarks.iter().any(|b| b.backend.is_some());
+    let incomplete = report
         .benchmarks
         .iter()
-        .map(|b| {
-            let m = &b.metrics;
-            let s = &m.successful;
-            let mut row = vec![
-                b.name.clone(),
-                s.count.to_string(),
-                m.errored.count.to_string(),
-                m.incomplete.count.to_string(),
-                format!("{:.2}", m.requests_per_s),
-                format!("{:.1}", m.output_tokens_per_s),
-            ];
-            for d in [&s.latency, &s.ttft, &s.itl, &s.tpot] {
-                row.push(fixed(ms_at(d, 50.0), 2));
-                row.push(fixed(ms_at(d, 95.0), 2));
-            }
-            row
-        })
-        .collect();
+        .any(|b| b.metrics.incomplete.count > 0);
+    let mut head = Vec::new();
+    if side_by_side {
+        head.push(Column::new("", "Backend", Align::Left));
+    }
+    head.push(Column::new("", "Benchmark", Align::Left));
+    let ident = |b: &super::model::BenchmarkReport| {
+        let mut cells = Vec::new();
+        if side_by_side {
+            cells.push(b.backend.clone().unwrap_or_default());
+        }
+        cells.push(b.name.clone());
+        cells
+    };
+    let mut counts = vec![
+        Column::new("Requests", "ok", r),
+        Column::new("Requests", "errors", r),
+    ];
+    if incomplete {
+        counts.push(Column::new("Requests", "incomplete", r));
+    }
+    counts.push(Column::new("", "req/s", r));
+    counts.push(Column::new("", "out tok/s", r));
+    let groups = ["Latency ms", "TTFT ms", "ITL ms", "TPOT ms"];
+    let metric_columns = |names: &[&'static str]| -> Vec<Column> {
+        names
+            .iter()
+            .flat_map(|&g| [Column::new(g, "p50", r), Column::new(g, "p95", r)])
+            .collect()
+    };
+    let count_cells = |b: &super::model::BenchmarkReport| {
+        let m = &b.metrics;
+        let mut cells = vec![m.successful.count.to_string(), m.errored.count.to_string()];
+        if incomplete {
+            cells.push(m.incomplete.count.to_string());
+        }
+        cells.push(format!("{:.2}", m.requests_per_s));
+        cells.push(format!("{:.1}", m.output_tokens_per_s));
+        cells
+    };
+    let metric_cells = |b: &super::model::BenchmarkReport, names: &[&str]| {
+        let s = &b.metrics.successful;
+        names
+            .iter()
+            .flat_map(|&g| {
+                let d = match g {
+                    "Latency ms" => &s.latency,
+                    "TTFT ms" => &s.ttft,
+                    "ITL ms" => &s.itl,
+                    _ => &s.tpot,
+                };
+                [ms_cell(ms_at(d, 50.0)), ms_cell(ms_at(d, 95.0))]
+            })
+            .collect::<Vec<_>>()
+    };
+    let table = |with_counts: bool, names: &[&'static str]| {
+        let mut columns: Vec<Column> = head
+            .iter()
+            .map(|c| Column::new(c.group, c.title, c.align))
+            .collect();
+        if with_counts {
+            columns.extend(
+                counts
+                    .iter()
+                    .map(|c| Column::new(c.group, c.title, c.align)),
+            );
+        }
+        columns.extend(metric_columns(names));
+        let rows = report
+            .benchmarks
+            .iter()
+            .map(|b| {
+                let mut row = ident(b);
+                if with_counts {
+                    row.extend(count_cells(b));
+                }
+                row.extend(metric_cells(b, names));
+                row
+            })
+            .collect();
+        Table { columns, rows }.render()
+    };
+    // Fewer columns per table until each fits.
+    let layouts: [&[(bool, &[&'static str])]; 4] = [
+        &[(true, &groups)],
+        &[(true, &groups[..2]), (false, &groups[2..])],
+        &[(true, &[]), (false, &groups[..2]), (false, &groups[2..])],
+        &[
+            (true, &[]),
+            (false, &groups[..1]),
+            (false, &groups[1..2]),
+            (false, &groups[2..3]),
+            (false, &groups[3..]),
+        ],
+    ];
     let mut out = String::new();
+    for layout in layouts {
+        let tables: Vec<String> = layout
+            .iter()
+            .map(|&(with_counts, names)| table(with_counts, names))
+            .collect();
+        out = tables.join("\n");
+        if out.lines().all(|l| width(l) <= CONSOLE_WIDTH) {
+            break;
+        }
+    }
+    out
+}
+
+/// The console summary of a report: what ran (backend, engine, model,
+/// device, threads, load time, machine, data, profile), then one row per
+/// benchmark with median and p95 latency, TTFT, ITL (per gap) and TPOT of
+/// successful requests in milliseconds, requests/s, output tokens/s and
+/// the request counts, in tables no wider than [`CONSOLE_WIDTH`]; then the
+/// errors by label, if any, and the answers. Plain text with aligned
+/// columns.
+pub fn console_summary(report: &Report) -> String {
+    let mut out = what_ran(report);
     if report.interrupted {
         out.push_str("(interrupted: the run stopped early; the last benchmark may be partial)\n");
     }
     if let Some(failure) = &report.failure {
         let _ = writeln!(out, "(failed: {failure}; the last benchmark is partial)");
     }
-    out.push_str(&Table { columns, rows }.render());
+    out.push_str(&summary_tables(report));
+    out.push_str(&agreement_lines(report));
     for b in &report.benchmarks {
         if b.metrics.errors_by_label.is_empty() {
             continue;
@@ -237,6 +468,33 @@ pub fn console_summary(report: &Report) -> String {
                 reasons.join("; ")
             );
         }
+    }
+    out
+}
+
+/// Whether side-by-side backends gave the same outputs, a line per
+/// benchmark and backend.
+fn agreement_lines(report: &Report) -> String {
+    let mut out = String::new();
+    for a in &report.agreement {
+        let verdict = if a.compared == 0 {
+            "no request completed on both".to_owned()
+        } else if a.agreed == a.compared {
+            format!("all {} outputs identical", a.compared)
+        } else {
+            let ids: Vec<String> = a.differing.iter().map(ToString::to_string).collect();
+            format!(
+                "{} of {} outputs identical; first differing requests: {}",
+                a.agreed,
+                a.compared,
+                ids.join(", ")
+            )
+        };
+        let _ = writeln!(
+            out,
+            "greedy outputs, {} vs {} in {}: {verdict}",
+            a.backend, a.reference, a.benchmark
+        );
     }
     out
 }
@@ -454,11 +712,21 @@ mod tests {
     use super::*;
     use crate::report::tests::sample_report;
 
+    /// The summary's lines from the table's group heading on.
+    fn table_lines(text: &str) -> Vec<&str> {
+        let lines: Vec<&str> = text.lines().collect();
+        let at = lines
+            .iter()
+            .position(|l| l.contains("Latency ms"))
+            .expect("a table");
+        lines[at..].to_vec()
+    }
+
     #[test]
     fn the_console_summary_has_one_aligned_row_per_benchmark() {
         let report = sample_report();
         let text = console_summary(&report);
-        let lines: Vec<&str> = text.lines().collect();
+        let lines = table_lines(&text);
         assert!(lines[0].contains("Latency ms") && lines[0].contains("TPOT ms"));
         assert!(lines[1].starts_with("Benchmark"));
         assert!(lines[2].chars().all(|c| c == '-'));
@@ -481,17 +749,80 @@ mod tests {
         let report = sample_report();
         let m = &report.benchmarks[0].metrics;
         let text = console_summary(&report);
-        let row = text.lines().nth(3).expect("first row");
+        let row = table_lines(&text)[3];
         let cells: Vec<&str> = row.split_whitespace().collect();
         assert_eq!(cells[1], "10");
         assert_eq!(cells[2], "0");
         assert_eq!(cells[4], format!("{:.2}", m.requests_per_s));
+        let ms = |seconds: f64| ms_cell(Some(seconds * 1e3));
+        // The incomplete column is there only when a request was.
+        let at = usize::from(text.contains("incomplete"));
+        assert_eq!(cells[5 + at], ms(m.successful.latency.median));
+        assert_eq!(cells[7 + at], ms(m.successful.ttft.median));
+        assert_eq!(cells[9 + at], ms(m.successful.itl.median));
+        // Three significant figures or more, at every scale.
+        assert_eq!(ms_cell(Some(1.234_56)), "1.23");
+        assert_eq!(ms_cell(Some(140.0)), "140.0");
+        assert_eq!(ms_cell(Some(50_578.82)), "50579");
+    }
+
+    #[test]
+    fn the_console_says_first_what_it_benchmarked() {
+        let mut report = sample_report();
+        report.environment.backend = serde_json::json!({
+            "backend": "offline",
+            "engine": {"engine": "candle", "library": "candle 0.11", "model": "builtin:tiny",
+                       "device": "cpu", "threads": 2},
+            "scheduling": "static", "batch_size": 32, "batch_timeout_s": 0.01,
+            "load_time_s": 1.25,
+        })
+        .as_object()
+        .cloned()
+        .expect("an object");
+        let text = console_summary(&report);
+        let first = text.lines().next().expect("a first line");
         assert_eq!(
-            cells[6],
-            format!("{:.2}", m.successful.latency.median * 1e3)
+            first,
+            "Benchmarked: offline engine candle (candle 0.11), model builtin:tiny, cpu, 2 threads, \
+             loaded in 1.25 s, static batching (batch 32, timeout 10 ms)"
         );
-        assert_eq!(cells[8], format!("{:.2}", m.successful.ttft.median * 1e3));
-        assert_eq!(cells[10], format!("{:.2}", m.successful.itl.median * 1e3));
+        assert!(text.lines().nth(1).expect("line").starts_with("Machine: "));
+    }
+
+    #[test]
+    fn a_summary_wider_than_the_console_splits_into_two_tables() {
+        let mut report = sample_report();
+        let mut wide = report.benchmarks[0].clone();
+        wide.name = "constant@123.45/s-with-a-long-name".into();
+        report.benchmarks.push(wide);
+        // Large values: every cell at its widest.
+        for b in &mut report.benchmarks {
+            for d in [
+                &mut b.metrics.successful.latency,
+                &mut b.metrics.successful.ttft,
+                &mut b.metrics.successful.itl,
+                &mut b.metrics.successful.tpot,
+            ] {
+                for p in &mut d.percentiles {
+                    p.1 = 123_456.0;
+                }
+                d.median = 123_456.0;
+            }
+            b.metrics.incomplete.count = 12_345;
+            b.backend = Some("candle engine_args.threads=2".into());
+        }
+        let text = console_summary(&report);
+        for line in text.lines().filter(|l| l.contains("  ")) {
+            assert!(width(line) <= CONSOLE_WIDTH, "{} wide: {line}", width(line));
+        }
+        assert!(
+            text.contains("Latency ms") && text.contains("TPOT ms"),
+            "{text}"
+        );
+        assert!(
+            text.lines().filter(|l| l.starts_with("Backend")).count() >= 2,
+            "several tables, each naming the backend: {text}"
+        );
     }
 
     #[test]
@@ -563,8 +894,8 @@ mod tests {
         report.benchmarks[0].recompute();
         report.interrupted = true;
         let text = console_summary(&report);
-        assert!(text.starts_with("(interrupted"));
-        let row = text.lines().nth(4).expect("row");
+        assert!(text.contains("\n(interrupted"));
+        let row = table_lines(&text)[3];
         assert!(row.ends_with('-'), "{row}");
     }
 }

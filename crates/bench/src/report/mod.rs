@@ -22,6 +22,7 @@ mod html;
 mod keeping_up;
 mod metrics;
 mod model;
+mod side_by_side;
 
 pub use compact::{CompactRecord, CompactRecords, Excluded, round_to_micros};
 pub use compare::{
@@ -36,7 +37,11 @@ pub use keeping_up::{
     client_saturation,
 };
 pub use metrics::{BenchmarkMetrics, StatusMetrics};
-pub use model::{BenchmarkReport, Environment, GUIDEBENCH_VERSION, Report, SCHEMA_VERSION};
+pub use model::{
+    BackendRun, BenchmarkReport, Environment, GUIDEBENCH_VERSION, OutputAgreement, Report,
+    SCHEMA_VERSION,
+};
+pub use side_by_side::{BackendOutcome, backend_labels, combine};
 
 use crate::metrics::Distribution;
 use guidebench_core::clock::Timestamp;

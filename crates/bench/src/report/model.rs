@@ -238,6 +238,66 @@ pub struct Report {
     /// a knee fit), for profiles that conclude something.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conclusion: Option<Conclusion>,
+    /// Each backend of a run that benchmarked several side by side
+    /// (`--backend` given more than once), in the order they ran; empty
+    /// for a run of one backend. Its benchmarks carry the backend's label.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub backends: Vec<BackendRun>,
+    /// Whether the backends of a side-by-side run gave the same output
+    /// text for the same request, per benchmark: kept where every backend
+    /// is an in-process engine and sampling is greedy.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub agreement: Vec<OutputAgreement>,
+}
+
+/// One backend of a side-by-side run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BackendRun {
+    /// The label its benchmarks carry (`candle`, `candle threads=1`, ...).
+    pub label: String,
+    /// Its configuration as given (`kind`, engine, options; secrets
+    /// redacted).
+    pub config: Value,
+    /// What the backend said of itself (engine, model, device, threads,
+    /// load time, ...).
+    #[serde(default)]
+    pub environment: Map<String, Value>,
+    /// Whether its part of the run was stopped before it finished.
+    #[serde(default)]
+    pub interrupted: bool,
+    /// Why its part failed (the backend could not start, a data item could
+    /// not become a request); the other backends still ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<String>,
+    /// What its profile concluded (a goodput search, a knee fit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conclusion: Option<Conclusion>,
+}
+
+/// How far two backends agreed on one benchmark's outputs: the requests
+/// both completed, matched by request id (the same data item), compared
+/// by output text.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OutputAgreement {
+    /// The benchmark's name.
+    pub benchmark: String,
+    /// The backend every other one is compared with (the first).
+    pub reference: String,
+    /// The backend compared with it.
+    pub backend: String,
+    /// Requests both backends completed with text.
+    pub compared: u64,
+    /// Of those, the ones with identical output text.
+    pub agreed: u64,
+    /// The ids of the first requests that differ (at most
+    /// [`OutputAgreement::LISTED`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub differing: Vec<u64>,
+}
+
+impl OutputAgreement {
+    /// How many differing request ids are listed.
+    pub const LISTED: usize = 10;
 }
 
 impl Report {
@@ -253,6 +313,8 @@ impl Report {
             failure: None,
             benchmarks: Vec::new(),
             conclusion: None,
+            backends: Vec::new(),
+            agreement: Vec::new(),
         }
     }
 
