@@ -38,8 +38,8 @@ use crate::data::{DATA_KINDS, DataItem, DataSource, create_source};
 use crate::planner::{Finished, Planner};
 use crate::report::{BenchmarkReport, Report, client_saturation};
 use crate::runner::{
-    BenchmarkRun, ConstraintPlan, Constraints, NoObserver, Observer, Phase, Profile, RunOptions,
-    StopReason, Strategy, compact_measured, run_benchmark,
+    BenchmarkRun, ConstraintPlan, Constraints, Job, NoObserver, Observer, Phase, Profile,
+    RunOptions, StopReason, Strategy, compact_measured, run_benchmark,
 };
 use crate::slo::Slo;
 use crate::{Error, Result};
@@ -733,6 +733,7 @@ pub fn to_request(id: u64, item: DataItem, run: &SamplingParams) -> Result<Gener
         output_tokens,
         sampling,
         origin,
+        at: _,
     } = item;
     let mut params = SamplingParams {
         temperature: sampling.temperature.or(run.temperature),
@@ -782,7 +783,7 @@ struct Fed {
 fn feed_items(
     sources: &mut Vec<FeedSource>,
     sampling: &SamplingParams,
-    tx: &mpsc::Sender<GenerationRequest>,
+    tx: &mpsc::Sender<Job>,
     skipped: &AtomicU64,
     ahead: usize,
     ready: &mut Option<oneshot::Sender<Result<()>>>,
@@ -806,6 +807,7 @@ fn feed_items(
             }
         };
         turn += 1;
+        let at = item.at;
         let request = match to_request(id, item, sampling) {
             Ok(request) => request,
             Err(err) if feed.on_error == OnError::Skip => {
@@ -816,7 +818,7 @@ fn feed_items(
             Err(err) => return Err(err),
         };
         id += 1;
-        if tx.blocking_send(request).is_err() {
+        if tx.blocking_send(Job { request, at }).is_err() {
             return Ok(());
         }
         if usize::try_from(id).unwrap_or(usize::MAX) >= ahead
@@ -843,8 +845,8 @@ impl Feed {
         mut sources: Vec<FeedSource>,
         sampling: SamplingParams,
         ahead: usize,
-    ) -> Result<(mpsc::Receiver<GenerationRequest>, Feed)> {
-        let (tx, rx) = mpsc::channel::<GenerationRequest>(ahead);
+    ) -> Result<(mpsc::Receiver<Job>, Feed)> {
+        let (tx, rx) = mpsc::channel::<Job>(ahead);
         let (ready_tx, ready_rx) = oneshot::channel::<Result<()>>();
         let skipped = Arc::new(AtomicU64::new(0));
         let error: Arc<Mutex<Option<Error>>> = Arc::new(Mutex::new(None));
@@ -918,6 +920,7 @@ mod tests {
             output_tokens,
             sampling,
             origin: "data.jsonl, line 7".into(),
+            at: None,
         }
     }
 

@@ -4,14 +4,18 @@
 //! [`create_source`] builds one from a parsed argument; [`DATA_KINDS`] lists
 //! every kind with its option schema, for help output.
 //!
-//! Two kinds exist:
+//! Three kinds exist:
 //!
 //! * `synthetic_text` ([`SyntheticTextSource`]): reproducible prompts of
 //!   exact token counts through the model's tokenizer;
 //! * `file` ([`FileSource`]): a local JSONL, JSON or CSV file with column
-//!   mapping, chat conversations and image and audio columns.
+//!   mapping, chat conversations and image and audio columns;
+//! * `trace` ([`TraceSource`]): a recorded request trace (plain or
+//!   Mooncake), each item with its recorded send offset, for
+//!   `--profile kind=replay`.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::{Map, Value};
 
@@ -25,9 +29,11 @@ pub mod file;
 pub mod synthetic;
 #[cfg(test)]
 mod testing;
+pub mod trace;
 
 pub use file::{FILE_OPTIONS, FileSource};
 pub use synthetic::{SYNTHETIC_TEXT_OPTIONS, SyntheticText, SyntheticTextSource};
+pub use trace::{TRACE_OPTIONS, TraceSource};
 
 /// One item of benchmark data.
 #[derive(Debug, Clone, PartialEq)]
@@ -45,6 +51,10 @@ pub struct DataItem {
     pub sampling: SamplingParams,
     /// Where the item comes from (`data.jsonl, line 3`), for error messages.
     pub origin: String,
+    /// When the data recorded the request was sent, as an offset from its
+    /// first request (a trace's timestamps); `--profile kind=replay`
+    /// follows it, other profiles ignore it.
+    pub at: Option<Duration>,
 }
 
 /// A source of benchmark items.
@@ -76,6 +86,7 @@ pub const ON_ERROR: OptionSpec = OptionSpec::optional(
 pub const DATA_KINDS: &[(&str, &[OptionSpec])] = &[
     (synthetic::KIND, SYNTHETIC_TEXT_OPTIONS),
     (file::KIND, FILE_OPTIONS),
+    (trace::KIND, TRACE_OPTIONS),
 ];
 
 /// Builds a source from a `--data kind=NAME,...` argument.
@@ -110,6 +121,12 @@ pub fn create_source(
     check_options(&context, &[specs], &mut options)?;
     match *name {
         synthetic::KIND => Ok(Box::new(SyntheticTextSource::from_options(
+            &context,
+            &options,
+            tokenizer,
+            default_seed,
+        )?)),
+        trace::KIND => Ok(Box::new(TraceSource::from_options(
             &context,
             &options,
             tokenizer,

@@ -12,4 +12,4 @@ pub use constraints::{
 };
 pub use phases::{Compacted, Measured, Phase, compact_measured, measured};
 pub use profile::{PROFILE_KINDS, Profile, RateKind, Schedule, Strategy, sweep_rates};
-pub use scheduler::{BenchmarkRun, NoObserver, Observer, RunOptions, run_benchmark};
+pub use scheduler::{BenchmarkRun, Job, NoObserver, Observer, RunOptions, run_benchmark};

@@ -104,6 +104,24 @@ impl BenchmarkRun {
     }
 }
 
+/// A request as the runner receives it, with when its data recorded it
+/// was sent (a trace's offset, for [`Strategy::Replay`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Job {
+    /// The request.
+    pub request: GenerationRequest,
+    /// The send offset the data recorded, from its first request, before
+    /// any time scale: replay sends the request at `start + time_scale ×
+    /// at`. Other strategies ignore it.
+    pub at: Option<Duration>,
+}
+
+impl From<GenerationRequest> for Job {
+    fn from(request: GenerationRequest) -> Self {
+        Job { request, at: None }
+    }
+}
+
 /// Sends an incomplete record if the request's task is dropped (the grace
 /// period ended) before it produced one.
 struct IncompleteGuard {
@@ -297,7 +315,7 @@ async fn ramp_until(at: Instant, stop: &mut watch::Receiver<Option<StopReason>>)
 /// `later`.
 async fn slot_worker(
     run: Execution,
-    queue: async_channel::Receiver<GenerationRequest>,
+    queue: async_channel::Receiver<Job>,
     (stop_tx, mut stop): (
         watch::Sender<Option<StopReason>>,
         watch::Receiver<Option<StopReason>>,
@@ -312,7 +330,7 @@ async fn slot_worker(
             break;
         }
         ramp = later;
-        let Ok(request) = queue.recv().await else {
+        let Ok(Job { request, .. }) = queue.recv().await else {
             break;
         };
         if time_limit.is_some_and(|limit| Instant::now() >= limit) {
@@ -329,9 +347,12 @@ async fn slot_worker(
 /// Runs one benchmark: sends requests from `requests` by `strategy` until a
 /// constraint, the data or `cancel` stops it, waits up to the grace period
 /// for requests in flight, and returns every request's record.
-pub async fn run_benchmark(
+///
+/// `requests` yields [`GenerationRequest`]s or [`Job`]s (a request with the
+/// send offset its data recorded, which [`Strategy::Replay`] follows).
+pub async fn run_benchmark<T: Into<Job> + Send>(
     backend: Arc<dyn Backend>,
-    requests: &mut mpsc::Receiver<GenerationRequest>,
+    requests: &mut mpsc::Receiver<T>,
     strategy: &Strategy,
     constraints: &Constraints,
     options: &RunOptions,
@@ -385,12 +406,16 @@ pub async fn run_benchmark(
 
     // Strategies without a schedule keep `n` requests in flight: `n` slot
     // workers take requests from a queue this loop keeps filled.
-    let slots = match (&schedule, strategy.concurrency_limit()) {
-        (None, Some(n)) => n,
+    let replay = match strategy {
+        Strategy::Replay { time_scale, .. } => Some(*time_scale),
+        _ => None,
+    };
+    let slots = match (&schedule, replay, strategy.concurrency_limit()) {
+        (None, None, Some(n)) => n,
         _ => 0,
     };
     if slots > 0 {
-        let (queue_tx, queue) = async_channel::bounded::<GenerationRequest>(slots);
+        let (queue_tx, queue) = async_channel::bounded::<Job>(slots);
         for slot in 0..slots {
             let (first, later) = strategy.slot_start(slot);
             tasks.spawn(slot_worker(
@@ -421,8 +446,8 @@ pub async fn run_benchmark(
                 _ = stop_rx.changed() => break,
                 () = &mut deadline => { stop_with(&stop_tx, StopReason::MaxDuration); break; }
                 queued = async {
-                    let request = requests.recv().await?;
-                    Some(queue_tx.send(request).await.is_ok())
+                    let job = requests.recv().await?.into();
+                    Some(queue_tx.send(job).await.is_ok())
                 } => queued,
             };
             match queued {
@@ -437,8 +462,12 @@ pub async fn run_benchmark(
         // The workers send what is queued, unless sending was cut off.
         drop(queue_tx);
     } else {
-        // Rate-based strategies (every other one has a concurrency limit):
-        // one task per request, sent when due.
+        // Paced strategies (a rate, or a replayed trace): one task per
+        // request, sent when due. A rate's schedule gives the offsets; a
+        // replay takes each request first and sends it at its recorded
+        // offset, scaled (a request without one goes at the previous
+        // request's time).
+        let mut replayed = Duration::ZERO;
         loop {
             if stop_rx.borrow().is_some() {
                 break;
@@ -447,8 +476,28 @@ pub async fn run_benchmark(
                 stop_with(&stop_tx, reason);
                 break;
             }
-            let Some(offset) = schedule.as_mut().and_then(Iterator::next) else {
-                break;
+            let mut taken = None;
+            let offset = match replay {
+                Some(time_scale) => {
+                    let job = tokio::select! {
+                        biased;
+                        _ = cancel.changed() => { stop_with(&stop_tx, StopReason::Interrupted); break; }
+                        job = requests.recv() => job,
+                    };
+                    let Some(job) = job.map(Into::into) else {
+                        stop_with(&stop_tx, StopReason::DataExhausted);
+                        break;
+                    };
+                    if let Some(at) = job.at {
+                        replayed = at.mul_f64(time_scale);
+                    }
+                    taken = Some(job.request);
+                    replayed
+                }
+                None => match schedule.as_mut().and_then(Iterator::next) {
+                    Some(offset) => offset,
+                    None => break,
+                },
             };
             let due = t0 + offset;
             if constraints.max_duration.is_some_and(|d| offset >= d) {
@@ -477,10 +526,13 @@ pub async fn run_benchmark(
                 },
                 None => None,
             };
-            let request = tokio::select! {
-                biased;
-                _ = cancel.changed() => { stop_with(&stop_tx, StopReason::Interrupted); break; }
-                request = requests.recv() => request,
+            let request = match taken {
+                Some(request) => Some(request),
+                None => tokio::select! {
+                    biased;
+                    _ = cancel.changed() => { stop_with(&stop_tx, StopReason::Interrupted); break; }
+                    request = requests.recv() => request.map(|job| job.into().request),
+                },
             };
             let Some(request) = request else {
                 stop_with(&stop_tx, StopReason::DataExhausted);
