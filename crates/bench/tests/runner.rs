@@ -201,6 +201,7 @@ async fn a_replay_sends_each_request_at_its_scaled_recorded_offset() {
         tx.try_send(Job {
             request: GenerationRequest::text(id, "p", sampling.clone()),
             at: Some(Duration::from_millis(ms)),
+            conversation: None,
         })
         .expect("room");
     }
@@ -246,6 +247,7 @@ async fn a_replay_the_client_cannot_keep_up_with_shows_dispatch_delay() {
         tx.try_send(Job {
             request: GenerationRequest::text(id, "p", sampling.clone()),
             at: Some(Duration::from_millis(10 * id)),
+            conversation: None,
         })
         .expect("room");
     }

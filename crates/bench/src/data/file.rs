@@ -34,7 +34,7 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
-use super::{DataItem, DataSource, string_option, u32_option};
+use super::{DataItem, DataSource, History, string_option, u32_option};
 use guidebench_core::options::{OptionSpec, OptionType};
 use guidebench_core::request::{ChatMessage, ContentPart, MediaSource, RequestInput};
 use guidebench_core::sampling::SamplingParams;
@@ -539,6 +539,8 @@ fn item_from_row(
         sampling: row_sampling(row)?,
         origin: String::new(),
         at: None,
+        turns: Vec::new(),
+        history: History::Full,
     })
 }
 
@@ -819,6 +821,8 @@ mod tests {
             sampling: SamplingParams::default(),
             origin: String::new(),
             at: None,
+            turns: Vec::new(),
+            history: History::Full,
         }
     }
 

@@ -25,6 +25,8 @@ use guidebench_core::sampling::SamplingParams;
 use guidebench_core::tokenizer::Tokenizer;
 use guidebench_core::{Error, Result};
 
+pub use crate::runner::History;
+
 pub mod file;
 pub mod synthetic;
 #[cfg(test)]
@@ -55,6 +57,24 @@ pub struct DataItem {
     /// first request (a trace's timestamps); `--profile kind=replay`
     /// follows it, other profiles ignore it.
     pub at: Option<Duration>,
+    /// The later turns of a multi-turn conversation whose first turn this
+    /// item is (empty for a single request). Each is sent after its
+    /// predecessor's answer plus its think time, with the history
+    /// [`DataItem::history`] says.
+    pub turns: Vec<Turn>,
+    /// How much history later turns send.
+    pub history: History,
+}
+
+/// A later turn of a conversation, as the data gives it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Turn {
+    /// The turn's new message (text is a user message).
+    pub input: RequestInput,
+    /// How many tokens to generate, when the data says.
+    pub output_tokens: Option<u32>,
+    /// How long the user thinks after the previous answer.
+    pub think: Duration,
 }
 
 /// A source of benchmark items.

@@ -19,6 +19,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+use std::time::Duration;
 
 use guidebench_core::rng::{self, SeededRng};
 use rand::RngExt;
@@ -26,7 +27,7 @@ use rand::distr::weighted::WeightedIndex;
 use rand_distr::{Distribution, Normal};
 use serde_json::{Map, Value};
 
-use super::{DataItem, DataSource, int_option, u32_option};
+use super::{DataItem, DataSource, History, Turn, int_option, string_option, u32_option};
 use guidebench_core::options::{OptionSpec, OptionType};
 use guidebench_core::request::RequestInput;
 use guidebench_core::sampling::SamplingParams;
@@ -98,9 +99,50 @@ pub const SYNTHETIC_TEXT_OPTIONS: &[OptionSpec] = &[
          (tokens 0: no prefix)",
     ),
     OptionSpec::optional(
+        "turns",
+        OptionType::Int,
+        "turns per conversation: each later turn is sent after the previous answer plus turn_delay, \
+         with the history as answered",
+    )
+    .with_default("1"),
+    OptionSpec::optional(
+        "turn_delay",
+        OptionType::Float,
+        "mean think time in seconds between an answer and the next turn",
+    )
+    .with_default("0"),
+    OptionSpec::optional(
+        "turn_delay_stdev",
+        OptionType::Float,
+        "standard deviation of the think time (normal distribution)",
+    )
+    .with_default("0"),
+    OptionSpec::optional(
+        "turn_delay_min",
+        OptionType::Float,
+        "shortest think time in seconds",
+    )
+    .with_default("0"),
+    OptionSpec::optional(
+        "turn_delay_max",
+        OptionType::Float,
+        "longest think time in seconds",
+    ),
+    OptionSpec::optional(
+        "first_turn_prompt_tokens",
+        OptionType::Int,
+        "the first turn's prompt length (default: prompt_tokens, with its distribution)",
+    ),
+    OptionSpec::optional(
+        "history",
+        OptionType::Choice(History::CHOICES),
+        "what later turns send: every earlier message, the last exchange, or none",
+    )
+    .with_default("full"),
+    OptionSpec::optional(
         "count",
         OptionType::Int,
-        "how many prompts to generate (unlimited when absent)",
+        "how many prompts (conversations, with turns) to generate (unlimited when absent)",
     ),
     OptionSpec::optional(
         "seed",
@@ -739,6 +781,69 @@ impl PrefixBucket {
     }
 }
 
+/// A think time: a normal distribution in seconds clamped to `[min, max]`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DelayDistribution {
+    /// The mean, in seconds.
+    pub mean: f64,
+    /// The standard deviation; 0 gives the mean (clamped) every time.
+    pub stdev: f64,
+    /// The shortest time.
+    pub min: f64,
+    /// The longest time.
+    pub max: f64,
+}
+
+impl DelayDistribution {
+    /// No think time.
+    pub const NONE: DelayDistribution = DelayDistribution {
+        mean: 0.0,
+        stdev: 0.0,
+        min: 0.0,
+        max: f64::INFINITY,
+    };
+
+    /// Draws one time.
+    pub fn sample<R: rand::Rng + ?Sized>(&self, rng: &mut R) -> Duration {
+        let value = match Normal::new(self.mean, self.stdev) {
+            Ok(normal) if self.stdev > 0.0 => normal.sample(rng),
+            _ => self.mean,
+        };
+        Duration::try_from_secs_f64(value.clamp(self.min, self.max)).unwrap_or(Duration::ZERO)
+    }
+
+    /// Reads `turn_delay`, `turn_delay_stdev`, `_min` and `_max`.
+    fn from_options(context: &str, options: &Map<String, Value>) -> Result<Self> {
+        let seconds = |key: &str, default: f64| -> Result<f64> {
+            match options.get(key) {
+                None => Ok(default),
+                Some(value) => value
+                    .as_f64()
+                    .filter(|v| v.is_finite() && *v >= 0.0)
+                    .ok_or_else(|| Error::InvalidOption {
+                        context: context.to_string(),
+                        key: key.to_string(),
+                        reason: format!("must be a number of seconds of at least 0, got {value}"),
+                    }),
+            }
+        };
+        let delay = DelayDistribution {
+            mean: seconds("turn_delay", 0.0)?,
+            stdev: seconds("turn_delay_stdev", 0.0)?,
+            min: seconds("turn_delay_min", 0.0)?,
+            max: seconds("turn_delay_max", f64::INFINITY)?,
+        };
+        if delay.max < delay.min {
+            return Err(Error::InvalidOption {
+                context: context.to_string(),
+                key: "turn_delay_max".to_string(),
+                reason: format!("must be at least turn_delay_min ({})", delay.min),
+            });
+        }
+        Ok(delay)
+    }
+}
+
 /// Settings of a [`SyntheticTextSource`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct SyntheticTextConfig {
@@ -752,6 +857,14 @@ pub struct SyntheticTextConfig {
     /// Shared prefixes in a weighted mix; when not empty, they replace
     /// `prefix_tokens` (which is one bucket of one prefix).
     pub prefix_buckets: Vec<PrefixBucket>,
+    /// Turns per conversation (1: single requests).
+    pub turns: u32,
+    /// Think time before each later turn, in seconds.
+    pub turn_delay: DelayDistribution,
+    /// The first turn's prompt length, when it differs from the others'.
+    pub first_turn_prompt_tokens: Option<u32>,
+    /// What later turns send.
+    pub history: History,
     /// How many items to yield; unlimited when `None`.
     pub count: Option<u64>,
     /// The seed of the text and the lengths.
@@ -861,6 +974,12 @@ impl SyntheticTextSource {
             output_tokens: LengthDistribution::from_options(context, options, "output_tokens")?,
             prefix_tokens,
             prefix_buckets,
+            turns: u32_option(context, options, "turns", 1)?.unwrap_or(1),
+            turn_delay: DelayDistribution::from_options(context, options)?,
+            first_turn_prompt_tokens: u32_option(context, options, "first_turn_prompt_tokens", 1)?,
+            history: string_option(options, "history")
+                .and_then(History::parse)
+                .unwrap_or_default(),
             count: int_option(context, options, "count", 0, i64::MAX)?
                 .and_then(|n| u64::try_from(n).ok()),
             seed,
@@ -895,8 +1014,11 @@ impl DataSource for SyntheticTextSource {
         {
             return Ok(None);
         }
-        let prompt_tokens = self.config.prompt_tokens.sample(&mut self.lengths);
+        let mut prompt_tokens = self.config.prompt_tokens.sample(&mut self.lengths);
         let output_tokens = self.config.output_tokens.sample(&mut self.lengths);
+        if let Some(first) = self.config.first_turn_prompt_tokens {
+            prompt_tokens = first;
+        }
         let bucket = self
             .buckets
             .as_ref()
@@ -914,6 +1036,22 @@ impl DataSource for SyntheticTextSource {
             *prefix_count,
             prompt_tokens as usize,
         )?;
+        // Later turns: fresh prompts (no prefix) of the usual lengths,
+        // each after a think time.
+        let mut turns = Vec::new();
+        for _ in 1..self.config.turns {
+            let tokens = self.config.prompt_tokens.sample(&mut self.lengths);
+            let output = self.config.output_tokens.sample(&mut self.lengths);
+            let think = self.config.turn_delay.sample(&mut self.lengths);
+            let (text, _) = self
+                .corpus
+                .prompt(self.tokenizer.as_ref(), "", 0, tokens as usize)?;
+            turns.push(Turn {
+                input: RequestInput::Text(text),
+                output_tokens: Some(output),
+                think,
+            });
+        }
         self.produced += 1;
         Ok(Some(DataItem {
             input: RequestInput::Text(text),
@@ -922,6 +1060,8 @@ impl DataSource for SyntheticTextSource {
             sampling: SamplingParams::default(),
             origin: format!("synthetic_text item {}", self.produced),
             at: None,
+            turns,
+            history: self.config.history,
         }))
     }
 

@@ -321,6 +321,8 @@ impl DataSource for TraceSource {
             sampling: SamplingParams::default(),
             origin: row.origin,
             at: Some(at),
+            turns: Vec::new(),
+            history: super::History::Full,
         }))
     }
 

@@ -23,7 +23,7 @@ mod keeping_up;
 mod metrics;
 mod model;
 
-pub use compact::{CompactRecord, CompactRecords, Excluded, round_to_micros};
+pub use compact::{CompactRecord, CompactRecords, CompactTurn, Excluded, round_to_micros};
 pub use compare::{
     BenchmarkComparison, Comparison, MetricComparison, Verdict, compare, comparison_text,
 };
@@ -35,7 +35,7 @@ pub use keeping_up::{
     CPU_SHARE, ClientSaturation, MIN_CPU_WALL_S, MIN_DISPATCH_BOUND_S, MIN_PLANNED,
     client_saturation,
 };
-pub use metrics::{BenchmarkMetrics, StatusMetrics};
+pub use metrics::{BenchmarkMetrics, StatusMetrics, TurnMetrics};
 pub use model::{BenchmarkReport, Environment, GUIDEBENCH_VERSION, Report, SCHEMA_VERSION};
 
 use crate::metrics::Distribution;
