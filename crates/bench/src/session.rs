@@ -30,7 +30,7 @@ use guidebench_core::options::{
     KindArgs, OptionSpec, OptionType, check_options, parse_kind_args, parse_seconds,
 };
 use guidebench_core::registry;
-use guidebench_core::request::{GenerationRequest, RequestStatus};
+use guidebench_core::request::{ChatMessage, GenerationRequest, RequestInput, RequestStatus};
 use guidebench_core::sampling::SamplingParams;
 use guidebench_core::tokenizer::{HfTokenizer, Tokenizer};
 
@@ -38,8 +38,8 @@ use crate::data::{DATA_KINDS, DataItem, DataSource, create_source};
 use crate::planner::{Finished, Planner};
 use crate::report::{BenchmarkReport, Report, client_saturation};
 use crate::runner::{
-    BenchmarkRun, ConstraintPlan, Constraints, NoObserver, Observer, Phase, Profile, RunOptions,
-    StopReason, Strategy, compact_measured, run_benchmark,
+    BenchmarkRun, ConstraintPlan, Constraints, Conversation, Job, NoObserver, Observer, Phase,
+    PlannedTurn, Profile, RunOptions, StopReason, Strategy, compact_measured, run_benchmark,
 };
 use crate::slo::Slo;
 use crate::{Error, Result};
@@ -733,6 +733,9 @@ pub fn to_request(id: u64, item: DataItem, run: &SamplingParams) -> Result<Gener
         output_tokens,
         sampling,
         origin,
+        at: _,
+        turns: _,
+        history: _,
     } = item;
     let mut params = SamplingParams {
         temperature: sampling.temperature.or(run.temperature),
@@ -761,6 +764,74 @@ pub fn to_request(id: u64, item: DataItem, run: &SamplingParams) -> Result<Gener
     Ok(request)
 }
 
+/// The messages of a turn's input: text is one user message.
+fn messages(input: RequestInput) -> Vec<ChatMessage> {
+    match input {
+        RequestInput::Text(text) => vec![ChatMessage::text("user", text)],
+        RequestInput::Chat(messages) => messages,
+    }
+}
+
+/// A data item as the runner's job: a request, or the first turn of a
+/// conversation with its later turns planned (ids `id + 1`, `id + 2`, …,
+/// each validated with the item's sampling and its own output length).
+///
+/// # Errors
+///
+/// [`Error::Item`], naming the item and the field at fault.
+pub fn to_job(id: u64, mut item: DataItem, run: &SamplingParams) -> Result<Job> {
+    let turns = std::mem::take(&mut item.turns);
+    if turns.is_empty() {
+        return Ok(to_request(id, item, run)?.into());
+    }
+    let history = item.history;
+    let current = messages(std::mem::replace(
+        &mut item.input,
+        RequestInput::Text(String::new()),
+    ));
+    item.input = RequestInput::Chat(current.clone());
+    let (sampling, origin) = (item.sampling.clone(), item.origin.clone());
+    let request = to_request(id, item, run)?;
+    let rest = (id + 1..)
+        .zip(turns)
+        .map(|(turn_id, turn)| {
+            let planned = to_request(
+                turn_id,
+                DataItem {
+                    input: RequestInput::Text(String::new()),
+                    prompt_tokens: None,
+                    output_tokens: turn.output_tokens,
+                    sampling: sampling.clone(),
+                    origin: origin.clone(),
+                    at: None,
+                    turns: Vec::new(),
+                    history,
+                },
+                run,
+            )?;
+            Ok(PlannedTurn {
+                id: turn_id,
+                messages: messages(turn.input),
+                sampling: planned.sampling,
+                think: turn.think,
+            })
+        })
+        .collect::<Result<_>>()?;
+    Ok(Job {
+        conversation: Some(Box::new(Conversation {
+            id,
+            turn: 0,
+            history,
+            before: Vec::new(),
+            current,
+            rest,
+            waited: None,
+            predecessor_end: None,
+        })),
+        ..request.into()
+    })
+}
+
 /// One data source as the feed uses it.
 struct FeedSource {
     kind: String,
@@ -782,7 +853,7 @@ struct Fed {
 fn feed_items(
     sources: &mut Vec<FeedSource>,
     sampling: &SamplingParams,
-    tx: &mpsc::Sender<GenerationRequest>,
+    tx: &mpsc::Sender<Job>,
     skipped: &AtomicU64,
     ahead: usize,
     ready: &mut Option<oneshot::Sender<Result<()>>>,
@@ -806,8 +877,9 @@ fn feed_items(
             }
         };
         turn += 1;
-        let request = match to_request(id, item, sampling) {
-            Ok(request) => request,
+        let at = item.at;
+        let job = match to_job(id, item, sampling) {
+            Ok(job) => job,
             Err(err) if feed.on_error == OnError::Skip => {
                 tracing::warn!(error = %err, "data item skipped");
                 skipped.fetch_add(1, Ordering::Relaxed);
@@ -815,8 +887,8 @@ fn feed_items(
             }
             Err(err) => return Err(err),
         };
-        id += 1;
-        if tx.blocking_send(request).is_err() {
+        id += 1 + job.conversation.as_ref().map_or(0, |c| c.rest.len() as u64);
+        if tx.blocking_send(Job { at, ..job }).is_err() {
             return Ok(());
         }
         if usize::try_from(id).unwrap_or(usize::MAX) >= ahead
@@ -843,8 +915,8 @@ impl Feed {
         mut sources: Vec<FeedSource>,
         sampling: SamplingParams,
         ahead: usize,
-    ) -> Result<(mpsc::Receiver<GenerationRequest>, Feed)> {
-        let (tx, rx) = mpsc::channel::<GenerationRequest>(ahead);
+    ) -> Result<(mpsc::Receiver<Job>, Feed)> {
+        let (tx, rx) = mpsc::channel::<Job>(ahead);
         let (ready_tx, ready_rx) = oneshot::channel::<Result<()>>();
         let skipped = Arc::new(AtomicU64::new(0));
         let error: Arc<Mutex<Option<Error>>> = Arc::new(Mutex::new(None));
@@ -909,6 +981,7 @@ impl Feed {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::data::History;
     use guidebench_core::request::RequestInput;
 
     fn item(sampling: SamplingParams, output_tokens: Option<u32>) -> DataItem {
@@ -918,6 +991,9 @@ mod tests {
             output_tokens,
             sampling,
             origin: "data.jsonl, line 7".into(),
+            at: None,
+            turns: Vec::new(),
+            history: History::Full,
         }
     }
 

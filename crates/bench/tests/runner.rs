@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use guidebench_bench::runner::{
-    Constraints, NoObserver, RunOptions, StopReason, Strategy, run_benchmark,
+    Constraints, Job, NoObserver, RunOptions, StopReason, Strategy, run_benchmark,
 };
 use guidebench_core::backend::{Backend, ValidationReport};
 use guidebench_core::clock::Timestamp;
@@ -186,6 +186,99 @@ async fn constant_rate_sends_request_i_at_exactly_i_over_rate() {
             delay.abs() < 1e-3,
             "no dispatch delay when the client keeps up: {delay}"
         );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_replay_sends_each_request_at_its_scaled_recorded_offset() {
+    // Requests outlast the gaps between them: sends follow the trace, not
+    // the previous request's end.
+    let backend = Timed::new(Duration::from_millis(400));
+    let recorded_ms = [0u64, 100, 100, 1_500, 1_600, 4_000];
+    let (tx, mut rx) = mpsc::channel(recorded_ms.len());
+    let sampling = Sampling::fixed_length(1).expect("valid");
+    for (id, ms) in (0u64..).zip(recorded_ms) {
+        tx.try_send(Job {
+            request: GenerationRequest::text(id, "p", sampling.clone()),
+            at: Some(Duration::from_millis(ms)),
+            conversation: None,
+        })
+        .expect("room");
+    }
+    drop(tx);
+    let t0 = Instant::now();
+    let run = run_benchmark(
+        Arc::clone(&backend) as Arc<dyn Backend>,
+        &mut rx,
+        &Strategy::Replay {
+            time_scale: 0.5,
+            max_concurrency: None,
+        },
+        &Constraints::default(),
+        &RunOptions::default(),
+        Arc::new(NoObserver),
+        no_cancel(),
+    )
+    .await;
+    let offsets: Vec<Duration> = backend.sends().iter().map(|&s| s - t0).collect();
+    let expected: Vec<Duration> = recorded_ms
+        .iter()
+        .map(|ms| Duration::from_millis(ms / 2))
+        .collect();
+    assert_eq!(offsets, expected, "start + time_scale x recorded offset");
+    assert_eq!(run.records.len(), recorded_ms.len());
+    assert_eq!(run.stop_reason, StopReason::DataExhausted);
+    for record in &run.records {
+        let t = &record.timings;
+        let delay = t
+            .start
+            .expect("sent")
+            .secs_since(t.scheduled.expect("planned"));
+        assert!(delay.abs() < 1e-3, "the client kept the pace: {delay}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_replay_the_client_cannot_keep_up_with_shows_dispatch_delay() {
+    let backend = Timed::new(Duration::from_millis(100));
+    let (tx, mut rx) = mpsc::channel(3);
+    let sampling = Sampling::fixed_length(1).expect("valid");
+    for id in 0..3u64 {
+        tx.try_send(Job {
+            request: GenerationRequest::text(id, "p", sampling.clone()),
+            at: Some(Duration::from_millis(10 * id)),
+            conversation: None,
+        })
+        .expect("room");
+    }
+    drop(tx);
+    let run = run_benchmark(
+        Arc::clone(&backend) as Arc<dyn Backend>,
+        &mut rx,
+        &Strategy::Replay {
+            time_scale: 1.0,
+            max_concurrency: Some(1),
+        },
+        &Constraints::default(),
+        &RunOptions::default(),
+        Arc::new(NoObserver),
+        no_cancel(),
+    )
+    .await;
+    let mut delays: Vec<f64> = run
+        .records
+        .iter()
+        .map(|r| {
+            let t = &r.timings;
+            t.start
+                .expect("sent")
+                .secs_since(t.scheduled.expect("planned"))
+        })
+        .collect();
+    delays.sort_by(f64::total_cmp);
+    // Due at 0, 10, 20 ms; one at a time, sent at 0, 100, 200 ms.
+    for (got, want) in delays.iter().zip([0.0, 0.090, 0.180]) {
+        assert!((got - want).abs() < 2e-3, "delays {delays:?}");
     }
 }
 

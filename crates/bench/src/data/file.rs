@@ -34,7 +34,7 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
-use super::{DataItem, DataSource, string_option, u32_option};
+use super::{DataItem, DataSource, History, string_option, u32_option};
 use guidebench_core::options::{OptionSpec, OptionType};
 use guidebench_core::request::{ChatMessage, ContentPart, MediaSource, RequestInput};
 use guidebench_core::sampling::SamplingParams;
@@ -120,13 +120,41 @@ enum Format {
 
 /// One record of the file, with where it is for error messages.
 #[derive(Debug)]
-struct Row {
+pub(super) struct Row {
     /// `line 3` or `item 2`.
-    location: String,
+    pub(super) location: String,
     /// The record's fields.
-    fields: Map<String, Value>,
+    pub(super) fields: Map<String, Value>,
     /// Whether the values are CSV text (JSON is then looked for in cells).
-    csv: bool,
+    pub(super) csv: bool,
+}
+
+/// The rows of the file named by the `path` option, in the format of the
+/// `format` option or of its extension, and the columns present (in order
+/// of appearance).
+pub(super) fn read_rows(
+    context: &str,
+    options: &Map<String, Value>,
+) -> Result<(PathBuf, Vec<Row>, Vec<String>)> {
+    let path = string_option(options, "path").ok_or_else(|| Error::MissingOption {
+        context: context.to_string(),
+        key: "path".to_string(),
+    })?;
+    let path = PathBuf::from(path);
+    let format = match string_option(options, "format") {
+        Some("jsonl") => Format::Jsonl,
+        Some("json") => Format::Json,
+        Some("csv") => Format::Csv,
+        _ => format_of(&path)?,
+    };
+    let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
+    let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
+    let (rows, present) = match format {
+        Format::Jsonl => read_jsonl(&path, text)?,
+        Format::Json => read_json(&path, text)?,
+        Format::Csv => read_csv(&path, text)?,
+    };
+    Ok((path, rows, present))
 }
 
 /// The columns used, resolved against the file's columns.
@@ -161,25 +189,9 @@ impl FileSource {
         options: &Map<String, Value>,
         tokenizer: Arc<dyn Tokenizer>,
     ) -> Result<Self> {
-        let path = string_option(options, "path").ok_or_else(|| Error::MissingOption {
-            context: context.to_string(),
-            key: "path".to_string(),
-        })?;
-        let path = Path::new(path);
-        let format = match string_option(options, "format") {
-            Some("jsonl") => Format::Jsonl,
-            Some("json") => Format::Json,
-            Some("csv") => Format::Csv,
-            _ => format_of(path)?,
-        };
         let count = u32_option(context, options, "count", 0)?.map(|n| n as usize);
-        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
-        let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
-        let (mut rows, present) = match format {
-            Format::Jsonl => read_jsonl(path, text)?,
-            Format::Json => read_json(path, text)?,
-            Format::Csv => read_csv(path, text)?,
-        };
+        let (path, mut rows, present) = read_rows(context, options)?;
+        let path = path.as_path();
         if let Some(count) = count {
             rows.truncate(count);
         }
@@ -399,7 +411,7 @@ fn read_csv(path: &Path, text: &str) -> Result<(Vec<Row>, Vec<String>)> {
 }
 
 /// A CSV cell that holds JSON of the wanted shape, parsed; otherwise `None`.
-fn json_in_cell(text: &str) -> Option<Value> {
+pub(super) fn json_in_cell(text: &str) -> Option<Value> {
     let trimmed = text.trim_start();
     if trimmed.starts_with('[') || trimmed.starts_with('{') {
         serde_json::from_str(trimmed).ok()
@@ -526,6 +538,9 @@ fn item_from_row(
         output_tokens,
         sampling: row_sampling(row)?,
         origin: String::new(),
+        at: None,
+        turns: Vec::new(),
+        history: History::Full,
     })
 }
 
@@ -805,6 +820,9 @@ mod tests {
             output_tokens,
             sampling: SamplingParams::default(),
             origin: String::new(),
+            at: None,
+            turns: Vec::new(),
+            history: History::Full,
         }
     }
 

@@ -4,14 +4,18 @@
 //! [`create_source`] builds one from a parsed argument; [`DATA_KINDS`] lists
 //! every kind with its option schema, for help output.
 //!
-//! Two kinds exist:
+//! Three kinds exist:
 //!
 //! * `synthetic_text` ([`SyntheticTextSource`]): reproducible prompts of
 //!   exact token counts through the model's tokenizer;
 //! * `file` ([`FileSource`]): a local JSONL, JSON or CSV file with column
-//!   mapping, chat conversations and image and audio columns.
+//!   mapping, chat conversations and image and audio columns;
+//! * `trace` ([`TraceSource`]): a recorded request trace (plain or
+//!   Mooncake), each item with its recorded send offset, for
+//!   `--profile kind=replay`.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::{Map, Value};
 
@@ -21,13 +25,17 @@ use guidebench_core::sampling::SamplingParams;
 use guidebench_core::tokenizer::Tokenizer;
 use guidebench_core::{Error, Result};
 
+pub use crate::runner::History;
+
 pub mod file;
 pub mod synthetic;
 #[cfg(test)]
 mod testing;
+pub mod trace;
 
 pub use file::{FILE_OPTIONS, FileSource};
 pub use synthetic::{SYNTHETIC_TEXT_OPTIONS, SyntheticText, SyntheticTextSource};
+pub use trace::{TRACE_OPTIONS, TraceSource};
 
 /// One item of benchmark data.
 #[derive(Debug, Clone, PartialEq)]
@@ -45,6 +53,28 @@ pub struct DataItem {
     pub sampling: SamplingParams,
     /// Where the item comes from (`data.jsonl, line 3`), for error messages.
     pub origin: String,
+    /// When the data recorded the request was sent, as an offset from its
+    /// first request (a trace's timestamps); `--profile kind=replay`
+    /// follows it, other profiles ignore it.
+    pub at: Option<Duration>,
+    /// The later turns of a multi-turn conversation whose first turn this
+    /// item is (empty for a single request). Each is sent after its
+    /// predecessor's answer plus its think time, with the history
+    /// [`DataItem::history`] says.
+    pub turns: Vec<Turn>,
+    /// How much history later turns send.
+    pub history: History,
+}
+
+/// A later turn of a conversation, as the data gives it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Turn {
+    /// The turn's new message (text is a user message).
+    pub input: RequestInput,
+    /// How many tokens to generate, when the data says.
+    pub output_tokens: Option<u32>,
+    /// How long the user thinks after the previous answer.
+    pub think: Duration,
 }
 
 /// A source of benchmark items.
@@ -76,6 +106,7 @@ pub const ON_ERROR: OptionSpec = OptionSpec::optional(
 pub const DATA_KINDS: &[(&str, &[OptionSpec])] = &[
     (synthetic::KIND, SYNTHETIC_TEXT_OPTIONS),
     (file::KIND, FILE_OPTIONS),
+    (trace::KIND, TRACE_OPTIONS),
 ];
 
 /// Builds a source from a `--data kind=NAME,...` argument.
@@ -110,6 +141,12 @@ pub fn create_source(
     check_options(&context, &[specs], &mut options)?;
     match *name {
         synthetic::KIND => Ok(Box::new(SyntheticTextSource::from_options(
+            &context,
+            &options,
+            tokenizer,
+            default_seed,
+        )?)),
+        trace::KIND => Ok(Box::new(TraceSource::from_options(
             &context,
             &options,
             tokenizer,

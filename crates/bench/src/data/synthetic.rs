@@ -19,13 +19,15 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+use std::time::Duration;
 
 use guidebench_core::rng::{self, SeededRng};
 use rand::RngExt;
+use rand::distr::weighted::WeightedIndex;
 use rand_distr::{Distribution, Normal};
 use serde_json::{Map, Value};
 
-use super::{DataItem, DataSource, int_option, u32_option};
+use super::{DataItem, DataSource, History, Turn, int_option, string_option, u32_option};
 use guidebench_core::options::{OptionSpec, OptionType};
 use guidebench_core::request::RequestInput;
 use guidebench_core::sampling::SamplingParams;
@@ -90,9 +92,57 @@ pub const SYNTHETIC_TEXT_OPTIONS: &[OptionSpec] = &[
     )
     .with_default("0"),
     OptionSpec::optional(
+        "prefix_buckets",
+        OptionType::Any,
+        "shared prefixes in a weighted mix, a JSON list of {tokens, count, weight}: each prompt \
+         takes one of `count` distinct prefixes of `tokens` tokens from a bucket drawn by weight \
+         (tokens 0: no prefix)",
+    ),
+    OptionSpec::optional(
+        "turns",
+        OptionType::Int,
+        "turns per conversation: each later turn is sent after the previous answer plus turn_delay, \
+         with the history as answered",
+    )
+    .with_default("1"),
+    OptionSpec::optional(
+        "turn_delay",
+        OptionType::Float,
+        "mean think time in seconds between an answer and the next turn",
+    )
+    .with_default("0"),
+    OptionSpec::optional(
+        "turn_delay_stdev",
+        OptionType::Float,
+        "standard deviation of the think time (normal distribution)",
+    )
+    .with_default("0"),
+    OptionSpec::optional(
+        "turn_delay_min",
+        OptionType::Float,
+        "shortest think time in seconds",
+    )
+    .with_default("0"),
+    OptionSpec::optional(
+        "turn_delay_max",
+        OptionType::Float,
+        "longest think time in seconds",
+    ),
+    OptionSpec::optional(
+        "first_turn_prompt_tokens",
+        OptionType::Int,
+        "the first turn's prompt length (default: prompt_tokens, with its distribution)",
+    ),
+    OptionSpec::optional(
+        "history",
+        OptionType::Choice(History::CHOICES),
+        "what later turns send: every earlier message, the last exchange, or none",
+    )
+    .with_default("full"),
+    OptionSpec::optional(
         "count",
         OptionType::Int,
-        "how many prompts to generate (unlimited when absent)",
+        "how many prompts (conversations, with turns) to generate (unlimited when absent)",
     ),
     OptionSpec::optional(
         "seed",
@@ -107,6 +157,18 @@ const ONSETS: [&str; 16] = [
 ];
 const VOWELS: [&str; 8] = ["a", "e", "i", "o", "u", "ai", "ea", "ou"];
 const CODAS: [&str; 8] = ["", "n", "r", "s", "t", "l", "nd", "st"];
+
+/// One pronounceable pseudo-word of one to three syllables.
+pub(super) fn pseudo_word(rng: &mut SeededRng) -> String {
+    let syllables = rng.random_range(1..=3);
+    let mut word = String::new();
+    for _ in 0..syllables {
+        word.push_str(ONSETS[rng.random_range(0..ONSETS.len())]);
+        word.push_str(VOWELS[rng.random_range(0..VOWELS.len())]);
+        word.push_str(CODAS[rng.random_range(0..CODAS.len())]);
+    }
+    word
+}
 
 /// The corpus holds at least this many tokens, so that prompts rarely start
 /// at the same offset (which a prefix cache would reward).
@@ -133,6 +195,7 @@ const VERIFIED_WINDOWS: usize = 32;
 const STREAM_WORDS: u64 = 1;
 const STREAM_OFFSETS: u64 = 2;
 const STREAM_LENGTHS: u64 = 3;
+const STREAM_PREFIXES: u64 = 4;
 
 #[derive(Debug)]
 struct Corpus {
@@ -192,14 +255,7 @@ impl Corpus {
     }
 
     fn word(&mut self) -> String {
-        let syllables = self.words.random_range(1..=3);
-        let mut word = String::new();
-        for _ in 0..syllables {
-            word.push_str(ONSETS[self.words.random_range(0..ONSETS.len())]);
-            word.push_str(VOWELS[self.words.random_range(0..VOWELS.len())]);
-            word.push_str(CODAS[self.words.random_range(0..CODAS.len())]);
-        }
-        word
+        pseudo_word(&mut self.words)
     }
 
     /// Appends one sentence: 4 to 14 words, capitalised, a comma now and
@@ -540,6 +596,31 @@ impl<'a> SyntheticText<'a> {
     }
 }
 
+/// Fresh prompts of exact token counts for other data kinds (a trace's
+/// rows), owning their tokenizer.
+pub(super) struct Prompts {
+    tokenizer: Arc<dyn Tokenizer>,
+    corpus: Corpus,
+}
+
+impl Prompts {
+    /// A generator over `tokenizer`, seeded with `seed`.
+    pub(super) fn new(tokenizer: Arc<dyn Tokenizer>, seed: u64) -> Self {
+        Prompts {
+            tokenizer,
+            corpus: Corpus::new(seed),
+        }
+    }
+
+    /// A prompt of `tokens` tokens (see [`SyntheticText::prompt`]).
+    pub(super) fn prompt(&mut self, tokens: usize) -> Result<String> {
+        Ok(self
+            .corpus
+            .prompt(self.tokenizer.as_ref(), "", 0, tokens)?
+            .0)
+    }
+}
+
 /// A length distribution: a normal distribution clamped to `[min, max]`
 /// and rounded.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -611,8 +692,160 @@ impl LengthDistribution {
     }
 }
 
-/// Settings of a [`SyntheticTextSource`].
+/// One bucket of shared prefixes (`prefix_buckets`): `count` distinct
+/// prefixes of `tokens` tokens each; a prompt takes its prefix from this
+/// bucket with probability `weight` over the sum of the weights, then one
+/// of its prefixes uniformly.
 #[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PrefixBucket {
+    /// Tokens of each prefix (0: prompts of this bucket have none).
+    pub tokens: u32,
+    /// Distinct prefixes in the bucket (at least 1).
+    pub count: u32,
+    /// The bucket's relative weight (positive).
+    pub weight: f64,
+}
+
+impl PrefixBucket {
+    /// Reads `prefix_buckets`: a list of `{tokens, count, weight}` objects
+    /// (`count` and `weight` default to 1; GuideLLM's `prefix_tokens`,
+    /// `prefix_count` and `bucket_weight` are accepted too).
+    fn from_option(context: &str, value: &Value) -> Result<Vec<Self>> {
+        let invalid = |reason: String| Error::InvalidOption {
+            context: context.to_string(),
+            key: "prefix_buckets".to_string(),
+            reason,
+        };
+        let list = match value {
+            Value::Array(list) => list.clone(),
+            Value::Object(_) => vec![value.clone()],
+            Value::String(text) => match serde_json::from_str::<Value>(text) {
+                Ok(Value::Array(list)) => list,
+                Ok(object @ Value::Object(_)) => vec![object],
+                _ => {
+                    return Err(invalid(format!(
+                        "must be a JSON list of {{tokens, count, weight}}, got {text}"
+                    )));
+                }
+            },
+            other => {
+                return Err(invalid(format!(
+                    "must be a JSON list of {{tokens, count, weight}}, got {other}"
+                )));
+            }
+        };
+        if list.is_empty() {
+            return Err(invalid("must list at least one bucket".into()));
+        }
+        list.iter()
+            .enumerate()
+            .map(|(i, bucket)| {
+                let field = |names: &[&str]| names.iter().find_map(|n| bucket.get(*n));
+                let whole = |names: &[&str], min: u64, default: Option<u64>| match field(names) {
+                    None => default.ok_or_else(|| {
+                        invalid(format!("bucket {}: `{}` is missing", i + 1, names[0]))
+                    }),
+                    Some(v) => v
+                        .as_u64()
+                        .filter(|n| *n >= min && *n <= u64::from(u32::MAX))
+                        .ok_or_else(|| {
+                            invalid(format!(
+                                "bucket {}: `{}` must be a whole number of at least {min}, \
+                                     got {v}",
+                                i + 1,
+                                names[0]
+                            ))
+                        }),
+                };
+                let weight = match field(&["weight", "bucket_weight"]) {
+                    None => 1.0,
+                    Some(v) => v
+                        .as_f64()
+                        .filter(|w| w.is_finite() && *w > 0.0)
+                        .ok_or_else(|| {
+                            invalid(format!(
+                                "bucket {}: `weight` must be positive, got {v}",
+                                i + 1
+                            ))
+                        })?,
+                };
+                Ok(PrefixBucket {
+                    tokens: u32::try_from(whole(&["tokens", "prefix_tokens"], 0, None)?)
+                        .unwrap_or(u32::MAX),
+                    count: u32::try_from(whole(&["count", "prefix_count"], 1, Some(1))?)
+                        .unwrap_or(u32::MAX),
+                    weight,
+                })
+            })
+            .collect()
+    }
+}
+
+/// A think time: a normal distribution in seconds clamped to `[min, max]`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DelayDistribution {
+    /// The mean, in seconds.
+    pub mean: f64,
+    /// The standard deviation; 0 gives the mean (clamped) every time.
+    pub stdev: f64,
+    /// The shortest time.
+    pub min: f64,
+    /// The longest time.
+    pub max: f64,
+}
+
+impl DelayDistribution {
+    /// No think time.
+    pub const NONE: DelayDistribution = DelayDistribution {
+        mean: 0.0,
+        stdev: 0.0,
+        min: 0.0,
+        max: f64::INFINITY,
+    };
+
+    /// Draws one time.
+    pub fn sample<R: rand::Rng + ?Sized>(&self, rng: &mut R) -> Duration {
+        let value = match Normal::new(self.mean, self.stdev) {
+            Ok(normal) if self.stdev > 0.0 => normal.sample(rng),
+            _ => self.mean,
+        };
+        Duration::try_from_secs_f64(value.clamp(self.min, self.max)).unwrap_or(Duration::ZERO)
+    }
+
+    /// Reads `turn_delay`, `turn_delay_stdev`, `_min` and `_max`.
+    fn from_options(context: &str, options: &Map<String, Value>) -> Result<Self> {
+        let seconds = |key: &str, default: f64| -> Result<f64> {
+            match options.get(key) {
+                None => Ok(default),
+                Some(value) => value
+                    .as_f64()
+                    .filter(|v| v.is_finite() && *v >= 0.0)
+                    .ok_or_else(|| Error::InvalidOption {
+                        context: context.to_string(),
+                        key: key.to_string(),
+                        reason: format!("must be a number of seconds of at least 0, got {value}"),
+                    }),
+            }
+        };
+        let delay = DelayDistribution {
+            mean: seconds("turn_delay", 0.0)?,
+            stdev: seconds("turn_delay_stdev", 0.0)?,
+            min: seconds("turn_delay_min", 0.0)?,
+            max: seconds("turn_delay_max", f64::INFINITY)?,
+        };
+        if delay.max < delay.min {
+            return Err(Error::InvalidOption {
+                context: context.to_string(),
+                key: "turn_delay_max".to_string(),
+                reason: format!("must be at least turn_delay_min ({})", delay.min),
+            });
+        }
+        Ok(delay)
+    }
+}
+
+/// Settings of a [`SyntheticTextSource`].
+#[derive(Debug, Clone, PartialEq)]
 pub struct SyntheticTextConfig {
     /// Prompt lengths, not counting the prefix.
     pub prompt_tokens: LengthDistribution,
@@ -621,6 +854,17 @@ pub struct SyntheticTextConfig {
     /// Tokens of the prefix shared by every prompt, added to each prompt's
     /// sampled length (as GuideLLM does).
     pub prefix_tokens: u32,
+    /// Shared prefixes in a weighted mix; when not empty, they replace
+    /// `prefix_tokens` (which is one bucket of one prefix).
+    pub prefix_buckets: Vec<PrefixBucket>,
+    /// Turns per conversation (1: single requests).
+    pub turns: u32,
+    /// Think time before each later turn, in seconds.
+    pub turn_delay: DelayDistribution,
+    /// The first turn's prompt length, when it differs from the others'.
+    pub first_turn_prompt_tokens: Option<u32>,
+    /// What later turns send.
+    pub history: History,
     /// How many items to yield; unlimited when `None`.
     pub count: Option<u64>,
     /// The seed of the text and the lengths.
@@ -639,8 +883,13 @@ pub struct SyntheticTextSource {
     config: SyntheticTextConfig,
     corpus: Corpus,
     lengths: SeededRng,
-    prefix: String,
-    prefix_count: usize,
+    /// Each bucket's prefixes with their token counts.
+    prefixes: Vec<Vec<(String, usize)>>,
+    /// Draws a bucket by weight (with more than one bucket).
+    buckets: Option<WeightedIndex<f64>>,
+    /// Draws buckets and prefixes, apart from the lengths, so that adding
+    /// buckets leaves the lengths of a seed unchanged.
+    prefix_draws: SeededRng,
     produced: u64,
 }
 
@@ -661,15 +910,34 @@ impl SyntheticTextSource {
     /// When the tokenizer fails while building the prefix.
     pub fn new(tokenizer: Arc<dyn Tokenizer>, config: SyntheticTextConfig) -> Result<Self> {
         let mut corpus = Corpus::new(config.seed);
-        let (prefix, prefix_count) =
-            corpus.prompt(tokenizer.as_ref(), "", 0, config.prefix_tokens as usize)?;
+        let buckets = if config.prefix_buckets.is_empty() {
+            vec![PrefixBucket {
+                tokens: config.prefix_tokens,
+                count: 1,
+                weight: 1.0,
+            }]
+        } else {
+            config.prefix_buckets.clone()
+        };
+        let mut prefixes = Vec::with_capacity(buckets.len());
+        for bucket in &buckets {
+            let mut made = Vec::new();
+            for _ in 0..bucket.count {
+                made.push(corpus.prompt(tokenizer.as_ref(), "", 0, bucket.tokens as usize)?);
+            }
+            prefixes.push(made);
+        }
+        let weights = (buckets.len() > 1)
+            .then(|| WeightedIndex::new(buckets.iter().map(|b| b.weight)).ok())
+            .flatten();
         Ok(SyntheticTextSource {
             tokenizer,
-            config,
             corpus,
             lengths: rng::seeded(config.seed, STREAM_LENGTHS),
-            prefix,
-            prefix_count,
+            prefix_draws: rng::seeded(config.seed, STREAM_PREFIXES),
+            config,
+            prefixes,
+            buckets: weights,
             produced: 0,
         })
     }
@@ -685,10 +953,33 @@ impl SyntheticTextSource {
             .get("seed")
             .and_then(|v| v.as_u64().or_else(|| v.as_i64().map(|n| n as u64)))
             .unwrap_or(default_seed);
+        let prefix_tokens = u32_option(context, options, "prefix_tokens", 0)?.unwrap_or(0);
+        let prefix_buckets = match options.get("prefix_buckets") {
+            None => Vec::new(),
+            Some(value) => {
+                if prefix_tokens > 0 {
+                    return Err(Error::InvalidOption {
+                        context: context.to_string(),
+                        key: "prefix_buckets".to_string(),
+                        reason: "give prefix_tokens or prefix_buckets, not both \
+                                 (prefix_tokens=N is prefix_buckets=[{\"tokens\": N}])"
+                            .to_string(),
+                    });
+                }
+                PrefixBucket::from_option(context, value)?
+            }
+        };
         let config = SyntheticTextConfig {
             prompt_tokens: LengthDistribution::from_options(context, options, "prompt_tokens")?,
             output_tokens: LengthDistribution::from_options(context, options, "output_tokens")?,
-            prefix_tokens: u32_option(context, options, "prefix_tokens", 0)?.unwrap_or(0),
+            prefix_tokens,
+            prefix_buckets,
+            turns: u32_option(context, options, "turns", 1)?.unwrap_or(1),
+            turn_delay: DelayDistribution::from_options(context, options)?,
+            first_turn_prompt_tokens: u32_option(context, options, "first_turn_prompt_tokens", 1)?,
+            history: string_option(options, "history")
+                .and_then(History::parse)
+                .unwrap_or_default(),
             count: int_option(context, options, "count", 0, i64::MAX)?
                 .and_then(|n| u64::try_from(n).ok()),
             seed,
@@ -696,9 +987,21 @@ impl SyntheticTextSource {
         SyntheticTextSource::new(tokenizer, config)
     }
 
-    /// The prefix shared by every prompt (empty without `prefix_tokens`).
+    /// The prefix shared by every prompt (empty without `prefix_tokens`);
+    /// with `prefix_buckets`, the first prefix of the first bucket.
     pub fn prefix(&self) -> &str {
-        &self.prefix
+        self.prefixes
+            .first()
+            .and_then(|bucket| bucket.first())
+            .map_or("", |(text, _)| text.as_str())
+    }
+
+    /// Every prefix of every bucket, in bucket order.
+    pub fn prefixes(&self) -> impl Iterator<Item = &str> {
+        self.prefixes
+            .iter()
+            .flatten()
+            .map(|(text, _)| text.as_str())
     }
 }
 
@@ -711,14 +1014,44 @@ impl DataSource for SyntheticTextSource {
         {
             return Ok(None);
         }
-        let prompt_tokens = self.config.prompt_tokens.sample(&mut self.lengths);
+        let mut prompt_tokens = self.config.prompt_tokens.sample(&mut self.lengths);
         let output_tokens = self.config.output_tokens.sample(&mut self.lengths);
+        if let Some(first) = self.config.first_turn_prompt_tokens {
+            prompt_tokens = first;
+        }
+        let bucket = self
+            .buckets
+            .as_ref()
+            .map_or(0, |weights| weights.sample(&mut self.prefix_draws));
+        let choices = &self.prefixes[bucket];
+        let pick = if choices.len() > 1 {
+            self.prefix_draws.random_range(0..choices.len())
+        } else {
+            0
+        };
+        let (prefix, prefix_count) = &choices[pick];
         let (text, count) = self.corpus.prompt(
             self.tokenizer.as_ref(),
-            &self.prefix,
-            self.prefix_count,
+            prefix,
+            *prefix_count,
             prompt_tokens as usize,
         )?;
+        // Later turns: fresh prompts (no prefix) of the usual lengths,
+        // each after a think time.
+        let mut turns = Vec::new();
+        for _ in 1..self.config.turns {
+            let tokens = self.config.prompt_tokens.sample(&mut self.lengths);
+            let output = self.config.output_tokens.sample(&mut self.lengths);
+            let think = self.config.turn_delay.sample(&mut self.lengths);
+            let (text, _) = self
+                .corpus
+                .prompt(self.tokenizer.as_ref(), "", 0, tokens as usize)?;
+            turns.push(Turn {
+                input: RequestInput::Text(text),
+                output_tokens: Some(output),
+                think,
+            });
+        }
         self.produced += 1;
         Ok(Some(DataItem {
             input: RequestInput::Text(text),
@@ -726,6 +1059,9 @@ impl DataSource for SyntheticTextSource {
             output_tokens: Some(output_tokens),
             sampling: SamplingParams::default(),
             origin: format!("synthetic_text item {}", self.produced),
+            at: None,
+            turns,
+            history: self.config.history,
         }))
     }
 
@@ -955,6 +1291,76 @@ mod tests {
         let mut fixed = source_fixed(&tokenizer);
         let item = fixed.next_item().expect("item").expect("some");
         assert_eq!(item.prompt_tokens, Some(32 + 50));
+    }
+
+    #[test]
+    fn prefix_buckets_give_the_configured_sharing_reproducibly_by_seed() {
+        let tokenizer = bpe();
+        let arg = "kind=synthetic_text,prompt_tokens=12,output_tokens=2,count=400,seed=3,\
+                   prefix_buckets=[{\"tokens\":48,\"count\":2,\"weight\":3},\
+                   {\"tokens\":24,\"count\":3,\"weight\":1},{\"tokens\":0,\"weight\":1}]";
+        let prompts = |arg: &str| {
+            let mut source = source(arg, tokenizer.clone()).expect("source");
+            let prefixes: Vec<String> = source
+                .prefixes()
+                .filter(|p| !p.is_empty())
+                .map(str::to_string)
+                .collect();
+            (prefixes, texts(&mut source, 400))
+        };
+        let (prefixes, texts) = prompts(arg);
+        assert_eq!(prefixes.len(), 5, "2 + 3 distinct prefixes");
+        assert_eq!(prefixes.iter().collect::<HashSet<_>>().len(), 5);
+        for (i, prefix) in prefixes.iter().enumerate() {
+            let want = if i < 2 { 48 } else { 24 };
+            assert_eq!(tokenizer.count(prefix).expect("count"), want);
+        }
+        let mut uses: HashMap<&str, usize> = HashMap::new();
+        let mut without = 0;
+        for text in &texts {
+            match prefixes.iter().find(|p| text.starts_with(&format!("{p} "))) {
+                Some(prefix) => *uses.entry(prefix.as_str()).or_default() += 1,
+                None => without += 1,
+            }
+        }
+        // Every prefix of the buckets is used, and nothing else is shared.
+        assert_eq!(uses.len(), 5, "{uses:?}");
+        let long: usize = prefixes[..2].iter().map(|p| uses[p.as_str()]).sum();
+        let short: usize = prefixes[2..].iter().map(|p| uses[p.as_str()]).sum();
+        // Weights 3 : 1 : 1 over 400 prompts: 240, 80, 80 expected.
+        let close = |got: usize, want: f64| (got as f64 - want).abs() < 40.0;
+        assert!(
+            close(long, 240.0) && close(short, 80.0) && close(without, 80.0),
+            "{long} {short} {without}"
+        );
+        // The same seed gives the same prompts.
+        assert_eq!(prompts(arg).1, texts);
+    }
+
+    #[test]
+    fn prefix_buckets_are_checked_and_exclude_prefix_tokens() {
+        let tokenizer = bpe();
+        for (bad, says) in [
+            ("prefix_buckets=[]", "at least one"),
+            ("prefix_buckets=[{\"count\":2}]", "tokens"),
+            ("prefix_buckets=[{\"tokens\":8,\"weight\":0}]", "weight"),
+            ("prefix_buckets=[{\"tokens\":8,\"count\":0}]", "count"),
+            (
+                "prefix_tokens=8,prefix_buckets=[{\"tokens\":8}]",
+                "not both",
+            ),
+        ] {
+            let err = source(
+                &format!("kind=synthetic_text,prompt_tokens=4,output_tokens=1,{bad}"),
+                tokenizer.clone(),
+            )
+            .expect_err(bad)
+            .to_string();
+            assert!(
+                err.contains("prefix_buckets") && err.contains(says),
+                "{bad}: {err}"
+            );
+        }
     }
 
     fn source_fixed(tokenizer: &Arc<HfTokenizer>) -> SyntheticTextSource {

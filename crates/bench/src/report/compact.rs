@@ -81,6 +81,23 @@ pub struct CompactRecord {
     /// cool-down request); absent for a measured request.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub excluded: Option<Excluded>,
+    /// The conversation and turn, for a turn of a multi-turn conversation;
+    /// absent for a single request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn: Option<Box<CompactTurn>>,
+}
+
+/// Where a request stands in its conversation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompactTurn {
+    /// The conversation's id (its first request's id).
+    pub conversation: u64,
+    /// The turn index, 0 for the first.
+    pub index: u32,
+    /// µs between the predecessor's answer and this send (think time and
+    /// any wait for a slot); absent for a first turn.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waited_us: Option<i64>,
 }
 
 /// Why a kept record is left out of a benchmark's metrics.
@@ -283,6 +300,7 @@ impl CompactRecords {
             token_gaps,
             retries: t.retries,
             excluded: None,
+            turn: None,
         };
         self.records.push(compact);
     }

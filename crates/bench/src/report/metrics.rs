@@ -136,6 +136,50 @@ pub struct BenchmarkMetrics {
     /// it set any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slo: Option<SloMetrics>,
+    /// For multi-turn conversations, the metrics of each turn index, first
+    /// turn first; empty without conversations.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub by_turn: Vec<TurnMetrics>,
+}
+
+/// The metrics of one turn index of multi-turn conversations.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TurnMetrics {
+    /// The turn index, 0 for the first.
+    pub turn: u32,
+    /// The successful requests of this turn: TTFT (from this turn's own
+    /// send), latency, tokens and the rest.
+    pub successful: StatusMetrics,
+    /// Seconds each turn waited between its predecessor's answer and its
+    /// send (think time plus any wait for a slot); empty for turn 0.
+    pub waited: Distribution,
+}
+
+impl TurnMetrics {
+    /// The metrics of every turn index present in `records`, in order.
+    fn compute(records: &CompactRecords) -> Vec<Self> {
+        let mut by_turn: BTreeMap<u32, Vec<&CompactRecord>> = BTreeMap::new();
+        for r in records.measured() {
+            if let Some(turn) = &r.turn {
+                by_turn.entry(turn.index).or_default().push(r);
+            }
+        }
+        by_turn
+            .into_iter()
+            .map(|(turn, rs)| TurnMetrics {
+                turn,
+                successful: StatusMetrics::compute(
+                    rs.iter()
+                        .copied()
+                        .filter(|r| r.status == RequestStatus::Success),
+                ),
+                waited: Distribution::from_values(
+                    rs.iter()
+                        .filter_map(|r| r.turn.as_ref()?.waited_us.map(micros_as_secs)),
+                ),
+            })
+            .collect()
+    }
 }
 
 impl BenchmarkMetrics {
@@ -195,6 +239,7 @@ impl BenchmarkMetrics {
             errors_by_label,
             retries: records.measured().map(|r| u64::from(r.retries)).sum(),
             slo: None,
+            by_turn: TurnMetrics::compute(records),
         }
     }
 }

@@ -24,7 +24,7 @@ mod metrics;
 mod model;
 mod side_by_side;
 
-pub use compact::{CompactRecord, CompactRecords, Excluded, round_to_micros};
+pub use compact::{CompactRecord, CompactRecords, CompactTurn, Excluded, round_to_micros};
 pub use compare::{
     BenchmarkComparison, Comparison, MetricComparison, Verdict, compare, comparison_text,
 };
@@ -36,7 +36,7 @@ pub use keeping_up::{
     CPU_SHARE, ClientSaturation, MIN_CPU_WALL_S, MIN_DISPATCH_BOUND_S, MIN_PLANNED,
     client_saturation,
 };
-pub use metrics::{BenchmarkMetrics, StatusMetrics};
+pub use metrics::{BenchmarkMetrics, StatusMetrics, TurnMetrics};
 pub use model::{
     BackendRun, BenchmarkReport, Environment, GUIDEBENCH_VERSION, OutputAgreement, Report,
     SCHEMA_VERSION,

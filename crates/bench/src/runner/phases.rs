@@ -11,7 +11,7 @@ use guidebench_core::request::RequestRecord;
 use guidebench_core::{Error, Result};
 
 use super::scheduler::BenchmarkRun;
-use crate::report::{CompactRecords, Excluded};
+use crate::report::{CompactRecords, CompactTurn, Excluded};
 
 /// How much of a benchmark's edge to leave out.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -236,6 +236,20 @@ pub fn compact_measured(
     cooldown: Option<Phase>,
 ) -> Compacted {
     let mut records = std::mem::take(&mut run.records);
+    let turns: std::collections::HashMap<u64, CompactTurn> = std::mem::take(&mut run.turns)
+        .into_iter()
+        .map(|t| {
+            (
+                t.id,
+                CompactTurn {
+                    conversation: t.conversation,
+                    index: t.turn,
+                    #[allow(clippy::cast_possible_truncation)] // µs of a run fit in i64.
+                    waited_us: t.waited_s.map(|s| (s * 1e6).round() as i64),
+                },
+            )
+        })
+        .collect();
     records.sort_by_key(|r| (r.timings.start, r.id));
     let total = records.len();
     let Split {
@@ -255,6 +269,9 @@ pub fn compact_measured(
             compact.push_excluded(&record, Excluded::Cooldown);
         } else {
             compact.push(&record);
+        }
+        if let (Some(turn), Some(last)) = (turns.get(&record.id), compact.records.last_mut()) {
+            last.turn = Some(Box::new(*turn));
         }
         index += 1;
         if records.capacity() > 4096 && records.len() < records.capacity() / 2 {
@@ -307,6 +324,7 @@ mod tests {
             stop_reason: StopReason::MaxRequests,
             footprint: None,
             saturation: None,
+            turns: Vec::new(),
         }
     }
 

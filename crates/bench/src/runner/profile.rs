@@ -67,6 +67,16 @@ pub enum Strategy {
         /// The most requests in flight, if limited.
         max_concurrency: Option<usize>,
     },
+    /// Each request at `start + time_scale × offset`, where the offset is
+    /// the one its data recorded (a trace's timestamp minus the first one,
+    /// from `--data kind=trace`).
+    Replay {
+        /// The factor applied to recorded offsets: 0.01 replays a trace 100
+        /// times faster, 2 at half its pace.
+        time_scale: f64,
+        /// The most requests in flight, if limited.
+        max_concurrency: Option<usize>,
+    },
 }
 
 fn as_seconds<S: serde::Serializer>(d: &Duration, s: S) -> std::result::Result<S::Ok, S::Error> {
@@ -105,7 +115,9 @@ impl Strategy {
             Strategy::Concurrent { rampup, .. }
             | Strategy::Throughput { rampup, .. }
             | Strategy::Constant { rampup, .. } => *rampup,
-            Strategy::Synchronous | Strategy::Poisson { .. } => Duration::ZERO,
+            Strategy::Synchronous | Strategy::Poisson { .. } | Strategy::Replay { .. } => {
+                Duration::ZERO
+            }
         }
     }
 
@@ -143,12 +155,16 @@ impl Strategy {
             }
             | Strategy::Poisson {
                 max_concurrency, ..
+            }
+            | Strategy::Replay {
+                max_concurrency, ..
             } => *max_concurrency,
         }
     }
 
     /// For rate-based strategies, the send offsets from the benchmark start;
-    /// `None` for strategies that send as soon as a slot is free.
+    /// `None` for strategies that send as soon as a slot is free, and for a
+    /// replay, whose offsets come with its requests.
     pub fn schedule(&self) -> Option<Schedule> {
         match self {
             Strategy::Constant { rate, rampup, .. } => Some(Schedule::Constant {
@@ -175,6 +191,7 @@ impl Strategy {
             } => format!("throughput@{max_concurrency}"),
             Strategy::Constant { rate, .. } => format!("constant@{rate:.2}/s"),
             Strategy::Poisson { rate, .. } => format!("poisson@{rate:.2}/s"),
+            Strategy::Replay { time_scale, .. } => format!("replay@{time_scale}x"),
         }
     }
 }
@@ -406,6 +423,20 @@ const SWEEP: &[OptionSpec] = &[
     .with_default("0s"),
 ];
 
+const REPLAY: &[OptionSpec] = &[
+    OptionSpec::optional(
+        "time_scale",
+        OptionType::Float,
+        "factor on the trace's recorded offsets: 0.01 replays it 100 times faster",
+    )
+    .with_default("1"),
+    OptionSpec::optional(
+        "max_concurrency",
+        OptionType::Int,
+        "the most requests in flight",
+    ),
+];
+
 const GOODPUT: &[OptionSpec] = &[
     OptionSpec::optional(
         "target",
@@ -481,6 +512,7 @@ pub const PROFILE_KINDS: &[(&str, &[OptionSpec])] = &[
     ("goodput", GOODPUT),
     ("knee", KNEE),
     ("poisson", POISSON),
+    ("replay", REPLAY),
     ("sweep", SWEEP),
     ("synchronous", SYNCHRONOUS),
     ("throughput", THROUGHPUT),
@@ -643,6 +675,23 @@ impl Profile {
                         RateKind::Poisson => kind.strategy(rate, seed, limit),
                     })
                     .collect()
+            }
+            "replay" => {
+                let time_scale = match o.get("time_scale") {
+                    None => 1.0,
+                    Some(v) => v
+                        .as_f64()
+                        .filter(|t| t.is_finite() && *t > 0.0)
+                        .ok_or_else(|| Error::InvalidOption {
+                            context: context.clone(),
+                            key: "time_scale".into(),
+                            reason: format!("must be a positive number, got {v}"),
+                        })?,
+                };
+                vec![Strategy::Replay {
+                    time_scale,
+                    max_concurrency: opt_limit("max_concurrency")?,
+                }]
             }
             "sweep" => {
                 let sweep_size = opt_limit("sweep_size")?.unwrap_or(10);
@@ -916,7 +965,7 @@ mod tests {
         let err = profile("kind=warp").expect_err("unknown");
         assert!(
             err.to_string().contains(
-                "available: async, concurrent, constant, goodput, knee, poisson, sweep, synchronous, throughput"
+                "available: async, concurrent, constant, goodput, knee, poisson, replay, sweep, synchronous, throughput"
             ),
             "{err}"
         );
@@ -928,6 +977,31 @@ mod tests {
         assert!(err.to_string().contains("sweep_size"), "{err}");
         let err = profile("kind=throughput,max_concurrency=0").expect_err("zero");
         assert!(err.to_string().contains("max_concurrency"), "{err}");
+    }
+
+    #[test]
+    fn replay_takes_a_positive_time_scale_and_has_no_schedule_of_its_own() {
+        let p = profile("kind=replay,time_scale=0.01").expect("valid");
+        let Profile::Fixed { strategies } = p else {
+            panic!("a fixed profile");
+        };
+        assert_eq!(
+            strategies,
+            vec![Strategy::Replay {
+                time_scale: 0.01,
+                max_concurrency: None
+            }]
+        );
+        assert!(strategies[0].schedule().is_none());
+        assert_eq!(strategies[0].label(), "replay@0.01x");
+        let p = profile("kind=replay").expect("default scale");
+        assert!(
+            matches!(p, Profile::Fixed { ref strategies } if strategies[0] == Strategy::Replay { time_scale: 1.0, max_concurrency: None })
+        );
+        for bad in ["0", "-1"] {
+            let err = profile(&format!("kind=replay,time_scale={bad}")).expect_err("not positive");
+            assert!(err.to_string().contains("time_scale"), "{err}");
+        }
     }
 
     #[test]

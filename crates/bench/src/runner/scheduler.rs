@@ -28,6 +28,7 @@ use guidebench_core::clock::{Clock, Timestamp};
 use guidebench_core::request::{FinishReason, GenerationRequest, RequestRecord};
 
 use super::constraints::{ConstraintState, Constraints, SaturationReport, StopReason};
+use super::conversation::{Conversation, Followups, TurnRecord};
 use super::profile::Strategy;
 
 /// Options of a benchmark run beyond its strategy and constraints.
@@ -90,6 +91,9 @@ pub struct BenchmarkRun {
     pub footprint: Option<ClientFootprint>,
     /// What the over-saturation watch saw, if the constraints set one.
     pub saturation: Option<SaturationReport>,
+    /// The conversation and turn of each request that was a turn of a
+    /// multi-turn conversation (empty without conversations).
+    pub turns: Vec<TurnRecord>,
 }
 
 impl BenchmarkRun {
@@ -101,6 +105,32 @@ impl BenchmarkRun {
             return 0.0;
         }
         self.records.iter().filter(|r| r.is_success()).count() as f64 / secs
+    }
+}
+
+/// A request as the runner receives it, with when its data recorded it
+/// was sent (a trace's offset, for [`Strategy::Replay`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Job {
+    /// The request.
+    pub request: GenerationRequest,
+    /// The send offset the data recorded, from its first request, before
+    /// any time scale: replay sends the request at `start + time_scale ×
+    /// at`. Other strategies ignore it.
+    pub at: Option<Duration>,
+    /// The conversation the request is a turn of, with the turns still to
+    /// send: the runner sends each after its predecessor's answer plus a
+    /// think time (see [`super::conversation`]).
+    pub conversation: Option<Box<Conversation>>,
+}
+
+impl From<GenerationRequest> for Job {
+    fn from(request: GenerationRequest) -> Self {
+        Job {
+            request,
+            at: None,
+            conversation: None,
+        }
     }
 }
 
@@ -185,6 +215,10 @@ struct Execution {
     t0: Instant,
     /// Requests in flight, for the over-saturation watch.
     in_flight: Arc<AtomicUsize>,
+    /// Later turns of conversations, waiting for their think time.
+    followups: Arc<Followups>,
+    /// The turns of conversations sent so far.
+    turns: Arc<std::sync::Mutex<Vec<TurnRecord>>>,
 }
 
 impl Execution {
@@ -196,7 +230,12 @@ impl Execution {
 
     /// Sends `request` and records what happened; a record is sent even if
     /// this future is dropped first (as incomplete).
-    async fn execute(&self, request: GenerationRequest, scheduled: Option<Timestamp>) {
+    async fn execute(&self, job: Job, scheduled: Option<Timestamp>) {
+        let Job {
+            request,
+            conversation,
+            ..
+        } = job;
         let id = request.id;
         let clock = self.clock;
         // The scheduler's own clock (tokio's, which is the monotonic clock
@@ -215,8 +254,20 @@ impl Execution {
             armed: Some((id, sent, scheduled)),
             records: self.records.clone(),
         };
+        let mut conversation = conversation;
+        if let Some(conversation) = &mut conversation {
+            conversation.waited = conversation
+                .predecessor_end
+                .map(|end| Instant::now().saturating_duration_since(end));
+        }
         let result = self.backend.resolve(request).await;
         guard.armed = None;
+        let answer = match (&result, &conversation) {
+            (Ok(response), Some(_)) if response.finish_reason != FinishReason::Interrupted => {
+                Some(response.text.clone())
+            }
+            _ => None,
+        };
         if watched_send.is_some() {
             self.in_flight.fetch_sub(1, Ordering::AcqRel);
         }
@@ -260,8 +311,124 @@ impl Execution {
         if let Some(reason) = stop {
             stop_with(&self.stop, reason);
         }
+        if let Some(conversation) = conversation {
+            self.next_turn(*conversation, id, answer.as_deref());
+        }
         let _ = self.records.send(record);
     }
+
+    /// Records a turn of a conversation and queues the next one for its
+    /// think time after now, given this turn's answer; a failed turn, or a
+    /// run cut off, ends the conversation.
+    fn next_turn(&self, conversation: Conversation, id: u64, answer: Option<&str>) {
+        self.turns
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(TurnRecord {
+                id,
+                conversation: conversation.id,
+                turn: conversation.turn,
+                waited_s: conversation.waited.map(|d| d.as_secs_f64()),
+            });
+        let opened = conversation.turn > 0 || !conversation.rest.is_empty();
+        let stopped = matches!(
+            *self.stop.borrow(),
+            Some(reason) if !matches!(reason, StopReason::MaxRequests | StopReason::DataExhausted)
+        );
+        let next = match answer {
+            Some(answer) if !stopped => conversation.next_turn(answer),
+            _ => None,
+        };
+        match next {
+            Some((request, mut next, think)) => {
+                let ended = Instant::now();
+                next.predecessor_end = Some(ended);
+                self.followups.push(
+                    ended + think,
+                    Job {
+                        request,
+                        at: None,
+                        conversation: Some(Box::new(next)),
+                    },
+                );
+            }
+            None if opened => self.followups.close(),
+            None => {}
+        }
+    }
+}
+
+/// The next request for a slot: a later turn whose time has come first,
+/// then a new item from the queue; once the queue is closed, later turns
+/// of open conversations until none is left. `None` when all is sent.
+async fn next_slot_job(
+    queue: &async_channel::Receiver<Job>,
+    closed: &mut bool,
+    followups: &Followups,
+) -> Option<Job> {
+    loop {
+        let changed = followups.changed();
+        tokio::pin!(changed);
+        changed.as_mut().enable();
+        if let Some((_, job)) = followups.take_ready(Instant::now()) {
+            return Some(job);
+        }
+        if *closed && followups.open_count() == 0 {
+            return None;
+        }
+        let wake = followups.next_ready();
+        tokio::select! {
+            biased;
+            () = &mut changed => {}
+            () = sleep_until_opt(wake) => {}
+            job = queue.recv(), if !*closed => match job {
+                Ok(job) => return Some(opened(followups, job)),
+                Err(_) => *closed = true,
+            },
+        }
+    }
+}
+
+/// The next request for a paced send, as [`next_slot_job`], with when a
+/// later turn became ready.
+async fn next_paced_job<T: Into<Job>>(
+    requests: &mut mpsc::Receiver<T>,
+    exhausted: &mut bool,
+    followups: &Followups,
+) -> Option<(Option<Instant>, Job)> {
+    loop {
+        let changed = followups.changed();
+        tokio::pin!(changed);
+        changed.as_mut().enable();
+        if let Some((ready, job)) = followups.take_ready(Instant::now()) {
+            return Some((Some(ready), job));
+        }
+        if *exhausted && followups.open_count() == 0 {
+            return None;
+        }
+        let wake = followups.next_ready();
+        tokio::select! {
+            biased;
+            () = &mut changed => {}
+            () = sleep_until_opt(wake) => {}
+            job = requests.recv(), if !*exhausted => match job {
+                Some(job) => return Some((None, opened(followups, job.into()))),
+                None => *exhausted = true,
+            },
+        }
+    }
+}
+
+/// Counts a new conversation with later turns as open.
+fn opened(followups: &Followups, job: Job) -> Job {
+    if job
+        .conversation
+        .as_ref()
+        .is_some_and(|c| c.turn == 0 && !c.rest.is_empty())
+    {
+        followups.open();
+    }
+    job
 }
 
 /// Whether sending was cut off (time, errors, an interrupt), as opposed to
@@ -297,7 +464,7 @@ async fn ramp_until(at: Instant, stop: &mut watch::Receiver<Option<StopReason>>)
 /// `later`.
 async fn slot_worker(
     run: Execution,
-    queue: async_channel::Receiver<GenerationRequest>,
+    queue: async_channel::Receiver<Job>,
     (stop_tx, mut stop): (
         watch::Sender<Option<StopReason>>,
         watch::Receiver<Option<StopReason>>,
@@ -307,12 +474,13 @@ async fn slot_worker(
     (first, later): (Instant, Instant),
 ) {
     let mut ramp = first;
+    let mut closed = false;
     loop {
         if cut_off(&stop) || !ramp_until(ramp, &mut stop).await {
             break;
         }
         ramp = later;
-        let Ok(request) = queue.recv().await else {
+        let Some(job) = next_slot_job(&queue, &mut closed, &run.followups).await else {
             break;
         };
         if time_limit.is_some_and(|limit| Instant::now() >= limit) {
@@ -322,16 +490,19 @@ async fn slot_worker(
             break;
         }
         observer.on_send();
-        run.execute(request, None).await;
+        run.execute(job, None).await;
     }
 }
 
 /// Runs one benchmark: sends requests from `requests` by `strategy` until a
 /// constraint, the data or `cancel` stops it, waits up to the grace period
 /// for requests in flight, and returns every request's record.
-pub async fn run_benchmark(
+///
+/// `requests` yields [`GenerationRequest`]s or [`Job`]s (a request with the
+/// send offset its data recorded, which [`Strategy::Replay`] follows).
+pub async fn run_benchmark<T: Into<Job> + Send>(
     backend: Arc<dyn Backend>,
-    requests: &mut mpsc::Receiver<GenerationRequest>,
+    requests: &mut mpsc::Receiver<T>,
     strategy: &Strategy,
     constraints: &Constraints,
     options: &RunOptions,
@@ -380,17 +551,24 @@ pub async fn run_benchmark(
         stop: stop_tx.clone(),
         t0,
         in_flight: Arc::new(AtomicUsize::new(0)),
+        followups: Arc::new(Followups::default()),
+        turns: Arc::new(std::sync::Mutex::new(Vec::new())),
     };
     let completions = Arc::clone(&execution.completions);
+    let turns = Arc::clone(&execution.turns);
 
     // Strategies without a schedule keep `n` requests in flight: `n` slot
     // workers take requests from a queue this loop keeps filled.
-    let slots = match (&schedule, strategy.concurrency_limit()) {
-        (None, Some(n)) => n,
+    let replay = match strategy {
+        Strategy::Replay { time_scale, .. } => Some(*time_scale),
+        _ => None,
+    };
+    let slots = match (&schedule, replay, strategy.concurrency_limit()) {
+        (None, None, Some(n)) => n,
         _ => 0,
     };
     if slots > 0 {
-        let (queue_tx, queue) = async_channel::bounded::<GenerationRequest>(slots);
+        let (queue_tx, queue) = async_channel::bounded::<Job>(slots);
         for slot in 0..slots {
             let (first, later) = strategy.slot_start(slot);
             tasks.spawn(slot_worker(
@@ -421,8 +599,8 @@ pub async fn run_benchmark(
                 _ = stop_rx.changed() => break,
                 () = &mut deadline => { stop_with(&stop_tx, StopReason::MaxDuration); break; }
                 queued = async {
-                    let request = requests.recv().await?;
-                    Some(queue_tx.send(request).await.is_ok())
+                    let job = requests.recv().await?.into();
+                    Some(queue_tx.send(job).await.is_ok())
                 } => queued,
             };
             match queued {
@@ -437,8 +615,13 @@ pub async fn run_benchmark(
         // The workers send what is queued, unless sending was cut off.
         drop(queue_tx);
     } else {
-        // Rate-based strategies (every other one has a concurrency limit):
-        // one task per request, sent when due.
+        // Paced strategies (a rate, or a replayed trace): one task per
+        // request, sent when due. A rate's schedule gives the offsets; a
+        // replay takes each request first and sends it at its recorded
+        // offset, scaled (a request without one goes at the previous
+        // request's time).
+        let mut replayed = Duration::ZERO;
+        let mut exhausted = false;
         loop {
             if stop_rx.borrow().is_some() {
                 break;
@@ -447,8 +630,28 @@ pub async fn run_benchmark(
                 stop_with(&stop_tx, reason);
                 break;
             }
-            let Some(offset) = schedule.as_mut().and_then(Iterator::next) else {
-                break;
+            let mut taken = None;
+            let offset = match replay {
+                Some(time_scale) => {
+                    let job = tokio::select! {
+                        biased;
+                        _ = cancel.changed() => { stop_with(&stop_tx, StopReason::Interrupted); break; }
+                        job = requests.recv() => job,
+                    };
+                    let Some(job) = job.map(Into::into) else {
+                        stop_with(&stop_tx, StopReason::DataExhausted);
+                        break;
+                    };
+                    if let Some(at) = job.at {
+                        replayed = at.mul_f64(time_scale);
+                    }
+                    taken = Some(job);
+                    replayed
+                }
+                None => match schedule.as_mut().and_then(Iterator::next) {
+                    Some(offset) => offset,
+                    None => break,
+                },
             };
             let due = t0 + offset;
             if constraints.max_duration.is_some_and(|d| offset >= d) {
@@ -477,21 +680,30 @@ pub async fn run_benchmark(
                 },
                 None => None,
             };
-            let request = tokio::select! {
-                biased;
-                _ = cancel.changed() => { stop_with(&stop_tx, StopReason::Interrupted); break; }
-                request = requests.recv() => request,
+            // A later turn is due at its slot in the schedule or when its
+            // think time ends, whichever is later.
+            let next = match taken {
+                Some(job) => Some((None, job)),
+                None => tokio::select! {
+                    biased;
+                    _ = cancel.changed() => { stop_with(&stop_tx, StopReason::Interrupted); break; }
+                    _ = stop_rx.changed() => break,
+                    next = next_paced_job(requests, &mut exhausted, &execution.followups) => next,
+                },
             };
-            let Some(request) = request else {
+            let Some((ready, job)) = next else {
                 stop_with(&stop_tx, StopReason::DataExhausted);
                 break;
             };
-            state.on_send();
+            let due = ready.map_or(due, |ready| ready.max(due));
+            if ready.is_none() {
+                state.on_send();
+            }
             observer.on_send();
             let run = execution.clone();
             let scheduled = Some(clock.wall(due.into_std()));
             tasks.spawn(async move {
-                run.execute(request, scheduled).await;
+                run.execute(job, scheduled).await;
                 drop(permit);
             });
         }
@@ -549,6 +761,11 @@ pub async fn run_benchmark(
     let footprint = usage_at_start
         .zip(ProcessUsage::now())
         .map(|(from, to)| ClientFootprint::between(&from, &to, records.len()));
+    let turns = std::mem::take(
+        &mut *turns
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
+    );
     BenchmarkRun {
         strategy: strategy.clone(),
         records,
@@ -557,6 +774,7 @@ pub async fn run_benchmark(
         stop_reason,
         footprint,
         saturation,
+        turns,
     }
 }
 

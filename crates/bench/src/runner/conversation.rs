@@ -1,0 +1,220 @@
+//! Multi-turn conversations: turns that carry their history and wait for
+//! the previous answer plus a think time.
+//!
+//! As in GuideLLM 0.8.1, every turn is one request paced by the profile: a
+//! turn takes a slot (or a scheduled send) like any request, and a turn
+//! whose predecessor has ended and whose think time has passed is sent
+//! before a new conversation is started. While all started conversations
+//! are thinking, free slots start new ones. A conversation does not hold a
+//! slot between its turns.
+//!
+//! Turn `k + 1` is built from the history as the backend answered it: the
+//! assistant message is the text the backend returned for turn `k`. How
+//! much history is sent is [`History`]: every earlier message, the last
+//! exchange only, or none.
+//!
+//! Guarantees, each held by a test in `crates/bench/tests/conversations.rs`:
+//!
+//! * a turn contains its predecessor's answer and is sent only after the
+//!   predecessor ended plus the think time
+//!   (`a_second_turn_carries_the_first_answer_and_waits_its_think_time`);
+//! * TTFT of a later turn is measured from its own send, and the time it
+//!   waited is recorded (`later_turns_are_timed_from_their_own_send`);
+//! * `history=last` and `history=none` send what they say
+//!   (`history_last_sends_only_the_previous_exchange`).
+
+use std::collections::VecDeque;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use guidebench_core::request::{ChatMessage, GenerationRequest, RequestInput};
+use guidebench_core::sampling::Sampling;
+
+/// How much of a conversation's history each later turn sends.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum History {
+    /// Every earlier message, as answered.
+    #[default]
+    Full,
+    /// The previous turn's messages and answer only.
+    Last,
+    /// None: each turn sends its own messages alone.
+    None,
+}
+
+impl History {
+    /// The option values, for help output.
+    pub const CHOICES: &'static [&'static str] = &["full", "last", "none"];
+
+    /// Reads an option value.
+    pub fn parse(value: &str) -> Option<Self> {
+        match value {
+            "full" => Some(History::Full),
+            "last" => Some(History::Last),
+            "none" => Some(History::None),
+            _ => None,
+        }
+    }
+}
+
+/// A later turn of a conversation, as the data planned it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlannedTurn {
+    /// The request id the turn is sent with.
+    pub id: u64,
+    /// The turn's new messages (a user message, usually).
+    pub messages: Vec<ChatMessage>,
+    /// The turn's validated sampling (its output length).
+    pub sampling: Sampling,
+    /// How long the user thinks after the previous answer before sending
+    /// this turn.
+    pub think: Duration,
+}
+
+/// The conversation a request belongs to, and what is left of it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Conversation {
+    /// The conversation's id (its first request's id).
+    pub id: u64,
+    /// This request's turn index (0 for the first).
+    pub turn: u32,
+    /// How much history later turns send.
+    pub history: History,
+    /// Every message before this turn, as answered.
+    pub before: Vec<ChatMessage>,
+    /// This turn's own new messages.
+    pub current: Vec<ChatMessage>,
+    /// The turns still to send, in order.
+    pub rest: VecDeque<PlannedTurn>,
+    /// How long this turn waited between its predecessor's end and its
+    /// send; set by the runner.
+    pub waited: Option<Duration>,
+    /// When the predecessor's answer arrived; set by the runner.
+    pub predecessor_end: Option<Instant>,
+}
+
+impl Conversation {
+    /// The next turn's request, with the conversation advanced to it, given
+    /// this turn's answer; `None` after the last turn.
+    pub fn next_turn(
+        mut self,
+        answer: &str,
+    ) -> Option<(GenerationRequest, Conversation, Duration)> {
+        let next = self.rest.pop_front()?;
+        let answered = ChatMessage::text("assistant", answer);
+        let mut before = std::mem::take(&mut self.before);
+        let previous = std::mem::take(&mut self.current);
+        let sent: Vec<ChatMessage> = match self.history {
+            History::Full => {
+                before.extend(previous);
+                before.push(answered);
+                before.iter().chain(&next.messages).cloned().collect()
+            }
+            History::Last => {
+                before = previous;
+                before.push(answered);
+                before.iter().chain(&next.messages).cloned().collect()
+            }
+            History::None => {
+                before.clear();
+                next.messages.clone()
+            }
+        };
+        let request = GenerationRequest::new(next.id, RequestInput::Chat(sent), next.sampling);
+        let conversation = Conversation {
+            id: self.id,
+            turn: self.turn + 1,
+            history: self.history,
+            before,
+            current: next.messages,
+            rest: self.rest,
+            waited: None,
+            predecessor_end: None,
+        };
+        Some((request, conversation, next.think))
+    }
+}
+
+/// What the report keeps of one turn of a conversation.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct TurnRecord {
+    /// The request's id.
+    pub id: u64,
+    /// The conversation's id.
+    pub conversation: u64,
+    /// The turn index (0 for the first).
+    pub turn: u32,
+    /// Seconds between the predecessor's end and this send (absent for a
+    /// first turn).
+    pub waited_s: Option<f64>,
+}
+
+/// Later turns waiting for their think time, and the count of
+/// conversations with turns still to send.
+#[derive(Debug, Default)]
+pub(super) struct Followups {
+    waiting: Mutex<Vec<(Instant, u64, super::Job)>>,
+    open: AtomicUsize,
+    changed: Notify,
+}
+
+impl Followups {
+    fn waiting(&self) -> std::sync::MutexGuard<'_, Vec<(Instant, u64, super::Job)>> {
+        self.waiting
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A conversation with later turns was started.
+    pub(super) fn open(&self) {
+        self.open.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// A conversation ended (its last turn, or one that failed).
+    pub(super) fn close(&self) {
+        if self.open.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.changed.notify_waiters();
+        }
+    }
+
+    /// Conversations with turns still to send.
+    pub(super) fn open_count(&self) -> usize {
+        self.open.load(Ordering::Acquire)
+    }
+
+    /// A later turn, ready to send at `ready`.
+    pub(super) fn push(&self, ready: Instant, job: super::Job) {
+        let id = job.request.id;
+        self.waiting().push((ready, id, job));
+        self.changed.notify_waiters();
+    }
+
+    /// The earliest ready turn whose time has come (by readiness, then id).
+    pub(super) fn take_ready(&self, now: Instant) -> Option<(Instant, super::Job)> {
+        let mut waiting = self.waiting();
+        let index = waiting
+            .iter()
+            .enumerate()
+            .filter(|(_, (ready, _, _))| *ready <= now)
+            .min_by_key(|(_, (ready, id, _))| (*ready, *id))
+            .map(|(i, _)| i)?;
+        let (ready, _, job) = waiting.swap_remove(index);
+        Some((ready, job))
+    }
+
+    /// When the next waiting turn is ready.
+    pub(super) fn next_ready(&self) -> Option<Instant> {
+        self.waiting().iter().map(|(ready, _, _)| *ready).min()
+    }
+
+    /// Resolves when a turn is pushed or the last conversation closes.
+    pub(super) fn changed(&self) -> tokio::sync::futures::Notified<'_> {
+        self.changed.notified()
+    }
+}
