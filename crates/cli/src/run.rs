@@ -41,7 +41,7 @@ pub struct RunArgs {
     #[arg(long)]
     data: Vec<String>,
     /// The load profile: synchronous, concurrent, throughput, constant, async, poisson, sweep,
-    /// goodput, knee.
+    /// goodput, knee, replay (the sends of a `kind=trace` data file, time-scaled).
     #[arg(long)]
     profile: Option<String>,
     /// Per-request latency objectives: `ttft=200ms,itl=50ms,itl_p95=80ms,tpot=60ms,latency=5s`
