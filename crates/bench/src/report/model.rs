@@ -202,6 +202,15 @@ impl BenchmarkReport {
         self.metrics = self.recomputed_metrics();
     }
 
+    /// The benchmark's name, after its backend's label in a side-by-side
+    /// run (`candle · concurrent@8`).
+    pub fn label(&self) -> String {
+        match &self.backend {
+            Some(backend) => format!("{backend} · {}", self.name),
+            None => self.name.clone(),
+        }
+    }
+
     /// The profile as a short label: a JSON string as is, anything else as
     /// compact JSON.
     pub fn profile_label(&self) -> String {
