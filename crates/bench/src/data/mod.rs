@@ -9,7 +9,8 @@
 //! * `synthetic_text` ([`SyntheticTextSource`]): reproducible prompts of
 //!   exact token counts through the model's tokenizer;
 //! * `file` ([`FileSource`]): a local JSONL, JSON or CSV file with column
-//!   mapping, chat conversations and image and audio columns;
+//!   mapping, chat conversations (also multi-turn: conversation ids and
+//!   turn indexes, `messages`, ShareGPT) and image and audio columns;
 //! * `trace` ([`TraceSource`]): a recorded request trace (plain or
 //!   Mooncake), each item with its recorded send offset, for
 //!   `--profile kind=replay`.
