@@ -1,4 +1,10 @@
-//! `--data kind=file`: prompts from a local JSONL, JSON or CSV file.
+//! `--data kind=file`: prompts from a local JSONL, JSON, CSV, Parquet or
+//! Arrow IPC file, or from a Hugging Face dataset in the local cache.
+//!
+//! Parquet and Arrow files ([`super::columnar`]) are read into the same
+//! rows as JSON, so their columns map as below. `path=org/name[@revision]`,
+//! when no such file exists, reads the split `split` (default `train`) of
+//! a dataset in the Hugging Face hub cache, offline ([`super::hf`]).
 //!
 //! The file is read and checked when the source is built, so a bad file
 //! fails before the benchmark starts; items are then handed out in file
@@ -64,11 +70,38 @@ use guidebench_core::{Error, Result};
 pub(super) const KIND: &str = "file";
 
 /// The formats a data file may have.
-const FORMATS: &[&str] = &["jsonl", "json", "csv"];
+const FORMATS: &[&str] = &["jsonl", "json", "csv", "parquet", "arrow"];
+
+/// The extensions of data files (a `path` with one is never a dataset id).
+pub(super) const EXTENSIONS: &[&str] = &[
+    "jsonl", "ndjson", "json", "csv", "parquet", "arrow", "feather", "ipc",
+];
 
 /// The options of `--data kind=file`.
 pub const FILE_OPTIONS: &[OptionSpec] = &[
-    OptionSpec::optional("path", OptionType::String, "the data file").required(),
+    OptionSpec::optional(
+        "path",
+        OptionType::String,
+        "the data file, or a Hugging Face dataset in the local cache: org/name[@revision]",
+    )
+    .required(),
+    OptionSpec::optional(
+        "split",
+        OptionType::String,
+        "the split of a Hugging Face dataset",
+    )
+    .with_default("train"),
+    OptionSpec::optional(
+        "config",
+        OptionType::String,
+        "the config (first folder) of a Hugging Face dataset's files (default: any)",
+    ),
+    OptionSpec::optional(
+        "hub_cache",
+        OptionType::String,
+        "the Hugging Face hub cache folder (default: $HF_HUB_CACHE, else $HF_HOME/hub, \
+         else ~/.cache/huggingface/hub)",
+    ),
     OptionSpec::optional(
         "format",
         OptionType::Choice(FORMATS),
@@ -168,6 +201,10 @@ enum Format {
     Json,
     /// Comma-separated values with a header row.
     Csv,
+    /// Apache Parquet.
+    Parquet,
+    /// Arrow IPC, file (Feather v2) or stream format.
+    Arrow,
 }
 
 /// One record of the file, with where it is for error messages.
@@ -193,19 +230,55 @@ pub(super) fn read_rows(
         key: "path".to_string(),
     })?;
     let path = PathBuf::from(path);
+    if !path.exists()
+        && let Some(id) = super::hf::DatasetId::parse(&path.to_string_lossy())
+    {
+        let (snapshot, files) = super::hf::resolve(
+            &id,
+            string_option(options, "split").unwrap_or("train"),
+            string_option(options, "config"),
+            string_option(options, "hub_cache").map(PathBuf::from),
+        )?;
+        let mut rows = Vec::new();
+        let mut present = Vec::new();
+        for file in &files {
+            let label = file
+                .strip_prefix(&snapshot)
+                .unwrap_or(file)
+                .display()
+                .to_string();
+            match format_of(file)? {
+                Format::Parquet => {
+                    super::columnar::read_parquet(file, Some(&label), &mut rows, &mut present)?;
+                }
+                _ => super::columnar::read_arrow(file, Some(&label), &mut rows, &mut present)?,
+            }
+        }
+        return Ok((snapshot, rows, present));
+    }
     let format = match string_option(options, "format") {
         Some("jsonl") => Format::Jsonl,
         Some("json") => Format::Json,
         Some("csv") => Format::Csv,
+        Some("parquet") => Format::Parquet,
+        Some("arrow") => Format::Arrow,
         _ => format_of(&path)?,
     };
-    let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
-    let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
-    let (rows, present) = match format {
-        Format::Jsonl => read_jsonl(&path, text)?,
-        Format::Json => read_json(&path, text)?,
-        Format::Csv => read_csv(&path, text)?,
-    };
+    let mut rows = Vec::new();
+    let mut present = Vec::new();
+    match format {
+        Format::Parquet => super::columnar::read_parquet(&path, None, &mut rows, &mut present)?,
+        Format::Arrow => super::columnar::read_arrow(&path, None, &mut rows, &mut present)?,
+        Format::Jsonl | Format::Json | Format::Csv => {
+            let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
+            let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
+            (rows, present) = match format {
+                Format::Jsonl => read_jsonl(&path, text)?,
+                Format::Json => read_json(&path, text)?,
+                _ => read_csv(&path, text)?,
+            };
+        }
+    }
     Ok((path, rows, present))
 }
 
@@ -513,9 +586,11 @@ fn format_of(path: &Path) -> Result<Format> {
         Some("jsonl" | "ndjson") => Ok(Format::Jsonl),
         Some("json") => Ok(Format::Json),
         Some("csv") => Ok(Format::Csv),
+        Some("parquet") => Ok(Format::Parquet),
+        Some("arrow" | "feather" | "ipc") => Ok(Format::Arrow),
         _ => Err(Error::Config(format!(
-            "cannot tell the format of data file `{}` from its extension; \
-             name it .jsonl, .json or .csv, or set format={}",
+            "cannot tell the format of data file `{}` from its extension; name it .jsonl, \
+             .json, .csv, .parquet or .arrow, or set format={}",
             path.display(),
             FORMATS.join("|")
         ))),

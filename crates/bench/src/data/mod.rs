@@ -8,7 +8,8 @@
 //!
 //! * `synthetic_text` ([`SyntheticTextSource`]): reproducible prompts of
 //!   exact token counts through the model's tokenizer;
-//! * `file` ([`FileSource`]): a local JSONL, JSON or CSV file with column
+//! * `file` ([`FileSource`]): a local JSONL, JSON, CSV, Parquet or Arrow
+//!   file, or a Hugging Face dataset in the local cache, with column
 //!   mapping, chat conversations (also multi-turn: conversation ids and
 //!   turn indexes, `messages`, ShareGPT) and image and audio columns;
 //! * `trace` ([`TraceSource`]): a recorded request trace (plain or
@@ -28,7 +29,9 @@ use guidebench_core::{Error, Result};
 
 pub use crate::runner::History;
 
+mod columnar;
 pub mod file;
+mod hf;
 pub mod synthetic;
 #[cfg(test)]
 mod testing;
