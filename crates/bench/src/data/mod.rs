@@ -162,6 +162,12 @@ pub fn create_source(
     }
 }
 
+/// Whether a `path` of `kind=file` names a Hugging Face dataset
+/// (`org/name[@revision]`, read from the local cache) rather than a file.
+pub(crate) fn names_a_dataset(path: &str) -> bool {
+    hf::DatasetId::parse(path).is_some()
+}
+
 /// Reads an integer option, checked by [`check_options`], within `min..=max`.
 fn int_option(
     context: &str,
