@@ -69,9 +69,12 @@ const SNIPPET_CHARS: usize = 200;
 /// latency (the first event's tokens all share its instant, the first
 /// token).
 ///
-/// Reasoning text is not kept in the response (core's response has no field
-/// for it); the reasoning token count, where the usage gives it, is logged at
-/// `debug` level.
+/// Reasoning text is not kept in the response. A response that reasoned
+/// records in its timings when the first answer (content) token arrived
+/// ([`RequestTimings::first_content`], the time to first output token) and
+/// how many tokens were reasoning ([`RequestTimings::reasoning_tokens`]:
+/// `usage.completion_tokens_details.reasoning_tokens`, else the tokens
+/// before the first answer token).
 ///
 /// # Errors
 ///
@@ -454,6 +457,20 @@ impl OpenAiHttpBackend {
             });
         }
         let (tokens, output_tokens) = token_timestamps(&events, usage.completion_tokens, arrived);
+        let first_content = output
+            .first_content
+            .filter(|_| output.reasoned)
+            .map(|at| Clock::global().wall(at));
+        // The reasoning tokens: as the usage counts them, else those that
+        // arrived before the answer's first (all of them without an answer).
+        let reasoning_tokens = output.reasoned.then(|| {
+            usage.reasoning_tokens().unwrap_or_else(|| {
+                let before = first_content.map_or(tokens.len(), |first| {
+                    tokens.iter().take_while(|t| **t < first).count()
+                });
+                u32::try_from(before).unwrap_or(u32::MAX)
+            })
+        });
         let finish_reason = match output.finish {
             None if interrupted => FinishReason::Interrupted,
             Some(RawFinish::Length) => FinishReason::Length,
@@ -477,6 +494,8 @@ impl OpenAiHttpBackend {
                 tokens,
                 end: Some(Clock::global().wall(now())),
                 retries,
+                first_content,
+                reasoning_tokens,
                 ..RequestTimings::default()
             },
         })
@@ -587,6 +606,11 @@ struct Output {
     events: Vec<OutputEvent>,
     usage: Option<Usage>,
     finish: Option<RawFinish>,
+    /// Whether any chunk carried reasoning text.
+    reasoned: bool,
+    /// When the first event carrying answer text (not reasoning) was read,
+    /// once some reasoning came before it.
+    first_content: Option<Instant>,
 }
 
 impl Output {
@@ -607,7 +631,11 @@ impl Output {
         if payload == b"[DONE]" {
             return Ok(true);
         }
+        let content_before = self.text.len();
         let text_bytes = self.absorb(payload, url)?;
+        if self.reasoned && self.first_content.is_none() && self.text.len() > content_before {
+            self.first_content = Some(now);
+        }
         if text_bytes > 0 {
             self.events.push(OutputEvent {
                 at: now,
@@ -644,7 +672,10 @@ impl Output {
                 self.text.push_str(text);
                 carried += text.len();
             }
-            carried += reasoning.map_or(0, str::len);
+            if let Some(reasoning) = reasoning.filter(|r| !r.is_empty()) {
+                self.reasoned = true;
+                carried += reasoning.len();
+            }
             if self.finish.is_none()
                 && let Some(reason) = choice.finish_reason.as_deref()
             {

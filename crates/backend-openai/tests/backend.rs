@@ -722,3 +722,30 @@ async fn measured_ttft_and_itl_match_the_mock_configuration() {
         assert!((13.0..35.0).contains(&itl), "{format:?}: itl {itl} ms");
     }
 }
+
+#[tokio::test]
+async fn a_reasoning_response_records_its_first_answer_token_and_its_reasoning_tokens() {
+    let mock = server(MockServerConfig {
+        reasoning_tokens: 3,
+        itl: Duration::from_millis(20),
+        ..MockServerConfig::default()
+    })
+    .await;
+    let b = backend(&mock, |_| {}).await;
+    let r = b.resolve(request(1, 6)).await.expect("served");
+    // Three reasoning deltas, then the answer: its first token is the
+    // fourth, and the time to it is the time to first output token.
+    assert_eq!(r.timings.first_content, Some(r.timings.tokens[3]));
+    assert_eq!(r.timings.reasoning_tokens, Some(3));
+    let ttft = r.timings.ttft().expect("ttft");
+    let ttfot = r.timings.ttfot().expect("ttfot");
+    assert!(ttfot >= ttft + 0.055, "ttft {ttft}, ttfot {ttfot}");
+
+    // Without reasoning, neither is recorded.
+    let plain = server(MockServerConfig::default()).await;
+    let b = backend(&plain, |_| {}).await;
+    let r = b.resolve(request(2, 4)).await.expect("served");
+    assert_eq!(r.timings.first_content, None);
+    assert_eq!(r.timings.reasoning_tokens, None);
+    assert_eq!(r.timings.ttfot(), None);
+}

@@ -153,6 +153,8 @@ fn memory(records: u64) {
                     end: tokens.last().copied(),
                     tokens,
                     retries: 0,
+                    first_content: None,
+                    reasoning_tokens: None,
                 },
             },
             false,

@@ -391,6 +391,7 @@ fn check_data(mut args: KindArgs) -> Result<DataPlan> {
     };
     if let Some(path) = args.options.get("path").and_then(Value::as_str)
         && !std::path::Path::new(path).exists()
+        && !(args.kind == "file" && crate::data::names_a_dataset(path))
     {
         return Err(config_error(format!(
             "the data file `{path}` does not exist"

@@ -271,3 +271,71 @@ async fn a_rate_sends_a_ready_turn_before_a_new_conversation() {
         ]
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_file_runs_each_conversation_turn_by_turn_with_the_answers_as_history() {
+    // Two interleaved conversations, `a` of 2 turns and `b` of 3, whose
+    // rows are out of turn order: each runs in turn order, each later turn
+    // carrying the earlier questions and the answers the backend gave.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("chats.jsonl");
+    std::fs::write(
+        &path,
+        concat!(
+            r#"{"conversation_id": "a", "turn": 0, "prompt": "a0", "output_tokens": 2}"#,
+            "\n",
+            r#"{"conversation_id": "b", "turn": 0, "prompt": "b0"}"#,
+            "\n",
+            r#"{"conversation_id": "a", "turn": 1, "prompt": "a1"}"#,
+            "\n",
+            r#"{"conversation_id": "b", "turn": 2, "prompt": "b2"}"#,
+            "\n",
+            r#"{"conversation_id": "b", "turn": 1, "prompt": "b1"}"#,
+            "\n",
+        ),
+    )
+    .expect("write");
+    let backend = Echo::new(Duration::from_millis(10), Duration::from_millis(20));
+    let mut feed = jobs(&format!(
+        "kind=file,path=\"{}\",turn_delay=0.5",
+        path.display()
+    ));
+    let run = run(&backend, &mut feed, Strategy::concurrent(2)).await;
+    assert_eq!(run.records.len(), 5, "every turn sent once");
+    assert!(run.records.iter().all(|r| r.error.is_none()));
+
+    let seen = backend.seen();
+    let texts = |id: u64| {
+        let (_, at, input) = seen.iter().find(|(i, _, _)| *i == id).expect("sent");
+        let messages: Vec<String> = chat(input).into_iter().map(|(_, text)| text).collect();
+        (*at, messages)
+    };
+    let s = |list: &[&str]| list.iter().map(|t| (*t).to_string()).collect::<Vec<_>>();
+    // Conversation `a` is ids 0 and 1, `b` is ids 2, 3 and 4.
+    let (a0, first) = texts(0);
+    assert_eq!(first, s(&["a0"]));
+    let (a1, second) = texts(1);
+    assert_eq!(second, s(&["a0", "answer-0", "a1"]));
+    let (b0, first) = texts(2);
+    assert_eq!(first, s(&["b0"]));
+    let (b1, second) = texts(3);
+    assert_eq!(second, s(&["b0", "answer-2", "b1"]));
+    let (b2, third) = texts(4);
+    assert_eq!(third, s(&["b0", "answer-2", "b1", "answer-3", "b2"]));
+    // Each later turn goes after its predecessor's answer (20 ms) plus the
+    // think time (500 ms).
+    let gap = Duration::from_millis(520);
+    assert_eq!(a1 - a0, gap);
+    assert_eq!(b1 - b0, gap);
+    assert_eq!(b2 - b1, gap);
+    let mut turns = run.turns.clone();
+    turns.sort_by_key(|t| t.id);
+    let summary: Vec<(u64, u64, u32)> = turns
+        .iter()
+        .map(|t| (t.id, t.conversation, t.turn))
+        .collect();
+    assert_eq!(
+        summary,
+        vec![(0, 0, 0), (1, 0, 1), (2, 2, 0), (3, 2, 1), (4, 2, 2)]
+    );
+}

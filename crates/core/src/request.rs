@@ -154,6 +154,18 @@ pub struct RequestTimings {
     /// server had closed). `start` is then the send that succeeded.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub retries: u32,
+    /// For a response that reasoned first (a streamed chat whose deltas
+    /// carried `reasoning_content` or `reasoning`): when the first token of
+    /// the answer itself arrived, after the reasoning. `tokens` counts
+    /// reasoning and answer tokens alike, so TTFT is the first reasoning
+    /// token; this instant gives the time to the first output token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_content: Option<Timestamp>,
+    /// For a response that reasoned first: how many of its output tokens
+    /// were reasoning (the server's `completion_tokens_details`, else the
+    /// tokens that arrived before the first answer token).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_tokens: Option<u32>,
 }
 
 #[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference.
@@ -201,6 +213,13 @@ impl RequestTimings {
             return None;
         }
         Some(self.last_token()?.secs_since(self.start?) / n as f64)
+    }
+
+    /// Time to the first token of the answer itself, after any reasoning,
+    /// in seconds: first content token − request start. `None` unless the
+    /// backend reported reasoning ([`RequestTimings::first_content`]).
+    pub fn ttfot(&self) -> Option<f64> {
+        Some(self.first_content?.secs_since(self.start?))
     }
 
     /// Request latency, in seconds: end − start.

@@ -1,4 +1,10 @@
-//! `--data kind=file`: prompts from a local JSONL, JSON or CSV file.
+//! `--data kind=file`: prompts from a local JSONL, JSON, CSV, Parquet or
+//! Arrow IPC file, or from a Hugging Face dataset in the local cache.
+//!
+//! Parquet and Arrow files ([`super::columnar`]) are read into the same
+//! rows as JSON, so their columns map as below. `path=org/name[@revision]`,
+//! when no such file exists, reads the split `split` (default `train`) of
+//! a dataset in the Hugging Face hub cache, offline ([`super::hf`]).
 //!
 //! The file is read and checked when the source is built, so a bad file
 //! fails before the benchmark starts; items are then handed out in file
@@ -27,14 +33,33 @@
 //!   `sampling.*` options.
 //!
 //! A row whose output length is 0 is an error that names the row.
+//!
+//! Conversations (each turn one request, sent after the previous answer
+//! plus `turn_delay`, with the history as the backend answered it; see
+//! [`crate::runner::Conversation`]) come from the file in three shapes:
+//!
+//! * rows with a conversation id and a turn index (`conversation_column`,
+//!   default `conversation_id`; `turn_column`, default `turn`): the rows
+//!   of one id are its turns, ordered by their index (file order without a
+//!   turn column); conversations start in the order of their first row;
+//! * a row whose prompt is a list of chat messages (a `messages` column,
+//!   OpenAI format) with several user messages: each user message starts a
+//!   turn, with the messages before it that are not the assistant's;
+//! * ShareGPT rows, a `conversations` list of `{"from": "human" | "gpt" |
+//!   "system", "value": ...}`: the human messages are the turns.
+//!
+//! The answers a file records are never sent: later turns carry what the
+//! backend answered (`chat_turns=whole` sends a chat as one request
+//! instead, recorded answers included). `count` counts conversations.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::{Map, Value};
 
-use super::{DataItem, DataSource, History, string_option, u32_option};
+use super::{DataItem, DataSource, History, Turn, string_option, u32_option};
 use guidebench_core::options::{OptionSpec, OptionType};
 use guidebench_core::request::{ChatMessage, ContentPart, MediaSource, RequestInput};
 use guidebench_core::sampling::SamplingParams;
@@ -45,11 +70,38 @@ use guidebench_core::{Error, Result};
 pub(super) const KIND: &str = "file";
 
 /// The formats a data file may have.
-const FORMATS: &[&str] = &["jsonl", "json", "csv"];
+const FORMATS: &[&str] = &["jsonl", "json", "csv", "parquet", "arrow"];
+
+/// The extensions of data files (a `path` with one is never a dataset id).
+pub(super) const EXTENSIONS: &[&str] = &[
+    "jsonl", "ndjson", "json", "csv", "parquet", "arrow", "feather", "ipc",
+];
 
 /// The options of `--data kind=file`.
 pub const FILE_OPTIONS: &[OptionSpec] = &[
-    OptionSpec::optional("path", OptionType::String, "the data file").required(),
+    OptionSpec::optional(
+        "path",
+        OptionType::String,
+        "the data file, or a Hugging Face dataset in the local cache: org/name[@revision]",
+    )
+    .required(),
+    OptionSpec::optional(
+        "split",
+        OptionType::String,
+        "the split of a Hugging Face dataset",
+    )
+    .with_default("train"),
+    OptionSpec::optional(
+        "config",
+        OptionType::String,
+        "the config (first folder) of a Hugging Face dataset's files (default: any)",
+    ),
+    OptionSpec::optional(
+        "hub_cache",
+        OptionType::String,
+        "the Hugging Face hub cache folder (default: $HF_HUB_CACHE, else $HF_HOME/hub, \
+         else ~/.cache/huggingface/hub)",
+    ),
     OptionSpec::optional(
         "format",
         OptionType::Choice(FORMATS),
@@ -58,9 +110,9 @@ pub const FILE_OPTIONS: &[OptionSpec] = &[
     OptionSpec::optional(
         "prompt_column",
         OptionType::String,
-        "the prompt's column (text or a list of chat messages)",
+        "the prompt's column (text, a list of chat messages, or a ShareGPT conversation)",
     )
-    .with_default("prompt|text|input|question|instruction|content"),
+    .with_default("prompt|text|input|question|instruction|content|messages|conversations"),
     OptionSpec::optional(
         "output_tokens_column",
         OptionType::String,
@@ -89,9 +141,40 @@ pub const FILE_OPTIONS: &[OptionSpec] = &[
         "a column of system prompts",
     ),
     OptionSpec::optional(
+        "conversation_column",
+        OptionType::String,
+        "the column of conversation ids: rows of one id are the turns of one conversation",
+    )
+    .with_default("conversation_id"),
+    OptionSpec::optional(
+        "turn_column",
+        OptionType::String,
+        "the column of turn indexes within a conversation (default: file order)",
+    )
+    .with_default("turn"),
+    OptionSpec::optional(
+        "chat_turns",
+        OptionType::Choice(&["split", "whole"]),
+        "a chat with several user messages: one turn per user message (recorded answers not \
+         sent), or the whole chat as one request",
+    )
+    .with_default("split"),
+    OptionSpec::optional(
+        "turn_delay",
+        OptionType::Float,
+        "think time in seconds between an answer and the next turn",
+    )
+    .with_default("0"),
+    OptionSpec::optional(
+        "history",
+        OptionType::Choice(History::CHOICES),
+        "what later turns send: every earlier message, the last exchange, or none",
+    )
+    .with_default("full"),
+    OptionSpec::optional(
         "count",
         OptionType::Int,
-        "how many items to use, from the top (default: all)",
+        "how many items (conversations, with their turns) to use, from the top (default: all)",
     ),
     super::ON_ERROR,
 ];
@@ -103,6 +186,8 @@ const PROMPT_COLUMNS: &[&str] = &[
     "question",
     "instruction",
     "content",
+    "messages",
+    "conversations",
 ];
 const OUTPUT_TOKENS_COLUMNS: &[&str] = &["output_tokens", "output_tokens_count", "max_tokens"];
 const PROMPT_TOKENS_COLUMNS: &[&str] = &["prompt_tokens", "prompt_tokens_count"];
@@ -116,6 +201,10 @@ enum Format {
     Json,
     /// Comma-separated values with a header row.
     Csv,
+    /// Apache Parquet.
+    Parquet,
+    /// Arrow IPC, file (Feather v2) or stream format.
+    Arrow,
 }
 
 /// One record of the file, with where it is for error messages.
@@ -141,19 +230,55 @@ pub(super) fn read_rows(
         key: "path".to_string(),
     })?;
     let path = PathBuf::from(path);
+    if !path.exists()
+        && let Some(id) = super::hf::DatasetId::parse(&path.to_string_lossy())
+    {
+        let (snapshot, files) = super::hf::resolve(
+            &id,
+            string_option(options, "split").unwrap_or("train"),
+            string_option(options, "config"),
+            string_option(options, "hub_cache").map(PathBuf::from),
+        )?;
+        let mut rows = Vec::new();
+        let mut present = Vec::new();
+        for file in &files {
+            let label = file
+                .strip_prefix(&snapshot)
+                .unwrap_or(file)
+                .display()
+                .to_string();
+            match format_of(file)? {
+                Format::Parquet => {
+                    super::columnar::read_parquet(file, Some(&label), &mut rows, &mut present)?;
+                }
+                _ => super::columnar::read_arrow(file, Some(&label), &mut rows, &mut present)?,
+            }
+        }
+        return Ok((snapshot, rows, present));
+    }
     let format = match string_option(options, "format") {
         Some("jsonl") => Format::Jsonl,
         Some("json") => Format::Json,
         Some("csv") => Format::Csv,
+        Some("parquet") => Format::Parquet,
+        Some("arrow") => Format::Arrow,
         _ => format_of(&path)?,
     };
-    let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
-    let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
-    let (rows, present) = match format {
-        Format::Jsonl => read_jsonl(&path, text)?,
-        Format::Json => read_json(&path, text)?,
-        Format::Csv => read_csv(&path, text)?,
-    };
+    let mut rows = Vec::new();
+    let mut present = Vec::new();
+    match format {
+        Format::Parquet => super::columnar::read_parquet(&path, None, &mut rows, &mut present)?,
+        Format::Arrow => super::columnar::read_arrow(&path, None, &mut rows, &mut present)?,
+        Format::Jsonl | Format::Json | Format::Csv => {
+            let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
+            let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
+            (rows, present) = match format {
+                Format::Jsonl => read_jsonl(&path, text)?,
+                Format::Json => read_json(&path, text)?,
+                _ => read_csv(&path, text)?,
+            };
+        }
+    }
     Ok((path, rows, present))
 }
 
@@ -192,9 +317,6 @@ impl FileSource {
         let count = u32_option(context, options, "count", 0)?.map(|n| n as usize);
         let (path, mut rows, present) = read_rows(context, options)?;
         let path = path.as_path();
-        if let Some(count) = count {
-            rows.truncate(count);
-        }
 
         let find = |key: &str, defaults: &[&str]| -> Result<Option<String>> {
             match string_option(options, key) {
@@ -232,21 +354,207 @@ impl FileSource {
             system: find("system_column", &[])?,
         };
 
+        let conversation = find("conversation_column", &["conversation_id"])?;
+        let turn = find("turn_column", &["turn"])?.filter(|_| conversation.is_some());
+        if conversation.is_none() && string_option(options, "turn_column").is_some() {
+            return Err(Error::InvalidOption {
+                context: context.to_string(),
+                key: "turn_column".to_string(),
+                reason: format!(
+                    "`{}` has no conversation column; name it with conversation_column=NAME",
+                    path.display()
+                ),
+            });
+        }
+        let plan = TurnPlan {
+            think: turn_delay(context, options)?,
+            history: string_option(options, "history")
+                .and_then(History::parse)
+                .unwrap_or_default(),
+            split: string_option(options, "chat_turns") != Some("whole"),
+        };
+        if conversation.is_none()
+            && let Some(count) = count
+        {
+            rows.truncate(count);
+        }
+
         let base = path.parent().unwrap_or(Path::new(""));
-        let items = rows
-            .iter()
-            .map(|row| {
-                let origin = format!("{}, {}", path.display(), row.location);
-                item_from_row(row, &columns, base)
-                    .map(|item| DataItem {
-                        origin: origin.clone(),
-                        ..item
+        let origin = |row: &Row| format!("{}, {}", path.display(), row.location);
+        let item = |row: &Row| {
+            let origin = origin(row);
+            item_from_row(row, &columns, base)
+                .map(|item| DataItem {
+                    origin: origin.clone(),
+                    ..item
+                })
+                .map_err(|reason| Error::Config(format!("{origin}: {reason}")))
+        };
+        let mut items = match &conversation {
+            None => rows
+                .iter()
+                .map(|row| item(row).map(|item| plan.split_chat(item)))
+                .collect::<Result<VecDeque<_>>>()?,
+            Some(id_column) => {
+                let groups =
+                    group_rows(&rows, id_column, turn.as_deref()).map_err(|(row, reason)| {
+                        Error::Config(format!("{}: {reason}", origin(&rows[row])))
+                    })?;
+                groups
+                    .into_iter()
+                    .filter_map(|group| {
+                        let (first, later) = group.split_first()?;
+                        Some((*first, later.to_vec()))
                     })
-                    .map_err(|reason| Error::Config(format!("{origin}: {reason}")))
-            })
-            .collect::<Result<VecDeque<_>>>()?;
+                    .map(|(first, later)| {
+                        let mut first = item(&rows[first])?;
+                        for row in later {
+                            let later = item(&rows[row])?;
+                            first.turns.push(Turn {
+                                input: later.input,
+                                output_tokens: later.output_tokens,
+                                think: plan.think,
+                            });
+                        }
+                        first.history = plan.history;
+                        Ok(first)
+                    })
+                    .collect::<Result<VecDeque<_>>>()?
+            }
+        };
+        if let Some(count) = count {
+            items.truncate(count);
+        }
         Ok(FileSource { items, tokenizer })
     }
+}
+
+/// How a file's chats become conversations.
+#[derive(Debug, Clone, Copy)]
+struct TurnPlan {
+    /// The think time before each later turn.
+    think: Duration,
+    /// What later turns send.
+    history: History,
+    /// Whether a chat with several user messages is split into turns.
+    split: bool,
+}
+
+impl TurnPlan {
+    /// A chat item with several user messages as a conversation: each user
+    /// message starts a turn, with the messages before it that are not the
+    /// assistant's (the recorded answers are not sent). Anything else is
+    /// returned as it is.
+    fn split_chat(&self, mut item: DataItem) -> DataItem {
+        let RequestInput::Chat(messages) = &item.input else {
+            return item;
+        };
+        if !self.split || messages.iter().filter(|m| m.role == "user").count() < 2 {
+            return item;
+        }
+        let mut first = Vec::new();
+        let mut later: Vec<Vec<ChatMessage>> = Vec::new();
+        for message in messages.iter().filter(|m| m.role != "assistant") {
+            let current = later.last_mut().unwrap_or(&mut first);
+            if message.role == "user" && current.iter().any(|m| m.role == "user") {
+                later.push(vec![message.clone()]);
+            } else {
+                current.push(message.clone());
+            }
+        }
+        item.input = RequestInput::Chat(first);
+        item.turns = later
+            .into_iter()
+            .map(|messages| Turn {
+                input: RequestInput::Chat(messages),
+                output_tokens: item.output_tokens,
+                think: self.think,
+            })
+            .collect();
+        item.history = self.history;
+        item
+    }
+}
+
+/// The `turn_delay` option as a duration.
+fn turn_delay(context: &str, options: &Map<String, Value>) -> Result<Duration> {
+    let Some(value) = options.get("turn_delay") else {
+        return Ok(Duration::ZERO);
+    };
+    value
+        .as_f64()
+        .and_then(|seconds| Duration::try_from_secs_f64(seconds).ok())
+        .ok_or_else(|| Error::InvalidOption {
+            context: context.to_string(),
+            key: "turn_delay".to_string(),
+            reason: format!("expected seconds >= 0, got {value}"),
+        })
+}
+
+/// The rows of each conversation (indexes into `rows`), conversations in
+/// the order of their first row, turns by their index (file order without
+/// a turn column). The error is the row at fault and why.
+fn group_rows(
+    rows: &[Row],
+    id_column: &str,
+    turn_column: Option<&str>,
+) -> std::result::Result<Vec<Vec<usize>>, (usize, String)> {
+    let mut groups: Vec<Vec<(u64, usize)>> = Vec::new();
+    let mut by_id: HashMap<String, usize> = HashMap::new();
+    for (index, row) in rows.iter().enumerate() {
+        let id = match row.fields.get(id_column) {
+            Some(Value::String(text)) if !text.trim().is_empty() => text.trim().to_string(),
+            Some(Value::Number(n)) => n.to_string(),
+            other => {
+                return Err((
+                    index,
+                    format!(
+                        "column `{id_column}`: expected a conversation id, got {}",
+                        other.unwrap_or(&Value::Null)
+                    ),
+                ));
+            }
+        };
+        let group = *by_id.entry(id.clone()).or_insert_with(|| {
+            groups.push(Vec::new());
+            groups.len() - 1
+        });
+        let turn = match turn_column {
+            None => groups[group].len() as u64,
+            Some(column) => {
+                let value = row.fields.get(column).unwrap_or(&Value::Null);
+                let turn = match value {
+                    Value::Number(n) => n.as_u64(),
+                    Value::String(text) => text.trim().parse::<u64>().ok(),
+                    _ => None,
+                };
+                let turn = turn.ok_or_else(|| {
+                    (
+                        index,
+                        format!("column `{column}`: expected a turn index >= 0, got {value}"),
+                    )
+                })?;
+                if let Some((_, other)) = groups[group].iter().find(|(t, _)| *t == turn) {
+                    return Err((
+                        index,
+                        format!(
+                            "column `{column}`: conversation `{id}` has turn {turn} already, at {}",
+                            rows[*other].location
+                        ),
+                    ));
+                }
+                turn
+            }
+        };
+        groups[group].push((turn, index));
+    }
+    Ok(groups
+        .into_iter()
+        .map(|mut turns| {
+            turns.sort_by_key(|(turn, _)| *turn);
+            turns.into_iter().map(|(_, row)| row).collect()
+        })
+        .collect())
 }
 
 impl DataSource for FileSource {
@@ -278,9 +586,11 @@ fn format_of(path: &Path) -> Result<Format> {
         Some("jsonl" | "ndjson") => Ok(Format::Jsonl),
         Some("json") => Ok(Format::Json),
         Some("csv") => Ok(Format::Csv),
+        Some("parquet") => Ok(Format::Parquet),
+        Some("arrow" | "feather" | "ipc") => Ok(Format::Arrow),
         _ => Err(Error::Config(format!(
-            "cannot tell the format of data file `{}` from its extension; \
-             name it .jsonl, .json or .csv, or set format={}",
+            "cannot tell the format of data file `{}` from its extension; name it .jsonl, \
+             .json, .csv, .parquet or .arrow, or set format={}",
             path.display(),
             FORMATS.join("|")
         ))),
@@ -632,15 +942,29 @@ fn token_count(value: &Value) -> Option<u32> {
     u32::try_from(n).ok().filter(|n| *n > 0)
 }
 
-/// Whether a list looks like chat messages: objects with a `role`.
+/// Whether a list looks like chat messages: objects with a `role` (or,
+/// ShareGPT-style, a `from`).
 fn looks_like_chat(list: &[Value]) -> bool {
     !list.is_empty()
-        && list
-            .iter()
-            .all(|m| m.as_object().is_some_and(|m| m.contains_key("role")))
+        && list.iter().all(|m| {
+            m.as_object()
+                .is_some_and(|m| m.contains_key("role") || m.contains_key("from"))
+        })
 }
 
-/// Chat messages from JSON: `{"role": ..., "content": text | [parts]}`.
+/// The chat role of a ShareGPT `from` value.
+fn sharegpt_role(from: &str) -> Option<&'static str> {
+    match from.to_ascii_lowercase().as_str() {
+        "human" | "user" => Some("user"),
+        "gpt" | "assistant" | "chatgpt" | "bard" | "bing" | "model" => Some("assistant"),
+        "system" => Some("system"),
+        "tool" | "function" | "observation" => Some("tool"),
+        _ => None,
+    }
+}
+
+/// Chat messages from JSON: `{"role": ..., "content": text | [parts]}`,
+/// or ShareGPT's `{"from": "human" | "gpt" | "system", "value": ...}`.
 fn chat(messages: &[Value], base: &Path) -> std::result::Result<Vec<ChatMessage>, String> {
     messages
         .iter()
@@ -652,11 +976,16 @@ fn chat(messages: &[Value], base: &Path) -> std::result::Result<Vec<ChatMessage>
                     "expected an object with `role` and `content`, got {message}"
                 ))
             })?;
-            let role = object
-                .get("role")
-                .and_then(Value::as_str)
-                .ok_or_else(|| at("expected a text `role`".to_string()))?;
-            let content = match object.get("content") {
+            let role = match (object.get("role"), object.get("from")) {
+                (Some(Value::String(role)), _) => role.as_str(),
+                (None, Some(Value::String(from))) => sharegpt_role(from).ok_or_else(|| {
+                    at(format!(
+                        "unknown `from` value `{from}`; expected human, gpt or system"
+                    ))
+                })?,
+                _ => return Err(at("expected a text `role`".to_string())),
+            };
+            let content = match object.get("content").or_else(|| object.get("value")) {
                 None | Some(Value::Null) => Vec::new(),
                 Some(Value::String(text)) => vec![ContentPart::text(text.clone())],
                 Some(Value::Array(parts)) => parts
@@ -1139,5 +1468,172 @@ mod tests {
                 source: MediaSource::Path(dir.path().join("b.png")),
             }
         );
+    }
+
+    /// The texts of a chat's messages, role and text.
+    fn said(input: &RequestInput) -> Vec<(String, String)> {
+        match input {
+            RequestInput::Text(text) => vec![("user".to_string(), text.clone())],
+            RequestInput::Chat(messages) => messages
+                .iter()
+                .map(|m| {
+                    let text = m
+                        .content
+                        .iter()
+                        .filter_map(|p| match p {
+                            ContentPart::Text { text } => Some(text.as_str()),
+                            _ => None,
+                        })
+                        .collect::<String>();
+                    (m.role.clone(), text)
+                })
+                .collect(),
+        }
+    }
+
+    fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
+        list.iter()
+            .map(|(r, t)| ((*r).to_string(), (*t).to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn rows_with_a_conversation_id_become_conversations_ordered_by_turn() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = write(
+            dir.path(),
+            "chats.csv",
+            "session,step,prompt,output_tokens\nx,1,second,4\ny,0,alone,2\nx,0,first,3\n",
+        );
+        let items = all(&mut open(
+            &path,
+            ",conversation_column=session,turn_column=step,turn_delay=1.5,history=last",
+        )
+        .expect("source"));
+        assert_eq!(items.len(), 2, "two conversations, in order of first row");
+        assert_eq!(items[0].input, RequestInput::Text("first".to_string()));
+        assert_eq!(items[0].output_tokens, Some(3));
+        assert_eq!(items[0].history, History::Last);
+        assert_eq!(
+            items[0].turns,
+            vec![Turn {
+                input: RequestInput::Text("second".to_string()),
+                output_tokens: Some(4),
+                think: Duration::from_millis(1500),
+            }]
+        );
+        assert_eq!(items[1].input, RequestInput::Text("alone".to_string()));
+        assert!(items[1].turns.is_empty());
+
+        let limited =
+            all(&mut open(&path, ",conversation_column=session,count=1").expect("source"));
+        assert_eq!(limited.len(), 1, "count counts conversations");
+        assert_eq!(limited[0].turns.len(), 1);
+    }
+
+    #[test]
+    fn a_bad_turn_index_names_the_row() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = write(
+            dir.path(),
+            "bad.jsonl",
+            concat!(
+                r#"{"conversation_id": 1, "turn": 0, "prompt": "a"}"#,
+                "\n",
+                r#"{"conversation_id": 1, "turn": "two", "prompt": "b"}"#,
+                "\n"
+            ),
+        );
+        let message = error_of(open(&path, ""));
+        assert!(message.contains("bad.jsonl, line 2"), "{message}");
+        assert!(message.contains("column `turn`"), "{message}");
+        assert!(message.contains("\"two\""), "{message}");
+
+        let twice = write(
+            dir.path(),
+            "twice.jsonl",
+            concat!(
+                r#"{"conversation_id": "c", "turn": 1, "prompt": "a"}"#,
+                "\n\n",
+                r#"{"conversation_id": "c", "turn": 1, "prompt": "b"}"#,
+                "\n"
+            ),
+        );
+        let message = error_of(open(&twice, ""));
+        assert!(message.contains("twice.jsonl, line 3"), "{message}");
+        assert!(message.contains("turn 1 already, at line 1"), "{message}");
+
+        let missing = write(
+            dir.path(),
+            "missing.jsonl",
+            "{\"prompt\": \"a\", \"turn\": 0}\n",
+        );
+        let message = error_of(open(&missing, ",turn_column=turn"));
+        assert!(message.contains("conversation_column"), "{message}");
+    }
+
+    #[test]
+    fn a_chat_with_several_user_messages_is_a_conversation_without_the_recorded_answers() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = write(
+            dir.path(),
+            "messages.jsonl",
+            concat!(
+                r#"{"messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}, {"role": "assistant", "content": "recorded"}, {"role": "user", "content": "more"}], "output_tokens": 5}"#,
+                "\n"
+            ),
+        );
+        let items = all(&mut open(&path, "").expect("source"));
+        assert_eq!(
+            said(&items[0].input),
+            pairs(&[("system", "be brief"), ("user", "hi")])
+        );
+        assert_eq!(items[0].turns.len(), 1);
+        assert_eq!(said(&items[0].turns[0].input), pairs(&[("user", "more")]));
+        assert_eq!(items[0].turns[0].output_tokens, Some(5));
+
+        let whole = all(&mut open(&path, ",chat_turns=whole").expect("source"));
+        assert!(whole[0].turns.is_empty());
+        assert_eq!(said(&whole[0].input).len(), 4, "the recorded chat as it is");
+    }
+
+    #[test]
+    fn a_sharegpt_row_maps_its_human_messages_to_turns() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = write(
+            dir.path(),
+            "sharegpt.json",
+            r#"[{"id": "q1", "conversations": [
+                {"from": "system", "value": "you help"},
+                {"from": "human", "value": "first question"},
+                {"from": "gpt", "value": "a recorded answer"},
+                {"from": "human", "value": "second question"},
+                {"from": "gpt", "value": "another"},
+                {"from": "human", "value": "third question"}
+            ]}]"#,
+        );
+        let items = all(&mut open(&path, "").expect("source"));
+        assert_eq!(items.len(), 1, "one row, one conversation");
+        assert_eq!(
+            said(&items[0].input),
+            pairs(&[("system", "you help"), ("user", "first question")])
+        );
+        let later: Vec<_> = items[0].turns.iter().map(|t| said(&t.input)).collect();
+        assert_eq!(
+            later,
+            vec![
+                pairs(&[("user", "second question")]),
+                pairs(&[("user", "third question")])
+            ]
+        );
+
+        let bad = write(
+            dir.path(),
+            "bad.jsonl",
+            "{\"conversations\": [{\"from\": \"robot\", \"value\": \"x\"}]}\n",
+        );
+        let message = error_of(open(&bad, ""));
+        assert!(message.contains("bad.jsonl, line 1"), "{message}");
+        assert!(message.contains("`robot`"), "{message}");
     }
 }

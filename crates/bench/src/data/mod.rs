@@ -8,8 +8,10 @@
 //!
 //! * `synthetic_text` ([`SyntheticTextSource`]): reproducible prompts of
 //!   exact token counts through the model's tokenizer;
-//! * `file` ([`FileSource`]): a local JSONL, JSON or CSV file with column
-//!   mapping, chat conversations and image and audio columns;
+//! * `file` ([`FileSource`]): a local JSONL, JSON, CSV, Parquet or Arrow
+//!   file, or a Hugging Face dataset in the local cache, with column
+//!   mapping, chat conversations (also multi-turn: conversation ids and
+//!   turn indexes, `messages`, ShareGPT) and image and audio columns;
 //! * `trace` ([`TraceSource`]): a recorded request trace (plain or
 //!   Mooncake), each item with its recorded send offset, for
 //!   `--profile kind=replay`.
@@ -27,7 +29,9 @@ use guidebench_core::{Error, Result};
 
 pub use crate::runner::History;
 
+mod columnar;
 pub mod file;
+mod hf;
 pub mod synthetic;
 #[cfg(test)]
 mod testing;
@@ -156,6 +160,12 @@ pub fn create_source(
             &context, &options, tokenizer,
         )?)),
     }
+}
+
+/// Whether a `path` of `kind=file` names a Hugging Face dataset
+/// (`org/name[@revision]`, read from the local cache) rather than a file.
+pub(crate) fn names_a_dataset(path: &str) -> bool {
+    hf::DatasetId::parse(path).is_some()
 }
 
 /// Reads an integer option, checked by [`check_options`], within `min..=max`.

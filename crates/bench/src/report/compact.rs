@@ -85,6 +85,23 @@ pub struct CompactRecord {
     /// absent for a single request.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub turn: Option<Box<CompactTurn>>,
+    /// The reasoning of a response that reasoned before answering; absent
+    /// otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning: Option<Box<CompactReasoning>>,
+}
+
+/// What a record keeps of a response's reasoning (see
+/// [`RequestTimings::first_content`] and [`RequestTimings::reasoning_tokens`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompactReasoning {
+    /// When the first token of the answer itself arrived, after the
+    /// reasoning (µs offset); absent when the response was all reasoning.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_content: Option<i64>,
+    /// How many output tokens were reasoning.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<u32>,
 }
 
 /// Where a request stands in its conversation.
@@ -301,6 +318,12 @@ impl CompactRecords {
             retries: t.retries,
             excluded: None,
             turn: None,
+            reasoning: (t.first_content.is_some() || t.reasoning_tokens.is_some()).then(|| {
+                Box::new(CompactReasoning {
+                    first_content: offset(t.first_content),
+                    tokens: t.reasoning_tokens,
+                })
+            }),
         };
         self.records.push(compact);
     }
@@ -327,6 +350,8 @@ impl CompactRecords {
                     .collect(),
                 end: at(record.end),
                 retries: record.retries,
+                first_content: at(record.reasoning.as_ref().and_then(|r| r.first_content)),
+                reasoning_tokens: record.reasoning.as_ref().and_then(|r| r.tokens),
             },
         }
     }
@@ -351,6 +376,9 @@ impl CompactRecords {
             copy.dispatched = moved(record.dispatched);
             copy.end = moved(record.end);
             copy.first_token = moved(record.first_token);
+            if let Some(reasoning) = copy.reasoning.as_mut() {
+                reasoning.first_content = moved(reasoning.first_content);
+            }
             self.records.push(copy);
         }
     }
@@ -405,6 +433,8 @@ mod tests {
                 tokens: (0..16).map(|i| at_us(20_000 + i * 7_013)).collect(),
                 end: Some(at_us(140_000)),
                 retries: 2,
+                first_content: None,
+                reasoning_tokens: None,
             },
         }
     }
@@ -539,6 +569,10 @@ mod tests {
                         tokens,
                         end: tail.map(|t| at(last + t)),
                         retries: 0,
+                        // Reasoning, on some records: the answer's first
+                        // token and a reasoning count survive the round trip.
+                        first_content: tail.map(|t| at(start + t)),
+                        reasoning_tokens: delay.map(|d| u32::try_from(d).unwrap_or(0)),
                     },
                 };
                 let compact = CompactRecords::from_records(origin, [&record]);

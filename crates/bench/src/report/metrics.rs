@@ -46,6 +46,16 @@ pub struct StatusMetrics {
     /// Prompt + output tokens per request, over the requests that report
     /// prompt tokens.
     pub total_tokens: Distribution,
+    /// Time to first output token in seconds: `first answer token − start`,
+    /// over the responses that reasoned before answering (a streamed chat
+    /// whose deltas carried `reasoning_content` or `reasoning`); TTFT
+    /// counts the first reasoning token. Absent when no response reasoned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttfot: Option<Distribution>,
+    /// Reasoning tokens per request, over the responses that reasoned;
+    /// absent when none did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_tokens: Option<Distribution>,
 }
 
 impl StatusMetrics {
@@ -60,8 +70,18 @@ impl StatusMetrics {
         let mut prompt = Vec::new();
         let mut output = Vec::new();
         let mut total = Vec::new();
+        let mut ttfot = Vec::new();
+        let mut reasoning = Vec::new();
         for r in records {
             count += 1;
+            if let Some(thought) = &r.reasoning {
+                if let (Some(first), Some(start)) = (thought.first_content, r.start) {
+                    ttfot.push(micros_as_secs(first.saturating_sub(start)));
+                }
+                if let Some(tokens) = thought.tokens {
+                    reasoning.push(f64::from(tokens));
+                }
+            }
             if let (Some(start), Some(end)) = (r.start, r.end) {
                 latency.push(micros_as_secs(end.saturating_sub(start)));
             }
@@ -93,6 +113,8 @@ impl StatusMetrics {
             prompt_tokens: Distribution::from_values(prompt),
             output_tokens: Distribution::from_values(output),
             total_tokens: Distribution::from_values(total),
+            ttfot: (!ttfot.is_empty()).then(|| Distribution::from_values(ttfot)),
+            reasoning_tokens: (!reasoning.is_empty()).then(|| Distribution::from_values(reasoning)),
         }
     }
 }
@@ -300,6 +322,28 @@ mod tests {
         let compact = CompactRecords::from_records(ms(0), &records);
         let metrics = BenchmarkMetrics::compute(&compact, ms(0), ms(1_000));
         (compact, metrics)
+    }
+
+    #[test]
+    fn time_to_first_output_token_is_measured_only_over_responses_that_reasoned() {
+        let (_, m) = fixture();
+        assert_eq!(m.successful.ttfot, None, "no reasoning, no distribution");
+        assert_eq!(m.successful.reasoning_tokens, None);
+
+        // Request 1 reasons for two tokens (100 and 120 ms) and answers from
+        // 160 ms; request 2 does not reason.
+        let mut a = served(1, 0, &[100, 120, 160, 200], 210, 10);
+        a.timings.first_content = Some(ms(160));
+        a.timings.reasoning_tokens = Some(2);
+        let b = served(2, 100, &[300, 400], 400, 20);
+        let compact = CompactRecords::from_records(ms(0), &[a, b]);
+        let m = BenchmarkMetrics::compute(&compact, ms(0), ms(1_000));
+        let ttfot = m.successful.ttfot.expect("one response reasoned");
+        assert_eq!(ttfot.count, 1);
+        assert!(close(ttfot.mean, 0.160), "{}", ttfot.mean);
+        assert!(close(m.successful.ttft.mean, 0.150), "TTFT is unchanged");
+        let reasoning = m.successful.reasoning_tokens.expect("counted");
+        assert!(close(reasoning.mean, 2.0));
     }
 
     #[test]

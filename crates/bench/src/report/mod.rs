@@ -146,6 +146,8 @@ pub(crate) mod tests {
                     .collect(),
                 end: Some(ms(start + 140)),
                 retries: 0,
+                first_content: None,
+                reasoning_tokens: None,
             },
         }
     }

@@ -587,6 +587,8 @@ impl Backend for OfflineBackend {
                     .collect(),
                 end: Some(clock.wall(end)),
                 retries: 0,
+                first_content: None,
+                reasoning_tokens: None,
             },
         })
     }
