@@ -45,6 +45,53 @@ pub struct MetricComparison {
     pub difference: Option<Interval>,
     /// What the difference amounts to.
     pub verdict: Verdict,
+    /// `(candidate − baseline) / baseline` in percent, where both exist and
+    /// the baseline is not 0.
+    pub change_percent: Option<f64>,
+    /// Whether less is better for this metric (times), or more (rates,
+    /// attainment).
+    pub lower_is_better: bool,
+}
+
+impl MetricComparison {
+    /// A row with its change in percent filled in.
+    fn new(
+        metric: &'static str,
+        baseline: Option<f64>,
+        candidate: Option<f64>,
+        difference: Option<Interval>,
+        verdict: Verdict,
+        lower_is_better: bool,
+    ) -> Self {
+        let change_percent = match (baseline, candidate) {
+            (Some(a), Some(c)) if a != 0.0 => Some((c - a) / a * 100.0),
+            _ => None,
+        };
+        MetricComparison {
+            metric,
+            baseline,
+            candidate,
+            difference,
+            verdict,
+            change_percent,
+            lower_is_better,
+        }
+    }
+
+    /// Which side has the better value (`"baseline"` or `"candidate"`),
+    /// whether or not the difference is beyond chance; `None` when they are
+    /// equal or one is missing.
+    pub fn better_side(&self) -> Option<&'static str> {
+        let (a, c) = (self.baseline?, self.candidate?);
+        if a == c {
+            return None;
+        }
+        Some(if (c < a) == self.lower_is_better {
+            "candidate"
+        } else {
+            "baseline"
+        })
+    }
 }
 
 /// One benchmark in both runs.
@@ -130,13 +177,14 @@ fn mean_row(metric: &'static str, a: &Distribution, b: &Distribution) -> MetricC
         upper: i.upper * 1e3,
     };
     let difference = welch(a, b).map(scaled);
-    MetricComparison {
+    MetricComparison::new(
         metric,
-        baseline: (a.count > 0).then_some(a.mean * 1e3),
-        candidate: (b.count > 0).then_some(b.mean * 1e3),
+        (a.count > 0).then_some(a.mean * 1e3),
+        (b.count > 0).then_some(b.mean * 1e3),
         difference,
-        verdict: verdict_of(difference, true),
-    }
+        verdict_of(difference, true),
+        true,
+    )
 }
 
 fn p95_row(metric: &'static str, a: &Distribution, b: &Distribution) -> MetricComparison {
@@ -147,23 +195,18 @@ fn p95_row(metric: &'static str, a: &Distribution, b: &Distribution) -> MetricCo
         (Some(_), Some(_)) => Verdict::NoDifference,
         _ => Verdict::Unknown,
     };
-    MetricComparison {
+    MetricComparison::new(
         metric,
-        baseline: at(a).map(|v| v * 1e3),
-        candidate: at(b).map(|v| v * 1e3),
-        difference: None,
+        at(a).map(|v| v * 1e3),
+        at(b).map(|v| v * 1e3),
+        None,
         verdict,
-    }
+        true,
+    )
 }
 
 fn rate_row(metric: &'static str, a: f64, b: f64) -> MetricComparison {
-    MetricComparison {
-        metric,
-        baseline: Some(a),
-        candidate: Some(b),
-        difference: None,
-        verdict: Verdict::Unknown,
-    }
+    MetricComparison::new(metric, Some(a), Some(b), None, Verdict::Unknown, false)
 }
 
 fn compare_benchmark(a: &BenchmarkReport, b: &BenchmarkReport) -> BenchmarkComparison {
@@ -199,13 +242,14 @@ fn compare_benchmark(a: &BenchmarkReport, b: &BenchmarkReport) -> BenchmarkCompa
             lower: i.lower * 100.0,
             upper: i.upper * 100.0,
         };
-        metrics.push(MetricComparison {
-            metric: "attainment %",
-            baseline: x.attainment.map(|p| p * 100.0),
-            candidate: y.attainment.map(|p| p * 100.0),
-            difference: difference.map(percent),
-            verdict: verdict_of(difference, false),
-        });
+        metrics.push(MetricComparison::new(
+            "attainment %",
+            x.attainment.map(|p| p * 100.0),
+            y.attainment.map(|p| p * 100.0),
+            difference.map(percent),
+            verdict_of(difference, false),
+            false,
+        ));
     }
     BenchmarkComparison {
         name: b.name.clone(),
@@ -260,10 +304,9 @@ pub fn comparison_text(comparison: &Comparison) -> String {
     let mut rows = Vec::new();
     for b in &comparison.benchmarks {
         for (i, m) in b.metrics.iter().enumerate() {
-            let change = match (m.baseline, m.candidate) {
-                (Some(a), Some(c)) if a != 0.0 => format!("{:+.1} %", (c - a) / a * 100.0),
-                _ => "-".into(),
-            };
+            let change = m
+                .change_percent
+                .map_or_else(|| "-".into(), |p| format!("{p:+.1} %"));
             rows.push(vec![
                 if i == 0 {
                     b.name.clone()

@@ -13,6 +13,7 @@
     clippy::cast_sign_loss
 )]
 
+mod chart;
 mod compact;
 mod compare;
 mod console;
@@ -30,7 +31,7 @@ pub use compare::{
 pub use console::console_summary;
 pub use csv::{to_csv, write_csv};
 pub use footprint::{ClientFootprint, ProcessUsage};
-pub use html::{to_html, write_html};
+pub use html::{comparison_to_html, render_html, to_html, write_html};
 pub use keeping_up::{
     CPU_SHARE, ClientSaturation, MIN_CPU_WALL_S, MIN_DISPATCH_BOUND_S, MIN_PLANNED,
     client_saturation,
