@@ -59,7 +59,8 @@ enum Command {
 struct ExportArgs {
     /// A report written by `--output kind=json,path=FILE`.
     file: std::path::PathBuf,
-    /// Where it goes: console, json, csv, html (repeatable; default console).
+    /// Where it goes: console, json, yaml, csv, html, plot (repeatable;
+    /// default console).
     #[arg(long)]
     output: Vec<String>,
 }

@@ -4,8 +4,10 @@
 //! ([`CompactRecords`]); every metric ([`BenchmarkMetrics`]) is computed
 //! from that form, so a saved [`Report`] re-reads, re-reports and merges
 //! exactly. A report renders as versioned JSON ([`Report::write_json`]),
-//! CSV ([`to_csv`]), console tables ([`console_summary`]) and a
-//! self-contained HTML page ([`to_html`]).
+//! YAML ([`to_yaml`]), CSV ([`to_csv`]), console tables
+//! ([`console_summary`]), a self-contained HTML page ([`to_html`]; several
+//! runs on one page with [`comparison_to_html`]) and a PNG of the main
+//! charts ([`write_plot`]).
 #![deny(
     clippy::cast_possible_truncation,
     clippy::cast_possible_wrap,
@@ -23,6 +25,8 @@ mod html;
 mod keeping_up;
 mod metrics;
 mod model;
+mod plot;
+mod yaml;
 
 pub use compact::{CompactRecord, CompactRecords, Excluded, round_to_micros};
 pub use compare::{
@@ -38,6 +42,8 @@ pub use keeping_up::{
 };
 pub use metrics::{BenchmarkMetrics, StatusMetrics};
 pub use model::{BenchmarkReport, Environment, GUIDEBENCH_VERSION, Report, SCHEMA_VERSION};
+pub use plot::{PLOT_SIZE, write_plot};
+pub use yaml::{to_yaml, write_yaml};
 
 use crate::metrics::Distribution;
 use guidebench_core::clock::Timestamp;
