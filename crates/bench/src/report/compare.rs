@@ -288,6 +288,38 @@ pub fn compare(baseline: &Report, candidate: &Report) -> Comparison {
     comparison
 }
 
+/// The runs of `report` to compare, named `name`: the report itself, or,
+/// when its benchmarks carry several backend labels (a run of several
+/// backends side by side), one report per label, named `name label`, its
+/// benchmarks without the label.
+pub fn split_by_backend(name: &str, report: &Report) -> Vec<(String, Report)> {
+    let mut labels: Vec<Option<&str>> = Vec::new();
+    for b in &report.benchmarks {
+        if !labels.contains(&b.backend.as_deref()) {
+            labels.push(b.backend.as_deref());
+        }
+    }
+    if labels.len() < 2 {
+        return vec![(name.to_owned(), report.clone())];
+    }
+    labels
+        .into_iter()
+        .map(|label| {
+            let mut part = report.clone();
+            part.benchmarks.retain(|b| b.backend.as_deref() == label);
+            for b in &mut part.benchmarks {
+                b.backend = None;
+            }
+            let named = match (name.is_empty(), label) {
+                (_, None) => name.to_owned(),
+                (true, Some(l)) => l.to_owned(),
+                (false, Some(l)) => format!("{name} {l}"),
+            };
+            (named, part)
+        })
+        .collect()
+}
+
 /// The comparison as text: one table row per benchmark and metric.
 pub fn comparison_text(comparison: &Comparison) -> String {
     let r = Align::Right;
@@ -297,6 +329,7 @@ pub fn comparison_text(comparison: &Comparison) -> String {
         Column::new("", "baseline", r),
         Column::new("", "candidate", r),
         Column::new("", "change", r),
+        Column::new("", "better", Align::Left),
         Column::new("", "95 % interval of the difference", r),
         Column::new("", "verdict", Align::Left),
     ];
@@ -317,6 +350,7 @@ pub fn comparison_text(comparison: &Comparison) -> String {
                 number(m.baseline),
                 number(m.candidate),
                 change,
+                m.better_side().unwrap_or("").to_owned(),
                 m.difference.map_or_else(String::new, |d| {
                     format!("[{:+.2}, {:+.2}]", d.lower, d.upper)
                 }),
@@ -398,6 +432,44 @@ mod tests {
             text.contains("worse") && text.contains("within chance"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn the_better_side_follows_the_direction_of_each_metric() {
+        let time =
+            |a, c| MetricComparison::new("t", Some(a), Some(c), None, Verdict::Unknown, true);
+        let rate =
+            |a, c| MetricComparison::new("r", Some(a), Some(c), None, Verdict::Unknown, false);
+        assert_eq!(time(10.0, 8.0).better_side(), Some("candidate"));
+        assert_eq!(time(8.0, 10.0).better_side(), Some("baseline"));
+        assert_eq!(rate(10.0, 12.0).better_side(), Some("candidate"));
+        assert_eq!(rate(12.0, 10.0).better_side(), Some("baseline"));
+        assert_eq!(rate(12.0, 12.0).better_side(), None);
+        let change = time(10.0, 8.0).change_percent.expect("a change");
+        assert!((change + 20.0).abs() < 1e-9, "{change}");
+        assert_eq!(time(0.0, 8.0).change_percent, None);
+    }
+
+    #[test]
+    fn a_report_of_two_backends_splits_into_two_runs_to_compare() {
+        let mut report = sample_report();
+        let mut second = report.benchmarks[0].clone();
+        report.benchmarks[0].backend = Some("a".into());
+        report.benchmarks[1].backend = Some("a".into());
+        second.backend = Some("b".into());
+        report.benchmarks.push(second);
+        let runs = split_by_backend("run.json", &report);
+        let names: Vec<&str> = runs.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["run.json a", "run.json b"]);
+        assert_eq!(runs[0].1.benchmarks.len(), 2);
+        assert_eq!(runs[1].1.benchmarks.len(), 1);
+        assert!(
+            runs.iter()
+                .all(|(_, r)| r.benchmarks.iter().all(|b| b.backend.is_none()))
+        );
+        let c = compare(&runs[0].1, &runs[1].1);
+        assert_eq!(c.benchmarks.len(), 1, "paired by name");
+        assert_eq!(split_by_backend("plain.json", &sample_report()).len(), 1);
     }
 
     #[test]

@@ -910,18 +910,19 @@ fn delta_rows(comparison: &Comparison) -> Vec<DeltaRow> {
     let mut rows = Vec::new();
     for b in &comparison.benchmarks {
         for m in &b.metrics {
-            let number = |v: Option<f64>| fixed(v, 2);
             rows.push(DeltaRow {
                 benchmark: b.name.clone(),
                 metric: m.metric,
-                baseline: number(m.baseline),
-                candidate: number(m.candidate),
-                change: fixed(m.change_percent, 1).replace("-", "−"),
+                baseline: fixed(m.baseline, 2),
+                candidate: fixed(m.candidate, 2),
+                change: m.change_percent.map_or_else(
+                    || "-".to_owned(),
+                    |p| format!("{p:+.1} %").replace('-', "−"),
+                ),
                 better: m.better_side().unwrap_or(""),
                 verdict: match m.verdict {
-                    Verdict::Better => "better",
-                    Verdict::Worse => "worse",
-                    Verdict::NoDifference => "within chance",
+                    Verdict::Better | Verdict::Worse => "yes",
+                    Verdict::NoDifference => "no, within chance",
                     Verdict::Unknown => "",
                 },
             });
@@ -1216,8 +1217,9 @@ mod tests {
             .split("<tr")
             .find(|r| r.contains("TTFT mean ms"))
             .expect("a TTFT row");
-        assert!(row.contains("class=\"better\">baseline"), "{row}");
-        assert!(row.contains("worse"), "{row}");
+        assert!(row.contains("class=\"num better\""), "{row}");
+        assert!(row.contains("<td class=\"better\">base.json</td>"), "{row}");
+        assert!(row.contains("<td>yes</td>"), "beyond chance: {row}");
         assert!(html.split("<svg class=\"chart\"").count() > 6);
     }
 }

@@ -31,6 +31,7 @@ mod yaml;
 pub use compact::{CompactRecord, CompactRecords, Excluded, round_to_micros};
 pub use compare::{
     BenchmarkComparison, Comparison, MetricComparison, Verdict, compare, comparison_text,
+    split_by_backend,
 };
 pub use console::console_summary;
 pub use csv::{to_csv, write_csv};
