@@ -78,6 +78,7 @@ try {
     await tab.screenshot({ path: join(outDir, `${name}.png`), fullPage: true });
     // One screenshot per view, for the docs.
     const views = {
+      summary: 'h1',
       load: '#load',
       deltas: '#deltas',
     };
@@ -88,7 +89,7 @@ try {
       const top = await el.evaluate((e) => e.getBoundingClientRect().top + window.scrollY);
       await tab.screenshot({
         path: join(outDir, `${name}-${view}.png`),
-        clip: { x: 0, y: top - 8, width: 1280, height: 720 },
+        clip: { x: 0, y: Math.max(0, top - 8), width: 1280, height: 720 },
         fullPage: true,
       });
     }

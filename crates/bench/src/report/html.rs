@@ -227,13 +227,61 @@ fn bin_width_us(span_us: i64) -> i64 {
         .unwrap_or(10 * magnitude)
 }
 
+/// The mean number of requests in flight over bins of a round width (about
+/// 60 over the run), as step points `(bin start s, mean)` with the last
+/// bin's end; `events` are `(µs offset, +1 send / −1 end)`. A step per send
+/// and end would draw a solid block for a synchronous run; the mean per
+/// bin shows the level and its changes.
+fn mean_in_flight(mut events: Vec<(i64, i64)>) -> Vec<(f64, f64)> {
+    events.sort_unstable();
+    let (Some(&(lo, _)), Some(&(hi, _))) = (events.first(), events.last()) else {
+        return Vec::new();
+    };
+    let width = bin_width_us(hi - lo);
+    let first = lo.div_euclid(width);
+    let bins = usize::try_from(hi.div_euclid(width) - first + 1).unwrap_or(1);
+    // µs × requests accumulated in each bin.
+    let mut area = vec![0.0_f64; bins];
+    let mut level = 0_i64;
+    let mut at = lo;
+    for (next, change) in events {
+        // Spread `level` over [at, next) bin by bin.
+        let mut from = at;
+        while from < next && level != 0 {
+            let k = from.div_euclid(width);
+            let to = next.min((k + 1) * width);
+            if let Some(a) = usize::try_from(k - first)
+                .ok()
+                .and_then(|i| area.get_mut(i))
+            {
+                #[allow(clippy::cast_precision_loss)] // µs spans and counts far below 2^52.
+                let added = (to - from) as f64 * level as f64;
+                *a += added;
+            }
+            from = to;
+        }
+        at = next;
+        level += change;
+    }
+    #[allow(clippy::cast_precision_loss)] // a bin's width in µs.
+    let width_f = width as f64;
+    let mut points: Vec<(f64, f64)> = (first..)
+        .zip(&area)
+        .map(|(k, a)| (micros_as_secs(k.saturating_mul(width)), a / width_f))
+        .collect();
+    if let Some(&(x, y)) = points.last() {
+        points.push((x + micros_as_secs(width), y));
+    }
+    points
+}
+
 /// Requests in flight, output tokens/s, TTFT per request and dispatch
 /// delay over the run, in seconds from the benchmark's start, for the
 /// benchmarks named `name` (one series per run); warm-up and cool-down
 /// shaded.
 fn timelines(name: &str, runs: &[Run<'_>]) -> Vec<Chart> {
     let x = "seconds from the benchmark's start";
-    let mut in_flight = Chart::new("Requests in flight", x, "requests");
+    let mut in_flight = Chart::new("Requests in flight (mean per bin)", x, "requests");
     let mut tokens = Chart::new("Output tokens/s", x, "tokens/s");
     let mut ttft = Chart::new("TTFT of each request (by send time)", x, "TTFT ms");
     let mut delay = Chart::new("Dispatch delay (actual − planned send)", x, "delay ms");
@@ -255,17 +303,9 @@ fn timelines(name: &str, runs: &[Run<'_>]) -> Vec<Chart> {
                     events.push((r.end.unwrap_or(end_us.max(start)), -1));
                 }
             }
-            events.sort_unstable();
-            let mut level = 0_i64;
-            let mut steps = vec![];
-            for (at, change) in events {
-                level += change;
-                #[allow(clippy::cast_precision_loss)] // a count of requests.
-                steps.push((micros_as_secs(at), level as f64));
-            }
             in_flight.series.push(
                 Series::new(series_label(run, "in flight"), run.colour, Mark::Step)
-                    .with_points(steps),
+                    .with_points(mean_in_flight(events)),
             );
             // Output tokens/s, by bins of a round width.
             let instants: Vec<i64> = records.iter().flat_map(|r| r.token_offsets()).collect();
@@ -1156,6 +1196,22 @@ mod tests {
             command_of(&report).as_deref(),
             Some("guidebench run --slo 'ttft=1s, itl=2ms'")
         );
+    }
+
+    #[test]
+    fn requests_in_flight_are_averaged_over_each_bin() {
+        // Two requests over 0–60 ms and 30–60 ms: bins of 1 ms, one
+        // request in flight until 30 ms, two after.
+        let points = mean_in_flight(vec![(0, 1), (30_000, 1), (60_000, -1), (60_000, -1)]);
+        assert_eq!(points.first(), Some(&(0.0, 1.0)));
+        assert_eq!(points[29], (0.029, 1.0));
+        assert_eq!(points[30], (0.03, 2.0));
+        assert_eq!(points[59].1, 2.0);
+        // The last bin starts at 60 ms, when both have ended.
+        assert_eq!(points[60].1, 0.0);
+        // Half a bin of one request: a mean of one half.
+        let half = mean_in_flight(vec![(0, 1), (500, -1), (2_000, 1), (2_000, -1)]);
+        assert_eq!(half[0], (0.0, 0.5));
     }
 
     #[test]
