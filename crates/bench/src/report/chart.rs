@@ -92,6 +92,18 @@ pub(crate) struct Band {
     pub label: &'static str,
 }
 
+/// A dashed reference line across the plot: an objective, say.
+#[derive(Debug, Clone)]
+pub(crate) struct Rule {
+    /// `true` for a vertical line at x = `at`, `false` for a horizontal
+    /// one at y = `at`.
+    pub vertical: bool,
+    /// Where it is drawn.
+    pub at: f64,
+    /// What it is, written beside it.
+    pub label: String,
+}
+
 /// A chart: a title, two axes and its series.
 #[derive(Debug, Clone)]
 pub(crate) struct Chart {
@@ -105,6 +117,8 @@ pub(crate) struct Chart {
     pub series: Vec<Series>,
     /// Shaded stretches of the x axis.
     pub bands: Vec<Band>,
+    /// Reference lines (always within the axes' ranges).
+    pub rules: Vec<Rule>,
 }
 
 const WIDTH: f64 = 560.0;
@@ -132,6 +146,7 @@ impl Chart {
             y_label: y_label.into(),
             series: Vec::new(),
             bands: Vec::new(),
+            rules: Vec::new(),
         }
     }
 
@@ -161,6 +176,13 @@ impl Chart {
         }
         if !b.0.is_finite() {
             return (0.0, 1.0, 0.0, 1.0);
+        }
+        for rule in self.rules.iter().filter(|r| r.at.is_finite()) {
+            if rule.vertical {
+                b = (b.0.min(rule.at), b.1.max(rule.at), b.2, b.3);
+            } else {
+                b = (b.0, b.1, b.2.min(rule.at), b.3.max(rule.at));
+            }
         }
         if b.0 > 0.0 && b.0 < b.1 * 0.5 {
             b.0 = 0.0;
@@ -232,6 +254,30 @@ impl Chart {
                 (a + b) / 2.0,
                 top + 12.0,
                 escape(band.label)
+            );
+        }
+        for rule in self.rules.iter().filter(|r| r.at.is_finite()) {
+            let (x1, x2, y1, y2, tx, ty, anchor) = if rule.vertical {
+                let x = sx(rule.at);
+                (x, x, top, top + plot_h, x - 4.0, top + 24.0, "end")
+            } else {
+                let y = sy(rule.at);
+                (
+                    LEFT,
+                    LEFT + plot_w,
+                    y,
+                    y,
+                    LEFT + plot_w - 4.0,
+                    y - 4.0,
+                    "end",
+                )
+            };
+            let _ = writeln!(
+                out,
+                "<line class=\"rule\" x1=\"{x1:.1}\" x2=\"{x2:.1}\" y1=\"{y1:.1}\" \
+                 y2=\"{y2:.1}\"/><text class=\"rule-label\" x=\"{tx:.1}\" y=\"{ty:.1}\" \
+                 text-anchor=\"{anchor}\">{}</text>",
+                escape(&rule.label)
             );
         }
         // Grid and ticks.
@@ -515,6 +561,23 @@ mod tests {
         let empty = chart_with(Vec::new(), Mark::LinePoints);
         assert!(!empty.has_data());
         assert!(empty.to_svg().contains("data-points=\"0\""));
+    }
+
+    #[test]
+    fn a_rule_is_drawn_within_the_axes_even_beyond_the_data() {
+        let mut chart = chart_with(vec![(0.0, 1.0), (1.0, 2.0)], Mark::LinePoints);
+        chart.rules.push(Rule {
+            vertical: false,
+            at: 50.0,
+            label: "objective".into(),
+        });
+        let svg = chart.to_svg();
+        assert!(svg.contains("class=\"rule\""), "{svg}");
+        // The y axis reaches the rule: a tick at 50 or above.
+        assert!(
+            svg.contains(">50</text>") || svg.contains(">60</text>"),
+            "{svg}"
+        );
     }
 
     #[test]

@@ -33,7 +33,7 @@ use minijinja::{AutoEscape, Environment};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use super::chart::{Band, Chart, Mark, PALETTE, Series, cdf_points};
+use super::chart::{Band, Chart, Mark, PALETTE, Rule, Series, cdf_points};
 use super::compact::{CompactRecord, Excluded};
 use super::compare::{Comparison, Verdict, compare};
 use super::model::{BenchmarkReport, Report};
@@ -84,6 +84,25 @@ pub(crate) fn runs_of<'a>(report: &'a Report, prefix: &str, first_colour: usize)
         .collect()
 }
 
+/// The TTFT and latency objectives (seconds) of the first benchmark of
+/// `runs` that was judged against objectives.
+fn objectives(runs: &[Run<'_>]) -> (Option<f64>, Option<f64>) {
+    runs.iter()
+        .flat_map(|r| &r.benchmarks)
+        .find_map(|b| b.metrics.slo.as_ref())
+        .map_or((None, None), |s| (s.objectives.ttft, s.objectives.latency))
+}
+
+/// A dashed line at an objective of `seconds`, drawn in ms.
+fn objective_rule(vertical: bool, seconds: Option<f64>) -> Option<Rule> {
+    let ms = seconds? * 1e3;
+    Some(Rule {
+        vertical,
+        at: ms,
+        label: format!("objective {ms:.0} ms"),
+    })
+}
+
 /// `label stat`, or `stat` alone for an unnamed run.
 fn series_label(run: &Run<'_>, stat: &str) -> String {
     if run.label.is_empty() {
@@ -123,6 +142,7 @@ pub(crate) fn load_curves(runs: &[Run<'_>]) -> Vec<Chart> {
         ("ITL", |b| &b.metrics.successful.itl),
         ("Latency", |b| &b.metrics.successful.latency),
     ];
+    let (ttft_objective, latency_objective) = objectives(runs);
     let mut charts = Vec::new();
     for (x_name, x_of) in xs {
         for (y_name, y_of) in ys {
@@ -131,6 +151,11 @@ pub(crate) fn load_curves(runs: &[Run<'_>]) -> Vec<Chart> {
                 x_name,
                 format!("{y_name} ms"),
             );
+            chart.rules.extend(match y_name {
+                "TTFT" => objective_rule(false, ttft_objective),
+                "Latency" => objective_rule(false, latency_objective),
+                _ => None,
+            });
             for run in runs {
                 for (p, dashed) in [(50.0, false), (95.0, true)] {
                     let mut points: Vec<(f64, f64)> = run
@@ -188,6 +213,7 @@ fn distributions(name: &str, runs: &[Run<'_>]) -> Vec<Chart> {
                 .collect()
         }),
     ];
+    let (ttft_objective, latency_objective) = objectives(runs);
     metrics
         .into_iter()
         .map(|(metric, values)| {
@@ -203,6 +229,11 @@ fn distributions(name: &str, runs: &[Run<'_>]) -> Vec<Chart> {
                     },
                 ),
             );
+            chart.rules.extend(match metric {
+                "TTFT" => objective_rule(true, ttft_objective),
+                "Latency" => objective_rule(true, latency_objective),
+                _ => None,
+            });
             for run in runs {
                 for b in run.benchmarks.iter().filter(|b| b.name == name) {
                     chart.series.push(
@@ -284,6 +315,7 @@ fn timelines(name: &str, runs: &[Run<'_>]) -> Vec<Chart> {
     let mut in_flight = Chart::new("Requests in flight (mean per bin)", x, "requests");
     let mut tokens = Chart::new("Output tokens/s", x, "tokens/s");
     let mut ttft = Chart::new("TTFT of each request (by send time)", x, "TTFT ms");
+    ttft.rules.extend(objective_rule(false, objectives(runs).0));
     let mut delay = Chart::new("Dispatch delay (actual − planned send)", x, "delay ms");
     let (mut warmup, mut cooldown) = (None::<(f64, f64)>, None::<(f64, f64)>);
     let widen = |band: &mut Option<(f64, f64)>, from: f64, to: f64| {
@@ -1212,6 +1244,29 @@ mod tests {
         // Half a bin of one request: a mean of one half.
         let half = mean_in_flight(vec![(0, 1), (500, -1), (2_000, 1), (2_000, -1)]);
         assert_eq!(half[0], (0.0, 0.5));
+    }
+
+    #[test]
+    fn objectives_are_drawn_on_the_ttft_and_latency_charts() {
+        let mut report = sample_report();
+        let slo = crate::slo::Slo {
+            ttft: Some(0.05),
+            latency: Some(0.2),
+            ..crate::slo::Slo::default()
+        };
+        for b in &mut report.benchmarks {
+            b.apply_slo(&slo);
+        }
+        let html = render_html(&report).expect("renders");
+        let with_rule = |needle: &str| {
+            html.split("<svg class=\"chart\"")
+                .filter(|c| c.contains(needle))
+                .count()
+        };
+        // 2 load curves + per benchmark a CDF and the per-request chart.
+        assert_eq!(with_rule("objective 50 ms"), 2 + 2 * 2);
+        assert_eq!(with_rule("objective 200 ms"), 2 + 2);
+        assert_eq!(with_rule("class=\"rule\""), 2 + 2 + 2 * 3);
     }
 
     #[test]
