@@ -504,7 +504,6 @@ struct BenchmarkSection {
 struct RunView {
     label: String,
     colour: &'static str,
-    source: String,
 }
 
 /// One metric of a comparison.
@@ -940,11 +939,10 @@ pub fn render_html(report: &Report) -> Result<String> {
             .map(|r| RunView {
                 label: r.label.clone(),
                 colour: colour(r),
-                source: String::new(),
             })
             .collect(),
         notes,
-        summary: summary_rows(&runs, &names, interrupted[0]),
+        summary: summary_rows(&runs, &names, interrupted_name(report)),
         multi_run: runs.len() > 1,
         answers: answers.trim_matches('\n').to_owned(),
         intervals: interval_rows(&runs),
@@ -1053,7 +1051,6 @@ pub fn comparison_to_html(reports: &[(String, Report)]) -> Result<String> {
             .map(|r| RunView {
                 label: r.label.clone(),
                 colour: colour(r),
-                source: String::new(),
             })
             .collect(),
         notes: reports
@@ -1295,6 +1292,18 @@ mod tests {
         assert!(html.contains("interrupted: this benchmark may be partial"));
         assert!(html.contains("1 errored (engine_panic 1)"));
         assert!(html.contains("1 incomplete at the end"));
+    }
+
+    #[test]
+    fn a_report_without_benchmarks_renders_a_page_without_charts() {
+        let mut report = Report::new(Value::Null);
+        report.interrupted = true;
+        let html = render_html(&report).expect("renders");
+        assert!(!html.contains("<svg"));
+        assert!(html.contains("The run was interrupted"));
+        let page = comparison_to_html(&[("a".into(), report.clone()), ("b".into(), report)])
+            .expect("renders");
+        assert!(!page.contains("<svg"));
     }
 
     #[test]
