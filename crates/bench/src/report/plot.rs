@@ -365,6 +365,17 @@ mod tests {
     use crate::report::tests::sample_report;
 
     #[test]
+    fn a_report_without_benchmarks_still_plots_its_axes() {
+        let report = Report::new(serde_json::Value::Null);
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("empty.png");
+        write_plot(&report, &path).expect("plot");
+        let decoder = png::Decoder::new(std::fs::File::open(&path).expect("open"));
+        let info = decoder.read_info().expect("a PNG").info().clone();
+        assert_eq!((info.width, info.height), PLOT_SIZE);
+    }
+
+    #[test]
     fn the_plot_is_a_png_of_the_stated_size_with_text_and_every_series() {
         let mut report = sample_report();
         let mut other = report.benchmarks[0].clone();
