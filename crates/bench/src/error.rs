@@ -42,6 +42,37 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+
+    /// A report page could not be rendered from its template (a bug in the
+    /// template, never in the report).
+    #[error("cannot render the {what}: {source}")]
+    Render {
+        /// Which page.
+        what: &'static str,
+        /// minijinja's account of it.
+        #[source]
+        source: minijinja::Error,
+    },
+
+    /// A chart image could not be drawn or encoded.
+    #[error("cannot draw the charts into `{path}`: {source}")]
+    Plot {
+        /// The image file.
+        path: std::path::PathBuf,
+        /// What the plotting library reported.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+
+    /// A report could not be written as YAML.
+    #[error("cannot write {context} as YAML: {source}")]
+    Yaml {
+        /// What was being written.
+        context: String,
+        /// The YAML library's account of it.
+        #[source]
+        source: serde_yaml_ng::Error,
+    },
 }
 
 impl Error {
@@ -52,6 +83,7 @@ impl Error {
             Error::Item { .. } => "invalid_data_item",
             Error::Source { .. } => "data_source",
             Error::Start { .. } => "start",
+            Error::Render { .. } | Error::Plot { .. } | Error::Yaml { .. } => "report",
         }
     }
 
@@ -61,7 +93,10 @@ impl Error {
         match self {
             Error::Core(err) => err.is_usage(),
             Error::Item { .. } | Error::Source { .. } => true,
-            Error::Start { .. } => false,
+            Error::Start { .. }
+            | Error::Render { .. }
+            | Error::Plot { .. }
+            | Error::Yaml { .. } => false,
         }
     }
 }

@@ -46,8 +46,8 @@ enum Command {
     Backends,
     /// Re-render a saved JSON report.
     Export(ExportArgs),
-    /// Compare two saved JSON reports benchmark by benchmark, saying which
-    /// differences are beyond chance.
+    /// Compare saved JSON reports (or the backends of one) benchmark by
+    /// benchmark, saying which differences are beyond chance.
     Compare(CompareArgs),
     /// Serve an OpenAI-compatible mock server with configurable latencies and faults.
     #[cfg(feature = "openai")]
@@ -59,7 +59,8 @@ enum Command {
 struct ExportArgs {
     /// A report written by `--output kind=json,path=FILE`.
     file: std::path::PathBuf,
-    /// Where it goes: console, json, csv, html (repeatable; default console).
+    /// Where it goes: console, json, yaml, csv, html, plot (repeatable;
+    /// default console).
     #[arg(long)]
     output: Vec<String>,
 }
@@ -67,13 +68,21 @@ struct ExportArgs {
 /// Arguments of `guidebench compare`.
 #[derive(Debug, clap::Args)]
 struct CompareArgs {
-    /// The baseline report (`--output kind=json,path=FILE`).
-    baseline: std::path::PathBuf,
-    /// The candidate report.
-    candidate: std::path::PathBuf,
-    /// Write the comparison as JSON to this file as well.
+    /// Saved reports (`--output kind=json,path=FILE`): the first is the
+    /// baseline and each other is compared with it. A report of several
+    /// backends side by side counts as one run per backend, so one such
+    /// report compares its backends.
+    #[arg(required = true, num_args = 1..)]
+    reports: Vec<std::path::PathBuf>,
+    /// Write the comparison as JSON to this file as well (one object; an
+    /// array of them, one per candidate, with more than two runs).
     #[arg(long)]
     json: Option<std::path::PathBuf>,
+    /// Write a self-contained HTML page to this file as well: the
+    /// differences, and every run's load curves, distributions and
+    /// timelines overlaid, one colour per run.
+    #[arg(long)]
+    html: Option<std::path::PathBuf>,
 }
 
 /// Exit code: the run failed.
@@ -175,28 +184,82 @@ fn export(args: &ExportArgs) -> Result<(), Failure> {
 }
 
 fn compare(args: &CompareArgs) -> Result<(), Failure> {
-    use guidebench_bench::report::{Report, compare, comparison_text};
-    let baseline = Report::read_json(&args.baseline)?;
-    let candidate = Report::read_json(&args.candidate)?;
-    let comparison = compare(&baseline, &candidate);
-    if comparison.benchmarks.is_empty() {
+    use guidebench_bench::report::{
+        Report, compare, comparison_text, comparison_to_html, split_by_backend,
+    };
+    let name_of = |path: &std::path::Path| {
+        let file = path
+            .file_name()
+            .map(|f| f.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let shared = args
+            .reports
+            .iter()
+            .filter(|p| p.file_name() == path.file_name())
+            .count();
+        if shared > 1 || file.is_empty() {
+            path.display().to_string()
+        } else {
+            file
+        }
+    };
+    let mut runs = Vec::new();
+    for path in &args.reports {
+        let report = Report::read_json(path)?;
+        runs.extend(split_by_backend(&name_of(path), &report));
+    }
+    let Some(((base_name, baseline), candidates)) = runs.split_first() else {
+        return Err(Failure::Usage(anyhow::anyhow!("no report to compare")));
+    };
+    if candidates.is_empty() {
         return Err(Failure::Usage(anyhow::anyhow!(
-            "the two reports have no benchmark name in common (baseline: {}; candidate: {})",
-            comparison.only_in_baseline.join(", "),
-            comparison.only_in_candidate.join(", ")
+            "compare needs two reports, or one report of several backends; `{base_name}` is \
+             one run"
         )));
     }
-    println!(
-        "baseline {} vs candidate {} (95 % intervals of candidate − baseline; \
-         means by Welch's t, p95 by non-overlapping intervals, attainment by Newcombe)",
-        args.baseline.display(),
-        args.candidate.display()
-    );
-    print!("{}", comparison_text(&comparison));
+    let mut comparisons = Vec::new();
+    for (name, candidate) in candidates {
+        let comparison = compare(baseline, candidate);
+        if comparison.benchmarks.is_empty() {
+            return Err(Failure::Usage(anyhow::anyhow!(
+                "{base_name} and {name} have no benchmark name in common ({base_name}: {}; \
+                 {name}: {})",
+                comparison.only_in_baseline.join(", "),
+                comparison.only_in_candidate.join(", ")
+            )));
+        }
+        println!(
+            "baseline {base_name} vs candidate {name} (95 % intervals of candidate − baseline; \
+             means by Welch's t, p95 by non-overlapping intervals, attainment by Newcombe)"
+        );
+        print!("{}", comparison_text(&comparison));
+        comparisons.push((name, comparison));
+    }
+    let write = |path: &std::path::Path, text: String| {
+        std::fs::write(path, text)
+            .map_err(|e| Failure::Run(anyhow::anyhow!("cannot write `{}`: {e}", path.display())))
+    };
     if let Some(path) = &args.json {
-        let text = serde_json::to_string_pretty(&comparison).map_err(|e| Failure::Run(e.into()))?;
-        std::fs::write(path, text + "\n")
-            .map_err(|e| Failure::Run(anyhow::anyhow!("cannot write `{}`: {e}", path.display())))?;
+        let value = match comparisons.as_slice() {
+            [(_, only)] => serde_json::to_value(only),
+            many => serde_json::to_value(
+                many.iter()
+                    .map(|(name, c)| {
+                        serde_json::json!({
+                            "baseline": base_name,
+                            "candidate": name,
+                            "comparison": c,
+                        })
+                    })
+                    .collect::<Vec<_>>(),
+            ),
+        }
+        .map_err(|e| Failure::Run(e.into()))?;
+        let text = serde_json::to_string_pretty(&value).map_err(|e| Failure::Run(e.into()))?;
+        write(path, text + "\n")?;
+    }
+    if let Some(path) = &args.html {
+        write(path, comparison_to_html(&runs)?)?;
     }
     Ok(())
 }

@@ -3,7 +3,9 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, anyhow};
-use guidebench_bench::report::{Report, console_summary, write_csv, write_html};
+use guidebench_bench::report::{
+    Report, console_summary, write_csv, write_html, write_plot, write_yaml,
+};
 use guidebench_core::options::{KindArgs, OptionSpec, OptionType, check_options, parse_kind_args};
 
 /// Every output kind with its options, for help and checks.
@@ -29,6 +31,14 @@ pub const OUTPUT_KINDS: &[(&str, &[OptionSpec])] = &[
             .with_default("false"),
         ],
     ),
+    (
+        "plot",
+        &[OptionSpec::optional("path", OptionType::String, "PNG file to write").required()],
+    ),
+    (
+        "yaml",
+        &[OptionSpec::optional("path", OptionType::String, "file to write").required()],
+    ),
 ];
 
 /// One parsed `--output`.
@@ -40,6 +50,10 @@ pub enum Output {
     Csv(PathBuf),
     /// A self-contained HTML page.
     Html(PathBuf),
+    /// The main charts as a PNG image.
+    Plot(PathBuf),
+    /// The JSON report as YAML.
+    Yaml(PathBuf),
     /// The whole report, per-request records included.
     Json {
         /// Where.
@@ -80,6 +94,8 @@ impl Output {
             "console" => Output::Console,
             "csv" => Output::Csv(path()),
             "html" => Output::Html(path()),
+            "plot" => Output::Plot(path()),
+            "yaml" => Output::Yaml(path()),
             _ => Output::Json {
                 path: path(),
                 include_text: args
@@ -113,6 +129,10 @@ impl Output {
                 .with_context(|| format!("cannot write the CSV report to {}", path.display())),
             Output::Html(path) => write_html(report, path)
                 .with_context(|| format!("cannot write the HTML report to {}", path.display())),
+            Output::Plot(path) => write_plot(report, path)
+                .with_context(|| format!("cannot write the chart image to {}", path.display())),
+            Output::Yaml(path) => write_yaml(report, path)
+                .with_context(|| format!("cannot write the YAML report to {}", path.display())),
             Output::Json { path, .. } => report
                 .write_json(path)
                 .with_context(|| format!("cannot write the JSON report to {}", path.display())),

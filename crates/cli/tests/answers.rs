@@ -99,3 +99,82 @@ fn compare_says_which_differences_are_beyond_chance() {
         text(&out.stderr)
     );
 }
+
+#[test]
+fn compare_draws_an_html_page_and_compares_the_backends_of_one_report() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let run = |token_time: &str| {
+        let path = dir.path().join(format!("{token_time}.json"));
+        let out = guidebench(&[
+            "run",
+            "--backend",
+            &format!("kind=offline,engine=mock,batch_size=4,token_time={token_time}"),
+            "--data",
+            "kind=synthetic_text,prompt_tokens=8,output_tokens=8",
+            "--profile",
+            "kind=concurrent,streams=1;4",
+            "--constraint",
+            "kind=max_requests,count=24",
+            "--output",
+            &format!("kind=json,path={}", path.display()),
+        ]);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        read_json(&path)
+    };
+    // One report of two backends side by side, as a run of several
+    // backends writes it: each benchmark carries its backend's label.
+    let mut report = run("1ms");
+    let mut slow = run("6ms");
+    for (value, label) in [(&mut report, "fast"), (&mut slow, "slow")] {
+        for b in value["benchmarks"].as_array_mut().expect("benchmarks") {
+            b["backend"] = serde_json::Value::from(label);
+        }
+    }
+    let slow_benchmarks = slow["benchmarks"].as_array().expect("benchmarks").clone();
+    report["benchmarks"]
+        .as_array_mut()
+        .expect("benchmarks")
+        .extend(slow_benchmarks);
+    let both = dir.path().join("both.json");
+    std::fs::write(&both, report.to_string()).expect("write");
+    let html = dir.path().join("compare.html");
+    let out = guidebench(&[
+        "compare",
+        both.to_str().expect("utf-8"),
+        "--html",
+        html.to_str().expect("utf-8"),
+    ]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        stdout.contains("baseline both.json fast vs candidate both.json slow"),
+        "{stdout}"
+    );
+    let page = std::fs::read_to_string(&html).expect("page written");
+    assert!(
+        page.contains("both.json slow against both.json fast"),
+        "the delta table"
+    );
+    assert!(page.contains("both.json fast p50") && page.contains("both.json slow p95"));
+    assert!(page.contains("<svg class=\"chart\""));
+
+    // A report of a schema version this build does not read is refused.
+    report["schema_version"] = serde_json::Value::from(99);
+    let future = dir.path().join("future.json");
+    std::fs::write(&future, report.to_string()).expect("write");
+    let out = guidebench(&[
+        "compare",
+        both.to_str().expect("utf-8"),
+        future.to_str().expect("utf-8"),
+    ]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("schema version 99"), "{stderr}");
+
+    // One report of one backend has nothing to compare with.
+    let single = dir.path().join("single.json");
+    std::fs::write(&single, slow.to_string()).expect("write");
+    let out = guidebench(&["compare", single.to_str().expect("utf-8")]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("compare needs two reports"));
+}

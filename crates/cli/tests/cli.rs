@@ -173,7 +173,7 @@ fn bad_options_exit_2_with_a_one_line_reason() {
         ),
         (
             &["run", "--output", "kind=pdf,path=x"],
-            "available: console, csv, html, json",
+            "available: console, csv, html, json, plot, yaml",
         ),
         (&["run", "--warmup", "soon"], "warmup"),
         (
@@ -304,6 +304,52 @@ fn export_re_renders_a_saved_report_with_the_same_tables() {
         3,
         "a header and one row per benchmark: {csv}"
     );
+}
+
+#[test]
+fn export_writes_the_report_as_yaml_a_png_of_its_charts_and_an_html_page() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let json = dir.path().join("report.json");
+    let run = guidebench(&[
+        "run",
+        "--backend",
+        "kind=offline,engine=mock,batch_size=2",
+        "--data",
+        "kind=synthetic_text,prompt_tokens=8,output_tokens=4",
+        "--profile",
+        "kind=concurrent,streams=1;2",
+        "--constraint",
+        "kind=max_requests,count=6",
+        "--output",
+        &format!("kind=json,path={}", json.display()),
+    ]);
+    assert_eq!(run.status.code(), Some(0), "{}", text(&run.stderr));
+    let (yaml, png, html) = (
+        dir.path().join("report.yaml"),
+        dir.path().join("report.png"),
+        dir.path().join("report.html"),
+    );
+    let export = guidebench(&[
+        "export",
+        json.to_str().expect("utf-8 path"),
+        "--output",
+        &format!("kind=yaml,path={}", yaml.display()),
+        "--output",
+        &format!("kind=plot,path={}", png.display()),
+        "--output",
+        &format!("kind=html,path={}", html.display()),
+    ]);
+    assert_eq!(export.status.code(), Some(0), "{}", text(&export.stderr));
+    let from_yaml: Value =
+        serde_yaml_ng::from_str(&std::fs::read_to_string(&yaml).expect("yaml written"))
+            .expect("valid YAML");
+    assert_eq!(from_yaml, read_json(&json), "the YAML is the JSON report");
+    let png = std::fs::read(&png).expect("png written");
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n", "a PNG signature");
+    let size = |at: usize| u32::from_be_bytes(png[at..at + 4].try_into().expect("4 bytes"));
+    assert_eq!((size(16), size(20)), (1800, 1100), "the image's size");
+    let html = std::fs::read_to_string(&html).expect("html written");
+    assert!(html.contains("<svg class=\"chart\""), "charts on the page");
 }
 
 #[test]

@@ -45,6 +45,53 @@ pub struct MetricComparison {
     pub difference: Option<Interval>,
     /// What the difference amounts to.
     pub verdict: Verdict,
+    /// `(candidate − baseline) / baseline` in percent, where both exist and
+    /// the baseline is not 0.
+    pub change_percent: Option<f64>,
+    /// Whether less is better for this metric (times), or more (rates,
+    /// attainment).
+    pub lower_is_better: bool,
+}
+
+impl MetricComparison {
+    /// A row with its change in percent filled in.
+    fn new(
+        metric: &'static str,
+        baseline: Option<f64>,
+        candidate: Option<f64>,
+        difference: Option<Interval>,
+        verdict: Verdict,
+        lower_is_better: bool,
+    ) -> Self {
+        let change_percent = match (baseline, candidate) {
+            (Some(a), Some(c)) if a != 0.0 => Some((c - a) / a * 100.0),
+            _ => None,
+        };
+        MetricComparison {
+            metric,
+            baseline,
+            candidate,
+            difference,
+            verdict,
+            change_percent,
+            lower_is_better,
+        }
+    }
+
+    /// Which side has the better value (`"baseline"` or `"candidate"`),
+    /// whether or not the difference is beyond chance; `None` when they are
+    /// equal or one is missing.
+    pub fn better_side(&self) -> Option<&'static str> {
+        let (a, c) = (self.baseline?, self.candidate?);
+        if a == c {
+            return None;
+        }
+        Some(if (c < a) == self.lower_is_better {
+            "candidate"
+        } else {
+            "baseline"
+        })
+    }
 }
 
 /// One benchmark in both runs.
@@ -130,13 +177,14 @@ fn mean_row(metric: &'static str, a: &Distribution, b: &Distribution) -> MetricC
         upper: i.upper * 1e3,
     };
     let difference = welch(a, b).map(scaled);
-    MetricComparison {
+    MetricComparison::new(
         metric,
-        baseline: (a.count > 0).then_some(a.mean * 1e3),
-        candidate: (b.count > 0).then_some(b.mean * 1e3),
+        (a.count > 0).then_some(a.mean * 1e3),
+        (b.count > 0).then_some(b.mean * 1e3),
         difference,
-        verdict: verdict_of(difference, true),
-    }
+        verdict_of(difference, true),
+        true,
+    )
 }
 
 fn p95_row(metric: &'static str, a: &Distribution, b: &Distribution) -> MetricComparison {
@@ -147,23 +195,18 @@ fn p95_row(metric: &'static str, a: &Distribution, b: &Distribution) -> MetricCo
         (Some(_), Some(_)) => Verdict::NoDifference,
         _ => Verdict::Unknown,
     };
-    MetricComparison {
+    MetricComparison::new(
         metric,
-        baseline: at(a).map(|v| v * 1e3),
-        candidate: at(b).map(|v| v * 1e3),
-        difference: None,
+        at(a).map(|v| v * 1e3),
+        at(b).map(|v| v * 1e3),
+        None,
         verdict,
-    }
+        true,
+    )
 }
 
 fn rate_row(metric: &'static str, a: f64, b: f64) -> MetricComparison {
-    MetricComparison {
-        metric,
-        baseline: Some(a),
-        candidate: Some(b),
-        difference: None,
-        verdict: Verdict::Unknown,
-    }
+    MetricComparison::new(metric, Some(a), Some(b), None, Verdict::Unknown, false)
 }
 
 fn compare_benchmark(a: &BenchmarkReport, b: &BenchmarkReport) -> BenchmarkComparison {
@@ -199,13 +242,14 @@ fn compare_benchmark(a: &BenchmarkReport, b: &BenchmarkReport) -> BenchmarkCompa
             lower: i.lower * 100.0,
             upper: i.upper * 100.0,
         };
-        metrics.push(MetricComparison {
-            metric: "attainment %",
-            baseline: x.attainment.map(|p| p * 100.0),
-            candidate: y.attainment.map(|p| p * 100.0),
-            difference: difference.map(percent),
-            verdict: verdict_of(difference, false),
-        });
+        metrics.push(MetricComparison::new(
+            "attainment %",
+            x.attainment.map(|p| p * 100.0),
+            y.attainment.map(|p| p * 100.0),
+            difference.map(percent),
+            verdict_of(difference, false),
+            false,
+        ));
     }
     BenchmarkComparison {
         name: b.name.clone(),
@@ -244,6 +288,38 @@ pub fn compare(baseline: &Report, candidate: &Report) -> Comparison {
     comparison
 }
 
+/// The runs of `report` to compare, named `name`: the report itself, or,
+/// when its benchmarks carry several backend labels (a run of several
+/// backends side by side), one report per label, named `name label`, its
+/// benchmarks without the label.
+pub fn split_by_backend(name: &str, report: &Report) -> Vec<(String, Report)> {
+    let mut labels: Vec<Option<&str>> = Vec::new();
+    for b in &report.benchmarks {
+        if !labels.contains(&b.backend.as_deref()) {
+            labels.push(b.backend.as_deref());
+        }
+    }
+    if labels.len() < 2 {
+        return vec![(name.to_owned(), report.clone())];
+    }
+    labels
+        .into_iter()
+        .map(|label| {
+            let mut part = report.clone();
+            part.benchmarks.retain(|b| b.backend.as_deref() == label);
+            for b in &mut part.benchmarks {
+                b.backend = None;
+            }
+            let named = match (name.is_empty(), label) {
+                (_, None) => name.to_owned(),
+                (true, Some(l)) => l.to_owned(),
+                (false, Some(l)) => format!("{name} {l}"),
+            };
+            (named, part)
+        })
+        .collect()
+}
+
 /// The comparison as text: one table row per benchmark and metric.
 pub fn comparison_text(comparison: &Comparison) -> String {
     let r = Align::Right;
@@ -253,6 +329,7 @@ pub fn comparison_text(comparison: &Comparison) -> String {
         Column::new("", "baseline", r),
         Column::new("", "candidate", r),
         Column::new("", "change", r),
+        Column::new("", "better", Align::Left),
         Column::new("", "95 % interval of the difference", r),
         Column::new("", "verdict", Align::Left),
     ];
@@ -260,10 +337,9 @@ pub fn comparison_text(comparison: &Comparison) -> String {
     let mut rows = Vec::new();
     for b in &comparison.benchmarks {
         for (i, m) in b.metrics.iter().enumerate() {
-            let change = match (m.baseline, m.candidate) {
-                (Some(a), Some(c)) if a != 0.0 => format!("{:+.1} %", (c - a) / a * 100.0),
-                _ => "-".into(),
-            };
+            let change = m
+                .change_percent
+                .map_or_else(|| "-".into(), |p| format!("{p:+.1} %"));
             rows.push(vec![
                 if i == 0 {
                     b.name.clone()
@@ -274,6 +350,7 @@ pub fn comparison_text(comparison: &Comparison) -> String {
                 number(m.baseline),
                 number(m.candidate),
                 change,
+                m.better_side().unwrap_or("").to_owned(),
                 m.difference.map_or_else(String::new, |d| {
                     format!("[{:+.2}, {:+.2}]", d.lower, d.upper)
                 }),
@@ -355,6 +432,44 @@ mod tests {
             text.contains("worse") && text.contains("within chance"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn the_better_side_follows_the_direction_of_each_metric() {
+        let time =
+            |a, c| MetricComparison::new("t", Some(a), Some(c), None, Verdict::Unknown, true);
+        let rate =
+            |a, c| MetricComparison::new("r", Some(a), Some(c), None, Verdict::Unknown, false);
+        assert_eq!(time(10.0, 8.0).better_side(), Some("candidate"));
+        assert_eq!(time(8.0, 10.0).better_side(), Some("baseline"));
+        assert_eq!(rate(10.0, 12.0).better_side(), Some("candidate"));
+        assert_eq!(rate(12.0, 10.0).better_side(), Some("baseline"));
+        assert_eq!(rate(12.0, 12.0).better_side(), None);
+        let change = time(10.0, 8.0).change_percent.expect("a change");
+        assert!((change + 20.0).abs() < 1e-9, "{change}");
+        assert_eq!(time(0.0, 8.0).change_percent, None);
+    }
+
+    #[test]
+    fn a_report_of_two_backends_splits_into_two_runs_to_compare() {
+        let mut report = sample_report();
+        let mut second = report.benchmarks[0].clone();
+        report.benchmarks[0].backend = Some("a".into());
+        report.benchmarks[1].backend = Some("a".into());
+        second.backend = Some("b".into());
+        report.benchmarks.push(second);
+        let runs = split_by_backend("run.json", &report);
+        let names: Vec<&str> = runs.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["run.json a", "run.json b"]);
+        assert_eq!(runs[0].1.benchmarks.len(), 2);
+        assert_eq!(runs[1].1.benchmarks.len(), 1);
+        assert!(
+            runs.iter()
+                .all(|(_, r)| r.benchmarks.iter().all(|b| b.backend.is_none()))
+        );
+        let c = compare(&runs[0].1, &runs[1].1);
+        assert_eq!(c.benchmarks.len(), 1, "paired by name");
+        assert_eq!(split_by_backend("plain.json", &sample_report()).len(), 1);
     }
 
     #[test]

@@ -4,8 +4,10 @@
 //! ([`CompactRecords`]); every metric ([`BenchmarkMetrics`]) is computed
 //! from that form, so a saved [`Report`] re-reads, re-reports and merges
 //! exactly. A report renders as versioned JSON ([`Report::write_json`]),
-//! CSV ([`to_csv`]), console tables ([`console_summary`]) and a
-//! self-contained HTML page ([`to_html`]).
+//! YAML ([`to_yaml`]), CSV ([`to_csv`]), console tables
+//! ([`console_summary`]), a self-contained HTML page ([`to_html`]; several
+//! runs on one page with [`comparison_to_html`]) and a PNG of the main
+//! charts ([`write_plot`]).
 #![deny(
     clippy::cast_possible_truncation,
     clippy::cast_possible_wrap,
@@ -13,6 +15,7 @@
     clippy::cast_sign_loss
 )]
 
+mod chart;
 mod compact;
 mod compare;
 mod console;
@@ -22,16 +25,19 @@ mod html;
 mod keeping_up;
 mod metrics;
 mod model;
+mod plot;
 mod side_by_side;
+mod yaml;
 
 pub use compact::{CompactRecord, CompactRecords, CompactTurn, Excluded, round_to_micros};
 pub use compare::{
     BenchmarkComparison, Comparison, MetricComparison, Verdict, compare, comparison_text,
+    split_by_backend,
 };
 pub use console::console_summary;
 pub use csv::{to_csv, write_csv};
 pub use footprint::{ClientFootprint, ProcessUsage};
-pub use html::{to_html, write_html};
+pub use html::{comparison_to_html, render_html, to_html, write_html};
 pub use keeping_up::{
     CPU_SHARE, ClientSaturation, MIN_CPU_WALL_S, MIN_DISPATCH_BOUND_S, MIN_PLANNED,
     client_saturation,
@@ -42,6 +48,8 @@ pub use model::{
     SCHEMA_VERSION,
 };
 pub use side_by_side::{BackendOutcome, backend_labels, combine};
+pub use plot::{PLOT_SIZE, write_plot};
+pub use yaml::{to_yaml, write_yaml};
 
 use crate::metrics::Distribution;
 use guidebench_core::clock::Timestamp;
