@@ -53,7 +53,8 @@ pub struct RunArgs {
     /// gives one value per benchmark).
     #[arg(long)]
     constraint: Vec<String>,
-    /// Where the report goes: console, json, csv, html (repeatable; default console).
+    /// Where the report goes: console, json, csv, html, yaml, plot (repeatable; default
+    /// console).
     #[arg(long)]
     output: Vec<String>,
     /// A tokenizer.json (or a model folder) for synthetic data, instead of the backend's.

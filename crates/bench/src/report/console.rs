@@ -232,7 +232,8 @@ fn describe_backend(info: &serde_json::Map<String, Value>, config: &Value) -> St
                 parts.push(device);
             }
             if let Some(threads) = engine.get("threads").and_then(Value::as_u64) {
-                parts.push(format!("{threads} threads"));
+                let plural = if threads == 1 { "" } else { "s" };
+                parts.push(format!("{threads} thread{plural}"));
             }
         }
         _ => {

@@ -871,6 +871,23 @@ fn machine_facts(report: &Report) -> Vec<Fact> {
 fn engine_facts(report: &Report) -> Vec<Fact> {
     let mut facts = Vec::new();
     flatten("", &report.environment.backend, &mut facts);
+    // Side by side: each backend's own facts under its label, what stopped
+    // one, and whether greedy outputs agreed.
+    for run in &report.backends {
+        flatten(&run.label, &run.environment, &mut facts);
+        if let Some(failure) = &run.failure {
+            facts.push(fact(format!("{}: failed", run.label), failure.clone()));
+        }
+    }
+    for a in &report.agreement {
+        facts.push(fact(
+            format!(
+                "greedy outputs, {} vs {} in {}",
+                a.backend, a.reference, a.benchmark
+            ),
+            format!("{} of {} identical", a.agreed, a.compared),
+        ));
+    }
     if let Some(Value::Object(sampling)) = report.config.get("sampling") {
         flatten("sampling", sampling, &mut facts);
     }
@@ -1201,6 +1218,41 @@ mod tests {
             "{load}"
         );
         assert!(load.contains("fast p50") && load.contains("slow &quot;&lt;b&gt;&quot; p95"));
+    }
+
+    #[test]
+    fn each_backend_of_a_side_by_side_run_is_described_with_its_agreement() {
+        use crate::report::{BackendRun, OutputAgreement};
+        let mut report = two_backend_report();
+        report.environment.backend.clear();
+        for (label, engine) in [("fast", "candle"), ("slow \"<b>\"", "ort")] {
+            let environment = serde_json::json!({"engine": {"engine": engine}, "load_time_s": 1.5});
+            report.backends.push(BackendRun {
+                label: label.into(),
+                config: serde_json::json!({"kind": "offline"}),
+                environment: environment.as_object().cloned().expect("object"),
+                interrupted: false,
+                failure: None,
+                conclusion: None,
+            });
+        }
+        report.agreement.push(OutputAgreement {
+            benchmark: "synchronous".into(),
+            reference: "fast".into(),
+            backend: "slow".into(),
+            compared: 10,
+            agreed: 9,
+            differing: vec![4],
+        });
+        let html = render_html(&report).expect("renders");
+        let environment = html.split("id=\"environment\"").nth(1).expect("section");
+        assert!(environment.contains("fast.engine.engine"), "{environment}");
+        assert!(environment.contains("candle") && environment.contains("ort"));
+        assert!(
+            environment.contains("greedy outputs, slow vs fast in synchronous")
+                && environment.contains("9 of 10 identical"),
+            "{environment}"
+        );
     }
 
     #[test]

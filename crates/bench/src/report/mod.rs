@@ -47,8 +47,8 @@ pub use model::{
     BackendRun, BenchmarkReport, Environment, GUIDEBENCH_VERSION, OutputAgreement, Report,
     SCHEMA_VERSION,
 };
-pub use side_by_side::{BackendOutcome, backend_labels, combine};
 pub use plot::{PLOT_SIZE, write_plot};
+pub use side_by_side::{BackendOutcome, backend_labels, combine};
 pub use yaml::{to_yaml, write_yaml};
 
 use crate::metrics::Distribution;
