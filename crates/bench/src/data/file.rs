@@ -1,10 +1,10 @@
 //! `--data kind=file`: prompts from a local JSONL, JSON, CSV, Parquet or
 //! Arrow IPC file, or from a Hugging Face dataset in the local cache.
 //!
-//! Parquet and Arrow files ([`super::columnar`]) are read into the same
+//! Parquet and Arrow files (`columnar`) are read into the same
 //! rows as JSON, so their columns map as below. `path=org/name[@revision]`,
 //! when no such file exists, reads the split `split` (default `train`) of
-//! a dataset in the Hugging Face hub cache, offline ([`super::hf`]).
+//! a dataset in the Hugging Face hub cache, offline (`hf`).
 //!
 //! The file is read and checked when the source is built, so a bad file
 //! fails before the benchmark starts; items are then handed out in file

@@ -397,7 +397,7 @@ fn summary_tables(report: &Report) -> String {
 /// device, threads, load time, machine, data, profile), then one row per
 /// benchmark with median and p95 latency, TTFT, ITL (per gap) and TPOT of
 /// successful requests in milliseconds, requests/s, output tokens/s and
-/// the request counts, in tables no wider than [`CONSOLE_WIDTH`]; then the
+/// the request counts, in tables no wider than 120 columns; then the
 /// errors by label, if any, and the answers. Plain text with aligned
 /// columns.
 pub fn console_summary(report: &Report) -> String {
