@@ -172,13 +172,52 @@ pub fn what_ran(report: &Report) -> String {
         .map(|data| data.iter().map(describe_kind).collect())
         .unwrap_or_default();
     if !kinds.is_empty() || !report.config["profile"].is_null() {
-        let _ = writeln!(
-            out,
-            "Data: {}; profile: {}",
-            kinds.join(" + "),
-            describe_kind(&report.config["profile"])
-        );
+        let profile = &report.config["profile"];
+        // A fixed list of strategies reads best as the strategies.
+        let profile = match profile.get("strategies").and_then(Value::as_array) {
+            Some(strategies) if profile["kind"] == "fixed" => strategies
+                .iter()
+                .map(describe_kind)
+                .collect::<Vec<_>>()
+                .join("; "),
+            _ => describe_kind(profile),
+        };
+        let _ = writeln!(out, "Data: {}; profile: {profile}", kinds.join(" + "));
     }
+    let mut wrapped: String = out.lines().map(|l| wrap(l, CONSOLE_WIDTH)).collect();
+    wrapped.push('\n');
+    wrapped
+}
+
+/// `line` (and a newline) broken at spaces into lines no wider than
+/// `limit` where it can be, continuation lines indented by four spaces (a
+/// single word wider than that stays whole).
+fn wrap(line: &str, limit: usize) -> String {
+    const INDENT: &str = "    ";
+    let mut out = String::new();
+    let mut rest = line;
+    let mut indent = "";
+    loop {
+        let room = limit.saturating_sub(indent.len());
+        if width(rest) <= room {
+            break;
+        }
+        let lead = rest.len() - rest.trim_start().len();
+        let Some((at, _)) = rest
+            .char_indices()
+            .rev()
+            .find(|&(i, c)| c == ' ' && i > lead && width(&rest[..i]) <= room)
+        else {
+            break;
+        };
+        out.push_str(indent);
+        out.push_str(rest[..at].trim_end());
+        out.push('\n');
+        rest = rest[at..].trim_start();
+        indent = INDENT;
+    }
+    out.push_str(indent);
+    out.push_str(rest);
     out.push('\n');
     out
 }
@@ -782,13 +821,42 @@ mod tests {
         .cloned()
         .expect("an object");
         let text = console_summary(&report);
-        let first = text.lines().next().expect("a first line");
+        let mut lines = text.lines();
+        let first = lines.next().expect("a first line");
         assert_eq!(
             first,
             "Benchmarked: offline engine candle (candle 0.11), model builtin:tiny, cpu, 2 threads, \
-             loaded in 1.25 s, static batching (batch 32, timeout 10 ms)"
+             loaded in 1.25 s, static batching"
         );
-        assert!(text.lines().nth(1).expect("line").starts_with("Machine: "));
+        assert_eq!(
+            lines.next(),
+            Some("    (batch 32, timeout 10 ms)"),
+            "wrapped at 120 columns"
+        );
+        assert!(lines.next().expect("line").starts_with("Machine: "));
+    }
+
+    #[test]
+    fn what_ran_is_wrapped_to_the_console_width() {
+        let mut report = sample_report();
+        report.environment.backend.insert(
+            "target".into(),
+            serde_json::json!(format!("http://{}.example:8000", "x".repeat(150))),
+        );
+        let text = what_ran(&report);
+        for line in text.lines() {
+            // A single word wider than the console stays whole.
+            assert!(
+                width(line) <= CONSOLE_WIDTH || !line.trim().contains(' '),
+                "{line}"
+            );
+        }
+        assert!(
+            text.contains("\n    "),
+            "continuation lines are indented: {text}"
+        );
+        assert_eq!(wrap("a b c", 3), "a b\n    c\n");
+        assert_eq!(wrap("short", 120), "short\n");
     }
 
     #[test]
