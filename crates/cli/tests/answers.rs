@@ -11,7 +11,10 @@ use common::{guidebench, read_json, text};
 fn the_goodput_search_finds_the_highest_concurrency_meeting_the_objective() {
     let dir = tempfile::tempdir().expect("tempdir");
     let tokenizer = common::tokenizer_in(dir.path());
-    let server = common::MockServer::start(&["--itl", "1ms", "--set", "ttft_per_request=20ms"]);
+    // TTFT is 80 ms per other request in flight: 560 ms at 8 streams, 640 ms
+    // at 9; the objective sits 40 ms from both, so a loaded machine cannot
+    // move the answer.
+    let server = common::MockServer::start(&["--itl", "1ms", "--set", "ttft_per_request=80ms"]);
     let json = dir.path().join("report.json");
     let run = guidebench(&[
         "run",
@@ -24,7 +27,7 @@ fn the_goodput_search_finds_the_highest_concurrency_meeting_the_objective() {
         "--profile",
         "kind=goodput",
         "--slo",
-        "ttft=470ms",
+        "ttft=600ms",
         "--constraint",
         "kind=max_requests,count=80",
         "--output",
@@ -38,13 +41,13 @@ fn the_goodput_search_finds_the_highest_concurrency_meeting_the_objective() {
     let report = read_json(&json);
     let conclusion = &report["conclusion"];
     assert_eq!(conclusion["kind"], "goodput", "{conclusion}");
-    assert_eq!(conclusion["best"], 24, "{conclusion}");
+    assert_eq!(conclusion["best"], 8, "{conclusion}");
     let failing = conclusion["lowest_failing"]
         .as_u64()
         .expect("a failing level");
-    assert!((25..=26).contains(&failing), "{conclusion}");
+    assert!((9..=10).contains(&failing), "{conclusion}");
     assert!(stdout.contains("Goodput search:"), "{stdout}");
-    assert!(stdout.contains("Objectives: ttft ≤ 470 ms"), "{stdout}");
+    assert!(stdout.contains("Objectives: ttft ≤ 600 ms"), "{stdout}");
 }
 
 #[test]
