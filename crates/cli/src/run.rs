@@ -264,15 +264,10 @@ async fn side_by_side(
             .await;
         let report = result.map_err(|e| {
             let text = e.to_string();
+            display.note(&format!("{label}: {text}"));
             first_error.get_or_insert(e);
             text
         });
-        if report.is_err() {
-            display.note(&format!(
-                "{label}: {}",
-                report.as_ref().err().map_or("", String::as_str)
-            ));
-        }
         outcomes.push(report::BackendOutcome {
             label,
             config,

@@ -19,6 +19,7 @@ pub(crate) enum Align {
 
 /// A column: a group heading shared with its neighbours (may be empty), a
 /// title, and an alignment.
+#[derive(Clone, Copy)]
 pub(crate) struct Column {
     group: &'static str,
     title: &'static str,
@@ -379,16 +380,9 @@ fn summary_tables(report: &Report) -> String {
             .collect::<Vec<_>>()
     };
     let table = |with_counts: bool, names: &[&'static str]| {
-        let mut columns: Vec<Column> = head
-            .iter()
-            .map(|c| Column::new(c.group, c.title, c.align))
-            .collect();
+        let mut columns = head.clone();
         if with_counts {
-            columns.extend(
-                counts
-                    .iter()
-                    .map(|c| Column::new(c.group, c.title, c.align)),
-            );
+            columns.extend(counts.iter().copied());
         }
         columns.extend(metric_columns(names));
         let rows = report
