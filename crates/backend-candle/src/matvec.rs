@@ -13,8 +13,13 @@ use candle_nn::Linear;
 use rayon::prelude::*;
 
 /// Inputs of at most this many rows use the dot-product kernel when the
-/// CPU has no AVX-512.
+/// CPU has neither AVX-512 nor AVX2 with FMA.
 pub const SMALL_ROWS: usize = 8;
+
+/// With AVX2 and FMA the dot-product kernel computes tiles of one weight
+/// row by up to 6 input rows in registers; it beats candle's matmul up to
+/// this many rows.
+pub const SMALL_ROWS_AVX2: usize = 32;
 
 /// With AVX-512 the dot-product kernel computes tiles of 4 weight rows by
 /// 6 input rows in registers; it beats candle's matmul (which packs the
@@ -25,6 +30,8 @@ pub const SMALL_ROWS_AVX512: usize = 64;
 pub fn small_rows() -> usize {
     if has_avx512() {
         SMALL_ROWS_AVX512
+    } else if has_avx2_fma() {
+        SMALL_ROWS_AVX2
     } else {
         SMALL_ROWS
     }
@@ -373,103 +380,98 @@ fn sum_lanes_avx512(v: std::arch::x86_64::__m512) -> f32 {
     _mm_cvtss_f32(v1)
 }
 
+/// The most input rows per AVX2 tile.
+#[cfg(target_arch = "x86_64")]
+const TILE_X_AVX2: usize = 6;
+/// Bytes of weight rows the AVX2 kernel keeps in the L2 cache at a time.
+#[cfg(target_arch = "x86_64")]
+const BLOCK_BYTES: usize = 128 * 1024;
+
+/// [`rows_times`] in tiles of one weight row by up to [`TILE_X_AVX2`]
+/// input rows, each output's 16 lanes in two 8-lane accumulators (12 of
+/// the 16 registers): each weight vector loaded serves up to six input
+/// rows, and the weights are read as one sequential stream (a tile of two
+/// weight rows, two streams, read memory more slowly here). The weight
+/// rows go in blocks of [`BLOCK_BYTES`]; every group of input rows passes
+/// over a block (from the L2 cache after the first group) before the next
+/// block is read. The input rows are split into groups of nearly equal
+/// size (8 rows: 4 + 4, not 6 + 2).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 fn rows_times_avx2(x: &[f32], w: &[f32], out: &mut [f32], m: usize, k: usize) {
-    for (w_row, out) in w.chunks_exact(k).zip(out.chunks_exact_mut(m)) {
-        // four input rows at a time share the weight loads
-        let mut x4 = x.chunks_exact(4 * k);
-        let mut out4 = out.chunks_exact_mut(4);
-        for (xs, o) in (&mut x4).zip(&mut out4) {
-            let (x01, x23) = xs.split_at(2 * k);
-            let (x0, x1) = x01.split_at(k);
-            let (x2, x3) = x23.split_at(k);
-            o.copy_from_slice(&dot4_avx2([x0, x1, x2, x3], w_row));
-        }
-        for (x_row, o) in x4.remainder().chunks_exact(k).zip(out4.into_remainder()) {
-            *o = dot_avx2(x_row, w_row);
+    if k == 0 || x.len() < m * k {
+        out.fill(0.0);
+        return;
+    }
+    let block = (BLOCK_BYTES / (k * std::mem::size_of::<f32>())).max(1);
+    let groups = m.div_ceil(TILE_X_AVX2);
+    let (base, extra) = (m / groups, m % groups);
+    for (wb, ob) in w.chunks(block * k).zip(out.chunks_mut(block * m)) {
+        let mut i = 0;
+        for g in 0..groups {
+            let rows = base + usize::from(g < extra);
+            let xs = &x[i * k..(i + rows) * k];
+            match rows {
+                6 => tile_avx2::<6>(xs, wb, ob, i, m, k),
+                5 => tile_avx2::<5>(xs, wb, ob, i, m, k),
+                4 => tile_avx2::<4>(xs, wb, ob, i, m, k),
+                3 => tile_avx2::<3>(xs, wb, ob, i, m, k),
+                2 => tile_avx2::<2>(xs, wb, ob, i, m, k),
+                _ => tile_avx2::<1>(xs, wb, ob, i, m, k),
+            }
+            i += rows;
         }
     }
 }
 
-/// Four [`dot_avx2`]s of `xs[r]` with `w`, sharing the loads of `w`; the
-/// same bits as four separate calls.
+/// One AVX2 tile: `out[j * m + first + r] = dot(xs[r], ws[j])` for every
+/// weight row `j` of `ws` and the `R` rows of `xs`; lanes 0..8 of each dot
+/// product in one accumulator and 8..16 in another, so the same bits as
+/// [`dot`].
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-fn dot4_avx2(xs: [&[f32]; 4], w: &[f32]) -> [f32; 4] {
+fn tile_avx2<const R: usize>(
+    xs: &[f32],
+    ws: &[f32],
+    out: &mut [f32],
+    first: usize,
+    m: usize,
+    k: usize,
+) {
     use std::arch::x86_64::{
         __m256, _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_setzero_ps, _mm256_storeu_ps,
     };
-    let k = w.len();
     let main = k - k % LANES;
-    let mut lo = [_mm256_setzero_ps(); 4];
-    let mut hi = [_mm256_setzero_ps(); 4];
-    if xs.iter().all(|x| x.len() == k) {
+    for (j, w_row) in ws.chunks_exact(k).enumerate() {
+        let mut lo: [__m256; R] = [_mm256_setzero_ps(); R];
+        let mut hi: [__m256; R] = [_mm256_setzero_ps(); R];
         let mut at = 0;
         while at < main {
-            // SAFETY: `at + 16 <= main <= k`, the length of `w` and of
-            // every row of `xs` (checked above); unaligned loads.
+            // SAFETY: `at + 16 <= main <= k`, the length of `w_row` and of
+            // each of the `R` rows of `xs` (the callers' chunks); unaligned
+            // loads.
             unsafe {
-                let w0 = _mm256_loadu_ps(w.as_ptr().add(at));
-                let w1 = _mm256_loadu_ps(w.as_ptr().add(at + 8));
-                for r in 0..4 {
-                    let p = xs[r].as_ptr().add(at);
+                let w0 = _mm256_loadu_ps(w_row.as_ptr().add(at));
+                let w1 = _mm256_loadu_ps(w_row.as_ptr().add(at + 8));
+                for r in 0..R {
+                    let p = xs.as_ptr().add(r * k + at);
                     lo[r] = _mm256_fmadd_ps(_mm256_loadu_ps(p), w0, lo[r]);
                     hi[r] = _mm256_fmadd_ps(_mm256_loadu_ps(p.add(8)), w1, hi[r]);
                 }
             }
             at += LANES;
         }
-    }
-    let mut out = [0f32; 4];
-    for r in 0..4 {
-        let mut acc = [0f32; LANES];
-        let (l, h): (__m256, __m256) = (lo[r], hi[r]);
-        // SAFETY: `acc` holds 16 f32s; unaligned stores.
-        unsafe {
-            _mm256_storeu_ps(acc.as_mut_ptr(), l);
-            _mm256_storeu_ps(acc.as_mut_ptr().add(8), h);
-        }
-        out[r] = finish_dot(acc, &xs[r][main.min(xs[r].len())..], &w[main..]);
-    }
-    out
-}
-
-/// [`dot`] with AVX2 vectors: the same lanes and fused multiply-adds, so
-/// the same bits.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-fn dot_avx2(a: &[f32], b: &[f32]) -> f32 {
-    use std::arch::x86_64::{
-        _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_setzero_ps, _mm256_storeu_ps,
-    };
-    let main = a.len() - a.len() % LANES;
-    let (a_main, a_rest) = a.split_at(main);
-    let (b_main, b_rest) = b.split_at(main);
-    let mut lo = _mm256_setzero_ps();
-    let mut hi = _mm256_setzero_ps();
-    for (x, y) in a_main.chunks_exact(LANES).zip(b_main.chunks_exact(LANES)) {
-        // SAFETY: `x` and `y` hold LANES = 16 f32s each; unaligned loads.
-        unsafe {
-            let (x0, x1) = (
-                _mm256_loadu_ps(x.as_ptr()),
-                _mm256_loadu_ps(x.as_ptr().add(8)),
-            );
-            let (y0, y1) = (
-                _mm256_loadu_ps(y.as_ptr()),
-                _mm256_loadu_ps(y.as_ptr().add(8)),
-            );
-            lo = _mm256_fmadd_ps(x0, y0, lo);
-            hi = _mm256_fmadd_ps(x1, y1, hi);
+        for r in 0..R {
+            let mut lanes = [0f32; LANES];
+            // SAFETY: `lanes` holds 16 f32s; unaligned stores.
+            unsafe {
+                _mm256_storeu_ps(lanes.as_mut_ptr(), lo[r]);
+                _mm256_storeu_ps(lanes.as_mut_ptr().add(8), hi[r]);
+            }
+            let x_row = &xs[r * k..(r + 1) * k];
+            out[j * m + first + r] = finish_dot(lanes, &x_row[main..], &w_row[main..]);
         }
     }
-    let mut acc = [0f32; LANES];
-    // SAFETY: `acc` holds 16 f32s; unaligned stores.
-    unsafe {
-        _mm256_storeu_ps(acc.as_mut_ptr(), lo);
-        _mm256_storeu_ps(acc.as_mut_ptr().add(8), hi);
-    }
-    finish_dot(acc, a_rest, b_rest)
 }
 
 #[inline(always)]
@@ -622,24 +624,66 @@ mod tests {
             .expect("difference of two tensors of one shape")
     }
 
+    /// Every kernel this CPU can run, by name, each forced (not only the
+    /// one [`rows_times`] picks here).
+    #[allow(clippy::type_complexity)]
+    fn kernels() -> Vec<(&'static str, fn(&[f32], &[f32], &mut [f32], usize, usize))> {
+        let mut kernels: Vec<(&'static str, fn(&[f32], &[f32], &mut [f32], usize, usize))> =
+            vec![("portable", rows_times_portable)];
+        #[cfg(target_arch = "x86_64")]
+        {
+            if has_avx2_fma() {
+                // SAFETY: the CPU supports AVX2 and FMA, checked just above.
+                kernels.push(("avx2+fma", |x, w, o, m, k| unsafe {
+                    rows_times_avx2(x, w, o, m, k)
+                }));
+            } else {
+                eprintln!("this CPU has no AVX2+FMA: that kernel is not tested here");
+            }
+            if has_avx512() {
+                // SAFETY: the CPU supports AVX-512F, checked just above.
+                kernels.push(("avx512", |x, w, o, m, k| unsafe {
+                    rows_times_avx512(x, w, o, m, k)
+                }));
+            } else {
+                eprintln!("this CPU has no AVX-512: that kernel is not tested here");
+            }
+        }
+        kernels
+    }
+
     #[test]
-    fn the_vector_dot_product_gives_the_same_bits_as_the_portable_one() {
+    fn every_kernel_gives_the_same_bits_as_the_portable_dot_product() {
         // Lengths with and without a tail past the last 16 values; input
-        // rows and weight rows that fill whole tiles and leave remainders.
-        for k in [64usize, 70, 512] {
-            for (m, n) in [(1usize, 1usize), (5, 9), (7, 4), (13, 11), (32, 6)] {
-                let x: Vec<f32> = (0..m * k).map(|i| (i as f32 * 0.13).sin()).collect();
-                let w: Vec<f32> = (0..n * k).map(|i| (i as f32 * 0.91).cos()).collect();
-                let mut fast = vec![0f32; n * m];
-                rows_times(&x, &w, &mut fast, m, k);
-                for j in 0..n {
-                    for i in 0..m {
-                        let want = dot(&x[i * k..(i + 1) * k], &w[j * k..(j + 1) * k]);
-                        assert_eq!(
-                            fast[j * m + i].to_bits(),
-                            want.to_bits(),
-                            "k {k}, {m} input rows, {n} weight rows: input {i}, weight {j}"
-                        );
+        // and weight rows that fill whole tiles of every kernel and leave
+        // remainders, up to the most rows a decoding step sends here.
+        for (name, kernel) in kernels() {
+            for k in [64usize, 70, 512] {
+                for (m, n) in [
+                    (1usize, 1usize),
+                    (2, 3),
+                    (3, 2),
+                    (5, 9),
+                    (7, 4),
+                    (13, 11),
+                    (32, 6),
+                    (SMALL_ROWS_AVX2, 5),
+                    (SMALL_ROWS_AVX512 + 1, 3),
+                ] {
+                    let x: Vec<f32> = (0..m * k).map(|i| (i as f32 * 0.13).sin()).collect();
+                    let w: Vec<f32> = (0..n * k).map(|i| (i as f32 * 0.91).cos()).collect();
+                    let mut fast = vec![f32::NAN; n * m];
+                    kernel(&x, &w, &mut fast, m, k);
+                    for j in 0..n {
+                        for i in 0..m {
+                            let want = dot(&x[i * k..(i + 1) * k], &w[j * k..(j + 1) * k]);
+                            assert_eq!(
+                                fast[j * m + i].to_bits(),
+                                want.to_bits(),
+                                "{name}: k {k}, {m} input rows, {n} weight rows: input {i}, \
+                                 weight {j}"
+                            );
+                        }
                     }
                 }
             }
@@ -664,7 +708,7 @@ mod tests {
         let b = Tensor::randn(0f32, 1., 37, &dev).expect("b");
         let proj = Proj::new(w.clone(), Some(b.clone()));
         let reference = Linear::new(w, Some(b));
-        for rows in [1, 3, SMALL_ROWS] {
+        for rows in [1, 3, SMALL_ROWS, small_rows()] {
             let x = Tensor::randn(0f32, 1., (rows, 1, 70), &dev).expect("x");
             let got = proj.forward(&x).expect("proj");
             let want = reference.forward(&x).expect("linear");
