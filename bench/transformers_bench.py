@@ -19,7 +19,7 @@ most a caller that runs the same kernels without Python could gain
 call).
 
 Run by bench/transformers:
-  python bench/transformers_bench.py MODEL_DIR [rounds=2] [batches=1,8,32] [threads=N]
+  python bench/transformers_bench.py MODEL_DIR [rounds=2] [batches=1,8,32] [threads=N] [profile=1]
 The last line printed is one JSON object with the figures.
 """
 
@@ -46,6 +46,7 @@ def arguments():
         "rounds": "2",
         "batches": "1,8,32",
         "threads": str(len(os.sched_getaffinity(0))),
+        "profile": "1",
     }
     for arg in sys.argv[2:]:
         key, sep, value = arg.partition("=")
@@ -54,7 +55,13 @@ def arguments():
             sys.exit(f"bench/transformers_bench.py: unknown argument `{arg}` (expected {expected})")
         options[key] = value
     batches = [int(b) for b in options["batches"].split(",")]
-    return sys.argv[1], int(options["rounds"]), batches, int(options["threads"])
+    return (
+        sys.argv[1],
+        int(options["rounds"]),
+        batches,
+        int(options["threads"]),
+        options["profile"] != "0",
+    )
 
 
 def prompts(tokenizer, batch):
@@ -114,7 +121,7 @@ def cpu_name():
 
 
 def main():
-    model_dir, rounds, batches, threads = arguments()
+    model_dir, rounds, batches, threads, with_profile = arguments()
     torch.set_num_threads(threads)
     transformers.utils.logging.disable_progress_bar()
     t0 = time.perf_counter()
@@ -145,7 +152,7 @@ def main():
             for b in batches:
                 best[b] = min(best[b], generate(model, inputs[b], OUTPUT, pad))
         timing = time.perf_counter() - started
-        for b in batches:
+        for b in batches if with_profile else []:
             cpu = [torch.profiler.ProfilerActivity.CPU]
             with torch.profiler.profile(activities=cpu) as profile:
                 wall = generate(model, inputs[b], OUTPUT, pad)
@@ -160,8 +167,11 @@ def main():
     print("  ".join(f"{h:>{w}}" for h, w in zip(header, (5, 8, 7, 8, 7, 6, 8))))
     tps, share = {}, {}
     for b in batches:
-        wall, ops = profiled[b]
         tps[str(b)] = round(b * OUTPUT / best[b], 1)
+        if b not in profiled:
+            print(f"{b:>5}  {tps[str(b)]:>8.1f}  {best[b]:>7.3f}  (not profiled)")
+            continue
+        wall, ops = profiled[b]
         share[str(b)] = round(ops / wall, 3)
         print(
             f"{b:>5}  {tps[str(b)]:>8.1f}  {best[b]:>7.3f}  {wall:>8.3f}  {ops:>7.3f}  "

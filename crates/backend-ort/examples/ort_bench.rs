@@ -12,12 +12,17 @@
 //!    `session.run` calls (one prefill over the left-padded batch, then 63
 //!    decoding calls feeding `present` back as `past`, with a growing
 //!    attention mask and position ids, greedy argmax in the loop), so that
-//!    the engine's overhead shows as engine / direct (target >= 0.95);
+//!    the engine's overhead shows as engine / direct (target >= 0.95):
+//!    each batch runs in pairs, engine and direct back to back in
+//!    alternating order, and the table gives the median of the pairs'
+//!    ratios with its distribution-free 95 % interval, since a single
+//!    best-of figure moves by more than 5 % between runs on a shared
+//!    machine;
 //! 3. candle's engine on the same batches (`candle=0` leaves it out).
 //!
 //! ```text
-//! bench/ort [rounds=2] [candle=1]
-//! cargo run --release -p guidebench-ort --example ort_bench -- [rounds=2] [candle=1] \
+//! bench/ort [pairs=8] [candle=1]
+//! cargo run --release -p guidebench-ort --example ort_bench -- [pairs=8] [candle=1] \
 //!     [model=builtin:tiny] [matmul=PATH]
 //! cargo run --release -p guidebench-ort --example ort_bench -- prepare   # prints the model folder
 //! ```
@@ -32,7 +37,9 @@ use std::borrow::Cow;
 use std::path::Path;
 use std::time::Instant;
 
+use guidebench_bench::analysis::stats::quantile_interval;
 use guidebench_bench::data::SyntheticText;
+use guidebench_bench::metrics::percentile;
 use guidebench_candle::{CandleEngine, CandleOptions};
 use guidebench_core::engine::{Engine, EngineOutput, EngineRequest};
 use guidebench_core::generation::StepRunner;
@@ -108,31 +115,49 @@ fn timed_engine(engine: &mut dyn Engine, batch: &[EngineRequest]) -> Result<Time
     })
 }
 
-/// Best figures of one column over the rounds.
-#[derive(Clone, Copy)]
-struct Best {
-    tps: f64,
-    ttft: f64,
+/// The figures of one column at one batch size, one per pair of runs.
+#[derive(Default)]
+struct Column {
+    tps: Vec<f64>,
+    ttft: Vec<f64>,
 }
 
-impl Default for Best {
-    fn default() -> Self {
-        Best {
-            tps: 0.0,
-            ttft: f64::INFINITY,
-        }
+impl Column {
+    fn add(&mut self, t: &Timed) {
+        self.tps.push(t.tps);
+        self.ttft.push(t.ttft);
+    }
+
+    fn median_tps(&self) -> f64 {
+        median(&self.tps)
+    }
+
+    fn median_ttft(&self) -> f64 {
+        median(&self.ttft)
     }
 }
 
-impl Best {
-    fn add(&mut self, t: &Timed) {
-        self.tps = self.tps.max(t.tps);
-        self.ttft = self.ttft.min(t.ttft);
+/// The median of `values` (NaN when empty).
+fn median(values: &[f64]) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    percentile(&sorted, 50.0).unwrap_or(f64::NAN)
+}
+
+/// The median of the paired ratios with its distribution-free 95 %
+/// interval (order statistics), as text.
+fn ratio_text(ratios: &[f64]) -> String {
+    let mut sorted = ratios.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let mid = percentile(&sorted, 50.0).unwrap_or(f64::NAN);
+    match quantile_interval(&sorted, 50.0, 0.95) {
+        Some(i) => format!("{mid:.3} [{:.3}, {:.3}]", i.lower, i.upper),
+        None => format!("{mid:.3} [too few pairs]"),
     }
 }
 
 fn main() -> Result<(), BoxError> {
-    let mut rounds = 2usize;
+    let mut pairs = 8usize;
     let mut with_candle = true;
     let mut model = "builtin:tiny".to_owned();
     let mut matmul: Option<String> = None;
@@ -146,7 +171,7 @@ fn main() -> Result<(), BoxError> {
             .split_once('=')
             .ok_or("expected key=value or `prepare`")?;
         match key {
-            "rounds" => rounds = value.parse()?,
+            "pairs" => pairs = value.parse::<usize>()?.max(1),
             "candle" => with_candle = value != "0",
             "model" => model = value.to_owned(),
             "matmul" => matmul = Some(value.to_owned()),
@@ -257,28 +282,32 @@ fn main() -> Result<(), BoxError> {
         .iter()
         .map(|b| encode(b))
         .collect::<Result<_, _>>()?;
-    let mut best_engine = [Best::default(); BATCHES.len()];
-    let mut best_direct = [Best::default(); BATCHES.len()];
-    let mut best_candle = [Best::default(); BATCHES.len()];
+    // Pairs of runs, engine and direct back to back in alternating order,
+    // so that both see the same load; the ratio of each pair cancels what
+    // the machine was doing then.
+    let mut engine_runs: Vec<Column> = BATCHES.iter().map(|_| Column::default()).collect();
+    let mut direct_runs: Vec<Column> = BATCHES.iter().map(|_| Column::default()).collect();
+    let mut candle_runs: Vec<Column> = BATCHES.iter().map(|_| Column::default()).collect();
+    let mut ratios: Vec<Vec<f64>> = BATCHES.iter().map(|_| Vec::new()).collect();
     let mut identical = [true; BATCHES.len()];
     let mut candle_identical = [true; BATCHES.len()];
     let started = Instant::now();
-    for round in 0..rounds {
-        for (i, batch) in batches.iter().enumerate() {
-            // alternate which goes first, so that both see the same load
-            let (e, d) = if (round + i) % 2 == 0 {
+    for (i, batch) in batches.iter().enumerate() {
+        for pair in 0..pairs {
+            let (e, d) = if pair % 2 == 0 {
                 let e = timed_engine(&mut engine, batch)?;
                 (e, direct.generate(&encoded[i], OUTPUT as usize)?)
             } else {
                 let d = direct.generate(&encoded[i], OUTPUT as usize)?;
                 (timed_engine(&mut engine, batch)?, d)
             };
-            best_engine[i].add(&e);
-            best_direct[i].add(&d);
+            ratios[i].push(e.tps / d.tps);
+            engine_runs[i].add(&e);
+            direct_runs[i].add(&d);
             identical[i] &= e.tokens == d.tokens;
             if let Some(c) = candle.as_mut() {
                 let c = timed_engine(c, batch)?;
-                best_candle[i].add(&c);
+                candle_runs[i].add(&c);
                 candle_identical[i] &= c.tokens == e.tokens;
             }
         }
@@ -301,17 +330,17 @@ fn main() -> Result<(), BoxError> {
         }
     }
     println!(
-        "\n[1] output tokens/s (best of {rounds} interleaved rounds, {:.0} s; load average \
-         now {})",
+        "\n[1] output tokens/s (medians of {pairs} pairs of runs per batch, engine and direct \
+         back to back in alternating order, {:.0} s; load average now {})",
         started.elapsed().as_secs_f64(),
         load_average()
     );
     println!(
-        "  {:>5}  {:>9} {:>9} {:>8}  {:>9} {:>9}  {:>14}  {:>9} {:>13}",
+        "  {:>5}  {:>9} {:>9} {:>22}  {:>9} {:>9}  {:>14}  {:>9} {:>13}",
         "batch",
         "engine",
         "direct",
-        "eng/dir",
+        "eng/dir (95 % int.)",
         "TTFT eng",
         "TTFT dir",
         "roofline share",
@@ -324,23 +353,24 @@ fn main() -> Result<(), BoxError> {
         let step_bound = (weight_bytes / read_bw).max(b_f * (flops_token + lm_flops) / peak);
         let bound = prefill_bound + f64::from(OUTPUT - 1) * step_bound;
         let share = |tps: f64| 100.0 * bound / (b_f * f64::from(OUTPUT) / tps);
-        let (e, d, c) = (best_engine[i], best_direct[i], best_candle[i]);
+        let (e, d, c) = (&engine_runs[i], &direct_runs[i], &candle_runs[i]);
+        let (e_tps, d_tps, c_tps) = (e.median_tps(), d.median_tps(), c.median_tps());
         println!(
-            "  {b:>5}  {:>9.1} {:>9.1} {:>8.3}  {:>7.1}ms {:>7.1}ms  {:>5.0} % / {:>3.0} %  {:>9} {:>13}",
-            e.tps,
-            d.tps,
-            e.tps / d.tps,
-            e.ttft * 1e3,
-            d.ttft * 1e3,
-            share(e.tps),
-            share(d.tps),
+            "  {b:>5}  {:>9.1} {:>9.1} {:>22}  {:>7.1}ms {:>7.1}ms  {:>5.0} % / {:>3.0} %  {:>9} {:>13}",
+            e_tps,
+            d_tps,
+            ratio_text(&ratios[i]),
+            e.median_ttft() * 1e3,
+            d.median_ttft() * 1e3,
+            share(e_tps),
+            share(d_tps),
             if candle.is_some() {
-                format!("{:.1}", c.tps)
+                format!("{c_tps:.1}")
             } else {
                 "-".into()
             },
             if candle.is_some() {
-                format!("{:.2}x", e.tps / c.tps)
+                format!("{:.2}x", e_tps / c_tps)
             } else {
                 "-".into()
             },
@@ -362,7 +392,8 @@ fn main() -> Result<(), BoxError> {
          not count)"
     );
     println!(
-        "  target: engine / direct >= 0.95; engine tokens equal direct tokens: {:?}{}",
+        "  eng/dir: the median of the pairs' ratios and its distribution-free 95 % interval; \
+         target >= 0.95\n  engine tokens equal direct tokens: {:?}{}",
         identical,
         if candle.is_some() {
             format!("; candle's equal the engine's: {candle_identical:?}")

@@ -14,9 +14,14 @@
 //! 1 GiB.
 //!
 //! ```text
-//! bench/tch [rounds=2] [candle=1] [threads=N]
-//! cargo run --release -p guidebench-tch --example tch_bench -- [rounds=2] [candle=1] [threads=N] [model=builtin:tiny]
+//! bench/tch [rounds=2] [candle=1] [dual=1] [threads=N] [transformers=1]
+//! cargo run --release -p guidebench-tch --example tch_bench -- [rounds=2] [candle=1] [dual=1] [threads=N] [model=builtin:tiny]
 //! ```
+//!
+//! `dual=1` (the default) also runs a second tch engine with
+//! `dual_layout=true` (each projection weight kept in both layouts),
+//! interleaved with the others, as its own column. The last line printed
+//! is one JSON object with every engine's tokens/s by batch.
 
 use std::time::Instant;
 
@@ -131,6 +136,7 @@ fn read_bandwidth() -> Result<f64, BoxError> {
 fn main() -> Result<(), BoxError> {
     let mut rounds = 2usize;
     let mut with_candle = true;
+    let mut with_dual = true;
     let mut model = "builtin:tiny".to_owned();
     let mut threads = std::thread::available_parallelism().map_or(1, usize::from);
     for arg in std::env::args().skip(1) {
@@ -138,6 +144,7 @@ fn main() -> Result<(), BoxError> {
         match key {
             "rounds" => rounds = value.parse()?,
             "candle" => with_candle = value != "0",
+            "dual" => with_dual = value != "0",
             "model" => model = value.to_owned(),
             "threads" => threads = value.parse()?,
             other => return Err(format!("unknown argument `{other}`").into()),
@@ -162,6 +169,23 @@ fn main() -> Result<(), BoxError> {
         load_average(),
         std::env::var("OMP_WAIT_POLICY").unwrap_or_else(|_| "(unset: libgomp spins)".into())
     );
+    let mut dual = if with_dual {
+        let t = Instant::now();
+        let d = StepRunner::new(TchEngine::load(
+            Some(&model),
+            &TchOptions {
+                dual_layout: Some(true),
+                ..options.clone()
+            },
+        )?);
+        println!(
+            "tch engine with dual_layout=true loaded in {:.2?}",
+            t.elapsed()
+        );
+        Some(d)
+    } else {
+        None
+    };
     let mut candle = if with_candle {
         let t = Instant::now();
         let c = StepRunner::new(CandleEngine::load(
@@ -206,6 +230,9 @@ fn main() -> Result<(), BoxError> {
     };
     let warm = requests(2, 4)?;
     timed(&mut engine, &warm)?;
+    if let Some(d) = dual.as_mut() {
+        timed(d, &warm)?;
+    }
     if let Some(c) = candle.as_mut() {
         timed(c, &warm)?;
     }
@@ -215,30 +242,37 @@ fn main() -> Result<(), BoxError> {
         .collect::<Result<_, _>>()?;
     let mut best_tch = [0f64; BATCHES.len()];
     let mut best_candle = [0f64; BATCHES.len()];
+    let mut best_dual = [0f64; BATCHES.len()];
     let mut identical = [true; BATCHES.len()];
+    let mut dual_identical = [true; BATCHES.len()];
     let started = Instant::now();
     for round in 0..rounds {
         for (i, batch) in batches.iter().enumerate() {
-            // Alternate which goes first, so both see the same load.
-            let tch_first = (round + i) % 2 == 0;
-            let mut tch_tokens = None;
-            if tch_first {
-                let (tps, tokens) = timed(&mut engine, batch)?;
-                best_tch[i] = best_tch[i].max(tps);
-                tch_tokens = Some(tokens);
+            // Rotate which engine goes first, so all see the same load.
+            let mut order: Vec<usize> = (0..3).collect();
+            order.rotate_left((round + i) % 3);
+            let mut tokens: [Option<Vec<Vec<u32>>>; 3] = [None, None, None];
+            for which in order {
+                let runner: Option<&mut dyn Engine> = match which {
+                    0 => Some(&mut engine),
+                    1 => dual.as_mut().map(|d| d as &mut dyn Engine),
+                    _ => candle.as_mut().map(|c| c as &mut dyn Engine),
+                };
+                let Some(runner) = runner else { continue };
+                let (tps, t) = timed(runner, batch)?;
+                let best = match which {
+                    0 => &mut best_tch[i],
+                    1 => &mut best_dual[i],
+                    _ => &mut best_candle[i],
+                };
+                *best = best.max(tps);
+                tokens[which] = Some(t);
             }
-            if let Some(c) = candle.as_mut() {
-                let (tps, tokens) = timed(c, batch)?;
-                best_candle[i] = best_candle[i].max(tps);
-                if tch_tokens.is_none() {
-                    let (tps, t) = timed(&mut engine, batch)?;
-                    best_tch[i] = best_tch[i].max(tps);
-                    tch_tokens = Some(t);
-                }
-                identical[i] &= tch_tokens.as_ref() == Some(&tokens);
-            } else if tch_tokens.is_none() {
-                let (tps, _) = timed(&mut engine, batch)?;
-                best_tch[i] = best_tch[i].max(tps);
+            if tokens[2].is_some() {
+                identical[i] &= tokens[0] == tokens[2];
+            }
+            if tokens[1].is_some() {
+                dual_identical[i] &= tokens[0] == tokens[1];
             }
         }
     }
@@ -261,10 +295,17 @@ fn main() -> Result<(), BoxError> {
         load_average(),
         engine.engine().decoder().parameters_per_step()
     );
-    println!(
-        "  {:>5}  {:>9} {:>9}  {:>9} {:>9}  {:>10}  {:>16}",
-        "batch", "tch", "roofline", "candle", "roofline", "tch/candle", "identical tokens"
-    );
+    let mut header = format!("  {:>5}  {:>9} {:>9}", "batch", "tch", "roofline");
+    if dual.is_some() {
+        header += &format!("  {:>9} {:>9} {:>10}", "tch dual", "roofline", "dual/tch");
+    }
+    if candle.is_some() {
+        header += &format!(
+            "  {:>9} {:>9}  {:>10}  {:>16}",
+            "candle", "roofline", "tch/candle", "identical tokens"
+        );
+    }
+    println!("{header}");
     for (i, &b) in BATCHES.iter().enumerate() {
         let b_f = b as f64;
         let share = |tps: f64| -> String {
@@ -278,18 +319,42 @@ fn main() -> Result<(), BoxError> {
                 None => "-".into(),
             }
         };
-        let (t, c) = (best_tch[i], best_candle[i]);
+        let (t, d, c) = (best_tch[i], best_dual[i], best_candle[i]);
+        let mut row = format!("  {b:>5}  {t:>9.1} {:>9}", share(t));
+        if dual.is_some() {
+            row += &format!("  {d:>9.1} {:>9} {:>10.2}", share(d), d / t);
+        }
         if candle.is_some() {
-            println!(
-                "  {b:>5}  {t:>9.1} {:>9}  {c:>9.1} {:>9}  {:>10.2}  {:>16}",
-                share(t),
+            row += &format!(
+                "  {c:>9.1} {:>9}  {:>10.2}  {:>16}",
                 share(c),
                 t / c,
                 if identical[i] { "yes" } else { "no" }
             );
-        } else {
-            println!("  {b:>5}  {t:>9.1} {:>9}", share(t));
         }
+        println!("{row}");
     }
+    if dual.is_some() {
+        println!(
+            "  tch dual: dual_layout=true; its greedy tokens equal tch's: {dual_identical:?} \
+             (the same products summed in another order may change a near tie)"
+        );
+    }
+    let column = |best: &[f64]| -> String {
+        let fields: Vec<String> = BATCHES
+            .iter()
+            .zip(best)
+            .map(|(b, t)| format!("\"{b}\": {t:.1}"))
+            .collect();
+        format!("{{{}}}", fields.join(", "))
+    };
+    let mut json = format!("{{\"threads\": {threads}, \"tch\": {}", column(&best_tch));
+    if dual.is_some() {
+        json += &format!(", \"tch_dual\": {}", column(&best_dual));
+    }
+    if candle.is_some() {
+        json += &format!(", \"candle\": {}", column(&best_candle));
+    }
+    println!("{json}}}");
     Ok(())
 }

@@ -94,9 +94,20 @@ impl Weights {
 /// small batches), and an optional bias.
 #[derive(Debug)]
 struct Linear {
+    /// `(in, out)`: `x (rows, in) x weight`.
     weight: Tensor,
+    /// The same weight as stored, `(out, in)`, when the decoder keeps both
+    /// layouts ([`Decoder::keep_both_layouts`]).
+    weight_out_in: Option<Tensor>,
     bias: Option<Tensor>,
 }
+
+/// Inputs of this many rows go through the `(out, in)` copy of a weight
+/// when there is one: with MKL on an AVX2 CPU, `weight (out, in) x x^T`
+/// is faster than `x x weight (in, out)` for decoding steps of 4 to 64
+/// rows (one row is a matrix-vector product, fastest on `(in, out)`; a
+/// prefill's thousands of rows gain nothing).
+const OUT_IN_ROWS: std::ops::RangeInclusive<i64> = 4..=64;
 
 impl Linear {
     fn load(
@@ -109,6 +120,7 @@ impl Linear {
         let weight = w.take(&format!("{name}.weight"), &[out_dim, in_dim])?;
         Ok(Linear {
             weight: weight.f_transpose(0, 1)?.f_contiguous()?,
+            weight_out_in: None,
             bias: if bias {
                 Some(w.take(&format!("{name}.bias"), &[out_dim])?)
             } else {
@@ -126,11 +138,37 @@ impl Linear {
             Some(b) => Some(Tensor::f_cat(&b, 0)?),
             None => None,
         };
-        Ok(Linear { weight, bias })
+        Ok(Linear {
+            weight,
+            weight_out_in: None,
+            bias,
+        })
+    }
+
+    /// Keeps a second copy of the weight as `(out, in)`.
+    fn keep_out_in(&mut self) -> Result<()> {
+        self.weight_out_in = Some(self.weight.f_transpose(0, 1)?.f_contiguous()?);
+        Ok(())
     }
 
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let y = x.f_matmul(&self.weight)?;
+        let size = x.size();
+        let (last, lead) = size.split_last().unwrap_or((&0, &[]));
+        let rows: i64 = lead.iter().product();
+        let y = match &self.weight_out_in {
+            Some(w) if OUT_IN_ROWS.contains(&rows) => {
+                let mut shape = size.clone();
+                if let Some(out) = shape.last_mut() {
+                    *out = w.size()[0];
+                }
+                // (out, in) x (in, rows), transposed back to (rows, out)
+                w.f_matmul(&x.f_reshape([rows, *last])?.f_transpose(0, 1)?)?
+                    .f_transpose(0, 1)?
+                    .f_contiguous()?
+                    .f_view(shape.as_slice())?
+            }
+            _ => x.f_matmul(&self.weight)?,
+        };
         Ok(match &self.bias {
             Some(bias) => y.f_add(bias)?,
             None => y,
@@ -485,6 +523,31 @@ impl Decoder {
             kind: w.kind,
             device: w.device,
         })
+    }
+
+    /// Keeps a second copy of every projection weight (and of an untied LM
+    /// head) as stored, `(out, in)`, which decoding steps of 4 to 64 rows
+    /// multiply faster with MKL; the projections then take twice their
+    /// memory. The results are the same products, summed in another
+    /// order.
+    pub fn keep_both_layouts(&mut self) -> Result<()> {
+        for block in &mut self.blocks {
+            block.self_attn.qkv_proj.keep_out_in()?;
+            block.self_attn.o_proj.keep_out_in()?;
+            block.mlp.gate_up_proj.keep_out_in()?;
+            block.mlp.down_proj.keep_out_in()?;
+        }
+        if let Some(head) = &mut self.lm_head {
+            head.keep_out_in()?;
+        }
+        Ok(())
+    }
+
+    /// Whether [`keep_both_layouts`](Self::keep_both_layouts) ran.
+    pub fn keeps_both_layouts(&self) -> bool {
+        self.blocks
+            .first()
+            .is_some_and(|b| b.mlp.down_proj.weight_out_in.is_some())
     }
 
     /// The model's configuration.

@@ -495,3 +495,74 @@ fn the_engine_works_through_the_offline_backend_and_matches_direct_calls() {
         TchEngine::load(dir.to_str(), &TchOptions::default()).expect("load")
     });
 }
+
+// --- dual_layout -----------------------------------------------------------
+
+/// The logits of one decoding step over `rows` sequences (prompts of
+/// different lengths, each fed its first greedy token).
+fn decode_step_logits(engine: &mut TchEngine, rows: usize) -> Vec<Vec<f32>> {
+    let vocab = engine.limits().vocab_size;
+    let prompts: Vec<Vec<u32>> = (0..rows)
+        .map(|i| {
+            (0..3 + i as u32 % 5)
+                .map(|t| 5 + (t * 7 + i as u32) % 40)
+                .collect()
+        })
+        .collect();
+    let mut logits = Logits::new(vocab);
+    let seqs: Vec<Prefill<'_>> = prompts
+        .iter()
+        .enumerate()
+        .map(|(slot, tokens)| Prefill {
+            slot,
+            tokens,
+            max_len: tokens.len() + 2,
+        })
+        .collect();
+    engine.prefill(&seqs, &mut logits).expect("prefill");
+    let step: Vec<Decode> = (0..rows)
+        .map(|slot| Decode {
+            slot,
+            token: argmax(logits.row(slot)),
+        })
+        .collect();
+    engine.decode(&step, &mut logits).expect("decode");
+    let out = (0..rows).map(|i| logits.row(i).to_vec()).collect();
+    for slot in 0..rows {
+        engine.retire(slot);
+    }
+    out
+}
+
+#[test]
+fn dual_layout_decoding_steps_give_the_logits_of_the_default_layout() {
+    let dir = fixture(&FixtureSpec::tiny());
+    let mut plain = engine(dir.path());
+    let mut dual = TchEngine::load(
+        dir.path().to_str(),
+        &TchOptions {
+            dual_layout: Some(true),
+            ..options()
+        },
+    )
+    .expect("loads with dual_layout");
+    assert!(!plain.keeps_both_layouts());
+    assert!(dual.keeps_both_layouts());
+    // 1 row takes the (in, out) weights in both; 4 and 8 rows take the
+    // (out, in) copy in the dual engine.
+    for rows in [1, 4, 8] {
+        let a = decode_step_logits(&mut plain, rows);
+        let b = decode_step_logits(&mut dual, rows);
+        for (i, (x, y)) in a.iter().zip(&b).enumerate() {
+            let worst = x
+                .iter()
+                .zip(y)
+                .map(|(x, y)| (x - y).abs())
+                .fold(0.0f32, f32::max);
+            assert!(
+                worst <= conformance::LOGITS_TOLERANCE,
+                "{rows} rows, row {i}: logits differ by {worst:e}"
+            );
+        }
+    }
+}
