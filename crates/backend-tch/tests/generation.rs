@@ -482,7 +482,14 @@ fn load_errors_reach_the_registry_with_their_own_labels() {
     let options: Vec<&str> = registration.options.iter().map(|o| o.name).collect();
     assert_eq!(
         options,
-        ["dtype", "threads", "device", "max_seq_len", "max_slots"]
+        [
+            "dtype",
+            "threads",
+            "device",
+            "max_seq_len",
+            "max_slots",
+            "dual_layout"
+        ]
     );
     conformance::load_errors_reach_the_registry_with_their_own_labels("tch", "model.safetensors");
 }
