@@ -624,12 +624,13 @@ mod tests {
             .expect("difference of two tensors of one shape")
     }
 
+    /// A `rows_times` kernel: `(x, w, out, m, k)`.
+    type Kernel = fn(&[f32], &[f32], &mut [f32], usize, usize);
+
     /// Every kernel this CPU can run, by name, each forced (not only the
     /// one [`rows_times`] picks here).
-    #[allow(clippy::type_complexity)]
-    fn kernels() -> Vec<(&'static str, fn(&[f32], &[f32], &mut [f32], usize, usize))> {
-        let mut kernels: Vec<(&'static str, fn(&[f32], &[f32], &mut [f32], usize, usize))> =
-            vec![("portable", rows_times_portable)];
+    fn kernels() -> Vec<(&'static str, Kernel)> {
+        let mut kernels: Vec<(&'static str, Kernel)> = vec![("portable", rows_times_portable)];
         #[cfg(target_arch = "x86_64")]
         {
             if has_avx2_fma() {
@@ -656,7 +657,9 @@ mod tests {
     fn every_kernel_gives_the_same_bits_as_the_portable_dot_product() {
         // Lengths with and without a tail past the last 16 values; input
         // and weight rows that fill whole tiles of every kernel and leave
-        // remainders, up to the most rows a decoding step sends here.
+        // remainders, up to the most rows a decoding step sends here; 130
+        // weight rows of 512 values span three of the AVX2 kernel's
+        // blocks.
         for (name, kernel) in kernels() {
             for k in [64usize, 70, 512] {
                 for (m, n) in [
@@ -669,6 +672,7 @@ mod tests {
                     (32, 6),
                     (SMALL_ROWS_AVX2, 5),
                     (SMALL_ROWS_AVX512 + 1, 3),
+                    (7, 130),
                 ] {
                     let x: Vec<f32> = (0..m * k).map(|i| (i as f32 * 0.13).sin()).collect();
                     let w: Vec<f32> = (0..n * k).map(|i| (i as f32 * 0.91).cos()).collect();

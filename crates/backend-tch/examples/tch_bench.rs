@@ -240,9 +240,8 @@ fn main() -> Result<(), BoxError> {
         .iter()
         .map(|&b| requests(b, OUTPUT))
         .collect::<Result<_, _>>()?;
-    let mut best_tch = [0f64; BATCHES.len()];
-    let mut best_candle = [0f64; BATCHES.len()];
-    let mut best_dual = [0f64; BATCHES.len()];
+    // Best tokens/s by engine (tch, tch dual, candle) and batch.
+    let mut best = [[0f64; BATCHES.len()]; 3];
     let mut identical = [true; BATCHES.len()];
     let mut dual_identical = [true; BATCHES.len()];
     let started = Instant::now();
@@ -260,12 +259,7 @@ fn main() -> Result<(), BoxError> {
                 };
                 let Some(runner) = runner else { continue };
                 let (tps, t) = timed(runner, batch)?;
-                let best = match which {
-                    0 => &mut best_tch[i],
-                    1 => &mut best_dual[i],
-                    _ => &mut best_candle[i],
-                };
-                *best = best.max(tps);
+                best[which][i] = best[which][i].max(tps);
                 tokens[which] = Some(t);
             }
             if tokens[2].is_some() {
@@ -277,6 +271,7 @@ fn main() -> Result<(), BoxError> {
         }
     }
 
+    let [best_tch, best_dual, best_candle] = best;
     // The model's costs, counted by candle's decoder (the same numbers
     // bench/candle and bench/ort use); the tch decoder's parameter count
     // is printed beside them as a check.

@@ -152,22 +152,13 @@ impl Linear {
     }
 
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let size = x.size();
-        let (last, lead) = size.split_last().unwrap_or((&0, &[]));
-        let rows: i64 = lead.iter().product();
-        let y = match &self.weight_out_in {
-            Some(w) if OUT_IN_ROWS.contains(&rows) => {
-                let mut shape = size.clone();
-                if let Some(out) = shape.last_mut() {
-                    *out = w.size()[0];
-                }
-                // (out, in) x (in, rows), transposed back to (rows, out)
-                w.f_matmul(&x.f_reshape([rows, *last])?.f_transpose(0, 1)?)?
-                    .f_transpose(0, 1)?
-                    .f_contiguous()?
-                    .f_view(shape.as_slice())?
-            }
-            _ => x.f_matmul(&self.weight)?,
+        let out_in = match &self.weight_out_in {
+            Some(w) => out_in_product(x, w)?,
+            None => None,
+        };
+        let y = match out_in {
+            Some(y) => y,
+            None => x.f_matmul(&self.weight)?,
         };
         Ok(match &self.bias {
             Some(bias) => y.f_add(bias)?,
@@ -178,6 +169,29 @@ impl Linear {
     fn numel(&self) -> usize {
         self.weight.numel() + self.bias.as_ref().map_or(0, Tensor::numel)
     }
+}
+
+/// `x (..., in)` times the `(out, in)` weight `w` as `w x^T`, transposed
+/// back to `(..., out)`, when `x` has [`OUT_IN_ROWS`] rows; `None` (the
+/// caller uses the `(in, out)` weight) otherwise.
+fn out_in_product(x: &Tensor, w: &Tensor) -> Result<Option<Tensor>> {
+    let mut shape = x.size();
+    let Some((&last, lead)) = shape.split_last() else {
+        return Ok(None);
+    };
+    let rows: i64 = lead.iter().product();
+    if !OUT_IN_ROWS.contains(&rows) {
+        return Ok(None);
+    }
+    if let Some(out) = shape.last_mut() {
+        *out = w.size()[0];
+    }
+    Ok(Some(
+        w.f_matmul(&x.f_reshape([rows, last])?.f_transpose(0, 1)?)?
+            .f_transpose(0, 1)?
+            .f_contiguous()?
+            .f_view(shape.as_slice())?,
+    ))
 }
 
 /// An RMS norm over the last dimension, with a learned scale.

@@ -8,7 +8,7 @@ use guidebench_core::engine::{Engine, EngineRequest};
 use guidebench_core::generation::{StepEngine, StepRunner, first_step_logits};
 use guidebench_core::sampling::Sampling;
 use guidebench_tch::{TchEngine, TchOptions};
-use guidebench_testkit::conformance::LOGITS_TOLERANCE;
+use guidebench_testkit::conformance::{LOGITS_TOLERANCE, largest_difference};
 use guidebench_testkit::expected::{GREEDY_TOKENS, PROMPTS, shared_fixtures};
 use guidebench_testkit::fixtures::{FixtureSpec, write_llama_fixture};
 
@@ -88,11 +88,7 @@ fn tch_and_candle_first_step_logits_agree_within_the_conformance_tolerance() {
         let a = first_step_logits(&mut t, &prompts).expect("tch logits");
         let b = first_step_logits(&mut c, &prompts).expect("candle logits");
         for (i, (x, y)) in a.iter().zip(&b).enumerate() {
-            let worst = x
-                .iter()
-                .zip(y)
-                .map(|(x, y)| (x - y).abs())
-                .fold(0.0f32, f32::max);
+            let (_, worst) = largest_difference(x, y);
             assert!(
                 worst <= LOGITS_TOLERANCE,
                 "fixture `{name}`, prompt {i}: logits differ by {worst:e}"

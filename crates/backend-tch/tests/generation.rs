@@ -561,11 +561,7 @@ fn dual_layout_decoding_steps_give_the_logits_of_the_default_layout() {
         let a = decode_step_logits(&mut plain, rows);
         let b = decode_step_logits(&mut dual, rows);
         for (i, (x, y)) in a.iter().zip(&b).enumerate() {
-            let worst = x
-                .iter()
-                .zip(y)
-                .map(|(x, y)| (x - y).abs())
-                .fold(0.0f32, f32::max);
+            let (_, worst) = conformance::largest_difference(x, y);
             assert!(
                 worst <= conformance::LOGITS_TOLERANCE,
                 "{rows} rows, row {i}: logits differ by {worst:e}"

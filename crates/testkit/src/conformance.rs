@@ -692,9 +692,10 @@ fn fixture_eos(dir: &Path) -> Vec<u32> {
     }
 }
 
-/// The index and size of the largest entry-wise difference (a NaN on
-/// either side counts as an infinite one).
-fn largest_difference(a: &[f32], b: &[f32]) -> (usize, f32) {
+/// The index and size of the largest entry-wise difference of two rows of
+/// logits (a NaN on either side counts as an infinite one, so it never
+/// passes a tolerance).
+pub fn largest_difference(a: &[f32], b: &[f32]) -> (usize, f32) {
     let mut worst = (0, 0f32);
     for (i, (x, y)) in a.iter().zip(b).enumerate() {
         let d = (x - y).abs();

@@ -5,6 +5,7 @@
 use std::path::Path;
 use std::sync::OnceLock;
 
+use guidebench_testkit::conformance::largest_difference;
 use guidebench_testkit::expected::{
     Expectations, GREEDY_TOKENS, MIN_TOP_TWO_GAP, PROMPTS, REGENERATE_ENV, compute_all,
     shared_fixtures, stored, to_json,
@@ -17,13 +18,6 @@ fn computed() -> &'static Expectations {
         let root = tempfile::tempdir().expect("tempdir");
         compute_all(root.path()).expect("compute the expectations")
     })
-}
-
-fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
-    a.iter()
-        .zip(b)
-        .map(|(a, b)| (a - b).abs())
-        .fold(0f32, f32::max)
 }
 
 #[test]
@@ -52,9 +46,9 @@ fn the_reference_reproduces_the_stored_expectations() {
             assert_eq!(w.greedy, g.greedy, "{at}: greedy tokens");
             assert_eq!(w.greedy.len(), GREEDY_TOKENS, "{at}");
             assert_eq!(w.first_logits.len(), g.first_logits.len(), "{at}");
-            let diff = max_abs_diff(&w.first_logits, &g.first_logits);
+            let diff = largest_difference(&w.first_logits, &g.first_logits).1;
             assert!(diff <= 1e-5, "{at}: first-step logits differ by {diff}");
-            let diff = max_abs_diff(&w.gaps, &g.gaps);
+            let diff = largest_difference(&w.gaps, &g.gaps).1;
             assert!(diff <= 1e-5, "{at}: gaps differ by {diff}");
         }
     }
