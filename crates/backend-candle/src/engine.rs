@@ -253,10 +253,9 @@ impl CandleEngine {
         let rows: Vec<(usize, &[u32], usize)> =
             seqs.iter().map(|s| (s.slot, s.tokens, s.max_len)).collect();
         let (decoder, cache, pad_id) = (&self.decoder, &mut self.cache, self.pad_id);
-        let out = self
-            .pool
-            .install(|| decoder.prefill(&rows, pad_id, cache))?;
-        Decoder::copy_logits(&out, logits.rows_mut(seqs.len()))
+        let out = logits.rows_mut(seqs.len());
+        self.pool
+            .install(|| decoder.prefill_into(&rows, pad_id, cache, out))
     }
 
     fn run_decode(&mut self, seqs: &[Decode], logits: &mut Logits) -> Result<()> {
@@ -268,8 +267,9 @@ impl CandleEngine {
         }
         let (decoder, cache) = (&self.decoder, &mut self.cache);
         let (slots, tokens) = (&self.slots, &self.tokens);
-        let out = self.pool.install(|| decoder.decode(slots, tokens, cache))?;
-        Decoder::copy_logits(&out, logits.rows_mut(seqs.len()))
+        let out = logits.rows_mut(seqs.len());
+        self.pool
+            .install(|| decoder.decode_into(slots, tokens, cache, out))
     }
 }
 

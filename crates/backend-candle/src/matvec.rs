@@ -1,7 +1,10 @@
 //! Projections for decoding steps: when few rows go through a linear
 //! layer (decoding steps of up to [`small_rows`] rows), each weight row is
 //! read once, straight from memory, and dotted with every input row, split
-//! over rayon's threads. Larger inputs (prefill) go to candle's matmul.
+//! over rayon's threads. Larger inputs (prefill) go to the `gemm` crate's
+//! blocked product. Both write into buffers the caller keeps; so does the
+//! decoding step's attention, which reads each slot of the KV cache in
+//! place.
 //!
 //! Every output element is one dot product with a fixed summation order
 //! (16 lanes of fused multiply-adds, then a pairwise sum of the lanes),
@@ -103,6 +106,123 @@ impl Proj {
         self.linear.bias()
     }
 
+    /// Whether [`Proj::forward_rows`] takes inputs of `rows` rows: an f32
+    /// CPU weight and no more rows than the dot-product kernel serves.
+    pub fn takes_rows(&self, rows: usize) -> bool {
+        self.small && rows <= small_rows()
+    }
+
+    /// `x` (`rows` rows of `in` values) times the weight, plus the bias,
+    /// into `out` (`rows` rows of `out` values), through the dot-product
+    /// kernel: the bits of [`Proj::forward`] on the same rows, with no
+    /// allocation. `out_t` is scratch room for `rows * out` values.
+    /// Inputs that start on a 64-byte boundary are read fastest.
+    pub fn forward_rows(
+        &self,
+        x: &[f32],
+        rows: usize,
+        out_t: &mut [f32],
+        out: &mut [f32],
+    ) -> candle_core::Result<()> {
+        if !self.takes_rows(rows) {
+            candle_core::bail!("small matmul: {rows} rows do not take the dot-product kernel");
+        }
+        let (n, k) = self.linear.weight().dims2()?;
+        let (storage, layout) = self.linear.weight().storage_and_layout();
+        let w = cpu_f32_slice(&storage, layout)?;
+        let (Some(x), Some(out_t), Some(out)) = (
+            x.get(..rows * k),
+            out_t.get_mut(..rows * n),
+            out.get_mut(..rows * n),
+        ) else {
+            candle_core::bail!("small matmul: buffers shorter than {rows} rows");
+        };
+        small_matmul_into(x, w, rows, k, out_t, out);
+        if let Some(bias) = self.linear.bias() {
+            let (storage, layout) = bias.storage_and_layout();
+            let bias = cpu_f32_slice(&storage, layout)?;
+            for row in out.chunks_exact_mut(n) {
+                for (o, b) in row.iter_mut().zip(bias) {
+                    *o += *b;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `x` (`rows` rows of `in` values) times the weight, plus the bias,
+    /// into `out` (`rows` rows of `out` values), for any number of rows:
+    /// the dot-product kernel where it serves (as [`Proj::forward_rows`]),
+    /// otherwise the `gemm` crate's blocked product that candle's matmul
+    /// runs, straight into `out` with no allocation of its own beyond
+    /// `gemm`'s packing buffers. f32 weights on the CPU only.
+    pub fn forward_any_rows(
+        &self,
+        x: &[f32],
+        rows: usize,
+        out_t: &mut [f32],
+        out: &mut [f32],
+    ) -> candle_core::Result<()> {
+        if self.takes_rows(rows) {
+            return self.forward_rows(x, rows, out_t, out);
+        }
+        if !self.small {
+            candle_core::bail!("host matmul: expected a contiguous f32 weight on the CPU");
+        }
+        let (n, k) = self.linear.weight().dims2()?;
+        let (storage, layout) = self.linear.weight().storage_and_layout();
+        let w = cpu_f32_slice(&storage, layout)?;
+        let (Some(x), Some(out)) = (x.get(..rows * k), out.get_mut(..rows * n)) else {
+            candle_core::bail!("host matmul: buffers shorter than {rows} rows");
+        };
+        if w.len() < n * k {
+            candle_core::bail!("host matmul: weight shorter than {n} x {k}");
+        }
+        let threads = rayon::current_num_threads();
+        let parallelism = if threads > 1 {
+            gemm::Parallelism::Rayon(threads)
+        } else {
+            gemm::Parallelism::None
+        };
+        // SAFETY: `x` holds `rows * k` values read as (rows, k) row-major,
+        // `w` `n * k` read as its transpose (k, n) (row stride 1, column
+        // stride k), `out` `rows * n` written as (rows, n) row-major; all
+        // three were checked above and `out` overlaps neither input.
+        unsafe {
+            gemm::gemm(
+                rows,
+                n,
+                k,
+                out.as_mut_ptr(),
+                1,
+                n as isize,
+                false,
+                x.as_ptr(),
+                1,
+                k as isize,
+                w.as_ptr(),
+                k as isize,
+                1,
+                0.0,
+                1.0,
+                false,
+                false,
+                false,
+                parallelism,
+            );
+        }
+        if let Some(bias) = self.linear.bias() {
+            let (storage, layout) = bias.storage_and_layout();
+            let bias = cpu_f32_slice(&storage, layout)?;
+            out.par_chunks_mut(n).for_each(|row| {
+                for (o, b) in row.iter_mut().zip(bias) {
+                    *o += *b;
+                }
+            });
+        }
+        Ok(())
+    }
+
     /// `x`: `(..., in)`; returns `(..., out)`.
     pub fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
         let dims = x.dims();
@@ -146,6 +266,28 @@ fn aligned_copy(values: impl ExactSizeIterator<Item = f32>) -> (Vec<f32>, usize)
     (data, offset)
 }
 
+/// A growable f32 buffer whose values start on a 64-byte boundary, kept
+/// between decoding steps: it allocates only when asked for more values
+/// than it ever held.
+#[derive(Debug, Default)]
+pub struct AlignedBuf {
+    data: Vec<f32>,
+    offset: usize,
+    len: usize,
+}
+
+impl AlignedBuf {
+    /// The first `len` values (zeros when new), growing the buffer if it
+    /// holds fewer.
+    pub fn get(&mut self, len: usize) -> &mut [f32] {
+        if len > self.len {
+            let (data, offset) = aligned_copy(std::iter::repeat_n(0.0, len));
+            (self.data, self.offset, self.len) = (data, offset, len);
+        }
+        &mut self.data[self.offset..self.offset + len]
+    }
+}
+
 /// Whether the first value of the f32 CPU tensor `t` sits on a 64-byte
 /// boundary.
 fn is_aligned(t: &Tensor) -> bool {
@@ -179,6 +321,17 @@ pub fn aligned(t: &Tensor) -> Tensor {
 
 /// `x (m, k)` times `w (n, k)` transposed, f32 on the CPU.
 struct SmallMatmul;
+
+/// The values of a contiguous f32 CPU storage under `layout`.
+pub fn cpu_f32_slice<'a>(
+    storage: &'a candle_core::Storage,
+    layout: &Layout,
+) -> candle_core::Result<&'a [f32]> {
+    match storage {
+        candle_core::Storage::Cpu(s) => f32_slice(s, layout),
+        _ => candle_core::bail!("expected an f32 tensor on the CPU"),
+    }
+}
 
 fn f32_slice<'a>(s: &'a CpuStorage, l: &Layout) -> candle_core::Result<&'a [f32]> {
     let CpuStorage::F32(data) = s else {
@@ -218,28 +371,42 @@ impl CustomOp2 for SmallMatmul {
             x_copy = data;
             &x_copy[offset..offset + x.len()]
         };
-        // out_t is (n, m): each task fills whole weight rows.
-        let mut out_t = vec![0f32; n * m];
-        let threads = rayon::current_num_threads().max(1);
-        // A few tasks per thread, of at least 16 weight rows each, in
-        // whole tiles.
-        let rows_per_task = n.div_ceil(threads * 4).max(16).next_multiple_of(4);
-        out_t
-            .par_chunks_mut(rows_per_task * m)
-            .zip(w.par_chunks(rows_per_task * k))
-            .for_each(|(out, w)| rows_times(x, w, out, m, k));
-        let out = if m == 1 {
-            out_t
+        let mut out = vec![0f32; m * n];
+        let mut out_t = if m == 1 {
+            Vec::new()
         } else {
-            let mut out = vec![0f32; m * n];
-            for (j, col) in out_t.chunks_exact(m).enumerate() {
-                for (i, v) in col.iter().enumerate() {
-                    out[i * n + j] = *v;
-                }
-            }
-            out
+            vec![0f32; n * m]
         };
+        small_matmul_into(x, w, m, k, &mut out_t, &mut out);
         Ok((CpuStorage::F32(out), Shape::from((m, n))))
+    }
+}
+
+/// `out` `(m, n)` = `x` `(m, k)` times `w` `(n, k)` transposed, split over
+/// rayon's threads by weight rows; `out_t` is scratch room for `(n, m)`
+/// (unused when `m` is 1).
+fn small_matmul_into(x: &[f32], w: &[f32], m: usize, k: usize, out_t: &mut [f32], out: &mut [f32]) {
+    let n = out.len() / m.max(1);
+    // The kernel writes (n, m): each task fills whole weight rows.
+    let target = if m == 1 {
+        &mut *out
+    } else {
+        &mut out_t[..n * m]
+    };
+    let threads = rayon::current_num_threads().max(1);
+    // A few tasks per thread, of at least 16 weight rows each, in whole
+    // tiles.
+    let rows_per_task = n.div_ceil(threads * 4).max(16).next_multiple_of(4);
+    target
+        .par_chunks_mut(rows_per_task * m)
+        .zip(w.par_chunks(rows_per_task * k))
+        .for_each(|(out, w)| rows_times(x, w, out, m, k));
+    if m > 1 {
+        for (j, col) in out_t.chunks_exact(m).enumerate() {
+            for (i, v) in col.iter().enumerate() {
+                out[i * n + j] = *v;
+            }
+        }
     }
 }
 
@@ -513,100 +680,140 @@ fn finish_dot(mut acc: [f32; LANES], a_rest: &[f32], b_rest: &[f32]) -> f32 {
     acc[0]
 }
 
-/// Attention for one new position per row (a decoding step), f32 on the
-/// CPU, reading each row's keys and values straight from its own slot of
-/// the KV cache: `q` `(b, kv_heads, rep, head_dim)` contiguous; row `i`
-/// attends to the first `lens[i]` positions of `keys[i]` / `values[i]`,
-/// each laid out `(kv_heads, capacity, head_dim)` with `caps[i]`
-/// positions. Returns `(b, 1, kv_heads * rep * head_dim)`, the heads side
-/// by side.
-pub struct DecodeAttention<'a> {
-    /// Each row's cached keys.
-    pub keys: &'a [&'a [f32]],
-    /// Each row's cached values.
-    pub values: &'a [&'a [f32]],
-    /// Positions each row's slot has room for.
-    pub caps: &'a [usize],
-    /// Positions each row attends to (its cached length, new one included).
-    pub lens: &'a [usize],
-    /// Multiplies the scores (`1 / sqrt(head_dim)`).
-    pub scale: f32,
+/// One row's keys and values in its slot of the KV cache, for a decoding
+/// step's attention.
+#[derive(Debug, Clone, Copy)]
+pub struct SlotView<'a> {
+    /// Keys, laid out `(kv_heads, capacity, head_dim)`.
+    pub keys: &'a [f32],
+    /// Values, laid out as the keys.
+    pub values: &'a [f32],
+    /// Positions the slot has room for.
+    pub capacity: usize,
+    /// Positions attended to: the cached length, the new one included.
+    pub len: usize,
 }
 
-impl candle_core::CustomOp1 for DecodeAttention<'_> {
-    fn name(&self) -> &'static str {
-        "decode-attention"
-    }
+/// The shape of a decoding step's queries: `rows` rows of `kv_heads`
+/// groups of `rep` query heads of `head_dim` values, row `i` starting at
+/// `i * row_stride`.
+#[derive(Debug, Clone, Copy)]
+pub struct QueryShape {
+    /// Rows (sequences) in the step.
+    pub rows: usize,
+    /// Key/value heads.
+    pub kv_heads: usize,
+    /// Query heads per key/value head.
+    pub rep: usize,
+    /// Values per head.
+    pub head_dim: usize,
+    /// Values from one row's queries to the next's.
+    pub row_stride: usize,
+}
 
-    fn cpu_fwd(&self, s1: &CpuStorage, l1: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
-        let (b, g, rep, d) = l1.shape().dims4()?;
-        let rows_ok = [
-            self.keys.len(),
-            self.values.len(),
-            self.caps.len(),
-            self.lens.len(),
-        ]
-        .iter()
-        .all(|&n| n == b);
-        let slots_ok = rows_ok
-            && (0..b).all(|i| {
-                let need = g * self.caps[i] * d;
-                self.lens[i] >= 1
-                    && self.lens[i] <= self.caps[i]
-                    && self.keys[i].len() >= need
-                    && self.values[i].len() >= need
-            });
-        if !slots_ok {
-            candle_core::bail!("decode attention: mismatched shapes");
+/// Scratch values [`decode_attention`] needs for `shape` when the longest
+/// row attends to `longest` positions.
+pub fn decode_attention_scratch(shape: QueryShape, longest: usize) -> usize {
+    shape.rows * shape.kv_heads * shape.rep * longest
+}
+
+/// Attention for one new position per row (a decoding step), f32 on the
+/// CPU, reading each row's keys and values in place in its slot
+/// (`slot(i)` for row `i`), with no allocation. Writes `out` `(rows,
+/// kv_heads * rep * head_dim)`, the heads side by side; `scores` is
+/// scratch room of [`decode_attention_scratch`] values. Scores are
+/// multiplied by `scale` before the softmax.
+pub fn decode_attention<'a>(
+    q: &[f32],
+    shape: QueryShape,
+    slot: &(impl Fn(usize) -> SlotView<'a> + Sync),
+    scale: f32,
+    out: &mut [f32],
+    scores: &mut [f32],
+) -> candle_core::Result<()> {
+    let QueryShape {
+        rows: b,
+        kv_heads: g,
+        rep,
+        head_dim: d,
+        row_stride,
+    } = shape;
+    let mut longest = 0;
+    for i in 0..b {
+        let view = slot(i);
+        let need = g * view.capacity * d;
+        if view.len < 1
+            || view.len > view.capacity
+            || view.keys.len() < need
+            || view.values.len() < need
+        {
+            candle_core::bail!("decode attention: row {i} does not fit its slot");
         }
-        let q = f32_slice(s1, l1)?;
-        let mut out = vec![0f32; b * g * rep * d];
-        let block = |(index, out): (usize, &mut [f32])| {
-            let (row, head) = (index / g, index % g);
-            let q = &q[index * rep * d..(index + 1) * rep * d];
-            let total = self.lens[row];
-            let k0 = head * self.caps[row] * d;
-            let keys = &self.keys[row][k0..k0 + total * d];
-            let values = &self.values[row][k0..k0 + total * d];
-            // scores[j * rep + r]: query head r against position j; the
-            // keys of one (row, head) block are read once for all `rep`
-            // query heads that share them.
-            let mut scores = vec![0f32; total * rep];
-            rows_times(q, keys, &mut scores, rep, d);
-            let mut inv = vec![0f32; rep];
-            for (r, inv) in inv.iter_mut().enumerate() {
-                let mut max = f32::NEG_INFINITY;
-                for s in scores[r..].iter_mut().step_by(rep) {
-                    *s *= self.scale;
-                    max = max.max(*s);
-                }
-                let mut sum = 0f32;
-                for s in scores[r..].iter_mut().step_by(rep) {
-                    *s = (*s - max).exp();
-                    sum += *s;
-                }
-                *inv = 1.0 / sum;
-            }
-            out.fill(0.0);
-            for (p, v) in scores.chunks_exact(rep).zip(values.chunks_exact(d)) {
-                for ((out, p), inv) in out.chunks_exact_mut(d).zip(p).zip(&inv) {
-                    if *p == 0.0 {
-                        continue;
-                    }
-                    let p = p * inv;
-                    for (o, v) in out.iter_mut().zip(v) {
-                        *o += p * v;
-                    }
-                }
-            }
-        };
-        if b * g > 1 {
-            out.par_chunks_mut(rep * d).enumerate().for_each(block);
-        } else {
-            out.chunks_mut(rep * d).enumerate().for_each(block);
-        }
-        Ok((CpuStorage::F32(out), Shape::from((b, 1, g * rep * d))))
+        longest = longest.max(view.len);
     }
+    let block_scores = rep * longest;
+    if q.len() < (b.max(1) - 1) * row_stride + g * rep * d
+        || out.len() < b * g * rep * d
+        || scores.len() < b * g * block_scores
+    {
+        candle_core::bail!("decode attention: buffers shorter than the step");
+    }
+    let block = |(index, (out, scores)): (usize, (&mut [f32], &mut [f32]))| {
+        let (row, head) = (index / g, index % g);
+        let view = slot(row);
+        let q0 = row * row_stride + head * rep * d;
+        let q = &q[q0..q0 + rep * d];
+        let total = view.len;
+        let k0 = head * view.capacity * d;
+        let keys = &view.keys[k0..k0 + total * d];
+        let values = &view.values[k0..k0 + total * d];
+        // scores[j * rep + r]: query head r against position j; the keys
+        // of one (row, head) block are read once for all `rep` query heads
+        // that share them.
+        let scores = &mut scores[..total * rep];
+        rows_times(q, keys, scores, rep, d);
+        for r in 0..rep {
+            let mut max = f32::NEG_INFINITY;
+            for s in scores[r..].iter_mut().step_by(rep) {
+                *s *= scale;
+                max = max.max(*s);
+            }
+            let mut sum = 0f32;
+            for s in scores[r..].iter_mut().step_by(rep) {
+                *s = (*s - max).exp();
+                sum += *s;
+            }
+            let inv = 1.0 / sum;
+            for s in scores[r..].iter_mut().step_by(rep) {
+                *s *= inv;
+            }
+        }
+        out.fill(0.0);
+        for (p, v) in scores.chunks_exact(rep).zip(values.chunks_exact(d)) {
+            for (out, p) in out.chunks_exact_mut(d).zip(p) {
+                if *p == 0.0 {
+                    continue;
+                }
+                for (o, v) in out.iter_mut().zip(v) {
+                    *o += p * v;
+                }
+            }
+        }
+    };
+    let out = &mut out[..b * g * rep * d];
+    let scores = &mut scores[..b * g * block_scores];
+    if b * g > 1 {
+        out.par_chunks_mut(rep * d)
+            .zip(scores.par_chunks_mut(block_scores))
+            .enumerate()
+            .for_each(block);
+    } else {
+        out.chunks_mut(rep * d)
+            .zip(scores.chunks_mut(block_scores))
+            .enumerate()
+            .for_each(block);
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -747,21 +954,31 @@ mod tests {
                 )
             })
             .collect();
-        let keys: Vec<&[f32]> = data.iter().map(|(k, _)| k.as_slice()).collect();
-        let values: Vec<&[f32]> = data.iter().map(|(_, v)| v.as_slice()).collect();
         let scale = 0.3f32;
-        let op = DecodeAttention {
-            keys: &keys,
-            values: &values,
-            caps: &caps,
-            lens: &lens,
-            scale,
+        // The queries of each row followed by 5 values the kernel must skip.
+        let stride = g * rep * d + 5;
+        let flat: Vec<f32> = q.flatten_all().expect("flat").to_vec1().expect("q");
+        let mut strided = vec![f32::NAN; b * stride];
+        for (row, src) in flat.chunks_exact(g * rep * d).enumerate() {
+            strided[row * stride..row * stride + g * rep * d].copy_from_slice(src);
+        }
+        let shape = QueryShape {
+            rows: b,
+            kv_heads: g,
+            rep,
+            head_dim: d,
+            row_stride: stride,
         };
-        let got = q
-            .apply_op1_no_bwd(&op)
-            .expect("op")
-            .reshape((b, g, rep, d))
-            .expect("reshape");
+        let view = |i: usize| SlotView {
+            keys: &data[i].0,
+            values: &data[i].1,
+            capacity: caps[i],
+            len: lens[i],
+        };
+        let mut out = vec![f32::NAN; b * g * rep * d];
+        let mut scores = vec![f32::NAN; decode_attention_scratch(shape, 12)];
+        decode_attention(&strided, shape, &view, scale, &mut out, &mut scores).expect("attention");
+        let got = Tensor::from_vec(out, (b, g, rep, d), &dev).expect("out");
         for (row, (k, v)) in slots.iter().enumerate() {
             let k = k.narrow(1, 0, lens[row]).expect("narrow");
             let v = v.narrow(1, 0, lens[row]).expect("narrow");

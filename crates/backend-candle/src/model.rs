@@ -1,5 +1,9 @@
 //! One parameterised decoder for Llama, Mistral, Qwen2 and Qwen3, with a
-//! batched KV cache, left padding and per-row positions.
+//! KV cache by sequence slot and per-row positions. Two paths compute the
+//! same layers: in f32 on the CPU, prefill and decoding steps run on
+//! buffers the cache keeps, straight on the weights' memory (no tensor per
+//! operation, nothing allocated in a decoding step); other dtypes and
+//! devices run candle tensor operations, prefill left-padded and masked.
 //!
 //! Weights are named as in the checkpoint (`model.layers.0.self_attn.q_proj.weight`, ...).
 
@@ -7,9 +11,13 @@ use std::collections::HashMap;
 
 use candle_core::{CpuStorage, DType, Device, Module, Tensor};
 use candle_nn::{Embedding, VarBuilder};
+use rayon::prelude::*;
 
 use crate::error::{CandleError, Result};
-use crate::matvec::{DecodeAttention, Proj};
+use crate::matvec::{
+    AlignedBuf, Proj, QueryShape, SlotView, cpu_f32_slice, decode_attention,
+    decode_attention_scratch,
+};
 use guidebench_core::model::DecoderConfig;
 
 /// A `VarBuilder` that knows its full prefix, so that a missing weight is
@@ -127,6 +135,118 @@ impl RmsNorm {
         let x = x.contiguous()?;
         Ok(candle_nn::ops::rms_norm(&x, &self.weight, self.eps)?)
     }
+
+    /// Normalizes each row of `x` into `out` (f32 on the CPU), with the
+    /// bits of [`RmsNorm::forward`].
+    fn rows(&self, x: &[f32], out: &mut [f32]) -> Result<()> {
+        let (storage, layout) = self.weight.storage_and_layout();
+        let alpha = cpu_f32_slice(&storage, layout)?;
+        let n = alpha.len();
+        for (src, dst) in x.chunks_exact(n).zip(out.chunks_exact_mut(n)) {
+            let m = rms(src, self.eps);
+            for ((d, s), a) in dst.iter_mut().zip(src).zip(alpha) {
+                *d = *s / m * *a;
+            }
+        }
+        Ok(())
+    }
+
+    /// [`RmsNorm::rows`] with the rows split over rayon's threads.
+    fn rows_par(&self, x: &[f32], out: &mut [f32]) -> Result<()> {
+        let (storage, layout) = self.weight.storage_and_layout();
+        let alpha = cpu_f32_slice(&storage, layout)?;
+        let n = alpha.len();
+        x.par_chunks_exact(n)
+            .zip(out.par_chunks_exact_mut(n))
+            .for_each(|(src, dst)| {
+                let m = rms(src, self.eps);
+                for ((d, s), a) in dst.iter_mut().zip(src).zip(alpha) {
+                    *d = *s / m * *a;
+                }
+            });
+        Ok(())
+    }
+
+    /// Normalizes each row of `x` in place (f32 on the CPU), with the bits
+    /// of [`RmsNorm::forward`].
+    fn rows_in_place(&self, x: &mut [f32]) -> Result<()> {
+        let (storage, layout) = self.weight.storage_and_layout();
+        let alpha = cpu_f32_slice(&storage, layout)?;
+        for row in x.chunks_exact_mut(alpha.len()) {
+            let m = rms(row, self.eps);
+            for (v, a) in row.iter_mut().zip(alpha) {
+                *v = *v / m * *a;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Writes one position's keys `k` and values `v` (`(kv_heads, head_dim)`)
+/// of `layer` at `pos` of the host slot `slot`.
+fn write_host(
+    slots: &mut [Option<SlotKv>],
+    slot: usize,
+    layer: usize,
+    pos: usize,
+    k: &[f32],
+    v: &[f32],
+    head_dim: usize,
+) -> Result<()> {
+    let s = slot_of_mut(slots, slot)?;
+    if pos >= s.capacity {
+        return Err(candle_core::Error::Msg(format!(
+            "KV cache overflow in slot {slot}: position {pos} of {}",
+            s.capacity
+        ))
+        .into());
+    }
+    let KvData::Host { keys, values } = &mut s.data else {
+        return Err(
+            candle_core::Error::Msg("a step on host buffers needs a host cache".into()).into(),
+        );
+    };
+    for (dst, src) in [(&mut keys[layer], k), (&mut values[layer], v)] {
+        for (head, src) in src.chunks_exact(head_dim).enumerate() {
+            let start = (head * s.capacity + pos) * head_dim;
+            dst[start..start + head_dim].copy_from_slice(src);
+        }
+    }
+    Ok(())
+}
+
+/// `x += y` row by row (`width` values each), rows split over rayon's
+/// threads.
+fn add_in_place_par(x: &mut [f32], y: &[f32], width: usize) {
+    x.par_chunks_mut(width)
+        .zip(y.par_chunks(width))
+        .for_each(|(x, y)| add_in_place(x, y));
+}
+
+/// `x += y`, value by value.
+fn add_in_place(x: &mut [f32], y: &[f32]) {
+    for (a, b) in x.iter_mut().zip(y) {
+        *a += *b;
+    }
+}
+
+/// The root mean square of `row` with `eps` added under the root, summed
+/// in order as candle's `rms_norm` does.
+fn rms(row: &[f32], eps: f32) -> f32 {
+    let sum2 = row.iter().map(|&v| v * v).sum::<f32>();
+    (sum2 / row.len() as f32 + eps).sqrt()
+}
+
+/// Rotates one head `(head_dim)` by the position's `cos` and `sin`
+/// (`head_dim / 2` each), halves not interleaved, with the bits of
+/// candle's `rope`.
+fn rope_in_place(head: &mut [f32], cos: &[f32], sin: &[f32]) {
+    let (x1, x2) = head.split_at_mut(cos.len());
+    for (((a, b), c), s) in x1.iter_mut().zip(x2.iter_mut()).zip(cos).zip(sin) {
+        let (x, y) = (*a, *b);
+        *a = x * c - y * s;
+        *b = x * s + y * c;
+    }
 }
 
 /// Precomputed rotary tables, gathered per row and position.
@@ -167,14 +287,76 @@ impl Rope {
     }
 }
 
-/// One sequence's keys and values in every layer, `(1, kv_heads,
-/// capacity, head_dim)` each, with its own length.
+/// One layer's keys or values for one sequence, `(kv_heads, capacity,
+/// head_dim)`.
+#[derive(Debug)]
+enum KvData {
+    /// f32 on the CPU: plain memory that decoding steps read and write in
+    /// place.
+    Host {
+        keys: Vec<Vec<f32>>,
+        values: Vec<Vec<f32>>,
+    },
+    /// Other dtypes and devices: candle tensors `(1, kv_heads, capacity,
+    /// head_dim)`.
+    Tensors {
+        keys: Vec<Tensor>,
+        values: Vec<Tensor>,
+    },
+}
+
+/// One sequence's keys and values in every layer, with its own length.
 #[derive(Debug)]
 struct SlotKv {
-    keys: Vec<Tensor>,
-    values: Vec<Tensor>,
+    data: KvData,
     len: usize,
     capacity: usize,
+}
+
+/// The buffers of a decoding step on the CPU in f32, kept between steps
+/// so that a step in steady state allocates nothing.
+#[derive(Debug, Default)]
+struct StepBuffers {
+    /// Each row's cached length before the step.
+    lens: Vec<usize>,
+    /// The residual stream, `(rows, hidden)`.
+    x: AlignedBuf,
+    /// A norm's output, `(rows, hidden)`.
+    normed: AlignedBuf,
+    /// Queries, keys and values side by side, `(rows, (heads + 2 *
+    /// kv_heads) * head_dim)`.
+    qkv: AlignedBuf,
+    /// Attention output, `(rows, heads * head_dim)`.
+    attn: AlignedBuf,
+    /// A projection back to the hidden size, `(rows, hidden)`.
+    proj: AlignedBuf,
+    /// Gate and up projections side by side, `(rows, 2 * intermediate)`.
+    gate_up: AlignedBuf,
+    /// The gated activation, `(rows, intermediate)`.
+    act: AlignedBuf,
+    /// The projection kernel's transposed output.
+    out_t: AlignedBuf,
+    /// Attention scores.
+    scores: AlignedBuf,
+    /// A prefill's tokens, one after another across its sequences.
+    tokens: Vec<PrefillToken>,
+    /// Each prefilled sequence's last position after the final norm,
+    /// `(rows, hidden)`.
+    last: AlignedBuf,
+}
+
+/// One prompt token of a prefill on host buffers.
+#[derive(Debug, Clone, Copy)]
+struct PrefillToken {
+    /// The token id.
+    id: u32,
+    /// The slot of its sequence.
+    slot: usize,
+    /// Its position in the sequence.
+    pos: usize,
+    /// Its sequence's index in the prefill, when it is the sequence's last
+    /// token (whose logits come back).
+    last_of: Option<usize>,
 }
 
 /// The KV cache by sequence slot: a fixed set of slots, each holding one
@@ -189,6 +371,7 @@ pub struct SlotCache {
     head_dim: usize,
     dtype: DType,
     device: Device,
+    buffers: StepBuffers,
 }
 
 impl SlotCache {
@@ -201,7 +384,16 @@ impl SlotCache {
             head_dim: cfg.head_dim,
             dtype,
             device: device.clone(),
+            buffers: StepBuffers {
+                lens: Vec::with_capacity(max_slots),
+                ..StepBuffers::default()
+            },
         }
+    }
+
+    /// Whether slots are plain f32 memory (f32 on the CPU).
+    fn is_host(&self) -> bool {
+        self.device.is_cpu() && self.dtype == DType::F32
     }
 
     /// Slots in the cache.
@@ -228,13 +420,22 @@ impl SlotCache {
 
     /// Reserves `capacity` positions in the free `slot`.
     fn open(&mut self, slot: usize, capacity: usize) -> Result<()> {
-        let shape = (1, self.kv_heads, capacity, self.head_dim);
-        let mut keys = Vec::with_capacity(self.layers);
-        let mut values = Vec::with_capacity(self.layers);
-        for _ in 0..self.layers {
-            keys.push(Tensor::zeros(shape, self.dtype, &self.device)?);
-            values.push(Tensor::zeros(shape, self.dtype, &self.device)?);
-        }
+        let data = if self.is_host() {
+            let n = self.kv_heads * capacity * self.head_dim;
+            KvData::Host {
+                keys: (0..self.layers).map(|_| touched_zeros(n)).collect(),
+                values: (0..self.layers).map(|_| touched_zeros(n)).collect(),
+            }
+        } else {
+            let shape = (1, self.kv_heads, capacity, self.head_dim);
+            let mut keys = Vec::with_capacity(self.layers);
+            let mut values = Vec::with_capacity(self.layers);
+            for _ in 0..self.layers {
+                keys.push(Tensor::zeros(shape, self.dtype, &self.device)?);
+                values.push(Tensor::zeros(shape, self.dtype, &self.device)?);
+            }
+            KvData::Tensors { keys, values }
+        };
         let Some(entry) = self.slots.get_mut(slot) else {
             return Err(candle_core::Error::Msg(format!(
                 "slot {slot} is out of range (the engine has {} slots)",
@@ -246,8 +447,7 @@ impl SlotCache {
             return Err(candle_core::Error::Msg(format!("slot {slot} is already in use")).into());
         }
         *entry = Some(SlotKv {
-            keys,
-            values,
+            data,
             len: 0,
             capacity,
         });
@@ -255,17 +455,22 @@ impl SlotCache {
     }
 
     fn slot(&self, slot: usize) -> Result<&SlotKv> {
-        self.slots
-            .get(slot)
-            .and_then(Option::as_ref)
-            .ok_or_else(|| candle_core::Error::Msg(format!("slot {slot} holds no sequence")).into())
+        slot_of(&self.slots, slot)
     }
 
     /// Writes `k`, `v` (`(1, kv_heads, t, head_dim)`) of `layer` at
     /// position `at` of `slot`.
-    fn write(&self, slot: usize, layer: usize, at: usize, k: &Tensor, v: &Tensor) -> Result<()> {
-        let kv = self.slot(slot)?;
+    fn write(
+        &mut self,
+        slot: usize,
+        layer: usize,
+        at: usize,
+        k: &Tensor,
+        v: &Tensor,
+    ) -> Result<()> {
         let t = k.dim(2)?;
+        let head_dim = self.head_dim;
+        let kv = slot_of_mut(&mut self.slots, slot)?;
         if at + t > kv.capacity {
             return Err(candle_core::Error::Msg(format!(
                 "KV cache overflow in slot {slot}: {at} + {t} > {}",
@@ -273,20 +478,86 @@ impl SlotCache {
             ))
             .into());
         }
-        kv.keys[layer].slice_set(&k.contiguous()?, 2, at)?;
-        kv.values[layer].slice_set(&v.contiguous()?, 2, at)?;
+        match &mut kv.data {
+            KvData::Tensors { keys, values } => {
+                keys[layer].slice_set(&k.contiguous()?, 2, at)?;
+                values[layer].slice_set(&v.contiguous()?, 2, at)?;
+            }
+            KvData::Host { keys, values } => {
+                let capacity = kv.capacity;
+                for (dst, src) in [(&mut keys[layer], k), (&mut values[layer], v)] {
+                    let src = src.contiguous()?;
+                    let (storage, layout) = src.storage_and_layout();
+                    let src = cpu_f32_slice(&storage, layout)?;
+                    // (kv_heads, t, head_dim) into (kv_heads, capacity, head_dim)
+                    for (head, src) in src.chunks_exact(t * head_dim).enumerate() {
+                        let start = (head * capacity + at) * head_dim;
+                        dst[start..start + t * head_dim].copy_from_slice(src);
+                    }
+                }
+            }
+        }
         Ok(())
     }
 
     /// Marks `t` more positions of `slot` as cached.
     fn advance(&mut self, slot: usize, t: usize) -> Result<()> {
-        match self.slots.get_mut(slot).and_then(Option::as_mut) {
-            Some(kv) => {
-                kv.len += t;
-                Ok(())
-            }
-            None => Err(candle_core::Error::Msg(format!("slot {slot} holds no sequence")).into()),
-        }
+        slot_of_mut(&mut self.slots, slot)?.len += t;
+        Ok(())
+    }
+}
+
+/// `n` zeros whose memory pages are all touched now, when a slot's room is
+/// reserved, so that decoding steps do not fault them in one page at a
+/// time.
+fn touched_zeros(n: usize) -> Vec<f32> {
+    const PAGE_VALUES: usize = 4096 / std::mem::size_of::<f32>();
+    let mut values = vec![0f32; n];
+    for v in values.iter_mut().step_by(PAGE_VALUES) {
+        *v = std::hint::black_box(0.0);
+    }
+    values
+}
+
+fn no_sequence(slot: usize) -> CandleError {
+    candle_core::Error::Msg(format!("slot {slot} holds no sequence")).into()
+}
+
+fn slot_of(slots: &[Option<SlotKv>], slot: usize) -> Result<&SlotKv> {
+    slots
+        .get(slot)
+        .and_then(Option::as_ref)
+        .ok_or_else(|| no_sequence(slot))
+}
+
+fn slot_of_mut(slots: &mut [Option<SlotKv>], slot: usize) -> Result<&mut SlotKv> {
+    slots
+        .get_mut(slot)
+        .and_then(Option::as_mut)
+        .ok_or_else(|| no_sequence(slot))
+}
+
+/// `layer` of the host slot `slot`, attending to `len` positions; an
+/// empty view (which attention rejects) when the slot holds no host
+/// sequence.
+fn host_view(slots: &[Option<SlotKv>], slot: usize, layer: usize, len: usize) -> SlotView<'_> {
+    match slots.get(slot).and_then(Option::as_ref) {
+        Some(SlotKv {
+            data: KvData::Host { keys, values },
+            capacity,
+            ..
+        }) => SlotView {
+            keys: &keys[layer],
+            values: &values[layer],
+            capacity: *capacity,
+            len,
+        },
+        _ => SlotView {
+            keys: &[],
+            values: &[],
+            capacity: 0,
+            len: 0,
+        },
     }
 }
 
@@ -370,7 +641,7 @@ impl Attention {
         &self,
         x: &Tensor,
         step: &Step<'_>,
-        cache: &SlotCache,
+        cache: &mut SlotCache,
         layer: usize,
     ) -> Result<Tensor> {
         let (b, t, _) = x.dims3()?;
@@ -437,34 +708,23 @@ impl Attention {
     ) -> Result<Tensor> {
         let (b, nh, _, hd) = q.dims4()?;
         let nkv = self.num_kv_heads;
-        let mut guards = Vec::with_capacity(b);
-        let mut caps = Vec::with_capacity(b);
-        for &slot in slots {
-            let kv = cache.slot(slot)?;
-            guards.push((
-                kv.keys[layer].storage_and_layout().0,
-                kv.values[layer].storage_and_layout().0,
-            ));
-            caps.push(kv.capacity);
-        }
-        let keys = guards
-            .iter()
-            .map(|(k, _)| cpu_f32(k))
-            .collect::<Result<Vec<_>>>()?;
-        let values = guards
-            .iter()
-            .map(|(_, v)| cpu_f32(v))
-            .collect::<Result<Vec<_>>>()?;
-        let attended: Vec<usize> = lens.iter().map(|len| len + 1).collect();
-        let op = DecodeAttention {
-            keys: &keys,
-            values: &values,
-            caps: &caps,
-            lens: &attended,
-            scale: scale as f32,
+        let shape = QueryShape {
+            rows: b,
+            kv_heads: nkv,
+            rep: nh / nkv,
+            head_dim: hd,
+            row_stride: nh * hd,
         };
-        let q = q.reshape((b, nkv, nh / nkv, hd))?;
-        Ok(q.apply_op1_no_bwd(&op)?)
+        let longest = lens.iter().max().map_or(1, |len| len + 1);
+        let device = q.device().clone();
+        let q = q.contiguous()?;
+        let (storage, layout) = q.storage_and_layout();
+        let q = cpu_f32_slice(&storage, layout)?;
+        let mut out = vec![0f32; b * nh * hd];
+        let mut scores = vec![0f32; decode_attention_scratch(shape, longest)];
+        let view = |i: usize| host_view(&cache.slots, slots[i], layer, lens[i] + 1);
+        decode_attention(q, shape, &view, scale as f32, &mut out, &mut scores)?;
+        Ok(Tensor::from_vec(out, (b, 1, nh * hd), &device)?)
     }
 
     /// Attention of `q` `(b, heads, t, head_dim)` over `keys`, `values`
@@ -503,16 +763,6 @@ impl Attention {
     }
 }
 
-/// The values of an f32 CPU storage.
-fn cpu_f32(storage: &candle_core::Storage) -> Result<&[f32]> {
-    match storage {
-        candle_core::Storage::Cpu(CpuStorage::F32(data)) => Ok(data.as_slice()),
-        _ => Err(
-            candle_core::Error::Msg("decode attention: expected an f32 CPU cache".into()).into(),
-        ),
-    }
-}
-
 /// The cached keys and values of `layer` for each row (`lens[i] + 1`
 /// positions), zero-padded to the longest: `(b, kv_heads, T, head_dim)`.
 fn gather_padded(
@@ -525,15 +775,20 @@ fn gather_padded(
     let mut keys = Vec::with_capacity(slots.len());
     let mut values = Vec::with_capacity(slots.len());
     for (&slot, &len) in slots.iter().zip(lens) {
-        let kv = cache.slot(slot)?;
+        let KvData::Tensors { keys: k, values: v } = &cache.slot(slot)?.data else {
+            return Err(candle_core::Error::Msg(
+                "a host cache is read in place, not gathered".into(),
+            )
+            .into());
+        };
         let n = len + 1;
         keys.push(
-            kv.keys[layer]
+            k[layer]
                 .narrow(2, 0, n)?
                 .pad_with_zeros(2, 0, longest - n)?,
         );
         values.push(
-            kv.values[layer]
+            v[layer]
                 .narrow(2, 0, n)?
                 .pad_with_zeros(2, 0, longest - n)?,
         );
@@ -604,7 +859,7 @@ impl DecoderLayer {
         &self,
         x: &Tensor,
         step: &Step<'_>,
-        cache: &SlotCache,
+        cache: &mut SlotCache,
         layer: usize,
     ) -> Result<Tensor> {
         let h = self.input_layernorm.forward(x)?;
@@ -618,6 +873,10 @@ impl DecoderLayer {
 
 /// The most bytes of attention scores one prefill group may hold.
 pub const PREFILL_SCORE_BUDGET: usize = 256 << 20;
+
+/// The most prompt tokens one chunk of a prefill on host buffers carries
+/// through the blocks.
+pub const PREFILL_CHUNK_TOKENS: usize = 512;
 
 /// The decoder: embeddings, blocks, final norm and LM head.
 #[derive(Debug, Clone)]
@@ -764,7 +1023,7 @@ impl Decoder {
         positions: &Tensor,
         mask: Option<&Tensor>,
         pass: Pass<'_>,
-        cache: &SlotCache,
+        cache: &mut SlotCache,
     ) -> Result<Tensor> {
         let (_, t) = input_ids.dims2()?;
         let (cos, sin) = self.rope.gather(positions)?;
@@ -830,6 +1089,419 @@ impl Decoder {
             cache.advance(slot, 1)?;
         }
         Ok(logits)
+    }
+
+    /// One decoding step as [`Decoder::decode`], its f32 logits written
+    /// into `out` (`(b, vocab)`, row after row). In f32 on the CPU with
+    /// few enough rows for the dot-product kernel, the step runs on
+    /// buffers the cache keeps and allocates nothing; otherwise it goes
+    /// through [`Decoder::decode`] with the same result.
+    pub fn decode_into(
+        &self,
+        slots: &[usize],
+        tokens: &[u32],
+        cache: &mut SlotCache,
+        out: &mut [f32],
+    ) -> Result<()> {
+        if cache.is_host() && self.decodes_in_place() && self.projections_take(slots.len()) {
+            self.decode_host(slots, tokens, cache, out)
+        } else {
+            let logits = self.decode(slots, tokens, cache)?;
+            Self::copy_logits(&logits, out)
+        }
+    }
+
+    /// Whether every projection takes `rows` rows through the dot-product
+    /// kernel.
+    fn projections_take(&self, rows: usize) -> bool {
+        self.lm_head.takes_rows(rows)
+            && self.layers.iter().all(|l| {
+                [
+                    &l.self_attn.qkv_proj,
+                    &l.self_attn.o_proj,
+                    &l.mlp.gate_up_proj,
+                    &l.mlp.down_proj,
+                ]
+                .into_iter()
+                .all(|p| p.takes_rows(rows))
+            })
+    }
+
+    /// [`Decoder::decode_into`] on host buffers: the arithmetic of the
+    /// tensor path, operation by operation, so the same bits.
+    fn decode_host(
+        &self,
+        slots: &[usize],
+        tokens: &[u32],
+        cache: &mut SlotCache,
+        out: &mut [f32],
+    ) -> Result<()> {
+        let cfg = &self.config;
+        let m = slots.len();
+        let (h, nh, nkv, hd) = (
+            cfg.hidden_size,
+            cfg.num_attention_heads,
+            cfg.num_key_value_heads,
+            cfg.head_dim,
+        );
+        let (qkv_n, inter, vocab) = ((nh + 2 * nkv) * hd, cfg.intermediate_size, cfg.vocab_size);
+        if tokens.len() != m || out.len() != m * vocab {
+            return Err(candle_core::Error::Msg(format!(
+                "decoding step: {m} slots, {} tokens and room for {} logits of {vocab}",
+                tokens.len(),
+                out.len()
+            ))
+            .into());
+        }
+        let SlotCache {
+            slots: kv, buffers, ..
+        } = cache;
+        let StepBuffers {
+            lens,
+            x,
+            normed,
+            qkv,
+            attn,
+            proj,
+            gate_up,
+            act,
+            out_t,
+            scores,
+            ..
+        } = buffers;
+        lens.clear();
+        // Scores are sized for the rows' reserved room, not their lengths,
+        // so that they do not grow step by step.
+        let mut room = 1;
+        for &slot in slots {
+            let s = slot_of(kv, slot)?;
+            room = room.max(s.capacity);
+            if s.len >= s.capacity {
+                return Err(candle_core::Error::Msg(format!(
+                    "slot {slot} is full ({} positions)",
+                    s.capacity
+                ))
+                .into());
+            }
+            lens.push(s.len);
+        }
+        let shape = QueryShape {
+            rows: m,
+            kv_heads: nkv,
+            rep: nh / nkv,
+            head_dim: hd,
+            row_stride: qkv_n,
+        };
+        let (x, normed, qkv, attn, proj, gate_up, act) = (
+            x.get(m * h),
+            normed.get(m * h),
+            qkv.get(m * qkv_n),
+            attn.get(m * nh * hd),
+            proj.get(m * h),
+            gate_up.get(m * 2 * inter),
+            act.get(m * inter),
+        );
+        let out_t = out_t.get(m * vocab.max(qkv_n).max(2 * inter).max(h));
+        let scores = scores.get(decode_attention_scratch(shape, room));
+        {
+            let table = self.embed_tokens.embeddings();
+            let (storage, layout) = table.storage_and_layout();
+            let table = cpu_f32_slice(&storage, layout)?;
+            for (row, &token) in x.chunks_exact_mut(h).zip(tokens) {
+                let at = token as usize * h;
+                let src = table.get(at..at + h).ok_or_else(|| {
+                    candle_core::Error::Msg(format!("token {token} is outside the vocabulary"))
+                })?;
+                row.copy_from_slice(src);
+            }
+        }
+        let (cos_storage, cos_layout) = self.rope.cos.storage_and_layout();
+        let (sin_storage, sin_layout) = self.rope.sin.storage_and_layout();
+        let cos = cpu_f32_slice(&cos_storage, cos_layout)?;
+        let sin = cpu_f32_slice(&sin_storage, sin_layout)?;
+        let half = hd / 2;
+        let scale = (1.0 / (hd as f64).sqrt()) as f32;
+        for (li, layer) in self.layers.iter().enumerate() {
+            let a = &layer.self_attn;
+            layer.input_layernorm.rows(x, normed)?;
+            a.qkv_proj.forward_rows(normed, m, out_t, qkv)?;
+            for ((row, &pos), &slot) in qkv.chunks_exact_mut(qkv_n).zip(lens.iter()).zip(slots) {
+                let (Some(cos), Some(sin)) = (
+                    cos.get(pos * half..(pos + 1) * half),
+                    sin.get(pos * half..(pos + 1) * half),
+                ) else {
+                    return Err(candle_core::Error::Msg(format!(
+                        "position {pos} is past the rotary table ({} positions)",
+                        self.max_seq_len
+                    ))
+                    .into());
+                };
+                let (q, rest) = row.split_at_mut(nh * hd);
+                let (k, v) = rest.split_at_mut(nkv * hd);
+                for (heads, norm) in [(q, &a.q_norm), (&mut *k, &a.k_norm)] {
+                    if let Some(norm) = norm {
+                        norm.rows_in_place(heads)?;
+                    }
+                    for head in heads.chunks_exact_mut(hd) {
+                        rope_in_place(head, cos, sin);
+                    }
+                }
+                write_host(kv, slot, li, pos, k, v, hd)?;
+            }
+            let view = |i: usize| host_view(kv, slots[i], li, lens[i] + 1);
+            decode_attention(qkv, shape, &view, scale, attn, scores)?;
+            a.o_proj.forward_rows(attn, m, out_t, proj)?;
+            add_in_place(x, proj);
+            layer.post_attention_layernorm.rows(x, normed)?;
+            layer
+                .mlp
+                .gate_up_proj
+                .forward_rows(normed, m, out_t, gate_up)?;
+            for (gu, act) in gate_up
+                .chunks_exact(2 * inter)
+                .zip(act.chunks_exact_mut(inter))
+            {
+                let (gate, up) = gu.split_at(inter);
+                for ((a, g), u) in act.iter_mut().zip(gate).zip(up) {
+                    // candle's silu, then the product
+                    *a = *g / (1.0 + (-*g).exp()) * *u;
+                }
+            }
+            layer.mlp.down_proj.forward_rows(act, m, out_t, proj)?;
+            add_in_place(x, proj);
+        }
+        self.norm.rows(x, normed)?;
+        self.lm_head.forward_rows(normed, m, out_t, out)?;
+        for &slot in slots {
+            slot_of_mut(kv, slot)?.len += 1;
+        }
+        Ok(())
+    }
+
+    /// [`Decoder::prefill`] with the f32 logits of each prompt's last
+    /// position written into `out` (`(b, vocab)`, row after row). In f32
+    /// on the CPU the prompts' tokens go through the blocks in chunks of at
+    /// most [`PREFILL_CHUNK_TOKENS`], one after another across sequences
+    /// (no padding), on buffers the cache keeps; otherwise through
+    /// [`Decoder::prefill`].
+    pub fn prefill_into(
+        &self,
+        seqs: &[(usize, &[u32], usize)],
+        pad_id: u32,
+        cache: &mut SlotCache,
+        out: &mut [f32],
+    ) -> Result<()> {
+        self.prefill_into_chunks(seqs, pad_id, cache, out, PREFILL_CHUNK_TOKENS)
+    }
+
+    /// [`Decoder::prefill_into`] with chunks of at most `chunk_tokens`.
+    fn prefill_into_chunks(
+        &self,
+        seqs: &[(usize, &[u32], usize)],
+        pad_id: u32,
+        cache: &mut SlotCache,
+        out: &mut [f32],
+        chunk_tokens: usize,
+    ) -> Result<()> {
+        if cache.is_host() && self.decodes_in_place() {
+            for &(slot, prompt, capacity) in seqs {
+                if let Err(err) = cache.open(slot, capacity.max(prompt.len())) {
+                    for &(slot, _, _) in seqs {
+                        cache.retire(slot);
+                    }
+                    return Err(err);
+                }
+            }
+            let result = self.prefill_host(seqs, cache, out, chunk_tokens);
+            for &(slot, prompt, _) in seqs {
+                match &result {
+                    Ok(()) => cache.advance(slot, prompt.len())?,
+                    Err(_) => cache.retire(slot),
+                }
+            }
+            result
+        } else {
+            let logits = self.prefill(seqs, pad_id, cache)?;
+            Self::copy_logits(&logits, out)
+        }
+    }
+
+    /// [`Decoder::prefill_into`] on host buffers, into slots already
+    /// opened (and left at length 0: the caller advances them).
+    fn prefill_host(
+        &self,
+        seqs: &[(usize, &[u32], usize)],
+        cache: &mut SlotCache,
+        out: &mut [f32],
+        chunk_tokens: usize,
+    ) -> Result<()> {
+        let cfg = &self.config;
+        let b = seqs.len();
+        let (h, nh, nkv, hd) = (
+            cfg.hidden_size,
+            cfg.num_attention_heads,
+            cfg.num_key_value_heads,
+            cfg.head_dim,
+        );
+        let (qkv_n, inter, vocab) = ((nh + 2 * nkv) * hd, cfg.intermediate_size, cfg.vocab_size);
+        if out.len() != b * vocab {
+            return Err(candle_core::Error::Msg(format!(
+                "prefill: {b} sequences and room for {} logits of {vocab}",
+                out.len()
+            ))
+            .into());
+        }
+        let SlotCache {
+            slots: kv, buffers, ..
+        } = cache;
+        let StepBuffers {
+            x,
+            normed,
+            qkv,
+            attn,
+            proj,
+            gate_up,
+            act,
+            out_t,
+            scores,
+            tokens,
+            last,
+            ..
+        } = buffers;
+        tokens.clear();
+        let mut room = 1;
+        for (row, &(slot, prompt, _)) in seqs.iter().enumerate() {
+            if prompt.is_empty() {
+                return Err(
+                    candle_core::Error::Msg(format!("sequence {row} has no tokens")).into(),
+                );
+            }
+            if prompt.len() > self.max_seq_len {
+                return Err(candle_core::Error::Msg(format!(
+                    "a prompt of {} tokens is longer than the rotary table ({} positions)",
+                    prompt.len(),
+                    self.max_seq_len
+                ))
+                .into());
+            }
+            room = room.max(slot_of(kv, slot)?.capacity);
+            let n = prompt.len();
+            tokens.extend(prompt.iter().enumerate().map(|(pos, &id)| PrefillToken {
+                id,
+                slot,
+                pos,
+                last_of: (pos + 1 == n).then_some(row),
+            }));
+        }
+        // Chunks small enough that their activations stay in the caches
+        // and their attention scores within the budget.
+        let per_token_scores = nh * room * std::mem::size_of::<f32>();
+        let chunk = (PREFILL_SCORE_BUDGET / per_token_scores).clamp(1, chunk_tokens.max(1));
+        let rows_max = chunk.min(tokens.len());
+        let shape_max = QueryShape {
+            rows: rows_max,
+            kv_heads: nkv,
+            rep: nh / nkv,
+            head_dim: hd,
+            row_stride: qkv_n,
+        };
+        let (x, normed, qkv, attn, proj, gate_up, act) = (
+            x.get(rows_max * h),
+            normed.get(rows_max * h),
+            qkv.get(rows_max * qkv_n),
+            attn.get(rows_max * nh * hd),
+            proj.get(rows_max * h),
+            gate_up.get(rows_max * 2 * inter),
+            act.get(rows_max * inter),
+        );
+        // Scratch for the dot-product kernel, which takes chunks and the last
+        // positions of at most `small_rows` rows.
+        let kernel_rows = crate::matvec::small_rows().min(rows_max.max(b));
+        let out_t = out_t.get(kernel_rows * vocab.max(qkv_n).max(2 * inter).max(h));
+        let scores = scores.get(decode_attention_scratch(shape_max, room));
+        let last = last.get(b * h);
+        let (cos_storage, cos_layout) = self.rope.cos.storage_and_layout();
+        let (sin_storage, sin_layout) = self.rope.sin.storage_and_layout();
+        let cos = cpu_f32_slice(&cos_storage, cos_layout)?;
+        let sin = cpu_f32_slice(&sin_storage, sin_layout)?;
+        let table = self.embed_tokens.embeddings();
+        let (table_storage, table_layout) = table.storage_and_layout();
+        let table = cpu_f32_slice(&table_storage, table_layout)?;
+        let half = hd / 2;
+        let scale = (1.0 / (hd as f64).sqrt()) as f32;
+        for part in tokens.chunks(chunk) {
+            let t = part.len();
+            let shape = QueryShape {
+                rows: t,
+                ..shape_max
+            };
+            let (x, normed, qkv, attn, proj, gate_up, act) = (
+                &mut x[..t * h],
+                &mut normed[..t * h],
+                &mut qkv[..t * qkv_n],
+                &mut attn[..t * nh * hd],
+                &mut proj[..t * h],
+                &mut gate_up[..t * 2 * inter],
+                &mut act[..t * inter],
+            );
+            for (row, token) in x.chunks_exact_mut(h).zip(part) {
+                let at = token.id as usize * h;
+                let src = table.get(at..at + h).ok_or_else(|| {
+                    candle_core::Error::Msg(format!("token {} is outside the vocabulary", token.id))
+                })?;
+                row.copy_from_slice(src);
+            }
+            for (li, layer) in self.layers.iter().enumerate() {
+                let a = &layer.self_attn;
+                layer.input_layernorm.rows_par(x, normed)?;
+                a.qkv_proj.forward_any_rows(normed, t, out_t, qkv)?;
+                for (row, token) in qkv.chunks_exact_mut(qkv_n).zip(part) {
+                    let pos = token.pos;
+                    let (cos, sin) = (
+                        &cos[pos * half..(pos + 1) * half],
+                        &sin[pos * half..(pos + 1) * half],
+                    );
+                    let (q, rest) = row.split_at_mut(nh * hd);
+                    let (k, v) = rest.split_at_mut(nkv * hd);
+                    for (heads, norm) in [(q, &a.q_norm), (&mut *k, &a.k_norm)] {
+                        if let Some(norm) = norm {
+                            norm.rows_in_place(heads)?;
+                        }
+                        for head in heads.chunks_exact_mut(hd) {
+                            rope_in_place(head, cos, sin);
+                        }
+                    }
+                    write_host(kv, token.slot, li, pos, k, v, hd)?;
+                }
+                let view = |i: usize| host_view(kv, part[i].slot, li, part[i].pos + 1);
+                decode_attention(qkv, shape, &view, scale, attn, scores)?;
+                a.o_proj.forward_any_rows(attn, t, out_t, proj)?;
+                add_in_place_par(x, proj, h);
+                layer.post_attention_layernorm.rows_par(x, normed)?;
+                layer
+                    .mlp
+                    .gate_up_proj
+                    .forward_any_rows(normed, t, out_t, gate_up)?;
+                gate_up
+                    .par_chunks_exact(2 * inter)
+                    .zip(act.par_chunks_exact_mut(inter))
+                    .for_each(|(gu, act)| {
+                        let (gate, up) = gu.split_at(inter);
+                        for ((a, g), u) in act.iter_mut().zip(gate).zip(up) {
+                            *a = *g / (1.0 + (-*g).exp()) * *u;
+                        }
+                    });
+                layer.mlp.down_proj.forward_any_rows(act, t, out_t, proj)?;
+                add_in_place_par(x, proj, h);
+            }
+            for (row, token) in x.chunks_exact(h).zip(part) {
+                if let Some(seq) = token.last_of {
+                    self.norm.rows(row, &mut last[seq * h..(seq + 1) * h])?;
+                }
+            }
+        }
+        self.lm_head.forward_any_rows(last, b, out_t, out)?;
+        Ok(())
     }
 
     /// Additive attention mask for prompts left-padded by `pads[i]`
@@ -970,11 +1642,16 @@ impl Decoder {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use guidebench_testkit::conformance::largest_difference;
     use guidebench_testkit::fixtures::{FixtureSpec, write_llama_fixture};
 
     fn tiny_decoder(dtype: DType) -> (tempfile::TempDir, Decoder) {
+        decoder_of(&FixtureSpec::tiny(), dtype)
+    }
+
+    fn decoder_of(spec: &FixtureSpec, dtype: DType) -> (tempfile::TempDir, Decoder) {
         let dir = tempfile::tempdir().expect("tempdir");
-        write_llama_fixture(dir.path(), &FixtureSpec::tiny()).expect("fixture");
+        write_llama_fixture(dir.path(), spec).expect("fixture");
         let config = DecoderConfig::from_file(&dir.path().join("config.json")).expect("config");
         let tensors = crate::loader::load_tensors(
             &guidebench_core::model::weight_files(dir.path()).expect("files"),
@@ -1052,6 +1729,133 @@ mod tests {
             shared.retire(0);
             assert_eq!((shared.len(0), shared.occupied()), (None, 1));
         }
+    }
+
+    #[test]
+    fn decoding_steps_on_host_buffers_give_the_bits_of_the_tensor_path() {
+        // Llama, q/k/v biases (Qwen2), q/k norms (Qwen3), a tied LM head;
+        // rows of different lengths, one row alone, and rows joining.
+        for spec in [
+            FixtureSpec::tiny(),
+            FixtureSpec::qwen2(),
+            FixtureSpec::qwen3(),
+            FixtureSpec::tied(),
+        ] {
+            let (_dir, decoder) = decoder_of(&spec, DType::F32);
+            let vocab = decoder.config().vocab_size;
+            let prompts: [&[u32]; 3] = [&[5, 6, 7, 8, 9], &[10], &[11, 12, 13]];
+            let seqs: Vec<(usize, &[u32], usize)> = prompts
+                .iter()
+                .enumerate()
+                .map(|(i, p)| (i, *p, 12))
+                .collect();
+            let mut tensors = decoder.new_cache(4);
+            let mut host = decoder.new_cache(4);
+            decoder.prefill(&seqs, 2, &mut tensors).expect("prefill");
+            decoder.prefill(&seqs, 2, &mut host).expect("prefill");
+            let steps: [(&[usize], &[u32]); 4] = [
+                (&[0, 1, 2], &[1, 2, 3]),
+                (&[1], &[4]),
+                (&[2, 0], &[5, 6]),
+                (&[0, 1, 2], &[7, 8, 9]),
+            ];
+            for (slots, tokens) in steps {
+                let want = decoder
+                    .decode(slots, tokens, &mut tensors)
+                    .expect("tensor step");
+                let want: Vec<u32> = Decoder::logits_to_vec(&want)
+                    .expect("vec")
+                    .into_iter()
+                    .flatten()
+                    .map(f32::to_bits)
+                    .collect();
+                let mut got = vec![f32::NAN; slots.len() * vocab];
+                decoder
+                    .decode_host(slots, tokens, &mut host, &mut got)
+                    .expect("host step");
+                let got: Vec<u32> = got.into_iter().map(f32::to_bits).collect();
+                assert!(got == want, "{}: slots {slots:?}", spec.model_type);
+                for &slot in slots {
+                    assert_eq!(host.len(slot), tensors.len(slot));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn prefill_on_host_buffers_matches_the_tensor_path_in_chunks_of_any_size() {
+        // Mixed lengths; chunks that split sequences, hold one token, or
+        // hold the whole prefill; more sequences than the dot-product
+        // kernel takes at once, so the last positions' LM head takes the
+        // blocked product.
+        for spec in [FixtureSpec::qwen2(), FixtureSpec::qwen3()] {
+            let (_dir, decoder) = decoder_of(&spec, DType::F32);
+            let vocab = decoder.config().vocab_size;
+            let prompts: Vec<Vec<u32>> = (0..crate::matvec::small_rows() + 3)
+                .map(|i| {
+                    (0..1 + (i * 5) % 11)
+                        .map(|j| 3 + ((i + 2 * j) % 40) as u32)
+                        .collect()
+                })
+                .collect();
+            let seqs: Vec<(usize, &[u32], usize)> = prompts
+                .iter()
+                .enumerate()
+                .map(|(i, p)| (i, p.as_slice(), 16))
+                .collect();
+            let slots: Vec<usize> = (0..seqs.len()).collect();
+            let next: Vec<u32> = (0..seqs.len()).map(|i| 7 + i as u32 % 9).collect();
+            let mut tensors = decoder.new_cache(seqs.len());
+            let want = decoder.prefill(&seqs, 2, &mut tensors).expect("prefill");
+            let want = Decoder::logits_to_vec(&want).expect("vec");
+            let want_next = decoder.decode(&slots, &next, &mut tensors).expect("step");
+            let want_next = Decoder::logits_to_vec(&want_next).expect("vec");
+            for chunk in [1, 3, 7, 4096] {
+                let mut host = decoder.new_cache(seqs.len());
+                let mut got = vec![f32::NAN; seqs.len() * vocab];
+                decoder
+                    .prefill_into_chunks(&seqs, 2, &mut host, &mut got, chunk)
+                    .expect("host prefill");
+                let mut got_next = vec![f32::NAN; seqs.len() * vocab];
+                decoder
+                    .decode_into(&slots, &next, &mut host, &mut got_next)
+                    .expect("host step");
+                let want: Vec<f32> = want.iter().flatten().copied().collect();
+                let want_next: Vec<f32> = want_next.iter().flatten().copied().collect();
+                for (name, got, want) in [("prefill", &got, &want), ("step", &got_next, &want_next)]
+                {
+                    let (at, diff) = largest_difference(got, want);
+                    assert!(
+                        diff < 1e-4,
+                        "{}, chunk {chunk}, {name}: |difference| {diff} at {at}",
+                        spec.model_type
+                    );
+                }
+                for (slot, prompt) in prompts.iter().enumerate() {
+                    assert_eq!(host.len(slot), Some(prompt.len() + 1));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_failed_prefill_on_host_buffers_frees_its_slots() {
+        let (_dir, decoder) = tiny_decoder(DType::F32);
+        let vocab = decoder.config().vocab_size;
+        let mut cache = decoder.new_cache(2);
+        let mut out = vec![0f32; 2 * vocab];
+        // the second prompt holds a token outside the vocabulary
+        let bad = [5, u32::try_from(vocab).expect("vocab") + 3];
+        let err = decoder
+            .prefill_into(&[(0, &[5, 6], 8), (1, &bad, 8)], 2, &mut cache, &mut out)
+            .expect_err("bad token");
+        assert!(err.to_string().contains("outside the vocabulary"), "{err}");
+        assert_eq!(cache.occupied(), 0);
+        // and the slots take the next prefill
+        decoder
+            .prefill_into(&[(0, &[5, 6], 8), (1, &[7], 8)], 2, &mut cache, &mut out)
+            .expect("prefill");
+        assert_eq!((cache.len(0), cache.len(1)), (Some(2), Some(1)));
     }
 
     #[test]
