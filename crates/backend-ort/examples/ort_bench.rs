@@ -18,11 +18,22 @@
 //!    ratios with its distribution-free 95 % interval, since a single
 //!    best-of figure moves by more than 5 % between runs on a shared
 //!    machine;
-//! 3. candle's engine on the same batches (`candle=0` leaves it out).
+//! 3. where the time goes, exactly rather than through the noisy ratio:
+//!    the calls each side made to `session.run` (the engine's
+//!    `OrtEngine::run_times`, the loop's own count; they must be as many,
+//!    with the same summed shapes), the time inside them, the time outside
+//!    them per generated token, and each side's own share of the wall time,
+//!    (wall - inside) / wall; and engine / direct had both spent the same
+//!    time inside `session.run`, which the machine's noise in ONNX
+//!    Runtime's own time leaves alone;
+//! 4. candle's engine on the same batches (`candle=0` leaves it out).
+//!
+//! The default of 14 pairs took 516 s on a busy 2-core machine (16 took
+//! 624 s; a pair of batch 32, with candle, 17 to 30 s).
 //!
 //! ```text
-//! bench/ort [pairs=8] [candle=1]
-//! cargo run --release -p guidebench-ort --example ort_bench -- [pairs=8] [candle=1] \
+//! bench/ort [pairs=14] [candle=1]
+//! cargo run --release -p guidebench-ort --example ort_bench -- [pairs=14] [candle=1] \
 //!     [model=builtin:tiny] [matmul=PATH]
 //! cargo run --release -p guidebench-ort --example ort_bench -- prepare   # prints the model folder
 //! ```
@@ -46,7 +57,7 @@ use guidebench_core::generation::StepRunner;
 use guidebench_core::model::{DecoderConfig, ModelFolder};
 use guidebench_core::sampling::Sampling;
 use guidebench_ort::graph::{find_graph, past_name, present_name};
-use guidebench_ort::{OrtEngine, OrtOptions};
+use guidebench_ort::{OrtEngine, OrtOptions, RunTimes};
 use guidebench_testkit as _;
 use ort::session::builder::GraphOptimizationLevel;
 use ort::session::{Session, SessionInputValue};
@@ -91,12 +102,32 @@ fn generate(
         .collect::<Result<Vec<_>, _>>()?)
 }
 
-/// One timed batch: output tokens/s, the time to the first token and the
-/// tokens of each row.
+/// One timed batch: output tokens/s, the time to the first token, the
+/// tokens of each row, the wall time in seconds and the calls to
+/// `session.run` it made (none counted for candle).
 struct Timed {
     tps: f64,
     ttft: f64,
     tokens: Vec<Vec<u32>>,
+    wall: f64,
+    runs: RunTimes,
+}
+
+impl Timed {
+    /// Generated tokens.
+    fn count(&self) -> usize {
+        self.tokens.iter().map(Vec::len).sum()
+    }
+
+    /// The share of the wall time spent inside `session.run`.
+    fn inside_share(&self) -> f64 {
+        self.runs.inside().as_secs_f64() / self.wall
+    }
+
+    /// Time outside `session.run` per generated token, in seconds.
+    fn outside_per_token(&self) -> f64 {
+        (self.wall - self.runs.inside().as_secs_f64()) / self.count() as f64
+    }
 }
 
 fn timed_engine(engine: &mut dyn Engine, batch: &[EngineRequest]) -> Result<Timed, BoxError> {
@@ -112,7 +143,21 @@ fn timed_engine(engine: &mut dyn Engine, batch: &[EngineRequest]) -> Result<Time
         tps: count as f64 / elapsed,
         ttft,
         tokens: outputs.into_iter().map(|o| o.token_ids).collect(),
+        wall: elapsed,
+        runs: RunTimes::default(),
     })
+}
+
+/// [`timed_engine`] through the ort engine, with the calls to
+/// `session.run` the batch made.
+fn timed_ort(
+    engine: &mut StepRunner<OrtEngine>,
+    batch: &[EngineRequest],
+) -> Result<Timed, BoxError> {
+    let before = engine.engine().run_times();
+    let mut timed = timed_engine(engine, batch)?;
+    timed.runs = engine.engine().run_times().since(&before);
+    Ok(timed)
 }
 
 /// The figures of one column at one batch size, one per pair of runs.
@@ -120,12 +165,32 @@ fn timed_engine(engine: &mut dyn Engine, batch: &[EngineRequest]) -> Result<Time
 struct Column {
     tps: Vec<f64>,
     ttft: Vec<f64>,
+    /// Seconds inside `session.run` per generation.
+    inside: Vec<f64>,
+    /// Seconds outside `session.run` per generated token.
+    outside_per_token: Vec<f64>,
+    /// The share of the wall time outside `session.run`.
+    own_share: Vec<f64>,
+    /// The calls of the first generation, and whether every other made
+    /// the same calls (count and summed shapes).
+    runs: Option<RunTimes>,
+    runs_steady: bool,
 }
 
 impl Column {
     fn add(&mut self, t: &Timed) {
         self.tps.push(t.tps);
         self.ttft.push(t.ttft);
+        self.inside.push(t.runs.inside().as_secs_f64());
+        self.outside_per_token.push(t.outside_per_token());
+        self.own_share.push(1.0 - t.inside_share());
+        match &self.runs {
+            None => {
+                self.runs = Some(t.runs);
+                self.runs_steady = true;
+            }
+            Some(first) => self.runs_steady &= first.same_calls(&t.runs),
+        }
     }
 
     fn median_tps(&self) -> f64 {
@@ -144,20 +209,30 @@ fn median(values: &[f64]) -> f64 {
     percentile(&sorted, 50.0).unwrap_or(f64::NAN)
 }
 
-/// The median of the paired ratios with its distribution-free 95 %
-/// interval (order statistics), as text.
-fn ratio_text(ratios: &[f64]) -> String {
-    let mut sorted = ratios.to_vec();
+/// The median of `values` with its distribution-free 95 % interval
+/// (order statistics), as text, scaled by `scale`, with `digits`
+/// decimals.
+fn interval_text(values: &[f64], scale: f64, digits: usize) -> String {
+    let mut sorted: Vec<f64> = values.iter().map(|v| v * scale).collect();
     sorted.sort_by(f64::total_cmp);
     let mid = percentile(&sorted, 50.0).unwrap_or(f64::NAN);
     match quantile_interval(&sorted, 50.0, 0.95) {
-        Some(i) => format!("{mid:.3} [{:.3}, {:.3}]", i.lower, i.upper),
-        None => format!("{mid:.3} [too few pairs]"),
+        Some(i) => format!(
+            "{mid:.digits$} [{:.digits$}, {:.digits$}]",
+            i.lower, i.upper
+        ),
+        None => format!("{mid:.digits$} [too few pairs]"),
     }
 }
 
+/// The median of the paired ratios with its distribution-free 95 %
+/// interval (order statistics), as text.
+fn ratio_text(ratios: &[f64]) -> String {
+    interval_text(ratios, 1.0, 3)
+}
+
 fn main() -> Result<(), BoxError> {
-    let mut pairs = 8usize;
+    let mut pairs = 14usize;
     let mut with_candle = true;
     let mut model = "builtin:tiny".to_owned();
     let mut matmul: Option<String> = None;
@@ -289,19 +364,31 @@ fn main() -> Result<(), BoxError> {
     let mut direct_runs: Vec<Column> = BATCHES.iter().map(|_| Column::default()).collect();
     let mut candle_runs: Vec<Column> = BATCHES.iter().map(|_| Column::default()).collect();
     let mut ratios: Vec<Vec<f64>> = BATCHES.iter().map(|_| Vec::new()).collect();
+    // The same pairs' ratio of inside / wall: engine / direct as it would
+    // be had both spent the same time inside `session.run`.
+    let mut equal_run_ratios: Vec<Vec<f64>> = BATCHES.iter().map(|_| Vec::new()).collect();
+    // And direct / engine time inside `session.run`: the rest of eng/dir
+    // (eng/dir = this x the ratio at equal run time).
+    let mut run_time_ratios: Vec<Vec<f64>> = BATCHES.iter().map(|_| Vec::new()).collect();
+    let mut same_calls = [true; BATCHES.len()];
+    let mut pair_seconds: Vec<Vec<f64>> = BATCHES.iter().map(|_| Vec::new()).collect();
     let mut identical = [true; BATCHES.len()];
     let mut candle_identical = [true; BATCHES.len()];
     let started = Instant::now();
     for (i, batch) in batches.iter().enumerate() {
         for pair in 0..pairs {
+            let pair_start = Instant::now();
             let (e, d) = if pair % 2 == 0 {
-                let e = timed_engine(&mut engine, batch)?;
+                let e = timed_ort(&mut engine, batch)?;
                 (e, direct.generate(&encoded[i], OUTPUT as usize)?)
             } else {
                 let d = direct.generate(&encoded[i], OUTPUT as usize)?;
-                (timed_engine(&mut engine, batch)?, d)
+                (timed_ort(&mut engine, batch)?, d)
             };
             ratios[i].push(e.tps / d.tps);
+            equal_run_ratios[i].push(e.inside_share() / d.inside_share());
+            run_time_ratios[i].push(d.runs.inside().as_secs_f64() / e.runs.inside().as_secs_f64());
+            same_calls[i] &= e.runs.same_calls(&d.runs);
             engine_runs[i].add(&e);
             direct_runs[i].add(&d);
             identical[i] &= e.tokens == d.tokens;
@@ -310,6 +397,7 @@ fn main() -> Result<(), BoxError> {
                 candle_runs[i].add(&c);
                 candle_identical[i] &= c.tokens == e.tokens;
             }
+            pair_seconds[i].push(pair_start.elapsed().as_secs_f64());
         }
     }
 
@@ -401,6 +489,86 @@ fn main() -> Result<(), BoxError> {
             String::new()
         }
     );
+
+    println!(
+        "\n[2] where the time goes: inside ONNX Runtime's session.run and outside it (medians \
+         of the {pairs} runs per batch; own shares and ratio with their 95 % intervals)"
+    );
+    println!(
+        "  {:>5}  {:>13}  {:>15}  {:>18}  {:>21} {:>21}  {:>21}  {:>21}",
+        "batch",
+        "run calls e/d",
+        "in run ms e/d",
+        "outside us/tok e/d",
+        "own share eng %",
+        "own share dir %",
+        "eng/dir at equal run",
+        "run time dir/eng"
+    );
+    for (i, &b) in BATCHES.iter().enumerate() {
+        let (e, d) = (&engine_runs[i], &direct_runs[i]);
+        let calls = |c: &Column| {
+            c.runs.map_or("?".to_owned(), |r| {
+                format!("{}{}", r.calls, if c.runs_steady { "" } else { "~" })
+            })
+        };
+        println!(
+            "  {b:>5}  {:>13}  {:>15}  {:>18}  {:>21} {:>21}  {:>21}  {:>21}",
+            format!(
+                "{}/{} {}",
+                calls(e),
+                calls(d),
+                if same_calls[i] { "same" } else { "DIFFER" }
+            ),
+            format!(
+                "{:.0} / {:.0}",
+                median(&e.inside) * 1e3,
+                median(&d.inside) * 1e3
+            ),
+            format!(
+                "{:.1} / {:.1}",
+                median(&e.outside_per_token) * 1e6,
+                median(&d.outside_per_token) * 1e6
+            ),
+            interval_text(&e.own_share, 100.0, 2),
+            interval_text(&d.own_share, 100.0, 2),
+            ratio_text(&equal_run_ratios[i]),
+            ratio_text(&run_time_ratios[i]),
+        );
+    }
+    for (i, &b) in BATCHES.iter().enumerate() {
+        let (e, d) = (&engine_runs[i], &direct_runs[i]);
+        if !same_calls[i] || !e.runs_steady || !d.runs_steady {
+            println!(
+                "  batch {b}: the calls differ; engine's first {:?}, direct's first {:?}",
+                e.runs, d.runs
+            );
+        }
+    }
+    println!(
+        "  run calls: calls to session.run per generation of the batch, engine / direct; \
+         \"same\": in every pair both made as many calls with the same summed shapes (rows, \
+         new positions, past positions); \"~\" marks a count that varied between runs\n  \
+         in run: milliseconds inside session.run per generation of the batch; outside: \
+         microseconds of wall time outside it per generated token\n  \
+         own share: (wall - time inside session.run) / wall, what the engine with core's loop \
+         (or the plain loop) adds around ONNX Runtime; 1 - own share bounds how far the engine \
+         can trail a loop making the same calls at no cost of its own\n  eng/dir at equal run: \
+         each pair's (engine inside / wall) / (direct inside / wall), engine / direct had both \
+         spent the same time inside session.run; it leaves out the machine's noise in ONNX \
+         Runtime's own time\n  run time dir/eng: each pair's direct / engine time inside \
+         session.run (same calls, same shapes); eng/dir = this x eng/dir at equal run"
+    );
+    println!(
+        "  seconds per pair (engine + direct{}): {}",
+        if candle.is_some() { " + candle" } else { "" },
+        BATCHES
+            .iter()
+            .zip(&pair_seconds)
+            .map(|(b, s)| format!("batch {b} {:.1}", median(s)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
     Ok(())
 }
 
@@ -432,6 +600,7 @@ struct Direct {
     vocab: usize,
     pad: i64,
     position_ids: bool,
+    run_times: RunTimes,
 }
 
 impl Direct {
@@ -465,6 +634,7 @@ impl Direct {
             vocab: layout.vocab.unwrap_or(config.config().vocab_size),
             pad: i64::from(config.pad_token_id()),
             position_ids: layout.position_ids,
+            run_times: RunTimes::default(),
         })
     }
 
@@ -473,6 +643,7 @@ impl Direct {
     /// `present` back as `past`.
     fn generate(&mut self, prompts: &[Vec<u32>], output: usize) -> Result<Timed, BoxError> {
         let start = Instant::now();
+        let before = self.run_times;
         let b = prompts.len();
         let t = prompts.iter().map(Vec::len).max().unwrap_or(0);
         let (kv, hd, vocab) = (self.kv_heads, self.head_dim, self.vocab);
@@ -523,7 +694,11 @@ impl Direct {
                 };
                 inputs.push((name.as_str().into(), value));
             }
-            let mut outputs = self.session.run(inputs)?;
+            let run_start = Instant::now();
+            let outputs = self.session.run(inputs);
+            self.run_times
+                .record((b, seq, total - seq), run_start.elapsed());
+            let mut outputs = outputs?;
             let (_, logits) = outputs["logits"].try_extract_tensor::<f32>()?;
             ids.clear();
             for (row, out) in tokens.iter_mut().enumerate() {
@@ -556,6 +731,8 @@ impl Direct {
             tps: (b * output) as f64 / elapsed,
             ttft,
             tokens,
+            wall: elapsed,
+            runs: self.run_times.since(&before),
         })
     }
 }

@@ -4,6 +4,7 @@
 use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use guidebench_core::engine::{Engine, EngineConfig, EngineDescription};
 use guidebench_core::generation::{Decode, Logits, Prefill, StepEngine, StepLimits, StepRunner};
@@ -112,6 +113,79 @@ fn optimization_level(text: Option<&str>) -> Result<GraphOptimizationLevel> {
     }
 }
 
+/// The calls an engine (or a loop of its own) made to ONNX Runtime's
+/// `session.run`, the wall time spent inside them, and the shapes they
+/// were given, summed over the calls: what separates the time ONNX
+/// Runtime takes from the time around it.
+///
+/// [`OrtEngine::run_times`] returns the engine's totals since it was
+/// loaded; the difference of two snapshots ([`since`](Self::since)) is
+/// what one stretch of work cost. The engine's own share of a stretch
+/// that took `wall` is `1 - inside / wall`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RunTimes {
+    /// Calls to `session.run`.
+    pub calls: u64,
+    /// Wall time inside those calls, in nanoseconds.
+    pub inside_ns: u64,
+    /// Rows of the calls (the batch of each), summed.
+    pub rows: u64,
+    /// New positions fed (rows × new tokens of each call: the elements of
+    /// `input_ids`), summed.
+    pub positions: u64,
+    /// Past positions fed (rows × past length of each call, padding
+    /// included), summed.
+    pub past_positions: u64,
+}
+
+impl RunTimes {
+    /// Adds one call over `rows` rows of `new` tokens after `past` cached
+    /// positions that took `inside`.
+    pub fn record(&mut self, (rows, new, past): (usize, usize, usize), inside: Duration) {
+        let wide = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+        self.calls += 1;
+        self.inside_ns = self
+            .inside_ns
+            .saturating_add(u64::try_from(inside.as_nanos()).unwrap_or(u64::MAX));
+        self.rows = self.rows.saturating_add(wide(rows));
+        self.positions = self
+            .positions
+            .saturating_add(wide(rows).saturating_mul(wide(new)));
+        self.past_positions = self
+            .past_positions
+            .saturating_add(wide(rows).saturating_mul(wide(past)));
+    }
+
+    /// What was added between `earlier` (a snapshot of the same counter)
+    /// and `self`.
+    pub fn since(&self, earlier: &RunTimes) -> RunTimes {
+        RunTimes {
+            calls: self.calls.saturating_sub(earlier.calls),
+            inside_ns: self.inside_ns.saturating_sub(earlier.inside_ns),
+            rows: self.rows.saturating_sub(earlier.rows),
+            positions: self.positions.saturating_sub(earlier.positions),
+            past_positions: self.past_positions.saturating_sub(earlier.past_positions),
+        }
+    }
+
+    /// The time inside `session.run`.
+    pub fn inside(&self) -> Duration {
+        Duration::from_nanos(self.inside_ns)
+    }
+
+    /// Whether `other` made as many calls with the same summed shapes
+    /// (rows, new positions, past positions); the times may differ.
+    pub fn same_calls(&self, other: &RunTimes) -> bool {
+        (self.calls, self.rows, self.positions, self.past_positions)
+            == (
+                other.calls,
+                other.rows,
+                other.positions,
+                other.past_positions,
+            )
+    }
+}
+
 /// Row-major inputs of one run, reused between steps.
 #[derive(Debug, Default)]
 struct Scratch {
@@ -128,6 +202,7 @@ pub struct OrtEngine {
     layout: GraphLayout,
     cache: KvCache,
     scratch: Scratch,
+    run_times: RunTimes,
     past_names: Vec<String>,
     present_names: Vec<String>,
     vocab: usize,
@@ -233,6 +308,7 @@ impl OrtEngine {
             present_names: names(present_name),
             cache: KvCache::new(max_slots),
             scratch: Scratch::default(),
+            run_times: RunTimes::default(),
             vocab: layout.vocab.unwrap_or(config.vocab_size),
             layout,
             session,
@@ -281,6 +357,14 @@ impl OrtEngine {
         self.cache.gathers()
     }
 
+    /// The calls to ONNX Runtime's `session.run` since the engine was
+    /// loaded (one per prefill and one per decoding step), the time
+    /// inside them and their summed shapes: the rest of the time a
+    /// generation takes is the engine's own and core's loop's.
+    pub fn run_times(&self) -> RunTimes {
+        self.run_times
+    }
+
     /// Runs rows of tokens, left-padded to the longest, after no past;
     /// writes each row's last-position logits to `logits` and, when the
     /// graph has a cache and `slots` are given, keeps the run's `present`
@@ -305,6 +389,7 @@ impl OrtEngine {
         }
         let mut outputs = run_session(
             &mut self.session,
+            &mut self.run_times,
             &self.layout,
             &self.scratch,
             &self.past_names,
@@ -384,6 +469,7 @@ impl OrtEngine {
         }
         let mut outputs = run_session(
             &mut self.session,
+            &mut self.run_times,
             &self.layout,
             &self.scratch,
             &self.past_names,
@@ -527,9 +613,10 @@ enum PastInput<'a> {
 }
 
 /// One ONNX Runtime run over the scratch inputs: `b` rows of `t` new
-/// tokens after `past` cached positions.
+/// tokens after `past` cached positions, counted in `times`.
 fn run_session<'s>(
     session: &'s mut Session,
+    times: &mut RunTimes,
     layout: &GraphLayout,
     scratch: &Scratch,
     past_names: &[String],
@@ -583,7 +670,10 @@ fn run_session<'s>(
             TensorRef::from_array_view(([1usize], &cache_branch[..]))?.into(),
         ));
     }
-    Ok(session.run(inputs)?)
+    let start = Instant::now();
+    let outputs = session.run(inputs);
+    times.record((b, t, past), start.elapsed());
+    Ok(outputs?)
 }
 
 /// An empty past (no positions) of the cache's element type.

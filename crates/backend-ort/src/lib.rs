@@ -59,7 +59,7 @@ pub mod error;
 pub mod graph;
 pub mod library;
 
-pub use engine::{OPTIONS, OrtEngine, OrtOptions};
+pub use engine::{OPTIONS, OrtEngine, OrtOptions, RunTimes};
 pub use error::OrtError;
 
 /// The engine's registered name.
