@@ -313,50 +313,103 @@ struct SlotKv {
     capacity: usize,
 }
 
-/// The buffers of a decoding step on the CPU in f32, kept between steps
-/// so that a step in steady state allocates nothing.
+/// The buffers of prefill and decoding steps on the CPU in f32, kept
+/// between calls so that a decoding step in steady state allocates
+/// nothing.
 #[derive(Debug, Default)]
 struct StepBuffers {
-    /// Each row's cached length before the step.
-    lens: Vec<usize>,
-    /// The residual stream, `(rows, hidden)`.
-    x: AlignedBuf,
-    /// A norm's output, `(rows, hidden)`.
-    normed: AlignedBuf,
-    /// Queries, keys and values side by side, `(rows, (heads + 2 *
-    /// kv_heads) * head_dim)`.
-    qkv: AlignedBuf,
-    /// Attention output, `(rows, heads * head_dim)`.
-    attn: AlignedBuf,
-    /// A projection back to the hidden size, `(rows, hidden)`.
-    proj: AlignedBuf,
-    /// Gate and up projections side by side, `(rows, 2 * intermediate)`.
-    gate_up: AlignedBuf,
-    /// The gated activation, `(rows, intermediate)`.
-    act: AlignedBuf,
-    /// The projection kernel's transposed output.
-    out_t: AlignedBuf,
-    /// Attention scores.
-    scores: AlignedBuf,
-    /// A prefill's tokens, one after another across its sequences.
-    tokens: Vec<PrefillToken>,
-    /// Each prefilled sequence's last position after the final norm,
-    /// `(rows, hidden)`.
+    /// The tokens of the call, one after another across its sequences.
+    tokens: Vec<HostToken>,
+    /// Each sequence's last position after the final norm, `(rows,
+    /// hidden)`.
     last: AlignedBuf,
+    /// The layers' activations.
+    activations: ActivationBufs,
 }
 
-/// One prompt token of a prefill on host buffers.
+/// One token going through the blocks on host buffers.
 #[derive(Debug, Clone, Copy)]
-struct PrefillToken {
+struct HostToken {
     /// The token id.
     id: u32,
     /// The slot of its sequence.
     slot: usize,
     /// Its position in the sequence.
     pos: usize,
-    /// Its sequence's index in the prefill, when it is the sequence's last
+    /// Its sequence's index in the call, when it is the sequence's last
     /// token (whose logits come back).
     last_of: Option<usize>,
+}
+
+/// Room for the layers' activations, one row per token.
+#[derive(Debug, Default)]
+struct ActivationBufs {
+    x: AlignedBuf,
+    normed: AlignedBuf,
+    qkv: AlignedBuf,
+    attn: AlignedBuf,
+    proj: AlignedBuf,
+    gate_up: AlignedBuf,
+    act: AlignedBuf,
+    out_t: AlignedBuf,
+    scores: AlignedBuf,
+}
+
+/// The layers' activations for up to `rows` tokens.
+struct Activations<'a> {
+    /// The residual stream, `(rows, hidden)`.
+    x: &'a mut [f32],
+    /// A norm's output, `(rows, hidden)`.
+    normed: &'a mut [f32],
+    /// Queries, keys and values side by side, `(rows, (heads + 2 *
+    /// kv_heads) * head_dim)`.
+    qkv: &'a mut [f32],
+    /// Attention output, `(rows, heads * head_dim)`.
+    attn: &'a mut [f32],
+    /// A projection back to the hidden size, `(rows, hidden)`.
+    proj: &'a mut [f32],
+    /// Gate and up projections side by side, `(rows, 2 * intermediate)`.
+    gate_up: &'a mut [f32],
+    /// The gated activation, `(rows, intermediate)`.
+    act: &'a mut [f32],
+    /// The dot-product kernel's transposed output.
+    out_t: &'a mut [f32],
+    /// Attention scores.
+    scores: &'a mut [f32],
+}
+
+impl ActivationBufs {
+    /// Activations for up to `rows` tokens attending to at most `room`
+    /// positions, `kernel_rows` of them at once through the dot-product
+    /// kernel (which needs scratch for its transposed output).
+    fn get(
+        &mut self,
+        cfg: &DecoderConfig,
+        rows: usize,
+        kernel_rows: usize,
+        room: usize,
+    ) -> Activations<'_> {
+        let (h, nh, nkv, hd) = (
+            cfg.hidden_size,
+            cfg.num_attention_heads,
+            cfg.num_key_value_heads,
+            cfg.head_dim,
+        );
+        let (qkv_n, inter) = ((nh + 2 * nkv) * hd, cfg.intermediate_size);
+        let widest = cfg.vocab_size.max(qkv_n).max(2 * inter).max(h);
+        let shape = host_query_shape(cfg, rows);
+        Activations {
+            x: self.x.get(rows * h),
+            normed: self.normed.get(rows * h),
+            qkv: self.qkv.get(rows * qkv_n),
+            attn: self.attn.get(rows * nh * hd),
+            proj: self.proj.get(rows * h),
+            gate_up: self.gate_up.get(rows * 2 * inter),
+            act: self.act.get(rows * inter),
+            out_t: self.out_t.get(kernel_rows * widest),
+            scores: self.scores.get(decode_attention_scratch(shape, room)),
+        }
+    }
 }
 
 /// The KV cache by sequence slot: a fixed set of slots, each holding one
@@ -385,7 +438,7 @@ impl SlotCache {
             dtype,
             device: device.clone(),
             buffers: StepBuffers {
-                lens: Vec::with_capacity(max_slots),
+                tokens: Vec::with_capacity(max_slots),
                 ..StepBuffers::default()
             },
         }
@@ -504,6 +557,19 @@ impl SlotCache {
     fn advance(&mut self, slot: usize, t: usize) -> Result<()> {
         slot_of_mut(&mut self.slots, slot)?.len += t;
         Ok(())
+    }
+}
+
+/// The queries of `rows` tokens on host buffers: each token's row of
+/// queries, keys and values side by side, queries first.
+fn host_query_shape(cfg: &DecoderConfig, rows: usize) -> QueryShape {
+    let (nh, nkv) = (cfg.num_attention_heads, cfg.num_key_value_heads);
+    QueryShape {
+        rows,
+        kv_heads: nkv,
+        rep: nh / nkv.max(1),
+        head_dim: cfg.head_dim,
+        row_stride: (nh + 2 * nkv) * cfg.head_dim,
     }
 }
 
@@ -1136,15 +1202,8 @@ impl Decoder {
         cache: &mut SlotCache,
         out: &mut [f32],
     ) -> Result<()> {
-        let cfg = &self.config;
         let m = slots.len();
-        let (h, nh, nkv, hd) = (
-            cfg.hidden_size,
-            cfg.num_attention_heads,
-            cfg.num_key_value_heads,
-            cfg.head_dim,
-        );
-        let (qkv_n, inter, vocab) = ((nh + 2 * nkv) * hd, cfg.intermediate_size, cfg.vocab_size);
+        let (h, vocab) = (self.config.hidden_size, self.config.vocab_size);
         if tokens.len() != m || out.len() != m * vocab {
             return Err(candle_core::Error::Msg(format!(
                 "decoding step: {m} slots, {} tokens and room for {} logits of {vocab}",
@@ -1157,25 +1216,16 @@ impl Decoder {
             slots: kv, buffers, ..
         } = cache;
         let StepBuffers {
-            lens,
-            x,
-            normed,
-            qkv,
-            attn,
-            proj,
-            gate_up,
-            act,
-            out_t,
-            scores,
-            ..
+            tokens: step,
+            last,
+            activations,
         } = buffers;
-        lens.clear();
-        // Scores are sized for the rows' reserved room, not their lengths,
-        // so that they do not grow step by step.
+        step.clear();
+        // Buffers are sized for the rows' reserved room, not their
+        // lengths, so that they do not grow step by step.
         let mut room = 1;
-        for &slot in slots {
+        for (row, (&slot, &id)) in slots.iter().zip(tokens).enumerate() {
             let s = slot_of(kv, slot)?;
-            room = room.max(s.capacity);
             if s.len >= s.capacity {
                 return Err(candle_core::Error::Msg(format!(
                     "slot {slot} is full ({} positions)",
@@ -1183,34 +1233,65 @@ impl Decoder {
                 ))
                 .into());
             }
-            lens.push(s.len);
+            room = room.max(s.capacity);
+            step.push(HostToken {
+                id,
+                slot,
+                pos: s.len,
+                last_of: Some(row),
+            });
         }
-        let shape = QueryShape {
-            rows: m,
-            kv_heads: nkv,
-            rep: nh / nkv,
-            head_dim: hd,
-            row_stride: qkv_n,
-        };
-        let (x, normed, qkv, attn, proj, gate_up, act) = (
-            x.get(m * h),
-            normed.get(m * h),
-            qkv.get(m * qkv_n),
-            attn.get(m * nh * hd),
-            proj.get(m * h),
-            gate_up.get(m * 2 * inter),
-            act.get(m * inter),
+        let mut acts = activations.get(&self.config, m, m, room);
+        let last = last.get(m * h);
+        self.blocks_host(step, kv, &mut acts, last)?;
+        self.lm_head.forward_any_rows(last, m, acts.out_t, out)?;
+        for &slot in slots {
+            slot_of_mut(kv, slot)?.len += 1;
+        }
+        Ok(())
+    }
+
+    /// The decoder blocks over `part` on host buffers, one activation row
+    /// per token: embeddings, then every layer (each token's keys and
+    /// values written at its position of its slot, its attention over
+    /// its slot's first `pos + 1` positions), then the final norm of each
+    /// token that ends its sequence into row `last_of` of `last`. The
+    /// tensor path's operations, in its order.
+    fn blocks_host(
+        &self,
+        part: &[HostToken],
+        kv: &mut [Option<SlotKv>],
+        acts: &mut Activations<'_>,
+        last: &mut [f32],
+    ) -> Result<()> {
+        let cfg = &self.config;
+        let t = part.len();
+        let (h, nh, nkv, hd) = (
+            cfg.hidden_size,
+            cfg.num_attention_heads,
+            cfg.num_key_value_heads,
+            cfg.head_dim,
         );
-        let out_t = out_t.get(m * vocab.max(qkv_n).max(2 * inter).max(h));
-        let scores = scores.get(decode_attention_scratch(shape, room));
+        let (qkv_n, inter) = ((nh + 2 * nkv) * hd, cfg.intermediate_size);
+        let shape = host_query_shape(cfg, t);
+        let (x, normed, qkv, attn, proj, gate_up, act) = (
+            &mut acts.x[..t * h],
+            &mut acts.normed[..t * h],
+            &mut acts.qkv[..t * qkv_n],
+            &mut acts.attn[..t * nh * hd],
+            &mut acts.proj[..t * h],
+            &mut acts.gate_up[..t * 2 * inter],
+            &mut acts.act[..t * inter],
+        );
+        let (out_t, scores) = (&mut *acts.out_t, &mut *acts.scores);
         {
             let table = self.embed_tokens.embeddings();
             let (storage, layout) = table.storage_and_layout();
             let table = cpu_f32_slice(&storage, layout)?;
-            for (row, &token) in x.chunks_exact_mut(h).zip(tokens) {
-                let at = token as usize * h;
+            for (row, token) in x.chunks_exact_mut(h).zip(part) {
+                let at = token.id as usize * h;
                 let src = table.get(at..at + h).ok_or_else(|| {
-                    candle_core::Error::Msg(format!("token {token} is outside the vocabulary"))
+                    candle_core::Error::Msg(format!("token {} is outside the vocabulary", token.id))
                 })?;
                 row.copy_from_slice(src);
             }
@@ -1223,9 +1304,10 @@ impl Decoder {
         let scale = (1.0 / (hd as f64).sqrt()) as f32;
         for (li, layer) in self.layers.iter().enumerate() {
             let a = &layer.self_attn;
-            layer.input_layernorm.rows(x, normed)?;
-            a.qkv_proj.forward_rows(normed, m, out_t, qkv)?;
-            for ((row, &pos), &slot) in qkv.chunks_exact_mut(qkv_n).zip(lens.iter()).zip(slots) {
+            layer.input_layernorm.rows_par(x, normed)?;
+            a.qkv_proj.forward_any_rows(normed, t, out_t, qkv)?;
+            for (row, token) in qkv.chunks_exact_mut(qkv_n).zip(part) {
+                let pos = token.pos;
                 let (Some(cos), Some(sin)) = (
                     cos.get(pos * half..(pos + 1) * half),
                     sin.get(pos * half..(pos + 1) * half),
@@ -1246,34 +1328,34 @@ impl Decoder {
                         rope_in_place(head, cos, sin);
                     }
                 }
-                write_host(kv, slot, li, pos, k, v, hd)?;
+                write_host(kv, token.slot, li, pos, k, v, hd)?;
             }
-            let view = |i: usize| host_view(kv, slots[i], li, lens[i] + 1);
+            let view = |i: usize| host_view(kv, part[i].slot, li, part[i].pos + 1);
             decode_attention(qkv, shape, &view, scale, attn, scores)?;
-            a.o_proj.forward_rows(attn, m, out_t, proj)?;
-            add_in_place(x, proj);
-            layer.post_attention_layernorm.rows(x, normed)?;
+            a.o_proj.forward_any_rows(attn, t, out_t, proj)?;
+            add_in_place_par(x, proj, h);
+            layer.post_attention_layernorm.rows_par(x, normed)?;
             layer
                 .mlp
                 .gate_up_proj
-                .forward_rows(normed, m, out_t, gate_up)?;
-            for (gu, act) in gate_up
-                .chunks_exact(2 * inter)
-                .zip(act.chunks_exact_mut(inter))
-            {
-                let (gate, up) = gu.split_at(inter);
-                for ((a, g), u) in act.iter_mut().zip(gate).zip(up) {
-                    // candle's silu, then the product
-                    *a = *g / (1.0 + (-*g).exp()) * *u;
-                }
-            }
-            layer.mlp.down_proj.forward_rows(act, m, out_t, proj)?;
-            add_in_place(x, proj);
+                .forward_any_rows(normed, t, out_t, gate_up)?;
+            gate_up
+                .par_chunks_exact(2 * inter)
+                .zip(act.par_chunks_exact_mut(inter))
+                .for_each(|(gu, act)| {
+                    let (gate, up) = gu.split_at(inter);
+                    for ((a, g), u) in act.iter_mut().zip(gate).zip(up) {
+                        // candle's silu, then the product
+                        *a = *g / (1.0 + (-*g).exp()) * *u;
+                    }
+                });
+            layer.mlp.down_proj.forward_any_rows(act, t, out_t, proj)?;
+            add_in_place_par(x, proj, h);
         }
-        self.norm.rows(x, normed)?;
-        self.lm_head.forward_rows(normed, m, out_t, out)?;
-        for &slot in slots {
-            slot_of_mut(kv, slot)?.len += 1;
+        for (row, token) in x.chunks_exact(h).zip(part) {
+            if let Some(seq) = token.last_of {
+                self.norm.rows(row, &mut last[seq * h..(seq + 1) * h])?;
+            }
         }
         Ok(())
     }
@@ -1335,15 +1417,8 @@ impl Decoder {
         out: &mut [f32],
         chunk_tokens: usize,
     ) -> Result<()> {
-        let cfg = &self.config;
         let b = seqs.len();
-        let (h, nh, nkv, hd) = (
-            cfg.hidden_size,
-            cfg.num_attention_heads,
-            cfg.num_key_value_heads,
-            cfg.head_dim,
-        );
-        let (qkv_n, inter, vocab) = ((nh + 2 * nkv) * hd, cfg.intermediate_size, cfg.vocab_size);
+        let (h, vocab) = (self.config.hidden_size, self.config.vocab_size);
         if out.len() != b * vocab {
             return Err(candle_core::Error::Msg(format!(
                 "prefill: {b} sequences and room for {} logits of {vocab}",
@@ -1355,18 +1430,9 @@ impl Decoder {
             slots: kv, buffers, ..
         } = cache;
         let StepBuffers {
-            x,
-            normed,
-            qkv,
-            attn,
-            proj,
-            gate_up,
-            act,
-            out_t,
-            scores,
             tokens,
             last,
-            ..
+            activations,
         } = buffers;
         tokens.clear();
         let mut room = 1;
@@ -1376,17 +1442,9 @@ impl Decoder {
                     candle_core::Error::Msg(format!("sequence {row} has no tokens")).into(),
                 );
             }
-            if prompt.len() > self.max_seq_len {
-                return Err(candle_core::Error::Msg(format!(
-                    "a prompt of {} tokens is longer than the rotary table ({} positions)",
-                    prompt.len(),
-                    self.max_seq_len
-                ))
-                .into());
-            }
             room = room.max(slot_of(kv, slot)?.capacity);
             let n = prompt.len();
-            tokens.extend(prompt.iter().enumerate().map(|(pos, &id)| PrefillToken {
+            tokens.extend(prompt.iter().enumerate().map(|(pos, &id)| HostToken {
                 id,
                 slot,
                 pos,
@@ -1395,112 +1453,18 @@ impl Decoder {
         }
         // Chunks small enough that their activations stay in the caches
         // and their attention scores within the budget.
-        let per_token_scores = nh * room * std::mem::size_of::<f32>();
+        let per_token_scores = self.config.num_attention_heads * room * std::mem::size_of::<f32>();
         let chunk = (PREFILL_SCORE_BUDGET / per_token_scores).clamp(1, chunk_tokens.max(1));
-        let rows_max = chunk.min(tokens.len());
-        let shape_max = QueryShape {
-            rows: rows_max,
-            kv_heads: nkv,
-            rep: nh / nkv,
-            head_dim: hd,
-            row_stride: qkv_n,
-        };
-        let (x, normed, qkv, attn, proj, gate_up, act) = (
-            x.get(rows_max * h),
-            normed.get(rows_max * h),
-            qkv.get(rows_max * qkv_n),
-            attn.get(rows_max * nh * hd),
-            proj.get(rows_max * h),
-            gate_up.get(rows_max * 2 * inter),
-            act.get(rows_max * inter),
-        );
-        // Scratch for the dot-product kernel, which takes chunks and the last
-        // positions of at most `small_rows` rows.
-        let kernel_rows = crate::matvec::small_rows().min(rows_max.max(b));
-        let out_t = out_t.get(kernel_rows * vocab.max(qkv_n).max(2 * inter).max(h));
-        let scores = scores.get(decode_attention_scratch(shape_max, room));
+        let rows = chunk.min(tokens.len());
+        // The dot-product kernel takes chunks and the last positions of at
+        // most `small_rows` rows.
+        let kernel_rows = crate::matvec::small_rows().min(rows.max(b));
+        let mut acts = activations.get(&self.config, rows, kernel_rows, room);
         let last = last.get(b * h);
-        let (cos_storage, cos_layout) = self.rope.cos.storage_and_layout();
-        let (sin_storage, sin_layout) = self.rope.sin.storage_and_layout();
-        let cos = cpu_f32_slice(&cos_storage, cos_layout)?;
-        let sin = cpu_f32_slice(&sin_storage, sin_layout)?;
-        let table = self.embed_tokens.embeddings();
-        let (table_storage, table_layout) = table.storage_and_layout();
-        let table = cpu_f32_slice(&table_storage, table_layout)?;
-        let half = hd / 2;
-        let scale = (1.0 / (hd as f64).sqrt()) as f32;
         for part in tokens.chunks(chunk) {
-            let t = part.len();
-            let shape = QueryShape {
-                rows: t,
-                ..shape_max
-            };
-            let (x, normed, qkv, attn, proj, gate_up, act) = (
-                &mut x[..t * h],
-                &mut normed[..t * h],
-                &mut qkv[..t * qkv_n],
-                &mut attn[..t * nh * hd],
-                &mut proj[..t * h],
-                &mut gate_up[..t * 2 * inter],
-                &mut act[..t * inter],
-            );
-            for (row, token) in x.chunks_exact_mut(h).zip(part) {
-                let at = token.id as usize * h;
-                let src = table.get(at..at + h).ok_or_else(|| {
-                    candle_core::Error::Msg(format!("token {} is outside the vocabulary", token.id))
-                })?;
-                row.copy_from_slice(src);
-            }
-            for (li, layer) in self.layers.iter().enumerate() {
-                let a = &layer.self_attn;
-                layer.input_layernorm.rows_par(x, normed)?;
-                a.qkv_proj.forward_any_rows(normed, t, out_t, qkv)?;
-                for (row, token) in qkv.chunks_exact_mut(qkv_n).zip(part) {
-                    let pos = token.pos;
-                    let (cos, sin) = (
-                        &cos[pos * half..(pos + 1) * half],
-                        &sin[pos * half..(pos + 1) * half],
-                    );
-                    let (q, rest) = row.split_at_mut(nh * hd);
-                    let (k, v) = rest.split_at_mut(nkv * hd);
-                    for (heads, norm) in [(q, &a.q_norm), (&mut *k, &a.k_norm)] {
-                        if let Some(norm) = norm {
-                            norm.rows_in_place(heads)?;
-                        }
-                        for head in heads.chunks_exact_mut(hd) {
-                            rope_in_place(head, cos, sin);
-                        }
-                    }
-                    write_host(kv, token.slot, li, pos, k, v, hd)?;
-                }
-                let view = |i: usize| host_view(kv, part[i].slot, li, part[i].pos + 1);
-                decode_attention(qkv, shape, &view, scale, attn, scores)?;
-                a.o_proj.forward_any_rows(attn, t, out_t, proj)?;
-                add_in_place_par(x, proj, h);
-                layer.post_attention_layernorm.rows_par(x, normed)?;
-                layer
-                    .mlp
-                    .gate_up_proj
-                    .forward_any_rows(normed, t, out_t, gate_up)?;
-                gate_up
-                    .par_chunks_exact(2 * inter)
-                    .zip(act.par_chunks_exact_mut(inter))
-                    .for_each(|(gu, act)| {
-                        let (gate, up) = gu.split_at(inter);
-                        for ((a, g), u) in act.iter_mut().zip(gate).zip(up) {
-                            *a = *g / (1.0 + (-*g).exp()) * *u;
-                        }
-                    });
-                layer.mlp.down_proj.forward_any_rows(act, t, out_t, proj)?;
-                add_in_place_par(x, proj, h);
-            }
-            for (row, token) in x.chunks_exact(h).zip(part) {
-                if let Some(seq) = token.last_of {
-                    self.norm.rows(row, &mut last[seq * h..(seq + 1) * h])?;
-                }
-            }
+            self.blocks_host(part, kv, &mut acts, last)?;
         }
-        self.lm_head.forward_any_rows(last, b, out_t, out)?;
+        self.lm_head.forward_any_rows(last, b, acts.out_t, out)?;
         Ok(())
     }
 
