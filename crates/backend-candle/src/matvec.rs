@@ -106,17 +106,20 @@ impl Proj {
         self.linear.bias()
     }
 
-    /// Whether [`Proj::forward_rows`] takes inputs of `rows` rows: an f32
-    /// CPU weight and no more rows than the dot-product kernel serves.
+    /// Whether inputs of `rows` rows go through the dot-product kernel: an
+    /// f32 CPU weight and no more rows than the kernel serves.
     pub fn takes_rows(&self, rows: usize) -> bool {
         self.small && rows <= small_rows()
     }
 
     /// `x` (`rows` rows of `in` values) times the weight, plus the bias,
-    /// into `out` (`rows` rows of `out` values), through the dot-product
-    /// kernel: the bits of [`Proj::forward`] on the same rows, with no
-    /// allocation. `out_t` is scratch room for `rows * out` values.
-    /// Inputs that start on a 64-byte boundary are read fastest.
+    /// into `out` (`rows` rows of `out` values), f32 weights on the CPU
+    /// only. Rows the dot-product kernel takes ([`Proj::takes_rows`]) go
+    /// through it, with the bits of [`Proj::forward`] and no allocation
+    /// (`out_t` is its scratch room for `rows * out` values); more rows go
+    /// through the `gemm` crate's blocked product that candle's matmul
+    /// runs, straight into `out`. Inputs that start on a 64-byte boundary
+    /// are read fastest.
     pub fn forward_rows(
         &self,
         x: &[f32],
@@ -124,48 +127,6 @@ impl Proj {
         out_t: &mut [f32],
         out: &mut [f32],
     ) -> candle_core::Result<()> {
-        if !self.takes_rows(rows) {
-            candle_core::bail!("small matmul: {rows} rows do not take the dot-product kernel");
-        }
-        let (n, k) = self.linear.weight().dims2()?;
-        let (storage, layout) = self.linear.weight().storage_and_layout();
-        let w = cpu_f32_slice(&storage, layout)?;
-        let (Some(x), Some(out_t), Some(out)) = (
-            x.get(..rows * k),
-            out_t.get_mut(..rows * n),
-            out.get_mut(..rows * n),
-        ) else {
-            candle_core::bail!("small matmul: buffers shorter than {rows} rows");
-        };
-        small_matmul_into(x, w, rows, k, out_t, out);
-        if let Some(bias) = self.linear.bias() {
-            let (storage, layout) = bias.storage_and_layout();
-            let bias = cpu_f32_slice(&storage, layout)?;
-            for row in out.chunks_exact_mut(n) {
-                for (o, b) in row.iter_mut().zip(bias) {
-                    *o += *b;
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// `x` (`rows` rows of `in` values) times the weight, plus the bias,
-    /// into `out` (`rows` rows of `out` values), for any number of rows:
-    /// the dot-product kernel where it serves (as [`Proj::forward_rows`]),
-    /// otherwise the `gemm` crate's blocked product that candle's matmul
-    /// runs, straight into `out` with no allocation of its own beyond
-    /// `gemm`'s packing buffers. f32 weights on the CPU only.
-    pub fn forward_any_rows(
-        &self,
-        x: &[f32],
-        rows: usize,
-        out_t: &mut [f32],
-        out: &mut [f32],
-    ) -> candle_core::Result<()> {
-        if self.takes_rows(rows) {
-            return self.forward_rows(x, rows, out_t, out);
-        }
         if !self.small {
             candle_core::bail!("host matmul: expected a contiguous f32 weight on the CPU");
         }
@@ -178,38 +139,13 @@ impl Proj {
         if w.len() < n * k {
             candle_core::bail!("host matmul: weight shorter than {n} x {k}");
         }
-        let threads = rayon::current_num_threads();
-        let parallelism = if threads > 1 {
-            gemm::Parallelism::Rayon(threads)
+        if self.takes_rows(rows) {
+            let Some(out_t) = out_t.get_mut(..rows * n) else {
+                candle_core::bail!("small matmul: scratch shorter than {rows} rows");
+            };
+            small_matmul_into(x, w, rows, k, out_t, out);
         } else {
-            gemm::Parallelism::None
-        };
-        // SAFETY: `x` holds `rows * k` values read as (rows, k) row-major,
-        // `w` `n * k` read as its transpose (k, n) (row stride 1, column
-        // stride k), `out` `rows * n` written as (rows, n) row-major; all
-        // three were checked above and `out` overlaps neither input.
-        unsafe {
-            gemm::gemm(
-                rows,
-                n,
-                k,
-                out.as_mut_ptr(),
-                1,
-                n as isize,
-                false,
-                x.as_ptr(),
-                1,
-                k as isize,
-                w.as_ptr(),
-                k as isize,
-                1,
-                0.0,
-                1.0,
-                false,
-                false,
-                false,
-                parallelism,
-            );
+            gemm_into(x, w, rows, k, out);
         }
         if let Some(bias) = self.linear.bias() {
             let (storage, layout) = bias.storage_and_layout();
@@ -379,6 +315,46 @@ impl CustomOp2 for SmallMatmul {
         };
         small_matmul_into(x, w, m, k, &mut out_t, &mut out);
         Ok((CpuStorage::F32(out), Shape::from((m, n))))
+    }
+}
+
+/// `out` `(m, n)` = `x` `(m, k)` times `w` `(n, k)` transposed through the
+/// `gemm` crate, on rayon's threads; every slice at least that long.
+fn gemm_into(x: &[f32], w: &[f32], m: usize, k: usize, out: &mut [f32]) {
+    let n = out.len() / m.max(1);
+    assert!(x.len() >= m * k && w.len() >= n * k && out.len() >= m * n);
+    let threads = rayon::current_num_threads();
+    let parallelism = if threads > 1 {
+        gemm::Parallelism::Rayon(threads)
+    } else {
+        gemm::Parallelism::None
+    };
+    // SAFETY: `x` holds `m * k` values read as (m, k) row-major, `w`
+    // `n * k` read as its transpose (k, n) (row stride 1, column stride
+    // k), `out` `m * n` written as (m, n) row-major, all checked just
+    // above; `out` is a `&mut` and so overlaps neither input.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            out.as_mut_ptr(),
+            1,
+            n as isize,
+            false,
+            x.as_ptr(),
+            1,
+            k as isize,
+            w.as_ptr(),
+            k as isize,
+            1,
+            0.0,
+            1.0,
+            false,
+            false,
+            false,
+            parallelism,
+        );
     }
 }
 

@@ -136,33 +136,17 @@ impl RmsNorm {
         Ok(candle_nn::ops::rms_norm(&x, &self.weight, self.eps)?)
     }
 
-    /// Normalizes each row of `x` into `out` (f32 on the CPU), with the
-    /// bits of [`RmsNorm::forward`].
+    /// Normalizes each row of `x` into `out` (f32 on the CPU), rows split
+    /// over rayon's threads, with the bits of [`RmsNorm::forward`].
     fn rows(&self, x: &[f32], out: &mut [f32]) -> Result<()> {
-        let (storage, layout) = self.weight.storage_and_layout();
-        let alpha = cpu_f32_slice(&storage, layout)?;
-        let n = alpha.len();
-        for (src, dst) in x.chunks_exact(n).zip(out.chunks_exact_mut(n)) {
-            let m = rms(src, self.eps);
-            for ((d, s), a) in dst.iter_mut().zip(src).zip(alpha) {
-                *d = *s / m * *a;
-            }
-        }
-        Ok(())
-    }
-
-    /// [`RmsNorm::rows`] with the rows split over rayon's threads.
-    fn rows_par(&self, x: &[f32], out: &mut [f32]) -> Result<()> {
         let (storage, layout) = self.weight.storage_and_layout();
         let alpha = cpu_f32_slice(&storage, layout)?;
         let n = alpha.len();
         x.par_chunks_exact(n)
             .zip(out.par_chunks_exact_mut(n))
             .for_each(|(src, dst)| {
-                let m = rms(src, self.eps);
-                for ((d, s), a) in dst.iter_mut().zip(src).zip(alpha) {
-                    *d = *s / m * *a;
-                }
+                dst.copy_from_slice(src);
+                normalize(dst, alpha, self.eps);
             });
         Ok(())
     }
@@ -173,12 +157,20 @@ impl RmsNorm {
         let (storage, layout) = self.weight.storage_and_layout();
         let alpha = cpu_f32_slice(&storage, layout)?;
         for row in x.chunks_exact_mut(alpha.len()) {
-            let m = rms(row, self.eps);
-            for (v, a) in row.iter_mut().zip(alpha) {
-                *v = *v / m * *a;
-            }
+            normalize(row, alpha, self.eps);
         }
         Ok(())
+    }
+}
+
+/// Divides `row` by its root mean square (`eps` added under the root,
+/// squares summed in order) and scales it by `alpha`, as candle's
+/// `rms_norm` does.
+fn normalize(row: &mut [f32], alpha: &[f32], eps: f32) {
+    let sum2 = row.iter().map(|&v| v * v).sum::<f32>();
+    let m = (sum2 / row.len() as f32 + eps).sqrt();
+    for (v, a) in row.iter_mut().zip(alpha) {
+        *v = *v / m * *a;
     }
 }
 
@@ -228,13 +220,6 @@ fn add_in_place(x: &mut [f32], y: &[f32]) {
     for (a, b) in x.iter_mut().zip(y) {
         *a += *b;
     }
-}
-
-/// The root mean square of `row` with `eps` added under the root, summed
-/// in order as candle's `rms_norm` does.
-fn rms(row: &[f32], eps: f32) -> f32 {
-    let sum2 = row.iter().map(|&v| v * v).sum::<f32>();
-    (sum2 / row.len() as f32 + eps).sqrt()
 }
 
 /// Rotates one head `(head_dim)` by the position's `cos` and `sin`
@@ -1169,7 +1154,7 @@ impl Decoder {
         cache: &mut SlotCache,
         out: &mut [f32],
     ) -> Result<()> {
-        if cache.is_host() && self.decodes_in_place() && self.projections_take(slots.len()) {
+        if cache.is_host() && self.projections_take(slots.len()) {
             self.decode_host(slots, tokens, cache, out)
         } else {
             let logits = self.decode(slots, tokens, cache)?;
@@ -1244,7 +1229,7 @@ impl Decoder {
         let mut acts = activations.get(&self.config, m, m, room);
         let last = last.get(m * h);
         self.blocks_host(step, kv, &mut acts, last)?;
-        self.lm_head.forward_any_rows(last, m, acts.out_t, out)?;
+        self.lm_head.forward_rows(last, m, acts.out_t, out)?;
         for &slot in slots {
             slot_of_mut(kv, slot)?.len += 1;
         }
@@ -1304,8 +1289,8 @@ impl Decoder {
         let scale = (1.0 / (hd as f64).sqrt()) as f32;
         for (li, layer) in self.layers.iter().enumerate() {
             let a = &layer.self_attn;
-            layer.input_layernorm.rows_par(x, normed)?;
-            a.qkv_proj.forward_any_rows(normed, t, out_t, qkv)?;
+            layer.input_layernorm.rows(x, normed)?;
+            a.qkv_proj.forward_rows(normed, t, out_t, qkv)?;
             for (row, token) in qkv.chunks_exact_mut(qkv_n).zip(part) {
                 let pos = token.pos;
                 let (Some(cos), Some(sin)) = (
@@ -1332,13 +1317,13 @@ impl Decoder {
             }
             let view = |i: usize| host_view(kv, part[i].slot, li, part[i].pos + 1);
             decode_attention(qkv, shape, &view, scale, attn, scores)?;
-            a.o_proj.forward_any_rows(attn, t, out_t, proj)?;
+            a.o_proj.forward_rows(attn, t, out_t, proj)?;
             add_in_place_par(x, proj, h);
-            layer.post_attention_layernorm.rows_par(x, normed)?;
+            layer.post_attention_layernorm.rows(x, normed)?;
             layer
                 .mlp
                 .gate_up_proj
-                .forward_any_rows(normed, t, out_t, gate_up)?;
+                .forward_rows(normed, t, out_t, gate_up)?;
             gate_up
                 .par_chunks_exact(2 * inter)
                 .zip(act.par_chunks_exact_mut(inter))
@@ -1349,7 +1334,7 @@ impl Decoder {
                         *a = *g / (1.0 + (-*g).exp()) * *u;
                     }
                 });
-            layer.mlp.down_proj.forward_any_rows(act, t, out_t, proj)?;
+            layer.mlp.down_proj.forward_rows(act, t, out_t, proj)?;
             add_in_place_par(x, proj, h);
         }
         for (row, token) in x.chunks_exact(h).zip(part) {
@@ -1385,10 +1370,12 @@ impl Decoder {
         out: &mut [f32],
         chunk_tokens: usize,
     ) -> Result<()> {
-        if cache.is_host() && self.decodes_in_place() {
-            for &(slot, prompt, capacity) in seqs {
+        if cache.is_host() {
+            for (opened, &(slot, prompt, capacity)) in seqs.iter().enumerate() {
                 if let Err(err) = cache.open(slot, capacity.max(prompt.len())) {
-                    for &(slot, _, _) in seqs {
+                    // Only the slots this call opened: a slot already in
+                    // use keeps its sequence.
+                    for &(slot, _, _) in &seqs[..opened] {
                         cache.retire(slot);
                     }
                     return Err(err);
@@ -1464,7 +1451,7 @@ impl Decoder {
         for part in tokens.chunks(chunk) {
             self.blocks_host(part, kv, &mut acts, last)?;
         }
-        self.lm_head.forward_any_rows(last, b, acts.out_t, out)?;
+        self.lm_head.forward_rows(last, b, acts.out_t, out)?;
         Ok(())
     }
 
@@ -1803,7 +1790,7 @@ mod tests {
     }
 
     #[test]
-    fn a_failed_prefill_on_host_buffers_frees_its_slots() {
+    fn a_failed_prefill_on_host_buffers_frees_the_slots_it_opened_and_no_other() {
         let (_dir, decoder) = tiny_decoder(DType::F32);
         let vocab = decoder.config().vocab_size;
         let mut cache = decoder.new_cache(2);
@@ -1820,6 +1807,14 @@ mod tests {
             .prefill_into(&[(0, &[5, 6], 8), (1, &[7], 8)], 2, &mut cache, &mut out)
             .expect("prefill");
         assert_eq!((cache.len(0), cache.len(1)), (Some(2), Some(1)));
+        // a prefill into a slot in use fails without taking that slot's
+        // sequence (or the free slot it opened first) with it
+        cache.retire(0);
+        let err = decoder
+            .prefill_into(&[(0, &[5], 8), (1, &[6], 8)], 2, &mut cache, &mut out)
+            .expect_err("slot 1 is in use");
+        assert!(err.to_string().contains("in use"), "{err}");
+        assert_eq!((cache.len(0), cache.len(1)), (None, Some(1)));
     }
 
     #[test]

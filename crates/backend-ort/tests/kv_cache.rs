@@ -6,42 +6,6 @@ mod common;
 
 use guidebench_core::engine::{Engine, EngineOutput, EngineRequest};
 use guidebench_core::generation::{Generation, StepRunner};
-use guidebench_core::sampling::Sampling;
-use guidebench_ort::{OrtEngine, OrtOptions};
-use guidebench_testkit::expected::{PromptExpectation, stored};
-use guidebench_testkit::fixtures::{FixtureSpec, write_llama_fixture};
-
-/// The `tiny` fixture exported to ONNX in a temp folder, its stored
-/// prompts, and the engine loaded with `max_slots`.
-fn tiny(max_slots: i64) -> (tempfile::TempDir, Vec<PromptExpectation>, OrtEngine) {
-    let dir = tempfile::tempdir().expect("a temp dir");
-    write_llama_fixture(dir.path(), &FixtureSpec::tiny()).expect("the fixture is written");
-    common::export(dir.path(), &[]);
-    let options = OrtOptions {
-        max_slots: Some(max_slots),
-        ..common::options()
-    };
-    let model = dir.path().to_str().expect("a UTF-8 path");
-    let engine = OrtEngine::load(model, &options).expect("the fixture loads");
-    let prompts = stored()
-        .expect("the stored expectations parse")
-        .fixture("tiny")
-        .expect("tiny is stored")
-        .prompts
-        .clone();
-    (dir, prompts, engine)
-}
-
-fn request(id: usize, prompt: &PromptExpectation, max_tokens: u32) -> EngineRequest {
-    EngineRequest {
-        id: id as u64,
-        prompt: prompt.text.clone(),
-        add_special_tokens: true,
-        images: Vec::new(),
-        audio: Vec::new(),
-        sampling: Sampling::fixed_length(max_tokens).expect("valid sampling"),
-    }
-}
 
 fn outputs(results: Vec<guidebench_core::Result<EngineOutput>>) -> Vec<EngineOutput> {
     results
@@ -55,12 +19,12 @@ fn a_batch_that_runs_to_the_end_together_never_gathers_its_past() {
     if !common::ready() {
         return;
     }
-    let (_dir, prompts, engine) = tiny(8);
+    let (_dir, prompts, engine) = common::tiny_with_slots(8);
     let mut runner = StepRunner::new(engine);
     let batch: Vec<EngineRequest> = prompts
         .iter()
         .enumerate()
-        .map(|(i, p)| request(i, p, 8))
+        .map(|(i, p)| common::request(i, p, 8))
         .collect();
     let out = outputs(runner.generate(&batch).expect("the batch runs"));
     for (o, p) in out.iter().zip(&prompts) {
@@ -78,14 +42,14 @@ fn sequences_that_take_freed_slots_get_the_stored_tokens_with_one_gather_per_cha
     }
     // Two slots, five requests of 3, 6, 9, 12 and 15 tokens: each time one
     // finishes, the next takes its slot beside the one still running.
-    let (_dir, prompts, engine) = tiny(2);
+    let (_dir, prompts, engine) = common::tiny_with_slots(2);
     let mut runner = StepRunner::new(engine);
     let limits = [3u32, 6, 9, 12, 15];
     let batch: Vec<EngineRequest> = prompts
         .iter()
         .zip(limits)
         .enumerate()
-        .map(|(i, (p, n))| request(i, p, n))
+        .map(|(i, (p, n))| common::request(i, p, n))
         .collect();
     let out = outputs(runner.generate(&batch).expect("the batch runs"));
     for ((o, p), n) in out.iter().zip(&prompts).zip(limits) {
@@ -103,7 +67,7 @@ fn a_sequence_admitted_beside_running_ones_gets_the_stored_tokens() {
     if !common::ready() {
         return;
     }
-    let (_dir, prompts, mut engine) = tiny(8);
+    let (_dir, prompts, mut engine) = common::tiny_with_slots(8);
     let mut generation: Generation<usize> = Generation::new(&engine);
     let mut done = Vec::new();
     let mut waiting: Vec<_> = prompts
@@ -111,7 +75,7 @@ fn a_sequence_admitted_beside_running_ones_gets_the_stored_tokens() {
         .enumerate()
         .map(|(i, p)| {
             generation
-                .validate(i, request(i, p, 12))
+                .validate(i, common::request(i, p, 12))
                 .unwrap_or_else(|_| panic!("prompt {i} is valid"))
         })
         .collect();

@@ -5,35 +5,17 @@ mod common;
 
 use std::time::Instant;
 
-use guidebench_core::engine::EngineRequest;
 use guidebench_core::generation::Generation;
-use guidebench_core::sampling::Sampling;
-use guidebench_ort::{OrtEngine, OrtOptions, RunTimes};
-use guidebench_testkit::expected::stored;
-use guidebench_testkit::fixtures::{FixtureSpec, write_llama_fixture};
+use guidebench_ort::RunTimes;
 
 #[test]
 fn the_engine_counts_one_session_run_per_prefill_group_and_per_decoding_step() {
     if !common::ready() {
         return;
     }
-    let dir = tempfile::tempdir().expect("a temp dir");
-    write_llama_fixture(dir.path(), &FixtureSpec::tiny()).expect("the fixture is written");
-    common::export(dir.path(), &[]);
     // Two slots, five requests of 3, 6, 9, 12 and 15 tokens: the first two
     // are prefilled together, each later one alone when a slot frees.
-    let options = OrtOptions {
-        max_slots: Some(2),
-        ..common::options()
-    };
-    let model = dir.path().to_str().expect("a UTF-8 path");
-    let mut engine = OrtEngine::load(model, &options).expect("the fixture loads");
-    let prompts = stored()
-        .expect("the stored expectations parse")
-        .fixture("tiny")
-        .expect("tiny is stored")
-        .prompts
-        .clone();
+    let (_dir, prompts, mut engine) = common::tiny_with_slots(2);
     let limits = [3u32, 6, 9, 12, 15];
     assert_eq!(engine.run_times(), RunTimes::default(), "no run before any");
 
@@ -44,16 +26,8 @@ fn the_engine_counts_one_session_run_per_prefill_group_and_per_decoding_step() {
         .zip(limits)
         .enumerate()
         .map(|(i, (p, n))| {
-            let request = EngineRequest {
-                id: i as u64,
-                prompt: p.text.clone(),
-                add_special_tokens: true,
-                images: Vec::new(),
-                audio: Vec::new(),
-                sampling: Sampling::fixed_length(n).expect("valid sampling"),
-            };
             generation
-                .validate(i, request)
+                .validate(i, common::request(i, p, n))
                 .unwrap_or_else(|_| panic!("prompt {i} is valid"))
         })
         .collect();

@@ -7,7 +7,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
+use guidebench_core::engine::EngineRequest;
+use guidebench_core::sampling::Sampling;
 use guidebench_ort::{OrtEngine, OrtOptions};
+use guidebench_testkit::expected::{PromptExpectation, stored};
+use guidebench_testkit::fixtures::{FixtureSpec, write_llama_fixture};
 
 /// The checkout.
 pub fn root() -> PathBuf {
@@ -72,4 +76,37 @@ pub fn load_with(dir: &Path, extra: &[&str]) -> OrtEngine {
 /// Exports the fixture in `dir` as Optimum would and loads it.
 pub fn load(dir: &Path) -> OrtEngine {
     load_with(dir, &[])
+}
+
+/// The `tiny` fixture exported to ONNX in a temp folder, its stored
+/// prompts, and the engine loaded with `max_slots`.
+pub fn tiny_with_slots(max_slots: i64) -> (tempfile::TempDir, Vec<PromptExpectation>, OrtEngine) {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    write_llama_fixture(dir.path(), &FixtureSpec::tiny()).expect("the fixture is written");
+    export(dir.path(), &[]);
+    let with_slots = OrtOptions {
+        max_slots: Some(max_slots),
+        ..options()
+    };
+    let model = dir.path().to_str().expect("a UTF-8 path");
+    let engine = OrtEngine::load(model, &with_slots).expect("the fixture loads");
+    let prompts = stored()
+        .expect("the stored expectations parse")
+        .fixture("tiny")
+        .expect("tiny is stored")
+        .prompts
+        .clone();
+    (dir, prompts, engine)
+}
+
+/// A request for `prompt` generating exactly `max_tokens` tokens.
+pub fn request(id: usize, prompt: &PromptExpectation, max_tokens: u32) -> EngineRequest {
+    EngineRequest {
+        id: id as u64,
+        prompt: prompt.text.clone(),
+        add_special_tokens: true,
+        images: Vec::new(),
+        audio: Vec::new(),
+        sampling: Sampling::fixed_length(max_tokens).expect("valid sampling"),
+    }
 }
