@@ -39,6 +39,8 @@
 #![deny(missing_docs)]
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
+mod activation;
+mod attention;
 pub mod engine;
 pub mod error;
 pub mod loader;

@@ -62,7 +62,7 @@ fn has_avx512() -> bool {
     }
 }
 
-fn has_avx2_fma() -> bool {
+pub(crate) fn has_avx2_fma() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
@@ -378,7 +378,7 @@ fn small_matmul_into(x: &[f32], w: &[f32], m: usize, k: usize, out_t: &mut [f32]
         .zip(w.par_chunks(rows_per_task * k))
         .for_each(|(out, w)| rows_times(x, w, out, m, k));
     if m > 1 {
-        for (j, col) in out_t.chunks_exact(m).enumerate() {
+        for (j, col) in out_t[..n * m].chunks_exact(m).enumerate() {
             for (i, v) in col.iter().enumerate() {
                 out[i * n + j] = *v;
             }
@@ -541,29 +541,89 @@ const BLOCK_BYTES: usize = 128 * 1024;
 /// size (8 rows: 4 + 4, not 6 + 2).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-fn rows_times_avx2(x: &[f32], w: &[f32], out: &mut [f32], m: usize, k: usize) {
+pub(crate) fn rows_times_avx2(x: &[f32], w: &[f32], out: &mut [f32], m: usize, k: usize) {
+    // Paired tiles once the product is bound by arithmetic, and only when
+    // a group of the single tiles' input rows would not fit the L1 cache
+    // beside the weights: at k = 512 they were slower, at k = 1408 faster.
+    let pairs =
+        m >= PAIRED_FROM_AVX2 && TILE_X_AVX2 * k * std::mem::size_of::<f32>() > L1_INPUT_BYTES;
+    rows_times_avx2_tiles(x, w, out, m, k, pairs);
+}
+
+/// [`rows_times_avx2`] with the tile shape chosen by the caller: paired
+/// tiles ([`tile_paired_avx2`]) or tiles of one weight row.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn rows_times_avx2_tiles(x: &[f32], w: &[f32], out: &mut [f32], m: usize, k: usize, pairs: bool) {
     if k == 0 || x.len() < m * k {
         out.fill(0.0);
         return;
     }
     let block = (BLOCK_BYTES / (k * std::mem::size_of::<f32>())).max(1);
-    let groups = m.div_ceil(TILE_X_AVX2);
+    let groups = m.div_ceil(if pairs {
+        TILE_X_PAIRED_AVX2
+    } else {
+        TILE_X_AVX2
+    });
     let (base, extra) = (m / groups, m % groups);
-    for (wb, ob) in w.chunks(block * k).zip(out.chunks_mut(block * m)) {
+    for (b, (wb, ob)) in w
+        .chunks(block * k)
+        .zip(out.chunks_mut(block * m))
+        .enumerate()
+    {
+        // The next block, brought into the L2 cache while this one is
+        // computed: each group of input rows fetches its share. One group
+        // passes over each block once, as the hardware prefetcher expects.
+        let next = match w.get((b + 1) * block * k..) {
+            Some(rest) if groups > 1 => &rest[..rest.len().min(block * k)],
+            _ => &[][..],
+        };
+        let share = next.len().div_ceil(groups);
         let mut i = 0;
         for g in 0..groups {
             let rows = base + usize::from(g < extra);
             let xs = &x[i * k..(i + rows) * k];
+            let ahead = next
+                .get(g * share..)
+                .map_or(&[][..], |a| &a[..a.len().min(share)]);
+            if pairs {
+                match rows {
+                    3 => tile_paired_avx2::<3>(xs, wb, ob, i, m, k, ahead),
+                    2 => tile_paired_avx2::<2>(xs, wb, ob, i, m, k, ahead),
+                    _ => tile_paired_avx2::<1>(xs, wb, ob, i, m, k, ahead),
+                }
+                i += rows;
+                continue;
+            }
             match rows {
-                6 => tile_avx2::<6>(xs, wb, ob, i, m, k),
-                5 => tile_avx2::<5>(xs, wb, ob, i, m, k),
-                4 => tile_avx2::<4>(xs, wb, ob, i, m, k),
-                3 => tile_avx2::<3>(xs, wb, ob, i, m, k),
-                2 => tile_avx2::<2>(xs, wb, ob, i, m, k),
-                _ => tile_avx2::<1>(xs, wb, ob, i, m, k),
+                6 => tile_avx2::<6>(xs, wb, ob, i, m, k, ahead),
+                5 => tile_avx2::<5>(xs, wb, ob, i, m, k, ahead),
+                4 => tile_avx2::<4>(xs, wb, ob, i, m, k, ahead),
+                3 => tile_avx2::<3>(xs, wb, ob, i, m, k, ahead),
+                2 => tile_avx2::<2>(xs, wb, ob, i, m, k, ahead),
+                _ => tile_avx2::<1>(xs, wb, ob, i, m, k, ahead),
             }
             i += rows;
         }
+    }
+}
+
+/// Asks for the cache lines of `ahead` that weight row `j` of `rows`
+/// covers to be brought into the L2 cache (an even share per row).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn prefetch_share(ahead: &[f32], j: usize, rows: usize) {
+    use std::arch::x86_64::{_MM_HINT_T1, _mm_prefetch};
+    if ahead.is_empty() {
+        return;
+    }
+    let (from, to) = (j * ahead.len() / rows, (j + 1) * ahead.len() / rows);
+    let mut at = from - from % LINE_VALUES;
+    while at < to {
+        // SAFETY: `at < to <= ahead.len()`: a pointer into `ahead`; a
+        // prefetch reads nothing.
+        unsafe { _mm_prefetch::<_MM_HINT_T1>(ahead.as_ptr().add(at).cast()) };
+        at += LINE_VALUES;
     }
 }
 
@@ -580,12 +640,13 @@ fn tile_avx2<const R: usize>(
     first: usize,
     m: usize,
     k: usize,
+    ahead: &[f32],
 ) {
-    use std::arch::x86_64::{
-        __m256, _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_setzero_ps, _mm256_storeu_ps,
-    };
+    use std::arch::x86_64::{__m256, _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_setzero_ps};
     let main = k - k % LANES;
+    let n = ws.len() / k;
     for (j, w_row) in ws.chunks_exact(k).enumerate() {
+        prefetch_share(ahead, j, n);
         let mut lo: [__m256; R] = [_mm256_setzero_ps(); R];
         let mut hi: [__m256; R] = [_mm256_setzero_ps(); R];
         let mut at = 0;
@@ -605,20 +666,133 @@ fn tile_avx2<const R: usize>(
             at += LANES;
         }
         for r in 0..R {
-            let mut lanes = [0f32; LANES];
-            // SAFETY: `lanes` holds 16 f32s; unaligned stores.
-            unsafe {
-                _mm256_storeu_ps(lanes.as_mut_ptr(), lo[r]);
-                _mm256_storeu_ps(lanes.as_mut_ptr().add(8), hi[r]);
-            }
             let x_row = &xs[r * k..(r + 1) * k];
-            out[j * m + first + r] = finish_dot(lanes, &x_row[main..], &w_row[main..]);
+            out[j * m + first + r] = finish_avx2(lo[r], hi[r], &x_row[main..], &w_row[main..]);
         }
     }
 }
 
+/// One AVX2 dot product's end: lanes 0..8 in `lo` and 8..16 in `hi`, the
+/// tail products (`x_rest` times `w_rest`, past the last 16 values) added
+/// to the lanes, then [`finish_dot`]'s pairwise sum. Without a tail the sum
+/// runs in registers (the same additions in the same order, so the same
+/// bits): much cheaper than going through memory, which at `k` = 512 cost
+/// nearly as much as the multiply-adds.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+fn finish_avx2(
+    lo: std::arch::x86_64::__m256,
+    hi: std::arch::x86_64::__m256,
+    x_rest: &[f32],
+    w_rest: &[f32],
+) -> f32 {
+    use std::arch::x86_64::{
+        _mm_add_ps, _mm_add_ss, _mm_cvtss_f32, _mm_movehl_ps, _mm_shuffle_ps, _mm256_add_ps,
+        _mm256_castps256_ps128, _mm256_extractf128_ps, _mm256_storeu_ps,
+    };
+    if x_rest.is_empty() {
+        let v8 = _mm256_add_ps(lo, hi);
+        let v4 = _mm_add_ps(_mm256_castps256_ps128(v8), _mm256_extractf128_ps::<1>(v8));
+        let v2 = _mm_add_ps(v4, _mm_movehl_ps(v4, v4));
+        let v1 = _mm_add_ss(v2, _mm_shuffle_ps::<0b01>(v2, v2));
+        return _mm_cvtss_f32(v1);
+    }
+    let mut lanes = [0f32; LANES];
+    // SAFETY: `lanes` holds 16 f32s; unaligned stores.
+    unsafe {
+        _mm256_storeu_ps(lanes.as_mut_ptr(), lo);
+        _mm256_storeu_ps(lanes.as_mut_ptr().add(8), hi);
+    }
+    finish_dot(lanes, x_rest, w_rest)
+}
+
+/// From this many input rows on, the AVX2 kernel computes tiles of two
+/// weight rows by up to [`TILE_X_PAIRED_AVX2`] input rows: 10 loads per
+/// 12 multiply-adds instead of 14, which matters once the product is bound
+/// by arithmetic rather than by reading the weights.
+#[cfg(target_arch = "x86_64")]
+const PAIRED_FROM_AVX2: usize = 8;
+/// Bytes of input rows a group of AVX2 tiles may keep in the L1 cache
+/// (of 32 KiB or more) while weight rows stream past.
+#[cfg(target_arch = "x86_64")]
+const L1_INPUT_BYTES: usize = 24 * 1024;
+/// The most input rows per paired AVX2 tile.
+#[cfg(target_arch = "x86_64")]
+const TILE_X_PAIRED_AVX2: usize = 3;
+
+/// [`tile_avx2`] over two weight rows at a time (the last, odd one alone):
+/// each input vector loaded serves both rows, each weight vector the `R`
+/// input rows; each output keeps its two 8-lane accumulators (12 of the
+/// 16 registers at `R` = 3), so the same bits as [`dot`].
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::needless_range_loop)] // `r` indexes both rows' accumulators and the inputs
+fn tile_paired_avx2<const R: usize>(
+    xs: &[f32],
+    ws: &[f32],
+    out: &mut [f32],
+    first: usize,
+    m: usize,
+    k: usize,
+    ahead: &[f32],
+) {
+    use std::arch::x86_64::{__m256, _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_setzero_ps};
+    let main = k - k % LANES;
+    let pairs = ws.len() / (2 * k);
+    for p in 0..pairs {
+        prefetch_share(ahead, p, pairs);
+        let (w0, w1) = ws[2 * p * k..(2 * p + 2) * k].split_at(k);
+        let mut lo: [[__m256; R]; 2] = [[_mm256_setzero_ps(); R]; 2];
+        let mut hi: [[__m256; R]; 2] = [[_mm256_setzero_ps(); R]; 2];
+        let mut at = 0;
+        while at < main {
+            // SAFETY: `at + 16 <= main <= k`, the length of `w0`, `w1` and
+            // of each of the `R` rows of `xs` (the callers' chunks);
+            // unaligned loads.
+            unsafe {
+                let a = _mm256_loadu_ps(w0.as_ptr().add(at));
+                let b = _mm256_loadu_ps(w1.as_ptr().add(at));
+                for r in 0..R {
+                    let v = _mm256_loadu_ps(xs.as_ptr().add(r * k + at));
+                    lo[0][r] = _mm256_fmadd_ps(v, a, lo[0][r]);
+                    lo[1][r] = _mm256_fmadd_ps(v, b, lo[1][r]);
+                }
+                let a = _mm256_loadu_ps(w0.as_ptr().add(at + 8));
+                let b = _mm256_loadu_ps(w1.as_ptr().add(at + 8));
+                for r in 0..R {
+                    let v = _mm256_loadu_ps(xs.as_ptr().add(r * k + at + 8));
+                    hi[0][r] = _mm256_fmadd_ps(v, a, hi[0][r]);
+                    hi[1][r] = _mm256_fmadd_ps(v, b, hi[1][r]);
+                }
+            }
+            at += LANES;
+        }
+        for (half, w_row) in [w0, w1].into_iter().enumerate() {
+            let j = 2 * p + half;
+            for r in 0..R {
+                let x_row = &xs[r * k..(r + 1) * k];
+                out[j * m + first + r] =
+                    finish_avx2(lo[half][r], hi[half][r], &x_row[main..], &w_row[main..]);
+            }
+        }
+    }
+    if ws.len() / k > 2 * pairs {
+        let last = 2 * pairs;
+        tile_avx2::<R>(
+            xs,
+            &ws[last * k..(last + 1) * k],
+            &mut out[last * m..],
+            first,
+            m,
+            k,
+            &[],
+        );
+    }
+}
+
 #[inline(always)]
-fn rows_times_portable(x: &[f32], w: &[f32], out: &mut [f32], m: usize, k: usize) {
+pub(crate) fn rows_times_portable(x: &[f32], w: &[f32], out: &mut [f32], m: usize, k: usize) {
     for (w_row, out) in w.chunks_exact(k).zip(out.chunks_exact_mut(m)) {
         for (x_row, o) in x.chunks_exact(k).zip(out.iter_mut()) {
             *o = dot(x_row, w_row);
@@ -656,142 +830,6 @@ fn finish_dot(mut acc: [f32; LANES], a_rest: &[f32], b_rest: &[f32]) -> f32 {
     acc[0]
 }
 
-/// One row's keys and values in its slot of the KV cache, for a decoding
-/// step's attention.
-#[derive(Debug, Clone, Copy)]
-pub struct SlotView<'a> {
-    /// Keys, laid out `(kv_heads, capacity, head_dim)`.
-    pub keys: &'a [f32],
-    /// Values, laid out as the keys.
-    pub values: &'a [f32],
-    /// Positions the slot has room for.
-    pub capacity: usize,
-    /// Positions attended to: the cached length, the new one included.
-    pub len: usize,
-}
-
-/// The shape of a decoding step's queries: `rows` rows of `kv_heads`
-/// groups of `rep` query heads of `head_dim` values, row `i` starting at
-/// `i * row_stride`.
-#[derive(Debug, Clone, Copy)]
-pub struct QueryShape {
-    /// Rows (sequences) in the step.
-    pub rows: usize,
-    /// Key/value heads.
-    pub kv_heads: usize,
-    /// Query heads per key/value head.
-    pub rep: usize,
-    /// Values per head.
-    pub head_dim: usize,
-    /// Values from one row's queries to the next's.
-    pub row_stride: usize,
-}
-
-/// Scratch values [`decode_attention`] needs for `shape` when the longest
-/// row attends to `longest` positions.
-pub fn decode_attention_scratch(shape: QueryShape, longest: usize) -> usize {
-    shape.rows * shape.kv_heads * shape.rep * longest
-}
-
-/// Attention for one new position per row (a decoding step), f32 on the
-/// CPU, reading each row's keys and values in place in its slot
-/// (`slot(i)` for row `i`), with no allocation. Writes `out` `(rows,
-/// kv_heads * rep * head_dim)`, the heads side by side; `scores` is
-/// scratch room of [`decode_attention_scratch`] values. Scores are
-/// multiplied by `scale` before the softmax.
-pub fn decode_attention<'a>(
-    q: &[f32],
-    shape: QueryShape,
-    slot: &(impl Fn(usize) -> SlotView<'a> + Sync),
-    scale: f32,
-    out: &mut [f32],
-    scores: &mut [f32],
-) -> candle_core::Result<()> {
-    let QueryShape {
-        rows: b,
-        kv_heads: g,
-        rep,
-        head_dim: d,
-        row_stride,
-    } = shape;
-    let mut longest = 0;
-    for i in 0..b {
-        let view = slot(i);
-        let need = g * view.capacity * d;
-        if view.len < 1
-            || view.len > view.capacity
-            || view.keys.len() < need
-            || view.values.len() < need
-        {
-            candle_core::bail!("decode attention: row {i} does not fit its slot");
-        }
-        longest = longest.max(view.len);
-    }
-    let block_scores = rep * longest;
-    if q.len() < (b.max(1) - 1) * row_stride + g * rep * d
-        || out.len() < b * g * rep * d
-        || scores.len() < b * g * block_scores
-    {
-        candle_core::bail!("decode attention: buffers shorter than the step");
-    }
-    let block = |(index, (out, scores)): (usize, (&mut [f32], &mut [f32]))| {
-        let (row, head) = (index / g, index % g);
-        let view = slot(row);
-        let q0 = row * row_stride + head * rep * d;
-        let q = &q[q0..q0 + rep * d];
-        let total = view.len;
-        let k0 = head * view.capacity * d;
-        let keys = &view.keys[k0..k0 + total * d];
-        let values = &view.values[k0..k0 + total * d];
-        // scores[j * rep + r]: query head r against position j; the keys
-        // of one (row, head) block are read once for all `rep` query heads
-        // that share them.
-        let scores = &mut scores[..total * rep];
-        rows_times(q, keys, scores, rep, d);
-        for r in 0..rep {
-            let mut max = f32::NEG_INFINITY;
-            for s in scores[r..].iter_mut().step_by(rep) {
-                *s *= scale;
-                max = max.max(*s);
-            }
-            let mut sum = 0f32;
-            for s in scores[r..].iter_mut().step_by(rep) {
-                *s = (*s - max).exp();
-                sum += *s;
-            }
-            let inv = 1.0 / sum;
-            for s in scores[r..].iter_mut().step_by(rep) {
-                *s *= inv;
-            }
-        }
-        out.fill(0.0);
-        for (p, v) in scores.chunks_exact(rep).zip(values.chunks_exact(d)) {
-            for (out, p) in out.chunks_exact_mut(d).zip(p) {
-                if *p == 0.0 {
-                    continue;
-                }
-                for (o, v) in out.iter_mut().zip(v) {
-                    *o += p * v;
-                }
-            }
-        }
-    };
-    let out = &mut out[..b * g * rep * d];
-    let scores = &mut scores[..b * g * block_scores];
-    if b * g > 1 {
-        out.par_chunks_mut(rep * d)
-            .zip(scores.par_chunks_mut(block_scores))
-            .enumerate()
-            .for_each(block);
-    } else {
-        out.chunks_mut(rep * d)
-            .zip(scores.chunks_mut(block_scores))
-            .enumerate()
-            .for_each(block);
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -821,6 +859,14 @@ mod tests {
                 kernels.push(("avx2+fma", |x, w, o, m, k| unsafe {
                     rows_times_avx2(x, w, o, m, k)
                 }));
+                // SAFETY: as above.
+                kernels.push(("avx2+fma, single-row tiles", |x, w, o, m, k| unsafe {
+                    rows_times_avx2_tiles(x, w, o, m, k, false)
+                }));
+                // SAFETY: as above.
+                kernels.push(("avx2+fma, paired tiles", |x, w, o, m, k| unsafe {
+                    rows_times_avx2_tiles(x, w, o, m, k, true)
+                }));
             } else {
                 eprintln!("this CPU has no AVX2+FMA: that kernel is not tested here");
             }
@@ -842,9 +888,9 @@ mod tests {
         // and weight rows that fill whole tiles of every kernel and leave
         // remainders, up to the most rows a decoding step sends here; 130
         // weight rows of 512 values span three of the AVX2 kernel's
-        // blocks.
+        // blocks; at 1408 values the paired tiles take 8 rows and more.
         for (name, kernel) in kernels() {
-            for k in [64usize, 70, 512] {
+            for k in [64usize, 70, 512, 1408] {
                 for (m, n) in [
                     (1usize, 1usize),
                     (2, 3),
@@ -902,69 +948,6 @@ mod tests {
             assert_eq!(got.dims(), want.dims());
             let diff = max_abs_diff(&got, &want);
             assert!(diff < 1e-4, "rows {rows}: max |diff| {diff}");
-        }
-    }
-
-    #[test]
-    fn decode_attention_matches_candle_ops_on_slots_of_different_lengths() {
-        let dev = Device::Cpu;
-        let (b, g, rep, d) = (3, 2, 2, 20);
-        let caps = [9usize, 6, 12];
-        let lens = [6usize, 1, 12];
-        let q = Tensor::randn(0f32, 1., (b, g, rep, d), &dev).expect("q");
-        let slots: Vec<(Tensor, Tensor)> = caps
-            .iter()
-            .map(|&cap| {
-                (
-                    Tensor::randn(0f32, 1., (g, cap, d), &dev).expect("k"),
-                    Tensor::randn(0f32, 1., (g, cap, d), &dev).expect("v"),
-                )
-            })
-            .collect();
-        let data: Vec<(Vec<f32>, Vec<f32>)> = slots
-            .iter()
-            .map(|(k, v)| {
-                (
-                    k.flatten_all().expect("flat").to_vec1().expect("k"),
-                    v.flatten_all().expect("flat").to_vec1().expect("v"),
-                )
-            })
-            .collect();
-        let scale = 0.3f32;
-        // The queries of each row followed by 5 values the kernel must skip.
-        let stride = g * rep * d + 5;
-        let flat: Vec<f32> = q.flatten_all().expect("flat").to_vec1().expect("q");
-        let mut strided = vec![f32::NAN; b * stride];
-        for (row, src) in flat.chunks_exact(g * rep * d).enumerate() {
-            strided[row * stride..row * stride + g * rep * d].copy_from_slice(src);
-        }
-        let shape = QueryShape {
-            rows: b,
-            kv_heads: g,
-            rep,
-            head_dim: d,
-            row_stride: stride,
-        };
-        let view = |i: usize| SlotView {
-            keys: &data[i].0,
-            values: &data[i].1,
-            capacity: caps[i],
-            len: lens[i],
-        };
-        let mut out = vec![f32::NAN; b * g * rep * d];
-        let mut scores = vec![f32::NAN; decode_attention_scratch(shape, 12)];
-        decode_attention(&strided, shape, &view, scale, &mut out, &mut scores).expect("attention");
-        let got = Tensor::from_vec(out, (b, g, rep, d), &dev).expect("out");
-        for (row, (k, v)) in slots.iter().enumerate() {
-            let k = k.narrow(1, 0, lens[row]).expect("narrow");
-            let v = v.narrow(1, 0, lens[row]).expect("narrow");
-            let q = q.get(row).expect("row");
-            let scores =
-                (q.matmul(&k.t().expect("t")).expect("mm") * f64::from(scale)).expect("scale");
-            let probs = candle_nn::ops::softmax_last_dim(&scores).expect("softmax");
-            let want = probs.matmul(&v.contiguous().expect("c")).expect("mm");
-            let diff = max_abs_diff(&got.get(row).expect("row"), &want);
-            assert!(diff < 1e-5, "row {row}: max |diff| {diff}");
         }
     }
 }

@@ -13,11 +13,10 @@ use candle_core::{CpuStorage, DType, Device, Module, Tensor};
 use candle_nn::{Embedding, VarBuilder};
 use rayon::prelude::*;
 
+use crate::activation::silu_mul_rows;
+use crate::attention::{QueryShape, SlotView, decode_attention, decode_attention_scratch};
 use crate::error::{CandleError, Result};
-use crate::matvec::{
-    AlignedBuf, Proj, QueryShape, SlotView, cpu_f32_slice, decode_attention,
-    decode_attention_scratch,
-};
+use crate::matvec::{AlignedBuf, Proj, cpu_f32_slice};
 use guidebench_core::model::DecoderConfig;
 
 /// A `VarBuilder` that knows its full prefix, so that a missing weight is
@@ -873,6 +872,18 @@ impl Mlp {
         let gate_up = self.gate_up_proj.forward(x)?;
         let last = gate_up.rank() - 1;
         let i = self.intermediate;
+        if gate_up.dtype() == DType::F32 && gate_up.device().is_cpu() {
+            // the host path's silu, so that both paths give the same bits
+            let gate_up = gate_up.contiguous()?;
+            let (storage, layout) = gate_up.storage_and_layout();
+            let values = cpu_f32_slice(&storage, layout)?;
+            let mut act = vec![0f32; values.len() / 2];
+            silu_mul_rows(values, i, &mut act);
+            let mut dims = gate_up.dims().to_vec();
+            dims[last] = i;
+            let act = Tensor::from_vec(act, dims, gate_up.device())?;
+            return Ok(self.down_proj.forward(&act)?);
+        }
         let gate = candle_nn::ops::silu(&gate_up.narrow(last, 0, i)?)?;
         let up = gate_up.narrow(last, i, i)?;
         Ok(self.down_proj.forward(&(gate * up)?)?)
@@ -1324,16 +1335,7 @@ impl Decoder {
                 .mlp
                 .gate_up_proj
                 .forward_rows(normed, t, out_t, gate_up)?;
-            gate_up
-                .par_chunks_exact(2 * inter)
-                .zip(act.par_chunks_exact_mut(inter))
-                .for_each(|(gu, act)| {
-                    let (gate, up) = gu.split_at(inter);
-                    for ((a, g), u) in act.iter_mut().zip(gate).zip(up) {
-                        // candle's silu, then the product
-                        *a = *g / (1.0 + (-*g).exp()) * *u;
-                    }
-                });
+            silu_mul_rows(gate_up, inter, act);
             layer.mlp.down_proj.forward_rows(act, t, out_t, proj)?;
             add_in_place_par(x, proj, h);
         }

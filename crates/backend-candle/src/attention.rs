@@ -1,0 +1,498 @@
+//! A decoding step's attention on the CPU, f32: one new position per row
+//! against the keys and values its slot of the KV cache holds, read in
+//! place. Prefill on host buffers runs it once per prompt token. With AVX2
+//! and FMA the softmax and the weighted sum run eight lanes at a time;
+//! every path gives the same bits (the portable one mirrors the lanes).
+
+use rayon::prelude::*;
+
+#[cfg(target_arch = "x86_64")]
+use crate::activation::exp_avx2;
+use crate::activation::exp_poly;
+#[cfg(target_arch = "x86_64")]
+use crate::matvec::rows_times_avx2;
+use crate::matvec::{has_avx2_fma, rows_times_portable};
+
+/// One row's keys and values in its slot of the KV cache, for a decoding
+/// step's attention.
+#[derive(Debug, Clone, Copy)]
+pub struct SlotView<'a> {
+    /// Keys, laid out `(kv_heads, capacity, head_dim)`.
+    pub keys: &'a [f32],
+    /// Values, laid out as the keys.
+    pub values: &'a [f32],
+    /// Positions the slot has room for.
+    pub capacity: usize,
+    /// Positions attended to: the cached length, the new one included.
+    pub len: usize,
+}
+
+/// The shape of a decoding step's queries: `rows` rows of `kv_heads`
+/// groups of `rep` query heads of `head_dim` values, row `i` starting at
+/// `i * row_stride`.
+#[derive(Debug, Clone, Copy)]
+pub struct QueryShape {
+    /// Rows (sequences) in the step.
+    pub rows: usize,
+    /// Key/value heads.
+    pub kv_heads: usize,
+    /// Query heads per key/value head.
+    pub rep: usize,
+    /// Values per head.
+    pub head_dim: usize,
+    /// Values from one row's queries to the next's.
+    pub row_stride: usize,
+}
+
+/// Scratch values [`decode_attention`] needs for `shape` when the longest
+/// row attends to `longest` positions.
+pub fn decode_attention_scratch(shape: QueryShape, longest: usize) -> usize {
+    shape.rows * shape.kv_heads * shape.rep * longest
+}
+
+/// Attention for one new position per row (a decoding step), f32 on the
+/// CPU, reading each row's keys and values in place in its slot
+/// (`slot(i)` for row `i`), with no allocation. Writes `out` `(rows,
+/// kv_heads * rep * head_dim)`, the heads side by side; `scores` is
+/// scratch room of [`decode_attention_scratch`] values. Scores are
+/// multiplied by `scale` before the softmax.
+pub fn decode_attention<'a>(
+    q: &[f32],
+    shape: QueryShape,
+    slot: &(impl Fn(usize) -> SlotView<'a> + Sync),
+    scale: f32,
+    out: &mut [f32],
+    scores: &mut [f32],
+) -> candle_core::Result<()> {
+    decode_attention_on(false, q, shape, slot, scale, out, scores)
+}
+
+/// [`decode_attention`], with the AVX2 kernels left aside when
+/// `force_portable` is set (so that tests reach both paths on any CPU).
+fn decode_attention_on<'a>(
+    force_portable: bool,
+    q: &[f32],
+    shape: QueryShape,
+    slot: &(impl Fn(usize) -> SlotView<'a> + Sync),
+    scale: f32,
+    out: &mut [f32],
+    scores: &mut [f32],
+) -> candle_core::Result<()> {
+    let QueryShape {
+        rows: b,
+        kv_heads: g,
+        rep,
+        head_dim: d,
+        row_stride,
+    } = shape;
+    let mut longest = 0;
+    for i in 0..b {
+        let view = slot(i);
+        let need = g * view.capacity * d;
+        if view.len < 1
+            || view.len > view.capacity
+            || view.keys.len() < need
+            || view.values.len() < need
+        {
+            candle_core::bail!("decode attention: row {i} does not fit its slot");
+        }
+        longest = longest.max(view.len);
+    }
+    let block_scores = rep * longest;
+    if q.len() < (b.max(1) - 1) * row_stride + g * rep * d
+        || out.len() < b * g * rep * d
+        || scores.len() < b * g * block_scores
+    {
+        candle_core::bail!("decode attention: buffers shorter than the step");
+    }
+    let avx2 = has_avx2_fma() && !force_portable;
+    let block = |(index, (out, scores)): (usize, (&mut [f32], &mut [f32]))| {
+        let (row, head) = (index / g, index % g);
+        let view = slot(row);
+        let q0 = row * row_stride + head * rep * d;
+        let q = &q[q0..q0 + rep * d];
+        let total = view.len;
+        let k0 = head * view.capacity * d;
+        let keys = &view.keys[k0..k0 + total * d];
+        let values = &view.values[k0..k0 + total * d];
+        attend_block(
+            avx2,
+            q,
+            keys,
+            values,
+            d,
+            scale,
+            out,
+            &mut scores[..total * rep],
+        );
+    };
+    let out = &mut out[..b * g * rep * d];
+    let scores = &mut scores[..b * g * block_scores];
+    if b * g > 1 {
+        out.par_chunks_mut(rep * d)
+            .zip(scores.par_chunks_mut(block_scores))
+            .enumerate()
+            .for_each(block);
+    } else {
+        out.chunks_mut(rep * d)
+            .zip(scores.chunks_mut(block_scores))
+            .enumerate()
+            .for_each(block);
+    }
+    Ok(())
+}
+
+/// One (row, key/value head) block of a decoding step's attention: the
+/// `rep` query heads in `q` (`rep * d` values) against the `total`
+/// positions of `keys` and `values` (`total * d` each); `out` gets the
+/// heads' outputs side by side, `scores` (`rep * total` values) holds each
+/// head's probabilities, one head after another. With `avx2` the softmax's
+/// exponential and the sums run eight lanes at a time.
+#[allow(clippy::too_many_arguments)]
+fn attend_block(
+    avx2: bool,
+    q: &[f32],
+    keys: &[f32],
+    values: &[f32],
+    d: usize,
+    scale: f32,
+    out: &mut [f32],
+    scores: &mut [f32],
+) {
+    let total = keys.len() / d.max(1);
+    let rep = q.len() / d.max(1);
+    #[cfg(target_arch = "x86_64")]
+    if avx2 {
+        // scores[r * total + j] = dot(k_j, q_r): each key is read once for
+        // all the query heads that share it.
+        // SAFETY: `avx2` is only set when the CPU supports AVX2 and FMA.
+        unsafe {
+            rows_times_avx2(keys, q, scores, total, d);
+            for probs in scores.chunks_exact_mut(total) {
+                softmax_avx2(probs, scale);
+            }
+            weighted_sum_avx2(scores, values, total, rep, d, out);
+        }
+        return;
+    }
+    let _ = avx2;
+    rows_times_portable(keys, q, scores, total, d);
+    for probs in scores.chunks_exact_mut(total.max(1)) {
+        softmax_portable(probs, scale);
+    }
+    out.fill(0.0);
+    for (r, out) in out.chunks_exact_mut(d).enumerate() {
+        let probs = &scores[r * total..(r + 1) * total];
+        for (p, v) in probs.iter().zip(values.chunks_exact(d)) {
+            for (o, v) in out.iter_mut().zip(v) {
+                *o = p.mul_add(*v, *o);
+            }
+        }
+    }
+}
+
+/// [`softmax_avx2`] one value at a time, with the same eight partial sums:
+/// the same bits.
+fn softmax_portable(probs: &mut [f32], scale: f32) {
+    let mut max = f32::NEG_INFINITY;
+    for s in probs.iter_mut() {
+        *s *= scale;
+        max = max.max(*s);
+    }
+    let mut lanes = [0f32; 8];
+    for (j, s) in probs.iter_mut().enumerate() {
+        *s = exp_poly(*s - max);
+        lanes[j % 8] += *s;
+    }
+    let inv = 1.0 / lanes.iter().sum::<f32>();
+    for s in probs.iter_mut() {
+        *s *= inv;
+    }
+}
+
+/// `probs` scaled by `scale`, then a softmax over it, in place.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn softmax_avx2(probs: &mut [f32], scale: f32) {
+    use std::arch::x86_64::{
+        _mm256_add_ps, _mm256_loadu_ps, _mm256_max_ps, _mm256_mul_ps, _mm256_set1_ps,
+        _mm256_setzero_ps, _mm256_storeu_ps, _mm256_sub_ps,
+    };
+    let main = probs.len() - probs.len() % 8;
+    let scale_v = _mm256_set1_ps(scale);
+    let mut max_v = _mm256_set1_ps(f32::NEG_INFINITY);
+    let mut at = 0;
+    while at < main {
+        // SAFETY: `at + 8 <= main <= probs.len()`; unaligned loads and
+        // stores.
+        unsafe {
+            let p = probs.as_mut_ptr().add(at);
+            let v = _mm256_mul_ps(_mm256_loadu_ps(p), scale_v);
+            _mm256_storeu_ps(p, v);
+            max_v = _mm256_max_ps(max_v, v);
+        }
+        at += 8;
+    }
+    let mut lanes = [0f32; 8];
+    // SAFETY: `lanes` holds 8 f32s.
+    unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), max_v) };
+    let mut max = lanes.iter().fold(f32::NEG_INFINITY, |m, v| m.max(*v));
+    for s in &mut probs[main..] {
+        *s *= scale;
+        max = max.max(*s);
+    }
+    let max_v = _mm256_set1_ps(max);
+    let mut sum_v = _mm256_setzero_ps();
+    let mut tail = [0f32; 8];
+    tail[..probs.len() - main].copy_from_slice(&probs[main..]);
+    // past the tail: exp(-inf - max) = 0 adds nothing
+    for v in &mut tail[probs.len() - main..] {
+        *v = f32::NEG_INFINITY;
+    }
+    let mut at = 0;
+    while at < main {
+        // SAFETY: as above.
+        unsafe {
+            let p = probs.as_mut_ptr().add(at);
+            let e = exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(p), max_v));
+            _mm256_storeu_ps(p, e);
+            sum_v = _mm256_add_ps(sum_v, e);
+        }
+        at += 8;
+    }
+    // SAFETY: `tail` holds 8 f32s.
+    unsafe {
+        let e = exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(tail.as_ptr()), max_v));
+        _mm256_storeu_ps(tail.as_mut_ptr(), e);
+        sum_v = _mm256_add_ps(sum_v, e);
+        _mm256_storeu_ps(lanes.as_mut_ptr(), sum_v);
+    }
+    let rest = probs.len() - main;
+    probs[main..].copy_from_slice(&tail[..rest]);
+    let inv = _mm256_set1_ps(1.0 / lanes.iter().sum::<f32>());
+    let mut at = 0;
+    while at < main {
+        // SAFETY: as above.
+        unsafe {
+            let p = probs.as_mut_ptr().add(at);
+            _mm256_storeu_ps(p, _mm256_mul_ps(_mm256_loadu_ps(p), inv));
+        }
+        at += 8;
+    }
+    let inv = 1.0 / lanes.iter().sum::<f32>();
+    for s in &mut probs[main..] {
+        *s *= inv;
+    }
+}
+
+/// `out[r]` (`d` values) = the sum over positions `j` of
+/// `probs[r * total + j]` times `values[j]`, for the `rep` heads: one head
+/// at a time, 64 output values in registers while the values go by in
+/// order (read as one stream; interleaving heads over narrower columns
+/// read them in strides and was slower).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn weighted_sum_avx2(
+    probs: &[f32],
+    values: &[f32],
+    total: usize,
+    rep: usize,
+    d: usize,
+    out: &mut [f32],
+) {
+    for (r, o) in out.chunks_exact_mut(d).take(rep).enumerate() {
+        let p = &probs[r * total..(r + 1) * total];
+        let mut c = 0;
+        while d - c >= 64 {
+            weighted_sum_columns_avx2::<8>(p, values, d, c, &mut o[c..c + 64]);
+            c += 64;
+        }
+        while d - c >= 8 {
+            weighted_sum_columns_avx2::<1>(p, values, d, c, &mut o[c..c + 8]);
+            c += 8;
+        }
+        for (i, o) in o[c..].iter_mut().enumerate() {
+            *o = 0.0;
+            for (j, p) in p.iter().enumerate() {
+                *o = p.mul_add(values[j * d + c + i], *o);
+            }
+        }
+    }
+}
+
+/// One head's output columns `c..c + 8 * C` of [`weighted_sum_avx2`], in
+/// registers while the positions' values go by in order.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn weighted_sum_columns_avx2<const C: usize>(
+    probs: &[f32],
+    values: &[f32],
+    d: usize,
+    c: usize,
+    out: &mut [f32],
+) {
+    use std::arch::x86_64::{
+        __m256, _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_set1_ps, _mm256_setzero_ps,
+        _mm256_storeu_ps,
+    };
+    assert!(out.len() >= 8 * C && c + 8 * C <= d && values.len() >= probs.len() * d);
+    let mut acc: [__m256; C] = [_mm256_setzero_ps(); C];
+    for (j, p) in probs.iter().enumerate() {
+        let p = _mm256_set1_ps(*p);
+        // SAFETY: `j < probs.len()` and `c + 8 * C <= d`: inside `values`,
+        // checked above.
+        unsafe {
+            let v = values.as_ptr().add(j * d + c);
+            for (i, a) in acc.iter_mut().enumerate() {
+                *a = _mm256_fmadd_ps(p, _mm256_loadu_ps(v.add(8 * i)), *a);
+            }
+        }
+    }
+    for (i, a) in acc.iter().enumerate() {
+        // SAFETY: `8 * i + 8 <= 8 * C <= out.len()`.
+        unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(8 * i), *a) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::{Device, Tensor};
+    use guidebench_testkit::conformance::largest_difference;
+
+    /// The largest |difference| between `got` and the tensor `want`.
+    fn largest(got: &[f32], want: &Tensor) -> f32 {
+        let want: Vec<f32> = want
+            .flatten_all()
+            .and_then(|t| t.to_vec1())
+            .expect("values");
+        largest_difference(got, &want).1
+    }
+
+    #[test]
+    fn decode_attention_matches_candle_ops_on_slots_of_different_lengths() {
+        let dev = Device::Cpu;
+        let (b, g, rep, d) = (3, 2, 2, 20);
+        let caps = [9usize, 6, 12];
+        let lens = [6usize, 1, 12];
+        let q = Tensor::randn(0f32, 1., (b, g, rep, d), &dev).expect("q");
+        let slots: Vec<(Tensor, Tensor)> = caps
+            .iter()
+            .map(|&cap| {
+                (
+                    Tensor::randn(0f32, 1., (g, cap, d), &dev).expect("k"),
+                    Tensor::randn(0f32, 1., (g, cap, d), &dev).expect("v"),
+                )
+            })
+            .collect();
+        let data: Vec<(Vec<f32>, Vec<f32>)> = slots
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.flatten_all().expect("flat").to_vec1().expect("k"),
+                    v.flatten_all().expect("flat").to_vec1().expect("v"),
+                )
+            })
+            .collect();
+        let scale = 0.3f32;
+        // The queries of each row followed by 5 values the kernel must skip.
+        let stride = g * rep * d + 5;
+        let flat: Vec<f32> = q.flatten_all().expect("flat").to_vec1().expect("q");
+        let mut strided = vec![f32::NAN; b * stride];
+        for (row, src) in flat.chunks_exact(g * rep * d).enumerate() {
+            strided[row * stride..row * stride + g * rep * d].copy_from_slice(src);
+        }
+        let shape = QueryShape {
+            rows: b,
+            kv_heads: g,
+            rep,
+            head_dim: d,
+            row_stride: stride,
+        };
+        let view = |i: usize| SlotView {
+            keys: &data[i].0,
+            values: &data[i].1,
+            capacity: caps[i],
+            len: lens[i],
+        };
+        for force_portable in [false, true] {
+            let mut out = vec![f32::NAN; b * g * rep * d];
+            let mut scores = vec![f32::NAN; decode_attention_scratch(shape, 12)];
+            decode_attention_on(
+                force_portable,
+                &strided,
+                shape,
+                &view,
+                scale,
+                &mut out,
+                &mut scores,
+            )
+            .expect("attention");
+            for (row, (k, v)) in slots.iter().enumerate() {
+                let k = k.narrow(1, 0, lens[row]).expect("narrow");
+                let v = v.narrow(1, 0, lens[row]).expect("narrow");
+                let q = q.get(row).expect("row");
+                let scores =
+                    (q.matmul(&k.t().expect("t")).expect("mm") * f64::from(scale)).expect("scale");
+                let probs = candle_nn::ops::softmax_last_dim(&scores).expect("softmax");
+                let want = probs.matmul(&v.contiguous().expect("c")).expect("mm");
+                let per_row = g * rep * d;
+                let diff = largest(&out[row * per_row..(row + 1) * per_row], &want);
+                assert!(diff < 1e-5, "row {row}: max |diff| {diff}");
+            }
+        }
+    }
+
+    #[test]
+    fn attention_gives_the_same_bits_on_every_path() {
+        // Head sizes with and without a tail past 16 values; 1 to 8 query
+        // heads per key/value head; lengths around the eight lanes.
+        for (rep, d) in [
+            (1usize, 64usize),
+            (2, 16),
+            (3, 20),
+            (4, 64),
+            (5, 8),
+            (8, 128),
+        ] {
+            for len in [1usize, 7, 8, 9, 33, 130] {
+                let shape = QueryShape {
+                    rows: 2,
+                    kv_heads: 1,
+                    rep,
+                    head_dim: d,
+                    row_stride: rep * d,
+                };
+                let q: Vec<f32> = (0..2 * rep * d).map(|i| (i as f32 * 0.37).sin()).collect();
+                let keys: Vec<f32> = (0..len * d).map(|i| (i as f32 * 0.71).cos()).collect();
+                let values: Vec<f32> = (0..len * d).map(|i| (i as f32 * 0.53).sin()).collect();
+                let view = |i: usize| SlotView {
+                    keys: &keys,
+                    values: &values,
+                    capacity: len,
+                    len: len - i.min(len - 1),
+                };
+                let run = |force_portable: bool| {
+                    let mut out = vec![f32::NAN; 2 * rep * d];
+                    let mut scores = vec![f32::NAN; decode_attention_scratch(shape, len)];
+                    decode_attention_on(
+                        force_portable,
+                        &q,
+                        shape,
+                        &view,
+                        0.4,
+                        &mut out,
+                        &mut scores,
+                    )
+                    .expect("attention");
+                    out.into_iter().map(f32::to_bits).collect::<Vec<_>>()
+                };
+                assert_eq!(
+                    run(false),
+                    run(true),
+                    "rep {rep}, head_dim {d}, length {len}"
+                );
+            }
+        }
+    }
+}
