@@ -32,8 +32,7 @@ use guidebench_core::engine::{Engine, EngineOutput, EngineRequest};
 use guidebench_core::generation::StepRunner;
 use guidebench_core::request::GenerationRequest;
 use guidebench_core::sampling::Sampling;
-use guidebench_testkit as _;
-use rayon::prelude::*;
+use guidebench_testkit::machine::{Bandwidth, MatmulPeak, cpu_name};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -91,19 +90,6 @@ fn page_faults() -> u64 {
     get(10) + get(12)
 }
 
-/// The CPU's model name (Linux), for the record.
-fn cpu_name() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|info| {
-            info.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split_once(':'))
-                .map(|(_, v)| v.trim().to_owned())
-        })
-        .unwrap_or_else(|| std::env::consts::ARCH.to_owned())
-}
-
 const MODEL: &str = "builtin:tiny";
 const PROMPT: usize = 128;
 const OUTPUT: u32 = 64;
@@ -149,12 +135,11 @@ fn main() -> Result<(), BoxError> {
         guidebench_candle::kernel_path()
     );
     let threads = description.threads.unwrap_or(1);
-    let mut probes = Probes::new(threads)?;
-    let (peak, read_bw, copy_bw) = (
-        probes.peak(),
-        probes.read_bandwidth(),
-        probes.copy_bandwidth(),
-    );
+    // The peak and the read bandwidth again just before every run: on a
+    // shared machine they move with the load as much as the engine does.
+    let mut matmul = MatmulPeak::new(threads)?;
+    let mut bandwidth = Bandwidth::new(threads)?;
+    let (peak, read_bw, copy_bw) = (matmul.measure(3), bandwidth.read(2), bandwidth.copy(4));
     println!(
         "measured here: f32 matmul peak {:.1} GFLOP/s (gemm crate, 4096 x 512 x 2816, {threads} threads); \
          read bandwidth {:.2} GB/s; copy bandwidth (read + write) {:.2} GB/s",
@@ -202,7 +187,7 @@ fn main() -> Result<(), BoxError> {
     let mut shares: [Vec<Shares>; BATCHES.len()] = Default::default();
     for _ in 0..rounds {
         for (i, batch) in batches.iter().enumerate() {
-            let (peak, read_bw) = (probes.peak(), probes.read_bandwidth());
+            let (peak, read_bw) = (matmul.measure(3), bandwidth.read(2));
             let start = Instant::now();
             let outputs = generate(&mut engine, batch)?;
             let elapsed = start.elapsed().as_secs_f64();
@@ -509,143 +494,4 @@ impl Spread {
             max: v.last().copied().unwrap_or(f64::NAN),
         }
     }
-}
-
-/// The machine's side of the roofline, measured on demand on a pool of as
-/// many threads as the engine uses: the f32 matrix-multiplication rate of
-/// the `gemm` crate (which the engine's prefill calls) on a prefill-shaped
-/// product (4096 x 512 by 512 x 2816) into an output buffer kept from one
-/// measure to the next, as the engine keeps its own (a fresh 46 MB output
-/// each time would count the kernel's page faults against the peak), and
-/// the read and copy bandwidth over a 1 GiB buffer (several times the
-/// last-level cache of the machines this runs on).
-struct Probes {
-    pool: rayon::ThreadPool,
-    threads: usize,
-    a: Vec<f32>,
-    w: Vec<f32>,
-    c: Vec<f32>,
-    src: Vec<f32>,
-    dst: Vec<f32>,
-}
-
-/// The peak's product: `(M, K)` times `(N, K)` transposed.
-const PEAK_SHAPE: (usize, usize, usize) = (4096, 512, 2816);
-
-impl Probes {
-    fn new(threads: usize) -> Result<Probes, BoxError> {
-        const LEN: usize = 256 << 20; // f32s: 1 GiB
-        let (m, k, n) = PEAK_SHAPE;
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build()?;
-        let values = |len: usize, step: f32| (0..len).map(|i| (i as f32 * step).sin()).collect();
-        Ok(Probes {
-            pool,
-            threads: threads.max(1),
-            a: values(m * k, 0.37),
-            w: values(n * k, 0.71),
-            c: vec![0f32; m * n],
-            src: (0..LEN).map(|i| i as f32).collect(),
-            dst: vec![0f32; LEN],
-        })
-    }
-
-    /// FLOP/s of the product, best of 3.
-    fn peak(&mut self) -> f64 {
-        let (m, k, n) = PEAK_SHAPE;
-        let threads = self.threads;
-        let (a, w, c) = (&self.a, &self.w, &mut self.c);
-        let best = self.pool.install(|| {
-            best_time(3, || {
-                // SAFETY: `a` holds m * k values read as (m, k) row-major,
-                // `w` n * k read as its transpose (k, n), `c` m * n written
-                // as (m, n) row-major (all sized in `new`); `c` is a
-                // `&mut` and overlaps neither input.
-                unsafe {
-                    gemm::gemm(
-                        m,
-                        n,
-                        k,
-                        c.as_mut_ptr(),
-                        1,
-                        n as isize,
-                        false,
-                        a.as_ptr(),
-                        1,
-                        k as isize,
-                        w.as_ptr(),
-                        k as isize,
-                        1,
-                        0.0,
-                        1.0,
-                        false,
-                        false,
-                        false,
-                        if threads > 1 {
-                            gemm::Parallelism::Rayon(threads)
-                        } else {
-                            gemm::Parallelism::None
-                        },
-                    );
-                }
-                std::hint::black_box(&*c);
-            })
-        });
-        (2 * m * k * n) as f64 / best
-    }
-
-    /// Bytes/s of a sum over the buffer, best of 2.
-    fn read_bandwidth(&self) -> f64 {
-        let chunk = self.src.len().div_ceil(self.threads);
-        let bytes = std::mem::size_of_val(self.src.as_slice()) as f64;
-        bytes
-            / self.pool.install(|| {
-                best_time(2, || {
-                    // 32 independent sums, so the loop is bound by memory,
-                    // not by the latency of one chain of additions
-                    let sum: f32 = self
-                        .src
-                        .par_chunks(chunk)
-                        .map(|c| {
-                            let mut acc = [0f32; 32];
-                            for block in c.chunks_exact(32) {
-                                for (a, v) in acc.iter_mut().zip(block) {
-                                    *a += v;
-                                }
-                            }
-                            acc.iter().sum::<f32>()
-                        })
-                        .sum();
-                    std::hint::black_box(sum);
-                })
-            })
-    }
-
-    /// Bytes/s read and written by a copy of the buffer, best of 4.
-    fn copy_bandwidth(&mut self) -> f64 {
-        let chunk = self.src.len().div_ceil(self.threads);
-        let bytes = 2.0 * std::mem::size_of_val(self.src.as_slice()) as f64;
-        let (src, dst) = (&self.src, &mut self.dst);
-        bytes
-            / self.pool.install(|| {
-                best_time(4, || {
-                    dst.par_chunks_mut(chunk)
-                        .zip(src.par_chunks(chunk))
-                        .for_each(|(d, s)| d.copy_from_slice(s));
-                    std::hint::black_box(&*dst);
-                })
-            })
-    }
-}
-
-/// The shortest of `times` runs of `f`, in seconds.
-fn best_time(times: usize, mut f: impl FnMut()) -> f64 {
-    let mut best = f64::INFINITY;
-    for _ in 0..times {
-        let start = Instant::now();
-        f();
-        best = best.min(start.elapsed().as_secs_f64());
-    }
-    best
 }

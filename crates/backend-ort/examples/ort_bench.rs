@@ -58,38 +58,16 @@ use guidebench_core::model::{DecoderConfig, ModelFolder};
 use guidebench_core::sampling::Sampling;
 use guidebench_ort::graph::{find_graph, past_name, present_name};
 use guidebench_ort::{OrtEngine, OrtOptions, RunTimes};
-use guidebench_testkit as _;
+use guidebench_testkit::machine::{Bandwidth, MatmulPeak, cpu_name, load_average};
 use ort::session::builder::GraphOptimizationLevel;
 use ort::session::{Session, SessionInputValue};
 use ort::value::{DynValue, TensorRef};
-use rayon::prelude::*;
 
 type BoxError = Box<dyn std::error::Error>;
 
 const PROMPT: usize = 128;
 const OUTPUT: u32 = 64;
 const BATCHES: [usize; 3] = [1, 8, 32];
-
-/// The CPU's model name (Linux), for the record.
-fn cpu_name() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|info| {
-            info.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split_once(':'))
-                .map(|(_, v)| v.trim().to_owned())
-        })
-        .unwrap_or_else(|| std::env::consts::ARCH.to_owned())
-}
-
-/// The 1-minute load average (Linux), for the record.
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|l| l.split_whitespace().next().map(str::to_owned))
-        .unwrap_or_else(|| "?".into())
-}
 
 /// Every output of a batch; any request's error fails the bench.
 fn generate(
@@ -284,16 +262,19 @@ fn main() -> Result<(), BoxError> {
     );
     let mut direct = Direct::load(&graph, threads, engine.engine())?;
 
-    let candle_peak = matmul_peak(threads)?;
+    let candle_peak = MatmulPeak::new(threads)?.measure(5);
     let ort_peak = match &matmul {
         Some(path) => Some(ort_matmul_peak(Path::new(path), threads)?),
         None => None,
     };
     let peak = ort_peak.map_or(candle_peak, |p| p.max(candle_peak));
-    let (read_bw, copy_bw) = bandwidths(threads);
+    let (read_bw, copy_bw) = {
+        let mut bandwidth = Bandwidth::new(threads)?;
+        (bandwidth.read(4), bandwidth.copy(4))
+    };
     println!(
         "measured here: f32 matmul peak (4096 x 512 x 2816, {threads} threads) {:.1} GFLOP/s \
-         with candle, {} with ONNX Runtime; read bandwidth {:.2} GB/s; copy bandwidth \
+         with the gemm crate (candle's), {} with ONNX Runtime; read bandwidth {:.2} GB/s; copy bandwidth \
          (read + write) {:.2} GB/s",
         candle_peak / 1e9,
         ort_peak.map_or("not measured".to_owned(), |p| format!(
@@ -748,30 +729,6 @@ fn argmax(row: &[f32]) -> u32 {
     best as u32
 }
 
-/// The f32 matrix-multiplication rate candle reaches on a prefill-shaped
-/// product (4096 x 512 by 512 x 2816), in FLOP/s, best of 5, on a pool of
-/// `threads` threads (as `bench/candle` measures it).
-fn matmul_peak(threads: usize) -> Result<f64, BoxError> {
-    use candle_core::{Device, Tensor};
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .build()?;
-    let (m, k, n) = (4096usize, 512usize, 2816usize);
-    pool.install(|| -> candle_core::Result<f64> {
-        let a = Tensor::randn(0f32, 1.0, (m, k), &Device::Cpu)?;
-        let w = Tensor::randn(0f32, 1.0, (n, k), &Device::Cpu)?;
-        let mut best = f64::INFINITY;
-        for _ in 0..6 {
-            let start = Instant::now();
-            let c = a.matmul(&w.t()?)?;
-            std::hint::black_box(&c);
-            best = best.min(start.elapsed().as_secs_f64());
-        }
-        Ok((2 * m * k * n) as f64 / best)
-    })
-    .map_err(Into::into)
-}
-
 /// ONNX Runtime's rate on the same product: `graph` takes `A` (4096 x
 /// 512) and multiplies it by a constant 512 x 2816; best of 5 after one
 /// warm-up run.
@@ -800,52 +757,4 @@ fn ort_matmul_peak(graph: &Path, threads: usize) -> Result<f64, BoxError> {
         best = best.min(start.elapsed().as_secs_f64());
     }
     Ok((2 * m * k * n) as f64 / best)
-}
-
-/// Read bandwidth (a sum over a 1 GiB buffer) and copy bandwidth (bytes
-/// read + written) in bytes/s, best of 4, split over `threads` threads (as
-/// `bench/candle` measures them).
-fn bandwidths(threads: usize) -> (f64, f64) {
-    const LEN: usize = 256 << 20; // f32s: 1 GiB
-    let pool = match rayon::ThreadPoolBuilder::new().num_threads(threads).build() {
-        Ok(pool) => pool,
-        Err(_) => return (f64::NAN, f64::NAN),
-    };
-    pool.install(|| {
-        let src: Vec<f32> = (0..LEN).map(|i| i as f32).collect();
-        let mut dst = vec![0f32; LEN];
-        let bytes = (LEN * std::mem::size_of::<f32>()) as f64;
-        let chunk = LEN.div_ceil(threads.max(1));
-        let time = |f: &mut dyn FnMut()| {
-            let mut best = f64::INFINITY;
-            for _ in 0..4 {
-                let start = Instant::now();
-                f();
-                best = best.min(start.elapsed().as_secs_f64());
-            }
-            best
-        };
-        let read = time(&mut || {
-            let sum: f32 = src
-                .par_chunks(chunk)
-                .map(|c| {
-                    let mut acc = [0f32; 32];
-                    for block in c.chunks_exact(32) {
-                        for (a, v) in acc.iter_mut().zip(block) {
-                            *a += v;
-                        }
-                    }
-                    acc.iter().sum::<f32>()
-                })
-                .sum();
-            std::hint::black_box(sum);
-        });
-        let copy = time(&mut || {
-            dst.par_chunks_mut(chunk)
-                .zip(src.par_chunks(chunk))
-                .for_each(|(d, s)| d.copy_from_slice(s));
-            std::hint::black_box(&dst);
-        });
-        (bytes / read, 2.0 * bytes / copy)
-    })
 }

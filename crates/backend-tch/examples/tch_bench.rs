@@ -9,9 +9,9 @@
 //! matrix-multiplication peak measured in this run, plus, per decoding
 //! step, max(weight bytes / read bandwidth measured in this run, the
 //! step's FLOPs / that peak), as `bench/candle` and `bench/ort` define it.
-//! Here the peak is the faster of libtorch's and candle's on a
-//! prefill-shaped product, and the read bandwidth libtorch's sum over
-//! 1 GiB.
+//! Here the peak is the faster of libtorch's and the `gemm` crate's
+//! (candle's, into a kept output) on a prefill-shaped product, and the
+//! read bandwidth libtorch's sum over 1 GiB.
 //!
 //! ```text
 //! bench/tch [rounds=2] [candle=1] [dual=1] [threads=N] [transformers=1]
@@ -31,7 +31,7 @@ use guidebench_core::engine::{Engine, EngineOutput, EngineRequest};
 use guidebench_core::generation::StepRunner;
 use guidebench_core::sampling::Sampling;
 use guidebench_tch::{TchEngine, TchOptions};
-use guidebench_testkit as _;
+use guidebench_testkit::machine::{MatmulPeak, cpu_name, load_average};
 use tch::{Device, Kind, Tensor};
 
 type BoxError = Box<dyn std::error::Error>;
@@ -39,27 +39,6 @@ type BoxError = Box<dyn std::error::Error>;
 const PROMPT: usize = 128;
 const OUTPUT: u32 = 64;
 const BATCHES: [usize; 3] = [1, 8, 32];
-
-/// The CPU's model name (Linux), for the record.
-fn cpu_name() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|info| {
-            info.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split_once(':'))
-                .map(|(_, v)| v.trim().to_owned())
-        })
-        .unwrap_or_else(|| std::env::consts::ARCH.to_owned())
-}
-
-/// The 1-minute load average (Linux), for the record.
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|l| l.split_whitespace().next().map(str::to_owned))
-        .unwrap_or_else(|| "?".into())
-}
 
 /// Output tokens/s of one batch, and its tokens.
 fn timed(
@@ -85,37 +64,18 @@ fn tch_matmul_peak() -> Result<f64, BoxError> {
     let _guard = tch::no_grad_guard();
     let (m, k, n) = (4096i64, 512i64, 2816i64);
     let a = Tensor::f_randn([m, k], (Kind::Float, Device::Cpu))?;
-    let w = Tensor::f_randn([n, k], (Kind::Float, Device::Cpu))?;
+    let w = Tensor::f_randn([n, k], (Kind::Float, Device::Cpu))?.tr();
+    // into one kept output: a fresh 46 MB one per product would add its
+    // page faults to the time
+    let c = Tensor::f_zeros([m, n], (Kind::Float, Device::Cpu))?;
     let mut best = f64::INFINITY;
     for _ in 0..6 {
         let start = Instant::now();
-        let c = a.f_linear::<&Tensor>(&w, None)?;
-        std::hint::black_box(&c);
+        let out = a.f_matmul_out(&c, &w)?;
+        std::hint::black_box(&out);
         best = best.min(start.elapsed().as_secs_f64());
     }
     Ok((2 * m * k * n) as f64 / best)
-}
-
-/// candle's rate on the same product, on a pool of `threads` threads.
-fn candle_matmul_peak(threads: usize) -> Result<f64, BoxError> {
-    use candle_core::{Device, Tensor};
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .build()?;
-    let (m, k, n) = (4096usize, 512usize, 2816usize);
-    pool.install(|| -> candle_core::Result<f64> {
-        let a = Tensor::randn(0f32, 1.0, (m, k), &Device::Cpu)?;
-        let w = Tensor::randn(0f32, 1.0, (n, k), &Device::Cpu)?;
-        let mut best = f64::INFINITY;
-        for _ in 0..6 {
-            let start = Instant::now();
-            let c = a.matmul(&w.t()?)?;
-            std::hint::black_box(&c);
-            best = best.min(start.elapsed().as_secs_f64());
-        }
-        Ok((2 * m * k * n) as f64 / best)
-    })
-    .map_err(Into::into)
 }
 
 /// Read bandwidth: libtorch's sum over 1 GiB of f32, bytes/s, best of 4.
@@ -201,12 +161,12 @@ fn main() -> Result<(), BoxError> {
         None
     };
     let tch_peak = tch_matmul_peak()?;
-    let candle_peak = candle_matmul_peak(threads)?;
+    let candle_peak = MatmulPeak::new(threads)?.measure(5);
     let peak = tch_peak.max(candle_peak);
     let read_bw = read_bandwidth()?;
     println!(
         "measured here: f32 matmul peak (4096 x 512 x 2816) {:.1} GFLOP/s with libtorch, \
-         {:.1} GFLOP/s with candle; read bandwidth {:.2} GB/s",
+         {:.1} GFLOP/s with the gemm crate (candle's); read bandwidth {:.2} GB/s",
         tch_peak / 1e9,
         candle_peak / 1e9,
         read_bw / 1e9

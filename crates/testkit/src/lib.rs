@@ -27,6 +27,8 @@
 //! - [`expected`]: stored prompt tokens, greedy continuations and
 //!   first-step logits of the shared fixtures, for engines to compare
 //!   against without running the reference.
+//! - [`machine`]: what the engine benches measure of the machine (CPU
+//!   name, load, matrix-multiplication peak, memory bandwidth).
 //! - [`conformance`]: the suite every step engine runs against itself
 //!   (greedy tokens and logits on the shared fixtures, batching, stopping
 //!   rules, seeded sampling, per-request errors, timings), as one call or
@@ -37,6 +39,7 @@ pub mod conformance;
 mod error;
 pub mod expected;
 pub mod fixtures;
+pub mod machine;
 mod mock;
 mod probe;
 pub mod reference;
