@@ -533,12 +533,14 @@ const BLOCK_BYTES: usize = 128 * 1024;
 /// [`rows_times`] in tiles of one weight row by up to [`TILE_X_AVX2`]
 /// input rows, each output's 16 lanes in two 8-lane accumulators (12 of
 /// the 16 registers): each weight vector loaded serves up to six input
-/// rows, and the weights are read as one sequential stream (a tile of two
-/// weight rows, two streams, read memory more slowly here). The weight
-/// rows go in blocks of [`BLOCK_BYTES`]; every group of input rows passes
-/// over a block (from the L2 cache after the first group) before the next
-/// block is read. The input rows are split into groups of nearly equal
-/// size (8 rows: 4 + 4, not 6 + 2).
+/// rows, and the weights are read as one sequential stream (for few input
+/// rows a tile of two weight rows, two streams, read memory more slowly
+/// here; for many, when six input rows would not fit the L1 cache, the
+/// paired tiles of [`tile_paired_avx2`] are faster). The weight rows go in
+/// blocks of [`BLOCK_BYTES`]; every group of input rows passes over a
+/// block (from the L2 cache after the first group) before the next block
+/// is read. The input rows are split into groups of nearly equal size
+/// (8 rows: 4 + 4, not 6 + 2).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 pub(crate) fn rows_times_avx2(x: &[f32], w: &[f32], out: &mut [f32], m: usize, k: usize) {
@@ -676,8 +678,7 @@ fn tile_avx2<const R: usize>(
 /// tail products (`x_rest` times `w_rest`, past the last 16 values) added
 /// to the lanes, then [`finish_dot`]'s pairwise sum. Without a tail the sum
 /// runs in registers (the same additions in the same order, so the same
-/// bits): much cheaper than going through memory, which at `k` = 512 cost
-/// nearly as much as the multiply-adds.
+/// bits) instead of storing the 16 lanes and reading them back.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 #[inline]
