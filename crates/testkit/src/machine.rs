@@ -52,7 +52,7 @@ fn pool(threads: usize) -> Result<rayon::ThreadPool, rayon::ThreadPoolBuildError
 /// prefill-shaped product, 4096 x 512 by 512 x 2816, written into an
 /// output kept from one measure to the next. A fresh 46 MB output per
 /// product (as candle's matmul allocates) adds its page faults to the
-/// time: 20-40 % slower on a 2-core machine, a peak that much too low.
+/// time: 13-28 % slower on a 2-core machine, a peak that much too low.
 pub struct MatmulPeak {
     pool: rayon::ThreadPool,
     threads: usize,
