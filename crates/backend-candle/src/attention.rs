@@ -243,10 +243,11 @@ fn softmax_avx2(probs: &mut [f32], scale: f32) {
     }
     let max_v = _mm256_set1_ps(max);
     let mut sum_v = _mm256_setzero_ps();
+    let rest = probs.len() - main;
     let mut tail = [0f32; 8];
-    tail[..probs.len() - main].copy_from_slice(&probs[main..]);
+    tail[..rest].copy_from_slice(&probs[main..]);
     // past the tail: exp(-inf - max) = 0 adds nothing
-    for v in &mut tail[probs.len() - main..] {
+    for v in &mut tail[rest..] {
         *v = f32::NEG_INFINITY;
     }
     let mut at = 0;
@@ -267,19 +268,18 @@ fn softmax_avx2(probs: &mut [f32], scale: f32) {
         sum_v = _mm256_add_ps(sum_v, e);
         _mm256_storeu_ps(lanes.as_mut_ptr(), sum_v);
     }
-    let rest = probs.len() - main;
     probs[main..].copy_from_slice(&tail[..rest]);
-    let inv = _mm256_set1_ps(1.0 / lanes.iter().sum::<f32>());
+    let inv = 1.0 / lanes.iter().sum::<f32>();
+    let inv_v = _mm256_set1_ps(inv);
     let mut at = 0;
     while at < main {
         // SAFETY: as above.
         unsafe {
             let p = probs.as_mut_ptr().add(at);
-            _mm256_storeu_ps(p, _mm256_mul_ps(_mm256_loadu_ps(p), inv));
+            _mm256_storeu_ps(p, _mm256_mul_ps(_mm256_loadu_ps(p), inv_v));
         }
         at += 8;
     }
-    let inv = 1.0 / lanes.iter().sum::<f32>();
     for s in &mut probs[main..] {
         *s *= inv;
     }
