@@ -46,6 +46,7 @@ pub mod error;
 pub mod loader;
 mod matvec;
 pub mod model;
+mod packed;
 
 pub use engine::{CandleEngine, CandleOptions, OPTIONS};
 pub use error::CandleError;

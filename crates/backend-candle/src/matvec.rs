@@ -1,19 +1,28 @@
-//! Projections for decoding steps: when few rows go through a linear
-//! layer (decoding steps of up to [`small_rows`] rows), each weight row is
-//! read once, straight from memory, and dotted with every input row, split
-//! over rayon's threads. Larger inputs (prefill) go to the `gemm` crate's
-//! blocked product. Both write into buffers the caller keeps; so does the
-//! decoding step's attention, which reads each slot of the KV cache in
-//! place.
+//! Linear layers on the CPU. Where the CPU has AVX2 and FMA but not
+//! AVX-512 ([`packs_weights`]), f32 weights are packed at load into panels
+//! of 16 output rows and every product, one decoding row or a prefill
+//! chunk, goes through the packed kernel ([`crate::packed`]). Elsewhere,
+//! and for a weight shared with another layer (a tied LM head), weights
+//! stay as stored: when few rows go through (decoding steps of up to
+//! [`small_rows`] rows), each weight row is read once, straight from
+//! memory, and dotted with every input row, split over rayon's threads;
+//! larger inputs go to the `gemm` crate's blocked product. All of them
+//! write into buffers the caller keeps; so does the decoding step's
+//! attention, which reads each slot of the KV cache in place.
 //!
-//! Every output element is one dot product with a fixed summation order
-//! (16 lanes of fused multiply-adds, then a pairwise sum of the lanes),
-//! whichever kernel computes it, so a row's result does not depend on how
-//! many rows run beside it as long as they all take this path.
+//! In the dot-product kernel every output element is one dot product with
+//! a fixed summation order (16 lanes of fused multiply-adds, then a
+//! pairwise sum of the lanes), whichever tile computes it, so a row's
+//! result does not depend on how many rows run beside it as long as they
+//! all take this path (the packed kernel keeps its own order for every
+//! row count).
 
-use candle_core::{CpuStorage, CustomOp2, DType, Device, Layout, Shape, Tensor};
-use candle_nn::Linear;
+use std::sync::Arc;
+
+use candle_core::{CpuStorage, CustomOp1, CustomOp2, DType, Device, Layout, Shape, Tensor};
 use rayon::prelude::*;
+
+use crate::packed::{PackedWeight, packed_matmul};
 
 /// Inputs of at most this many rows use the dot-product kernel when the
 /// CPU has neither AVX-512 nor AVX2 with FMA.
@@ -40,15 +49,28 @@ pub fn small_rows() -> usize {
     }
 }
 
-/// The decoding kernel this CPU runs: `avx512`, `avx2+fma` or `portable`.
+/// The projection kernel this CPU runs: `avx2+fma, packed weights`,
+/// `avx512` or `portable` (the last two on weights as stored).
 pub fn kernel_path() -> &'static str {
-    if has_avx512() {
+    if packs_weights() {
+        "avx2+fma, packed weights"
+    } else if has_avx512() {
         "avx512"
-    } else if has_avx2_fma() {
-        "avx2+fma"
     } else {
         "portable"
     }
+}
+
+/// Whether f32 CPU projections are packed at load ([`Proj::new`]): with
+/// AVX2 and FMA, where the packed kernel ran faster than the dot-product
+/// kernel at 1, 8 and 32 rows and than the `gemm` crate's prefill product
+/// (`docs/candle-engine.md`). Not with AVX-512, whose dot-product kernel
+/// and the `gemm` crate's AVX-512 kernels stay until a packed AVX-512
+/// kernel is written and measured on such a CPU, nor without AVX2, where
+/// the packed kernel has only portable code and the `gemm` crate has
+/// vector kernels (NEON, SSE).
+pub fn packs_weights() -> bool {
+    has_avx2_fma() && !has_avx512()
 }
 
 fn has_avx512() -> bool {
@@ -79,47 +101,114 @@ const LANES: usize = 16;
 /// A linear layer (`y = x W^T + b`, `W` as `(out, in)`).
 #[derive(Debug, Clone)]
 pub struct Proj {
-    linear: Linear,
-    small: bool,
+    weight: Weight,
+    bias: Option<Tensor>,
+}
+
+/// How a [`Proj`] holds its weight.
+#[derive(Debug, Clone)]
+enum Weight {
+    /// f32 on the CPU, packed at load: every product, of any number of
+    /// rows, goes through [`packed_matmul`].
+    Packed(Arc<PackedWeight>),
+    /// As stored, `(out, in)`: a weight shared with another layer (a tied
+    /// LM head shares the embeddings), or one not f32 on the CPU. With
+    /// `small` (f32 on the CPU, contiguous) few rows go through the
+    /// dot-product kernel and more through the `gemm` crate; otherwise
+    /// candle's matmul.
+    Plain { weight: Tensor, small: bool },
 }
 
 impl Proj {
-    /// Wraps `weight` `(out, in)` and an optional `bias` `(out)`.
-    pub fn new(weight: Tensor, bias: Option<Tensor>) -> Self {
+    /// Wraps `weight` `(out, in)` and an optional `bias` `(out)`: packed
+    /// ([`Proj::packed`]) where the packed kernel is the fastest this CPU
+    /// has ([`packs_weights`]), as it is ([`Proj::shared`]) elsewhere.
+    pub fn new(weight: Tensor, bias: Option<Tensor>) -> candle_core::Result<Self> {
+        if packs_weights() {
+            Self::packed(weight, bias)
+        } else {
+            Ok(Self::shared(weight, bias))
+        }
+    }
+
+    /// Wraps `weight` `(out, in)` and an optional `bias` `(out)`, an f32
+    /// weight on the CPU packed ([`PackedWeight`]) and the tensor dropped;
+    /// any other weight as it is.
+    pub fn packed(weight: Tensor, bias: Option<Tensor>) -> candle_core::Result<Self> {
+        if matches!(weight.device(), Device::Cpu) && weight.dtype() == DType::F32 {
+            let (n, k) = weight.dims2()?;
+            let weight = weight.contiguous()?;
+            let (storage, layout) = weight.storage_and_layout();
+            let packed = PackedWeight::pack(cpu_f32_slice(&storage, layout)?, n, k);
+            return Ok(Proj {
+                weight: Weight::Packed(Arc::new(packed)),
+                bias,
+            });
+        }
+        Ok(Self::shared(weight, bias))
+    }
+
+    /// Wraps `weight` `(out, in)` as it is, for a weight another layer
+    /// also reads (packing would copy it): an f32 CPU weight is only
+    /// aligned (shared, if it already is).
+    pub fn shared(weight: Tensor, bias: Option<Tensor>) -> Self {
         let small = matches!(weight.device(), Device::Cpu)
             && weight.dtype() == DType::F32
             && weight.is_contiguous();
         let weight = if small { aligned(&weight) } else { weight };
         Proj {
-            linear: Linear::new(weight, bias),
-            small,
+            weight: Weight::Plain { weight, small },
+            bias,
         }
     }
 
-    /// The weight `(out, in)`.
-    pub fn weight(&self) -> &Tensor {
-        self.linear.weight()
+    /// The weight's `(out, in)`.
+    pub fn dims(&self) -> (usize, usize) {
+        match &self.weight {
+            Weight::Packed(p) => (p.rows(), p.cols()),
+            Weight::Plain { weight, .. } => {
+                let dims = weight.dims();
+                match dims {
+                    [n, k] => (*n, *k),
+                    _ => (weight.elem_count(), 1),
+                }
+            }
+        }
     }
 
-    /// The bias, if any.
-    pub fn bias(&self) -> Option<&Tensor> {
-        self.linear.bias()
+    /// Bytes of the weight and the bias as the checkpoint stores them
+    /// (what one product must read).
+    pub fn bytes(&self) -> usize {
+        let (n, k) = self.dims();
+        let weight = match &self.weight {
+            Weight::Packed(_) => n * k * std::mem::size_of::<f32>(),
+            Weight::Plain { weight, .. } => weight.elem_count() * weight.dtype().size_in_bytes(),
+        };
+        weight
+            + self
+                .bias
+                .as_ref()
+                .map_or(0, |b| b.elem_count() * b.dtype().size_in_bytes())
     }
 
-    /// Whether inputs of `rows` rows go through the dot-product kernel: an
-    /// f32 CPU weight and no more rows than the kernel serves.
+    /// Whether [`Proj::forward_rows`] takes inputs of `rows` rows: a
+    /// packed weight takes any number; a plain f32 CPU weight as many as
+    /// the dot-product kernel serves.
     pub fn takes_rows(&self, rows: usize) -> bool {
-        self.small && rows <= small_rows()
+        match &self.weight {
+            Weight::Packed(_) => true,
+            Weight::Plain { small, .. } => *small && rows <= small_rows(),
+        }
     }
 
     /// `x` (`rows` rows of `in` values) times the weight, plus the bias,
     /// into `out` (`rows` rows of `out` values), f32 weights on the CPU
-    /// only. Rows the dot-product kernel takes ([`Proj::takes_rows`]) go
-    /// through it, with the bits of [`Proj::forward`] and no allocation
-    /// (`out_t` is its scratch room for `rows * out` values); more rows go
-    /// through the `gemm` crate's blocked product that candle's matmul
-    /// runs, straight into `out`. Inputs that start on a 64-byte boundary
-    /// are read fastest.
+    /// only, with the bits of [`Proj::forward`] and no allocation. A packed
+    /// weight goes through [`packed_matmul`]; for a plain one, rows the
+    /// dot-product kernel takes ([`Proj::takes_rows`]) go through it
+    /// (`out_t` is its scratch room for `rows * out` values), more through
+    /// the `gemm` crate's blocked product that candle's matmul runs,
+    /// straight into `out`.
     pub fn forward_rows(
         &self,
         x: &[f32],
@@ -127,27 +216,32 @@ impl Proj {
         out_t: &mut [f32],
         out: &mut [f32],
     ) -> candle_core::Result<()> {
-        if !self.small {
-            candle_core::bail!("host matmul: expected a contiguous f32 weight on the CPU");
-        }
-        let (n, k) = self.linear.weight().dims2()?;
-        let (storage, layout) = self.linear.weight().storage_and_layout();
-        let w = cpu_f32_slice(&storage, layout)?;
+        let (n, k) = self.dims();
         let (Some(x), Some(out)) = (x.get(..rows * k), out.get_mut(..rows * n)) else {
             candle_core::bail!("host matmul: buffers shorter than {rows} rows");
         };
-        if w.len() < n * k {
-            candle_core::bail!("host matmul: weight shorter than {n} x {k}");
+        match &self.weight {
+            Weight::Packed(packed) => packed_matmul(x, rows, packed, out),
+            Weight::Plain { weight, small } => {
+                if !small {
+                    candle_core::bail!("host matmul: expected a contiguous f32 weight on the CPU");
+                }
+                let (storage, layout) = weight.storage_and_layout();
+                let w = cpu_f32_slice(&storage, layout)?;
+                if w.len() < n * k {
+                    candle_core::bail!("host matmul: weight shorter than {n} x {k}");
+                }
+                if self.takes_rows(rows) {
+                    let Some(out_t) = out_t.get_mut(..rows * n) else {
+                        candle_core::bail!("small matmul: scratch shorter than {rows} rows");
+                    };
+                    small_matmul_into(x, w, rows, k, out_t, out);
+                } else {
+                    gemm_into(x, w, rows, k, out);
+                }
+            }
         }
-        if self.takes_rows(rows) {
-            let Some(out_t) = out_t.get_mut(..rows * n) else {
-                candle_core::bail!("small matmul: scratch shorter than {rows} rows");
-            };
-            small_matmul_into(x, w, rows, k, out_t, out);
-        } else {
-            gemm_into(x, w, rows, k, out);
-        }
-        if let Some(bias) = self.linear.bias() {
+        if let Some(bias) = &self.bias {
             let (storage, layout) = bias.storage_and_layout();
             let bias = cpu_f32_slice(&storage, layout)?;
             out.par_chunks_mut(n).for_each(|row| {
@@ -168,13 +262,17 @@ impl Proj {
         // `Linear` would run one product per batch row against a broadcast
         // weight, reading (and packing) the weight once per row.
         let x2 = x.reshape((rows, k))?;
-        let y = if !self.small || rows > small_rows() || x.dtype() != DType::F32 {
-            x2.matmul(&self.linear.weight().t()?)?
-        } else {
-            x2.contiguous()?
-                .apply_op2_no_bwd(self.linear.weight(), &SmallMatmul)?
+        let y = match &self.weight {
+            Weight::Packed(packed) => x2.contiguous()?.apply_op1_no_bwd(&PackedMatmul(packed))?,
+            Weight::Plain { weight, small } => {
+                if !small || rows > small_rows() || x.dtype() != DType::F32 {
+                    x2.matmul(&weight.t()?)?
+                } else {
+                    x2.contiguous()?.apply_op2_no_bwd(weight, &SmallMatmul)?
+                }
+            }
         };
-        let y = match self.linear.bias() {
+        let y = match &self.bias {
             Some(b) => y.broadcast_add(b)?,
             None => y,
         };
@@ -183,6 +281,27 @@ impl Proj {
             *last = y.dim(1)?;
         }
         y.reshape(out_dims)
+    }
+}
+
+/// `x (m, k)` times a packed weight `(n, k)` transposed, f32 on the CPU.
+struct PackedMatmul<'a>(&'a PackedWeight);
+
+impl CustomOp1 for PackedMatmul<'_> {
+    fn name(&self) -> &'static str {
+        "packed-matmul"
+    }
+
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (m, k) = l.shape().dims2()?;
+        let w = self.0;
+        if k != w.cols() {
+            candle_core::bail!("packed matmul: inner dims {k} and {} differ", w.cols());
+        }
+        let x = f32_slice(s, l)?;
+        let mut out = vec![0f32; m * w.rows()];
+        packed_matmul(x, m, w, &mut out);
+        Ok((CpuStorage::F32(out), Shape::from((m, w.rows()))))
     }
 }
 
@@ -835,6 +954,7 @@ fn finish_dot(mut acc: [f32; LANES], a_rest: &[f32], b_rest: &[f32]) -> f32 {
 mod tests {
     use super::*;
     use candle_core::Module;
+    use candle_nn::Linear;
 
     /// The largest absolute difference between two tensors of one shape.
     fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
@@ -936,19 +1056,47 @@ mod tests {
     }
 
     #[test]
-    fn small_rows_match_candle_matmul() {
+    fn packed_and_plain_projections_match_candle_matmul_at_every_row_count() {
         let dev = Device::Cpu;
         let w = Tensor::randn(0f32, 1., (37, 70), &dev).expect("w");
         let b = Tensor::randn(0f32, 1., 37, &dev).expect("b");
-        let proj = Proj::new(w.clone(), Some(b.clone()));
-        let reference = Linear::new(w, Some(b));
-        for rows in [1, 3, SMALL_ROWS, small_rows()] {
-            let x = Tensor::randn(0f32, 1., (rows, 1, 70), &dev).expect("x");
-            let got = proj.forward(&x).expect("proj");
-            let want = reference.forward(&x).expect("linear");
-            assert_eq!(got.dims(), want.dims());
-            let diff = max_abs_diff(&got, &want);
-            assert!(diff < 1e-4, "rows {rows}: max |diff| {diff}");
+        let reference = Linear::new(w.clone(), Some(b.clone()));
+        let projs = [
+            (
+                "packed",
+                Proj::packed(w.clone(), Some(b.clone())).expect("packed"),
+            ),
+            ("plain", Proj::shared(w, Some(b))),
+        ];
+        for (name, proj) in &projs {
+            assert_eq!(proj.dims(), (37, 70), "{name}");
+            for rows in [1, 3, SMALL_ROWS, small_rows(), small_rows() + 5] {
+                let x = Tensor::randn(0f32, 1., (rows, 1, 70), &dev).expect("x");
+                let got = proj.forward(&x).expect("proj");
+                let want = reference.forward(&x).expect("linear");
+                assert_eq!(got.dims(), want.dims());
+                let diff = max_abs_diff(&got, &want);
+                assert!(diff < 1e-4, "{name}, rows {rows}: max |diff| {diff}");
+                if !proj.takes_rows(rows) {
+                    continue;
+                }
+                // The host path gives the tensor path's bits.
+                let xs = x.flatten_all().and_then(|x| x.to_vec1::<f32>()).expect("x");
+                let (mut out_t, mut out) = (vec![0f32; rows * 37], vec![0f32; rows * 37]);
+                proj.forward_rows(&xs, rows, &mut out_t, &mut out)
+                    .expect("host");
+                let got = got
+                    .flatten_all()
+                    .and_then(|x| x.to_vec1::<f32>())
+                    .expect("y");
+                assert!(
+                    got.iter()
+                        .zip(&out)
+                        .all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "{name}, rows {rows}: host and tensor paths differ"
+                );
+            }
         }
+        assert!(projs[0].1.takes_rows(small_rows() + 5));
     }
 }

@@ -98,12 +98,12 @@ fn linear_parts(w: &Weights, in_dim: usize, out_dim: usize, bias: bool) -> Resul
 
 fn linear(w: &Weights, in_dim: usize, out_dim: usize, bias: bool) -> Result<Proj> {
     let (weight, bias) = linear_parts(w, in_dim, out_dim, bias)?;
-    Ok(Proj::new(weight, bias))
+    Ok(Proj::new(weight, bias)?)
 }
 
 /// Projections of the same input stacked into one (their outputs side by
 /// side, in order); only the stacked weight becomes a `Proj`, so it is the
-/// only one copied for alignment.
+/// only one packed.
 fn stacked(parts: &[LinearParts]) -> Result<Proj> {
     let weights: Vec<&Tensor> = parts.iter().map(|(weight, _)| weight).collect();
     let weight = Tensor::cat(&weights, 0)?;
@@ -112,7 +112,7 @@ fn stacked(parts: &[LinearParts]) -> Result<Proj> {
         Some(b) => Some(Tensor::cat(&b, 0)?),
         None => None,
     };
-    Ok(Proj::new(weight, bias))
+    Ok(Proj::new(weight, bias)?)
 }
 
 /// An RMS norm with a learned scale.
@@ -356,7 +356,7 @@ struct Activations<'a> {
     gate_up: &'a mut [f32],
     /// The gated activation, `(rows, intermediate)`.
     act: &'a mut [f32],
-    /// The dot-product kernel's transposed output.
+    /// The dot-product kernel's transposed output (weights as stored).
     out_t: &'a mut [f32],
     /// Attention scores.
     scores: &'a mut [f32],
@@ -970,7 +970,7 @@ impl Decoder {
             embeddings
         };
         let lm_head = if cfg.tie_word_embeddings {
-            Proj::new(embeddings.clone(), None)
+            Proj::shared(embeddings.clone(), None)
         } else {
             linear(&w.pp("lm_head"), cfg.hidden_size, cfg.vocab_size, false)?
         };
@@ -1016,16 +1016,13 @@ impl Decoder {
         fn bytes(t: &Tensor) -> usize {
             t.elem_count() * t.dtype().size_in_bytes()
         }
-        fn linear_bytes(l: &Proj) -> usize {
-            bytes(l.weight()) + l.bias().map_or(0, bytes)
-        }
-        let mut total = linear_bytes(&self.lm_head) + bytes(&self.norm.weight);
+        let mut total = self.lm_head.bytes() + bytes(&self.norm.weight);
         total += self.config.hidden_size * self.dtype.size_in_bytes();
         for layer in &self.layers {
             let a = &layer.self_attn;
             total += [&a.qkv_proj, &a.o_proj]
                 .into_iter()
-                .map(linear_bytes)
+                .map(Proj::bytes)
                 .sum::<usize>();
             total += [&a.q_norm, &a.k_norm]
                 .into_iter()
@@ -1035,7 +1032,7 @@ impl Decoder {
             let m = &layer.mlp;
             total += [&m.gate_up_proj, &m.down_proj]
                 .into_iter()
-                .map(linear_bytes)
+                .map(Proj::bytes)
                 .sum::<usize>();
             total += bytes(&layer.input_layernorm.weight)
                 + bytes(&layer.post_attention_layernorm.weight);
@@ -1045,7 +1042,8 @@ impl Decoder {
 
     /// Floating-point operations of the LM head for one position.
     pub fn lm_head_flops(&self) -> usize {
-        2 * self.lm_head.weight().elem_count()
+        let (n, k) = self.lm_head.dims();
+        2 * n * k
     }
 
     /// Floating-point operations of the decoder blocks' projections for
@@ -1059,7 +1057,10 @@ impl Decoder {
                 let (a, m) = (&layer.self_attn, &layer.mlp);
                 [&a.qkv_proj, &a.o_proj, &m.gate_up_proj, &m.down_proj]
                     .into_iter()
-                    .map(|p| 2 * p.weight().elem_count())
+                    .map(|p| {
+                        let (n, k) = p.dims();
+                        2 * n * k
+                    })
                     .sum::<usize>()
             })
             .sum()
@@ -1154,10 +1155,11 @@ impl Decoder {
     }
 
     /// One decoding step as [`Decoder::decode`], its f32 logits written
-    /// into `out` (`(b, vocab)`, row after row). In f32 on the CPU with
-    /// few enough rows for the dot-product kernel, the step runs on
-    /// buffers the cache keeps and allocates nothing; otherwise it goes
-    /// through [`Decoder::decode`] with the same result.
+    /// into `out` (`(b, vocab)`, row after row). In f32 on the CPU, when
+    /// every projection takes `b` rows on host buffers (any number with
+    /// packed weights, up to the dot-product kernel's rows otherwise), the
+    /// step runs on buffers the cache keeps and allocates nothing;
+    /// otherwise it goes through [`Decoder::decode`] with the same result.
     pub fn decode_into(
         &self,
         slots: &[usize],
@@ -1173,8 +1175,8 @@ impl Decoder {
         }
     }
 
-    /// Whether every projection takes `rows` rows through the dot-product
-    /// kernel.
+    /// Whether every projection takes `rows` rows on host buffers
+    /// ([`Proj::takes_rows`]).
     fn projections_take(&self, rows: usize) -> bool {
         self.lm_head.takes_rows(rows)
             && self.layers.iter().all(|l| {
@@ -1445,8 +1447,8 @@ impl Decoder {
         let per_token_scores = self.config.num_attention_heads * room * std::mem::size_of::<f32>();
         let chunk = (PREFILL_SCORE_BUDGET / per_token_scores).clamp(1, chunk_tokens.max(1));
         let rows = chunk.min(tokens.len());
-        // The dot-product kernel takes chunks and the last positions of at
-        // most `small_rows` rows.
+        // The dot-product kernel (weights as stored) takes chunks and the
+        // last positions of at most `small_rows` rows.
         let kernel_rows = crate::matvec::small_rows().min(rows.max(b));
         let mut acts = activations.get(&self.config, rows, kernel_rows, room);
         let last = last.get(b * h);
@@ -1739,8 +1741,8 @@ mod tests {
     fn prefill_on_host_buffers_matches_the_tensor_path_in_chunks_of_any_size() {
         // Mixed lengths; chunks that split sequences, hold one token, or
         // hold the whole prefill; more sequences than the dot-product
-        // kernel takes at once, so the last positions' LM head takes the
-        // blocked product.
+        // kernel takes at once, so that an LM head on weights as stored
+        // takes the blocked product.
         for spec in [FixtureSpec::qwen2(), FixtureSpec::qwen3()] {
             let (_dir, decoder) = decoder_of(&spec, DType::F32);
             let vocab = decoder.config().vocab_size;
