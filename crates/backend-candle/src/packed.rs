@@ -101,25 +101,50 @@ impl std::fmt::Debug for PackedWeight {
 /// meanwhile (a hint; the result does not depend on it).
 type TileFn = fn(&[f32], usize, &[f32], &mut [f32], usize, usize, usize, &[f32]);
 
+/// A kernel over two adjacent panels for one input row (`panels` holds
+/// both): `out[col + c] = sum_i xs[i] * panels[...]` for the 32 columns
+/// from `col` below `n`, each output summed as [`TileFn`] sums it.
+type PairFn = fn(&[f32], &[f32], &mut [f32], usize, usize, usize);
+
+/// The kernels one product runs.
+#[derive(Clone, Copy)]
+struct Kernel {
+    tile: TileFn,
+    /// For a single input row, two panels at a time, if the kernel has it.
+    one_row_pair: Option<PairFn>,
+}
+
 /// `out` `(m, n)` = `x` `(m, k)` times the packed weight transposed, split
 /// over rayon's threads by panels; the fastest kernel this CPU runs.
 pub fn packed_matmul(x: &[f32], m: usize, w: &PackedWeight, out: &mut [f32]) {
-    packed_matmul_with(x, m, w, out, best_tile())
+    packed_matmul_with(x, m, w, out, best_kernel())
 }
+
+/// The portable kernel.
+const PORTABLE: Kernel = Kernel {
+    tile: tile_portable,
+    one_row_pair: None,
+};
 
 /// The AVX2 kernel with FMA when the CPU has them, else the portable one.
-fn best_tile() -> TileFn {
+fn best_kernel() -> Kernel {
     #[cfg(target_arch = "x86_64")]
     if crate::matvec::has_avx2_fma() {
-        return |xs, rows, panel, out, n, col, k, ahead| {
-            // SAFETY: the CPU supports AVX2 and FMA, checked above.
-            unsafe { tile_avx2_rows(xs, rows, panel, out, n, col, k, ahead) }
+        return Kernel {
+            tile: |xs, rows, panel, out, n, col, k, ahead| {
+                // SAFETY: the CPU supports AVX2 and FMA, checked above.
+                unsafe { tile_avx2_rows(xs, rows, panel, out, n, col, k, ahead) }
+            },
+            one_row_pair: Some(|xs, panels, out, n, col, k| {
+                // SAFETY: as above.
+                unsafe { pair_avx2(xs, panels, out, n, col, k) }
+            }),
         };
     }
-    tile_portable
+    PORTABLE
 }
 
-fn packed_matmul_with(x: &[f32], m: usize, w: &PackedWeight, out: &mut [f32], tile: TileFn) {
+fn packed_matmul_with(x: &[f32], m: usize, w: &PackedWeight, out: &mut [f32], kernel: Kernel) {
     let (n, k) = (w.n, w.k);
     assert!(x.len() >= m * k && out.len() >= m * n);
     let (x, out) = (&x[..m * k], &mut out[..m * n]);
@@ -135,12 +160,18 @@ fn packed_matmul_with(x: &[f32], m: usize, w: &PackedWeight, out: &mut [f32], ti
     // A few tasks per thread; each writes its own columns of `out`.
     let threads = rayon::current_num_threads().max(1);
     let per_task = panels.div_ceil(threads * 4).max(1);
-    let block = (BLOCK_BYTES / (panel_len * std::mem::size_of::<f32>())).max(1);
     let values = w.values();
     // Groups of input rows of nearly equal size (8 rows: 4 + 4, not
     // 6 + 2).
     let groups = m.div_ceil(TILE_ROWS);
     let (base, extra) = (m / groups, m % groups);
+    // One group passes over the panels once: no blocks to keep in the L2
+    // cache (and a single row's panel pairs may span them).
+    let block = if groups == 1 {
+        per_task
+    } else {
+        (BLOCK_BYTES / (panel_len * std::mem::size_of::<f32>())).max(1)
+    };
     // Fetching ahead hides the first group's wait on memory while the
     // other groups compute. With one group the hardware prefetcher follows
     // the single stream better on its own (the 33 products of a batch-1
@@ -166,7 +197,16 @@ fn packed_matmul_with(x: &[f32], m: usize, w: &PackedWeight, out: &mut [f32], ti
                 for g in 0..groups {
                     let rows = base + usize::from(g < extra);
                     let xs = &x[i * k..(i + rows) * k];
-                    for p in b..end {
+                    let mut p = b;
+                    while p < end {
+                        // One input row: two panels at a time, four
+                        // independent sums instead of two.
+                        if let (1, Some(pair), true) = (rows, kernel.one_row_pair, p + 1 < end) {
+                            let two = &values[p * panel_len..(p + 2) * panel_len];
+                            pair(xs, two, &mut out[i * n..], n, p * PANEL, k);
+                            p += 2;
+                            continue;
+                        }
                         let panel = &values[p * panel_len..(p + 1) * panel_len];
                         // Group g's share of the panel one block ahead,
                         // fetched while this tile is computed: the memory
@@ -181,7 +221,8 @@ fn packed_matmul_with(x: &[f32], m: usize, w: &PackedWeight, out: &mut [f32], ti
                             }
                             _ => &[][..],
                         };
-                        tile(xs, rows, panel, &mut out[i * n..], n, p * PANEL, k, ahead);
+                        (kernel.tile)(xs, rows, panel, &mut out[i * n..], n, p * PANEL, k, ahead);
+                        p += 1;
                     }
                     i += rows;
                 }
@@ -341,6 +382,40 @@ fn tile_avx2<const R: usize, const FETCH: bool>(
     }
 }
 
+/// One input row against two adjacent panels (`panels`, 32 outputs) with
+/// AVX2: four accumulators, so four independent chains of multiply-adds
+/// where one panel has two (a single row is bound by their latency, not
+/// by the arithmetic); each output's sum is the same as in [`tile_avx2`].
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn pair_avx2(xs: &[f32], panels: &[f32], out: &mut [f32], n: usize, col: usize, k: usize) {
+    use std::arch::x86_64::{
+        _mm256_broadcast_ss, _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_setzero_ps, _mm256_storeu_ps,
+    };
+    assert!(xs.len() >= k && panels.len() >= 2 * PANEL * k);
+    let second = PANEL * k;
+    let mut acc = [_mm256_setzero_ps(); 4];
+    for i in 0..k {
+        // SAFETY: `i < k`: `xs` holds `k` values and `panels` two panels
+        // of `16 * k` (asserted above); unaligned loads.
+        unsafe {
+            let v = _mm256_broadcast_ss(&*xs.as_ptr().add(i));
+            let w = panels.as_ptr().add(i * PANEL);
+            acc[0] = _mm256_fmadd_ps(v, _mm256_loadu_ps(w), acc[0]);
+            acc[1] = _mm256_fmadd_ps(v, _mm256_loadu_ps(w.add(8)), acc[1]);
+            acc[2] = _mm256_fmadd_ps(v, _mm256_loadu_ps(w.add(second)), acc[2]);
+            acc[3] = _mm256_fmadd_ps(v, _mm256_loadu_ps(w.add(second + 8)), acc[3]);
+        }
+    }
+    let mut lanes = [0f32; 2 * PANEL];
+    for (chunk, a) in lanes.chunks_exact_mut(8).zip(acc) {
+        // SAFETY: `chunk` holds 8 values; unaligned store.
+        unsafe { _mm256_storeu_ps(chunk.as_mut_ptr(), a) };
+    }
+    let cols = (2 * PANEL).min(n - col);
+    out[col..col + cols].copy_from_slice(&lanes[..cols]);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -368,17 +443,27 @@ mod tests {
         // Rows from one to a prefill chunk, whole tiles and remainders of
         // every size; outputs that fill whole panels and leave a partial
         // one; lengths that span several blocks of panels.
-        let mut kernels: Vec<(&str, TileFn)> = vec![("portable", tile_portable)];
+        let mut kernels: Vec<(&str, Kernel)> = vec![("portable", PORTABLE)];
         if crate::matvec::has_avx2_fma() {
-            kernels.push(("avx2+fma", best_tile()));
+            let avx2 = best_kernel();
+            kernels.push(("avx2+fma", avx2));
+            kernels.push((
+                "avx2+fma, one panel at a time",
+                Kernel {
+                    one_row_pair: None,
+                    ..avx2
+                },
+            ));
         } else {
             eprintln!("this CPU has no AVX2+FMA: that kernel is not tested here");
         }
-        for (name, tile) in kernels {
+        for (name, kernel) in kernels {
             for k in [1usize, 7, 64, 512, 1408] {
                 for (m, n) in [
                     (1usize, 1usize),
                     (1, 16),
+                    (1, 40),
+                    (1, 130),
                     (2, 17),
                     (3, 40),
                     (5, 9),
@@ -393,7 +478,7 @@ mod tests {
                     let w: Vec<f32> = (0..n * k).map(|i| (i as f32 * 0.91).cos()).collect();
                     let packed = PackedWeight::pack(&w, n, k);
                     let mut out = vec![f32::NAN; m * n];
-                    packed_matmul_with(&x, m, &packed, &mut out, tile);
+                    packed_matmul_with(&x, m, &packed, &mut out, kernel);
                     for i in 0..m {
                         for j in 0..n {
                             let want = reference(&x[i * k..(i + 1) * k], &w[j * k..(j + 1) * k]);

@@ -124,9 +124,13 @@ impl MatmulPeak {
     }
 }
 
+/// Sequential streams each thread reads side by side in
+/// [`Bandwidth::read`].
+const STREAMS: usize = 4;
+
 /// Memory bandwidth over a 1 GiB buffer (several times the last-level
-/// cache of the machines the benches run on), split over a pool of
-/// `threads` threads.
+/// cache of the machines the benches run on) or one of a given size,
+/// split over a pool of `threads` threads.
 pub struct Bandwidth {
     pool: rayon::ThreadPool,
     threads: usize,
@@ -138,12 +142,23 @@ impl Bandwidth {
     /// The buffers (2 GiB in all, touched here), on a pool of `threads`
     /// threads.
     pub fn new(threads: usize) -> Result<Bandwidth, rayon::ThreadPoolBuildError> {
-        const LEN: usize = 256 << 20; // f32s: 1 GiB
+        Self::with_bytes(threads, 1 << 30)
+    }
+
+    /// Buffers of `bytes` each instead of 1 GiB: the rate at which a
+    /// working set of that size is read over and over (as decoding steps
+    /// read the weights), which the last-level cache helps once it holds
+    /// a share of it.
+    pub fn with_bytes(
+        threads: usize,
+        bytes: usize,
+    ) -> Result<Bandwidth, rayon::ThreadPoolBuildError> {
+        let len = (bytes / std::mem::size_of::<f32>()).max(1);
         Ok(Bandwidth {
             pool: pool(threads)?,
             threads: threads.max(1),
-            src: (0..LEN).map(|i| i as f32).collect(),
-            dst: vec![0f32; LEN],
+            src: (0..len).map(|i| i as f32).collect(),
+            dst: vec![0f32; len],
         })
     }
 
@@ -155,18 +170,26 @@ impl Bandwidth {
         bytes
             / self.pool.install(|| {
                 best_time(times, || {
-                    // 32 independent sums, so the loop is bound by memory,
-                    // not by the latency of one chain of additions
+                    // Each thread reads its chunk as STREAMS sequential
+                    // streams side by side (more requests in flight than
+                    // one stream keeps, as the engines' kernels read
+                    // several weight rows or panels at once), each into 8
+                    // independent sums, so the loop is bound by memory,
+                    // not by the latency of one chain of additions.
                     let sum: f32 = src
                         .par_chunks(chunk)
                         .map(|c| {
-                            let mut acc = [0f32; 32];
-                            for block in c.chunks_exact(32) {
-                                for (a, v) in acc.iter_mut().zip(block) {
-                                    *a += v;
+                            let part = c.len() / STREAMS;
+                            let mut acc = [[0f32; 8]; STREAMS];
+                            for j in (0..part - part % 8).step_by(8) {
+                                for (s, acc) in acc.iter_mut().enumerate() {
+                                    let block = &c[s * part + j..s * part + j + 8];
+                                    for (a, v) in acc.iter_mut().zip(block) {
+                                        *a += v;
+                                    }
                                 }
                             }
-                            acc.iter().sum::<f32>()
+                            acc.iter().flatten().sum::<f32>()
                         })
                         .sum();
                     std::hint::black_box(sum);
