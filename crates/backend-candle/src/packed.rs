@@ -287,27 +287,42 @@ fn tile_avx2_rows(
     k: usize,
     ahead: &[f32],
 ) {
-    match (rows, ahead.is_empty()) {
-        (6, true) => tile_avx2::<6, false>(xs, panel, out, n, col, k, ahead),
-        (5, true) => tile_avx2::<5, false>(xs, panel, out, n, col, k, ahead),
-        (4, true) => tile_avx2::<4, false>(xs, panel, out, n, col, k, ahead),
-        (3, true) => tile_avx2::<3, false>(xs, panel, out, n, col, k, ahead),
-        (2, true) => tile_avx2::<2, false>(xs, panel, out, n, col, k, ahead),
-        (_, true) => tile_avx2::<1, false>(xs, panel, out, n, col, k, ahead),
-        (6, false) => tile_avx2::<6, true>(xs, panel, out, n, col, k, ahead),
-        (5, false) => tile_avx2::<5, true>(xs, panel, out, n, col, k, ahead),
-        (4, false) => tile_avx2::<4, true>(xs, panel, out, n, col, k, ahead),
-        (3, false) => tile_avx2::<3, true>(xs, panel, out, n, col, k, ahead),
-        (2, false) => tile_avx2::<2, true>(xs, panel, out, n, col, k, ahead),
-        (_, false) => tile_avx2::<1, true>(xs, panel, out, n, col, k, ahead),
+    if ahead.is_empty() {
+        tile_avx2_fetching::<false>(xs, rows, panel, out, n, col, k, ahead)
+    } else {
+        tile_avx2_fetching::<true>(xs, rows, panel, out, n, col, k, ahead)
+    }
+}
+
+/// [`tile_avx2`] for `rows` input rows, fetching `ahead` or not.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+fn tile_avx2_fetching<const FETCH: bool>(
+    xs: &[f32],
+    rows: usize,
+    panel: &[f32],
+    out: &mut [f32],
+    n: usize,
+    col: usize,
+    k: usize,
+    ahead: &[f32],
+) {
+    match rows {
+        6 => tile_avx2::<6, FETCH>(xs, panel, out, n, col, k, ahead),
+        5 => tile_avx2::<5, FETCH>(xs, panel, out, n, col, k, ahead),
+        4 => tile_avx2::<4, FETCH>(xs, panel, out, n, col, k, ahead),
+        3 => tile_avx2::<3, FETCH>(xs, panel, out, n, col, k, ahead),
+        2 => tile_avx2::<2, FETCH>(xs, panel, out, n, col, k, ahead),
+        _ => tile_avx2::<1, FETCH>(xs, panel, out, n, col, k, ahead),
     }
 }
 
 /// One AVX2 tile: `R` input rows by one panel's 16 outputs in 2 × `R`
 /// accumulators; for every input value, the panel's two vectors loaded
 /// once and the `R` rows' values broadcast. With `FETCH`, the cache lines
-/// of `ahead` are requested along the way, one every few input values (a prefetch
-/// per iteration at most, so the memory stream runs beside the
+/// of `ahead` are requested along the way, one every few input values (a
+/// prefetch per iteration at most, so the memory stream runs beside the
 /// arithmetic rather than in bursts).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
