@@ -1,8 +1,10 @@
 //! A decoding step's attention on the CPU, f32: one new position per row
 //! against the keys and values its slot of the KV cache holds, read in
 //! place. Prefill on host buffers runs it once per prompt token. With AVX2
-//! and FMA the softmax and the weighted sum run eight lanes at a time;
-//! every path gives the same bits (the portable one mirrors the lanes).
+//! and FMA the scores, the softmax and the weighted sum run eight lanes at
+//! a time, each key and each value read once for all the query heads that
+//! share it; every path gives the same bits (the portable one mirrors the
+//! lanes).
 
 use rayon::prelude::*;
 
@@ -10,7 +12,7 @@ use rayon::prelude::*;
 use crate::activation::exp_avx2;
 use crate::activation::exp_poly;
 #[cfg(target_arch = "x86_64")]
-use crate::matvec::rows_times_avx2;
+use crate::matvec::{LANES, finish_avx2, rows_times_avx2};
 use crate::matvec::{has_avx2_fma, rows_times_portable};
 
 /// One row's keys and values in its slot of the KV cache, for a decoding
@@ -164,10 +166,11 @@ fn attend_block(
     #[cfg(target_arch = "x86_64")]
     if avx2 {
         // scores[r * total + j] = dot(k_j, q_r): each key is read once for
-        // all the query heads that share it.
+        // all the query heads that share it, and each value once for all
+        // their weighted sums.
         // SAFETY: `avx2` is only set when the CPU supports AVX2 and FMA.
         unsafe {
-            rows_times_avx2(keys, q, scores, total, d);
+            scores_avx2(keys, q, values, scores, total, d);
             for probs in scores.chunks_exact_mut(total) {
                 softmax_avx2(probs, scale);
             }
@@ -187,6 +190,117 @@ fn attend_block(
             for (o, v) in out.iter_mut().zip(v) {
                 *o = p.mul_add(*v, *o);
             }
+        }
+    }
+}
+
+/// Key rows one tile of [`scores_avx2`] takes.
+#[cfg(target_arch = "x86_64")]
+const SCORE_KEYS: usize = 3;
+
+/// `scores[r * total + j]` = the dot product of key `j` with query head
+/// `r`, for the `rep` heads in `q` (`rep * d` values): each key is read once
+/// for all the heads, in tiles of two heads by [`SCORE_KEYS`] keys (12
+/// accumulators, 10 loads per 12 multiply-adds); each product keeps the 16
+/// lanes and the pairwise end of the dot product of `rows_times_portable`,
+/// so the same bits. While the keys go by, the values of the same positions
+/// are asked into the cache for the weighted sum that follows. A head size
+/// that is not a multiple of 16 goes through `rows_times_avx2`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn scores_avx2(
+    keys: &[f32],
+    q: &[f32],
+    values: &[f32],
+    scores: &mut [f32],
+    total: usize,
+    d: usize,
+) {
+    use std::arch::x86_64::{_MM_HINT_T1, _mm_prefetch};
+    if d == 0 || !d.is_multiple_of(LANES) {
+        rows_times_avx2(keys, q, scores, total, d);
+        return;
+    }
+    assert!(
+        keys.len() >= total * d && values.len() >= total * d && scores.len() >= q.len() / d * total
+    );
+    let rep = q.len() / d;
+    let mut j = 0;
+    while j < total {
+        let n = (total - j).min(SCORE_KEYS);
+        let lines = n * d;
+        let mut at = 0;
+        while at < lines {
+            // SAFETY: a prefetch reads nothing; the addresses stay inside
+            // `values` and `keys` (checked against `total * d` above).
+            unsafe { _mm_prefetch::<_MM_HINT_T1>(values.as_ptr().add(j * d + at).cast()) };
+            at += LINE_FLOATS;
+        }
+        let ks = &keys[j * d..(j + n) * d];
+        let mut h = 0;
+        while h < rep {
+            let qs = &q[h * d..];
+            match (rep - h >= 2, n) {
+                (true, 3) => score_tile_avx2::<2, 3>(ks, qs, scores, total, j, h, d),
+                (true, 2) => score_tile_avx2::<2, 2>(ks, qs, scores, total, j, h, d),
+                (true, _) => score_tile_avx2::<2, 1>(ks, qs, scores, total, j, h, d),
+                (false, 3) => score_tile_avx2::<1, 3>(ks, qs, scores, total, j, h, d),
+                (false, 2) => score_tile_avx2::<1, 2>(ks, qs, scores, total, j, h, d),
+                (false, _) => score_tile_avx2::<1, 1>(ks, qs, scores, total, j, h, d),
+            }
+            h += 2;
+        }
+        j += n;
+    }
+}
+
+/// Floats in one 64-byte cache line.
+#[cfg(target_arch = "x86_64")]
+const LINE_FLOATS: usize = 16;
+
+/// One tile of [`scores_avx2`]: query heads `h0..h0 + H` (the first `H`
+/// rows of `qs`) against keys `j0..j0 + J` (the `J` rows of `ks`), `d` a
+/// multiple of 16. Lanes 0..8 of every 16 values accumulate in `lo`, 8..16
+/// in `hi`, as in `rows_times_avx2`'s tiles.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
+fn score_tile_avx2<const H: usize, const J: usize>(
+    ks: &[f32],
+    qs: &[f32],
+    scores: &mut [f32],
+    total: usize,
+    j0: usize,
+    h0: usize,
+    d: usize,
+) {
+    use std::arch::x86_64::{__m256, _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_setzero_ps};
+    assert!(ks.len() >= J * d && qs.len() >= H * d && d.is_multiple_of(LANES));
+    let mut lo: [[__m256; J]; H] = [[_mm256_setzero_ps(); J]; H];
+    let mut hi: [[__m256; J]; H] = [[_mm256_setzero_ps(); J]; H];
+    let mut at = 0;
+    while at < d {
+        // SAFETY: `at + 16 <= d`; `ks` holds `J` rows and `qs` at least
+        // `H` rows of `d` values (asserted above); unaligned loads.
+        unsafe {
+            for (half, acc) in [(0, &mut lo), (8, &mut hi)] {
+                let mut qv = [_mm256_setzero_ps(); H];
+                for h in 0..H {
+                    qv[h] = _mm256_loadu_ps(qs.as_ptr().add(h * d + at + half));
+                }
+                for jj in 0..J {
+                    let kv = _mm256_loadu_ps(ks.as_ptr().add(jj * d + at + half));
+                    for h in 0..H {
+                        acc[h][jj] = _mm256_fmadd_ps(kv, qv[h], acc[h][jj]);
+                    }
+                }
+            }
+        }
+        at += LANES;
+    }
+    for h in 0..H {
+        for jj in 0..J {
+            scores[(h0 + h) * total + j0 + jj] = finish_avx2(lo[h][jj], hi[h][jj], &[], &[]);
         }
     }
 }
@@ -286,10 +400,12 @@ fn softmax_avx2(probs: &mut [f32], scale: f32) {
 }
 
 /// `out[r]` (`d` values) = the sum over positions `j` of
-/// `probs[r * total + j]` times `values[j]`, for the `rep` heads: one head
-/// at a time, 64 output values in registers while the values go by in
-/// order (read as one stream; interleaving heads over narrower columns
-/// read them in strides and was slower).
+/// `probs[r * total + j]` times `values[j]`, for the `rep` heads, up to
+/// four heads at a time: 16 output columns of each head in registers
+/// (eight accumulators) while the positions' values go by in order, each
+/// value vector loaded once for all the heads (one head at a time loaded
+/// it once per head, one load per multiply-add). Every output is the same
+/// sum in the same order as the portable path's, so the same bits.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 fn weighted_sum_avx2(
@@ -300,57 +416,86 @@ fn weighted_sum_avx2(
     d: usize,
     out: &mut [f32],
 ) {
-    for (r, o) in out.chunks_exact_mut(d).take(rep).enumerate() {
-        let p = &probs[r * total..(r + 1) * total];
+    assert!(probs.len() >= rep * total && values.len() >= total * d && out.len() >= rep * d);
+    let mut h = 0;
+    while h < rep {
+        let heads = (rep - h).min(4);
         let mut c = 0;
-        while d - c >= 64 {
-            weighted_sum_columns_avx2::<8>(p, values, d, c, &mut o[c..c + 64]);
-            c += 64;
-        }
         while d - c >= 8 {
-            weighted_sum_columns_avx2::<1>(p, values, d, c, &mut o[c..c + 8]);
-            c += 8;
+            let wide = d - c >= 16;
+            match (heads, wide) {
+                (4, true) => head_columns_avx2::<4, 2>(probs, values, total, d, h, c, out),
+                (3, true) => head_columns_avx2::<3, 2>(probs, values, total, d, h, c, out),
+                (2, true) => head_columns_avx2::<2, 2>(probs, values, total, d, h, c, out),
+                (_, true) => head_columns_avx2::<1, 2>(probs, values, total, d, h, c, out),
+                (4, false) => head_columns_avx2::<4, 1>(probs, values, total, d, h, c, out),
+                (3, false) => head_columns_avx2::<3, 1>(probs, values, total, d, h, c, out),
+                (2, false) => head_columns_avx2::<2, 1>(probs, values, total, d, h, c, out),
+                (_, false) => head_columns_avx2::<1, 1>(probs, values, total, d, h, c, out),
+            }
+            c += if wide { 16 } else { 8 };
         }
-        for (i, o) in o[c..].iter_mut().enumerate() {
-            *o = 0.0;
-            for (j, p) in p.iter().enumerate() {
-                *o = p.mul_add(values[j * d + c + i], *o);
+        for r in h..h + heads {
+            let p = &probs[r * total..(r + 1) * total];
+            for (i, o) in out[r * d + c..(r + 1) * d].iter_mut().enumerate() {
+                *o = 0.0;
+                for (j, p) in p.iter().enumerate() {
+                    *o = p.mul_add(values[j * d + c + i], *o);
+                }
             }
         }
+        h += heads;
     }
 }
 
-/// One head's output columns `c..c + 8 * C` of [`weighted_sum_avx2`], in
-/// registers while the positions' values go by in order.
+/// Columns `c..c + 8 * C` of heads `h0..h0 + H` of
+/// [`weighted_sum_avx2`].
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-fn weighted_sum_columns_avx2<const C: usize>(
+#[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
+fn head_columns_avx2<const H: usize, const C: usize>(
     probs: &[f32],
     values: &[f32],
+    total: usize,
     d: usize,
+    h0: usize,
     c: usize,
     out: &mut [f32],
 ) {
     use std::arch::x86_64::{
-        __m256, _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_set1_ps, _mm256_setzero_ps,
+        __m256, _mm256_broadcast_ss, _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_setzero_ps,
         _mm256_storeu_ps,
     };
-    assert!(out.len() >= 8 * C && c + 8 * C <= d && values.len() >= probs.len() * d);
-    let mut acc: [__m256; C] = [_mm256_setzero_ps(); C];
-    for (j, p) in probs.iter().enumerate() {
-        let p = _mm256_set1_ps(*p);
-        // SAFETY: `j < probs.len()` and `c + 8 * C <= d`: inside `values`,
-        // checked above.
+    assert!(
+        c + 8 * C <= d
+            && values.len() >= total * d
+            && probs.len() >= (h0 + H) * total
+            && out.len() >= (h0 + H) * d
+    );
+    let mut acc: [[__m256; C]; H] = [[_mm256_setzero_ps(); C]; H];
+    for j in 0..total {
+        // SAFETY: `j < total` and `c + 8 * C <= d`: inside `values`;
+        // `(h0 + h) * total + j` inside `probs` (asserted above).
         unsafe {
             let v = values.as_ptr().add(j * d + c);
-            for (i, a) in acc.iter_mut().enumerate() {
-                *a = _mm256_fmadd_ps(p, _mm256_loadu_ps(v.add(8 * i)), *a);
+            let mut vv = [_mm256_setzero_ps(); C];
+            for i in 0..C {
+                vv[i] = _mm256_loadu_ps(v.add(8 * i));
+            }
+            for h in 0..H {
+                let p = _mm256_broadcast_ss(&*probs.as_ptr().add((h0 + h) * total + j));
+                for i in 0..C {
+                    acc[h][i] = _mm256_fmadd_ps(p, vv[i], acc[h][i]);
+                }
             }
         }
     }
-    for (i, a) in acc.iter().enumerate() {
-        // SAFETY: `8 * i + 8 <= 8 * C <= out.len()`.
-        unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(8 * i), *a) };
+    for h in 0..H {
+        for i in 0..C {
+            // SAFETY: `(h0 + h) * d + c + 8 * i + 8 <= (h0 + H) * d <=
+            // out.len()`.
+            unsafe { _mm256_storeu_ps(out.as_mut_ptr().add((h0 + h) * d + c + 8 * i), acc[h][i]) };
+        }
     }
 }
 
@@ -446,7 +591,8 @@ mod tests {
     #[test]
     fn attention_gives_the_same_bits_on_every_path() {
         // Head sizes with and without a tail past 16 values; 1 to 8 query
-        // heads per key/value head; lengths around the eight lanes.
+        // heads per key/value head (whole and partial tiles of heads);
+        // lengths around the eight lanes and the tiles of keys.
         for (rep, d) in [
             (1usize, 64usize),
             (2, 16),
@@ -454,6 +600,9 @@ mod tests {
             (4, 64),
             (5, 8),
             (8, 128),
+            (6, 32),
+            (3, 48),
+            (2, 24),
         ] {
             for len in [1usize, 7, 8, 9, 33, 130] {
                 let shape = QueryShape {

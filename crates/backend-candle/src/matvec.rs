@@ -96,7 +96,7 @@ pub(crate) fn has_avx2_fma() -> bool {
 }
 
 /// Lanes of the dot product's accumulator.
-const LANES: usize = 16;
+pub(crate) const LANES: usize = 16;
 
 /// A linear layer (`y = x W^T + b`, `W` as `(out, in)`).
 #[derive(Debug, Clone)]
@@ -801,7 +801,7 @@ fn tile_avx2<const R: usize>(
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 #[inline]
-fn finish_avx2(
+pub(crate) fn finish_avx2(
     lo: std::arch::x86_64::__m256,
     hi: std::arch::x86_64::__m256,
     x_rest: &[f32],
