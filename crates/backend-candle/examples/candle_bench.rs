@@ -5,12 +5,16 @@
 //!    all cores) at batch 1, 8 and 32, the batch-32 / batch-1 gain, and the
 //!    share of the roofline each reaches: a run's lower bound is the
 //!    prefill's FLOPs / the matrix-multiplication peak, plus, per decoding
-//!    step, max(weight bytes / read bandwidth, the step's FLOPs / that
-//!    peak), with the peak and the bandwidth (the faster of a sum over
-//!    1 GiB and one over a buffer the size of one step's weights) measured
-//!    just before that run (both move with the machine's load as much as the engine does);
-//!    the median share over the rounds, its range, and the prefill's and
-//!    the decoding steps' own shares;
+//!    step, max(bytes read / read bandwidth, the step's FLOPs / that
+//!    peak), where the FLOPs are the projections', the LM head's and
+//!    attention's over every attended position, and the bytes the
+//!    weights' and the KV cache's that the rows attend to; the peak and
+//!    the bandwidth (the faster of a sum over 1 GiB and one over a buffer
+//!    the size of one step's weights) are measured just before that run
+//!    (both move with the machine's load as much as the engine does);
+//!    the median share over the rounds, its range, the prefill's and the
+//!    decoding steps' own shares, and the part of the bound attention
+//!    adds;
 //! 2. steady-state decoding at batch 1 and 32: bytes allocated and page
 //!    faults per generated token;
 //! 3. tokens/s through the `offline` backend (waves of 32 concurrent
@@ -179,6 +183,8 @@ fn main() -> Result<(), BoxError> {
         flops_token: decoder.flops_per_token() as f64,
         lm_flops: decoder.lm_head_flops() as f64,
         weight_bytes: decoder.weight_bytes_per_step() as f64,
+        attention_flops: decoder.attention_flops_per_position() as f64,
+        kv_bytes: decoder.kv_bytes_per_position() as f64,
     };
     // The read bandwidth over a buffer the size of one step's weights too:
     // steps read the same weights over and over, and where the last-level
@@ -221,7 +227,8 @@ fn main() -> Result<(), BoxError> {
                 shares[i].push(Shares {
                     run: bound.total() / elapsed,
                     prefill: bound.prefill / ttft,
-                    steps: bound.steps() / (elapsed - ttft),
+                    steps: bound.steps / (elapsed - ttft),
+                    attention: bound.attention / bound.total(),
                     peak,
                     read_bw,
                     compute_bound: bound.compute_bound,
@@ -235,6 +242,7 @@ fn main() -> Result<(), BoxError> {
     for (i, &b) in BATCHES.iter().enumerate() {
         let of = |f: fn(&Shares) -> f64| Spread::of(shares[i].iter().map(f));
         let (run, prefill, steps) = (of(|s| s.run), of(|s| s.prefill), of(|s| s.steps));
+        let attention = of(|s| s.attention);
         let (peaks, bws) = (of(|s| s.peak), of(|s| s.read_bw));
         println!(
             "  batch {b:>2}: {:>7.1} output tok/s  (prefill+first token {:.1} ms; \
@@ -245,7 +253,8 @@ fn main() -> Result<(), BoxError> {
         );
         println!(
             "            roofline share {:.0} % (median of {}, range {:.0}-{:.0} %); prefill {:.0} %, \
-             decoding steps {:.0} % ({}); peak {:.1}-{:.1} GFLOP/s, read bandwidth {:.2}-{:.2} GB/s",
+             decoding steps {:.0} % ({}); peak {:.1}-{:.1} GFLOP/s, read bandwidth {:.2}-{:.2} GB/s; \
+             attention {:.1} % of the bound",
             100.0 * run.median,
             shares[i].len(),
             100.0 * run.min,
@@ -263,6 +272,7 @@ fn main() -> Result<(), BoxError> {
             peaks.max / 1e9,
             bws.min / 1e9,
             bws.max / 1e9,
+            100.0 * attention.median,
         );
     }
     let last = BATCHES.len() - 1;
@@ -437,43 +447,65 @@ fn steady_state(
 
 /// The model's cost per token, for the roofline.
 struct ModelCost {
-    /// FLOPs of one token through the blocks.
+    /// FLOPs of one token through the blocks' projections.
     flops_token: f64,
     /// FLOPs of one row through the LM head.
     lm_flops: f64,
     /// Weight bytes one decoding step reads.
     weight_bytes: f64,
+    /// Attention FLOPs of one query position per attended position.
+    attention_flops: f64,
+    /// KV-cache bytes one row reads per attended position in a step.
+    kv_bytes: f64,
 }
 
 /// A run's lower bound, in seconds.
 struct Bound {
     prefill: f64,
-    step: f64,
+    /// The decoding steps', summed.
+    steps: f64,
+    /// Whether every decoding step is bound by arithmetic.
     compute_bound: bool,
+    /// The part of `prefill + steps` that attention adds.
+    attention: f64,
 }
 
 impl Bound {
-    fn steps(&self) -> f64 {
-        f64::from(OUTPUT - 1) * self.step
-    }
-
     fn total(&self) -> f64 {
-        self.prefill + self.steps()
+        self.prefill + self.steps
     }
 }
 
 impl ModelCost {
     /// The bound of one generation of `b` rows (prompt [`PROMPT`],
     /// [`OUTPUT`] new tokens) at this `peak` (FLOP/s) and `read_bw`
-    /// (bytes/s).
+    /// (bytes/s): the prefill's FLOPs / `peak`, then for every decoding
+    /// step the larger of its FLOPs / `peak` and the bytes it must read
+    /// (the weights, and each row's keys and values) / `read_bw`.
+    /// Attention counts every position a token attends to: a prompt's
+    /// token at position `p` attends to `p + 1`, the new token of decoding
+    /// step `s` (from 1) to `PROMPT + s`.
     fn bound(&self, b: usize, peak: f64, read_bw: f64) -> Bound {
-        let b = b as f64;
-        let compute = b * (self.flops_token + self.lm_flops) / peak;
-        let memory = self.weight_bytes / read_bw;
+        let (b, prompt) = (b as f64, PROMPT as f64);
+        let prefill_attention = b * prompt * (prompt + 1.0) / 2.0 * self.attention_flops / peak;
+        let prefill =
+            (b * prompt * self.flops_token + b * self.lm_flops) / peak + prefill_attention;
+        let (mut steps, mut without, mut compute_bound) = (0.0, 0.0, true);
+        for s in 1..OUTPUT {
+            let attended = prompt + f64::from(s);
+            let compute = b * (self.flops_token + self.lm_flops) / peak;
+            let memory = self.weight_bytes / read_bw;
+            let attention_compute = b * attended * self.attention_flops / peak;
+            let attention_memory = b * attended * self.kv_bytes / read_bw;
+            steps += (compute + attention_compute).max(memory + attention_memory);
+            without += compute.max(memory);
+            compute_bound &= compute + attention_compute >= memory + attention_memory;
+        }
         Bound {
-            prefill: (b * PROMPT as f64 * self.flops_token + b * self.lm_flops) / peak,
-            step: compute.max(memory),
-            compute_bound: compute > memory,
+            prefill,
+            steps,
+            compute_bound,
+            attention: prefill_attention + steps - without,
         }
     }
 }
@@ -486,6 +518,8 @@ struct Shares {
     peak: f64,
     read_bw: f64,
     compute_bound: bool,
+    /// The share of the bound that attention adds.
+    attention: f64,
 }
 
 /// Median and range of a few values.

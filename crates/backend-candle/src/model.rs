@@ -1040,6 +1040,22 @@ impl Decoder {
         total
     }
 
+    /// Floating-point operations of attention for one query position
+    /// against one attended position, over all layers: a multiply and an
+    /// add per query value for the score, and per value for the weighted
+    /// sum.
+    pub fn attention_flops_per_position(&self) -> usize {
+        let cfg = &self.config;
+        self.layers.len() * 4 * cfg.num_attention_heads * cfg.head_dim
+    }
+
+    /// Bytes of the KV cache one row reads per attended position in a
+    /// decoding step, over all layers (its keys and values).
+    pub fn kv_bytes_per_position(&self) -> usize {
+        let cfg = &self.config;
+        self.layers.len() * 2 * cfg.num_key_value_heads * cfg.head_dim * self.dtype.size_in_bytes()
+    }
+
     /// Floating-point operations of the LM head for one position.
     pub fn lm_head_flops(&self) -> usize {
         let (n, k) = self.lm_head.dims();
