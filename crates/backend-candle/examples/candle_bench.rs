@@ -17,7 +17,11 @@
 //!    adds;
 //! 2. steady-state decoding at batch 1 and 32: bytes allocated and page
 //!    faults per generated token;
-//! 3. tokens/s through the `offline` backend (waves of 32 concurrent
+//! 3. where the time goes at batch 1 and 32, timed inside the engine:
+//!    the prefill and the mean decoding step, each split into the
+//!    projections (with their FLOP rate), attention and the rest, and the
+//!    part of each step spent outside the engine;
+//! 4. tokens/s through the `offline` backend (waves of 32 concurrent
 //!    requests, one full batch each) / tokens/s of direct `generate` calls
 //!    with the same batches.
 //!
@@ -31,6 +35,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use guidebench_bench::data::SyntheticText;
+use guidebench_candle::model::PhaseReport;
 use guidebench_candle::{CandleEngine, CandleOptions};
 use guidebench_core::backend::Backend;
 use guidebench_core::engine::{Engine, EngineOutput, EngineRequest};
@@ -311,8 +316,36 @@ fn main() -> Result<(), BoxError> {
         model.weight_bytes / 1e6
     );
 
-    // 3. the offline backend's cost
-    println!("\n[3] offline backend vs direct generate ({waves} waves of {OFFLINE_BATCH})");
+    // 3. where the time goes, timed inside the engine
+    println!(
+        "\n[3] where the time goes (phases timed inside the engine; the fastest of {} runs)",
+        rounds.min(3)
+    );
+    for b in [1usize, 32] {
+        let batch = requests(b, 3_000_000, OUTPUT)?;
+        let mut fastest: Option<(f64, f64, PhaseReport)> = None;
+        for _ in 0..rounds.min(3) {
+            engine.engine().decoder().time_phases(true);
+            let start = Instant::now();
+            let outputs = generate(&mut engine, &batch)?;
+            let elapsed = start.elapsed().as_secs_f64();
+            engine.engine().decoder().time_phases(false);
+            let report = engine.engine().decoder().take_phase_times();
+            let ttft = outputs
+                .first()
+                .and_then(|o| o.token_instants.first())
+                .map_or(0.0, |t| (*t - start).as_secs_f64());
+            if fastest.as_ref().is_none_or(|(e, _, _)| elapsed < *e) {
+                fastest = Some((elapsed, ttft, report));
+            }
+        }
+        if let Some((elapsed, ttft, report)) = fastest {
+            print_phases(&model, b, elapsed, ttft, &report);
+        }
+    }
+
+    // 4. the offline backend's cost
+    println!("\n[4] offline backend vs direct generate ({waves} waves of {OFFLINE_BATCH})");
     let waves_requests: Vec<Vec<EngineRequest>> = (0..waves)
         .map(|w| requests(OFFLINE_BATCH, (w * OFFLINE_BATCH) as u64, OUTPUT))
         .collect::<Result<_, _>>()?;
@@ -443,6 +476,49 @@ fn steady_state(
         output?;
     }
     Ok(result)
+}
+
+/// Prints where one generation of `b` rows spent its time: the prefill
+/// and the mean decoding step, each split into projections (with their
+/// FLOP rate), attention and the rest, and the part of each decoding step
+/// spent outside the engine (core's loop: sampling, stop checks,
+/// detokenizing).
+fn print_phases(model: &ModelCost, b: usize, elapsed: f64, ttft: f64, report: &PhaseReport) {
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let (p, d) = (&report.prefill, &report.decoding);
+    let rows = b as f64;
+    let prefill_flops = rows * PROMPT as f64 * model.flops_token + rows * model.lm_flops;
+    println!(
+        "  batch {b:>2} prefill: {:.1} ms = projections {:.1} ms ({:.1} GFLOP/s) + attention {:.1} ms \
+         + the rest {:.1} ms",
+        ms(p.total),
+        ms(p.projections),
+        prefill_flops / p.projections.as_secs_f64().max(1e-9) / 1e9,
+        ms(p.attention),
+        ms(p.total.saturating_sub(p.projections + p.attention)),
+    );
+    let steps = d.passes.max(1) as f64;
+    let per = |t: Duration| t.as_secs_f64() / steps;
+    let step_flops = rows * (model.flops_token + model.lm_flops);
+    // the new token of step s attends to PROMPT + s positions, s = 1..OUTPUT
+    let attended = PROMPT as f64 + f64::from(OUTPUT) / 2.0;
+    let kv = rows * attended * model.kv_bytes;
+    let wall = (elapsed - ttft) / f64::from(OUTPUT - 1);
+    println!(
+        "  batch {b:>2} decoding step ({} steps): {:.2} ms = projections {:.2} ms ({:.1} GFLOP/s, \
+         weights at {:.1} GB/s) + attention {:.2} ms ({:.1} MB of keys and values at {:.1} GB/s) \
+         + the rest {:.2} ms; outside the engine {:.2} ms per step",
+        d.passes,
+        per(d.total) * 1e3,
+        per(d.projections) * 1e3,
+        step_flops / per(d.projections).max(1e-12) / 1e9,
+        model.weight_bytes / per(d.projections).max(1e-12) / 1e9,
+        per(d.attention) * 1e3,
+        kv / 1e6,
+        kv / per(d.attention).max(1e-12) / 1e9,
+        per(d.total.saturating_sub(d.projections + d.attention)) * 1e3,
+        (wall - per(d.total)) * 1e3,
+    );
 }
 
 /// The model's cost per token, for the roofline.

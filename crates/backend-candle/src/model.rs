@@ -8,6 +8,8 @@
 //! Weights are named as in the checkpoint (`model.layers.0.self_attn.q_proj.weight`, ...).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use candle_core::{CpuStorage, DType, Device, Module, Tensor};
 use candle_nn::{Embedding, VarBuilder};
@@ -940,6 +942,100 @@ pub const PREFILL_SCORE_BUDGET: usize = 256 << 20;
 /// through the blocks.
 pub const PREFILL_CHUNK_TOKENS: usize = 512;
 
+/// Where the host path's time went, summed over the passes run while
+/// [`Decoder::time_phases`] was on.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PhaseTimes {
+    /// Passes timed: prefill calls, or decoding steps.
+    pub passes: u64,
+    /// In the projections, the LM head's included.
+    pub projections: Duration,
+    /// In attention: scores, softmax and weighted sums.
+    pub attention: Duration,
+    /// In the whole of the passes: the projections, attention and the
+    /// rest (embeddings, norms, rotary embeddings, writing keys and
+    /// values, activations, additions).
+    pub total: Duration,
+}
+
+/// [`PhaseTimes`] of prefill and of decoding steps.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PhaseReport {
+    /// Prefill calls.
+    pub prefill: PhaseTimes,
+    /// Decoding steps.
+    pub decoding: PhaseTimes,
+}
+
+/// What a host pass is, for the phase clock.
+#[derive(Debug, Clone, Copy)]
+enum HostPass {
+    Prefill = 0,
+    Decoding = 1,
+}
+
+/// The clock behind [`Decoder::time_phases`]: per pass kind, the passes
+/// and the nanoseconds of projections, attention and whole passes. A
+/// clone starts with a clock of its own, stopped.
+#[derive(Debug, Default)]
+struct PhaseClock {
+    on: AtomicBool,
+    counts: [[AtomicU64; 4]; 2],
+}
+
+impl Clone for PhaseClock {
+    fn clone(&self) -> Self {
+        PhaseClock::default()
+    }
+}
+
+impl PhaseClock {
+    const PASSES: usize = 0;
+    const PROJECTIONS: usize = 1;
+    const ATTENTION: usize = 2;
+    const TOTAL: usize = 3;
+
+    /// The instant a timed phase starts, if the clock runs.
+    fn start(&self) -> Option<Instant> {
+        self.on.load(Ordering::Relaxed).then(Instant::now)
+    }
+
+    /// Adds the time since `start` to `phase` of `pass`.
+    fn add(&self, pass: HostPass, phase: usize, start: Option<Instant>) {
+        if let Some(start) = start {
+            let ns = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+            self.counts[pass as usize][phase].fetch_add(ns, Ordering::Relaxed);
+        }
+    }
+
+    /// Ends a pass of `pass` that started at `start`.
+    fn pass(&self, pass: HostPass, start: Option<Instant>) {
+        if start.is_some() {
+            self.counts[pass as usize][Self::PASSES].fetch_add(1, Ordering::Relaxed);
+        }
+        self.add(pass, Self::TOTAL, start);
+    }
+
+    /// The sums so far, reset to zero.
+    fn take(&self) -> PhaseReport {
+        let times = |pass: HostPass| {
+            let [passes, projections, attention, total] = self.counts[pass as usize]
+                .each_ref()
+                .map(|c| c.swap(0, Ordering::Relaxed));
+            PhaseTimes {
+                passes,
+                projections: Duration::from_nanos(projections),
+                attention: Duration::from_nanos(attention),
+                total: Duration::from_nanos(total),
+            }
+        };
+        PhaseReport {
+            prefill: times(HostPass::Prefill),
+            decoding: times(HostPass::Decoding),
+        }
+    }
+}
+
 /// The decoder: embeddings, blocks, final norm and LM head.
 #[derive(Debug, Clone)]
 pub struct Decoder {
@@ -952,6 +1048,7 @@ pub struct Decoder {
     max_seq_len: usize,
     dtype: DType,
     device: Device,
+    clock: PhaseClock,
 }
 
 impl Decoder {
@@ -987,7 +1084,21 @@ impl Decoder {
             max_seq_len,
             dtype: w.dtype(),
             device: w.device().clone(),
+            clock: PhaseClock::default(),
         })
+    }
+
+    /// Starts or stops timing the phases of prefill and decoding steps on
+    /// host buffers (f32 on the CPU; other paths are not timed): two clock
+    /// readings around every projection and attention call while on.
+    pub fn time_phases(&self, on: bool) {
+        self.clock.on.store(on, Ordering::Relaxed);
+    }
+
+    /// The phase times summed since the last call, or since timing
+    /// started (see [`Decoder::time_phases`]).
+    pub fn take_phase_times(&self) -> PhaseReport {
+        self.clock.take()
     }
 
     /// The model's configuration.
@@ -1257,8 +1368,13 @@ impl Decoder {
         }
         let mut acts = activations.get(&self.config, m, m, room);
         let last = last.get(m * h);
-        self.blocks_host(step, kv, &mut acts, last)?;
+        let pass = self.clock.start();
+        self.blocks_host(HostPass::Decoding, step, kv, &mut acts, last)?;
+        let since = self.clock.start();
         self.lm_head.forward_rows(last, m, acts.out_t, out)?;
+        self.clock
+            .add(HostPass::Decoding, PhaseClock::PROJECTIONS, since);
+        self.clock.pass(HostPass::Decoding, pass);
         for &slot in slots {
             slot_of_mut(kv, slot)?.len += 1;
         }
@@ -1273,6 +1389,7 @@ impl Decoder {
     /// tensor path's operations, in its order.
     fn blocks_host(
         &self,
+        kind: HostPass,
         part: &[HostToken],
         kv: &mut [Option<SlotKv>],
         acts: &mut Activations<'_>,
@@ -1319,7 +1436,9 @@ impl Decoder {
         for (li, layer) in self.layers.iter().enumerate() {
             let a = &layer.self_attn;
             layer.input_layernorm.rows(x, normed)?;
+            let since = self.clock.start();
             a.qkv_proj.forward_rows(normed, t, out_t, qkv)?;
+            self.clock.add(kind, PhaseClock::PROJECTIONS, since);
             for (row, token) in qkv.chunks_exact_mut(qkv_n).zip(part) {
                 let pos = token.pos;
                 let (Some(cos), Some(sin)) = (
@@ -1345,16 +1464,24 @@ impl Decoder {
                 write_host(kv, token.slot, li, pos, k, v, hd)?;
             }
             let view = |i: usize| host_view(kv, part[i].slot, li, part[i].pos + 1);
+            let since = self.clock.start();
             decode_attention(qkv, shape, &view, scale, attn, scores)?;
+            self.clock.add(kind, PhaseClock::ATTENTION, since);
+            let since = self.clock.start();
             a.o_proj.forward_rows(attn, t, out_t, proj)?;
+            self.clock.add(kind, PhaseClock::PROJECTIONS, since);
             add_in_place_par(x, proj, h);
             layer.post_attention_layernorm.rows(x, normed)?;
+            let since = self.clock.start();
             layer
                 .mlp
                 .gate_up_proj
                 .forward_rows(normed, t, out_t, gate_up)?;
+            self.clock.add(kind, PhaseClock::PROJECTIONS, since);
             silu_mul_rows(gate_up, inter, act);
+            let since = self.clock.start();
             layer.mlp.down_proj.forward_rows(act, t, out_t, proj)?;
+            self.clock.add(kind, PhaseClock::PROJECTIONS, since);
             add_in_place_par(x, proj, h);
         }
         for (row, token) in x.chunks_exact(h).zip(part) {
@@ -1468,10 +1595,15 @@ impl Decoder {
         let kernel_rows = crate::matvec::small_rows().min(rows.max(b));
         let mut acts = activations.get(&self.config, rows, kernel_rows, room);
         let last = last.get(b * h);
+        let pass = self.clock.start();
         for part in tokens.chunks(chunk) {
-            self.blocks_host(part, kv, &mut acts, last)?;
+            self.blocks_host(HostPass::Prefill, part, kv, &mut acts, last)?;
         }
+        let since = self.clock.start();
         self.lm_head.forward_rows(last, b, acts.out_t, out)?;
+        self.clock
+            .add(HostPass::Prefill, PhaseClock::PROJECTIONS, since);
+        self.clock.pass(HostPass::Prefill, pass);
         Ok(())
     }
 
@@ -1807,6 +1939,42 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn phase_times_count_every_host_pass_and_fit_within_it() {
+        let (_dir, decoder) = tiny_decoder(DType::F32);
+        let vocab = decoder.config().vocab_size;
+        let mut cache = decoder.new_cache(2);
+        let mut out = vec![0f32; 2 * vocab];
+        let decode = |cache: &mut SlotCache, out: &mut [f32]| {
+            decoder
+                .decode_into(&[0, 1], &[3, 4], cache, out)
+                .expect("step");
+        };
+        decoder.time_phases(true);
+        decoder
+            .prefill_into(&[(0, &[5, 6, 7], 8), (1, &[8], 8)], 2, &mut cache, &mut out)
+            .expect("prefill");
+        for _ in 0..3 {
+            decode(&mut cache, &mut out);
+        }
+        let report = decoder.take_phase_times();
+        for (times, passes) in [(report.prefill, 1), (report.decoding, 3)] {
+            assert_eq!(times.passes, passes, "{report:?}");
+            assert!(times.projections > Duration::ZERO, "{report:?}");
+            assert!(times.attention > Duration::ZERO, "{report:?}");
+            assert!(
+                times.projections + times.attention <= times.total,
+                "{report:?}"
+            );
+        }
+        // taken: the sums start again from zero
+        assert_eq!(decoder.take_phase_times(), PhaseReport::default());
+        // stopped: nothing is timed
+        decoder.time_phases(false);
+        decode(&mut cache, &mut out);
+        assert_eq!(decoder.take_phase_times(), PhaseReport::default());
     }
 
     #[test]
