@@ -43,6 +43,7 @@ use guidebench_core::generation::StepRunner;
 use guidebench_core::request::GenerationRequest;
 use guidebench_core::sampling::Sampling;
 use guidebench_testkit::machine::{Bandwidth, MatmulPeak, cpu_name};
+use guidebench_testkit::roofline::ModelCost;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -228,7 +229,7 @@ fn main() -> Result<(), BoxError> {
                 best_ttft[i] = best_ttft[i].min(ttft);
                 let after_first = tokens.saturating_sub(outputs.len());
                 best_decode[i] = best_decode[i].max(after_first as f64 / (elapsed - ttft));
-                let bound = model.bound(BATCHES[i], peak, read_bw);
+                let bound = model.bound(BATCHES[i], PROMPT, OUTPUT, peak, read_bw);
                 shares[i].push(Shares {
                     run: bound.total() / elapsed,
                     prefill: bound.prefill / ttft,
@@ -519,71 +520,6 @@ fn print_phases(model: &ModelCost, b: usize, elapsed: f64, ttft: f64, report: &P
         per(d.total.saturating_sub(d.projections + d.attention)) * 1e3,
         (wall - per(d.total)) * 1e3,
     );
-}
-
-/// The model's cost per token, for the roofline.
-struct ModelCost {
-    /// FLOPs of one token through the blocks' projections.
-    flops_token: f64,
-    /// FLOPs of one row through the LM head.
-    lm_flops: f64,
-    /// Weight bytes one decoding step reads.
-    weight_bytes: f64,
-    /// Attention FLOPs of one query position per attended position.
-    attention_flops: f64,
-    /// KV-cache bytes one row reads per attended position in a step.
-    kv_bytes: f64,
-}
-
-/// A run's lower bound, in seconds.
-struct Bound {
-    prefill: f64,
-    /// The decoding steps', summed.
-    steps: f64,
-    /// Whether every decoding step is bound by arithmetic.
-    compute_bound: bool,
-    /// The part of `prefill + steps` that attention adds.
-    attention: f64,
-}
-
-impl Bound {
-    fn total(&self) -> f64 {
-        self.prefill + self.steps
-    }
-}
-
-impl ModelCost {
-    /// The bound of one generation of `b` rows (prompt [`PROMPT`],
-    /// [`OUTPUT`] new tokens) at this `peak` (FLOP/s) and `read_bw`
-    /// (bytes/s): the prefill's FLOPs / `peak`, then for every decoding
-    /// step the larger of its FLOPs / `peak` and the bytes it must read
-    /// (the weights, and each row's keys and values) / `read_bw`.
-    /// Attention counts every position a token attends to: a prompt's
-    /// token at position `p` attends to `p + 1`, the new token of decoding
-    /// step `s` (from 1) to `PROMPT + s`.
-    fn bound(&self, b: usize, peak: f64, read_bw: f64) -> Bound {
-        let (b, prompt) = (b as f64, PROMPT as f64);
-        let prefill_attention = b * prompt * (prompt + 1.0) / 2.0 * self.attention_flops / peak;
-        let prefill =
-            (b * prompt * self.flops_token + b * self.lm_flops) / peak + prefill_attention;
-        let (mut steps, mut without, mut compute_bound) = (0.0, 0.0, true);
-        for s in 1..OUTPUT {
-            let attended = prompt + f64::from(s);
-            let compute = b * (self.flops_token + self.lm_flops) / peak;
-            let memory = self.weight_bytes / read_bw;
-            let attention_compute = b * attended * self.attention_flops / peak;
-            let attention_memory = b * attended * self.kv_bytes / read_bw;
-            steps += (compute + attention_compute).max(memory + attention_memory);
-            without += compute.max(memory);
-            compute_bound &= compute + attention_compute >= memory + attention_memory;
-        }
-        Bound {
-            prefill,
-            steps,
-            compute_bound,
-            attention: prefill_attention + steps - without,
-        }
-    }
 }
 
 /// One run's shares of its roofline, and the measures it was taken with.

@@ -1747,6 +1747,7 @@ mod tests {
     use super::*;
     use guidebench_testkit::conformance::largest_difference;
     use guidebench_testkit::fixtures::{FixtureSpec, write_llama_fixture};
+    use guidebench_testkit::roofline::ModelCost;
 
     fn tiny_decoder(dtype: DType) -> (tempfile::TempDir, Decoder) {
         decoder_of(&FixtureSpec::tiny(), dtype)
@@ -1938,6 +1939,29 @@ mod tests {
                     assert_eq!(host.len(slot), Some(prompt.len() + 1));
                 }
             }
+        }
+    }
+
+    #[test]
+    fn the_benches_roofline_counts_the_model_as_the_decoder_does() {
+        // the ort and tch benches take the costs from the description
+        // alone; bench/candle from the loaded decoder
+        for spec in [
+            FixtureSpec::tiny(),
+            FixtureSpec::qwen2(),
+            FixtureSpec::qwen3(),
+            FixtureSpec::tied(),
+        ] {
+            let (_dir, decoder) = decoder_of(&spec, DType::F32);
+            let cost = ModelCost::of(decoder.config(), 4);
+            let counted = ModelCost {
+                flops_token: decoder.flops_per_token() as f64,
+                lm_flops: decoder.lm_head_flops() as f64,
+                weight_bytes: decoder.weight_bytes_per_step() as f64,
+                attention_flops: decoder.attention_flops_per_position() as f64,
+                kv_bytes: decoder.kv_bytes_per_position() as f64,
+            };
+            assert_eq!(cost, counted, "{}", spec.model_type);
         }
     }
 

@@ -6,8 +6,9 @@
 //!    (`StepRunner::generate`), and the share of the roofline each reaches:
 //!    the run's lower bound is the prefill's FLOPs / the
 //!    matrix-multiplication peak measured in this run, plus, per decoding
-//!    step, max(weight bytes / read bandwidth measured in this run, the
-//!    step's FLOPs / that peak) (the bound of `bench/candle`);
+//!    step, max(bytes read / read bandwidth measured in this run, the
+//!    step's FLOPs / that peak), attention's FLOPs and KV reads included
+//!    (the bound of `bench/candle`, [`guidebench_testkit::roofline`]);
 //! 2. the same batches driven directly with ONNX Runtime: a plain loop of
 //!    `session.run` calls (one prefill over the left-padded batch, then 63
 //!    decoding calls feeding `present` back as `past`, with a growing
@@ -54,11 +55,12 @@ use guidebench_bench::metrics::percentile;
 use guidebench_candle::{CandleEngine, CandleOptions};
 use guidebench_core::engine::{Engine, EngineOutput, EngineRequest};
 use guidebench_core::generation::StepRunner;
-use guidebench_core::model::{DecoderConfig, ModelFolder};
+use guidebench_core::model::ModelFolder;
 use guidebench_core::sampling::Sampling;
 use guidebench_ort::graph::{find_graph, past_name, present_name};
 use guidebench_ort::{OrtEngine, OrtOptions, RunTimes};
 use guidebench_testkit::machine::{Bandwidth, MatmulPeak, cpu_name, load_average};
+use guidebench_testkit::roofline::ModelCost;
 use ort::session::builder::GraphOptimizationLevel;
 use ort::session::{Session, SessionInputValue};
 use ort::value::{DynValue, TensorRef};
@@ -382,7 +384,13 @@ fn main() -> Result<(), BoxError> {
         }
     }
 
-    let (flops_token, lm_flops, weight_bytes) = model_costs(folder.config());
+    let cost = ModelCost::of(folder.config(), std::mem::size_of::<f32>());
+    let ModelCost {
+        flops_token,
+        lm_flops,
+        weight_bytes,
+        ..
+    } = cost;
     if let Some(c) = candle.as_ref() {
         let d = c.engine().decoder();
         let theirs = (
@@ -418,9 +426,7 @@ fn main() -> Result<(), BoxError> {
     );
     for (i, &b) in BATCHES.iter().enumerate() {
         let b_f = b as f64;
-        let prefill_bound = (b_f * PROMPT as f64 * flops_token + b_f * lm_flops) / peak;
-        let step_bound = (weight_bytes / read_bw).max(b_f * (flops_token + lm_flops) / peak);
-        let bound = prefill_bound + f64::from(OUTPUT - 1) * step_bound;
+        let bound = cost.bound(b, PROMPT, OUTPUT, peak, read_bw).total();
         let share = |tps: f64| 100.0 * bound / (b_f * f64::from(OUTPUT) / tps);
         let (e, d, c) = (&engine_runs[i], &direct_runs[i], &candle_runs[i]);
         let (e_tps, d_tps, c_tps) = (e.median_tps(), d.median_tps(), c.median_tps());
@@ -447,14 +453,17 @@ fn main() -> Result<(), BoxError> {
     }
     println!(
         "  roofline share: engine / direct; the bound: prefill {:.1} MFLOP per prompt token + \
-         {:.1} MFLOP LM head per row at {:.1} GFLOP/s, then per step max({:.1} MB of weights at \
-         {:.2} GB/s, rows x {:.1} MFLOP)",
+         {:.1} MFLOP LM head per row at {:.1} GFLOP/s, then per step max({:.1} MB of weights + \
+         {:.1} KB of keys and values per row and attended position at {:.2} GB/s, rows x {:.1} \
+         MFLOP + {:.1} KFLOP of attention per row and attended position)",
         flops_token / 1e6,
         lm_flops / 1e6,
         peak / 1e9,
         weight_bytes / 1e6,
+        cost.kv_bytes / 1e3,
         read_bw / 1e9,
         (flops_token + lm_flops) / 1e6,
+        cost.attention_flops / 1e3,
     );
     println!(
         "  (the exported graph computes logits at every prompt position, which the bound does \
@@ -551,24 +560,6 @@ fn main() -> Result<(), BoxError> {
             .join(", ")
     );
     Ok(())
-}
-
-/// FLOPs of the decoder blocks' projections per token, FLOPs of the LM
-/// head per row, and the weight bytes one decoding step reads (f32), from
-/// the model's configuration (as candle's decoder counts them).
-fn model_costs(c: &DecoderConfig) -> (f64, f64, f64) {
-    let (h, q, kv) = (
-        c.hidden_size,
-        c.num_attention_heads * c.head_dim,
-        c.num_key_value_heads * c.head_dim,
-    );
-    let per_layer = h * (q + 2 * kv) + q * h + 3 * h * c.intermediate_size;
-    let biases = if c.qkv_bias { q + 2 * kv } else { 0 } + if c.o_bias { h } else { 0 };
-    let norms = 2 * h + if c.qk_norm { 2 * c.head_dim } else { 0 };
-    let lm = c.vocab_size * h;
-    let flops_token = 2 * c.num_hidden_layers * per_layer;
-    let weights = c.num_hidden_layers * (per_layer + biases + norms) + lm + h + h;
-    (flops_token as f64, (2 * lm) as f64, (4 * weights) as f64)
 }
 
 /// A second session on the same graph, driven by a plain loop.

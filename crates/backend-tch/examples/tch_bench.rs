@@ -7,8 +7,10 @@
 //! with the engines interleaved, and the share of the roofline each
 //! reaches. The run's lower bound is the prefill's FLOPs / the
 //! matrix-multiplication peak measured in this run, plus, per decoding
-//! step, max(weight bytes / read bandwidth measured in this run, the
-//! step's FLOPs / that peak), as `bench/candle` and `bench/ort` define it.
+//! step, max(bytes read / read bandwidth measured in this run, the
+//! step's FLOPs / that peak), attention's FLOPs and KV reads included, as
+//! `bench/candle` and `bench/ort` define it
+//! ([`guidebench_testkit::roofline`]).
 //! Here the peak is the faster of libtorch's and the `gemm` crate's
 //! (candle's, into a kept output) on a prefill-shaped product, and the
 //! read bandwidth libtorch's sum over 1 GiB.
@@ -32,6 +34,7 @@ use guidebench_core::generation::StepRunner;
 use guidebench_core::sampling::Sampling;
 use guidebench_tch::{TchEngine, TchOptions};
 use guidebench_testkit::machine::{MatmulPeak, cpu_name, load_average};
+use guidebench_testkit::roofline::ModelCost;
 use tch::{Device, Kind, Tensor};
 
 type BoxError = Box<dyn std::error::Error>;
@@ -232,17 +235,13 @@ fn main() -> Result<(), BoxError> {
     }
 
     let [best_tch, best_dual, best_candle] = best;
-    // The model's costs, counted by candle's decoder (the same numbers
-    // bench/candle and bench/ort use); the tch decoder's parameter count
-    // is printed beside them as a check.
-    let costs = candle.as_ref().map(|c| {
-        let d = c.engine().decoder();
-        (
-            d.flops_per_token() as f64,
-            d.lm_head_flops() as f64,
-            d.weight_bytes_per_step() as f64,
-        )
-    });
+    // The model's costs from its description (the numbers bench/candle
+    // and bench/ort use); the tch decoder's parameter count is printed
+    // beside them as a check.
+    let cost = ModelCost::of(
+        engine.engine().decoder().config(),
+        std::mem::size_of::<f32>(),
+    );
     println!(
         "\noutput tokens/s (best of {rounds} interleaved rounds, {:.0} s; load average now {}); \
          tch reads {} parameters per decoding step",
@@ -264,15 +263,8 @@ fn main() -> Result<(), BoxError> {
     for (i, &b) in BATCHES.iter().enumerate() {
         let b_f = b as f64;
         let share = |tps: f64| -> String {
-            match costs {
-                Some((flops_token, lm_flops, weight_bytes)) => {
-                    let prefill = (b_f * PROMPT as f64 * flops_token + b_f * lm_flops) / peak;
-                    let step = (weight_bytes / read_bw).max(b_f * (flops_token + lm_flops) / peak);
-                    let bound = prefill + f64::from(OUTPUT - 1) * step;
-                    format!("{:.0} %", 100.0 * bound / (b_f * f64::from(OUTPUT) / tps))
-                }
-                None => "-".into(),
-            }
+            let bound = cost.bound(b, PROMPT, OUTPUT, peak, read_bw).total();
+            format!("{:.0} %", 100.0 * bound / (b_f * f64::from(OUTPUT) / tps))
         };
         let (t, d, c) = (best_tch[i], best_dual[i], best_candle[i]);
         let mut row = format!("  {b:>5}  {t:>9.1} {:>9}", share(t));

@@ -29,6 +29,9 @@
 //!   against without running the reference.
 //! - [`machine`]: what the engine benches measure of the machine (CPU
 //!   name, load, matrix-multiplication peak, memory bandwidth).
+//! - [`roofline`]: the lower bound of a generation the engine benches
+//!   divide by (the model's FLOPs and bytes, attention included, over
+//!   the measured peak and bandwidth).
 //! - [`conformance`]: the suite every step engine runs against itself
 //!   (greedy tokens and logits on the shared fixtures, batching, stopping
 //!   rules, seeded sampling, per-request errors, timings), as one call or
@@ -43,6 +46,7 @@ pub mod machine;
 mod mock;
 mod probe;
 pub mod reference;
+pub mod roofline;
 mod step;
 mod tokenizer;
 
