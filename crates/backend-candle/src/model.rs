@@ -1386,7 +1386,8 @@ impl Decoder {
     /// values written at its position of its slot, its attention over
     /// its slot's first `pos + 1` positions), then the final norm of each
     /// token that ends its sequence into row `last_of` of `last`. The
-    /// tensor path's operations, in its order.
+    /// tensor path's operations, in its order; the phase clock counts
+    /// them under `kind`.
     fn blocks_host(
         &self,
         kind: HostPass,
