@@ -12,7 +12,7 @@ use rayon::prelude::*;
 use crate::activation::exp_avx2;
 use crate::activation::exp_poly;
 #[cfg(target_arch = "x86_64")]
-use crate::matvec::{LANES, finish_avx2, rows_times_avx2};
+use crate::matvec::{LANES, LINE_VALUES, finish_avx2, rows_times_avx2};
 use crate::matvec::{has_avx2_fma, rows_times_portable};
 
 /// One row's keys and values in its slot of the KV cache, for a decoding
@@ -234,7 +234,7 @@ fn scores_avx2(
             // SAFETY: a prefetch reads nothing; the addresses stay inside
             // `values` and `keys` (checked against `total * d` above).
             unsafe { _mm_prefetch::<_MM_HINT_T1>(values.as_ptr().add(j * d + at).cast()) };
-            at += LINE_FLOATS;
+            at += LINE_VALUES;
         }
         let ks = &keys[j * d..(j + n) * d];
         let mut h = 0;
@@ -253,10 +253,6 @@ fn scores_avx2(
         j += n;
     }
 }
-
-/// Floats in one 64-byte cache line.
-#[cfg(target_arch = "x86_64")]
-const LINE_FLOATS: usize = 16;
 
 /// One tile of [`scores_avx2`]: query heads `h0..h0 + H` (the first `H`
 /// rows of `qs`) against keys `j0..j0 + J` (the `J` rows of `ks`), `d` a

@@ -306,11 +306,11 @@ impl CustomOp1 for PackedMatmul<'_> {
 }
 
 /// Values per 64-byte cache line.
-const LINE_VALUES: usize = 64 / std::mem::size_of::<f32>();
+pub(crate) const LINE_VALUES: usize = 64 / std::mem::size_of::<f32>();
 
 /// `values` copied into a buffer where they start on a 64-byte boundary:
 /// the buffer and the index of the first value.
-fn aligned_copy(values: impl ExactSizeIterator<Item = f32>) -> (Vec<f32>, usize) {
+pub(crate) fn aligned_copy(values: impl ExactSizeIterator<Item = f32>) -> (Vec<f32>, usize) {
     let n = values.len();
     let mut data: Vec<f32> = Vec::with_capacity(n + LINE_VALUES);
     let misaligned = (data.as_ptr() as usize % 64) / std::mem::size_of::<f32>();

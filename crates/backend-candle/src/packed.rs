@@ -15,11 +15,10 @@
 
 use rayon::prelude::*;
 
+use crate::matvec::{LINE_VALUES, aligned_copy};
+
 /// Output rows per panel.
 pub const PANEL: usize = 16;
-
-/// Values per 64-byte cache line.
-const LINE_VALUES: usize = 64 / std::mem::size_of::<f32>();
 
 /// Bytes of panels a group of input rows works through before the next
 /// group passes over the same panels (kept in the L2 cache meanwhile).
@@ -45,13 +44,9 @@ pub struct PackedWeight {
 impl PackedWeight {
     /// Packs the row-major `(n, k)` weight `w` (at least `n * k` values).
     pub fn pack(w: &[f32], n: usize, k: usize) -> Self {
-        let panels = n.div_ceil(PANEL);
-        let len = panels * PANEL * k;
-        let mut data: Vec<f32> = Vec::with_capacity(len + LINE_VALUES);
-        let misaligned = (data.as_ptr() as usize % 64) / std::mem::size_of::<f32>();
-        let offset = (LINE_VALUES - misaligned) % LINE_VALUES;
-        data.resize(offset + len, 0.0);
-        let packed = &mut data[offset..];
+        let len = n.div_ceil(PANEL) * PANEL * k;
+        let (mut data, offset) = aligned_copy(std::iter::repeat_n(0.0, len));
+        let packed = &mut data[offset..offset + len];
         for (p, panel) in packed.chunks_exact_mut(PANEL * k.max(1)).enumerate() {
             for c in 0..PANEL.min(n - p * PANEL) {
                 let row = &w[(p * PANEL + c) * k..(p * PANEL + c + 1) * k];
@@ -75,7 +70,8 @@ impl PackedWeight {
 
     /// The packed values: `n` rounded up to whole panels, times `k`.
     fn values(&self) -> &[f32] {
-        &self.data[self.offset..]
+        let len = self.n.div_ceil(PANEL) * PANEL * self.k;
+        &self.data[self.offset..self.offset + len]
     }
 
     /// Row `j` of the weight as it was before packing.
