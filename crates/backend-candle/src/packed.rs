@@ -91,17 +91,23 @@ impl std::fmt::Debug for PackedWeight {
     }
 }
 
-/// A kernel over one panel: `out[r * n + col + c] = sum_i xs[r * k + i] *
-/// panel[i * 16 + c]` for the rows of `xs` and the panel's columns below
-/// `n - col`, fetching the values of its last argument into the caches
+/// A kernel over one panel: `out[r][c] = sum_i xs[r * k + i] * panel[i *
+/// 16 + c]` for the `rows` rows of `xs` (arguments: `xs`, `rows`, `panel`,
+/// `k`, `ahead`, `out`), fetching the values of `ahead` into the caches
 /// meanwhile (a hint; the result does not depend on it).
-type TileFn = fn(&[f32], usize, &[f32], &mut [f32], usize, usize, usize, &[f32]);
+type TileFn = fn(&[f32], usize, &[f32], usize, &[f32], &mut Tile);
 
-/// A kernel over several adjacent panels for one input row (`panels`
-/// holds them all): `out[col + c] = sum_i xs[i] * panels[...]` for the
-/// columns from `col` that the panels cover, below `n`, each output summed
-/// as [`TileFn`] sums it.
-type PanelsFn = fn(&[f32], &[f32], &mut [f32], usize, usize, usize);
+/// A kernel over several adjacent panels for one input row (arguments:
+/// `xs`, `panels`, holding them all, `k`, `out`): `out[16 * q + c] =
+/// sum_i xs[i] * (panel q)[i * 16 + c]`, each output summed as [`TileFn`]
+/// sums it.
+type PanelsFn = fn(&[f32], &[f32], usize, &mut [f32; MOST_PANELS * PANEL]);
+
+/// One tile's outputs: up to [`TILE_ROWS`] rows of one panel's columns.
+type Tile = [[f32; PANEL]; TILE_ROWS];
+
+/// The most panels a [`PanelsFn`] takes at a time.
+const MOST_PANELS: usize = 4;
 
 /// The kernels one product runs.
 #[derive(Clone, Copy)]
@@ -129,14 +135,14 @@ const PORTABLE: Kernel = Kernel {
 /// The AVX2 kernels over several panels for one input row.
 #[cfg(target_arch = "x86_64")]
 const ONE_ROW_AVX2: &[(usize, PanelsFn)] = &[
-    (4, |xs, panels, out, n, col, k| {
+    (4, |xs, panels, k, out| {
         // SAFETY: these are handed out only by `best_kernel` (and the
         // tests) once the CPU is known to support AVX2 and FMA.
-        unsafe { panels_avx2::<4>(xs, panels, out, n, col, k) }
+        unsafe { panels_avx2::<4>(xs, panels, k, out) }
     }),
-    (2, |xs, panels, out, n, col, k| {
+    (2, |xs, panels, k, out| {
         // SAFETY: as above.
-        unsafe { panels_avx2::<2>(xs, panels, out, n, col, k) }
+        unsafe { panels_avx2::<2>(xs, panels, k, out) }
     }),
 ];
 
@@ -145,9 +151,9 @@ fn best_kernel() -> Kernel {
     #[cfg(target_arch = "x86_64")]
     if crate::matvec::has_avx2_fma() {
         return Kernel {
-            tile: |xs, rows, panel, out, n, col, k, ahead| {
+            tile: |xs, rows, panel, k, ahead, out| {
                 // SAFETY: the CPU supports AVX2 and FMA, checked above.
-                unsafe { tile_avx2_rows(xs, rows, panel, out, n, col, k, ahead) }
+                unsafe { tile_avx2_rows(xs, rows, panel, k, ahead, out) }
             },
             one_row: ONE_ROW_AVX2,
         };
@@ -190,17 +196,18 @@ fn packed_matmul_with(x: &[f32], m: usize, w: &PackedWeight, out: &mut [f32], ke
     // prefill chunk) the wait is a small part of a block's time, and a
     // 512-row product ran about 5 % slower with it.
     let prefetch = (2..=PREFETCH_GROUPS).contains(&groups);
-    let out_at = SharedOut(out.as_mut_ptr());
+    let out = SharedOut {
+        ptr: out.as_mut_ptr(),
+        m,
+        n,
+    };
     (0..panels.div_ceil(per_task))
         .into_par_iter()
         .for_each(|task| {
             let first = task * per_task;
             let last = (first + per_task).min(panels);
-            // SAFETY: `out` holds `m * n` values; tasks cover disjoint
-            // panel ranges, so each writes only its own columns
-            // `first * 16 .. last * 16` of every row, and no one reads
-            // `out` until every task has ended.
-            let out = unsafe { std::slice::from_raw_parts_mut(out_at.get(), m * n) };
+            let (mut tile, mut several_out) =
+                ([[0f32; PANEL]; TILE_ROWS], [0f32; MOST_PANELS * PANEL]);
             let mut b = first;
             while b < last {
                 let end = (b + block).min(last);
@@ -215,7 +222,12 @@ fn packed_matmul_with(x: &[f32], m: usize, w: &PackedWeight, out: &mut [f32], ke
                         let several = kernel.one_row.iter().find(|(w, _)| p + w <= end);
                         if let (1, Some(&(width, run))) = (rows, several) {
                             let panels = &values[p * panel_len..(p + width) * panel_len];
-                            run(xs, panels, &mut out[i * n..], n, p * PANEL, k);
+                            run(xs, panels, k, &mut several_out);
+                            let cols = (width * PANEL).min(n - p * PANEL);
+                            // SAFETY: panels `p..p + width` are this task's
+                            // own: no other task writes these columns.
+                            unsafe { out.cols(i, p * PANEL, cols) }
+                                .copy_from_slice(&several_out[..cols]);
                             p += width;
                             continue;
                         }
@@ -240,7 +252,14 @@ fn packed_matmul_with(x: &[f32], m: usize, w: &PackedWeight, out: &mut [f32], ke
                             }
                             _ => &[][..],
                         };
-                        (kernel.tile)(xs, rows, panel, &mut out[i * n..], n, p * PANEL, k, ahead);
+                        (kernel.tile)(xs, rows, panel, k, ahead, &mut tile);
+                        let cols = PANEL.min(n - p * PANEL);
+                        for (r, values) in tile[..rows].iter().enumerate() {
+                            // SAFETY: panel `p` is this task's own: no
+                            // other task writes these columns.
+                            unsafe { out.cols(i + r, p * PANEL, cols) }
+                                .copy_from_slice(&values[..cols]);
+                        }
                         p += 1;
                     }
                     i += rows;
@@ -250,9 +269,14 @@ fn packed_matmul_with(x: &[f32], m: usize, w: &PackedWeight, out: &mut [f32], ke
         });
 }
 
-/// `out`'s pointer, handed to rayon's tasks, which write disjoint columns.
+/// The `(m, n)` output, handed to rayon's tasks, which write disjoint
+/// columns of it: each through slices of its own columns only.
 #[derive(Clone, Copy)]
-struct SharedOut(*mut f32);
+struct SharedOut {
+    ptr: *mut f32,
+    m: usize,
+    n: usize,
+}
 
 // SAFETY: the pointer is only written through in `packed_matmul_with`,
 // where every task writes disjoint elements.
@@ -261,79 +285,63 @@ unsafe impl Send for SharedOut {}
 unsafe impl Sync for SharedOut {}
 
 impl SharedOut {
-    fn get(self) -> *mut f32 {
-        self.0
+    /// Columns `col..col + cols` of row `row`.
+    ///
+    /// # Safety
+    ///
+    /// No other slice of these elements may be alive while this one is.
+    unsafe fn cols<'a>(&self, row: usize, col: usize, cols: usize) -> &'a mut [f32] {
+        assert!(row < self.m && col + cols <= self.n);
+        // SAFETY: inside the `m * n` values `ptr` points to (asserted);
+        // exclusive by the caller's promise.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(row * self.n + col), cols) }
     }
 }
 
 /// The portable kernel: the same multiply-adds as the AVX2 one, in the
 /// same order, one value at a time.
 #[allow(clippy::too_many_arguments)]
-fn tile_portable(
-    xs: &[f32],
-    rows: usize,
-    panel: &[f32],
-    out: &mut [f32],
-    n: usize,
-    col: usize,
-    k: usize,
-    _ahead: &[f32],
-) {
-    let cols = PANEL.min(n - col);
-    for r in 0..rows {
+fn tile_portable(xs: &[f32], rows: usize, panel: &[f32], k: usize, _ahead: &[f32], out: &mut Tile) {
+    for (r, acc) in out[..rows].iter_mut().enumerate() {
         let x_row = &xs[r * k..(r + 1) * k];
-        let mut acc = [0f32; PANEL];
+        *acc = [0f32; PANEL];
         for (x, w) in x_row.iter().zip(panel.chunks_exact(PANEL)) {
             for (a, w) in acc.iter_mut().zip(w) {
                 *a = x.mul_add(*w, *a);
             }
         }
-        out[r * n + col..r * n + col + cols].copy_from_slice(&acc[..cols]);
     }
 }
 
 /// [`tile_avx2`] for `rows` (1 to [`TILE_ROWS`]) input rows.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-#[allow(clippy::too_many_arguments)]
-fn tile_avx2_rows(
-    xs: &[f32],
-    rows: usize,
-    panel: &[f32],
-    out: &mut [f32],
-    n: usize,
-    col: usize,
-    k: usize,
-    ahead: &[f32],
-) {
+fn tile_avx2_rows(xs: &[f32], rows: usize, panel: &[f32], k: usize, ahead: &[f32], out: &mut Tile) {
     if ahead.is_empty() {
-        tile_avx2_fetching::<false>(xs, rows, panel, out, n, col, k, ahead)
+        tile_avx2_fetching::<false>(xs, rows, panel, k, ahead, out)
     } else {
-        tile_avx2_fetching::<true>(xs, rows, panel, out, n, col, k, ahead)
+        tile_avx2_fetching::<true>(xs, rows, panel, k, ahead, out)
     }
 }
 
 /// [`tile_avx2`] for `rows` input rows, fetching `ahead` or not.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-#[allow(clippy::too_many_arguments)]
 fn tile_avx2_fetching<const FETCH: bool>(
     xs: &[f32],
     rows: usize,
     panel: &[f32],
-    out: &mut [f32],
-    n: usize,
-    col: usize,
     k: usize,
     ahead: &[f32],
+    out: &mut Tile,
 ) {
     match rows {
-        6 => tile_avx2::<6, FETCH>(xs, panel, out, n, col, k, ahead),
-        5 => tile_avx2::<5, FETCH>(xs, panel, out, n, col, k, ahead),
-        4 => tile_avx2::<4, FETCH>(xs, panel, out, n, col, k, ahead),
-        3 => tile_avx2::<3, FETCH>(xs, panel, out, n, col, k, ahead),
-        2 => tile_avx2::<2, FETCH>(xs, panel, out, n, col, k, ahead),
-        _ => tile_avx2::<1, FETCH>(xs, panel, out, n, col, k, ahead),
+        6 => tile_avx2::<6, FETCH>(xs, panel, k, ahead, out),
+        5 => tile_avx2::<5, FETCH>(xs, panel, k, ahead, out),
+        4 => tile_avx2::<4, FETCH>(xs, panel, k, ahead, out),
+        3 => tile_avx2::<3, FETCH>(xs, panel, k, ahead, out),
+        2 => tile_avx2::<2, FETCH>(xs, panel, k, ahead, out),
+        _ => tile_avx2::<1, FETCH>(xs, panel, k, ahead, out),
     }
 }
 
@@ -349,11 +357,9 @@ fn tile_avx2_fetching<const FETCH: bool>(
 fn tile_avx2<const R: usize, const FETCH: bool>(
     xs: &[f32],
     panel: &[f32],
-    out: &mut [f32],
-    n: usize,
-    col: usize,
     k: usize,
     ahead: &[f32],
+    out: &mut Tile,
 ) {
     use std::arch::x86_64::{
         __m256, _MM_HINT_T0, _mm_prefetch, _mm256_broadcast_ss, _mm256_fmadd_ps, _mm256_loadu_ps,
@@ -394,25 +400,12 @@ fn tile_avx2<const R: usize, const FETCH: bool>(
             }
         }
     }
-    let cols = PANEL.min(n - col);
-    for r in 0..R {
-        let at = r * n + col;
-        if cols == PANEL {
-            // SAFETY: `out` holds row `r`'s 16 columns from `col` (the
-            // caller's slice reaches `rows * n`); unaligned stores.
-            unsafe {
-                _mm256_storeu_ps(out[at..at + 8].as_mut_ptr(), lo[r]);
-                _mm256_storeu_ps(out[at + 8..at + 16].as_mut_ptr(), hi[r]);
-            }
-            continue;
-        }
-        let mut lanes = [0f32; PANEL];
-        // SAFETY: `lanes` holds 16 values; unaligned stores.
+    for (r, row) in out.iter_mut().take(R).enumerate() {
+        // SAFETY: `row` holds 16 values; unaligned stores.
         unsafe {
-            _mm256_storeu_ps(lanes.as_mut_ptr(), lo[r]);
-            _mm256_storeu_ps(lanes.as_mut_ptr().add(8), hi[r]);
+            _mm256_storeu_ps(row.as_mut_ptr(), lo[r]);
+            _mm256_storeu_ps(row.as_mut_ptr().add(8), hi[r]);
         }
-        out[at..at + cols].copy_from_slice(&lanes[..cols]);
     }
 }
 
@@ -429,10 +422,8 @@ fn tile_avx2<const R: usize, const FETCH: bool>(
 fn panels_avx2<const P: usize>(
     xs: &[f32],
     panels: &[f32],
-    out: &mut [f32],
-    n: usize,
-    col: usize,
     k: usize,
+    out: &mut [f32; MOST_PANELS * PANEL],
 ) {
     use std::arch::x86_64::{
         __m256, _mm256_broadcast_ss, _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_setzero_ps,
@@ -454,18 +445,11 @@ fn panels_avx2<const P: usize>(
             }
         }
     }
-    let mut lanes = [0f32; MOST_PANELS * PANEL];
-    for (chunk, a) in lanes.chunks_exact_mut(8).zip(acc.iter().flatten()) {
+    for (chunk, a) in out.chunks_exact_mut(8).zip(acc.iter().flatten()) {
         // SAFETY: `chunk` holds 8 values; unaligned store.
         unsafe { _mm256_storeu_ps(chunk.as_mut_ptr(), *a) };
     }
-    let cols = (P * PANEL).min(n - col);
-    out[col..col + cols].copy_from_slice(&lanes[..cols]);
 }
-
-/// The most panels [`panels_avx2`] takes at a time.
-#[cfg(target_arch = "x86_64")]
-const MOST_PANELS: usize = 4;
 
 #[cfg(test)]
 mod tests {
