@@ -219,8 +219,11 @@ fn packed_matmul_with(x: &[f32], m: usize, w: &PackedWeight, out: &mut [f32], ke
                     while p < end {
                         // One input row: several panels at a time, more
                         // independent sums and more memory streams.
-                        let several = kernel.one_row.iter().find(|(w, _)| p + w <= end);
-                        if let (1, Some(&(width, run))) = (rows, several) {
+                        let several = match rows {
+                            1 => kernel.one_row.iter().find(|(w, _)| p + w <= end),
+                            _ => None,
+                        };
+                        if let Some(&(width, run)) = several {
                             let panels = &values[p * panel_len..(p + width) * panel_len];
                             run(xs, panels, k, &mut several_out);
                             let cols = (width * PANEL).min(n - p * PANEL);
