@@ -49,31 +49,30 @@ pub fn small_rows() -> usize {
     }
 }
 
-/// The projection kernel this CPU runs: `avx2+fma, packed weights`,
-/// `avx512` or `portable` (the last two on weights as stored).
+/// The projection kernel this CPU runs: `avx512, packed weights`,
+/// `avx2+fma, packed weights` or `portable` (the last on weights as
+/// stored).
 pub fn kernel_path() -> &'static str {
-    if packs_weights() {
-        "avx2+fma, packed weights"
-    } else if has_avx512() {
-        "avx512"
-    } else {
+    if !packs_weights() {
         "portable"
+    } else if has_avx512() {
+        "avx512, packed weights"
+    } else {
+        "avx2+fma, packed weights"
     }
 }
 
 /// Whether f32 CPU projections are packed at load ([`Proj::new`]): with
-/// AVX2 and FMA, where the packed kernel ran faster than the dot-product
-/// kernel at 1, 8 and 32 rows and than the `gemm` crate's prefill product
-/// (`docs/candle-engine.md`). Not with AVX-512, whose dot-product kernel
-/// and the `gemm` crate's AVX-512 kernels stay until a packed AVX-512
-/// kernel is written and measured on such a CPU, nor without AVX2, where
-/// the packed kernel has only portable code and the `gemm` crate has
-/// vector kernels (NEON, SSE).
+/// AVX2 and FMA (and so with AVX-512), where the packed kernels ran faster
+/// than the dot-product kernels at 1, 8 and 32 rows and than the `gemm`
+/// crate's prefill product (`docs/candle-engine.md`). Not without AVX2,
+/// where the packed kernel has only portable code and the `gemm` crate
+/// has vector kernels (NEON, SSE).
 pub fn packs_weights() -> bool {
-    has_avx2_fma() && !has_avx512()
+    has_avx2_fma()
 }
 
-fn has_avx512() -> bool {
+pub(crate) fn has_avx512() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         std::is_x86_feature_detected!("avx512f")

@@ -2,16 +2,18 @@
 //! weights regrouped into panels of [`PANEL`] output rows, each panel
 //! stored input-major (for every input value, the panel's 16 weights side
 //! by side, one cache line). A product then broadcasts one input value and
-//! multiplies it into 16 outputs with two 8-lane multiply-adds, keeping up
-//! to 6 input rows × 16 outputs in registers (8 loads per 12 multiply-adds
-//! at 6 rows), for a prefill chunk as for one decoding row, each panel
-//! read as one sequential stream.
+//! multiplies it into 16 outputs: with AVX2, two 8-lane multiply-adds,
+//! keeping up to 6 input rows × 16 outputs in registers (8 loads per 12
+//! multiply-adds at 6 rows); with AVX-512, one 16-lane multiply-add per
+//! panel, keeping up to 8 input rows × 3 panels in registers (11 loads
+//! per 24 multiply-adds). The same for a prefill chunk as for one
+//! decoding row, each panel read as one sequential stream.
 //!
 //! Every output is summed in one fixed order, input value by input value
 //! from the first (one fused multiply-add each), whichever kernel and tile
-//! computes it and however many rows run beside it, so the AVX2 and the
-//! portable kernels give the same bits, a row alone gives the bits it gets
-//! in a batch, and prefill gives the bits of decoding.
+//! computes it and however many rows run beside it, so the AVX-512, AVX2
+//! and portable kernels give the same bits, a row alone gives the bits it
+//! gets in a batch, and prefill gives the bits of decoding.
 
 use rayon::prelude::*;
 
@@ -24,11 +26,15 @@ pub const PANEL: usize = 16;
 /// group passes over the same panels (kept in the L2 cache meanwhile).
 const BLOCK_BYTES: usize = 128 * 1024;
 
-/// The most input rows per tile.
-const TILE_ROWS: usize = 6;
+/// The most input rows per tile of any kernel.
+const TILE_ROWS: usize = 8;
 
-/// From 2 up to this many groups of input rows (7 to 36 rows: decoding
-/// steps), each tile fetches its share of the panel one block ahead.
+/// The most adjacent panels per tile of any kernel.
+const TILE_PANELS: usize = 3;
+
+/// Up to this many groups of input rows (up to 36 rows with AVX2, 48 with
+/// AVX-512: decoding steps), tiles fetch ahead what their kernel's
+/// [`Kernel::streams`] says.
 const PREFETCH_GROUPS: usize = 6;
 
 /// An `(n, k)` weight in panels of [`PANEL`] rows (the last one padded
@@ -91,11 +97,26 @@ impl std::fmt::Debug for PackedWeight {
     }
 }
 
-/// A kernel over one panel: `out[r][c] = sum_i xs[r * k + i] * panel[i *
-/// 16 + c]` for the `rows` rows of `xs` (arguments: `xs`, `rows`, `panel`,
-/// `k`, `ahead`, `out`), fetching the values of `ahead` into the caches
-/// meanwhile (a hint; the result does not depend on it).
-type TileFn = fn(&[f32], usize, &[f32], usize, &[f32], &mut Tile);
+/// A kernel over `width` adjacent panels (at most the kernel's
+/// [`Kernel::panels`]): `out[r][16 * q + c] = sum_i xs[r * k + i] * (panel
+/// q)[i * 16 + c]` for the `rows` rows of `xs` (arguments: `xs`, `rows`,
+/// `panels`, holding them all, `width`, `k`, `fetch`, `out`), fetching
+/// into the caches meanwhile what `fetch` says.
+type TileFn = fn(&[f32], usize, &[f32], usize, usize, Fetch<'_>, &mut Tile);
+
+/// What a tile asks into the caches while it computes: a hint, which the
+/// result does not depend on.
+#[derive(Clone, Copy)]
+enum Fetch<'a> {
+    /// Nothing: the hardware prefetcher follows the panels.
+    Nothing,
+    /// These values, spread over the tile's input values (the next
+    /// block's share of one group of rows; the AVX2 kernel).
+    Spread(&'a [f32]),
+    /// Each panel's stream a fixed distance ahead of where the tile reads
+    /// it (the AVX-512 kernel).
+    Streams,
+}
 
 /// A kernel over several adjacent panels for one input row (arguments:
 /// `xs`, `panels`, holding them all, `k`, `out`): `out[16 * q + c] =
@@ -103,8 +124,9 @@ type TileFn = fn(&[f32], usize, &[f32], usize, &[f32], &mut Tile);
 /// sums it.
 type PanelsFn = fn(&[f32], &[f32], usize, &mut [f32; MOST_PANELS * PANEL]);
 
-/// One tile's outputs: up to [`TILE_ROWS`] rows of one panel's columns.
-type Tile = [[f32; PANEL]; TILE_ROWS];
+/// One tile's outputs: up to [`TILE_ROWS`] rows of up to [`TILE_PANELS`]
+/// panels' columns.
+type Tile = [[f32; TILE_PANELS * PANEL]; TILE_ROWS];
 
 /// The most panels a [`PanelsFn`] takes at a time.
 const MOST_PANELS: usize = 4;
@@ -113,6 +135,15 @@ const MOST_PANELS: usize = 4;
 #[derive(Clone, Copy)]
 struct Kernel {
     tile: TileFn,
+    /// The most input rows [`Kernel::tile`] takes.
+    rows: usize,
+    /// The most adjacent panels [`Kernel::tile`] takes.
+    panels: usize,
+    /// For decoding steps' few groups of rows: whether tiles fetch each
+    /// panel's stream a short distance ahead ([`Fetch::Streams`]), or,
+    /// with several groups, the next block, each group its share
+    /// ([`Fetch::Spread`]).
+    streams: bool,
     /// For a single input row: kernels over several panels at a time, as
     /// (panels, kernel), the widest first; a row takes the widest that
     /// the panels left in its task fill, and [`Kernel::tile`] for a last
@@ -129,6 +160,41 @@ pub fn packed_matmul(x: &[f32], m: usize, w: &PackedWeight, out: &mut [f32]) {
 /// The portable kernel.
 const PORTABLE: Kernel = Kernel {
     tile: tile_portable,
+    rows: 6,
+    panels: 1,
+    streams: false,
+    one_row: &[],
+};
+
+/// The AVX2 kernels (with FMA).
+#[cfg(target_arch = "x86_64")]
+const AVX2: Kernel = Kernel {
+    tile: |xs, rows, panels, _width, k, fetch, out| {
+        let ahead = match fetch {
+            Fetch::Spread(ahead) => ahead,
+            Fetch::Nothing | Fetch::Streams => &[],
+        };
+        // SAFETY: handed out only by `best_kernel` (and the tests) once
+        // the CPU is known to support AVX2 and FMA.
+        unsafe { tile_avx2_rows(xs, rows, panels, k, ahead, out) }
+    },
+    rows: 6,
+    panels: 1,
+    streams: false,
+    one_row: ONE_ROW_AVX2,
+};
+
+/// The AVX-512 kernels.
+#[cfg(target_arch = "x86_64")]
+const AVX512: Kernel = Kernel {
+    tile: |xs, rows, panels, width, k, fetch, out| {
+        // SAFETY: handed out only by `best_kernel` (and the tests) once
+        // the CPU is known to support AVX-512F.
+        unsafe { tile_avx512_rows(xs, rows, panels, width, k, fetch, out) }
+    },
+    rows: AVX512_ROWS,
+    panels: AVX512_PANELS,
+    streams: true,
     one_row: &[],
 };
 
@@ -146,17 +212,17 @@ const ONE_ROW_AVX2: &[(usize, PanelsFn)] = &[
     }),
 ];
 
-/// The AVX2 kernel with FMA when the CPU has them, else the portable one.
+/// The AVX-512 kernels when the CPU has AVX-512F, else the AVX2 ones when
+/// it has AVX2 and FMA, else the portable one.
 fn best_kernel() -> Kernel {
     #[cfg(target_arch = "x86_64")]
-    if crate::matvec::has_avx2_fma() {
-        return Kernel {
-            tile: |xs, rows, panel, k, ahead, out| {
-                // SAFETY: the CPU supports AVX2 and FMA, checked above.
-                unsafe { tile_avx2_rows(xs, rows, panel, k, ahead, out) }
-            },
-            one_row: ONE_ROW_AVX2,
-        };
+    {
+        if crate::matvec::has_avx512() {
+            return AVX512;
+        }
+        if crate::matvec::has_avx2_fma() {
+            return AVX2;
+        }
     }
     PORTABLE
 }
@@ -174,28 +240,36 @@ fn packed_matmul_with(x: &[f32], m: usize, w: &PackedWeight, out: &mut [f32], ke
     }
     let panels = n.div_ceil(PANEL);
     let panel_len = PANEL * k;
-    // A few tasks per thread; each writes its own columns of `out`.
+    let width = kernel.panels.clamp(1, TILE_PANELS);
+    // A few tasks per thread, in whole tiles; each writes its own columns
+    // of `out`.
     let threads = rayon::current_num_threads().max(1);
-    let per_task = panels.div_ceil(threads * 4).max(1);
+    let per_task = panels.div_ceil(threads * 4).max(1).next_multiple_of(width);
     let values = w.values();
-    // Groups of input rows of nearly equal size (8 rows: 4 + 4, not
-    // 6 + 2).
-    let groups = m.div_ceil(TILE_ROWS);
+    // Groups of input rows of nearly equal size (8 rows in tiles of 6:
+    // 4 + 4, not 6 + 2).
+    let groups = m.div_ceil(kernel.rows.clamp(1, TILE_ROWS));
     let (base, extra) = (m / groups, m % groups);
     // One group passes over the panels once: no blocks to keep in the L2
     // cache (and a single row's panel pairs may span them).
     let block = if groups == 1 {
         per_task
     } else {
-        (BLOCK_BYTES / (panel_len * std::mem::size_of::<f32>())).max(1)
+        (BLOCK_BYTES / (panel_len * std::mem::size_of::<f32>()))
+            .max(1)
+            .next_multiple_of(width)
     };
-    // Fetching ahead hides the first group's wait on memory while the
-    // other groups compute. With one group the hardware prefetcher follows
-    // the single stream better on its own (the 33 products of a batch-1
-    // step took 2-13 % longer with it, 5 runs); with many groups (a
-    // prefill chunk) the wait is a small part of a block's time, and a
-    // 512-row product ran about 5 % slower with it.
-    let prefetch = (2..=PREFETCH_GROUPS).contains(&groups);
+    // Fetching ahead hides the wait on memory of decoding steps' few
+    // groups. The AVX2 kernel fetches the next block, each group its
+    // share, while the other groups compute; with one group it leaves the
+    // stream to the hardware prefetcher (the 33 products of a batch-1
+    // step took 2-13 % longer with a block fetched ahead, 5 runs on an AMD
+    // EPYC). The AVX-512 kernel fetches each panel's stream a short
+    // distance ahead ([`Kernel::streams`]). With many groups (a prefill
+    // chunk) the wait is a small part of a block's time, and a 512-row
+    // product ran about 5 % slower with a block fetched ahead (AVX2) and
+    // no faster with the streams (AVX-512).
+    let prefetch = groups <= PREFETCH_GROUPS;
     let out = SharedOut {
         ptr: out.as_mut_ptr(),
         m,
@@ -206,8 +280,10 @@ fn packed_matmul_with(x: &[f32], m: usize, w: &PackedWeight, out: &mut [f32], ke
         .for_each(|task| {
             let first = task * per_task;
             let last = (first + per_task).min(panels);
-            let (mut tile, mut several_out) =
-                ([[0f32; PANEL]; TILE_ROWS], [0f32; MOST_PANELS * PANEL]);
+            let (mut tile, mut several_out) = (
+                [[0f32; TILE_PANELS * PANEL]; TILE_ROWS],
+                [0f32; MOST_PANELS * PANEL],
+            );
             let mut b = first;
             while b < last {
                 let end = (b + block).min(last);
@@ -234,36 +310,41 @@ fn packed_matmul_with(x: &[f32], m: usize, w: &PackedWeight, out: &mut [f32], ke
                             p += width;
                             continue;
                         }
-                        let panel = &values[p * panel_len..(p + 1) * panel_len];
-                        // Group g's share of the panel one block ahead,
-                        // fetched while this tile is computed: the memory
-                        // stream keeps going while the other groups
-                        // multiply from the L2 cache. Past the end of
-                        // this task too: the thread that ran it usually
-                        // runs the next task (rayon splits the tasks'
-                        // range in halves), whose first block was
-                        // otherwise read from memory while every group
-                        // waited (the 33 products of a step took 7-9 %
-                        // longer that way at 8 rows and 3-6 % at 32,
-                        // medians of 40 in five runs).
-                        let ahead = match p + block {
-                            q if q < panels && prefetch => {
-                                let next = &values[q * panel_len..(q + 1) * panel_len];
-                                let share = panel_len.div_ceil(groups);
+                        let width = width.min(end - p);
+                        let tile_panels = &values[p * panel_len..(p + width) * panel_len];
+                        // With the AVX2 kernel, group g's share of these
+                        // panels one block ahead, fetched while this tile
+                        // is computed: the memory stream keeps going while
+                        // the other groups multiply from the L2 cache.
+                        // Past the end of this task too: the thread that
+                        // ran it usually runs the next task (rayon splits
+                        // the tasks' range in halves), whose first block
+                        // was otherwise read from memory while every
+                        // group waited (the 33 products of a step took
+                        // 7-9 % longer that way at 8 rows and 3-6 % at
+                        // 32, medians of 40 in five runs).
+                        let fetch = match p + block {
+                            _ if !prefetch => Fetch::Nothing,
+                            _ if kernel.streams => Fetch::Streams,
+                            q if q < panels && groups > 1 => {
+                                let next =
+                                    &values[q * panel_len..(q + width).min(panels) * panel_len];
+                                let share = next.len().div_ceil(groups);
                                 let from = (g * share).min(next.len());
-                                &next[from..(from + share).min(next.len())]
+                                Fetch::Spread(&next[from..(from + share).min(next.len())])
                             }
-                            _ => &[][..],
+                            _ => Fetch::Nothing,
                         };
-                        (kernel.tile)(xs, rows, panel, k, ahead, &mut tile);
-                        let cols = PANEL.min(n - p * PANEL);
+                        (kernel.tile)(xs, rows, tile_panels, width, k, fetch, &mut tile);
+                        let cols = (width * PANEL).min(n - p * PANEL);
                         for (r, values) in tile[..rows].iter().enumerate() {
-                            // SAFETY: panel `p` is this task's own: no
-                            // other task writes these columns.
+                            // SAFETY: panels `p..p + width` are this
+                            // task's own: no other task writes these
+                            // columns.
                             unsafe { out.cols(i + r, p * PANEL, cols) }
                                 .copy_from_slice(&values[..cols]);
                         }
-                        p += 1;
+                        p += width;
                     }
                     i += rows;
                 }
@@ -301,22 +382,32 @@ impl SharedOut {
     }
 }
 
-/// The portable kernel: the same multiply-adds as the AVX2 one, in the
+/// The portable kernel: the same multiply-adds as the vector ones, in the
 /// same order, one value at a time.
-#[allow(clippy::too_many_arguments)]
-fn tile_portable(xs: &[f32], rows: usize, panel: &[f32], k: usize, _ahead: &[f32], out: &mut Tile) {
-    for (r, acc) in out[..rows].iter_mut().enumerate() {
+fn tile_portable(
+    xs: &[f32],
+    rows: usize,
+    panels: &[f32],
+    width: usize,
+    k: usize,
+    _fetch: Fetch<'_>,
+    out: &mut Tile,
+) {
+    for (r, out) in out[..rows].iter_mut().enumerate() {
         let x_row = &xs[r * k..(r + 1) * k];
-        *acc = [0f32; PANEL];
-        for (x, w) in x_row.iter().zip(panel.chunks_exact(PANEL)) {
-            for (a, w) in acc.iter_mut().zip(w) {
-                *a = x.mul_add(*w, *a);
+        for (q, acc) in out.chunks_exact_mut(PANEL).take(width).enumerate() {
+            let panel = &panels[q * PANEL * k..(q + 1) * PANEL * k];
+            acc.fill(0.0);
+            for (x, w) in x_row.iter().zip(panel.chunks_exact(PANEL)) {
+                for (a, w) in acc.iter_mut().zip(w) {
+                    *a = x.mul_add(*w, *a);
+                }
             }
         }
     }
 }
 
-/// [`tile_avx2`] for `rows` (1 to [`TILE_ROWS`]) input rows.
+/// [`tile_avx2`] for `rows` (1 to 6) input rows.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 fn tile_avx2_rows(xs: &[f32], rows: usize, panel: &[f32], k: usize, ahead: &[f32], out: &mut Tile) {
@@ -454,6 +545,128 @@ fn panels_avx2<const P: usize>(
     }
 }
 
+/// The most input rows per AVX-512 tile.
+#[cfg(target_arch = "x86_64")]
+const AVX512_ROWS: usize = 8;
+
+/// The most adjacent panels per AVX-512 tile.
+#[cfg(target_arch = "x86_64")]
+const AVX512_PANELS: usize = 3;
+
+/// How far ahead of its reads an AVX-512 tile fetches each panel's
+/// stream, in values (2 KiB). On a 2-core Xeon with AVX-512 (weights from
+/// its L3 cache), the 33 products of a builtin:tiny step took 15 % less
+/// time at 1 row and 22 % less at 8 rows than with the hardware
+/// prefetcher alone (medians of 40), 512 or 1 024 values ahead, while
+/// 2 048 and 4 096 gained less; at 32 rows, 3-9 % less than fetching the
+/// next block as the AVX2 kernel does (three runs).
+#[cfg(target_arch = "x86_64")]
+const STREAM_AHEAD: usize = 512;
+
+/// [`tile_avx512`] for `rows` (1 to [`AVX512_ROWS`]) input rows and
+/// `width` (1 to [`AVX512_PANELS`]) panels, fetching the streams ahead
+/// or nothing.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn tile_avx512_rows(
+    xs: &[f32],
+    rows: usize,
+    panels: &[f32],
+    width: usize,
+    k: usize,
+    fetch: Fetch<'_>,
+    out: &mut Tile,
+) {
+    let streams = matches!(fetch, Fetch::Streams);
+    match (width, streams) {
+        (3, false) => tile_avx512_width::<3, false>(xs, rows, panels, k, out),
+        (3, true) => tile_avx512_width::<3, true>(xs, rows, panels, k, out),
+        (2, false) => tile_avx512_width::<2, false>(xs, rows, panels, k, out),
+        (2, true) => tile_avx512_width::<2, true>(xs, rows, panels, k, out),
+        (_, false) => tile_avx512_width::<1, false>(xs, rows, panels, k, out),
+        (_, true) => tile_avx512_width::<1, true>(xs, rows, panels, k, out),
+    }
+}
+
+/// [`tile_avx512`] for `rows` input rows and `P` panels.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn tile_avx512_width<const P: usize, const STREAMS: bool>(
+    xs: &[f32],
+    rows: usize,
+    panels: &[f32],
+    k: usize,
+    out: &mut Tile,
+) {
+    match rows {
+        8 => tile_avx512::<8, P, STREAMS>(xs, panels, k, out),
+        7 => tile_avx512::<7, P, STREAMS>(xs, panels, k, out),
+        6 => tile_avx512::<6, P, STREAMS>(xs, panels, k, out),
+        5 => tile_avx512::<5, P, STREAMS>(xs, panels, k, out),
+        4 => tile_avx512::<4, P, STREAMS>(xs, panels, k, out),
+        3 => tile_avx512::<3, P, STREAMS>(xs, panels, k, out),
+        2 => tile_avx512::<2, P, STREAMS>(xs, panels, k, out),
+        _ => tile_avx512::<1, P, STREAMS>(xs, panels, k, out),
+    }
+}
+
+/// One AVX-512 tile: `R` input rows by `P` adjacent panels in `R * P`
+/// 16-lane accumulators; for every input value, each panel's vector
+/// loaded once and each row's value broadcast, so `P + R` loads per
+/// `R * P` multiply-adds and `P` weight streams read side by side. With
+/// `STREAMS`, each panel's line [`STREAM_AHEAD`] values ahead is
+/// requested as the tile goes, one per panel and input value. Each
+/// output's sum is the same as in [`tile_portable`].
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[allow(clippy::needless_range_loop)] // `r` indexes the inputs and the accumulators
+fn tile_avx512<const R: usize, const P: usize, const STREAMS: bool>(
+    xs: &[f32],
+    panels: &[f32],
+    k: usize,
+    out: &mut Tile,
+) {
+    use std::arch::x86_64::{
+        __m512, _MM_HINT_T0, _mm_prefetch, _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_set1_ps,
+        _mm512_setzero_ps, _mm512_storeu_ps,
+    };
+    assert!(R <= TILE_ROWS && P <= TILE_PANELS);
+    assert!(xs.len() >= R * k && panels.len() >= P * PANEL * k);
+    let stride = PANEL * k;
+    let mut acc: [[__m512; P]; R] = [[_mm512_setzero_ps(); P]; R];
+    for i in 0..k {
+        // SAFETY: `i < k`: `panels` holds `P` panels of `16 * k` values
+        // and `xs` `R` rows of `k` (asserted above); unaligned loads.
+        unsafe {
+            let w = panels.as_ptr().add(i * PANEL);
+            if STREAMS {
+                // Lines past a panel's end (or the weight's) are
+                // fetched for nothing: a prefetch never faults.
+                for q in 0..P {
+                    let line = w.wrapping_add(q * stride + STREAM_AHEAD);
+                    _mm_prefetch::<_MM_HINT_T0>(line.cast());
+                }
+            }
+            let mut wv = [_mm512_setzero_ps(); P];
+            for (q, v) in wv.iter_mut().enumerate() {
+                *v = _mm512_loadu_ps(w.add(q * stride));
+            }
+            for r in 0..R {
+                let v = _mm512_set1_ps(*xs.as_ptr().add(r * k + i));
+                for (a, w) in acc[r].iter_mut().zip(&wv) {
+                    *a = _mm512_fmadd_ps(v, *w, *a);
+                }
+            }
+        }
+    }
+    for (row, acc) in out.iter_mut().zip(&acc) {
+        for (chunk, a) in row.chunks_exact_mut(PANEL).zip(acc) {
+            // SAFETY: `chunk` holds 16 values; unaligned store.
+            unsafe { _mm512_storeu_ps(chunk.as_mut_ptr(), *a) };
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -481,9 +694,31 @@ mod tests {
         // Rows from one to a prefill chunk, whole tiles and remainders of
         // every size; outputs that fill whole panels and leave a partial
         // one; lengths that span several blocks of panels.
-        let mut kernels: Vec<(&str, Kernel)> = vec![("portable", PORTABLE)];
+        let mut kernels: Vec<(&str, Kernel)> = vec![
+            ("portable", PORTABLE),
+            (
+                "portable, tiles of 8 rows by 3 panels",
+                Kernel {
+                    rows: 8,
+                    panels: 3,
+                    ..PORTABLE
+                },
+            ),
+        ];
+        if crate::matvec::has_avx512() {
+            kernels.push(("avx512", AVX512));
+            kernels.push((
+                "avx512, tiles of one panel",
+                Kernel {
+                    panels: 1,
+                    ..AVX512
+                },
+            ));
+        } else {
+            eprintln!("this CPU has no AVX-512F: that kernel is not tested here");
+        }
         if crate::matvec::has_avx2_fma() {
-            let avx2 = best_kernel();
+            let avx2 = AVX2;
             kernels.push(("avx2+fma", avx2));
             kernels.push((
                 "avx2+fma, two panels at most",
