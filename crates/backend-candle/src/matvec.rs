@@ -627,7 +627,7 @@ fn tile_avx512<const W: usize, const R: usize>(
 /// same bits.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-fn sum_lanes_avx512(v: std::arch::x86_64::__m512) -> f32 {
+pub(crate) fn sum_lanes_avx512(v: std::arch::x86_64::__m512) -> f32 {
     use std::arch::x86_64::{
         _mm_add_ps, _mm_add_ss, _mm_cvtss_f32, _mm_movehl_ps, _mm_shuffle_ps, _mm256_add_ps,
         _mm256_castpd_ps, _mm256_castps256_ps128, _mm256_extractf128_ps, _mm512_castps_pd,
