@@ -138,17 +138,23 @@ impl RmsNorm {
     }
 
     /// Normalizes each row of `x` into `out` (f32 on the CPU), rows split
-    /// over rayon's threads, with the bits of [`RmsNorm::forward`].
+    /// over rayon's threads when there are [`PARALLEL_VALUES`] values or
+    /// more, with the bits of [`RmsNorm::forward`].
     fn rows(&self, x: &[f32], out: &mut [f32]) -> Result<()> {
         let (storage, layout) = self.weight.storage_and_layout();
         let alpha = cpu_f32_slice(&storage, layout)?;
         let n = alpha.len();
-        x.par_chunks_exact(n)
-            .zip(out.par_chunks_exact_mut(n))
-            .for_each(|(src, dst)| {
-                dst.copy_from_slice(src);
-                normalize(dst, alpha, self.eps);
-            });
+        let row = |(src, dst): (&[f32], &mut [f32])| {
+            dst.copy_from_slice(src);
+            normalize(dst, alpha, self.eps);
+        };
+        if x.len() >= PARALLEL_VALUES {
+            x.par_chunks_exact(n)
+                .zip(out.par_chunks_exact_mut(n))
+                .for_each(row);
+        } else {
+            x.chunks_exact(n).zip(out.chunks_exact_mut(n)).for_each(row);
+        }
         Ok(())
     }
 
@@ -208,12 +214,21 @@ fn write_host(
     Ok(())
 }
 
+/// Elementwise work on fewer values than this (a decoding step's rows)
+/// runs on the calling thread: spreading it over rayon's threads costs
+/// more than it saves.
+const PARALLEL_VALUES: usize = 1 << 16;
+
 /// `x += y` row by row (`width` values each), rows split over rayon's
-/// threads.
+/// threads when there are [`PARALLEL_VALUES`] values or more.
 fn add_in_place_par(x: &mut [f32], y: &[f32], width: usize) {
-    x.par_chunks_mut(width)
-        .zip(y.par_chunks(width))
-        .for_each(|(x, y)| add_in_place(x, y));
+    if x.len() >= PARALLEL_VALUES {
+        x.par_chunks_mut(width)
+            .zip(y.par_chunks(width))
+            .for_each(|(x, y)| add_in_place(x, y));
+    } else {
+        add_in_place(x, y);
+    }
 }
 
 /// `x += y`, value by value.
