@@ -110,11 +110,11 @@ type TileFn = fn(&[f32], usize, &[f32], usize, usize, Fetch<'_>, &mut Tile);
 enum Fetch<'a> {
     /// Nothing: the hardware prefetcher follows the panels.
     Nothing,
-    /// These values, spread over the tile's input values (the next
-    /// block's share of one group of rows; the AVX2 kernel).
+    /// These values, spread over the tile's input values (one group's
+    /// share of the next block).
     Spread(&'a [f32]),
     /// Each panel's stream a fixed distance ahead of where the tile reads
-    /// it (the AVX-512 kernel).
+    /// it (the AVX-512 kernel's first group of rows).
     Streams,
 }
 
@@ -139,10 +139,11 @@ struct Kernel {
     rows: usize,
     /// The most adjacent panels [`Kernel::tile`] takes.
     panels: usize,
-    /// For decoding steps' few groups of rows: whether tiles fetch each
-    /// panel's stream a short distance ahead ([`Fetch::Streams`]), or,
-    /// with several groups, the next block, each group its share
-    /// ([`Fetch::Spread`]).
+    /// For decoding steps' few groups of rows: whether the first group's
+    /// tiles fetch each panel's stream a short distance ahead
+    /// ([`Fetch::Streams`]) and the other groups share the next block
+    /// ([`Fetch::Spread`]), or every group takes its share of the next
+    /// block (and a single group fetches nothing).
     streams: bool,
     /// For a single input row: kernels over several panels at a time, as
     /// (panels, kernel), the widest first; a row takes the widest that
@@ -264,8 +265,13 @@ fn packed_matmul_with(x: &[f32], m: usize, w: &PackedWeight, out: &mut [f32], ke
     // share, while the other groups compute; with one group it leaves the
     // stream to the hardware prefetcher (the 33 products of a batch-1
     // step took 2-13 % longer with a block fetched ahead, 5 runs on an AMD
-    // EPYC). The AVX-512 kernel fetches each panel's stream a short
-    // distance ahead ([`Kernel::streams`]). With many groups (a prefill
+    // EPYC). The AVX-512 kernel's first group fetches each panel's stream
+    // a short distance ahead, and the other groups share the next block
+    // ([`Kernel::streams`]; on a 2-core Xeon the 33 products of a step
+    // took 1-7 % less at 16 to 40 rows than with the streams in every
+    // group and no block fetched, medians of 40, eight pairs in two runs;
+    // every group sharing the next block, as with AVX2, was 3-9 % slower
+    // at 32 rows than streams alone). With many groups (a prefill
     // chunk) the wait is a small part of a block's time, and a 512-row
     // product ran about 5 % slower with a block fetched ahead (AVX2) and
     // no faster with the streams (AVX-512).
@@ -325,12 +331,18 @@ fn packed_matmul_with(x: &[f32], m: usize, w: &PackedWeight, out: &mut [f32], ke
                         // 32, medians of 40 in five runs).
                         let fetch = match p + block {
                             _ if !prefetch => Fetch::Nothing,
-                            _ if kernel.streams => Fetch::Streams,
+                            _ if kernel.streams && g == 0 => Fetch::Streams,
                             q if q < panels && groups > 1 => {
                                 let next =
                                     &values[q * panel_len..(q + width).min(panels) * panel_len];
-                                let share = next.len().div_ceil(groups);
-                                let from = (g * share).min(next.len());
+                                // The groups that fetch the next block
+                                // share it.
+                                let (fetchers, index) = match kernel.streams {
+                                    true => (groups - 1, g - 1),
+                                    false => (groups, g),
+                                };
+                                let share = next.len().div_ceil(fetchers);
+                                let from = (index * share).min(next.len());
                                 Fetch::Spread(&next[from..(from + share).min(next.len())])
                             }
                             _ => Fetch::Nothing,
@@ -553,6 +565,17 @@ const AVX512_ROWS: usize = 8;
 #[cfg(target_arch = "x86_64")]
 const AVX512_PANELS: usize = 3;
 
+/// [`tile_avx512`]'s fetch modes: nothing, [`Fetch::Spread`] and
+/// [`Fetch::Streams`].
+#[cfg(target_arch = "x86_64")]
+const NOTHING: u8 = 0;
+/// See [`NOTHING`].
+#[cfg(target_arch = "x86_64")]
+const SPREAD: u8 = 1;
+/// See [`NOTHING`].
+#[cfg(target_arch = "x86_64")]
+const STREAMS: u8 = 2;
+
 /// How far ahead of its reads an AVX-512 tile fetches each panel's
 /// stream, in values (2 KiB). On a 2-core Xeon with AVX-512 (weights from
 /// its L3 cache), the 33 products of a builtin:tiny step took 15 % less
@@ -564,8 +587,7 @@ const AVX512_PANELS: usize = 3;
 const STREAM_AHEAD: usize = 512;
 
 /// [`tile_avx512`] for `rows` (1 to [`AVX512_ROWS`]) input rows and
-/// `width` (1 to [`AVX512_PANELS`]) panels, fetching the streams ahead
-/// or nothing.
+/// `width` (1 to [`AVX512_PANELS`]) panels, fetching what `fetch` says.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 fn tile_avx512_rows(
@@ -577,36 +599,44 @@ fn tile_avx512_rows(
     fetch: Fetch<'_>,
     out: &mut Tile,
 ) {
-    let streams = matches!(fetch, Fetch::Streams);
-    match (width, streams) {
-        (3, false) => tile_avx512_width::<3, false>(xs, rows, panels, k, out),
-        (3, true) => tile_avx512_width::<3, true>(xs, rows, panels, k, out),
-        (2, false) => tile_avx512_width::<2, false>(xs, rows, panels, k, out),
-        (2, true) => tile_avx512_width::<2, true>(xs, rows, panels, k, out),
-        (_, false) => tile_avx512_width::<1, false>(xs, rows, panels, k, out),
-        (_, true) => tile_avx512_width::<1, true>(xs, rows, panels, k, out),
+    let (ahead, mode) = match fetch {
+        Fetch::Nothing => (&[][..], NOTHING),
+        Fetch::Spread(ahead) => (ahead, SPREAD),
+        Fetch::Streams => (&[][..], STREAMS),
+    };
+    match (width, mode) {
+        (3, NOTHING) => tile_avx512_width::<3, NOTHING>(xs, rows, panels, k, ahead, out),
+        (3, SPREAD) => tile_avx512_width::<3, SPREAD>(xs, rows, panels, k, ahead, out),
+        (3, _) => tile_avx512_width::<3, STREAMS>(xs, rows, panels, k, ahead, out),
+        (2, NOTHING) => tile_avx512_width::<2, NOTHING>(xs, rows, panels, k, ahead, out),
+        (2, SPREAD) => tile_avx512_width::<2, SPREAD>(xs, rows, panels, k, ahead, out),
+        (2, _) => tile_avx512_width::<2, STREAMS>(xs, rows, panels, k, ahead, out),
+        (_, NOTHING) => tile_avx512_width::<1, NOTHING>(xs, rows, panels, k, ahead, out),
+        (_, SPREAD) => tile_avx512_width::<1, SPREAD>(xs, rows, panels, k, ahead, out),
+        (_, _) => tile_avx512_width::<1, STREAMS>(xs, rows, panels, k, ahead, out),
     }
 }
 
 /// [`tile_avx512`] for `rows` input rows and `P` panels.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-fn tile_avx512_width<const P: usize, const STREAMS: bool>(
+fn tile_avx512_width<const P: usize, const FETCH: u8>(
     xs: &[f32],
     rows: usize,
     panels: &[f32],
     k: usize,
+    ahead: &[f32],
     out: &mut Tile,
 ) {
     match rows {
-        8 => tile_avx512::<8, P, STREAMS>(xs, panels, k, out),
-        7 => tile_avx512::<7, P, STREAMS>(xs, panels, k, out),
-        6 => tile_avx512::<6, P, STREAMS>(xs, panels, k, out),
-        5 => tile_avx512::<5, P, STREAMS>(xs, panels, k, out),
-        4 => tile_avx512::<4, P, STREAMS>(xs, panels, k, out),
-        3 => tile_avx512::<3, P, STREAMS>(xs, panels, k, out),
-        2 => tile_avx512::<2, P, STREAMS>(xs, panels, k, out),
-        _ => tile_avx512::<1, P, STREAMS>(xs, panels, k, out),
+        8 => tile_avx512::<8, P, FETCH>(xs, panels, k, ahead, out),
+        7 => tile_avx512::<7, P, FETCH>(xs, panels, k, ahead, out),
+        6 => tile_avx512::<6, P, FETCH>(xs, panels, k, ahead, out),
+        5 => tile_avx512::<5, P, FETCH>(xs, panels, k, ahead, out),
+        4 => tile_avx512::<4, P, FETCH>(xs, panels, k, ahead, out),
+        3 => tile_avx512::<3, P, FETCH>(xs, panels, k, ahead, out),
+        2 => tile_avx512::<2, P, FETCH>(xs, panels, k, ahead, out),
+        _ => tile_avx512::<1, P, FETCH>(xs, panels, k, ahead, out),
     }
 }
 
@@ -614,16 +644,18 @@ fn tile_avx512_width<const P: usize, const STREAMS: bool>(
 /// 16-lane accumulators; for every input value, each panel's vector
 /// loaded once and each row's value broadcast, so `P + R` loads per
 /// `R * P` multiply-adds and `P` weight streams read side by side. With
-/// `STREAMS`, each panel's line [`STREAM_AHEAD`] values ahead is
-/// requested as the tile goes, one per panel and input value. Each
-/// output's sum is the same as in [`tile_portable`].
+/// `FETCH` [`STREAMS`], each panel's line [`STREAM_AHEAD`] values ahead is
+/// requested as the tile goes, one per panel and input value; with
+/// [`SPREAD`], the lines of `ahead`, one every few input values, as in
+/// [`tile_avx2`]. Each output's sum is the same as in [`tile_portable`].
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 #[allow(clippy::needless_range_loop)] // `r` indexes the inputs and the accumulators
-fn tile_avx512<const R: usize, const P: usize, const STREAMS: bool>(
+fn tile_avx512<const R: usize, const P: usize, const FETCH: u8>(
     xs: &[f32],
     panels: &[f32],
     k: usize,
+    ahead: &[f32],
     out: &mut Tile,
 ) {
     use std::arch::x86_64::{
@@ -634,12 +666,32 @@ fn tile_avx512<const R: usize, const P: usize, const STREAMS: bool>(
     assert!(xs.len() >= R * k && panels.len() >= P * PANEL * k);
     let stride = PANEL * k;
     let mut acc: [[__m512; P]; R] = [[_mm512_setzero_ps(); P]; R];
+    // One line of `ahead` every `every` input values.
+    let lines = ahead.len().div_ceil(LINE_VALUES);
+    let every = if lines == 0 {
+        usize::MAX
+    } else {
+        k.div_ceil(lines).max(1)
+    };
+    let (mut countdown, mut line) = (0usize, 0usize);
     for i in 0..k {
+        if FETCH == SPREAD {
+            if countdown == 0 && line < lines {
+                // SAFETY: `line < lines`: a pointer into `ahead`; a
+                // prefetch reads nothing.
+                unsafe {
+                    _mm_prefetch::<_MM_HINT_T0>(ahead.as_ptr().add(line * LINE_VALUES).cast());
+                }
+                line += 1;
+                countdown = every;
+            }
+            countdown = countdown.wrapping_sub(1);
+        }
         // SAFETY: `i < k`: `panels` holds `P` panels of `16 * k` values
         // and `xs` `R` rows of `k` (asserted above); unaligned loads.
         unsafe {
             let w = panels.as_ptr().add(i * PANEL);
-            if STREAMS {
+            if FETCH == STREAMS {
                 // Lines past a panel's end (or the weight's) are
                 // fetched for nothing: a prefetch never faults.
                 for q in 0..P {
