@@ -1,7 +1,8 @@
-//! Linear layers on the CPU. Where the CPU has AVX2 and FMA but not
-//! AVX-512 ([`packs_weights`]), f32 weights are packed at load into panels
-//! of 16 output rows and every product, one decoding row or a prefill
-//! chunk, goes through the packed kernel ([`crate::packed`]). Elsewhere,
+//! Linear layers on the CPU. Where the CPU has AVX2 and FMA (and so
+//! with AVX-512; [`packs_weights`]), f32 weights are packed at load into
+//! panels of 16 output rows and every product, one decoding row or a
+//! prefill chunk, goes through the packed kernels ([`crate::packed`]).
+//! Elsewhere,
 //! and for a weight shared with another layer (a tied LM head), weights
 //! stay as stored: when few rows go through (decoding steps of up to
 //! [`small_rows`] rows), each weight row is read once, straight from
