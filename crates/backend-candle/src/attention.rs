@@ -501,16 +501,32 @@ fn weighted_sum_avx2(
             }
             c += if wide { 16 } else { 8 };
         }
-        for r in h..h + heads {
-            let p = &probs[r * total..(r + 1) * total];
-            for (i, o) in out[r * d + c..(r + 1) * d].iter_mut().enumerate() {
-                *o = 0.0;
-                for (j, p) in p.iter().enumerate() {
-                    *o = p.mul_add(values[j * d + c + i], *o);
-                }
+        columns_one_at_a_time(probs, values, total, d, h..h + heads, c, out);
+        h += heads;
+    }
+}
+
+/// Columns `c..d` of heads `heads` of a weighted sum, one value at a
+/// time in the vector kernels' order (the columns past their last whole
+/// vector).
+#[cfg(target_arch = "x86_64")]
+fn columns_one_at_a_time(
+    probs: &[f32],
+    values: &[f32],
+    total: usize,
+    d: usize,
+    heads: std::ops::Range<usize>,
+    c: usize,
+    out: &mut [f32],
+) {
+    for r in heads {
+        let p = &probs[r * total..(r + 1) * total];
+        for (i, o) in out[r * d + c..(r + 1) * d].iter_mut().enumerate() {
+            *o = 0.0;
+            for (j, p) in p.iter().enumerate() {
+                *o = p.mul_add(values[j * d + c + i], *o);
             }
         }
-        h += heads;
     }
 }
 
@@ -714,15 +730,7 @@ fn weighted_sum_avx512(
             }
             c += 16 * chunks;
         }
-        for r in h..h + heads {
-            let p = &probs[r * total..(r + 1) * total];
-            for (i, o) in out[r * d + c..(r + 1) * d].iter_mut().enumerate() {
-                *o = 0.0;
-                for (j, p) in p.iter().enumerate() {
-                    *o = p.mul_add(values[j * d + c + i], *o);
-                }
-            }
-        }
+        columns_one_at_a_time(probs, values, total, d, h..h + heads, c, out);
         h += heads;
     }
 }
