@@ -419,6 +419,59 @@ fn tile_portable(
     }
 }
 
+/// [`Fetch::Spread`] as a tile goes: the lines of `ahead`, one every few
+/// of the tile's `k` input values (a prefetch per input value at most, so
+/// the memory stream runs beside the arithmetic rather than in bursts).
+#[cfg(target_arch = "x86_64")]
+struct SpreadFetch<'a> {
+    ahead: &'a [f32],
+    /// Lines of `ahead`.
+    lines: usize,
+    /// Input values from one line to the next.
+    every: usize,
+    /// Input values until the next line.
+    countdown: usize,
+    /// The next line.
+    line: usize,
+}
+
+#[cfg(target_arch = "x86_64")]
+impl<'a> SpreadFetch<'a> {
+    fn new(ahead: &'a [f32], k: usize) -> Self {
+        let lines = ahead.len().div_ceil(LINE_VALUES);
+        let every = if lines == 0 {
+            usize::MAX
+        } else {
+            k.div_ceil(lines).max(1)
+        };
+        SpreadFetch {
+            ahead,
+            lines,
+            every,
+            countdown: 0,
+            line: 0,
+        }
+    }
+
+    /// One input value: the next line of `ahead` when its turn has come.
+    #[inline(always)]
+    fn step(&mut self) {
+        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        if self.countdown == 0 && self.line < self.lines {
+            // SAFETY: `line < lines`: a pointer into `ahead`; a prefetch
+            // reads nothing.
+            unsafe {
+                _mm_prefetch::<_MM_HINT_T0>(
+                    self.ahead.as_ptr().add(self.line * LINE_VALUES).cast(),
+                );
+            }
+            self.line += 1;
+            self.countdown = self.every;
+        }
+        self.countdown = self.countdown.wrapping_sub(1);
+    }
+}
+
 /// [`tile_avx2`] for `rows` (1 to 6) input rows.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
@@ -468,30 +521,16 @@ fn tile_avx2<const R: usize, const FETCH: bool>(
     out: &mut Tile,
 ) {
     use std::arch::x86_64::{
-        __m256, _MM_HINT_T0, _mm_prefetch, _mm256_broadcast_ss, _mm256_fmadd_ps, _mm256_loadu_ps,
-        _mm256_setzero_ps, _mm256_storeu_ps,
+        __m256, _mm256_broadcast_ss, _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_setzero_ps,
+        _mm256_storeu_ps,
     };
     assert!(xs.len() >= R * k && panel.len() >= PANEL * k);
     let mut lo: [__m256; R] = [_mm256_setzero_ps(); R];
     let mut hi: [__m256; R] = [_mm256_setzero_ps(); R];
-    // One line of `ahead` every `every` input values.
-    let lines = ahead.len().div_ceil(LINE_VALUES);
-    let every = if lines == 0 {
-        usize::MAX
-    } else {
-        k.div_ceil(lines).max(1)
-    };
-    let (mut countdown, mut line) = (0usize, 0usize);
+    let mut spread = SpreadFetch::new(ahead, k);
     for i in 0..k {
-        if FETCH && countdown == 0 && line < lines {
-            // SAFETY: `line < lines`: a pointer into `ahead`; a prefetch
-            // reads nothing.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(ahead.as_ptr().add(line * LINE_VALUES).cast()) };
-            line += 1;
-            countdown = every;
-        }
         if FETCH {
-            countdown = countdown.wrapping_sub(1);
+            spread.step();
         }
         // SAFETY: `i < k`: the panel holds `16 * k` values and `xs` `R`
         // rows of `k` (asserted above); unaligned loads.
@@ -666,26 +705,10 @@ fn tile_avx512<const R: usize, const P: usize, const FETCH: u8>(
     assert!(xs.len() >= R * k && panels.len() >= P * PANEL * k);
     let stride = PANEL * k;
     let mut acc: [[__m512; P]; R] = [[_mm512_setzero_ps(); P]; R];
-    // One line of `ahead` every `every` input values.
-    let lines = ahead.len().div_ceil(LINE_VALUES);
-    let every = if lines == 0 {
-        usize::MAX
-    } else {
-        k.div_ceil(lines).max(1)
-    };
-    let (mut countdown, mut line) = (0usize, 0usize);
+    let mut spread = SpreadFetch::new(ahead, k);
     for i in 0..k {
         if FETCH == SPREAD {
-            if countdown == 0 && line < lines {
-                // SAFETY: `line < lines`: a pointer into `ahead`; a
-                // prefetch reads nothing.
-                unsafe {
-                    _mm_prefetch::<_MM_HINT_T0>(ahead.as_ptr().add(line * LINE_VALUES).cast());
-                }
-                line += 1;
-                countdown = every;
-            }
-            countdown = countdown.wrapping_sub(1);
+            spread.step();
         }
         // SAFETY: `i < k`: `panels` holds `P` panels of `16 * k` values
         // and `xs` `R` rows of `k` (asserted above); unaligned loads.
