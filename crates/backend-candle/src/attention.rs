@@ -249,22 +249,23 @@ const SCORE_KEYS: usize = 3;
 #[cfg(target_arch = "x86_64")]
 const FETCH_AHEAD: usize = 512;
 
-/// Asks for the line of keys [`FETCH_AHEAD`] values past `at` into the L1
-/// cache and the line of values there into the L2 cache: a block's keys
-/// and values are read as two streams, which the hardware prefetcher
+/// For the `len` values of keys from `from` that a tile of scores is
+/// about to read: asks for the values at the same positions into the L2
+/// cache for the weighted sum that follows, and for the keys (into the L1
+/// cache) and values (L2) [`FETCH_AHEAD`] values further on: a block's
+/// keys and values are read as two streams, which the hardware prefetcher
 /// ramps up to too slowly for 40 KB of each.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-fn fetch_ahead(keys: &[f32], values: &[f32], at: usize) {
+fn fetch_keys_values(keys: &[f32], values: &[f32], from: usize, len: usize) {
     use std::arch::x86_64::{_MM_HINT_T0, _MM_HINT_T1, _mm_prefetch};
     // Past a block's end the lines are fetched for nothing: a prefetch
     // never faults, and `wrapping_add` makes no reference out of bounds.
-    let (k, v) = (
-        keys.as_ptr().wrapping_add(at + FETCH_AHEAD),
-        values.as_ptr().wrapping_add(at + FETCH_AHEAD),
-    );
-    _mm_prefetch::<_MM_HINT_T0>(k.cast());
-    _mm_prefetch::<_MM_HINT_T1>(v.cast());
+    for at in (from..from + len).step_by(LINE_VALUES) {
+        _mm_prefetch::<_MM_HINT_T1>(values.as_ptr().wrapping_add(at).cast());
+        _mm_prefetch::<_MM_HINT_T0>(keys.as_ptr().wrapping_add(at + FETCH_AHEAD).cast());
+        _mm_prefetch::<_MM_HINT_T1>(values.as_ptr().wrapping_add(at + FETCH_AHEAD).cast());
+    }
 }
 
 /// `scores[r * total + j]` = the dot product of key `j` with query head
@@ -285,7 +286,6 @@ fn scores_avx2(
     total: usize,
     d: usize,
 ) {
-    use std::arch::x86_64::{_MM_HINT_T1, _mm_prefetch};
     if d == 0 || !d.is_multiple_of(LANES) {
         rows_times_avx2(keys, q, scores, total, d);
         return;
@@ -297,15 +297,7 @@ fn scores_avx2(
     let mut j = 0;
     while j < total {
         let n = (total - j).min(SCORE_KEYS);
-        let lines = n * d;
-        let mut at = 0;
-        while at < lines {
-            // SAFETY: a prefetch reads nothing; the addresses stay inside
-            // `values` and `keys` (checked against `total * d` above).
-            unsafe { _mm_prefetch::<_MM_HINT_T1>(values.as_ptr().add(j * d + at).cast()) };
-            fetch_ahead(keys, values, j * d + at);
-            at += LINE_VALUES;
-        }
+        fetch_keys_values(keys, values, j * d, n * d);
         let ks = &keys[j * d..(j + n) * d];
         let mut h = 0;
         while h < rep {
@@ -600,7 +592,6 @@ fn scores_avx512(
     total: usize,
     d: usize,
 ) {
-    use std::arch::x86_64::{_MM_HINT_T1, _mm_prefetch};
     if d == 0 || !d.is_multiple_of(LANES) {
         scores_avx2(keys, q, values, scores, total, d);
         return;
@@ -612,15 +603,7 @@ fn scores_avx512(
     let mut j = 0;
     while j < total {
         let n = (total - j).min(SCORE_KEYS);
-        let lines = n * d;
-        let mut at = 0;
-        while at < lines {
-            // SAFETY: a prefetch reads nothing; the addresses stay inside
-            // `values` (checked against `total * d` above).
-            unsafe { _mm_prefetch::<_MM_HINT_T1>(values.as_ptr().add(j * d + at).cast()) };
-            fetch_ahead(keys, values, j * d + at);
-            at += LINE_VALUES;
-        }
+        fetch_keys_values(keys, values, j * d, n * d);
         let ks = &keys[j * d..(j + n) * d];
         let mut h = 0;
         while h < rep {
