@@ -40,6 +40,7 @@
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
 mod activation;
+mod arena;
 mod attention;
 pub mod engine;
 pub mod error;

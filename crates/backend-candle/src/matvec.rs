@@ -23,6 +23,7 @@ use std::sync::Arc;
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, DType, Device, Layout, Shape, Tensor};
 use rayon::prelude::*;
 
+use crate::arena::WeightArena;
 use crate::packed::{PackedWeight, packed_matmul};
 
 /// Inputs of at most this many rows use the dot-product kernel when the
@@ -121,25 +122,34 @@ enum Weight {
 
 impl Proj {
     /// Wraps `weight` `(out, in)` and an optional `bias` `(out)`: packed
-    /// ([`Proj::packed`]) where the packed kernel is the fastest this CPU
-    /// has ([`packs_weights`]), as it is ([`Proj::shared`]) elsewhere.
-    pub fn new(weight: Tensor, bias: Option<Tensor>) -> candle_core::Result<Self> {
+    /// into memory from `arena` ([`Proj::packed`]) where the packed kernel
+    /// is the fastest this CPU has ([`packs_weights`]), as it is
+    /// ([`Proj::shared`]) elsewhere.
+    pub fn new(
+        weight: Tensor,
+        bias: Option<Tensor>,
+        arena: &WeightArena,
+    ) -> candle_core::Result<Self> {
         if packs_weights() {
-            Self::packed(weight, bias)
+            Self::packed(weight, bias, arena)
         } else {
             Ok(Self::shared(weight, bias))
         }
     }
 
     /// Wraps `weight` `(out, in)` and an optional `bias` `(out)`, an f32
-    /// weight on the CPU packed ([`PackedWeight`]) and the tensor dropped;
-    /// any other weight as it is.
-    pub fn packed(weight: Tensor, bias: Option<Tensor>) -> candle_core::Result<Self> {
+    /// weight on the CPU packed ([`PackedWeight`]) into memory from
+    /// `arena` and the tensor dropped; any other weight as it is.
+    pub fn packed(
+        weight: Tensor,
+        bias: Option<Tensor>,
+        arena: &WeightArena,
+    ) -> candle_core::Result<Self> {
         if matches!(weight.device(), Device::Cpu) && weight.dtype() == DType::F32 {
             let (n, k) = weight.dims2()?;
             let weight = weight.contiguous()?;
             let (storage, layout) = weight.storage_and_layout();
-            let packed = PackedWeight::pack(cpu_f32_slice(&storage, layout)?, n, k);
+            let packed = PackedWeight::pack_in(cpu_f32_slice(&storage, layout)?, n, k, arena);
             return Ok(Proj {
                 weight: Weight::Packed(Arc::new(packed)),
                 bias,
@@ -1064,7 +1074,7 @@ mod tests {
         let projs = [
             (
                 "packed",
-                Proj::packed(w.clone(), Some(b.clone())).expect("packed"),
+                Proj::packed(w.clone(), Some(b.clone()), &WeightArena::new()).expect("packed"),
             ),
             ("plain", Proj::shared(w, Some(b))),
         ];

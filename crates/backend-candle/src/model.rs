@@ -16,6 +16,7 @@ use candle_nn::{Embedding, VarBuilder};
 use rayon::prelude::*;
 
 use crate::activation::silu_mul_rows;
+use crate::arena::WeightArena;
 use crate::attention::{QueryShape, SlotView, decode_attention, decode_attention_scratch};
 use crate::error::{CandleError, Result};
 use crate::matvec::{AlignedBuf, Proj, cpu_f32_slice};
@@ -27,6 +28,8 @@ use guidebench_core::model::DecoderConfig;
 pub struct Weights {
     vb: VarBuilder<'static>,
     prefix: String,
+    /// Where the projections are packed: shared by every prefix.
+    arena: WeightArena,
 }
 
 impl Weights {
@@ -35,6 +38,7 @@ impl Weights {
         Weights {
             vb: VarBuilder::from_tensors(tensors, dtype, device),
             prefix: String::new(),
+            arena: WeightArena::new(),
         }
     }
 
@@ -48,6 +52,7 @@ impl Weights {
             } else {
                 format!("{}.{name}", self.prefix)
             },
+            arena: self.arena.clone(),
         }
     }
 
@@ -100,13 +105,13 @@ fn linear_parts(w: &Weights, in_dim: usize, out_dim: usize, bias: bool) -> Resul
 
 fn linear(w: &Weights, in_dim: usize, out_dim: usize, bias: bool) -> Result<Proj> {
     let (weight, bias) = linear_parts(w, in_dim, out_dim, bias)?;
-    Ok(Proj::new(weight, bias)?)
+    Ok(Proj::new(weight, bias, &w.arena)?)
 }
 
 /// Projections of the same input stacked into one (their outputs side by
 /// side, in order); only the stacked weight becomes a `Proj`, so it is the
 /// only one packed.
-fn stacked(parts: &[LinearParts]) -> Result<Proj> {
+fn stacked(w: &Weights, parts: &[LinearParts]) -> Result<Proj> {
     let weights: Vec<&Tensor> = parts.iter().map(|(weight, _)| weight).collect();
     let weight = Tensor::cat(&weights, 0)?;
     let biases: Option<Vec<&Tensor>> = parts.iter().map(|(_, bias)| bias.as_ref()).collect();
@@ -114,7 +119,7 @@ fn stacked(parts: &[LinearParts]) -> Result<Proj> {
         Some(b) => Some(Tensor::cat(&b, 0)?),
         None => None,
     };
-    Ok(Proj::new(weight, bias)?)
+    Ok(Proj::new(weight, bias, &w.arena)?)
 }
 
 /// An RMS norm with a learned scale.
@@ -144,16 +149,18 @@ impl RmsNorm {
         let (storage, layout) = self.weight.storage_and_layout();
         let alpha = cpu_f32_slice(&storage, layout)?;
         let n = alpha.len();
-        let row = |(src, dst): (&[f32], &mut [f32])| {
+        let rows = x.len().min(out.len()) / n.max(1);
+        let (x, out) = (&x[..rows * n], &mut out[..rows * n]);
+        let block = |(src, dst): (&[f32], &mut [f32])| {
             dst.copy_from_slice(src);
-            normalize(dst, alpha, self.eps);
+            normalize_rows(dst, alpha, self.eps);
         };
         if x.len() >= PARALLEL_VALUES {
-            x.par_chunks_exact(n)
-                .zip(out.par_chunks_exact_mut(n))
-                .for_each(row);
+            x.par_chunks(NORM_ROWS * n)
+                .zip(out.par_chunks_mut(NORM_ROWS * n))
+                .for_each(block);
         } else {
-            x.chunks_exact(n).zip(out.chunks_exact_mut(n)).for_each(row);
+            block((x, out));
         }
         Ok(())
     }
@@ -163,19 +170,49 @@ impl RmsNorm {
     fn rows_in_place(&self, x: &mut [f32]) -> Result<()> {
         let (storage, layout) = self.weight.storage_and_layout();
         let alpha = cpu_f32_slice(&storage, layout)?;
-        for row in x.chunks_exact_mut(alpha.len()) {
-            normalize(row, alpha, self.eps);
-        }
+        normalize_rows(x, alpha, self.eps);
         Ok(())
     }
 }
 
-/// Divides `row` by its root mean square (`eps` added under the root,
-/// squares summed in order) and scales it by `alpha`, as candle's
-/// `rms_norm` does.
-fn normalize(row: &mut [f32], alpha: &[f32], eps: f32) {
-    let sum2 = row.iter().map(|&v| v * v).sum::<f32>();
-    let m = (sum2 / row.len() as f32 + eps).sqrt();
+/// Rows whose sums of squares [`normalize_rows`] takes side by side.
+const NORM_ROWS: usize = 8;
+
+/// Divides each row of `rows` (`alpha.len()` values each; a partial last
+/// row is left as it is) by its root mean square (`eps` added under the
+/// root) and scales it by `alpha`, as candle's `rms_norm` does. Each
+/// row's squares are summed in order, one after another, as candle sums
+/// them (so the same bits); [`NORM_ROWS`] rows' sums run side by side, so
+/// the additions of one row wait on each other's latency, not every one
+/// of them (one row at a time, a decoding step's norms were bound by it).
+fn normalize_rows(rows: &mut [f32], alpha: &[f32], eps: f32) {
+    let n = alpha.len();
+    if n == 0 {
+        return;
+    }
+    let mut blocks = rows.chunks_exact_mut(NORM_ROWS * n);
+    for block in &mut blocks {
+        let mut sums = [0f32; NORM_ROWS];
+        for i in 0..n {
+            for (r, sum) in sums.iter_mut().enumerate() {
+                let v = block[r * n + i];
+                *sum += v * v;
+            }
+        }
+        for (row, sum) in block.chunks_exact_mut(n).zip(sums) {
+            scale_row(row, alpha, sum, eps);
+        }
+    }
+    for row in blocks.into_remainder().chunks_exact_mut(n) {
+        let sum = row.iter().map(|&v| v * v).sum::<f32>();
+        scale_row(row, alpha, sum, eps);
+    }
+}
+
+/// Divides `row` by the root of its mean square (`sum` its squares' sum,
+/// `eps` added under the root) and scales it by `alpha`.
+fn scale_row(row: &mut [f32], alpha: &[f32], sum: f32, eps: f32) {
+    let m = (sum / row.len() as f32 + eps).sqrt();
     for (v, a) in row.iter_mut().zip(alpha) {
         *v = *v / m * *a;
     }
@@ -688,11 +725,14 @@ impl Attention {
             (None, None)
         };
         Ok(Attention {
-            qkv_proj: stacked(&[
-                linear_parts(&w.pp("q_proj"), h, nh * hd, cfg.qkv_bias)?,
-                linear_parts(&w.pp("k_proj"), h, nkv * hd, cfg.qkv_bias)?,
-                linear_parts(&w.pp("v_proj"), h, nkv * hd, cfg.qkv_bias)?,
-            ])?,
+            qkv_proj: stacked(
+                w,
+                &[
+                    linear_parts(&w.pp("q_proj"), h, nh * hd, cfg.qkv_bias)?,
+                    linear_parts(&w.pp("k_proj"), h, nkv * hd, cfg.qkv_bias)?,
+                    linear_parts(&w.pp("v_proj"), h, nkv * hd, cfg.qkv_bias)?,
+                ],
+            )?,
             o_proj: linear(&w.pp("o_proj"), nh * hd, h, cfg.o_bias)?,
             q_norm,
             k_norm,
@@ -876,10 +916,13 @@ impl Mlp {
     fn load(w: &Weights, cfg: &DecoderConfig) -> Result<Self> {
         let (h, i) = (cfg.hidden_size, cfg.intermediate_size);
         Ok(Mlp {
-            gate_up_proj: stacked(&[
-                linear_parts(&w.pp("gate_proj"), h, i, false)?,
-                linear_parts(&w.pp("up_proj"), h, i, false)?,
-            ])?,
+            gate_up_proj: stacked(
+                w,
+                &[
+                    linear_parts(&w.pp("gate_proj"), h, i, false)?,
+                    linear_parts(&w.pp("up_proj"), h, i, false)?,
+                ],
+            )?,
             intermediate: i,
             down_proj: linear(&w.pp("down_proj"), i, h, false)?,
         })
@@ -1500,6 +1543,15 @@ impl Decoder {
             self.clock.add(kind, PhaseClock::PROJECTIONS, since);
             add_in_place_par(x, proj, h);
         }
+        // A decoding step ends every row's sequence, in order: one call
+        // normalizes them side by side.
+        if part
+            .iter()
+            .enumerate()
+            .all(|(i, token)| token.last_of == Some(i))
+        {
+            return self.norm.rows(x, &mut last[..t * h]);
+        }
         for (row, token) in x.chunks_exact(h).zip(part) {
             if let Some(seq) = token.last_of {
                 self.norm.rows(row, &mut last[seq * h..(seq + 1) * h])?;
@@ -1954,6 +2006,38 @@ mod tests {
                 for (slot, prompt) in prompts.iter().enumerate() {
                     assert_eq!(host.len(slot), Some(prompt.len() + 1));
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn norms_of_many_rows_at_once_give_the_bits_of_candles_norm() {
+        // rows in blocks of NORM_ROWS and a remainder, and (4096 values a
+        // row) enough values to split the rows over threads
+        for (rows, n) in [(1, 48), (7, 48), (8, 48), (9, 48), (33, 48), (17, 4096)] {
+            let x: Vec<f32> = (0..rows * n)
+                .map(|i| ((i * 7919 % 1000) as f32 * 0.013).sin() * 3.0)
+                .collect();
+            let alpha: Vec<f32> = (0..n).map(|i| 1.0 + i as f32 * 0.01).collect();
+            let norm = RmsNorm {
+                weight: Tensor::from_vec(alpha, n, &Device::Cpu).expect("weight"),
+                eps: 1e-6,
+            };
+            let input = Tensor::from_vec(x.clone(), (rows, n), &Device::Cpu).expect("input");
+            let expected: Vec<f32> = norm
+                .forward(&input)
+                .and_then(|t| Ok(t.flatten_all()?.to_vec1()?))
+                .expect("candle's norm");
+            let mut out = vec![0f32; rows * n];
+            norm.rows(&x, &mut out).expect("rows");
+            let mut in_place = x.clone();
+            norm.rows_in_place(&mut in_place).expect("in place");
+            for got in [&out, &in_place] {
+                let same = got
+                    .iter()
+                    .zip(&expected)
+                    .all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(same, "{rows} rows of {n}: not candle's bits");
             }
         }
     }

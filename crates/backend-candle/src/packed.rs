@@ -7,7 +7,9 @@
 //! multiply-adds at 6 rows); with AVX-512, one 16-lane multiply-add per
 //! panel, keeping up to 8 input rows × 3 panels in registers (11 loads
 //! per 24 multiply-adds). The same for a prefill chunk as for one
-//! decoding row, each panel read as one sequential stream.
+//! decoding row, each panel read as one sequential stream. The panels
+//! live in [`WeightArena`] chunks, in 2 MiB pages where Linux grants
+//! them.
 //!
 //! Every output is summed in one fixed order, input value by input value
 //! from the first (one fused multiply-add each), whichever kernel and tile
@@ -17,7 +19,8 @@
 
 use rayon::prelude::*;
 
-use crate::matvec::{LINE_VALUES, aligned_copy};
+use crate::arena::{ArenaBuf, WeightArena};
+use crate::matvec::LINE_VALUES;
 
 /// Output rows per panel.
 pub const PANEL: usize = 16;
@@ -38,22 +41,31 @@ const TILE_PANELS: usize = 3;
 const PREFETCH_GROUPS: usize = 6;
 
 /// An `(n, k)` weight in panels of [`PANEL`] rows (the last one padded
-/// with zero rows), on a 64-byte boundary.
-#[derive(Clone)]
+/// with zero rows), on a 64-byte boundary, in a [`WeightArena`]'s memory.
 pub struct PackedWeight {
-    data: Vec<f32>,
-    offset: usize,
+    data: ArenaBuf,
     n: usize,
     k: usize,
 }
 
 impl PackedWeight {
-    /// Packs the row-major `(n, k)` weight `w` (at least `n * k` values).
+    /// Packs the row-major `(n, k)` weight `w` (at least `n * k` values)
+    /// into memory of its own.
+    #[cfg(test)]
     pub fn pack(w: &[f32], n: usize, k: usize) -> Self {
+        Self::pack_in(w, n, k, &WeightArena::new())
+    }
+
+    /// Packs the row-major `(n, k)` weight `w` (at least `n * k` values)
+    /// into memory from `arena`.
+    pub fn pack_in(w: &[f32], n: usize, k: usize, arena: &WeightArena) -> Self {
         let len = n.div_ceil(PANEL) * PANEL * k;
-        let (mut data, offset) = aligned_copy(std::iter::repeat_n(0.0, len));
-        let packed = &mut data[offset..offset + len];
-        for (p, panel) in packed.chunks_exact_mut(PANEL * k.max(1)).enumerate() {
+        let mut data = arena.alloc(len);
+        for (p, panel) in data
+            .values_mut()
+            .chunks_exact_mut(PANEL * k.max(1))
+            .enumerate()
+        {
             for c in 0..PANEL.min(n - p * PANEL) {
                 let row = &w[(p * PANEL + c) * k..(p * PANEL + c + 1) * k];
                 for (i, v) in row.iter().enumerate() {
@@ -61,7 +73,7 @@ impl PackedWeight {
                 }
             }
         }
-        PackedWeight { data, offset, n, k }
+        PackedWeight { data, n, k }
     }
 
     /// Output rows `n`.
@@ -76,8 +88,7 @@ impl PackedWeight {
 
     /// The packed values: `n` rounded up to whole panels, times `k`.
     fn values(&self) -> &[f32] {
-        let len = self.n.div_ceil(PANEL) * PANEL * self.k;
-        &self.data[self.offset..self.offset + len]
+        self.data.values()
     }
 
     /// Row `j` of the weight as it was before packing.
