@@ -35,7 +35,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use guidebench_bench::data::SyntheticText;
-use guidebench_candle::model::PhaseReport;
+use guidebench_candle::model::{PhaseReport, PhaseTimes};
 use guidebench_candle::{CandleEngine, CandleOptions};
 use guidebench_core::backend::Backend;
 use guidebench_core::engine::{Engine, EngineOutput, EngineRequest};
@@ -479,11 +479,30 @@ fn steady_state(
     Ok(result)
 }
 
+/// The rest of a pass beyond projections and attention, in `unit`s of a
+/// second: its total, then norms, rotary embeddings and writing keys and
+/// values, the MLP's activation, the residual additions and what is left.
+fn rest_of(t: &PhaseTimes, unit: f64) -> String {
+    let rest = t.total.saturating_sub(t.projections + t.attention);
+    let named = t.norms + t.rotary + t.activation + t.additions;
+    let v = |d: Duration| d.as_secs_f64() / unit;
+    format!(
+        "the rest {:.2} ms (norms {:.2}, rotary and writing keys and values {:.2}, SiLU {:.2}, \
+         additions {:.2}, other {:.2})",
+        v(rest),
+        v(t.norms),
+        v(t.rotary),
+        v(t.activation),
+        v(t.additions),
+        v(rest.saturating_sub(named)),
+    )
+}
+
 /// Prints where one generation of `b` rows spent its time: the prefill
 /// and the mean decoding step, each split into projections (with their
-/// FLOP rate), attention and the rest, and the part of each decoding step
-/// spent outside the engine (core's loop: sampling, stop checks,
-/// detokenizing).
+/// FLOP rate), attention and the rest (itself split into its phases), and
+/// the part of each decoding step spent outside the engine (core's loop:
+/// sampling, stop checks, detokenizing).
 fn print_phases(model: &ModelCost, b: usize, elapsed: f64, ttft: f64, report: &PhaseReport) {
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     let (p, d) = (&report.prefill, &report.decoding);
@@ -491,12 +510,12 @@ fn print_phases(model: &ModelCost, b: usize, elapsed: f64, ttft: f64, report: &P
     let prefill_flops = rows * PROMPT as f64 * model.flops_token + rows * model.lm_flops;
     println!(
         "  batch {b:>2} prefill: {:.1} ms = projections {:.1} ms ({:.1} GFLOP/s) + attention {:.1} ms \
-         + the rest {:.1} ms",
+         + {}",
         ms(p.total),
         ms(p.projections),
         prefill_flops / p.projections.as_secs_f64().max(1e-9) / 1e9,
         ms(p.attention),
-        ms(p.total.saturating_sub(p.projections + p.attention)),
+        rest_of(p, 1e-3),
     );
     let steps = d.passes.max(1) as f64;
     let per = |t: Duration| t.as_secs_f64() / steps;
@@ -508,7 +527,7 @@ fn print_phases(model: &ModelCost, b: usize, elapsed: f64, ttft: f64, report: &P
     println!(
         "  batch {b:>2} decoding step ({} steps): {:.2} ms = projections {:.2} ms ({:.1} GFLOP/s, \
          weights at {:.1} GB/s) + attention {:.2} ms ({:.1} MB of keys and values at {:.1} GB/s) \
-         + the rest {:.2} ms; outside the engine {:.2} ms per step",
+         + {}; outside the engine {:.2} ms per step",
         d.passes,
         per(d.total) * 1e3,
         per(d.projections) * 1e3,
@@ -517,7 +536,7 @@ fn print_phases(model: &ModelCost, b: usize, elapsed: f64, ttft: f64, report: &P
         per(d.attention) * 1e3,
         kv / 1e6,
         kv / per(d.attention).max(1e-12) / 1e9,
-        per(d.total.saturating_sub(d.projections + d.attention)) * 1e3,
+        rest_of(d, 1e-3 * steps),
         (wall - per(d.total)) * 1e3,
     );
 }

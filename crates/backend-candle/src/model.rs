@@ -1010,9 +1010,17 @@ pub struct PhaseTimes {
     pub projections: Duration,
     /// In attention: scores, softmax and weighted sums.
     pub attention: Duration,
-    /// In the whole of the passes: the projections, attention and the
-    /// rest (embeddings, norms, rotary embeddings, writing keys and
-    /// values, activations, additions).
+    /// In the RMS norms (the final one's included).
+    pub norms: Duration,
+    /// In the rotary embeddings of queries and keys (and their q/k norms,
+    /// where the model has them) and writing keys and values to the cache.
+    pub rotary: Duration,
+    /// In the MLP's activation, `silu(gate) * up`.
+    pub activation: Duration,
+    /// In the residual additions.
+    pub additions: Duration,
+    /// In the whole of the passes: every phase above and the rest (the
+    /// embeddings, the step's bookkeeping).
     pub total: Duration,
 }
 
@@ -1033,12 +1041,12 @@ enum HostPass {
 }
 
 /// The clock behind [`Decoder::time_phases`]: per pass kind, the passes
-/// and the nanoseconds of projections, attention and whole passes. A
-/// clone starts with a clock of its own, stopped.
+/// and the nanoseconds of each phase of [`PhaseTimes`] and of whole
+/// passes. A clone starts with a clock of its own, stopped.
 #[derive(Debug, Default)]
 struct PhaseClock {
     on: AtomicBool,
-    counts: [[AtomicU64; 4]; 2],
+    counts: [[AtomicU64; 8]; 2],
 }
 
 impl Clone for PhaseClock {
@@ -1052,6 +1060,10 @@ impl PhaseClock {
     const PROJECTIONS: usize = 1;
     const ATTENTION: usize = 2;
     const TOTAL: usize = 3;
+    const NORMS: usize = 4;
+    const ROTARY: usize = 5;
+    const ACTIVATION: usize = 6;
+    const ADDITIONS: usize = 7;
 
     /// The instant a timed phase starts, if the clock runs.
     fn start(&self) -> Option<Instant> {
@@ -1077,13 +1089,26 @@ impl PhaseClock {
     /// The sums so far, reset to zero.
     fn take(&self) -> PhaseReport {
         let times = |pass: HostPass| {
-            let [passes, projections, attention, total] = self.counts[pass as usize]
+            let [
+                passes,
+                projections,
+                attention,
+                total,
+                norms,
+                rotary,
+                activation,
+                additions,
+            ] = self.counts[pass as usize]
                 .each_ref()
                 .map(|c| c.swap(0, Ordering::Relaxed));
             PhaseTimes {
                 passes,
                 projections: Duration::from_nanos(projections),
                 attention: Duration::from_nanos(attention),
+                norms: Duration::from_nanos(norms),
+                rotary: Duration::from_nanos(rotary),
+                activation: Duration::from_nanos(activation),
+                additions: Duration::from_nanos(additions),
                 total: Duration::from_nanos(total),
             }
         };
@@ -1494,10 +1519,13 @@ impl Decoder {
         let scale = (1.0 / (hd as f64).sqrt()) as f32;
         for (li, layer) in self.layers.iter().enumerate() {
             let a = &layer.self_attn;
+            let since = self.clock.start();
             layer.input_layernorm.rows(x, normed)?;
+            self.clock.add(kind, PhaseClock::NORMS, since);
             let since = self.clock.start();
             a.qkv_proj.forward_rows(normed, t, out_t, qkv)?;
             self.clock.add(kind, PhaseClock::PROJECTIONS, since);
+            let since = self.clock.start();
             for (row, token) in qkv.chunks_exact_mut(qkv_n).zip(part) {
                 let pos = token.pos;
                 let (Some(cos), Some(sin)) = (
@@ -1522,6 +1550,7 @@ impl Decoder {
                 }
                 write_host(kv, token.slot, li, pos, k, v, hd)?;
             }
+            self.clock.add(kind, PhaseClock::ROTARY, since);
             let view = |i: usize| host_view(kv, part[i].slot, li, part[i].pos + 1);
             let since = self.clock.start();
             decode_attention(qkv, shape, &view, scale, attn, scores)?;
@@ -1529,34 +1558,45 @@ impl Decoder {
             let since = self.clock.start();
             a.o_proj.forward_rows(attn, t, out_t, proj)?;
             self.clock.add(kind, PhaseClock::PROJECTIONS, since);
+            let since = self.clock.start();
             add_in_place_par(x, proj, h);
+            self.clock.add(kind, PhaseClock::ADDITIONS, since);
+            let since = self.clock.start();
             layer.post_attention_layernorm.rows(x, normed)?;
+            self.clock.add(kind, PhaseClock::NORMS, since);
             let since = self.clock.start();
             layer
                 .mlp
                 .gate_up_proj
                 .forward_rows(normed, t, out_t, gate_up)?;
             self.clock.add(kind, PhaseClock::PROJECTIONS, since);
+            let since = self.clock.start();
             silu_mul_rows(gate_up, inter, act);
+            self.clock.add(kind, PhaseClock::ACTIVATION, since);
             let since = self.clock.start();
             layer.mlp.down_proj.forward_rows(act, t, out_t, proj)?;
             self.clock.add(kind, PhaseClock::PROJECTIONS, since);
+            let since = self.clock.start();
             add_in_place_par(x, proj, h);
+            self.clock.add(kind, PhaseClock::ADDITIONS, since);
         }
         // A decoding step ends every row's sequence, in order: one call
         // normalizes them side by side.
+        let since = self.clock.start();
         if part
             .iter()
             .enumerate()
             .all(|(i, token)| token.last_of == Some(i))
         {
-            return self.norm.rows(x, &mut last[..t * h]);
-        }
-        for (row, token) in x.chunks_exact(h).zip(part) {
-            if let Some(seq) = token.last_of {
-                self.norm.rows(row, &mut last[seq * h..(seq + 1) * h])?;
+            self.norm.rows(x, &mut last[..t * h])?;
+        } else {
+            for (row, token) in x.chunks_exact(h).zip(part) {
+                if let Some(seq) = token.last_of {
+                    self.norm.rows(row, &mut last[seq * h..(seq + 1) * h])?;
+                }
             }
         }
+        self.clock.add(kind, PhaseClock::NORMS, since);
         Ok(())
     }
 
@@ -2086,12 +2126,16 @@ mod tests {
         let report = decoder.take_phase_times();
         for (times, passes) in [(report.prefill, 1), (report.decoding, 3)] {
             assert_eq!(times.passes, passes, "{report:?}");
-            assert!(times.projections > Duration::ZERO, "{report:?}");
-            assert!(times.attention > Duration::ZERO, "{report:?}");
-            assert!(
-                times.projections + times.attention <= times.total,
-                "{report:?}"
-            );
+            let phases = [
+                times.projections,
+                times.attention,
+                times.norms,
+                times.rotary,
+                times.activation,
+                times.additions,
+            ];
+            assert!(phases.iter().all(|t| *t > Duration::ZERO), "{report:?}");
+            assert!(phases.iter().sum::<Duration>() <= times.total, "{report:?}");
         }
         // taken: the sums start again from zero
         assert_eq!(decoder.take_phase_times(), PhaseReport::default());
