@@ -13,32 +13,7 @@ use crate::activation::exp_avx2;
 use crate::activation::exp_poly;
 #[cfg(target_arch = "x86_64")]
 use crate::matvec::{LANES, LINE_VALUES, finish_avx2, rows_times_avx2, sum_lanes_avx512};
-use crate::matvec::{has_avx2_fma, has_avx512, rows_times_portable};
-
-/// The kernels a step's attention runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Path {
-    /// One value at a time.
-    Portable,
-    /// Eight lanes at a time (AVX2 and FMA).
-    Avx2,
-    /// The scores and the weighted sum sixteen lanes at a time (AVX-512F),
-    /// the softmax eight.
-    Avx512,
-}
-
-impl Path {
-    /// The fastest path this CPU runs.
-    fn best() -> Path {
-        if has_avx512() {
-            Path::Avx512
-        } else if has_avx2_fma() {
-            Path::Avx2
-        } else {
-            Path::Portable
-        }
-    }
-}
+use crate::matvec::{Path, rows_times_portable};
 
 /// One row's keys and values in its slot of the KV cache, for a decoding
 /// step's attention.
@@ -777,22 +752,6 @@ mod tests {
     use candle_core::{Device, Tensor};
     use guidebench_testkit::conformance::largest_difference;
 
-    /// Every path this CPU runs.
-    fn paths() -> Vec<Path> {
-        let mut paths = vec![Path::Portable];
-        if has_avx2_fma() {
-            paths.push(Path::Avx2);
-        } else {
-            eprintln!("this CPU has no AVX2+FMA: that path is not tested here");
-        }
-        if has_avx512() {
-            paths.push(Path::Avx512);
-        } else {
-            eprintln!("this CPU has no AVX-512F: that path is not tested here");
-        }
-        paths
-    }
-
     /// The largest |difference| between `got` and the tensor `want`.
     fn largest(got: &[f32], want: &Tensor) -> f32 {
         let want: Vec<f32> = want
@@ -848,7 +807,7 @@ mod tests {
             capacity: caps[i],
             len: lens[i],
         };
-        for path in paths() {
+        for path in Path::available() {
             let mut out = vec![f32::NAN; b * g * rep * d];
             let mut scores = vec![f32::NAN; decode_attention_scratch(shape, 12)];
             decode_attention_on(path, &strided, shape, &view, scale, &mut out, &mut scores)
@@ -909,7 +868,7 @@ mod tests {
                     out.into_iter().map(f32::to_bits).collect::<Vec<_>>()
                 };
                 let portable = run(Path::Portable);
-                for path in paths() {
+                for path in Path::available() {
                     assert_eq!(
                         run(path),
                         portable,

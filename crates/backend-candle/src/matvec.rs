@@ -96,6 +96,49 @@ pub(crate) fn has_avx2_fma() -> bool {
     }
 }
 
+/// The kernels an elementwise or attention pass runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Path {
+    /// One value at a time.
+    Portable,
+    /// Eight lanes at a time (AVX2 and FMA).
+    Avx2,
+    /// Sixteen lanes at a time where a kernel has an AVX-512F version,
+    /// eight where it has only AVX2.
+    Avx512,
+}
+
+impl Path {
+    /// The fastest path this CPU runs.
+    pub(crate) fn best() -> Path {
+        if has_avx512() {
+            Path::Avx512
+        } else if has_avx2_fma() {
+            Path::Avx2
+        } else {
+            Path::Portable
+        }
+    }
+
+    /// Every path this CPU runs, for the tests that force each (saying
+    /// which it cannot).
+    #[cfg(test)]
+    pub(crate) fn available() -> Vec<Path> {
+        let mut paths = vec![Path::Portable];
+        if has_avx2_fma() {
+            paths.push(Path::Avx2);
+        } else {
+            eprintln!("this CPU has no AVX2+FMA: that path is not tested here");
+        }
+        if has_avx512() {
+            paths.push(Path::Avx512);
+        } else {
+            eprintln!("this CPU has no AVX-512F: that path is not tested here");
+        }
+        paths
+    }
+}
+
 /// Lanes of the dot product's accumulator.
 pub(crate) const LANES: usize = 16;
 
