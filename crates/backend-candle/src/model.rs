@@ -165,6 +165,33 @@ impl RmsNorm {
         Ok(())
     }
 
+    /// Adds each row of `y` to the row of `x` (the residual addition) and
+    /// normalizes the sum into `out`, in blocks of [`NORM_ROWS`] rows so
+    /// that the norm reads the sums while they are in the L1 cache; rows
+    /// split over rayon's threads as in [`RmsNorm::rows`]. The bits of
+    /// [`add_in_place`] then [`RmsNorm::rows`].
+    fn add_rows(&self, x: &mut [f32], y: &[f32], out: &mut [f32]) -> Result<()> {
+        let (storage, layout) = self.weight.storage_and_layout();
+        let alpha = cpu_f32_slice(&storage, layout)?;
+        let n = alpha.len();
+        let rows = x.len().min(y.len()).min(out.len()) / n.max(1);
+        let (x, y, out) = (&mut x[..rows * n], &y[..rows * n], &mut out[..rows * n]);
+        let block = |((x, y), dst): ((&mut [f32], &[f32]), &mut [f32])| {
+            add_in_place(x, y);
+            dst.copy_from_slice(x);
+            normalize_rows(dst, alpha, self.eps);
+        };
+        if x.len() >= PARALLEL_VALUES {
+            x.par_chunks_mut(NORM_ROWS * n)
+                .zip(y.par_chunks(NORM_ROWS * n))
+                .zip(out.par_chunks_mut(NORM_ROWS * n))
+                .for_each(block);
+        } else {
+            block(((x, y), out));
+        }
+        Ok(())
+    }
+
     /// Normalizes each row of `x` in place (f32 on the CPU), with the bits
     /// of [`RmsNorm::forward`].
     fn rows_in_place(&self, x: &mut [f32]) -> Result<()> {
@@ -1010,14 +1037,17 @@ pub struct PhaseTimes {
     pub projections: Duration,
     /// In attention: scores, softmax and weighted sums.
     pub attention: Duration,
-    /// In the RMS norms (the final one's included).
+    /// In the RMS norms (the final one's included) and the residual
+    /// additions done with them.
     pub norms: Duration,
     /// In the rotary embeddings of queries and keys (and their q/k norms,
     /// where the model has them) and writing keys and values to the cache.
     pub rotary: Duration,
     /// In the MLP's activation, `silu(gate) * up`.
     pub activation: Duration,
-    /// In the residual additions.
+    /// In the residual additions not done with the norm that follows them
+    /// (the last layer's, before the final norm; the others are in
+    /// [`PhaseTimes::norms`]).
     pub additions: Duration,
     /// In the whole of the passes: every phase above and the rest (the
     /// embeddings, the step's bookkeeping).
@@ -1519,9 +1549,13 @@ impl Decoder {
         let scale = (1.0 / (hd as f64).sqrt()) as f32;
         for (li, layer) in self.layers.iter().enumerate() {
             let a = &layer.self_attn;
-            let since = self.clock.start();
-            layer.input_layernorm.rows(x, normed)?;
-            self.clock.add(kind, PhaseClock::NORMS, since);
+            // The layers after the first had their input norm, with the
+            // residual addition before it, at the end of the one before.
+            if li == 0 {
+                let since = self.clock.start();
+                layer.input_layernorm.rows(x, normed)?;
+                self.clock.add(kind, PhaseClock::NORMS, since);
+            }
             let since = self.clock.start();
             a.qkv_proj.forward_rows(normed, t, out_t, qkv)?;
             self.clock.add(kind, PhaseClock::PROJECTIONS, since);
@@ -1559,10 +1593,7 @@ impl Decoder {
             a.o_proj.forward_rows(attn, t, out_t, proj)?;
             self.clock.add(kind, PhaseClock::PROJECTIONS, since);
             let since = self.clock.start();
-            add_in_place_par(x, proj, h);
-            self.clock.add(kind, PhaseClock::ADDITIONS, since);
-            let since = self.clock.start();
-            layer.post_attention_layernorm.rows(x, normed)?;
+            layer.post_attention_layernorm.add_rows(x, proj, normed)?;
             self.clock.add(kind, PhaseClock::NORMS, since);
             let since = self.clock.start();
             layer
@@ -1577,8 +1608,16 @@ impl Decoder {
             layer.mlp.down_proj.forward_rows(act, t, out_t, proj)?;
             self.clock.add(kind, PhaseClock::PROJECTIONS, since);
             let since = self.clock.start();
-            add_in_place_par(x, proj, h);
-            self.clock.add(kind, PhaseClock::ADDITIONS, since);
+            match self.layers.get(li + 1) {
+                Some(next) => {
+                    next.input_layernorm.add_rows(x, proj, normed)?;
+                    self.clock.add(kind, PhaseClock::NORMS, since);
+                }
+                None => {
+                    add_in_place_par(x, proj, h);
+                    self.clock.add(kind, PhaseClock::ADDITIONS, since);
+                }
+            }
         }
         // A decoding step ends every row's sequence, in order: one call
         // normalizes them side by side.
@@ -2051,7 +2090,7 @@ mod tests {
     }
 
     #[test]
-    fn norms_of_many_rows_at_once_give_the_bits_of_candles_norm() {
+    fn norms_of_many_rows_at_once_and_after_the_residual_addition_give_the_expected_bits() {
         // rows in blocks of NORM_ROWS and a remainder, and (4096 values a
         // row) enough values to split the rows over threads
         for (rows, n) in [(1, 48), (7, 48), (8, 48), (9, 48), (33, 48), (17, 4096)] {
@@ -2079,6 +2118,22 @@ mod tests {
                     .all(|(a, b)| a.to_bits() == b.to_bits());
                 assert!(same, "{rows} rows of {n}: not candle's bits");
             }
+            // the residual addition with the norm: the bits of the
+            // addition, then the norm
+            let y: Vec<f32> = x.iter().map(|v| v * 0.5 - 0.25).collect();
+            let mut sum = x.clone();
+            add_in_place(&mut sum, &y);
+            let mut expected = vec![0f32; rows * n];
+            norm.rows(&sum, &mut expected).expect("rows");
+            let (mut added, mut fused) = (x.clone(), vec![0f32; rows * n]);
+            norm.add_rows(&mut added, &y, &mut fused).expect("add_rows");
+            let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&added), bits(&sum), "{rows} rows of {n}: the sums");
+            assert_eq!(
+                bits(&fused),
+                bits(&expected),
+                "{rows} rows of {n}: the norms"
+            );
         }
     }
 
