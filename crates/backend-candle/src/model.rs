@@ -210,8 +210,9 @@ const NORM_ROWS: usize = 8;
 /// root) and scales it by `alpha`, as candle's `rms_norm` does. Each
 /// row's squares are summed in order, one after another, as candle sums
 /// them (so the same bits); [`NORM_ROWS`] rows' sums run side by side, so
-/// the additions of one row wait on each other's latency, not every one
-/// of them (one row at a time, a decoding step's norms were bound by it).
+/// that while one row's additions wait on each other the other rows' go
+/// on (one row at a time, a decoding step's norms waited on the latency
+/// of every addition).
 fn normalize_rows(rows: &mut [f32], alpha: &[f32], eps: f32) {
     let n = alpha.len();
     if n == 0 {
