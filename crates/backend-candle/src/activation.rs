@@ -72,9 +72,7 @@ fn silu_mul_rows_on(path: Path, gate_up: &[f32], inter: usize, out: &mut [f32]) 
             Path::Avx2 => return unsafe { silu_mul_avx2(gate, up, out) },
             Path::Portable => {}
         }
-        for ((o, g), u) in out.iter_mut().zip(gate).zip(up) {
-            *o = *g / (1.0 + exp_poly(-*g)) * *u;
-        }
+        silu_mul_portable(gate, up, out);
     };
     // Elementwise work: worth spreading over threads only when large.
     if out.len() >= 1 << 14 {
@@ -87,6 +85,14 @@ fn silu_mul_rows_on(path: Path, gate_up: &[f32], inter: usize, out: &mut [f32]) 
             .chunks_exact(2 * inter)
             .zip(out.chunks_exact_mut(inter))
             .for_each(row);
+    }
+}
+
+/// One row of [`silu_mul_rows`] (or the last values of one), one value at
+/// a time: the operations of the vector kernels, so the same bits.
+fn silu_mul_portable(gate: &[f32], up: &[f32], out: &mut [f32]) {
+    for ((o, g), u) in out.iter_mut().zip(gate).zip(up) {
+        *o = *g / (1.0 + exp_poly(-*g)) * *u;
     }
 }
 
@@ -113,13 +119,7 @@ fn silu_mul_avx2(gate: &[f32], up: &[f32], out: &mut [f32]) {
         }
         at += 8;
     }
-    for ((o, g), u) in out[main..n]
-        .iter_mut()
-        .zip(&gate[main..n])
-        .zip(&up[main..n])
-    {
-        *o = *g / (1.0 + exp_poly(-*g)) * *u;
-    }
+    silu_mul_portable(&gate[main..n], &up[main..n], &mut out[main..n]);
 }
 
 /// One row of [`silu_mul_rows`], sixteen values at a time: the operations
@@ -146,13 +146,7 @@ fn silu_mul_avx512(gate: &[f32], up: &[f32], out: &mut [f32]) {
         }
         at += 16;
     }
-    for ((o, g), u) in out[main..n]
-        .iter_mut()
-        .zip(&gate[main..n])
-        .zip(&up[main..n])
-    {
-        *o = *g / (1.0 + exp_poly(-*g)) * *u;
-    }
+    silu_mul_portable(&gate[main..n], &up[main..n], &mut out[main..n]);
 }
 
 /// [`exp_avx2`] for sixteen lanes: the same operations, so the same bits.
