@@ -135,17 +135,20 @@ pub struct Bandwidth {
     pool: rayon::ThreadPool,
     threads: usize,
     src: Vec<f32>,
+    /// The copy's destination, allocated by the first [`Bandwidth::copy`]
+    /// (a probe that only reads never needs it).
     dst: Vec<f32>,
 }
 
 impl Bandwidth {
-    /// The buffers (2 GiB in all, touched here), on a pool of `threads`
+    /// A 1 GiB buffer (touched here; a copy's destination, another 1 GiB,
+    /// comes with the first [`Bandwidth::copy`]), on a pool of `threads`
     /// threads.
     pub fn new(threads: usize) -> Result<Bandwidth, rayon::ThreadPoolBuildError> {
         Self::with_bytes(threads, 1 << 30)
     }
 
-    /// Buffers of `bytes` each instead of 1 GiB: the rate at which a
+    /// A buffer of `bytes` instead of 1 GiB: the rate at which a
     /// working set of that size is read over and over (as decoding steps
     /// read the weights), which the last-level cache helps once it holds
     /// a share of it.
@@ -158,7 +161,7 @@ impl Bandwidth {
             pool: pool(threads)?,
             threads: threads.max(1),
             src: (0..len).map(|i| i as f32).collect(),
-            dst: vec![0f32; len],
+            dst: Vec::new(),
         })
     }
 
@@ -201,6 +204,9 @@ impl Bandwidth {
     pub fn copy(&mut self, times: usize) -> f64 {
         let chunk = self.src.len().div_ceil(self.threads);
         let bytes = 2.0 * std::mem::size_of_val(self.src.as_slice()) as f64;
+        if self.dst.len() != self.src.len() {
+            self.dst = vec![0f32; self.src.len()];
+        }
         let (src, dst) = (&self.src, &mut self.dst);
         bytes
             / self.pool.install(|| {
@@ -211,5 +217,19 @@ impl Bandwidth {
                     std::hint::black_box(&*dst);
                 })
             })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_probe_that_only_reads_allocates_no_copy_destination() {
+        let mut probe = Bandwidth::with_bytes(1, 1 << 16).expect("pool");
+        assert!(probe.read(1) > 0.0);
+        assert!(probe.dst.is_empty(), "{} values", probe.dst.len());
+        assert!(probe.copy(1) > 0.0);
+        assert_eq!(probe.dst, probe.src);
     }
 }
