@@ -479,16 +479,18 @@ fn steady_state(
     Ok(result)
 }
 
-/// The rest of a pass beyond projections and attention, in `unit`s of a
-/// second: its total, then norms, rotary embeddings and writing keys and
-/// values, the MLP's activation, the residual additions and what is left.
+/// The rest of a pass beyond projections and attention, in units of
+/// `unit` seconds (1e-3 for ms; times the steps for ms per step): its
+/// total, then norms (with the residual additions done in their pass),
+/// rotary embeddings and writing keys and values, the MLP's activation,
+/// the last residual addition and what is left.
 fn rest_of(t: &PhaseTimes, unit: f64) -> String {
     let rest = t.total.saturating_sub(t.projections + t.attention);
     let named = t.norms + t.rotary + t.activation + t.additions;
     let v = |d: Duration| d.as_secs_f64() / unit;
     format!(
-        "the rest {:.2} ms (norms {:.2}, rotary and writing keys and values {:.2}, SiLU {:.2}, \
-         additions {:.2}, other {:.2})",
+        "the rest {:.2} ms (norms with additions {:.2}, rotary and writing keys and values {:.2}, \
+         SiLU {:.2}, last addition {:.2}, other {:.2})",
         v(rest),
         v(t.norms),
         v(t.rotary),

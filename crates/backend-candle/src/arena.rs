@@ -3,12 +3,14 @@
 //! whose transparent huge pages are set to `madvise`), from which each
 //! weight takes its own range.
 //!
-//! A decoding step reads every weight once; in 4 KiB pages that is one
-//! page-table walk per 4 KiB of every stream (builtin:tiny's 98.6 MB are
-//! 24,000 pages, several times what the TLB holds). On a 2-core Xeon with
-//! AVX-512, the 33 products of a builtin:tiny step at 32 rows took 7-12 %
-//! less time on weights in 2 MiB pages (four runs, medians of 100), and
-//! from 0.5 % more to 4 % less at 1, 8 and 128 rows (two runs each).
+//! A decoding step reads every weight once; in 4 KiB pages
+//! builtin:tiny's 98.6 MB are some 24,000 pages, more than a TLB's few
+//! thousand entries hold, so a stream can wait on a page-table walk
+//! every 4 KiB (not counted here; the gain below is measured). On a
+//! 2-core Xeon with AVX-512, the 33 products of a builtin:tiny step at 32
+//! rows took 7-12 % less time on weights in 2 MiB pages (four runs,
+//! medians of 100), and from 0.5 % more to 4 % less at 1, 8 and 128 rows
+//! (two runs each).
 //! Weights share chunks rather than each having its own allocation: most
 //! are not whole 2 MiB pages, and only whole aligned pages can be huge
 //! (the same products with only each weight's whole pages huge took from
