@@ -12,7 +12,9 @@ use rayon::prelude::*;
 use crate::activation::exp_avx2;
 use crate::activation::exp_poly;
 #[cfg(target_arch = "x86_64")]
-use crate::matvec::{LANES, LINE_VALUES, finish_avx2, rows_times_avx2, sum_lanes_avx512};
+use crate::matvec::{
+    LANES, LINE_VALUES, finish_avx2, rows_times_avx2, sum_lanes_avx512, sum_lanes16_avx512,
+};
 use crate::matvec::{Path, rows_times_portable};
 
 /// One row's keys and values in its slot of the KV cache, for a decoding
@@ -552,9 +554,11 @@ fn head_columns_avx2<const H: usize, const C: usize>(
 #[cfg(target_arch = "x86_64")]
 const SCORE_HEADS_AVX512: usize = 4;
 
-/// [`scores_avx2`] sixteen lanes at a time: tiles of up to
-/// [`SCORE_HEADS_AVX512`] heads by [`SCORE_KEYS`] keys (12 accumulators,
-/// 7 loads per 12 multiply-adds), each product the same 16 lanes and the
+/// [`scores_avx2`] sixteen lanes at a time: tiles of sixteen scores where
+/// the heads allow (four heads by four keys: 8 loads per 16 multiply-adds,
+/// and the sixteen pairwise ends together), the rest in tiles of up to
+/// [`SCORE_HEADS_AVX512`] heads by [`SCORE_KEYS`] keys (12 accumulators, 7
+/// loads per 12 multiply-adds), each product the same 16 lanes and the
 /// same pairwise end, so the same bits. A head size that is not a multiple
 /// of 16 goes through [`scores_avx2`].
 #[cfg(target_arch = "x86_64")]
@@ -575,16 +579,33 @@ fn scores_avx512(
         keys.len() >= total * d && values.len() >= total * d && scores.len() >= q.len() / d * total
     );
     let rep = q.len() / d;
-    let mut j = 0;
-    while j < total {
-        let n = (total - j).min(SCORE_KEYS);
-        fetch_keys_values(keys, values, j * d, n * d);
-        let ks = &keys[j * d..(j + n) * d];
-        let mut h = 0;
-        while h < rep {
-            let heads = (rep - h).min(SCORE_HEADS_AVX512);
-            let qs = &q[h * d..];
+    let mut h = 0;
+    while h < rep {
+        let heads = (rep - h).min(SCORE_HEADS_AVX512);
+        let qs = &q[h * d..];
+        // Keys in tiles that give sixteen scores (four heads by four keys,
+        // two by eight, one by sixteen), which finish together; what is
+        // left, and three heads, in tiles of up to three keys.
+        let wide = match heads {
+            1 | 2 | 4 => 16 / heads,
+            _ => 0,
+        };
+        let mut j = 0;
+        while j < total {
+            let n = match total - j {
+                left if wide > 0 && left >= wide => wide,
+                left => left.min(SCORE_KEYS),
+            };
+            // The first heads' pass reads the keys from memory: it asks for
+            // them, and for the values, ahead.
+            if h == 0 {
+                fetch_keys_values(keys, values, j * d, n * d);
+            }
+            let ks = &keys[j * d..(j + n) * d];
             match (heads, n) {
+                (4, 4) => score_tile16_avx512::<4, 4>(ks, qs, scores, total, j, h, d),
+                (2, 8) => score_tile16_avx512::<2, 8>(ks, qs, scores, total, j, h, d),
+                (1, 16) => score_tile16_avx512::<1, 16>(ks, qs, scores, total, j, h, d),
                 (4, 3) => score_tile_avx512::<4, 3>(ks, qs, scores, total, j, h, d),
                 (4, 2) => score_tile_avx512::<4, 2>(ks, qs, scores, total, j, h, d),
                 (4, _) => score_tile_avx512::<4, 1>(ks, qs, scores, total, j, h, d),
@@ -598,9 +619,59 @@ fn scores_avx512(
                 (_, 2) => score_tile_avx512::<1, 2>(ks, qs, scores, total, j, h, d),
                 (_, _) => score_tile_avx512::<1, 1>(ks, qs, scores, total, j, h, d),
             }
-            h += heads;
+            j += n;
         }
-        j += n;
+        h += heads;
+    }
+}
+
+/// A tile of [`scores_avx512`] that gives sixteen scores, `H` heads by
+/// `J` keys (`H * J` = 16), as [`score_tile_avx512`] computes them, but
+/// whose sixteen pairwise ends run together ([`sum_lanes16_avx512`]): the
+/// same bits for a fraction of the shuffles and additions.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+#[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
+fn score_tile16_avx512<const H: usize, const J: usize>(
+    ks: &[f32],
+    qs: &[f32],
+    scores: &mut [f32],
+    total: usize,
+    j0: usize,
+    h0: usize,
+    d: usize,
+) {
+    use std::arch::x86_64::{
+        __m512, _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_setzero_ps, _mm512_storeu_ps,
+    };
+    assert!(H * J == 16 && ks.len() >= J * d && qs.len() >= H * d && d.is_multiple_of(LANES));
+    // Accumulator `h * J + jj`: head `h`, key `jj`.
+    let mut acc = [_mm512_setzero_ps(); 16];
+    let mut at = 0;
+    while at < d {
+        // SAFETY: `at + 16 <= d`; `ks` holds `J` rows and `qs` at least
+        // `H` rows of `d` values (asserted above); unaligned loads.
+        unsafe {
+            let mut qv = [_mm512_setzero_ps(); H];
+            for h in 0..H {
+                qv[h] = _mm512_loadu_ps(qs.as_ptr().add(h * d + at));
+            }
+            for jj in 0..J {
+                let kv = _mm512_loadu_ps(ks.as_ptr().add(jj * d + at));
+                for h in 0..H {
+                    acc[h * J + jj] = _mm512_fmadd_ps(kv, qv[h], acc[h * J + jj]);
+                }
+            }
+        }
+        at += LANES;
+    }
+    let sums: __m512 = sum_lanes16_avx512(&acc);
+    let mut lanes = [0f32; 16];
+    // SAFETY: `lanes` holds 16 values; unaligned store.
+    unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), sums) };
+    for (h, lanes) in lanes.chunks_exact(J).enumerate() {
+        let at = (h0 + h) * total + j0;
+        scores[at..at + J].copy_from_slice(lanes);
     }
 }
 
