@@ -12,8 +12,9 @@
 //! 2. the same batches driven directly with ONNX Runtime: a plain loop of
 //!    `session.run` calls (one prefill over the left-padded batch, then 63
 //!    decoding calls feeding `present` back as `past`, with a growing
-//!    attention mask and position ids, greedy argmax in the loop), so that
-//!    the engine's overhead shows as engine / direct (target >= 0.95):
+//!    attention mask and position ids, greedy choice in the loop with
+//!    core's `argmax`, as in the engine), so that the engine's overhead
+//!    shows as engine / direct (target >= 0.95):
 //!    each batch runs in pairs, engine and direct back to back in
 //!    alternating order, and the table gives the median of the pairs'
 //!    ratios with its distribution-free 95 % interval, since a single
@@ -56,6 +57,7 @@ use guidebench_candle::{CandleEngine, CandleOptions};
 use guidebench_core::engine::{Engine, EngineOutput, EngineRequest};
 use guidebench_core::generation::StepRunner;
 use guidebench_core::model::ModelFolder;
+use guidebench_core::sampler::argmax;
 use guidebench_core::sampling::Sampling;
 use guidebench_ort::graph::{find_graph, past_name, present_name};
 use guidebench_ort::{OrtEngine, OrtOptions, RunTimes};
@@ -707,17 +709,6 @@ impl Direct {
             runs: self.run_times.since(&before),
         })
     }
-}
-
-/// The first index of the largest value.
-fn argmax(row: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, &v) in row.iter().enumerate() {
-        if v > row[best] {
-            best = i;
-        }
-    }
-    best as u32
 }
 
 /// ONNX Runtime's rate on the same product: `graph` takes `A` (4096 x
