@@ -625,71 +625,19 @@ fn scores_avx512(
     }
 }
 
-/// A tile of [`scores_avx512`] that gives sixteen scores, `H` heads by
-/// `J` keys (`H * J` = 16), as [`score_tile_avx512`] computes them, but
-/// whose sixteen pairwise ends run together ([`sum_lanes16_avx512`]): the
-/// same bits for a fraction of the shuffles and additions.
+/// The 16-lane partial dot products of query heads `0..H` (the first `H`
+/// rows of `qs`) with keys `0..J` (the `J` rows of `ks`), `d` a multiple
+/// of 16: accumulator `[h][jj]` holds, in each lane, the sum of every 16th
+/// product from that lane on, which [`sum_lanes_avx512`] ends.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma")]
-#[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
-fn score_tile16_avx512<const H: usize, const J: usize>(
+#[inline]
+#[allow(clippy::needless_range_loop)]
+fn score_lanes_avx512<const H: usize, const J: usize>(
     ks: &[f32],
     qs: &[f32],
-    scores: &mut [f32],
-    total: usize,
-    j0: usize,
-    h0: usize,
     d: usize,
-) {
-    use std::arch::x86_64::{
-        __m512, _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_setzero_ps, _mm512_storeu_ps,
-    };
-    assert!(H * J == 16 && ks.len() >= J * d && qs.len() >= H * d && d.is_multiple_of(LANES));
-    // Accumulator `h * J + jj`: head `h`, key `jj`.
-    let mut acc = [_mm512_setzero_ps(); 16];
-    let mut at = 0;
-    while at < d {
-        // SAFETY: `at + 16 <= d`; `ks` holds `J` rows and `qs` at least
-        // `H` rows of `d` values (asserted above); unaligned loads.
-        unsafe {
-            let mut qv = [_mm512_setzero_ps(); H];
-            for h in 0..H {
-                qv[h] = _mm512_loadu_ps(qs.as_ptr().add(h * d + at));
-            }
-            for jj in 0..J {
-                let kv = _mm512_loadu_ps(ks.as_ptr().add(jj * d + at));
-                for h in 0..H {
-                    acc[h * J + jj] = _mm512_fmadd_ps(kv, qv[h], acc[h * J + jj]);
-                }
-            }
-        }
-        at += LANES;
-    }
-    let sums: __m512 = sum_lanes16_avx512(&acc);
-    let mut lanes = [0f32; 16];
-    // SAFETY: `lanes` holds 16 values; unaligned store.
-    unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), sums) };
-    for (h, lanes) in lanes.chunks_exact(J).enumerate() {
-        let at = (h0 + h) * total + j0;
-        scores[at..at + J].copy_from_slice(lanes);
-    }
-}
-
-/// One tile of [`scores_avx512`]: query heads `h0..h0 + H` (the first `H`
-/// rows of `qs`) against keys `j0..j0 + J` (the `J` rows of `ks`), `d` a
-/// multiple of 16, the 16 lanes of every 16 values in one accumulator.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx2,fma")]
-#[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
-fn score_tile_avx512<const H: usize, const J: usize>(
-    ks: &[f32],
-    qs: &[f32],
-    scores: &mut [f32],
-    total: usize,
-    j0: usize,
-    h0: usize,
-    d: usize,
-) {
+) -> [[std::arch::x86_64::__m512; J]; H] {
     use std::arch::x86_64::{__m512, _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_setzero_ps};
     assert!(ks.len() >= J * d && qs.len() >= H * d && d.is_multiple_of(LANES));
     let mut acc: [[__m512; J]; H] = [[_mm512_setzero_ps(); J]; H];
@@ -711,10 +659,59 @@ fn score_tile_avx512<const H: usize, const J: usize>(
         }
         at += LANES;
     }
-    for h in 0..H {
-        for jj in 0..J {
-            scores[(h0 + h) * total + j0 + jj] = sum_lanes_avx512(acc[h][jj]);
+    acc
+}
+
+/// One tile of [`scores_avx512`]: query heads `h0..h0 + H` (the first `H`
+/// rows of `qs`) against keys `j0..j0 + J` (the `J` rows of `ks`), `d` a
+/// multiple of 16, the 16 lanes of every 16 values in one accumulator,
+/// each score's lanes summed on its own.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+fn score_tile_avx512<const H: usize, const J: usize>(
+    ks: &[f32],
+    qs: &[f32],
+    scores: &mut [f32],
+    total: usize,
+    j0: usize,
+    h0: usize,
+    d: usize,
+) {
+    let acc = score_lanes_avx512::<H, J>(ks, qs, d);
+    for (h, acc) in acc.iter().enumerate() {
+        for (jj, acc) in acc.iter().enumerate() {
+            scores[(h0 + h) * total + j0 + jj] = sum_lanes_avx512(*acc);
         }
+    }
+}
+
+/// A tile of [`scores_avx512`] that gives sixteen scores, `H` heads by
+/// `J` keys (`H * J` = 16), as [`score_tile_avx512`] computes them, but
+/// whose sixteen pairwise ends run together ([`sum_lanes16_avx512`]): the
+/// same bits for a fraction of the shuffles and additions.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+fn score_tile16_avx512<const H: usize, const J: usize>(
+    ks: &[f32],
+    qs: &[f32],
+    scores: &mut [f32],
+    total: usize,
+    j0: usize,
+    h0: usize,
+    d: usize,
+) {
+    use std::arch::x86_64::{__m512, _mm512_storeu_ps};
+    let acc = score_lanes_avx512::<H, J>(ks, qs, d);
+    // Lane `h * J + jj`: head `h`, key `jj`.
+    let sums: __m512 = sum_lanes16_avx512(&acc);
+    let mut lanes = [0f32; 16];
+    // SAFETY: `lanes` holds 16 values; unaligned store.
+    unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), sums) };
+    for (h, lanes) in lanes.chunks_exact(J).enumerate() {
+        let at = (h0 + h) * total + j0;
+        scores[at..at + J].copy_from_slice(lanes);
     }
 }
 

@@ -695,21 +695,28 @@ pub(crate) fn sum_lanes_avx512(v: std::arch::x86_64::__m512) -> f32 {
     _mm_cvtss_f32(v1)
 }
 
-/// The lane sums of 16 vectors at once: lane `i` of the result is
-/// [`sum_lanes_avx512`] of `v[i]`, bit for bit (the same additions of the
-/// same pairs: the 256-bit halves, then the 128-bit quarters, then the
-/// pairs and the last two), in 15 vector additions and 30 shuffles where
-/// 16 separate sums take 64 additions and 64 extractions or shuffles.
+/// The lane sums of 16 vectors at once, `H` rows of `J` (`H * J` = 16):
+/// lane `h * J + j` of the result is [`sum_lanes_avx512`] of `v[h][j]`,
+/// bit for bit (the same additions of the same pairs: the 256-bit halves,
+/// then the 128-bit quarters, then the pairs and the last two), in 15
+/// vector additions and 30 shuffles where 16 separate sums take 64
+/// additions and 64 extractions or shuffles.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 #[inline]
-pub(crate) fn sum_lanes16_avx512(v: &[std::arch::x86_64::__m512; 16]) -> std::arch::x86_64::__m512 {
+pub(crate) fn sum_lanes16_avx512<const H: usize, const J: usize>(
+    v: &[[std::arch::x86_64::__m512; J]; H],
+) -> std::arch::x86_64::__m512 {
     use std::arch::x86_64::{__m512, _mm512_add_ps, _mm512_shuffle_f32x4, _mm512_shuffle_ps};
+    assert!(H * J == 16);
     // Each stage adds the two halves of every source's partial sums and
     // packs two sources' results into one vector; after four stages lane
     // `4 * a + b` holds the sum of source `4 * b + a`, so the sources go
     // in transposed.
-    let src: [__m512; 16] = std::array::from_fn(|i| v[(i % 4) * 4 + i / 4]);
+    let src: [__m512; 16] = std::array::from_fn(|i| {
+        let at = (i % 4) * 4 + i / 4;
+        v[at / J][at % J]
+    });
     // 256-bit halves: [x low + x high | y low + y high].
     let halves: [__m512; 8] = std::array::from_fn(|i| {
         let (x, y) = (src[2 * i], src[2 * i + 1]);
