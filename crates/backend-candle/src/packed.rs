@@ -310,9 +310,9 @@ fn packed_matmul_with(x: &[f32], m: usize, w: &PackedWeight, out: &mut [f32], ke
         m,
         n,
     };
-    // Consecutive tasks share their panels, so a thread that runs them
-    // one after another (rayon splits the range in halves) finds the
-    // block in its L2 cache for every band after the first.
+    // With bands, consecutive tasks share their block, so a thread that
+    // runs them one after another (rayon splits the range in halves)
+    // finds it in its L2 cache for every band after the first.
     (0..panels.div_ceil(per_task) * bands)
         .into_par_iter()
         .for_each(|task| {
