@@ -603,9 +603,9 @@ fn scores_avx512(
             }
             let ks = &keys[j * d..(j + n) * d];
             match (heads, n) {
-                (4, 4) => score_tile16_avx512::<4, 4>(ks, qs, scores, total, j, h, d),
-                (2, 8) => score_tile16_avx512::<2, 8>(ks, qs, scores, total, j, h, d),
-                (1, 16) => score_tile16_avx512::<1, 16>(ks, qs, scores, total, j, h, d),
+                (4, 4) => score_tile_avx512::<4, 4>(ks, qs, scores, total, j, h, d),
+                (2, 8) => score_tile_avx512::<2, 8>(ks, qs, scores, total, j, h, d),
+                (1, 16) => score_tile_avx512::<1, 16>(ks, qs, scores, total, j, h, d),
                 (4, 3) => score_tile_avx512::<4, 3>(ks, qs, scores, total, j, h, d),
                 (4, 2) => score_tile_avx512::<4, 2>(ks, qs, scores, total, j, h, d),
                 (4, _) => score_tile_avx512::<4, 1>(ks, qs, scores, total, j, h, d),
@@ -664,8 +664,10 @@ fn score_lanes_avx512<const H: usize, const J: usize>(
 
 /// One tile of [`scores_avx512`]: query heads `h0..h0 + H` (the first `H`
 /// rows of `qs`) against keys `j0..j0 + J` (the `J` rows of `ks`), `d` a
-/// multiple of 16, the 16 lanes of every 16 values in one accumulator,
-/// each score's lanes summed on its own.
+/// multiple of 16, the 16 lanes of every 16 values in one accumulator. A
+/// tile of sixteen scores (`H * J` = 16) ends their pairwise sums together
+/// ([`sum_lanes16_avx512`]); a smaller one ends each on its own. The same
+/// bits either way.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma")]
 #[allow(clippy::too_many_arguments)]
@@ -678,40 +680,23 @@ fn score_tile_avx512<const H: usize, const J: usize>(
     h0: usize,
     d: usize,
 ) {
+    use std::arch::x86_64::_mm512_storeu_ps;
     let acc = score_lanes_avx512::<H, J>(ks, qs, d);
-    for (h, acc) in acc.iter().enumerate() {
-        for (jj, acc) in acc.iter().enumerate() {
-            scores[(h0 + h) * total + j0 + jj] = sum_lanes_avx512(*acc);
+    if H * J == 16 {
+        // Lane `h * J + jj`: head `h`, key `jj`.
+        let mut lanes = [0f32; 16];
+        // SAFETY: `lanes` holds 16 values; unaligned store.
+        unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), sum_lanes16_avx512(&acc)) };
+        for (h, lanes) in lanes.chunks_exact(J).enumerate() {
+            let at = (h0 + h) * total + j0;
+            scores[at..at + J].copy_from_slice(lanes);
         }
-    }
-}
-
-/// A tile of [`scores_avx512`] that gives sixteen scores, `H` heads by
-/// `J` keys (`H * J` = 16), as [`score_tile_avx512`] computes them, but
-/// whose sixteen pairwise ends run together ([`sum_lanes16_avx512`]): the
-/// same bits for a fraction of the shuffles and additions.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx2,fma")]
-#[allow(clippy::too_many_arguments)]
-fn score_tile16_avx512<const H: usize, const J: usize>(
-    ks: &[f32],
-    qs: &[f32],
-    scores: &mut [f32],
-    total: usize,
-    j0: usize,
-    h0: usize,
-    d: usize,
-) {
-    use std::arch::x86_64::{__m512, _mm512_storeu_ps};
-    let acc = score_lanes_avx512::<H, J>(ks, qs, d);
-    // Lane `h * J + jj`: head `h`, key `jj`.
-    let sums: __m512 = sum_lanes16_avx512(&acc);
-    let mut lanes = [0f32; 16];
-    // SAFETY: `lanes` holds 16 values; unaligned store.
-    unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), sums) };
-    for (h, lanes) in lanes.chunks_exact(J).enumerate() {
-        let at = (h0 + h) * total + j0;
-        scores[at..at + J].copy_from_slice(lanes);
+    } else {
+        for (h, acc) in acc.iter().enumerate() {
+            for (jj, acc) in acc.iter().enumerate() {
+                scores[(h0 + h) * total + j0 + jj] = sum_lanes_avx512(*acc);
+            }
+        }
     }
 }
 
