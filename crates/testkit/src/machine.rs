@@ -124,6 +124,183 @@ impl MatmulPeak {
     }
 }
 
+/// The arithmetic ceiling: FLOP/s of fused multiply-adds alone, every
+/// thread running independent chains of them on values that stay in
+/// registers (nothing read from memory), at the widest vector width the
+/// CPU has (16 lanes with AVX-512, 8 with AVX2 and FMA). No product
+/// reaches it; it shows how much of a product's time goes to anything but
+/// the multiply-adds (waiting for weights, loads, stores).
+pub struct FmaPeak {
+    pool: rayon::ThreadPool,
+    threads: usize,
+}
+
+/// Multiply-adds per chain per call of a loop.
+const FMA_ITERATIONS: usize = 1 << 22;
+
+impl FmaPeak {
+    /// On a pool of `threads` threads.
+    pub fn new(threads: usize) -> Result<FmaPeak, rayon::ThreadPoolBuildError> {
+        Ok(FmaPeak {
+            pool: pool(threads)?,
+            threads: threads.max(1),
+        })
+    }
+
+    /// The vector widths this CPU can run the loop at, the widest first
+    /// (`"avx512"`, `"avx2"`); none where it has neither AVX-512 nor AVX2
+    /// with FMA (then there is no ceiling to measure).
+    pub fn paths() -> Vec<&'static str> {
+        let mut paths = Vec::new();
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                paths.push("avx512");
+            }
+            if std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("fma")
+            {
+                paths.push("avx2");
+            }
+        }
+        paths
+    }
+
+    /// The widest of [`FmaPeak::paths`].
+    pub fn path() -> Option<&'static str> {
+        Self::paths().first().copied()
+    }
+
+    /// FLOP/s of every thread's loop at the widest width, run side by
+    /// side, best of `times`; `None` where [`FmaPeak::path`] is.
+    pub fn measure(&self, times: usize) -> Option<f64> {
+        self.measure_at(Self::path()?, times)
+    }
+
+    /// [`FmaPeak::measure`] at one of [`FmaPeak::paths`]; `None` for a
+    /// path this CPU does not run.
+    pub fn measure_at(&self, path: &str, times: usize) -> Option<f64> {
+        if !Self::paths().contains(&path) {
+            return None;
+        }
+        let flops_per_thread = fma_flops(path)?;
+        let threads = self.threads;
+        let best = self.pool.install(|| {
+            best_time(times, || {
+                let sum: f32 = (0..threads)
+                    .into_par_iter()
+                    .map(|t| fma_loop(path, t))
+                    .sum();
+                std::hint::black_box(sum);
+            })
+        });
+        Some(threads as f64 * flops_per_thread / best)
+    }
+}
+
+/// FLOPs of one thread's [`fma_loop`] on `path`.
+fn fma_flops(path: &str) -> Option<f64> {
+    let lanes = match path {
+        "avx512" => 16,
+        "avx2" => 8,
+        _ => return None,
+    };
+    Some((2 * lanes * FMA_CHAINS * FMA_ITERATIONS) as f64)
+}
+
+/// Independent chains of multiply-adds per thread: more than the two
+/// units' four cycles of latency keep busy (8), each in a register of
+/// its own.
+const FMA_CHAINS: usize = 12;
+
+/// `FMA_CHAINS` chains (written out, so that each stays in a register)
+/// of `FMA_ITERATIONS` multiply-adds `acc = acc * m + a` (which stays
+/// finite), with `$fmadd` on `$start`; the chains' last values.
+#[cfg(target_arch = "x86_64")]
+macro_rules! fma_chains {
+    ($fmadd:ident, $start:expr, $m:expr, $a:expr) => {{
+        let (m, a) = ($m, $a);
+        let (mut c0, mut c1, mut c2, mut c3) = ($start, $start, $start, $start);
+        let (mut c4, mut c5, mut c6, mut c7) = ($start, $start, $start, $start);
+        let (mut c8, mut c9, mut c10, mut c11) = ($start, $start, $start, $start);
+        for _ in 0..FMA_ITERATIONS {
+            c0 = $fmadd(c0, m, a);
+            c1 = $fmadd(c1, m, a);
+            c2 = $fmadd(c2, m, a);
+            c3 = $fmadd(c3, m, a);
+            c4 = $fmadd(c4, m, a);
+            c5 = $fmadd(c5, m, a);
+            c6 = $fmadd(c6, m, a);
+            c7 = $fmadd(c7, m, a);
+            c8 = $fmadd(c8, m, a);
+            c9 = $fmadd(c9, m, a);
+            c10 = $fmadd(c10, m, a);
+            c11 = $fmadd(c11, m, a);
+        }
+        [c0, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11]
+    }};
+}
+
+/// One thread's loop on `path`; returns a sum of its chains so that
+/// nothing is optimised away.
+fn fma_loop(path: &str, seed: usize) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let start = 1.0 + seed as f32 * 1e-3;
+        // SAFETY: `FmaPeak::measure_at` runs only a path of
+        // `FmaPeak::paths`, detected on this CPU, and each function is
+        // compiled for the features of its path.
+        match path {
+            "avx512" => return unsafe { fma_loop_avx512(start) },
+            "avx2" => return unsafe { fma_loop_avx2(start) },
+            _ => {}
+        }
+    }
+    let _ = (path, seed);
+    0.0
+}
+
+/// The loop in 16-lane multiply-adds.
+///
+/// # Safety
+/// The CPU must have AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn fma_loop_avx512(start: f32) -> f32 {
+    use std::arch::x86_64::*;
+    let chains = fma_chains!(
+        _mm512_fmadd_ps,
+        _mm512_set1_ps(start),
+        _mm512_set1_ps(0.999_999),
+        _mm512_set1_ps(1e-6)
+    );
+    chains.iter().map(|&v| _mm512_reduce_add_ps(v)).sum()
+}
+
+/// The loop in 8-lane multiply-adds.
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn fma_loop_avx2(start: f32) -> f32 {
+    use std::arch::x86_64::*;
+    let chains = fma_chains!(
+        _mm256_fmadd_ps,
+        _mm256_set1_ps(start),
+        _mm256_set1_ps(0.999_999),
+        _mm256_set1_ps(1e-6)
+    );
+    let mut lanes = [0f32; 8];
+    let mut sum = 0.0;
+    for v in chains {
+        // SAFETY: `lanes` holds the 8 values an unaligned store writes.
+        unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), v) };
+        sum += lanes.iter().sum::<f32>();
+    }
+    sum
+}
+
 /// Sequential streams each thread reads side by side in
 /// [`Bandwidth::read`].
 const STREAMS: usize = 4;
@@ -231,5 +408,18 @@ mod tests {
         assert!(probe.dst.is_empty(), "{} values", probe.dst.len());
         assert!(probe.copy(1) > 0.0);
         assert_eq!(probe.dst, probe.src);
+    }
+
+    #[test]
+    fn the_arithmetic_ceiling_is_measured_at_every_width_the_cpu_runs() {
+        let fma = FmaPeak::new(1).expect("pool");
+        assert_eq!(fma.measure(1).is_some(), FmaPeak::path().is_some());
+        for path in FmaPeak::paths() {
+            // at least a multiply-add per nanosecond: the loop ran and
+            // was counted in FLOPs, not in calls
+            let peak = fma.measure_at(path, 1).expect("a path this CPU runs");
+            assert!(peak > 1e9, "{path}: {peak}");
+        }
+        assert_eq!(fma.measure_at("neon", 1), None);
     }
 }
