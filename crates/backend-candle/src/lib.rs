@@ -53,6 +53,16 @@ pub use engine::{CandleEngine, CandleOptions, OPTIONS};
 pub use error::CandleError;
 pub use matvec::kernel_path;
 
+/// The packed projection kernel on its own, as the engine runs it, for
+/// benches that time a step's products beside another library's
+/// (`bench/products`): pack an `(n, k)` weight once, then
+/// [`packed_matmul`](kernels::packed_matmul) `(m, k)` inputs by it on
+/// rayon's threads.
+pub mod kernels {
+    pub use crate::arena::WeightArena;
+    pub use crate::packed::{PackedWeight, packed_matmul};
+}
+
 /// The engine's registered name.
 pub const ENGINE_NAME: &str = "candle";
 

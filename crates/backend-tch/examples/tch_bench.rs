@@ -37,6 +37,11 @@ use guidebench_testkit::machine::{MatmulPeak, cpu_name, load_average};
 use guidebench_testkit::roofline::ModelCost;
 use tch::{Device, Kind, Tensor};
 
+#[path = "shared/torch_peak.rs"]
+mod torch_peak;
+
+use torch_peak::tch_matmul_peak;
+
 type BoxError = Box<dyn std::error::Error>;
 
 const PROMPT: usize = 128;
@@ -59,26 +64,6 @@ fn timed(
         count as f64 / elapsed,
         outputs.into_iter().map(|o| o.token_ids).collect(),
     ))
-}
-
-/// libtorch's f32 rate on a prefill-shaped product (4096 x 512 by
-/// 512 x 2816), FLOP/s, best of 5 after a warm-up.
-fn tch_matmul_peak() -> Result<f64, BoxError> {
-    let _guard = tch::no_grad_guard();
-    let (m, k, n) = (4096i64, 512i64, 2816i64);
-    let a = Tensor::f_randn([m, k], (Kind::Float, Device::Cpu))?;
-    let w = Tensor::f_randn([n, k], (Kind::Float, Device::Cpu))?.tr();
-    // into one kept output: a fresh 46 MB one per product would add its
-    // page faults to the time
-    let c = Tensor::f_zeros([m, n], (Kind::Float, Device::Cpu))?;
-    let mut best = f64::INFINITY;
-    for _ in 0..6 {
-        let start = Instant::now();
-        let out = a.f_matmul_out(&c, &w)?;
-        std::hint::black_box(&out);
-        best = best.min(start.elapsed().as_secs_f64());
-    }
-    Ok((2 * m * k * n) as f64 / best)
 }
 
 /// Read bandwidth: libtorch's sum over 1 GiB of f32, bytes/s, best of 4.
