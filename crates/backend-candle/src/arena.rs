@@ -57,7 +57,7 @@ impl WeightArena {
     }
 
     /// `len` zeroed values of their own: from the current chunk where they
-    /// fit, else from a new chunk of at least [`CHUNK_VALUES`].
+    /// fit, else from a new chunk of at least 64 MiB.
     pub fn alloc(&self, len: usize) -> ArenaBuf {
         let mut current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
         let room = current.as_ref().and_then(|f| {

@@ -59,8 +59,8 @@ pub use matvec::kernel_path;
 /// [`packed_matmul`](kernels::packed_matmul) `(m, k)` inputs by it on
 /// rayon's threads.
 pub mod kernels {
-    pub use crate::arena::WeightArena;
-    pub use crate::packed::{PackedWeight, packed_matmul};
+    pub use crate::arena::{ArenaBuf, WeightArena};
+    pub use crate::packed::{PANEL, PackedWeight, packed_matmul};
 }
 
 /// The engine's registered name.
