@@ -23,7 +23,8 @@
 //!
 //! each product rate the median of `passes` passes over all the products,
 //! as FLOP/s and as the rate the weights were read at. The two libraries
-//! run in processes of their own, one after the other in every round:
+//! run in processes of their own, one after the other in every round
+//! (each first in every other round):
 //! libtorch's OpenMP threads keep spinning after their work (libgomp,
 //! `OMP_WAIT_POLICY=ACTIVE`, which this bench sets for libtorch's
 //! process unless the caller set it), and in one process they took the
@@ -193,28 +194,54 @@ enum Lib {
     Packed,
 }
 
-/// The median time of `passes` passes over every product, seconds.
+/// The kinds of a step's products, in [`step_shapes`]' order: four per
+/// layer, then the LM head.
+const KINDS: [&str; 5] = ["q/k/v", "output", "gate/up", "down", "LM head"];
+
+/// The kind (an index of [`KINDS`]) of product `j` of `count`.
+fn kind_of(j: usize, count: usize) -> usize {
+    if j + 1 == count { 4 } else { j % 4 }
+}
+
+/// Passes over every product: the median time of a pass, and per kind
+/// of product ([`KINDS`]) the median of its products' time in a pass,
+/// seconds.
+struct Timing {
+    pass: f64,
+    kinds: [f64; 5],
+}
+
+/// `passes` passes of `lib` over every product.
 fn median_pass(
     lib: Lib,
     weights: &Weights,
     buffers: &mut Buffers,
     pool: &rayon::ThreadPool,
     passes: usize,
-) -> Result<f64, BoxError> {
+) -> Result<Timing, BoxError> {
+    let count = weights.shapes.len();
     let mut times = Vec::with_capacity(passes);
+    let mut kinds: [Vec<f64>; 5] = Default::default();
     for _ in 0..passes {
+        let mut by_kind = [0f64; 5];
         let start = Instant::now();
         match lib {
             Lib::TorchInOut => {
-                for ((x, w), y) in buffers.x.iter().zip(&weights.in_out).zip(&buffers.y_in_out) {
+                let products = buffers.x.iter().zip(&weights.in_out).zip(&buffers.y_in_out);
+                for (j, ((x, w), y)) in products.enumerate() {
+                    let t = Instant::now();
                     let out = x.f_mm_out(y, w)?;
                     std::hint::black_box(&out);
+                    by_kind[kind_of(j, count)] += t.elapsed().as_secs_f64();
                 }
             }
             Lib::TorchOutIn => {
-                for ((x, w), y) in buffers.x.iter().zip(&weights.out_in).zip(&buffers.y_out_in) {
+                let products = buffers.x.iter().zip(&weights.out_in).zip(&buffers.y_out_in);
+                for (j, ((x, w), y)) in products.enumerate() {
+                    let t = Instant::now();
                     let out = w.f_mm_out(y, &x.tr())?;
                     std::hint::black_box(&out);
+                    by_kind[kind_of(j, count)] += t.elapsed().as_secs_f64();
                 }
             }
             Lib::Packed => {
@@ -222,17 +249,27 @@ fn median_pass(
                 // the pool (libtorch's tensors are not `Sync`)
                 let (m, xs, ys, packed) =
                     (buffers.m, &buffers.xs, &mut buffers.ys, &weights.packed);
+                let by_kind = &mut by_kind;
                 pool.install(|| {
-                    for ((x, w), y) in xs.iter().zip(packed).zip(ys.iter_mut()) {
+                    let products = xs.iter().zip(packed).zip(ys.iter_mut());
+                    for (j, ((x, w), y)) in products.enumerate() {
+                        let t = Instant::now();
                         packed_matmul(x, m, w, y);
                         std::hint::black_box(&*y);
+                        by_kind[kind_of(j, count)] += t.elapsed().as_secs_f64();
                     }
                 });
             }
         }
         times.push(start.elapsed().as_secs_f64());
+        for (all, t) in kinds.iter_mut().zip(by_kind) {
+            all.push(t);
+        }
     }
-    Ok(median(&mut times))
+    Ok(Timing {
+        pass: median(&mut times),
+        kinds: kinds.map(|mut k| median(&mut k)),
+    })
 }
 
 fn median(values: &mut [f64]) -> f64 {
@@ -314,6 +351,8 @@ impl Args {
 #[derive(serde::Serialize, serde::Deserialize)]
 struct Side {
     rates: Vec<Vec<f64>>,
+    /// Per row count, per library, FLOP/s per kind of product ([`KINDS`]).
+    kinds: Vec<Vec<[f64; 5]>>,
     peak: f64,
     fma: Option<f64>,
 }
@@ -338,14 +377,25 @@ fn measure(args: &Args, side: &str) -> Result<(), BoxError> {
         .iter()
         .map(|&m| Buffers::new(&weights, m, side))
         .collect::<Result<_, _>>()?;
-    let mut rates = Vec::new();
+    let (mut rates, mut kinds) = (Vec::new(), Vec::new());
     for b in &mut buffers {
-        let mut at_rows = Vec::new();
+        let (mut at_rows, mut kinds_at_rows) = (Vec::new(), Vec::new());
         for &lib in libs {
             median_pass(lib, &weights, b, &pool, args.passes)?; // warm-up
-            at_rows.push(weights.flops(b.m) / median_pass(lib, &weights, b, &pool, args.passes)?);
+            let timing = median_pass(lib, &weights, b, &pool, args.passes)?;
+            at_rows.push(weights.flops(b.m) / timing.pass);
+            let mut flops = [0f64; 5];
+            for (j, s) in weights.shapes.iter().enumerate() {
+                flops[kind_of(j, weights.shapes.len())] += 2.0 * (b.m * s.out * s.inp) as f64;
+            }
+            let mut by_kind = [0f64; 5];
+            for ((rate, f), t) in by_kind.iter_mut().zip(flops).zip(timing.kinds) {
+                *rate = f / t;
+            }
+            kinds_at_rows.push(by_kind);
         }
         rates.push(at_rows);
+        kinds.push(kinds_at_rows);
     }
     let (peak, fma) = if side == "torch" {
         (tch_matmul_peak()?, None)
@@ -355,7 +405,15 @@ fn measure(args: &Args, side: &str) -> Result<(), BoxError> {
             FmaPeak::new(args.threads)?.measure(3),
         )
     };
-    println!("{}", serde_json::to_string(&Side { rates, peak, fma })?);
+    println!(
+        "{}",
+        serde_json::to_string(&Side {
+            rates,
+            kinds,
+            peak,
+            fma
+        })?
+    );
     Ok(())
 }
 
@@ -417,7 +475,15 @@ fn main() -> Result<(), BoxError> {
     let mut rounds = Vec::new();
     for round in 1..=args.rounds {
         eprintln!("products bench: round {round} of {}", args.rounds);
-        rounds.push((child(&args, "torch")?, child(&args, "packed")?));
+        // each side first in every other round: a side that always ran
+        // second would always meet what the first left behind
+        rounds.push(if round % 2 == 1 {
+            let torch = child(&args, "torch")?;
+            (torch, child(&args, "packed")?)
+        } else {
+            let packed = child(&args, "packed")?;
+            (child(&args, "torch")?, packed)
+        });
     }
     let med = |f: &dyn Fn(&Side, &Side) -> f64| {
         let mut v: Vec<f64> = rounds.iter().map(|(t, p)| f(t, p)).collect();
@@ -464,6 +530,19 @@ fn main() -> Result<(), BoxError> {
             med(&ratio),
             ratios.clone().fold(f64::INFINITY, f64::min),
             ratios.fold(0.0, f64::max),
+        );
+        let by_kind: Vec<String> = KINDS
+            .iter()
+            .enumerate()
+            .map(|(k, name)| {
+                let torch = med(&|t, _| t.kinds[r][0][k].max(t.kinds[r][1][k]));
+                let packed = med(&|_, p| p.kinds[r][0][k]);
+                format!("{name} {:.1} / {:.1}", torch / 1e9, packed / 1e9)
+            })
+            .collect();
+        println!(
+            "        by product, GFLOP/s, the faster libtorch layout / packed: {}",
+            by_kind.join(", ")
         );
     }
     println!(
