@@ -11,11 +11,12 @@
 //!    weights' and the KV cache's that the rows attend to; the peak and
 //!    the bandwidth (the faster of a sum over 1 GiB and one over a buffer
 //!    the size of one step's weights) are measured just before and just
-//!    after that run, and the faster of the two taken (both move with the
-//!    machine's load as much as the engine does);
-//!    the median share over the rounds, its range, the prefill's and the
-//!    decoding steps' own shares, and the part of the bound attention
-//!    adds;
+//!    after every run, and the bound takes the fastest of all those
+//!    measures (on a shared machine they move with the load, and a
+//!    measure from a slow moment is no bound); the fastest run's share
+//!    (as the tokens/s are the fastest round's), the median and range
+//!    over the rounds, the prefill's and the decoding steps' own shares
+//!    (the fastest of each), and the part of the bound attention adds;
 //! 2. steady-state decoding at batch 1 and 32: bytes allocated and page
 //!    faults per generated token;
 //! 3. where the time goes at batch 1 and 32, timed inside the engine:
@@ -210,23 +211,21 @@ fn main() -> Result<(), BoxError> {
     let mut best_ttft = [f64::INFINITY; BATCHES.len()];
     // tokens after the first of each row / time after prefill
     let mut best_decode = [0f64; BATCHES.len()];
-    let mut shares: [Vec<Shares>; BATCHES.len()] = Default::default();
+    // (elapsed, time to the first token) of every run, by batch
+    let mut runs: [Vec<(f64, f64)>; BATCHES.len()] = Default::default();
+    // every measure of the peak and of the read bandwidth, around every run
+    let (mut peaks, mut bandwidths) = (Vec::new(), Vec::new());
+    let mut probe = |peaks: &mut Vec<f64>, bandwidths: &mut Vec<f64>| {
+        peaks.push(matmul.measure(3));
+        bandwidths.push(bandwidth.read(2).max(step_bandwidth.read(8)));
+    };
     for _ in 0..rounds {
         for (i, batch) in batches.iter().enumerate() {
-            let (peak, read_bw) = (
-                matmul.measure(3),
-                bandwidth.read(2).max(step_bandwidth.read(8)),
-            );
+            probe(&mut peaks, &mut bandwidths);
             let start = Instant::now();
             let outputs = generate(&mut engine, batch)?;
             let elapsed = start.elapsed().as_secs_f64();
-            // and again just after it: the bound takes the faster of the
-            // two, so that a probe that fell into a slow moment of the
-            // machine does not lower the bound below what the engine did
-            let (peak, read_bw) = (
-                peak.max(matmul.measure(3)),
-                read_bw.max(bandwidth.read(2).max(step_bandwidth.read(8))),
-            );
+            probe(&mut peaks, &mut bandwidths);
             let tokens: usize = outputs.iter().map(|o| o.token_ids.len()).sum();
             best_tps[i] = best_tps[i].max(tokens as f64 / elapsed);
             if let Some(ttft) = outputs
@@ -237,27 +236,54 @@ fn main() -> Result<(), BoxError> {
                 best_ttft[i] = best_ttft[i].min(ttft);
                 let after_first = tokens.saturating_sub(outputs.len());
                 best_decode[i] = best_decode[i].max(after_first as f64 / (elapsed - ttft));
-                let bound = model.bound(BATCHES[i], PROMPT, OUTPUT, peak, read_bw);
-                shares[i].push(Shares {
-                    run: bound.total() / elapsed,
-                    prefill: bound.prefill / ttft,
-                    steps: bound.steps / (elapsed - ttft),
-                    attention: bound.attention / bound.total(),
-                    peak,
-                    read_bw,
-                    compute_bound: bound.compute_bound,
-                });
+                runs[i].push((elapsed, ttft));
             }
             if BATCHES[i] == 1 {
                 best_step = best_step.min(mean_step(&outputs[0]));
             }
         }
     }
+    // The bound divides by the fastest peak and bandwidth measured in this
+    // run, and the share headed is the fastest run's, as the tokens/s are
+    // the fastest round's: on a shared machine both move with the load,
+    // and the best of each is what the machine and the engine can do
+    // (paired run by run instead, one measure just before each run, a
+    // measure that fell into a slow moment lowered the bound below what
+    // the engine then did: the batch-1 shares of one run ranged 81-136 %
+    // against read bandwidths of 22.4-53.1 GB/s).
+    let (peak, read_bw) = (
+        Spread::of(peaks.iter().copied()),
+        Spread::of(bandwidths.iter().copied()),
+    );
+    println!(
+        "  the bound's peak {:.1} GFLOP/s and read bandwidth {:.2} GB/s: the fastest of the {} \
+         measures taken just before and just after every run (medians {:.1} and {:.2})",
+        peak.max / 1e9,
+        read_bw.max / 1e9,
+        peaks.len(),
+        peak.median / 1e9,
+        read_bw.median / 1e9,
+    );
+    let shares: Vec<Vec<Shares>> = BATCHES
+        .iter()
+        .zip(&runs)
+        .map(|(&b, runs)| {
+            let bound = model.bound(b, PROMPT, OUTPUT, peak.max, read_bw.max);
+            runs.iter()
+                .map(|&(elapsed, ttft)| Shares {
+                    run: bound.total() / elapsed,
+                    prefill: bound.prefill / ttft,
+                    steps: bound.steps / (elapsed - ttft),
+                    attention: bound.attention / bound.total(),
+                    compute_bound: bound.compute_bound,
+                })
+                .collect()
+        })
+        .collect();
     for (i, &b) in BATCHES.iter().enumerate() {
         let of = |f: fn(&Shares) -> f64| Spread::of(shares[i].iter().map(f));
         let (run, prefill, steps) = (of(|s| s.run), of(|s| s.prefill), of(|s| s.steps));
         let attention = of(|s| s.attention);
-        let (peaks, bws) = (of(|s| s.peak), of(|s| s.read_bw));
         println!(
             "  batch {b:>2}: {:>7.1} output tok/s  (prefill+first token {:.1} ms; \
              decoding steps alone {:.1} tok/s)",
@@ -266,15 +292,16 @@ fn main() -> Result<(), BoxError> {
             best_decode[i],
         );
         println!(
-            "            roofline share {:.0} % (median of {}, range {:.0}-{:.0} %); prefill {:.0} %, \
-             decoding steps {:.0} % ({}); peak {:.1}-{:.1} GFLOP/s, read bandwidth {:.2}-{:.2} GB/s; \
+            "            roofline share {:.0} % (the fastest run; the median of {} {:.0} %, range \
+             {:.0}-{:.0} %); prefill {:.0} %, decoding steps {:.0} % (the fastest of each; {}); \
              attention {:.1} % of the bound",
-            100.0 * run.median,
+            100.0 * run.max,
             shares[i].len(),
+            100.0 * run.median,
             100.0 * run.min,
             100.0 * run.max,
-            100.0 * prefill.median,
-            100.0 * steps.median,
+            100.0 * prefill.max,
+            100.0 * steps.max,
             if shares[i].iter().all(|s| s.compute_bound) {
                 "steps compute-bound"
             } else if shares[i].iter().any(|s| s.compute_bound) {
@@ -282,10 +309,6 @@ fn main() -> Result<(), BoxError> {
             } else {
                 "steps bandwidth-bound"
             },
-            peaks.min / 1e9,
-            peaks.max / 1e9,
-            bws.min / 1e9,
-            bws.max / 1e9,
             100.0 * attention.median,
         );
     }
@@ -556,8 +579,6 @@ struct Shares {
     run: f64,
     prefill: f64,
     steps: f64,
-    peak: f64,
-    read_bw: f64,
     compute_bound: bool,
     /// The share of the bound that attention adds.
     attention: f64,
