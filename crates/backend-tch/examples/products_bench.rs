@@ -350,6 +350,7 @@ impl Args {
 /// the peaks it measured (FLOP/s; `null` where it measured none).
 #[derive(serde::Serialize, serde::Deserialize)]
 struct Side {
+    /// Per row count, per library, FLOP/s of a pass over every product.
     rates: Vec<Vec<f64>>,
     /// Per row count, per library, FLOP/s per kind of product ([`KINDS`]).
     kinds: Vec<Vec<[f64; 5]>>,
@@ -381,7 +382,10 @@ fn measure(args: &Args, side: &str) -> Result<(), BoxError> {
     for b in &mut buffers {
         let (mut at_rows, mut kinds_at_rows) = (Vec::new(), Vec::new());
         for &lib in libs {
-            median_pass(lib, &weights, b, &pool, args.passes)?; // warm-up
+            // a warm-up as long as the measure: after a single pass, the
+            // 1-row products of some runs went at one thread's rate (13-15
+            // GFLOP/s against 21-23 on a 2-core Xeon)
+            median_pass(lib, &weights, b, &pool, args.passes)?;
             let timing = median_pass(lib, &weights, b, &pool, args.passes)?;
             at_rows.push(weights.flops(b.m) / timing.pass);
             let mut flops = [0f64; 5];
