@@ -148,8 +148,8 @@ fn main() -> Result<(), BoxError> {
         guidebench_candle::kernel_path()
     );
     let threads = description.threads.unwrap_or(1);
-    // The peak and the read bandwidth again just before every run: on a
-    // shared machine they move with the load as much as the engine does.
+    // Once here for the record; again around every run in [1], where the
+    // bound takes the fastest of those measures.
     let mut matmul = MatmulPeak::new(threads)?;
     let mut bandwidth = Bandwidth::new(threads)?;
     let (peak, read_bw, copy_bw) = (matmul.measure(3), bandwidth.read(2), bandwidth.copy(4));
