@@ -264,26 +264,15 @@ fn main() -> Result<(), BoxError> {
         peak.median / 1e9,
         read_bw.median / 1e9,
     );
-    let shares: Vec<Vec<Shares>> = BATCHES
-        .iter()
-        .zip(&runs)
-        .map(|(&b, runs)| {
-            let bound = model.bound(b, PROMPT, OUTPUT, peak.max, read_bw.max);
-            runs.iter()
-                .map(|&(elapsed, ttft)| Shares {
-                    run: bound.total() / elapsed,
-                    prefill: bound.prefill / ttft,
-                    steps: bound.steps / (elapsed - ttft),
-                    attention: bound.attention / bound.total(),
-                    compute_bound: bound.compute_bound,
-                })
-                .collect()
-        })
-        .collect();
     for (i, &b) in BATCHES.iter().enumerate() {
-        let of = |f: fn(&Shares) -> f64| Spread::of(shares[i].iter().map(f));
-        let (run, prefill, steps) = (of(|s| s.run), of(|s| s.prefill), of(|s| s.steps));
-        let attention = of(|s| s.attention);
+        // one bound per batch: the run's shares differ only by their times
+        let bound = model.bound(b, PROMPT, OUTPUT, peak.max, read_bw.max);
+        let of = |f: &dyn Fn(f64, f64) -> f64| {
+            Spread::of(runs[i].iter().map(|&(elapsed, ttft)| f(elapsed, ttft)))
+        };
+        let run = of(&|elapsed, _| bound.total() / elapsed);
+        let prefill = of(&|_, ttft| bound.prefill / ttft);
+        let steps = of(&|elapsed, ttft| bound.steps / (elapsed - ttft));
         println!(
             "  batch {b:>2}: {:>7.1} output tok/s  (prefill+first token {:.1} ms; \
              decoding steps alone {:.1} tok/s)",
@@ -296,20 +285,18 @@ fn main() -> Result<(), BoxError> {
              {:.0}-{:.0} %); prefill {:.0} %, decoding steps {:.0} % (the fastest of each; {}); \
              attention {:.1} % of the bound",
             100.0 * run.max,
-            shares[i].len(),
+            runs[i].len(),
             100.0 * run.median,
             100.0 * run.min,
             100.0 * run.max,
             100.0 * prefill.max,
             100.0 * steps.max,
-            if shares[i].iter().all(|s| s.compute_bound) {
+            if bound.compute_bound {
                 "steps compute-bound"
-            } else if shares[i].iter().any(|s| s.compute_bound) {
-                "steps compute- or bandwidth-bound"
             } else {
                 "steps bandwidth-bound"
             },
-            100.0 * attention.median,
+            100.0 * bound.attention / bound.total(),
         );
     }
     let last = BATCHES.len() - 1;
@@ -572,16 +559,6 @@ fn print_phases(model: &ModelCost, b: usize, elapsed: f64, ttft: f64, report: &P
         rest_of(d, 1e-3 * steps),
         (wall - per(d.total)) * 1e3,
     );
-}
-
-/// One run's shares of its roofline, and the measures it was taken with.
-struct Shares {
-    run: f64,
-    prefill: f64,
-    steps: f64,
-    compute_bound: bool,
-    /// The share of the bound that attention adds.
-    attention: f64,
 }
 
 /// Median and range of a few values.
