@@ -62,6 +62,16 @@ struct Shape {
     inp: usize,
 }
 
+/// FLOPs of one pass over `shapes` at `m` rows, per kind of product
+/// ([`KINDS`]).
+fn flops_by_kind(shapes: &[Shape], m: usize) -> [f64; 5] {
+    let mut flops = [0f64; 5];
+    for (j, s) in shapes.iter().enumerate() {
+        flops[kind_of(j, shapes.len())] += 2.0 * (m * s.out * s.inp) as f64;
+    }
+    flops
+}
+
 /// One step's products, in the order a step runs them.
 fn step_shapes(folder: &ModelFolder) -> Vec<Shape> {
     let c = folder.config();
@@ -132,14 +142,6 @@ impl Weights {
             packed,
         })
     }
-
-    /// FLOPs of one pass over the products at `m` rows.
-    fn flops(&self, m: usize) -> f64 {
-        self.shapes
-            .iter()
-            .map(|s| 2.0 * (m * s.out * s.inp) as f64)
-            .sum()
-    }
 }
 
 /// The inputs and kept outputs of the products at `m` rows.
@@ -187,7 +189,7 @@ impl Buffers {
 }
 
 /// Which library and layout a pass runs.
-#[derive(Clone, Copy, PartialEq)]
+#[derive(Clone, Copy)]
 enum Lib {
     TorchInOut,
     TorchOutIn,
@@ -387,11 +389,8 @@ fn measure(args: &Args, side: &str) -> Result<(), BoxError> {
             // GFLOP/s against 21-23 on a 2-core Xeon)
             median_pass(lib, &weights, b, &pool, args.passes)?;
             let timing = median_pass(lib, &weights, b, &pool, args.passes)?;
-            at_rows.push(weights.flops(b.m) / timing.pass);
-            let mut flops = [0f64; 5];
-            for (j, s) in weights.shapes.iter().enumerate() {
-                flops[kind_of(j, weights.shapes.len())] += 2.0 * (b.m * s.out * s.inp) as f64;
-            }
+            let flops = flops_by_kind(&weights.shapes, b.m);
+            at_rows.push(flops.iter().sum::<f64>() / timing.pass);
             let mut by_kind = [0f64; 5];
             for ((rate, f), t) in by_kind.iter_mut().zip(flops).zip(timing.kinds) {
                 *rate = f / t;
@@ -507,10 +506,7 @@ fn main() -> Result<(), BoxError> {
         "library", "GFLOP/s", "weights", "of its peak", "of mul-add"
     );
     for (r, &m) in args.rows.iter().enumerate() {
-        let flops: f64 = shapes
-            .iter()
-            .map(|s| 2.0 * (m * s.out * s.inp) as f64)
-            .sum();
+        let flops: f64 = flops_by_kind(&shapes, m).iter().sum();
         let rate = |t: &Side, p: &Side, lib: usize| match lib {
             0 | 1 => t.rates[r][lib],
             _ => p.rates[r][0],
