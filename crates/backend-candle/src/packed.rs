@@ -64,6 +64,7 @@ pub struct PackedWeight {
 impl PackedWeight {
     /// Packs the row-major `(n, k)` weight `w` (at least `n * k` values)
     /// into memory of its own.
+    #[cfg(test)]
     pub fn pack(w: &[f32], n: usize, k: usize) -> Self {
         Self::pack_in(w, n, k, &WeightArena::new())
     }
