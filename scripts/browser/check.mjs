@@ -18,17 +18,32 @@ if (!outDir || pages.length === 0) {
 }
 mkdirSync(outDir, { recursive: true });
 
-const profile = mkdtempSync(join(tmpdir(), 'guidebench-chromium-'));
-// A fresh profile each time (playwright passes it as --user-data-dir).
-const browser = await chromium.launchPersistentContext(profile, {
-  executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
-  headless: true,
-  viewport: { width: 1280, height: 900 },
-  args: [
-    '--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
-    '--disable-background-networking', '--disable-component-update', '--disable-sync',
-  ],
-});
+// Chromium now and then dies while it starts (a SIGSEGV before any page
+// opens, seen once in CI). That says nothing of the pages, so the launch is
+// tried up to three times, each with a fresh profile (playwright passes it
+// as --user-data-dir); a page that fails once opened still fails the check.
+async function launch() {
+  for (let attempt = 1; ; attempt++) {
+    const dir = mkdtempSync(join(tmpdir(), 'guidebench-chromium-'));
+    try {
+      const context = await chromium.launchPersistentContext(dir, {
+        executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
+        headless: true,
+        viewport: { width: 1280, height: 900 },
+        args: [
+          '--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+          '--disable-background-networking', '--disable-component-update', '--disable-sync',
+        ],
+      });
+      return { context, dir };
+    } catch (e) {
+      rmSync(dir, { recursive: true, force: true });
+      if (attempt === 3) throw e;
+      console.log(`Chromium did not start (attempt ${attempt} of 3): ${e.message.split('\n')[0]}`);
+    }
+  }
+}
+const { context: browser, dir: profile } = await launch();
 
 const failures = [];
 try {
