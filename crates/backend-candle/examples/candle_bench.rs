@@ -17,6 +17,9 @@
 //!    (as the tokens/s are the fastest round's), the median and range
 //!    over the rounds, the prefill's and the decoding steps' own shares
 //!    (the fastest of each), and the part of the bound attention adds;
+//!    beside them, each run against a bound from the faster of the two
+//!    measures just around it (median and range), which tells what the
+//!    engine leaves from what the machine's moment left it;
 //! 2. steady-state decoding at batch 1 and 32: bytes allocated and page
 //!    faults per generated token;
 //! 3. where the time goes at batch 1 and 32, timed inside the engine:
@@ -211,8 +214,8 @@ fn main() -> Result<(), BoxError> {
     let mut best_ttft = [f64::INFINITY; BATCHES.len()];
     // tokens after the first of each row / time after prefill
     let mut best_decode = [0f64; BATCHES.len()];
-    // (elapsed, time to the first token) of every run, by batch
-    let mut runs: [Vec<(f64, f64)>; BATCHES.len()] = Default::default();
+    // every run, by batch
+    let mut runs: [Vec<Run>; BATCHES.len()] = Default::default();
     // every measure of the peak and of the read bandwidth, around every run
     let (mut peaks, mut bandwidths) = (Vec::new(), Vec::new());
     let mut probe = |peaks: &mut Vec<f64>, bandwidths: &mut Vec<f64>| {
@@ -236,7 +239,14 @@ fn main() -> Result<(), BoxError> {
                 best_ttft[i] = best_ttft[i].min(ttft);
                 let after_first = tokens.saturating_sub(outputs.len());
                 best_decode[i] = best_decode[i].max(after_first as f64 / (elapsed - ttft));
-                runs[i].push((elapsed, ttft));
+                // the faster of the two measures just before and after it
+                let around = |all: &[f64]| all[all.len() - 2..].iter().copied().fold(0.0, f64::max);
+                runs[i].push(Run {
+                    elapsed,
+                    ttft,
+                    peak: around(&peaks),
+                    read_bw: around(&bandwidths),
+                });
             }
             if BATCHES[i] == 1 {
                 best_step = best_step.min(mean_step(&outputs[0]));
@@ -267,9 +277,8 @@ fn main() -> Result<(), BoxError> {
     for (i, &b) in BATCHES.iter().enumerate() {
         // one bound per batch: the run's shares differ only by their times
         let bound = model.bound(b, PROMPT, OUTPUT, peak.max, read_bw.max);
-        let of = |f: &dyn Fn(f64, f64) -> f64| {
-            Spread::of(runs[i].iter().map(|&(elapsed, ttft)| f(elapsed, ttft)))
-        };
+        let of =
+            |f: &dyn Fn(f64, f64) -> f64| Spread::of(runs[i].iter().map(|r| f(r.elapsed, r.ttft)));
         let run = of(&|elapsed, _| bound.total() / elapsed);
         let prefill = of(&|_, ttft| bound.prefill / ttft);
         let steps = of(&|elapsed, ttft| bound.steps / (elapsed - ttft));
@@ -297,6 +306,25 @@ fn main() -> Result<(), BoxError> {
                 "steps bandwidth-bound"
             },
             100.0 * bound.attention / bound.total(),
+        );
+        // Each run against the measures taken just around it: where the
+        // machine's memory moves between a slow and a fast level (37-55
+        // and 70-80 GB/s, over seconds, on a 2-core AMD EPYC), this
+        // tells the engine's own shortfall from the run's moment.
+        let paired = Spread::of(
+            runs[i]
+                .iter()
+                .map(|r| model.bound(b, PROMPT, OUTPUT, r.peak, r.read_bw).total() / r.elapsed),
+        );
+        let around_bw = Spread::of(runs[i].iter().map(|r| r.read_bw));
+        println!(
+            "            against the peak and bandwidth measured just around each run \
+             ({:.0}-{:.0} GB/s): median {:.0} %, range {:.0}-{:.0} %",
+            around_bw.min / 1e9,
+            around_bw.max / 1e9,
+            100.0 * paired.median,
+            100.0 * paired.min,
+            100.0 * paired.max,
         );
     }
     let last = BATCHES.len() - 1;
@@ -559,6 +587,16 @@ fn print_phases(model: &ModelCost, b: usize, elapsed: f64, ttft: f64, report: &P
         rest_of(d, 1e-3 * steps),
         (wall - per(d.total)) * 1e3,
     );
+}
+
+/// One run of [1]: its time, its time to the first token, and the faster
+/// of the peak and read-bandwidth measures taken just before and just
+/// after it, seconds, FLOP/s and bytes/s.
+struct Run {
+    elapsed: f64,
+    ttft: f64,
+    peak: f64,
+    read_bw: f64,
 }
 
 /// Median and range of a few values.
