@@ -45,7 +45,7 @@ use std::time::Instant;
 
 use guidebench_candle::kernels::{PackedWeight, WeightArena, packed_matmul};
 use guidebench_core::model::ModelFolder;
-use guidebench_testkit::machine::{FmaPeak, MatmulPeak, cpu_name, load_average};
+use guidebench_testkit::machine::{FmaPeak, FmaWidth, MatmulPeak, cpu_name, load_average};
 use tch::{Device, Kind, Tensor};
 
 #[path = "shared/torch_peak.rs"]
@@ -472,7 +472,7 @@ fn main() -> Result<(), BoxError> {
         std::thread::available_parallelism().map_or(1, usize::from),
         load_average(),
         guidebench_candle::kernel_path(),
-        FmaPeak::path().unwrap_or("none (no AVX2 or AVX-512)"),
+        FmaPeak::width().map_or("none (no AVX2 or AVX-512)", FmaWidth::name),
         std::env::var("OMP_WAIT_POLICY").unwrap_or_else(|_| "ACTIVE".into())
     );
     let mut rounds = Vec::new();

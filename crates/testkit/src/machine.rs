@@ -138,6 +138,60 @@ pub struct FmaPeak {
 /// Multiply-adds per chain per call of a loop.
 const FMA_ITERATIONS: usize = 1 << 22;
 
+/// A vector width [`FmaPeak`]'s loop runs at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FmaWidth {
+    /// 16 lanes (AVX-512F).
+    Avx512,
+    /// 8 lanes (AVX2 with FMA).
+    Avx2,
+}
+
+impl FmaWidth {
+    /// Every width, the widest first.
+    pub const ALL: [FmaWidth; 2] = [FmaWidth::Avx512, FmaWidth::Avx2];
+
+    /// Its name as the benches print it (`avx512`, `avx2`).
+    pub fn name(self) -> &'static str {
+        match self {
+            FmaWidth::Avx512 => "avx512",
+            FmaWidth::Avx2 => "avx2",
+        }
+    }
+
+    /// f32 lanes per multiply-add.
+    pub fn lanes(self) -> usize {
+        match self {
+            FmaWidth::Avx512 => 16,
+            FmaWidth::Avx2 => 8,
+        }
+    }
+
+    /// Whether this CPU runs it.
+    pub fn detected(self) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        {
+            match self {
+                FmaWidth::Avx512 => std::arch::is_x86_feature_detected!("avx512f"),
+                FmaWidth::Avx2 => {
+                    std::arch::is_x86_feature_detected!("avx2")
+                        && std::arch::is_x86_feature_detected!("fma")
+                }
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            false
+        }
+    }
+}
+
+impl std::fmt::Display for FmaWidth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 impl FmaPeak {
     /// On a pool of `threads` threads.
     pub fn new(threads: usize) -> Result<FmaPeak, rayon::ThreadPoolBuildError> {
@@ -147,65 +201,43 @@ impl FmaPeak {
         })
     }
 
-    /// The vector widths this CPU can run the loop at, the widest first
-    /// (`"avx512"`, `"avx2"`); none where it has neither AVX-512 nor AVX2
-    /// with FMA (then there is no ceiling to measure).
-    pub fn paths() -> Vec<&'static str> {
-        let mut paths = Vec::new();
-        #[cfg(target_arch = "x86_64")]
-        {
-            if std::arch::is_x86_feature_detected!("avx512f") {
-                paths.push("avx512");
-            }
-            if std::arch::is_x86_feature_detected!("avx2")
-                && std::arch::is_x86_feature_detected!("fma")
-            {
-                paths.push("avx2");
-            }
-        }
-        paths
+    /// The vector widths this CPU can run the loop at, the widest first;
+    /// none where it has neither AVX-512 nor AVX2 with FMA (then there is
+    /// no ceiling to measure).
+    pub fn widths() -> Vec<FmaWidth> {
+        FmaWidth::ALL.into_iter().filter(|w| w.detected()).collect()
     }
 
-    /// The widest of [`FmaPeak::paths`].
-    pub fn path() -> Option<&'static str> {
-        Self::paths().first().copied()
+    /// The widest of [`FmaPeak::widths`].
+    pub fn width() -> Option<FmaWidth> {
+        Self::widths().first().copied()
     }
 
     /// FLOP/s of every thread's loop at the widest width, run side by
-    /// side, best of `times`; `None` where [`FmaPeak::path`] is.
+    /// side, best of `times`; `None` where [`FmaPeak::width`] is.
     pub fn measure(&self, times: usize) -> Option<f64> {
-        self.measure_at(Self::path()?, times)
+        self.measure_at(Self::width()?, times)
     }
 
-    /// [`FmaPeak::measure`] at one of [`FmaPeak::paths`]; `None` for a
-    /// path this CPU does not run.
-    pub fn measure_at(&self, path: &str, times: usize) -> Option<f64> {
-        if !Self::paths().contains(&path) {
+    /// [`FmaPeak::measure`] at `width`; `None` where this CPU does not
+    /// run it.
+    pub fn measure_at(&self, width: FmaWidth, times: usize) -> Option<f64> {
+        if !width.detected() {
             return None;
         }
-        let flops_per_thread = fma_flops(path)?;
+        let flops_per_thread = (2 * width.lanes() * FMA_CHAINS * FMA_ITERATIONS) as f64;
         let threads = self.threads;
         let best = self.pool.install(|| {
             best_time(times, || {
                 let sum: f32 = (0..threads)
                     .into_par_iter()
-                    .map(|t| fma_loop(path, t))
+                    .map(|t| fma_loop(width, t))
                     .sum();
                 std::hint::black_box(sum);
             })
         });
         Some(threads as f64 * flops_per_thread / best)
     }
-}
-
-/// FLOPs of one thread's [`fma_loop`] on `path`.
-fn fma_flops(path: &str) -> Option<f64> {
-    let lanes = match path {
-        "avx512" => 16,
-        "avx2" => 8,
-        _ => return None,
-    };
-    Some((2 * lanes * FMA_CHAINS * FMA_ITERATIONS) as f64)
 }
 
 /// Independent chains of multiply-adds per thread: more than the two
@@ -241,23 +273,25 @@ macro_rules! fma_chains {
     }};
 }
 
-/// One thread's loop on `path`; returns a sum of its chains so that
+/// One thread's loop at `width`; returns a sum of its chains so that
 /// nothing is optimised away.
-fn fma_loop(path: &str, seed: usize) -> f32 {
+fn fma_loop(width: FmaWidth, seed: usize) -> f32 {
     #[cfg(target_arch = "x86_64")]
     {
         let start = 1.0 + seed as f32 * 1e-3;
-        // SAFETY: `FmaPeak::measure_at` runs only a path of
-        // `FmaPeak::paths`, detected on this CPU, and each function is
-        // compiled for the features of its path.
-        match path {
-            "avx512" => return unsafe { fma_loop_avx512(start) },
-            "avx2" => return unsafe { fma_loop_avx2(start) },
-            _ => {}
+        // SAFETY: `FmaPeak::measure_at` runs only a width detected on
+        // this CPU, and each function is compiled for its width's
+        // features.
+        match width {
+            FmaWidth::Avx512 => unsafe { fma_loop_avx512(start) },
+            FmaWidth::Avx2 => unsafe { fma_loop_avx2(start) },
         }
     }
-    let _ = (path, seed);
-    0.0
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (width, seed);
+        0.0
+    }
 }
 
 /// The loop in 16-lane multiply-adds.
@@ -413,13 +447,17 @@ mod tests {
     #[test]
     fn the_arithmetic_ceiling_is_measured_at_every_width_the_cpu_runs() {
         let fma = FmaPeak::new(1).expect("pool");
-        assert_eq!(fma.measure(1).is_some(), FmaPeak::path().is_some());
-        for path in FmaPeak::paths() {
+        assert_eq!(fma.measure(1).is_some(), FmaPeak::width().is_some());
+        for width in FmaPeak::widths() {
             // at least a multiply-add per nanosecond: the loop ran and
-            // was counted in FLOPs, not in calls
-            let peak = fma.measure_at(path, 1).expect("a path this CPU runs");
-            assert!(peak > 1e9, "{path}: {peak}");
+            // was counted in FLOPs, not in calls; and no more than one
+            // core can do (two 16-lane units at 5 GHz: 320 GFLOP/s), so
+            // the loop was not optimised away
+            let peak = fma.measure_at(width, 1).expect("a width this CPU runs");
+            assert!((1e9..1e12).contains(&peak), "{width}: {peak}");
         }
-        assert_eq!(fma.measure_at("neon", 1), None);
+        for width in FmaWidth::ALL {
+            assert_eq!(fma.measure_at(width, 1).is_some(), width.detected());
+        }
     }
 }
