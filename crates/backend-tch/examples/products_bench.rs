@@ -121,13 +121,13 @@ struct Weights {
 }
 
 impl Weights {
-    /// `side`'s layouts only (`torch`, `packed`).
-    fn new(shapes: Vec<Shape>, side: &str) -> Result<Weights, BoxError> {
+    /// `side`'s layouts only.
+    fn new(shapes: Vec<Shape>, side: Library) -> Result<Weights, BoxError> {
         let arena = WeightArena::new();
         let (mut in_out, mut out_in, mut packed) = (Vec::new(), Vec::new(), Vec::new());
         for (i, s) in shapes.iter().enumerate() {
             let w = values(s.out * s.inp, i);
-            if side == "torch" {
+            if side == Library::Torch {
                 let t = Tensor::f_from_slice(&w)?.f_reshape([s.out as i64, s.inp as i64])?;
                 in_out.push(t.f_transpose(0, 1)?.f_contiguous()?);
                 out_in.push(t);
@@ -160,8 +160,8 @@ struct Buffers {
 }
 
 impl Buffers {
-    /// `side`'s buffers only (`torch`, `packed`).
-    fn new(weights: &Weights, m: usize, side: &str) -> Result<Buffers, BoxError> {
+    /// `side`'s buffers only.
+    fn new(weights: &Weights, m: usize, side: Library) -> Result<Buffers, BoxError> {
         let mut b = Buffers {
             m,
             x: Vec::new(),
@@ -172,7 +172,7 @@ impl Buffers {
         };
         for (i, s) in weights.shapes.iter().enumerate() {
             let x = values(m * s.inp, 1000 + i);
-            if side == "torch" {
+            if side == Library::Torch {
                 b.x.push(Tensor::f_from_slice(&x)?.f_reshape([m as i64, s.inp as i64])?);
                 let zeros = |rows: usize, cols: usize| {
                     Tensor::f_zeros([rows as i64, cols as i64], (Kind::Float, Device::Cpu))
@@ -293,6 +293,40 @@ const LIBS: [(Lib, &str); 3] = [
     (Lib::Packed, "packed kernel"),
 ];
 
+/// The library a child process measures (`side=torch`, `side=packed`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Library {
+    /// libtorch's matmul, both of the `tch` engine's layouts.
+    Torch,
+    /// The candle engine's packed kernel.
+    Packed,
+}
+
+impl Library {
+    fn name(self) -> &'static str {
+        match self {
+            Library::Torch => "torch",
+            Library::Packed => "packed",
+        }
+    }
+
+    fn parse(name: &str) -> Result<Library, BoxError> {
+        match name {
+            "torch" => Ok(Library::Torch),
+            "packed" => Ok(Library::Packed),
+            other => Err(format!("unknown side `{other}` (torch, packed)").into()),
+        }
+    }
+
+    /// The passes a child measuring it runs.
+    fn passes(self) -> &'static [Lib] {
+        match self {
+            Library::Torch => &[Lib::TorchInOut, Lib::TorchOutIn],
+            Library::Packed => &[Lib::Packed],
+        }
+    }
+}
+
 /// What the bench was asked.
 struct Args {
     rounds: usize,
@@ -300,9 +334,8 @@ struct Args {
     rows: Vec<usize>,
     model: String,
     threads: usize,
-    /// Set in a child process: which side it measures (`torch`,
-    /// `packed`).
-    side: Option<String>,
+    /// Set in a child process: which library it measures.
+    side: Option<Library>,
 }
 
 impl Args {
@@ -323,7 +356,7 @@ impl Args {
                 "rows" => args.rows = value.split(',').map(str::parse).collect::<Result<_, _>>()?,
                 "model" => args.model = value.to_owned(),
                 "threads" => args.threads = value.parse()?,
-                "side" => args.side = Some(value.to_owned()),
+                "side" => args.side = Some(Library::parse(value)?),
                 other => {
                     return Err(format!(
                         "unknown argument `{other}` (rounds, passes, rows, model, threads)"
@@ -336,14 +369,14 @@ impl Args {
     }
 
     /// The arguments a child process measuring `side` gets.
-    fn child(&self, side: &str) -> Vec<String> {
+    fn child(&self, side: Library) -> Vec<String> {
         let rows: Vec<String> = self.rows.iter().map(usize::to_string).collect();
         vec![
             format!("passes={}", self.passes),
             format!("rows={}", rows.join(",")),
             format!("model={}", self.model),
             format!("threads={}", self.threads),
-            format!("side={side}"),
+            format!("side={}", side.name()),
         ]
     }
 }
@@ -362,12 +395,8 @@ struct Side {
 
 /// A child: one side's products at every row count, and its peaks, as
 /// one JSON line.
-fn measure(args: &Args, side: &str) -> Result<(), BoxError> {
-    let libs: &[Lib] = match side {
-        "torch" => &[Lib::TorchInOut, Lib::TorchOutIn],
-        "packed" => &[Lib::Packed],
-        other => return Err(format!("unknown side `{other}` (torch, packed)").into()),
-    };
+fn measure(args: &Args, side: Library) -> Result<(), BoxError> {
+    let libs = side.passes();
     let _guard = tch::no_grad_guard();
     tch::set_num_threads(i32::try_from(args.threads)?);
     let pool = rayon::ThreadPoolBuilder::new()
@@ -400,7 +429,7 @@ fn measure(args: &Args, side: &str) -> Result<(), BoxError> {
         rates.push(at_rows);
         kinds.push(kinds_at_rows);
     }
-    let (peak, fma) = if side == "torch" {
+    let (peak, fma) = if side == Library::Torch {
         (tch_matmul_peak()?, None)
     } else {
         (
@@ -421,16 +450,17 @@ fn measure(args: &Args, side: &str) -> Result<(), BoxError> {
 }
 
 /// Runs this bench's binary as a child measuring `side`.
-fn child(args: &Args, side: &str) -> Result<Side, BoxError> {
+fn child(args: &Args, side: Library) -> Result<Side, BoxError> {
     let mut command = Command::new(std::env::current_exe()?);
     command.args(args.child(side));
-    if side == "torch" && std::env::var_os("OMP_WAIT_POLICY").is_none() {
+    if side == Library::Torch && std::env::var_os("OMP_WAIT_POLICY").is_none() {
         command.env("OMP_WAIT_POLICY", "ACTIVE");
     }
     let output = command.output()?;
     if !output.status.success() {
         return Err(format!(
-            "the {side} process failed ({}): {}",
+            "the {} process failed ({}): {}",
+            side.name(),
             output.status,
             String::from_utf8_lossy(&output.stderr)
         )
@@ -443,7 +473,7 @@ fn child(args: &Args, side: &str) -> Result<Side, BoxError> {
 
 fn main() -> Result<(), BoxError> {
     let args = Args::parse()?;
-    if let Some(side) = &args.side {
+    if let Some(side) = args.side {
         return measure(&args, side);
     }
     let folder = ModelFolder::open(&args.model)?;
@@ -481,11 +511,11 @@ fn main() -> Result<(), BoxError> {
         // each side first in every other round: a side that always ran
         // second would always meet what the first left behind
         rounds.push(if round % 2 == 1 {
-            let torch = child(&args, "torch")?;
-            (torch, child(&args, "packed")?)
+            let torch = child(&args, Library::Torch)?;
+            (torch, child(&args, Library::Packed)?)
         } else {
-            let packed = child(&args, "packed")?;
-            (child(&args, "torch")?, packed)
+            let packed = child(&args, Library::Packed)?;
+            (child(&args, Library::Torch)?, packed)
         });
     }
     let med = |f: &dyn Fn(&Side, &Side) -> f64| {
