@@ -218,17 +218,21 @@ fn main() -> Result<(), BoxError> {
     let mut runs: [Vec<Run>; BATCHES.len()] = Default::default();
     // every measure of the peak and of the read bandwidth, around every run
     let (mut peaks, mut bandwidths) = (Vec::new(), Vec::new());
-    let mut probe = |peaks: &mut Vec<f64>, bandwidths: &mut Vec<f64>| {
-        peaks.push(matmul.measure(3));
-        bandwidths.push(bandwidth.read(2).max(step_bandwidth.read(8)));
+    let mut probe = || {
+        (
+            matmul.measure(3),
+            bandwidth.read(2).max(step_bandwidth.read(8)),
+        )
     };
     for _ in 0..rounds {
         for (i, batch) in batches.iter().enumerate() {
-            probe(&mut peaks, &mut bandwidths);
+            let before = probe();
             let start = Instant::now();
             let outputs = generate(&mut engine, batch)?;
             let elapsed = start.elapsed().as_secs_f64();
-            probe(&mut peaks, &mut bandwidths);
+            let after = probe();
+            peaks.extend([before.0, after.0]);
+            bandwidths.extend([before.1, after.1]);
             let tokens: usize = outputs.iter().map(|o| o.token_ids.len()).sum();
             best_tps[i] = best_tps[i].max(tokens as f64 / elapsed);
             if let Some(ttft) = outputs
@@ -239,13 +243,11 @@ fn main() -> Result<(), BoxError> {
                 best_ttft[i] = best_ttft[i].min(ttft);
                 let after_first = tokens.saturating_sub(outputs.len());
                 best_decode[i] = best_decode[i].max(after_first as f64 / (elapsed - ttft));
-                // the faster of the two measures just before and after it
-                let around = |all: &[f64]| all[all.len() - 2..].iter().copied().fold(0.0, f64::max);
                 runs[i].push(Run {
                     elapsed,
                     ttft,
-                    peak: around(&peaks),
-                    read_bw: around(&bandwidths),
+                    peak: before.0.max(after.0),
+                    read_bw: before.1.max(after.1),
                 });
             }
             if BATCHES[i] == 1 {

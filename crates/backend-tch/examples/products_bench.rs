@@ -420,11 +420,9 @@ fn measure(args: &Args, side: Library) -> Result<(), BoxError> {
             let timing = median_pass(lib, &weights, b, &pool, args.passes)?;
             let flops = flops_by_kind(&weights.shapes, b.m);
             at_rows.push(flops.iter().sum::<f64>() / timing.pass);
-            let mut by_kind = [0f64; 5];
-            for ((rate, f), t) in by_kind.iter_mut().zip(flops).zip(timing.kinds) {
-                *rate = f / t;
-            }
-            kinds_at_rows.push(by_kind);
+            kinds_at_rows.push(std::array::from_fn::<f64, 5, _>(|k| {
+                flops[k] / timing.kinds[k]
+            }));
         }
         rates.push(at_rows);
         kinds.push(kinds_at_rows);

@@ -210,7 +210,7 @@ impl FmaPeak {
 
     /// The widest of [`FmaPeak::widths`].
     pub fn width() -> Option<FmaWidth> {
-        Self::widths().first().copied()
+        FmaWidth::ALL.into_iter().find(|w| w.detected())
     }
 
     /// FLOP/s of every thread's loop at the widest width, run side by
