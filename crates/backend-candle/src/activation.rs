@@ -6,7 +6,7 @@
 
 use rayon::prelude::*;
 
-use crate::matvec::Path;
+use crate::cpu::Path;
 
 /// `e^x` as [`exp_avx2`] computes it, one value at a time: the same
 /// operations, so the same bits.

@@ -20,6 +20,8 @@ use std::alloc::Layout;
 use std::ptr::NonNull;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use crate::cpu::PackedElem;
+
 /// The size and alignment of a huge page.
 const HUGE_PAGE: usize = 2 << 20;
 
@@ -157,6 +159,26 @@ impl ArenaBuf {
     pub fn values_mut(&mut self) -> &mut [f32] {
         // SAFETY: as in `values`; `&mut self` makes this the only slice.
         unsafe { std::slice::from_raw_parts_mut(self.chunk.ptr.as_ptr().add(self.start), self.len) }
+    }
+
+    /// The range as values of `T` (f32, or two-byte bf16 or f16 values,
+    /// twice as many).
+    pub(crate) fn typed<T: PackedElem>(&self) -> &[T] {
+        let len = self.len * std::mem::size_of::<f32>() / std::mem::size_of::<T>();
+        // SAFETY: the range's bytes are inside the chunk and initialised
+        // (see `values`); `T` is f32, bf16 or f16 (the trait is sealed),
+        // for which every bit pattern is a value and whose alignment is at
+        // most the range's (64 bytes).
+        unsafe { std::slice::from_raw_parts(self.chunk.ptr.as_ptr().add(self.start).cast(), len) }
+    }
+
+    /// [`ArenaBuf::typed`], to write.
+    pub(crate) fn typed_mut<T: PackedElem>(&mut self) -> &mut [T] {
+        let len = self.len * std::mem::size_of::<f32>() / std::mem::size_of::<T>();
+        // SAFETY: as in `typed`; `&mut self` makes this the only slice.
+        unsafe {
+            std::slice::from_raw_parts_mut(self.chunk.ptr.as_ptr().add(self.start).cast(), len)
+        }
     }
 }
 

@@ -12,10 +12,10 @@ use rayon::prelude::*;
 use crate::activation::exp_avx2;
 use crate::activation::exp_poly;
 #[cfg(target_arch = "x86_64")]
-use crate::matvec::{
+use crate::cpu::{
     LANES, LINE_VALUES, finish_avx2, rows_times_avx2, sum_lanes_avx512, sum_lanes16_avx512,
 };
-use crate::matvec::{Path, rows_times_portable};
+use crate::cpu::{Path, rows_times_portable};
 
 /// One row's keys and values in its slot of the KV cache, for a decoding
 /// step's attention.

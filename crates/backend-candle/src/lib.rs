@@ -40,18 +40,20 @@
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
 mod activation;
+mod aligned;
 mod arena;
 mod attention;
+mod cpu;
 pub mod engine;
 pub mod error;
 pub mod loader;
-mod matvec;
 pub mod model;
 mod packed;
+mod proj;
 
 pub use engine::{CandleEngine, CandleOptions, OPTIONS};
 pub use error::CandleError;
-pub use matvec::kernel_path;
+pub use proj::kernel_path;
 
 /// The packed projection kernel on its own, as the engine runs it, for
 /// benches that time a step's products beside another library's
@@ -60,7 +62,8 @@ pub use matvec::kernel_path;
 /// rayon's threads.
 pub mod kernels {
     pub use crate::arena::{ArenaBuf, WeightArena};
-    pub use crate::packed::{PANEL, PackedWeight, packed_matmul};
+    pub use crate::cpu::{PANEL, PackedDtype, PackedElem};
+    pub use crate::packed::{PackedWeight, packed_matmul};
 }
 
 /// The engine's registered name.

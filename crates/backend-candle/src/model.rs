@@ -16,10 +16,11 @@ use candle_nn::{Embedding, VarBuilder};
 use rayon::prelude::*;
 
 use crate::activation::silu_mul_rows;
+use crate::aligned::AlignedBuf;
 use crate::arena::WeightArena;
 use crate::attention::{QueryShape, SlotView, decode_attention, decode_attention_scratch};
 use crate::error::{CandleError, Result};
-use crate::matvec::{AlignedBuf, Proj, cpu_f32_slice};
+use crate::proj::{Proj, cpu_f32_slice};
 use guidebench_core::model::DecoderConfig;
 
 /// A `VarBuilder` that knows its full prefix, so that a missing weight is
@@ -84,10 +85,27 @@ impl Weights {
         self.vb.dtype()
     }
 
+    /// The dtype activations, norms, rotary tables and the KV cache are
+    /// computed in: f32 for bf16 and f16 weights on the CPU (the
+    /// projections widen the weights as they read them, exactly, and sum
+    /// in f32), else the weights' dtype.
+    pub fn compute_dtype(&self) -> DType {
+        if self.device().is_cpu() && is_half(self.dtype()) {
+            DType::F32
+        } else {
+            self.dtype()
+        }
+    }
+
     /// The device weights live on.
     pub fn device(&self) -> &Device {
         self.vb.device()
     }
+}
+
+/// Whether `dtype` is one of the two-byte floats the CPU keeps packed.
+fn is_half(dtype: DType) -> bool {
+    matches!(dtype, DType::BF16 | DType::F16)
 }
 
 /// A linear layer's weight `(out, in)` and optional bias, as stored.
@@ -132,7 +150,7 @@ struct RmsNorm {
 impl RmsNorm {
     fn load(w: &Weights, size: usize, eps: f64) -> Result<Self> {
         Ok(RmsNorm {
-            weight: w.get(size, "weight")?,
+            weight: w.get(size, "weight")?.to_dtype(w.compute_dtype())?,
             eps: eps as f32,
         })
     }
@@ -277,6 +295,13 @@ fn write_host(
         }
     }
     Ok(())
+}
+
+/// `src` widened to f32 into `dst`, value by value (exact).
+fn widen<T: Copy>(src: &[T], dst: &mut [f32], to_f32: fn(T) -> f32) {
+    for (d, s) in dst.iter_mut().zip(src) {
+        *d = to_f32(*s);
+    }
 }
 
 /// Elementwise work on fewer values than this (a decoding step's rows)
@@ -1150,17 +1175,33 @@ impl PhaseClock {
     }
 }
 
+/// Where the embedding rows come from.
+#[derive(Debug, Clone)]
+enum Embeddings {
+    /// A table in the compute dtype, for both paths.
+    Table(Embedding),
+    /// bf16 or f16 rows on the CPU, widened to f32 as tokens come (host
+    /// buffers only).
+    Half(Tensor),
+    /// The rows of the tied LM head, packed at two bytes (host buffers
+    /// only): the table is not kept twice.
+    Head,
+}
+
 /// The decoder: embeddings, blocks, final norm and LM head.
 #[derive(Debug, Clone)]
 pub struct Decoder {
-    embed_tokens: Embedding,
+    embed_tokens: Embeddings,
     layers: Vec<DecoderLayer>,
     norm: RmsNorm,
     lm_head: Proj,
     rope: Rope,
     config: DecoderConfig,
     max_seq_len: usize,
+    /// The compute dtype ([`Weights::compute_dtype`]).
     dtype: DType,
+    /// The dtype the weights are kept in.
+    weight_dtype: DType,
     device: Device,
     clock: PhaseClock,
 }
@@ -1173,30 +1214,43 @@ impl Decoder {
         let embeddings = m
             .pp("embed_tokens")
             .get((cfg.vocab_size, cfg.hidden_size), "weight")?;
-        // A tied LM head shares the embeddings: aligned here once, so that
-        // it does not hold an aligned copy of its own.
-        let embeddings = if cfg.tie_word_embeddings {
-            crate::matvec::aligned(&embeddings)
+        let half = w.device().is_cpu() && is_half(w.dtype());
+        // A tied LM head shares the embeddings: in f32 aligned here once,
+        // so that it does not hold an aligned copy of its own; in bf16 or
+        // f16 on the CPU packed at two bytes, and the embedding rows read
+        // from it.
+        let embeddings = if cfg.tie_word_embeddings && !half {
+            crate::aligned::aligned(&embeddings)
         } else {
             embeddings
         };
-        let lm_head = if cfg.tie_word_embeddings {
-            Proj::shared(embeddings.clone(), None)
-        } else {
-            linear(&w.pp("lm_head"), cfg.hidden_size, cfg.vocab_size, false)?
+        let (lm_head, embed_tokens) = match (cfg.tie_word_embeddings, half) {
+            (true, true) => (Proj::new(embeddings, None, &w.arena)?, Embeddings::Head),
+            (true, false) => (
+                Proj::shared(embeddings.clone(), None),
+                Embeddings::Table(Embedding::new(embeddings, cfg.hidden_size)),
+            ),
+            (false, half) => (
+                linear(&w.pp("lm_head"), cfg.hidden_size, cfg.vocab_size, false)?,
+                match half {
+                    true => Embeddings::Half(embeddings),
+                    false => Embeddings::Table(Embedding::new(embeddings, cfg.hidden_size)),
+                },
+            ),
         };
         let layers = (0..cfg.num_hidden_layers)
             .map(|i| DecoderLayer::load(&m.pp("layers").pp(i), cfg))
             .collect::<Result<Vec<_>>>()?;
         Ok(Decoder {
-            embed_tokens: Embedding::new(embeddings, cfg.hidden_size),
+            embed_tokens,
             layers,
             norm: RmsNorm::load(&m.pp("norm"), cfg.hidden_size, cfg.rms_norm_eps)?,
             lm_head,
-            rope: Rope::new(cfg, max_seq_len, w.dtype(), w.device())?,
+            rope: Rope::new(cfg, max_seq_len, w.compute_dtype(), w.device())?,
             config: cfg.clone(),
             max_seq_len,
-            dtype: w.dtype(),
+            dtype: w.compute_dtype(),
+            weight_dtype: w.dtype(),
             device: w.device().clone(),
             clock: PhaseClock::default(),
         })
@@ -1225,9 +1279,21 @@ impl Decoder {
         self.max_seq_len
     }
 
-    /// The compute dtype.
+    /// The compute dtype: activations, norms and the KV cache (f32 on
+    /// the CPU for bf16 and f16 weights).
     pub fn dtype(&self) -> DType {
         self.dtype
+    }
+
+    /// The dtype the projections' weights are kept in.
+    pub fn weight_dtype(&self) -> DType {
+        self.weight_dtype
+    }
+
+    /// Whether every pass runs on host buffers (bf16 or f16 weights on
+    /// the CPU, computed in f32): the tensor path is not used.
+    fn host_only(&self) -> bool {
+        self.device.is_cpu() && is_half(self.weight_dtype)
     }
 
     /// The device.
@@ -1242,7 +1308,7 @@ impl Decoder {
             t.elem_count() * t.dtype().size_in_bytes()
         }
         let mut total = self.lm_head.bytes() + bytes(&self.norm.weight);
-        total += self.config.hidden_size * self.dtype.size_in_bytes();
+        total += self.config.hidden_size * self.weight_dtype.size_in_bytes();
         for layer in &self.layers {
             let a = &layer.self_attn;
             total += [&a.qkv_proj, &a.o_proj]
@@ -1331,7 +1397,13 @@ impl Decoder {
     ) -> Result<Tensor> {
         let (_, t) = input_ids.dims2()?;
         let (cos, sin) = self.rope.gather(positions)?;
-        let mut x = self.embed_tokens.forward(input_ids)?;
+        let Embeddings::Table(table) = &self.embed_tokens else {
+            return Err(candle_core::Error::Msg(
+                "bf16 and f16 weights on the CPU run on host buffers only".into(),
+            )
+            .into());
+        };
+        let mut x = table.forward(input_ids)?;
         let step = Step {
             cos: &cos,
             sin: &sin,
@@ -1352,6 +1424,15 @@ impl Decoder {
     /// `(b, vocab)`.
     pub fn decode(&self, slots: &[usize], tokens: &[u32], cache: &mut SlotCache) -> Result<Tensor> {
         let b = slots.len();
+        if self.host_only() {
+            let mut out = vec![0f32; b * self.config.vocab_size];
+            self.decode_host(slots, tokens, cache, &mut out)?;
+            return Ok(Tensor::from_vec(
+                out,
+                (b, self.config.vocab_size),
+                &self.device,
+            )?);
+        }
         let mut lens = Vec::with_capacity(b);
         for &slot in slots {
             let kv = cache.slot(slot)?;
@@ -1495,6 +1576,57 @@ impl Decoder {
         Ok(())
     }
 
+    /// The embedding row of each token of `part` into the rows of `x`
+    /// (`hidden` values each), widened to f32 where the table is kept at
+    /// two bytes.
+    fn embed_rows(&self, part: &[HostToken], x: &mut [f32]) -> Result<()> {
+        let h = self.config.hidden_size;
+        let outside =
+            |id: u32| candle_core::Error::Msg(format!("token {id} is outside the vocabulary"));
+        match &self.embed_tokens {
+            Embeddings::Table(table) => {
+                let table = table.embeddings();
+                let (storage, layout) = table.storage_and_layout();
+                let table = cpu_f32_slice(&storage, layout)?;
+                for (row, token) in x.chunks_exact_mut(h).zip(part) {
+                    let at = token.id as usize * h;
+                    let src = table.get(at..at + h).ok_or_else(|| outside(token.id))?;
+                    row.copy_from_slice(src);
+                }
+            }
+            Embeddings::Half(table) => {
+                let (storage, layout) = table.storage_and_layout();
+                let start = layout.start_offset();
+                for (row, token) in x.chunks_exact_mut(h).zip(part) {
+                    let at = start + token.id as usize * h;
+                    let widened = match &*storage {
+                        candle_core::Storage::Cpu(CpuStorage::BF16(data)) => data
+                            .get(at..at + h)
+                            .map(|src| widen(src, row, half::bf16::to_f32)),
+                        candle_core::Storage::Cpu(CpuStorage::F16(data)) => data
+                            .get(at..at + h)
+                            .map(|src| widen(src, row, half::f16::to_f32)),
+                        _ => {
+                            return Err(candle_core::Error::Msg(
+                                "expected bf16 or f16 embeddings on the CPU".into(),
+                            )
+                            .into());
+                        }
+                    };
+                    widened.ok_or_else(|| outside(token.id))?;
+                }
+            }
+            Embeddings::Head => {
+                for (row, token) in x.chunks_exact_mut(h).zip(part) {
+                    self.lm_head
+                        .packed_row_into(token.id as usize, row)
+                        .ok_or_else(|| outside(token.id))?;
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// The decoder blocks over `part` on host buffers, one activation row
     /// per token: embeddings, then every layer (each token's keys and
     /// values written at its position of its slot, its attention over
@@ -1530,18 +1662,7 @@ impl Decoder {
             &mut acts.act[..t * inter],
         );
         let (out_t, scores) = (&mut *acts.out_t, &mut *acts.scores);
-        {
-            let table = self.embed_tokens.embeddings();
-            let (storage, layout) = table.storage_and_layout();
-            let table = cpu_f32_slice(&storage, layout)?;
-            for (row, token) in x.chunks_exact_mut(h).zip(part) {
-                let at = token.id as usize * h;
-                let src = table.get(at..at + h).ok_or_else(|| {
-                    candle_core::Error::Msg(format!("token {} is outside the vocabulary", token.id))
-                })?;
-                row.copy_from_slice(src);
-            }
-        }
+        self.embed_rows(part, x)?;
         let (cos_storage, cos_layout) = self.rope.cos.storage_and_layout();
         let (sin_storage, sin_layout) = self.rope.sin.storage_and_layout();
         let cos = cpu_f32_slice(&cos_storage, cos_layout)?;
@@ -1740,7 +1861,7 @@ impl Decoder {
         let rows = chunk.min(tokens.len());
         // The dot-product kernel (weights as stored) takes chunks and the
         // last positions of at most `small_rows` rows.
-        let kernel_rows = crate::matvec::small_rows().min(rows.max(b));
+        let kernel_rows = crate::proj::small_rows().min(rows.max(b));
         let mut acts = activations.get(&self.config, rows, kernel_rows, room);
         let last = last.get(b * h);
         let pass = self.clock.start();
@@ -1803,6 +1924,15 @@ impl Decoder {
         score_budget: usize,
     ) -> Result<Tensor> {
         let b = seqs.len();
+        if self.host_only() {
+            let mut out = vec![0f32; b * self.config.vocab_size];
+            self.prefill_into(seqs, pad_id, cache, &mut out)?;
+            return Ok(Tensor::from_vec(
+                out,
+                (b, self.config.vocab_size),
+                &self.device,
+            )?);
+        }
         let longest = seqs
             .iter()
             .map(|(_, p, _)| p.len())
@@ -1902,6 +2032,16 @@ mod tests {
     }
 
     fn decoder_of(spec: &FixtureSpec, dtype: DType) -> (tempfile::TempDir, Decoder) {
+        decoder_rounded(spec, dtype, dtype)
+    }
+
+    /// A decoder of `spec`'s weights rounded to `stored` (as a checkpoint
+    /// in that dtype holds them), loaded as `dtype`.
+    fn decoder_rounded(
+        spec: &FixtureSpec,
+        stored: DType,
+        dtype: DType,
+    ) -> (tempfile::TempDir, Decoder) {
         let dir = tempfile::tempdir().expect("tempdir");
         write_llama_fixture(dir.path(), spec).expect("fixture");
         let config = DecoderConfig::from_file(&dir.path().join("config.json")).expect("config");
@@ -1909,9 +2049,85 @@ mod tests {
             &guidebench_core::model::weight_files(dir.path()).expect("files"),
             &Device::Cpu,
         )
-        .expect("tensors");
+        .expect("tensors")
+        .into_iter()
+        .map(|(name, t)| (name, t.to_dtype(stored).expect("rounded")))
+        .collect();
         let weights = Weights::from_tensors(tensors, dtype, &Device::Cpu);
         (dir, Decoder::load(&weights, &config, 64).expect("decoder"))
+    }
+
+    #[test]
+    fn bf16_and_f16_weights_give_the_logits_of_the_same_weights_upcast_to_f32() {
+        // Llama, q/k/v biases (Qwen2), q/k norms (Qwen3) and a tied LM
+        // head, whose embedding rows come from the packed head. Two-byte
+        // weights stay at two bytes; the f32 decoder reads them widened.
+        // Where f32 weights are packed too, every product sums in the same
+        // order: the same bits. Elsewhere (no AVX2: f32 weights as stored)
+        // and for a tied head in f32 (as stored), the same logits up to
+        // the order of the sums.
+        let prompts: [&[u32]; 3] = [&[5, 6, 7, 8, 9], &[10], &[11, 12, 13]];
+        for spec in [
+            FixtureSpec::tiny(),
+            FixtureSpec::qwen2(),
+            FixtureSpec::qwen3(),
+            FixtureSpec::tied(),
+        ] {
+            for stored in [DType::BF16, DType::F16] {
+                let (_a, half) = decoder_rounded(&spec, stored, stored);
+                let (_b, upcast) = decoder_rounded(&spec, stored, DType::F32);
+                assert_eq!(half.weight_dtype(), stored);
+                assert_eq!(half.dtype(), DType::F32, "computed in f32");
+                let exact = crate::proj::packs_weights() && !spec.tie_word_embeddings;
+                let name = format!("{} in {stored:?}", spec.model_type);
+                let seqs: Vec<(usize, &[u32], usize)> = prompts
+                    .iter()
+                    .enumerate()
+                    .map(|(i, p)| (i, *p, 8))
+                    .collect();
+                let (mut c1, mut c2) = (half.new_cache(4), upcast.new_cache(4));
+                let vocab = half.config().vocab_size;
+                let (mut got, mut want) = (vec![0f32; 3 * vocab], vec![0f32; 3 * vocab]);
+                let check = |got: &[f32], want: &[f32], what: &str| {
+                    let diff = got
+                        .iter()
+                        .zip(want)
+                        .map(|(a, b)| (a - b).abs())
+                        .fold(0f32, f32::max);
+                    if exact {
+                        assert!(
+                            got.iter()
+                                .zip(want)
+                                .all(|(a, b)| a.to_bits() == b.to_bits()),
+                            "{name}: {what}: max |diff| {diff}"
+                        );
+                    } else {
+                        assert!(diff < 1e-4, "{name}: {what}: {diff}");
+                    }
+                };
+                half.prefill_into(&seqs, 2, &mut c1, &mut got)
+                    .expect("prefill");
+                upcast
+                    .prefill_into(&seqs, 2, &mut c2, &mut want)
+                    .expect("prefill");
+                check(&got, &want, "prefill");
+                for step in 0..3u32 {
+                    let tokens = [1 + step, 2 + step, 3 + step];
+                    half.decode_into(&[0, 1, 2], &tokens, &mut c1, &mut got)
+                        .expect("step");
+                    upcast
+                        .decode_into(&[0, 1, 2], &tokens, &mut c2, &mut want)
+                        .expect("step");
+                    check(&got, &want, "decoding step");
+                }
+                // Half the projections' bytes.
+                assert_eq!(
+                    2 * half.lm_head.bytes(),
+                    upcast.lm_head.bytes(),
+                    "{name}: the LM head kept at two bytes"
+                );
+            }
+        }
     }
 
     fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
@@ -1954,7 +2170,7 @@ mod tests {
 
     #[test]
     fn a_sequence_decodes_the_same_alone_and_beside_a_sequence_that_joined_later() {
-        for dtype in [DType::F32, DType::BF16] {
+        for dtype in [DType::F32, DType::BF16, DType::F16] {
             let (_dir, decoder) = tiny_decoder(dtype);
             let mut alone = decoder.new_cache(2);
             decoder
@@ -1976,8 +2192,7 @@ mod tests {
                 .decode(&[0, 1], &[4, 10], &mut shared)
                 .expect("step");
             let got = both.narrow(0, 1, 1).expect("row");
-            let tolerance = if dtype == DType::F32 { 0.0 } else { 1e-2 };
-            assert!(max_diff(&got, &want) <= tolerance, "{dtype:?}");
+            assert_eq!(max_diff(&got, &want), 0.0, "{dtype:?}");
             shared.retire(0);
             assert_eq!((shared.len(0), shared.occupied()), (None, 1));
         }
@@ -2043,7 +2258,7 @@ mod tests {
         for spec in [FixtureSpec::qwen2(), FixtureSpec::qwen3()] {
             let (_dir, decoder) = decoder_of(&spec, DType::F32);
             let vocab = decoder.config().vocab_size;
-            let prompts: Vec<Vec<u32>> = (0..crate::matvec::small_rows() + 3)
+            let prompts: Vec<Vec<u32>> = (0..crate::proj::small_rows() + 3)
                 .map(|i| {
                     (0..1 + (i * 5) % 11)
                         .map(|j| 3 + ((i + 2 * j) % 40) as u32)
