@@ -1155,6 +1155,9 @@ enum Step {
     Send(Instant, Bytes, u32),
     /// Send nothing more until the server stops, then abort.
     Stall,
+    /// Let hyper write what it holds before the next step: an abort drops
+    /// what hyper has buffered and not yet written, the head included.
+    Flush,
     /// Abort the connection.
     Abort,
 }
@@ -1268,6 +1271,11 @@ impl SseStream {
                 Some(Step::Stall) => {
                     self.stalled = Some(Box::pin(self.shared.stop.clone().cancelled_owned()));
                     return self.poll_next(cx);
+                }
+                Some(Step::Flush) => {
+                    // Pending once: hyper flushes, then polls again.
+                    cx.waker().wake_by_ref();
+                    return Poll::Pending;
                 }
                 Some(Step::Abort) => return Poll::Ready(Some(Err(Abort))),
                 None => {
@@ -1796,6 +1804,7 @@ fn plan_stream(
             match fault {
                 Fault::Truncate => return steps,
                 Fault::Reset => {
+                    steps.push(Step::Flush);
                     steps.push(Step::Abort);
                     return steps;
                 }
