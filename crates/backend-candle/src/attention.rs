@@ -1,6 +1,7 @@
-//! A decoding step's attention on the CPU, f32: one new position per row
-//! against the keys and values its slot of the KV cache holds, read in
-//! place. Prefill on host buffers runs it once per prompt token. With AVX2
+//! A decoding step's attention on the CPU, in f32: one new position per
+//! row against the keys and values its slot of the KV cache holds, read in
+//! place (kept in f32, or at two bytes in bf16 or f16 and widened as they
+//! are loaded, exactly: the same sums as on the same values in f32). Prefill on host buffers runs it once per prompt token. With AVX2
 //! and FMA the scores, the softmax and the weighted sum run eight lanes at
 //! a time, with AVX-512 the scores and the weighted sum sixteen, each key
 //! and each value read once for all the query heads that share it; every
@@ -12,19 +13,23 @@ use rayon::prelude::*;
 use crate::activation::exp_avx2;
 use crate::activation::exp_poly;
 #[cfg(target_arch = "x86_64")]
+use crate::cpu::avx2::load8;
+#[cfg(target_arch = "x86_64")]
+use crate::cpu::avx512::load16;
+#[cfg(target_arch = "x86_64")]
 use crate::cpu::{
-    LANES, LINE_VALUES, finish_avx2, rows_times_avx2, sum_lanes_avx512, sum_lanes16_avx512,
+    LANES, LINE_BYTES, finish_avx2, rows_times_avx2, sum_lanes_avx512, sum_lanes16_avx512,
 };
-use crate::cpu::{Path, rows_times_portable};
+use crate::cpu::{PackedElem, Path, as_f32, portable, rows_times_portable};
 
 /// One row's keys and values in its slot of the KV cache, for a decoding
 /// step's attention.
 #[derive(Debug, Clone, Copy)]
-pub struct SlotView<'a> {
+pub struct SlotView<'a, T = f32> {
     /// Keys, laid out `(kv_heads, capacity, head_dim)`.
-    pub keys: &'a [f32],
+    pub keys: &'a [T],
     /// Values, laid out as the keys.
-    pub values: &'a [f32],
+    pub values: &'a [T],
     /// Positions the slot has room for.
     pub capacity: usize,
     /// Positions attended to: the cached length, the new one included.
@@ -60,10 +65,10 @@ pub fn decode_attention_scratch(shape: QueryShape, longest: usize) -> usize {
 /// kv_heads * rep * head_dim)`, the heads side by side; `scores` is
 /// scratch room of [`decode_attention_scratch`] values. Scores are
 /// multiplied by `scale` before the softmax.
-pub fn decode_attention<'a>(
+pub fn decode_attention<'a, T: PackedElem>(
     q: &[f32],
     shape: QueryShape,
-    slot: &(impl Fn(usize) -> SlotView<'a> + Sync),
+    slot: &(impl Fn(usize) -> SlotView<'a, T> + Sync),
     scale: f32,
     out: &mut [f32],
     scores: &mut [f32],
@@ -73,11 +78,11 @@ pub fn decode_attention<'a>(
 
 /// [`decode_attention`] on the kernels of `path` (which the CPU must
 /// support), so that tests reach every path.
-fn decode_attention_on<'a>(
+fn decode_attention_on<'a, T: PackedElem>(
     path: Path,
     q: &[f32],
     shape: QueryShape,
-    slot: &(impl Fn(usize) -> SlotView<'a> + Sync),
+    slot: &(impl Fn(usize) -> SlotView<'a, T> + Sync),
     scale: f32,
     out: &mut [f32],
     scores: &mut [f32],
@@ -152,11 +157,11 @@ fn decode_attention_on<'a>(
 /// head's probabilities, one head after another, on the kernels of
 /// `path`.
 #[allow(clippy::too_many_arguments)]
-fn attend_block(
+fn attend_block<T: PackedElem>(
     path: Path,
     q: &[f32],
-    keys: &[f32],
-    values: &[f32],
+    keys: &[T],
+    values: &[T],
     d: usize,
     scale: f32,
     out: &mut [f32],
@@ -198,7 +203,7 @@ fn attend_block(
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = path;
-    rows_times_portable(keys, q, scores, total, d);
+    scores_portable(keys, q, scores, total, d);
     for probs in scores.chunks_exact_mut(total.max(1)) {
         softmax_portable(probs, scale);
     }
@@ -207,8 +212,38 @@ fn attend_block(
         let probs = &scores[r * total..(r + 1) * total];
         for (p, v) in probs.iter().zip(values.chunks_exact(d)) {
             for (o, v) in out.iter_mut().zip(v) {
-                *o = p.mul_add(*v, *o);
+                *o = p.mul_add(v.to_f32(), *o);
             }
+        }
+    }
+}
+
+/// `scores[r * total + j]` = the dot product of key `j` with query head
+/// `r`, one value at a time: the dot-product kernels' sum
+/// ([`portable::dot`]) on the keys widened to f32.
+fn scores_portable<T: PackedElem>(
+    keys: &[T],
+    q: &[f32],
+    scores: &mut [f32],
+    total: usize,
+    d: usize,
+) {
+    if let Some(keys) = as_f32(keys) {
+        rows_times_portable(keys, q, scores, total, d);
+        return;
+    }
+    let mut key = [0f32; 512];
+    for (j, k) in keys.chunks_exact(d.max(1)).take(total).enumerate() {
+        for (r, q) in q.chunks_exact(d.max(1)).enumerate() {
+            scores[r * total + j] = if d <= key.len() {
+                for (w, v) in key.iter_mut().zip(k) {
+                    *w = v.to_f32();
+                }
+                portable::dot(&key[..d], q)
+            } else {
+                let widened: Vec<f32> = k.iter().map(|v| v.to_f32()).collect();
+                portable::dot(&widened, q)
+            };
         }
     }
 }
@@ -218,13 +253,13 @@ fn attend_block(
 const SCORE_KEYS: usize = 3;
 
 /// How far ahead of the scores' reads the keys and values are fetched, in
-/// values (2 KiB). Batch-32 decoding attention over 8 layers of
+/// bytes (512 f32 values). Batch-32 decoding attention over 8 layers of
 /// builtin:tiny (32 rows, 2 KV heads of 160 positions, a scan between
 /// layers; medians of 40, one process, 2-core Xeon with AVX-512) took
 /// 12-15 % less time with it, on the AVX2 and the AVX-512 kernels alike
 /// (three runs).
 #[cfg(target_arch = "x86_64")]
-const FETCH_AHEAD: usize = 512;
+const FETCH_AHEAD_BYTES: usize = 2048;
 
 /// For the `len` values of keys from `from` that a tile of scores is
 /// about to read: asks for the values at the same positions into the L2
@@ -233,15 +268,17 @@ const FETCH_AHEAD: usize = 512;
 /// keys and values are read as two streams, which the hardware prefetcher
 /// ramps up to too slowly for 40 KB of each.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-fn fetch_keys_values(keys: &[f32], values: &[f32], from: usize, len: usize) {
+#[target_feature(enable = "avx2,fma,f16c")]
+fn fetch_keys_values<T: PackedElem>(keys: &[T], values: &[T], from: usize, len: usize) {
     use std::arch::x86_64::{_MM_HINT_T0, _MM_HINT_T1, _mm_prefetch};
+    let size = std::mem::size_of::<T>();
+    let (line, ahead) = (LINE_BYTES / size, FETCH_AHEAD_BYTES / size);
     // Past a block's end the lines are fetched for nothing: a prefetch
     // never faults, and `wrapping_add` makes no reference out of bounds.
-    for at in (from..from + len).step_by(LINE_VALUES) {
+    for at in (from..from + len).step_by(line) {
         _mm_prefetch::<_MM_HINT_T1>(values.as_ptr().wrapping_add(at).cast());
-        _mm_prefetch::<_MM_HINT_T0>(keys.as_ptr().wrapping_add(at + FETCH_AHEAD).cast());
-        _mm_prefetch::<_MM_HINT_T1>(values.as_ptr().wrapping_add(at + FETCH_AHEAD).cast());
+        _mm_prefetch::<_MM_HINT_T0>(keys.as_ptr().wrapping_add(at + ahead).cast());
+        _mm_prefetch::<_MM_HINT_T1>(values.as_ptr().wrapping_add(at + ahead).cast());
     }
 }
 
@@ -254,17 +291,20 @@ fn fetch_keys_values(keys: &[f32], values: &[f32], from: usize, len: usize) {
 /// are asked into the cache for the weighted sum that follows. A head size
 /// that is not a multiple of 16 goes through `rows_times_avx2`.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-fn scores_avx2(
-    keys: &[f32],
+#[target_feature(enable = "avx2,fma,f16c")]
+fn scores_avx2<T: PackedElem>(
+    keys: &[T],
     q: &[f32],
-    values: &[f32],
+    values: &[T],
     scores: &mut [f32],
     total: usize,
     d: usize,
 ) {
     if d == 0 || !d.is_multiple_of(LANES) {
-        rows_times_avx2(keys, q, scores, total, d);
+        match as_f32(keys) {
+            Some(keys) => rows_times_avx2(keys, q, scores, total, d),
+            None => scores_portable(keys, q, scores, total, d),
+        }
         return;
     }
     assert!(
@@ -280,12 +320,12 @@ fn scores_avx2(
         while h < rep {
             let qs = &q[h * d..];
             match (rep - h >= 2, n) {
-                (true, 3) => score_tile_avx2::<2, 3>(ks, qs, scores, total, j, h, d),
-                (true, 2) => score_tile_avx2::<2, 2>(ks, qs, scores, total, j, h, d),
-                (true, _) => score_tile_avx2::<2, 1>(ks, qs, scores, total, j, h, d),
-                (false, 3) => score_tile_avx2::<1, 3>(ks, qs, scores, total, j, h, d),
-                (false, 2) => score_tile_avx2::<1, 2>(ks, qs, scores, total, j, h, d),
-                (false, _) => score_tile_avx2::<1, 1>(ks, qs, scores, total, j, h, d),
+                (true, 3) => score_tile_avx2::<T, 2, 3>(ks, qs, scores, total, j, h, d),
+                (true, 2) => score_tile_avx2::<T, 2, 2>(ks, qs, scores, total, j, h, d),
+                (true, _) => score_tile_avx2::<T, 2, 1>(ks, qs, scores, total, j, h, d),
+                (false, 3) => score_tile_avx2::<T, 1, 3>(ks, qs, scores, total, j, h, d),
+                (false, 2) => score_tile_avx2::<T, 1, 2>(ks, qs, scores, total, j, h, d),
+                (false, _) => score_tile_avx2::<T, 1, 1>(ks, qs, scores, total, j, h, d),
             }
             h += 2;
         }
@@ -298,10 +338,10 @@ fn scores_avx2(
 /// multiple of 16. Lanes 0..8 of every 16 values accumulate in `lo`, 8..16
 /// in `hi`, as in `rows_times_avx2`'s tiles.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 #[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
-fn score_tile_avx2<const H: usize, const J: usize>(
-    ks: &[f32],
+fn score_tile_avx2<T: PackedElem, const H: usize, const J: usize>(
+    ks: &[T],
     qs: &[f32],
     scores: &mut [f32],
     total: usize,
@@ -324,7 +364,7 @@ fn score_tile_avx2<const H: usize, const J: usize>(
                     qv[h] = _mm256_loadu_ps(qs.as_ptr().add(h * d + at + half));
                 }
                 for jj in 0..J {
-                    let kv = _mm256_loadu_ps(ks.as_ptr().add(jj * d + at + half));
+                    let kv = load8(ks.as_ptr().add(jj * d + at + half));
                     for h in 0..H {
                         acc[h][jj] = _mm256_fmadd_ps(kv, qv[h], acc[h][jj]);
                     }
@@ -361,7 +401,7 @@ fn softmax_portable(probs: &mut [f32], scale: f32) {
 
 /// `probs` scaled by `scale`, then a softmax over it, in place.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 fn softmax_avx2(probs: &mut [f32], scale: f32) {
     use std::arch::x86_64::{
         _mm256_add_ps, _mm256_loadu_ps, _mm256_max_ps, _mm256_mul_ps, _mm256_set1_ps,
@@ -442,10 +482,10 @@ fn softmax_avx2(probs: &mut [f32], scale: f32) {
 /// it once per head, one load per multiply-add). Every output is the same
 /// sum in the same order as the portable path's, so the same bits.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-fn weighted_sum_avx2(
+#[target_feature(enable = "avx2,fma,f16c")]
+fn weighted_sum_avx2<T: PackedElem>(
     probs: &[f32],
-    values: &[f32],
+    values: &[T],
     total: usize,
     rep: usize,
     d: usize,
@@ -459,14 +499,14 @@ fn weighted_sum_avx2(
         while d - c >= 8 {
             let wide = d - c >= 16;
             match (heads, wide) {
-                (4, true) => head_columns_avx2::<4, 2>(probs, values, total, d, h, c, out),
-                (3, true) => head_columns_avx2::<3, 2>(probs, values, total, d, h, c, out),
-                (2, true) => head_columns_avx2::<2, 2>(probs, values, total, d, h, c, out),
-                (_, true) => head_columns_avx2::<1, 2>(probs, values, total, d, h, c, out),
-                (4, false) => head_columns_avx2::<4, 1>(probs, values, total, d, h, c, out),
-                (3, false) => head_columns_avx2::<3, 1>(probs, values, total, d, h, c, out),
-                (2, false) => head_columns_avx2::<2, 1>(probs, values, total, d, h, c, out),
-                (_, false) => head_columns_avx2::<1, 1>(probs, values, total, d, h, c, out),
+                (4, true) => head_columns_avx2::<T, 4, 2>(probs, values, total, d, h, c, out),
+                (3, true) => head_columns_avx2::<T, 3, 2>(probs, values, total, d, h, c, out),
+                (2, true) => head_columns_avx2::<T, 2, 2>(probs, values, total, d, h, c, out),
+                (_, true) => head_columns_avx2::<T, 1, 2>(probs, values, total, d, h, c, out),
+                (4, false) => head_columns_avx2::<T, 4, 1>(probs, values, total, d, h, c, out),
+                (3, false) => head_columns_avx2::<T, 3, 1>(probs, values, total, d, h, c, out),
+                (2, false) => head_columns_avx2::<T, 2, 1>(probs, values, total, d, h, c, out),
+                (_, false) => head_columns_avx2::<T, 1, 1>(probs, values, total, d, h, c, out),
             }
             c += if wide { 16 } else { 8 };
         }
@@ -479,9 +519,9 @@ fn weighted_sum_avx2(
 /// time in the vector kernels' order (the columns past their last whole
 /// vector).
 #[cfg(target_arch = "x86_64")]
-fn columns_one_at_a_time(
+fn columns_one_at_a_time<T: PackedElem>(
     probs: &[f32],
-    values: &[f32],
+    values: &[T],
     total: usize,
     d: usize,
     heads: std::ops::Range<usize>,
@@ -493,7 +533,7 @@ fn columns_one_at_a_time(
         for (i, o) in out[r * d + c..(r + 1) * d].iter_mut().enumerate() {
             *o = 0.0;
             for (j, p) in p.iter().enumerate() {
-                *o = p.mul_add(values[j * d + c + i], *o);
+                *o = p.mul_add(values[j * d + c + i].to_f32(), *o);
             }
         }
     }
@@ -502,11 +542,11 @@ fn columns_one_at_a_time(
 /// Columns `c..c + 8 * C` of heads `h0..h0 + H` of
 /// [`weighted_sum_avx2`].
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 #[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
-fn head_columns_avx2<const H: usize, const C: usize>(
+fn head_columns_avx2<T: PackedElem, const H: usize, const C: usize>(
     probs: &[f32],
-    values: &[f32],
+    values: &[T],
     total: usize,
     d: usize,
     h0: usize,
@@ -514,8 +554,7 @@ fn head_columns_avx2<const H: usize, const C: usize>(
     out: &mut [f32],
 ) {
     use std::arch::x86_64::{
-        __m256, _mm256_broadcast_ss, _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_setzero_ps,
-        _mm256_storeu_ps,
+        __m256, _mm256_broadcast_ss, _mm256_fmadd_ps, _mm256_setzero_ps, _mm256_storeu_ps,
     };
     assert!(
         c + 8 * C <= d
@@ -531,7 +570,7 @@ fn head_columns_avx2<const H: usize, const C: usize>(
             let v = values.as_ptr().add(j * d + c);
             let mut vv = [_mm256_setzero_ps(); C];
             for i in 0..C {
-                vv[i] = _mm256_loadu_ps(v.add(8 * i));
+                vv[i] = load8(v.add(8 * i));
             }
             for h in 0..H {
                 let p = _mm256_broadcast_ss(&*probs.as_ptr().add((h0 + h) * total + j));
@@ -562,11 +601,11 @@ const SCORE_HEADS_AVX512: usize = 4;
 /// same pairwise end, so the same bits. A head size that is not a multiple
 /// of 16 goes through [`scores_avx2`].
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx2,fma")]
-fn scores_avx512(
-    keys: &[f32],
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+fn scores_avx512<T: PackedElem>(
+    keys: &[T],
     q: &[f32],
-    values: &[f32],
+    values: &[T],
     scores: &mut [f32],
     total: usize,
     d: usize,
@@ -603,21 +642,21 @@ fn scores_avx512(
             }
             let ks = &keys[j * d..(j + n) * d];
             match (heads, n) {
-                (4, 4) => score_tile_avx512::<4, 4>(ks, qs, scores, total, j, h, d),
-                (2, 8) => score_tile_avx512::<2, 8>(ks, qs, scores, total, j, h, d),
-                (1, 16) => score_tile_avx512::<1, 16>(ks, qs, scores, total, j, h, d),
-                (4, 3) => score_tile_avx512::<4, 3>(ks, qs, scores, total, j, h, d),
-                (4, 2) => score_tile_avx512::<4, 2>(ks, qs, scores, total, j, h, d),
-                (4, _) => score_tile_avx512::<4, 1>(ks, qs, scores, total, j, h, d),
-                (3, 3) => score_tile_avx512::<3, 3>(ks, qs, scores, total, j, h, d),
-                (3, 2) => score_tile_avx512::<3, 2>(ks, qs, scores, total, j, h, d),
-                (3, _) => score_tile_avx512::<3, 1>(ks, qs, scores, total, j, h, d),
-                (2, 3) => score_tile_avx512::<2, 3>(ks, qs, scores, total, j, h, d),
-                (2, 2) => score_tile_avx512::<2, 2>(ks, qs, scores, total, j, h, d),
-                (2, _) => score_tile_avx512::<2, 1>(ks, qs, scores, total, j, h, d),
-                (_, 3) => score_tile_avx512::<1, 3>(ks, qs, scores, total, j, h, d),
-                (_, 2) => score_tile_avx512::<1, 2>(ks, qs, scores, total, j, h, d),
-                (_, _) => score_tile_avx512::<1, 1>(ks, qs, scores, total, j, h, d),
+                (4, 4) => score_tile_avx512::<T, 4, 4>(ks, qs, scores, total, j, h, d),
+                (2, 8) => score_tile_avx512::<T, 2, 8>(ks, qs, scores, total, j, h, d),
+                (1, 16) => score_tile_avx512::<T, 1, 16>(ks, qs, scores, total, j, h, d),
+                (4, 3) => score_tile_avx512::<T, 4, 3>(ks, qs, scores, total, j, h, d),
+                (4, 2) => score_tile_avx512::<T, 4, 2>(ks, qs, scores, total, j, h, d),
+                (4, _) => score_tile_avx512::<T, 4, 1>(ks, qs, scores, total, j, h, d),
+                (3, 3) => score_tile_avx512::<T, 3, 3>(ks, qs, scores, total, j, h, d),
+                (3, 2) => score_tile_avx512::<T, 3, 2>(ks, qs, scores, total, j, h, d),
+                (3, _) => score_tile_avx512::<T, 3, 1>(ks, qs, scores, total, j, h, d),
+                (2, 3) => score_tile_avx512::<T, 2, 3>(ks, qs, scores, total, j, h, d),
+                (2, 2) => score_tile_avx512::<T, 2, 2>(ks, qs, scores, total, j, h, d),
+                (2, _) => score_tile_avx512::<T, 2, 1>(ks, qs, scores, total, j, h, d),
+                (_, 3) => score_tile_avx512::<T, 1, 3>(ks, qs, scores, total, j, h, d),
+                (_, 2) => score_tile_avx512::<T, 1, 2>(ks, qs, scores, total, j, h, d),
+                (_, _) => score_tile_avx512::<T, 1, 1>(ks, qs, scores, total, j, h, d),
             }
             j += n;
         }
@@ -630,11 +669,11 @@ fn scores_avx512(
 /// of 16: accumulator `[h][jj]` holds, in each lane, the sum of every 16th
 /// product from that lane on, which [`sum_lanes_avx512`] ends.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx2,fma")]
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
 #[inline]
 #[allow(clippy::needless_range_loop)]
-fn score_lanes_avx512<const H: usize, const J: usize>(
-    ks: &[f32],
+fn score_lanes_avx512<T: PackedElem, const H: usize, const J: usize>(
+    ks: &[T],
     qs: &[f32],
     d: usize,
 ) -> [[std::arch::x86_64::__m512; J]; H] {
@@ -651,7 +690,7 @@ fn score_lanes_avx512<const H: usize, const J: usize>(
                 qv[h] = _mm512_loadu_ps(qs.as_ptr().add(h * d + at));
             }
             for jj in 0..J {
-                let kv = _mm512_loadu_ps(ks.as_ptr().add(jj * d + at));
+                let kv = load16(ks.as_ptr().add(jj * d + at));
                 for h in 0..H {
                     acc[h][jj] = _mm512_fmadd_ps(kv, qv[h], acc[h][jj]);
                 }
@@ -669,10 +708,10 @@ fn score_lanes_avx512<const H: usize, const J: usize>(
 /// ([`sum_lanes16_avx512`]); a smaller one ends each on its own. The same
 /// bits either way.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx2,fma")]
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
 #[allow(clippy::too_many_arguments)]
-fn score_tile_avx512<const H: usize, const J: usize>(
-    ks: &[f32],
+fn score_tile_avx512<T: PackedElem, const H: usize, const J: usize>(
+    ks: &[T],
     qs: &[f32],
     scores: &mut [f32],
     total: usize,
@@ -681,7 +720,7 @@ fn score_tile_avx512<const H: usize, const J: usize>(
     d: usize,
 ) {
     use std::arch::x86_64::_mm512_storeu_ps;
-    let acc = score_lanes_avx512::<H, J>(ks, qs, d);
+    let acc = score_lanes_avx512::<T, H, J>(ks, qs, d);
     if H * J == 16 {
         // Lane `h * J + jj`: head `h`, key `jj`.
         let mut lanes = [0f32; 16];
@@ -705,10 +744,10 @@ fn score_tile_avx512<const H: usize, const J: usize>(
 /// head size of 64 reads the values once in all. Columns past the last
 /// 16 go one at a time. The same sums in the same order, so the same bits.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx2,fma")]
-fn weighted_sum_avx512(
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+fn weighted_sum_avx512<T: PackedElem>(
     probs: &[f32],
-    values: &[f32],
+    values: &[T],
     total: usize,
     rep: usize,
     d: usize,
@@ -722,22 +761,22 @@ fn weighted_sum_avx512(
         while d - c >= 16 {
             let chunks = ((d - c) / 16).min(4);
             match (heads, chunks) {
-                (4, 4) => head_columns_avx512::<4, 4>(probs, values, total, d, h, c, out),
-                (4, 3) => head_columns_avx512::<4, 3>(probs, values, total, d, h, c, out),
-                (4, 2) => head_columns_avx512::<4, 2>(probs, values, total, d, h, c, out),
-                (4, _) => head_columns_avx512::<4, 1>(probs, values, total, d, h, c, out),
-                (3, 4) => head_columns_avx512::<3, 4>(probs, values, total, d, h, c, out),
-                (3, 3) => head_columns_avx512::<3, 3>(probs, values, total, d, h, c, out),
-                (3, 2) => head_columns_avx512::<3, 2>(probs, values, total, d, h, c, out),
-                (3, _) => head_columns_avx512::<3, 1>(probs, values, total, d, h, c, out),
-                (2, 4) => head_columns_avx512::<2, 4>(probs, values, total, d, h, c, out),
-                (2, 3) => head_columns_avx512::<2, 3>(probs, values, total, d, h, c, out),
-                (2, 2) => head_columns_avx512::<2, 2>(probs, values, total, d, h, c, out),
-                (2, _) => head_columns_avx512::<2, 1>(probs, values, total, d, h, c, out),
-                (_, 4) => head_columns_avx512::<1, 4>(probs, values, total, d, h, c, out),
-                (_, 3) => head_columns_avx512::<1, 3>(probs, values, total, d, h, c, out),
-                (_, 2) => head_columns_avx512::<1, 2>(probs, values, total, d, h, c, out),
-                (_, _) => head_columns_avx512::<1, 1>(probs, values, total, d, h, c, out),
+                (4, 4) => head_columns_avx512::<T, 4, 4>(probs, values, total, d, h, c, out),
+                (4, 3) => head_columns_avx512::<T, 4, 3>(probs, values, total, d, h, c, out),
+                (4, 2) => head_columns_avx512::<T, 4, 2>(probs, values, total, d, h, c, out),
+                (4, _) => head_columns_avx512::<T, 4, 1>(probs, values, total, d, h, c, out),
+                (3, 4) => head_columns_avx512::<T, 3, 4>(probs, values, total, d, h, c, out),
+                (3, 3) => head_columns_avx512::<T, 3, 3>(probs, values, total, d, h, c, out),
+                (3, 2) => head_columns_avx512::<T, 3, 2>(probs, values, total, d, h, c, out),
+                (3, _) => head_columns_avx512::<T, 3, 1>(probs, values, total, d, h, c, out),
+                (2, 4) => head_columns_avx512::<T, 2, 4>(probs, values, total, d, h, c, out),
+                (2, 3) => head_columns_avx512::<T, 2, 3>(probs, values, total, d, h, c, out),
+                (2, 2) => head_columns_avx512::<T, 2, 2>(probs, values, total, d, h, c, out),
+                (2, _) => head_columns_avx512::<T, 2, 1>(probs, values, total, d, h, c, out),
+                (_, 4) => head_columns_avx512::<T, 1, 4>(probs, values, total, d, h, c, out),
+                (_, 3) => head_columns_avx512::<T, 1, 3>(probs, values, total, d, h, c, out),
+                (_, 2) => head_columns_avx512::<T, 1, 2>(probs, values, total, d, h, c, out),
+                (_, _) => head_columns_avx512::<T, 1, 1>(probs, values, total, d, h, c, out),
             }
             c += 16 * chunks;
         }
@@ -749,11 +788,11 @@ fn weighted_sum_avx512(
 /// Columns `c..c + 16 * C` of heads `h0..h0 + H` of
 /// [`weighted_sum_avx512`].
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx2,fma")]
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
 #[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
-fn head_columns_avx512<const H: usize, const C: usize>(
+fn head_columns_avx512<T: PackedElem, const H: usize, const C: usize>(
     probs: &[f32],
-    values: &[f32],
+    values: &[T],
     total: usize,
     d: usize,
     h0: usize,
@@ -761,8 +800,7 @@ fn head_columns_avx512<const H: usize, const C: usize>(
     out: &mut [f32],
 ) {
     use std::arch::x86_64::{
-        __m512, _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_set1_ps, _mm512_setzero_ps,
-        _mm512_storeu_ps,
+        __m512, _mm512_fmadd_ps, _mm512_set1_ps, _mm512_setzero_ps, _mm512_storeu_ps,
     };
     assert!(
         c + 16 * C <= d
@@ -778,7 +816,7 @@ fn head_columns_avx512<const H: usize, const C: usize>(
             let v = values.as_ptr().add(j * d + c);
             let mut vv = [_mm512_setzero_ps(); C];
             for i in 0..C {
-                vv[i] = _mm512_loadu_ps(v.add(16 * i));
+                vv[i] = load16(v.add(16 * i));
             }
             for h in 0..H {
                 let p = _mm512_set1_ps(*probs.as_ptr().add((h0 + h) * total + j));
@@ -928,7 +966,63 @@ mod tests {
                         "{path:?}: rep {rep}, head_dim {d}, length {len}"
                     );
                 }
+                // Keys and values kept at two bytes: the bits of the same
+                // values widened to f32, on every path.
+                half_kv_matches_f32(&q, shape, &keys, &values, half::bf16::from_f32);
+                half_kv_matches_f32(&q, shape, &keys, &values, half::f16::from_f32);
             }
+        }
+    }
+
+    /// Attention over `keys` and `values` rounded by `round` and kept so,
+    /// against the same rounded values widened to f32, on every path.
+    fn half_kv_matches_f32<T: PackedElem>(
+        q: &[f32],
+        shape: QueryShape,
+        keys: &[f32],
+        values: &[f32],
+        round: fn(f32) -> T,
+    ) {
+        let (hk, hv): (Vec<T>, Vec<T>) = (
+            keys.iter().map(|v| round(*v)).collect(),
+            values.iter().map(|v| round(*v)).collect(),
+        );
+        let (wk, wv): (Vec<f32>, Vec<f32>) = (
+            hk.iter().map(|v| v.to_f32()).collect(),
+            hv.iter().map(|v| v.to_f32()).collect(),
+        );
+        let d = shape.head_dim;
+        let len = keys.len() / d;
+        let out_len = shape.rows * shape.kv_heads * shape.rep * d;
+        for path in Path::available() {
+            let mut got = vec![f32::NAN; out_len];
+            let mut want = vec![f32::NAN; out_len];
+            let mut scores = vec![f32::NAN; decode_attention_scratch(shape, len)];
+            let lens = |i: usize| len - i.min(len - 1);
+            let half_view = |i: usize| SlotView {
+                keys: &hk,
+                values: &hv,
+                capacity: len,
+                len: lens(i),
+            };
+            let wide_view = |i: usize| SlotView {
+                keys: &wk,
+                values: &wv,
+                capacity: len,
+                len: lens(i),
+            };
+            decode_attention_on(path, q, shape, &half_view, 0.4, &mut got, &mut scores)
+                .expect("attention");
+            decode_attention_on(path, q, shape, &wide_view, 0.4, &mut want, &mut scores)
+                .expect("attention");
+            assert!(
+                got.iter()
+                    .zip(&want)
+                    .all(|(a, b)| a.to_bits() == b.to_bits()),
+                "{path:?}, {:?}: rep {}, head_dim {d}, length {len}",
+                T::DTYPE,
+                shape.rep
+            );
         }
     }
 }

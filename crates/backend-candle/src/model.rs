@@ -19,6 +19,7 @@ use crate::activation::silu_mul_rows;
 use crate::aligned::AlignedBuf;
 use crate::arena::WeightArena;
 use crate::attention::{QueryShape, SlotView, decode_attention, decode_attention_scratch};
+use crate::cpu::PackedElem;
 use crate::error::{CandleError, Result};
 use crate::proj::{Proj, cpu_f32_slice};
 use guidebench_core::model::DecoderConfig;
@@ -283,17 +284,13 @@ fn write_host(
         ))
         .into());
     }
-    let KvData::Host { keys, values } = &mut s.data else {
+    let KvData::Host(host) = &mut s.data else {
         return Err(
             candle_core::Error::Msg("a step on host buffers needs a host cache".into()).into(),
         );
     };
-    for (dst, src) in [(&mut keys[layer], k), (&mut values[layer], v)] {
-        for (head, src) in src.chunks_exact(head_dim).enumerate() {
-            let start = (head * s.capacity + pos) * head_dim;
-            dst[start..start + head_dim].copy_from_slice(src);
-        }
-    }
+    // (kv_heads, head_dim) into (kv_heads, capacity, head_dim)
+    host.write(layer, s.capacity, pos, 1, k, v, head_dim);
     Ok(())
 }
 
@@ -378,16 +375,152 @@ impl Rope {
     }
 }
 
+/// One sequence's keys and values on the CPU, one buffer per layer each,
+/// `(kv_heads, capacity, head_dim)`, in the cache's KV dtype.
+#[derive(Debug)]
+enum HostKv {
+    /// Four bytes a value.
+    F32 {
+        keys: Vec<Vec<f32>>,
+        values: Vec<Vec<f32>>,
+    },
+    /// bfloat16, two bytes.
+    Bf16 {
+        keys: Vec<Vec<half::bf16>>,
+        values: Vec<Vec<half::bf16>>,
+    },
+    /// IEEE half, two bytes.
+    F16 {
+        keys: Vec<Vec<half::f16>>,
+        values: Vec<Vec<half::f16>>,
+    },
+}
+
+/// A value type of the KV cache on the CPU: f32, bf16 or f16.
+trait KvElem: PackedElem {
+    /// The value nearest `v` (ties to even).
+    fn from_f32(v: f32) -> Self;
+    /// The layers of `kv` when they hold this type.
+    fn layers(kv: &HostKv) -> Option<(&[Vec<Self>], &[Vec<Self>])>;
+}
+
+impl KvElem for f32 {
+    fn from_f32(v: f32) -> Self {
+        v
+    }
+    fn layers(kv: &HostKv) -> Option<(&[Vec<f32>], &[Vec<f32>])> {
+        match kv {
+            HostKv::F32 { keys, values } => Some((keys, values)),
+            _ => None,
+        }
+    }
+}
+
+impl KvElem for half::bf16 {
+    fn from_f32(v: f32) -> Self {
+        half::bf16::from_f32(v)
+    }
+    fn layers(kv: &HostKv) -> Option<(&[Vec<Self>], &[Vec<Self>])> {
+        match kv {
+            HostKv::Bf16 { keys, values } => Some((keys, values)),
+            _ => None,
+        }
+    }
+}
+
+impl KvElem for half::f16 {
+    fn from_f32(v: f32) -> Self {
+        half::f16::from_f32(v)
+    }
+    fn layers(kv: &HostKv) -> Option<(&[Vec<Self>], &[Vec<Self>])> {
+        match kv {
+            HostKv::F16 { keys, values } => Some((keys, values)),
+            _ => None,
+        }
+    }
+}
+
+/// `src` `(heads, t, head_dim)` into `dst` `(heads, capacity, head_dim)`
+/// at position `at`, rounded to `T`.
+fn store_rows<T: KvElem>(
+    dst: &mut [T],
+    src: &[f32],
+    capacity: usize,
+    at: usize,
+    t: usize,
+    head_dim: usize,
+) {
+    for (head, src) in src.chunks_exact(t * head_dim).enumerate() {
+        let start = (head * capacity + at) * head_dim;
+        for (d, s) in dst[start..start + t * head_dim].iter_mut().zip(src) {
+            *d = T::from_f32(*s);
+        }
+    }
+}
+
+impl HostKv {
+    /// Zeroed room for `layers` layers of `n` values each, in `dtype`.
+    fn zeros(dtype: DType, layers: usize, n: usize) -> Result<Self> {
+        Ok(match dtype {
+            DType::F32 => HostKv::F32 {
+                keys: (0..layers).map(|_| touched_zeros(n)).collect(),
+                values: (0..layers).map(|_| touched_zeros(n)).collect(),
+            },
+            DType::BF16 => HostKv::Bf16 {
+                keys: (0..layers).map(|_| touched_zeros(n)).collect(),
+                values: (0..layers).map(|_| touched_zeros(n)).collect(),
+            },
+            DType::F16 => HostKv::F16 {
+                keys: (0..layers).map(|_| touched_zeros(n)).collect(),
+                values: (0..layers).map(|_| touched_zeros(n)).collect(),
+            },
+            other => {
+                return Err(candle_core::Error::Msg(format!(
+                    "a KV cache on the CPU holds f32, bf16 or f16, not {other:?}"
+                ))
+                .into());
+            }
+        })
+    }
+
+    /// Writes `t` positions of keys `k` and values `v` (`(kv_heads, t,
+    /// head_dim)` each) of `layer` from position `at`, rounded to the
+    /// cache's dtype.
+    #[allow(clippy::too_many_arguments)]
+    fn write(
+        &mut self,
+        layer: usize,
+        capacity: usize,
+        at: usize,
+        t: usize,
+        k: &[f32],
+        v: &[f32],
+        head_dim: usize,
+    ) {
+        match self {
+            HostKv::F32 { keys, values } => {
+                store_rows(&mut keys[layer], k, capacity, at, t, head_dim);
+                store_rows(&mut values[layer], v, capacity, at, t, head_dim);
+            }
+            HostKv::Bf16 { keys, values } => {
+                store_rows(&mut keys[layer], k, capacity, at, t, head_dim);
+                store_rows(&mut values[layer], v, capacity, at, t, head_dim);
+            }
+            HostKv::F16 { keys, values } => {
+                store_rows(&mut keys[layer], k, capacity, at, t, head_dim);
+                store_rows(&mut values[layer], v, capacity, at, t, head_dim);
+            }
+        }
+    }
+}
+
 /// One layer's keys or values for one sequence, `(kv_heads, capacity,
 /// head_dim)`.
 #[derive(Debug)]
 enum KvData {
-    /// f32 on the CPU: plain memory that decoding steps read and write in
-    /// place.
-    Host {
-        keys: Vec<Vec<f32>>,
-        values: Vec<Vec<f32>>,
-    },
+    /// On the CPU for the host-buffer path: plain memory that decoding
+    /// steps read and write in place.
+    Host(HostKv),
     /// Other dtypes and devices: candle tensors `(1, kv_heads, capacity,
     /// head_dim)`.
     Tensors {
@@ -514,19 +647,31 @@ pub struct SlotCache {
     kv_heads: usize,
     head_dim: usize,
     dtype: DType,
+    /// The dtype of the keys and values on the host-buffer path.
+    kv_dtype: DType,
     device: Device,
     buffers: StepBuffers,
 }
 
 impl SlotCache {
-    /// An empty cache of `max_slots` slots.
-    pub fn new(cfg: &DecoderConfig, max_slots: usize, dtype: DType, device: &Device) -> Self {
+    /// An empty cache of `max_slots` slots for a decoder computing in
+    /// `dtype`, holding keys and values in `kv_dtype` on the host-buffer
+    /// path (f32 on the CPU; `kv_dtype` f32, bf16 or f16) and in `dtype`
+    /// elsewhere.
+    pub fn new(
+        cfg: &DecoderConfig,
+        max_slots: usize,
+        dtype: DType,
+        kv_dtype: DType,
+        device: &Device,
+    ) -> Self {
         SlotCache {
             slots: (0..max_slots).map(|_| None).collect(),
             layers: cfg.num_hidden_layers,
             kv_heads: cfg.num_key_value_heads,
             head_dim: cfg.head_dim,
             dtype,
+            kv_dtype,
             device: device.clone(),
             buffers: StepBuffers {
                 tokens: Vec::with_capacity(max_slots),
@@ -535,7 +680,17 @@ impl SlotCache {
         }
     }
 
-    /// Whether slots are plain f32 memory (f32 on the CPU).
+    /// The dtype keys and values are kept in.
+    pub fn kv_dtype(&self) -> DType {
+        if self.is_host() {
+            self.kv_dtype
+        } else {
+            self.dtype
+        }
+    }
+
+    /// Whether slots are plain memory for the host-buffer path (f32
+    /// compute on the CPU).
     fn is_host(&self) -> bool {
         self.device.is_cpu() && self.dtype == DType::F32
     }
@@ -566,10 +721,7 @@ impl SlotCache {
     fn open(&mut self, slot: usize, capacity: usize) -> Result<()> {
         let data = if self.is_host() {
             let n = self.kv_heads * capacity * self.head_dim;
-            KvData::Host {
-                keys: (0..self.layers).map(|_| touched_zeros(n)).collect(),
-                values: (0..self.layers).map(|_| touched_zeros(n)).collect(),
-            }
+            KvData::Host(HostKv::zeros(self.kv_dtype, self.layers, n)?)
         } else {
             let shape = (1, self.kv_heads, capacity, self.head_dim);
             let mut keys = Vec::with_capacity(self.layers);
@@ -627,18 +779,14 @@ impl SlotCache {
                 keys[layer].slice_set(&k.contiguous()?, 2, at)?;
                 values[layer].slice_set(&v.contiguous()?, 2, at)?;
             }
-            KvData::Host { keys, values } => {
-                let capacity = kv.capacity;
-                for (dst, src) in [(&mut keys[layer], k), (&mut values[layer], v)] {
-                    let src = src.contiguous()?;
-                    let (storage, layout) = src.storage_and_layout();
-                    let src = cpu_f32_slice(&storage, layout)?;
-                    // (kv_heads, t, head_dim) into (kv_heads, capacity, head_dim)
-                    for (head, src) in src.chunks_exact(t * head_dim).enumerate() {
-                        let start = (head * capacity + at) * head_dim;
-                        dst[start..start + t * head_dim].copy_from_slice(src);
-                    }
-                }
+            KvData::Host(host) => {
+                let (k, v) = (k.contiguous()?, v.contiguous()?);
+                let (k_storage, k_layout) = k.storage_and_layout();
+                let (v_storage, v_layout) = v.storage_and_layout();
+                let k = cpu_f32_slice(&k_storage, k_layout)?;
+                let v = cpu_f32_slice(&v_storage, v_layout)?;
+                // (kv_heads, t, head_dim) into (kv_heads, capacity, head_dim)
+                host.write(layer, kv.capacity, at, t, k, v, head_dim);
             }
         }
         Ok(())
@@ -667,11 +815,11 @@ fn host_query_shape(cfg: &DecoderConfig, rows: usize) -> QueryShape {
 /// `n` zeros whose memory pages are all touched now, when a slot's room is
 /// reserved, so that decoding steps do not fault them in one page at a
 /// time.
-fn touched_zeros(n: usize) -> Vec<f32> {
-    const PAGE_VALUES: usize = 4096 / std::mem::size_of::<f32>();
-    let mut values = vec![0f32; n];
-    for v in values.iter_mut().step_by(PAGE_VALUES) {
-        *v = std::hint::black_box(0.0);
+fn touched_zeros<T: Default + Copy>(n: usize) -> Vec<T> {
+    let page_values = 4096 / std::mem::size_of::<T>().max(1);
+    let mut values = vec![T::default(); n];
+    for v in values.iter_mut().step_by(page_values) {
+        *v = std::hint::black_box(T::default());
     }
     values
 }
@@ -697,24 +845,71 @@ fn slot_of_mut(slots: &mut [Option<SlotKv>], slot: usize) -> Result<&mut SlotKv>
 /// `layer` of the host slot `slot`, attending to `len` positions; an
 /// empty view (which attention rejects) when the slot holds no host
 /// sequence.
-fn host_view(slots: &[Option<SlotKv>], slot: usize, layer: usize, len: usize) -> SlotView<'_> {
-    match slots.get(slot).and_then(Option::as_ref) {
+fn host_view<T: KvElem>(
+    slots: &[Option<SlotKv>],
+    slot: usize,
+    layer: usize,
+    len: usize,
+) -> SlotView<'_, T> {
+    let host = match slots.get(slot).and_then(Option::as_ref) {
         Some(SlotKv {
-            data: KvData::Host { keys, values },
+            data: KvData::Host(host),
             capacity,
             ..
-        }) => SlotView {
+        }) => T::layers(host).map(|layers| (layers, *capacity)),
+        _ => None,
+    };
+    match host {
+        Some(((keys, values), capacity)) => SlotView {
             keys: &keys[layer],
             values: &values[layer],
-            capacity: *capacity,
+            capacity,
             len,
         },
-        _ => SlotView {
+        None => SlotView {
             keys: &[],
             values: &[],
             capacity: 0,
             len: 0,
         },
+    }
+}
+
+/// [`decode_attention`] for the tokens whose queries are in `q`, token
+/// `i` attending to `len(i)` positions of layer `layer` of slot
+/// `slot(i)` of the host cache, whose keys and values are `kv_dtype`.
+#[allow(clippy::too_many_arguments)]
+fn attend_host(
+    kv_dtype: DType,
+    slots: &[Option<SlotKv>],
+    slot: &(impl Fn(usize) -> (usize, usize) + Sync),
+    layer: usize,
+    q: &[f32],
+    shape: QueryShape,
+    scale: f32,
+    out: &mut [f32],
+    scores: &mut [f32],
+) -> candle_core::Result<()> {
+    fn on<T: KvElem>(
+        slots: &[Option<SlotKv>],
+        slot: &(impl Fn(usize) -> (usize, usize) + Sync),
+        layer: usize,
+        q: &[f32],
+        shape: QueryShape,
+        scale: f32,
+        out: &mut [f32],
+        scores: &mut [f32],
+    ) -> candle_core::Result<()> {
+        let view = |i: usize| {
+            let (s, len) = slot(i);
+            host_view::<T>(slots, s, layer, len)
+        };
+        decode_attention(q, shape, &view, scale, out, scores)
+    }
+    match kv_dtype {
+        DType::BF16 => on::<half::bf16>(slots, slot, layer, q, shape, scale, out, scores),
+        DType::F16 => on::<half::f16>(slots, slot, layer, q, shape, scale, out, scores),
+        _ => on::<f32>(slots, slot, layer, q, shape, scale, out, scores),
     }
 }
 
@@ -882,8 +1077,18 @@ impl Attention {
         let q = cpu_f32_slice(&storage, layout)?;
         let mut out = vec![0f32; b * nh * hd];
         let mut scores = vec![0f32; decode_attention_scratch(shape, longest)];
-        let view = |i: usize| host_view(&cache.slots, slots[i], layer, lens[i] + 1);
-        decode_attention(q, shape, &view, scale as f32, &mut out, &mut scores)?;
+        let slot = |i: usize| (slots[i], lens[i] + 1);
+        attend_host(
+            cache.kv_dtype,
+            &cache.slots,
+            &slot,
+            layer,
+            q,
+            shape,
+            scale as f32,
+            &mut out,
+            &mut scores,
+        )?;
         Ok(Tensor::from_vec(out, (b, 1, nh * hd), &device)?)
     }
 
@@ -1202,6 +1407,8 @@ pub struct Decoder {
     dtype: DType,
     /// The dtype the weights are kept in.
     weight_dtype: DType,
+    /// The dtype of the KV cache on the host-buffer path.
+    kv_dtype: DType,
     device: Device,
     clock: PhaseClock,
 }
@@ -1251,6 +1458,9 @@ impl Decoder {
             max_seq_len,
             dtype: w.compute_dtype(),
             weight_dtype: w.dtype(),
+            // The width the weights run at: f32 for f32, two bytes for
+            // bf16 and f16 (as llama.cpp keeps f16 by default).
+            kv_dtype: w.dtype(),
             device: w.device().clone(),
             clock: PhaseClock::default(),
         })
@@ -1288,6 +1498,34 @@ impl Decoder {
     /// The dtype the projections' weights are kept in.
     pub fn weight_dtype(&self) -> DType {
         self.weight_dtype
+    }
+
+    /// The dtype of the KV cache's keys and values ([`Decoder::new_cache`]).
+    pub fn kv_dtype(&self) -> DType {
+        self.kv_dtype
+    }
+
+    /// The decoder with its KV cache in `kv` (f32, bf16 or f16): on the
+    /// host-buffer path (f32 compute on the CPU), keys and values are
+    /// rounded to `kv` as they are written and widened as attention reads
+    /// them; elsewhere the cache holds the compute dtype, and another is
+    /// an error.
+    pub fn with_kv_dtype(mut self, kv: DType) -> Result<Self> {
+        let host = self.device.is_cpu() && self.dtype == DType::F32;
+        let allowed = match host {
+            true => matches!(kv, DType::F32 | DType::BF16 | DType::F16),
+            false => kv == self.dtype,
+        };
+        if !allowed {
+            return Err(candle_core::Error::Msg(format!(
+                "a KV cache in {kv:?} is not supported here: on the CPU it holds f32, bf16 \
+                 or f16; elsewhere the compute dtype ({:?})",
+                self.dtype
+            ))
+            .into());
+        }
+        self.kv_dtype = kv;
+        Ok(self)
     }
 
     /// Whether every pass runs on host buffers (bf16 or f16 weights on
@@ -1344,7 +1582,11 @@ impl Decoder {
     /// decoding step, over all layers (its keys and values).
     pub fn kv_bytes_per_position(&self) -> usize {
         let cfg = &self.config;
-        self.layers.len() * 2 * cfg.num_key_value_heads * cfg.head_dim * self.dtype.size_in_bytes()
+        let kv = match self.device.is_cpu() && self.dtype == DType::F32 {
+            true => self.kv_dtype,
+            false => self.dtype,
+        };
+        self.layers.len() * 2 * cfg.num_key_value_heads * cfg.head_dim * kv.size_in_bytes()
     }
 
     /// Floating-point operations of the LM head for one position.
@@ -1375,7 +1617,13 @@ impl Decoder {
 
     /// An empty cache of `max_slots` slots.
     pub fn new_cache(&self, max_slots: usize) -> SlotCache {
-        SlotCache::new(&self.config, max_slots, self.dtype, &self.device)
+        SlotCache::new(
+            &self.config,
+            max_slots,
+            self.dtype,
+            self.kv_dtype,
+            &self.device,
+        )
     }
 
     /// Whether decoding steps take the CPU attention kernel (f32 on the
@@ -1533,8 +1781,12 @@ impl Decoder {
             .into());
         }
         let SlotCache {
-            slots: kv, buffers, ..
+            slots: kv,
+            buffers,
+            kv_dtype,
+            ..
         } = cache;
+        let kv_dtype = *kv_dtype;
         let StepBuffers {
             tokens: step,
             last,
@@ -1564,7 +1816,7 @@ impl Decoder {
         let mut acts = activations.get(&self.config, m, m, room);
         let last = last.get(m * h);
         let pass = self.clock.start();
-        self.blocks_host(HostPass::Decoding, step, kv, &mut acts, last)?;
+        self.blocks_host(HostPass::Decoding, step, kv, kv_dtype, &mut acts, last)?;
         let since = self.clock.start();
         self.lm_head.forward_rows(last, m, acts.out_t, out)?;
         self.clock
@@ -1639,6 +1891,7 @@ impl Decoder {
         kind: HostPass,
         part: &[HostToken],
         kv: &mut [Option<SlotKv>],
+        kv_dtype: DType,
         acts: &mut Activations<'_>,
         last: &mut [f32],
     ) -> Result<()> {
@@ -1707,9 +1960,9 @@ impl Decoder {
                 write_host(kv, token.slot, li, pos, k, v, hd)?;
             }
             self.clock.add(kind, PhaseClock::ROTARY, since);
-            let view = |i: usize| host_view(kv, part[i].slot, li, part[i].pos + 1);
+            let slot = |i: usize| (part[i].slot, part[i].pos + 1);
             let since = self.clock.start();
-            decode_attention(qkv, shape, &view, scale, attn, scores)?;
+            attend_host(kv_dtype, kv, &slot, li, qkv, shape, scale, attn, scores)?;
             self.clock.add(kind, PhaseClock::ATTENTION, since);
             let since = self.clock.start();
             a.o_proj.forward_rows(attn, t, out_t, proj)?;
@@ -1830,8 +2083,12 @@ impl Decoder {
             .into());
         }
         let SlotCache {
-            slots: kv, buffers, ..
+            slots: kv,
+            buffers,
+            kv_dtype,
+            ..
         } = cache;
+        let kv_dtype = *kv_dtype;
         let StepBuffers {
             tokens,
             last,
@@ -1866,7 +2123,7 @@ impl Decoder {
         let last = last.get(b * h);
         let pass = self.clock.start();
         for part in tokens.chunks(chunk) {
-            self.blocks_host(HostPass::Prefill, part, kv, &mut acts, last)?;
+            self.blocks_host(HostPass::Prefill, part, kv, kv_dtype, &mut acts, last)?;
         }
         let since = self.clock.start();
         self.lm_head.forward_rows(last, b, acts.out_t, out)?;
@@ -2075,6 +2332,9 @@ mod tests {
         ] {
             for stored in [DType::BF16, DType::F16] {
                 let (_a, half) = decoder_rounded(&spec, stored, stored);
+                assert_eq!(half.kv_dtype(), stored, "the KV cache at two bytes too");
+                // Keys and values in f32 here: the weights' path alone.
+                let half = half.with_kv_dtype(DType::F32).expect("an f32 KV cache");
                 let (_b, upcast) = decoder_rounded(&spec, stored, DType::F32);
                 assert_eq!(half.weight_dtype(), stored);
                 assert_eq!(half.dtype(), DType::F32, "computed in f32");

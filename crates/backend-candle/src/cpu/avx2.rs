@@ -318,7 +318,7 @@ pub(crate) unsafe fn kernel<T: PackedElem>() -> Kernel<T> {
 /// `p` points to eight readable values.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn load8<T: PackedElem>(p: *const T) -> __m256 {
+pub(crate) unsafe fn load8<T: PackedElem>(p: *const T) -> __m256 {
     use std::arch::x86_64::{
         __m128i, _mm_loadu_si128, _mm256_castsi256_ps, _mm256_cvtepu16_epi32, _mm256_cvtph_ps,
         _mm256_loadu_ps, _mm256_slli_epi32,

@@ -228,7 +228,7 @@ const STREAM_AHEAD_BYTES: usize = 2048;
 /// `p` points to sixteen readable values.
 #[target_feature(enable = "avx512f")]
 #[inline]
-unsafe fn load16<T: PackedElem>(p: *const T) -> __m512 {
+pub(crate) unsafe fn load16<T: PackedElem>(p: *const T) -> __m512 {
     use std::arch::x86_64::{
         __m256i, _mm256_loadu_si256, _mm512_castsi512_ps, _mm512_cvtepu16_epi32, _mm512_cvtph_ps,
         _mm512_loadu_ps, _mm512_slli_epi32,

@@ -95,7 +95,7 @@ impl Path {
     pub(crate) fn best() -> Path {
         static BEST: OnceLock<Path> = OnceLock::new();
         *BEST.get_or_init(|| {
-            if has_avx512() {
+            if has_avx512() && has_avx2_fma() {
                 Path::Avx512
             } else if has_avx2_fma() {
                 Path::Avx2
@@ -216,6 +216,16 @@ impl PackedElem for half::f16 {
     fn to_f32(self) -> f32 {
         half::f16::to_f32(self)
     }
+}
+
+/// `values` as f32, when `T` is f32.
+pub(crate) fn as_f32<T: PackedElem>(values: &[T]) -> Option<&[f32]> {
+    if T::DTYPE != PackedDtype::F32 {
+        return None;
+    }
+    // SAFETY: `T` is f32 (the only `PackedElem` whose dtype is F32): the
+    // same type, length and memory.
+    Some(unsafe { std::slice::from_raw_parts(values.as_ptr().cast::<f32>(), values.len()) })
 }
 
 /// Output rows per panel of a packed weight.
