@@ -1,10 +1,18 @@
 //! Reading a model folder's safetensors weights as candle tensors (the
 //! folder itself is found and read by [`guidebench_core::model`]).
+//!
+//! [`SafetensorsFiles`] reads each tensor from its file when the decoder
+//! asks for it (a positioned read of its bytes alone), so that loading
+//! holds the weights packed so far and the one tensor in hand, not a
+//! whole copy of the checkpoint beside the packed weights: a bf16
+//! checkpoint of 14 GB peaks near 14 GB, not 28.
 
 use std::collections::HashMap;
+use std::fs::File;
 use std::path::PathBuf;
 
-use candle_core::{Device, Tensor};
+use candle_core::{DType, Device, Shape, Tensor};
+use candle_nn::var_builder::SimpleBackend;
 
 use crate::error::{CandleError, Result};
 
@@ -21,4 +29,231 @@ pub fn load_tensors(files: &[PathBuf], device: &Device) -> Result<HashMap<String
         tensors.extend(part);
     }
     Ok(tensors)
+}
+
+/// Where one tensor lies in its file.
+#[derive(Debug, Clone)]
+struct Entry {
+    /// The index of its file.
+    file: usize,
+    dtype: DType,
+    shape: Vec<usize>,
+    /// Its bytes' offset from the file's start, and their count.
+    offset: u64,
+    len: usize,
+}
+
+/// The tensors of safetensors files, indexed from their headers and read
+/// one at a time on demand.
+#[derive(Debug)]
+pub struct SafetensorsFiles {
+    files: Vec<(PathBuf, File)>,
+    entries: HashMap<String, Entry>,
+}
+
+impl SafetensorsFiles {
+    /// Opens `files` and reads their headers (nothing else).
+    pub fn open(files: &[PathBuf]) -> Result<Self> {
+        let mut opened = Vec::with_capacity(files.len());
+        let mut entries = HashMap::new();
+        for (index, path) in files.iter().enumerate() {
+            let invalid = |reason: String| CandleError::InvalidWeights {
+                path: path.clone(),
+                reason,
+            };
+            let file = File::open(path).map_err(|e| invalid(e.to_string()))?;
+            let size = file.metadata().map_err(|e| invalid(e.to_string()))?.len();
+            let mut head = [0u8; 8];
+            read_at(&file, &mut head, 0).map_err(|e| invalid(format!("its header: {e}")))?;
+            let n = u64::from_le_bytes(head);
+            // The format caps the header at 100 MB.
+            if n > 100_000_000 || 8 + n > size {
+                return Err(invalid(format!(
+                    "a header of {n} bytes in a file of {size}"
+                )));
+            }
+            let mut json = vec![0u8; n as usize];
+            read_at(&file, &mut json, 8).map_err(|e| invalid(format!("its header: {e}")))?;
+            let header: HashMap<String, serde_json::Value> =
+                serde_json::from_slice(&json).map_err(|e| invalid(format!("its header: {e}")))?;
+            let data_start = 8 + n;
+            for (name, info) in header {
+                if name == "__metadata__" {
+                    continue;
+                }
+                let entry = parse_entry(&name, &info, index, data_start, size).map_err(invalid)?;
+                entries.insert(name, entry);
+            }
+            opened.push((path.clone(), file));
+        }
+        Ok(SafetensorsFiles {
+            files: opened,
+            entries,
+        })
+    }
+
+    /// The names of the tensors.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.entries.keys().map(String::as_str)
+    }
+
+    /// The tensor `name` on `device`, in its stored dtype, read from its
+    /// file now.
+    pub fn load(&self, name: &str, device: &Device) -> candle_core::Result<Tensor> {
+        let entry = self
+            .entries
+            .get(name)
+            .ok_or_else(|| candle_core::Error::CannotFindTensor { path: name.into() })?;
+        let (path, file) = &self.files[entry.file];
+        let mut bytes = vec![0u8; entry.len];
+        read_at(file, &mut bytes, entry.offset).map_err(|e| {
+            candle_core::Error::Msg(format!("reading {name} from {}: {e}", path.display()))
+        })?;
+        Tensor::from_raw_buffer(&bytes, entry.dtype, &entry.shape, device)
+    }
+}
+
+/// One header entry: `{"dtype": "BF16", "shape": [...], "data_offsets":
+/// [begin, end]}`, checked against the data's room in a file of `size`
+/// bytes.
+fn parse_entry(
+    name: &str,
+    info: &serde_json::Value,
+    file: usize,
+    data_start: u64,
+    size: u64,
+) -> std::result::Result<Entry, String> {
+    let dtype = match info.get("dtype").and_then(|d| d.as_str()) {
+        Some("F32") => DType::F32,
+        Some("BF16") => DType::BF16,
+        Some("F16") => DType::F16,
+        Some("F64") => DType::F64,
+        Some("U8") => DType::U8,
+        Some("U32") => DType::U32,
+        Some("I64") => DType::I64,
+        Some(other) => return Err(format!("tensor {name}: dtype {other} is not supported")),
+        None => return Err(format!("tensor {name}: no dtype")),
+    };
+    let shape: Vec<usize> = info
+        .get("shape")
+        .and_then(|s| s.as_array())
+        .and_then(|s| s.iter().map(|d| d.as_u64().map(|d| d as usize)).collect())
+        .ok_or_else(|| format!("tensor {name}: no shape"))?;
+    let offsets: Vec<u64> = info
+        .get("data_offsets")
+        .and_then(|o| o.as_array())
+        .and_then(|o| o.iter().map(serde_json::Value::as_u64).collect())
+        .ok_or_else(|| format!("tensor {name}: no data offsets"))?;
+    let [begin, end] = offsets[..] else {
+        return Err(format!("tensor {name}: data offsets {offsets:?}"));
+    };
+    let elements = shape.iter().try_fold(1usize, |n, d| n.checked_mul(*d));
+    let want = elements.and_then(|n| n.checked_mul(dtype.size_in_bytes()));
+    let len = end
+        .checked_sub(begin)
+        .and_then(|len| usize::try_from(len).ok());
+    if want.is_none() || want != len || data_start + end > size {
+        return Err(format!(
+            "tensor {name}: {:?} {dtype:?} does not fit bytes {begin}..{end} of the data",
+            shape
+        ));
+    }
+    Ok(Entry {
+        file,
+        dtype,
+        shape,
+        offset: data_start + begin,
+        len: len.unwrap_or(0),
+    })
+}
+
+/// Fills `buf` from `file` at `offset`.
+fn read_at(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileExt;
+        file.read_exact_at(buf, offset)
+    }
+    #[cfg(not(unix))]
+    {
+        use std::io::{Read, Seek, SeekFrom};
+        let mut file = file;
+        file.seek(SeekFrom::Start(offset))?;
+        file.read_exact(buf)
+    }
+}
+
+impl SimpleBackend for SafetensorsFiles {
+    fn get(
+        &self,
+        s: Shape,
+        name: &str,
+        _: candle_nn::Init,
+        dtype: DType,
+        dev: &Device,
+    ) -> candle_core::Result<Tensor> {
+        let tensor = self.load(name, dev)?.to_dtype(dtype)?;
+        if tensor.shape() != &s {
+            return Err(candle_core::Error::UnexpectedShape {
+                msg: format!("shape mismatch for {name}"),
+                expected: s,
+                got: tensor.shape().clone(),
+            });
+        }
+        Ok(tensor)
+    }
+
+    fn get_unchecked(&self, name: &str, dtype: DType, dev: &Device) -> candle_core::Result<Tensor> {
+        self.load(name, dev)?.to_dtype(dtype)
+    }
+
+    fn contains_tensor(&self, name: &str) -> bool {
+        self.entries.contains_key(name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tensors_read_on_demand_equal_the_whole_file_read_at_once() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let spec = guidebench_testkit::fixtures::FixtureSpec::sharded();
+        guidebench_testkit::fixtures::write_llama_fixture(dir.path(), &spec).expect("fixture");
+        let files = guidebench_core::model::weight_files(dir.path()).expect("files");
+        let whole = load_tensors(&files, &Device::Cpu).expect("whole");
+        let lazy = SafetensorsFiles::open(&files).expect("headers");
+        assert_eq!(lazy.names().count(), whole.len());
+        for (name, want) in &whole {
+            let got = lazy.load(name, &Device::Cpu).expect("a tensor");
+            assert_eq!(got.dims(), want.dims(), "{name}");
+            assert_eq!(got.dtype(), want.dtype(), "{name}");
+            let values = |t: &Tensor| {
+                t.flatten_all()
+                    .and_then(|t| t.to_dtype(DType::F32))
+                    .and_then(|t| t.to_vec1::<f32>())
+                    .expect("values")
+            };
+            assert_eq!(values(&got), values(want), "{name}");
+        }
+    }
+
+    #[test]
+    fn a_truncated_file_is_an_error_that_names_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let spec = guidebench_testkit::fixtures::FixtureSpec::tiny();
+        guidebench_testkit::fixtures::write_llama_fixture(dir.path(), &spec).expect("fixture");
+        let files = guidebench_core::model::weight_files(dir.path()).expect("files");
+        let path = &files[0];
+        let bytes = std::fs::read(path).expect("read");
+        for cut in [4, 100, bytes.len() - 1] {
+            std::fs::write(path, &bytes[..cut]).expect("write");
+            let err = SafetensorsFiles::open(&files).expect_err("a truncated file");
+            assert!(
+                err.to_string().contains(&path.display().to_string()),
+                "cut at {cut}: {err}"
+            );
+        }
+    }
 }

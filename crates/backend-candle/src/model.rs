@@ -44,6 +44,20 @@ impl Weights {
         }
     }
 
+    /// Weights read from `files` one tensor at a time as the decoder asks
+    /// for them, converted to `dtype` on `device`.
+    pub fn from_files(
+        files: crate::loader::SafetensorsFiles,
+        dtype: DType,
+        device: &Device,
+    ) -> Self {
+        Weights {
+            vb: VarBuilder::from_backend(Box::new(files), dtype, device.clone()),
+            prefix: String::new(),
+            arena: WeightArena::new(),
+        }
+    }
+
     /// The same weights under `name.`.
     pub fn pp(&self, name: impl std::fmt::Display) -> Self {
         let name = name.to_string();
