@@ -32,6 +32,8 @@ pub struct Weights {
     prefix: String,
     /// Where the projections are packed: shared by every prefix.
     arena: WeightArena,
+    /// bf16 projections round their activations to bf16 too.
+    bf16_activations: bool,
 }
 
 impl Weights {
@@ -41,6 +43,7 @@ impl Weights {
             vb: VarBuilder::from_tensors(tensors, dtype, device),
             prefix: String::new(),
             arena: WeightArena::new(),
+            bf16_activations: false,
         }
     }
 
@@ -55,6 +58,7 @@ impl Weights {
             vb: VarBuilder::from_backend(Box::new(files), dtype, device.clone()),
             prefix: String::new(),
             arena: WeightArena::new(),
+            bf16_activations: false,
         }
     }
 
@@ -69,7 +73,16 @@ impl Weights {
                 format!("{}.{name}", self.prefix)
             },
             arena: self.arena.clone(),
+            bf16_activations: self.bf16_activations,
         }
+    }
+
+    /// The weights with their bf16 projections rounding the activations
+    /// to bf16 too (`vdpbf16ps` where the CPU has AVX-512 BF16): an
+    /// option, not exact ([`crate::proj::Proj::with_bf16_activations`]).
+    pub fn with_bf16_activations(mut self, on: bool) -> Self {
+        self.bf16_activations = on;
+        self
     }
 
     fn full_name(&self, name: &str) -> String {
@@ -138,7 +151,7 @@ fn linear_parts(w: &Weights, in_dim: usize, out_dim: usize, bias: bool) -> Resul
 
 fn linear(w: &Weights, in_dim: usize, out_dim: usize, bias: bool) -> Result<Proj> {
     let (weight, bias) = linear_parts(w, in_dim, out_dim, bias)?;
-    Ok(Proj::new(weight, bias, &w.arena)?)
+    Ok(Proj::new(weight, bias, &w.arena)?.with_bf16_activations(w.bf16_activations))
 }
 
 /// Projections of the same input stacked into one (their outputs side by
@@ -152,7 +165,7 @@ fn stacked(w: &Weights, parts: &[LinearParts]) -> Result<Proj> {
         Some(b) => Some(Tensor::cat(&b, 0)?),
         None => None,
     };
-    Ok(Proj::new(weight, bias, &w.arena)?)
+    Ok(Proj::new(weight, bias, &w.arena)?.with_bf16_activations(w.bf16_activations))
 }
 
 /// An RMS norm with a learned scale.
@@ -410,19 +423,22 @@ enum HostKv {
     },
 }
 
+/// One sequence's key buffers and value buffers, one per layer each.
+type Layers<'a, T> = (&'a [Vec<T>], &'a [Vec<T>]);
+
 /// A value type of the KV cache on the CPU: f32, bf16 or f16.
 trait KvElem: PackedElem {
     /// The value nearest `v` (ties to even).
     fn from_f32(v: f32) -> Self;
     /// The layers of `kv` when they hold this type.
-    fn layers(kv: &HostKv) -> Option<(&[Vec<Self>], &[Vec<Self>])>;
+    fn layers(kv: &HostKv) -> Option<Layers<'_, Self>>;
 }
 
 impl KvElem for f32 {
     fn from_f32(v: f32) -> Self {
         v
     }
-    fn layers(kv: &HostKv) -> Option<(&[Vec<f32>], &[Vec<f32>])> {
+    fn layers(kv: &HostKv) -> Option<Layers<'_, f32>> {
         match kv {
             HostKv::F32 { keys, values } => Some((keys, values)),
             _ => None,
@@ -434,7 +450,7 @@ impl KvElem for half::bf16 {
     fn from_f32(v: f32) -> Self {
         half::bf16::from_f32(v)
     }
-    fn layers(kv: &HostKv) -> Option<(&[Vec<Self>], &[Vec<Self>])> {
+    fn layers(kv: &HostKv) -> Option<Layers<'_, Self>> {
         match kv {
             HostKv::Bf16 { keys, values } => Some((keys, values)),
             _ => None,
@@ -446,7 +462,7 @@ impl KvElem for half::f16 {
     fn from_f32(v: f32) -> Self {
         half::f16::from_f32(v)
     }
-    fn layers(kv: &HostKv) -> Option<(&[Vec<Self>], &[Vec<Self>])> {
+    fn layers(kv: &HostKv) -> Option<Layers<'_, Self>> {
         match kv {
             HostKv::F16 { keys, values } => Some((keys, values)),
             _ => None,
@@ -1446,7 +1462,10 @@ impl Decoder {
             embeddings
         };
         let (lm_head, embed_tokens) = match (cfg.tie_word_embeddings, half) {
-            (true, true) => (Proj::new(embeddings, None, &w.arena)?, Embeddings::Head),
+            (true, true) => (
+                Proj::new(embeddings, None, &w.arena)?.with_bf16_activations(w.bf16_activations),
+                Embeddings::Head,
+            ),
             (true, false) => (
                 Proj::shared(embeddings.clone(), None),
                 Embeddings::Table(Embedding::new(embeddings, cfg.hidden_size)),
@@ -1512,6 +1531,12 @@ impl Decoder {
     /// The dtype the projections' weights are kept in.
     pub fn weight_dtype(&self) -> DType {
         self.weight_dtype
+    }
+
+    /// Whether the projections round their activations to bf16 too
+    /// ([`Weights::with_bf16_activations`]) and the CPU runs it.
+    pub fn bf16_activations(&self) -> bool {
+        crate::cpu::has_bf16_dot() && self.lm_head.bf16_activations()
     }
 
     /// The dtype of the KV cache's keys and values ([`Decoder::new_cache`]).
@@ -2326,6 +2351,80 @@ mod tests {
         .collect();
         let weights = Weights::from_tensors(tensors, dtype, &Device::Cpu);
         (dir, Decoder::load(&weights, &config, 64).expect("decoder"))
+    }
+
+    #[test]
+    fn bf16_activations_keep_every_greedy_token_of_the_exact_path_on_the_fixtures() {
+        // The option rounds activations to bf16 (vdpbf16ps where the CPU
+        // has it): the logits move a little, the fixtures' greedy tokens
+        // (chosen with clear margins) do not.
+        for spec in [
+            FixtureSpec::tiny(),
+            FixtureSpec::qwen3(),
+            FixtureSpec::tied(),
+        ] {
+            let dir = tempfile::tempdir().expect("tempdir");
+            write_llama_fixture(dir.path(), &spec).expect("fixture");
+            let config = DecoderConfig::from_file(&dir.path().join("config.json")).expect("config");
+            let files = guidebench_core::model::weight_files(dir.path()).expect("files");
+            let load = |on: bool| {
+                let files = crate::loader::SafetensorsFiles::open(&files).expect("files");
+                let weights =
+                    Weights::from_files(files, DType::BF16, &Device::Cpu).with_bf16_activations(on);
+                Decoder::load(&weights, &config, 64).expect("decoder")
+            };
+            let (exact, rounded) = (load(false), load(true));
+            assert!(!exact.bf16_activations());
+            assert_eq!(rounded.bf16_activations(), crate::cpu::has_bf16_dot());
+            let vocab = config.vocab_size;
+            let prompts: [&[u32]; 2] = [&[5, 6, 7, 8, 9], &[11, 12, 13]];
+            let seqs: Vec<(usize, &[u32], usize)> = prompts
+                .iter()
+                .enumerate()
+                .map(|(i, p)| (i, *p, 32))
+                .collect();
+            let (mut c1, mut c2) = (exact.new_cache(2), rounded.new_cache(2));
+            let (mut a, mut b) = (vec![0f32; 2 * vocab], vec![0f32; 2 * vocab]);
+            exact
+                .prefill_into(&seqs, 2, &mut c1, &mut a)
+                .expect("prefill");
+            rounded
+                .prefill_into(&seqs, 2, &mut c2, &mut b)
+                .expect("prefill");
+            let mut largest = 0f32;
+            for step in 0..16 {
+                let ta: Vec<u32> = a.chunks_exact(vocab).map(greedy).collect();
+                let tb: Vec<u32> = b.chunks_exact(vocab).map(greedy).collect();
+                assert_eq!(ta, tb, "{}: step {step}", spec.model_type);
+                largest = largest.max(largest_difference(&a, &b).1);
+                assert!(
+                    largest < 0.25,
+                    "{}: step {step}: {largest}",
+                    spec.model_type
+                );
+                exact
+                    .decode_into(&[0, 1], &ta, &mut c1, &mut a)
+                    .expect("step");
+                rounded
+                    .decode_into(&[0, 1], &tb, &mut c2, &mut b)
+                    .expect("step");
+            }
+            eprintln!(
+                "{}: the largest logit difference over 16 steps: {largest}",
+                spec.model_type
+            );
+        }
+    }
+
+    /// The index of the largest logit.
+    fn greedy(logits: &[f32]) -> u32 {
+        let best = logits
+            .iter()
+            .enumerate()
+            .fold((0, f32::NEG_INFINITY), |(bi, bv), (i, v)| {
+                if *v > bv { (i, *v) } else { (bi, bv) }
+            });
+        best.0 as u32
     }
 
     #[test]

@@ -58,6 +58,9 @@ pub struct PackedWeight {
     n: usize,
     k: usize,
     dtype: PackedDtype,
+    /// bf16 weights only: products round the activations to bf16 too
+    /// (`vdpbf16ps`, where the CPU has it).
+    bf16_activations: bool,
 }
 
 impl PackedWeight {
@@ -90,7 +93,28 @@ impl PackedWeight {
             n,
             k,
             dtype: T::DTYPE,
+            bf16_activations: false,
         }
+    }
+
+    /// The weight with its products rounding the activations to bf16 too
+    /// (`on`), where it is bf16 and the CPU has AVX-512 BF16: twice the
+    /// multiply-adds per instruction, not exact. Other weights and CPUs
+    /// keep the exact kernels.
+    pub fn with_bf16_activations(mut self, on: bool) -> Self {
+        self.set_bf16_activations(on);
+        self
+    }
+
+    /// [`PackedWeight::with_bf16_activations`] in place.
+    pub(crate) fn set_bf16_activations(&mut self, on: bool) {
+        self.bf16_activations = on && self.dtype == PackedDtype::Bf16;
+    }
+
+    /// Whether products round the activations to bf16
+    /// ([`PackedWeight::with_bf16_activations`]).
+    pub fn bf16_activations(&self) -> bool {
+        self.bf16_activations
     }
 
     /// Output rows `n`.
@@ -169,6 +193,9 @@ impl std::fmt::Debug for PackedWeight {
 pub fn packed_matmul(x: &[f32], m: usize, w: &PackedWeight, out: &mut [f32]) {
     match w.dtype {
         PackedDtype::F32 => packed_matmul_with(x, m, w, out, best_kernel::<f32>()),
+        PackedDtype::Bf16 if w.bf16_activations => {
+            packed_matmul_with(x, m, w, out, crate::cpu::bf16_dot_kernel())
+        }
         PackedDtype::Bf16 => packed_matmul_with(x, m, w, out, best_kernel::<half::bf16>()),
         PackedDtype::F16 => packed_matmul_with(x, m, w, out, best_kernel::<half::f16>()),
     }
@@ -478,6 +505,59 @@ mod tests {
     #[test]
     fn every_kernel_on_f16_weights_gives_the_bits_of_the_weights_upcast_to_f32() {
         every_kernel_on::<half::f16>(half::f16::from_f32);
+    }
+
+    #[test]
+    fn the_bf16_dot_kernel_sums_bf16_activations_by_bf16_weights_within_f32_rounding() {
+        let kernel = crate::cpu::bf16_dot_kernel();
+        if !crate::cpu::has_bf16_dot() {
+            eprintln!("this CPU has no AVX-512 BF16: the exact kernel stands in for it");
+        }
+        for k in [1usize, 7, 16, 64, 70, 512, 1408] {
+            for (m, n) in [
+                (1usize, 1usize),
+                (1, 40),
+                (3, 40),
+                (8, 48),
+                (13, 100),
+                (70, 21),
+            ] {
+                let x: Vec<f32> = (0..m * k).map(|i| (i as f32 * 0.13).sin()).collect();
+                let w: Vec<half::bf16> = (0..n * k)
+                    .map(|i| half::bf16::from_f32((i as f32 * 0.91).cos()))
+                    .collect();
+                let packed = PackedWeight::pack(&w, n, k).with_bf16_activations(true);
+                assert!(packed.bf16_activations());
+                let mut out = vec![f32::NAN; m * n];
+                packed_matmul_with(&x, m, &packed, &mut out, kernel);
+                for i in 0..m {
+                    for j in 0..n {
+                        // In f64 on the rounded activations: the products
+                        // are exact; each sum may round once per value.
+                        let (mut want, mut size) = (0f64, 0f64);
+                        for c in 0..k {
+                            let a = f64::from(half::bf16::from_f32(x[i * k + c]).to_f32());
+                            let p = a * f64::from(w[j * k + c].to_f32());
+                            want += p;
+                            size += p.abs();
+                        }
+                        let got = f64::from(out[i * n + j]);
+                        let bound = (k as f64 + 1.0) * f64::from(f32::EPSILON) * size;
+                        assert!(
+                            (got - want).abs() <= bound,
+                            "k {k}, {m} x {n}: input {i}, weight {j}: {got} against {want}"
+                        );
+                    }
+                }
+            }
+        }
+        // f32 and f16 weights keep the exact kernels.
+        let f: Vec<f32> = vec![0.5; 32];
+        assert!(
+            !PackedWeight::pack(&f, 2, 16)
+                .with_bf16_activations(true)
+                .bf16_activations()
+        );
     }
 
     /// Every kernel for weights of `T` (made from f32 by `from`), on rows

@@ -187,6 +187,23 @@ impl Proj {
         }
     }
 
+    /// The layer with its products rounding the activations to bf16 too
+    /// where its weight is packed bf16 and the CPU has AVX-512 BF16
+    /// ([`PackedWeight::with_bf16_activations`]); as it is otherwise.
+    pub fn with_bf16_activations(mut self, on: bool) -> Self {
+        if let Weight::Packed(packed) = &mut self.weight
+            && let Some(p) = Arc::get_mut(packed)
+        {
+            p.set_bf16_activations(on);
+        }
+        self
+    }
+
+    /// Whether products round the activations to bf16.
+    pub fn bf16_activations(&self) -> bool {
+        matches!(&self.weight, Weight::Packed(p) if p.bf16_activations())
+    }
+
     /// Row `j` of a packed weight, widened to f32, into `out` (`in`
     /// values): the embedding rows of a tied LM head kept at two bytes.
     /// `None` for a weight as stored, a row past the end or a short

@@ -5,6 +5,8 @@
 //!   vector kernels keep, one value at a time.
 //! - `avx2`: AVX2 with FMA and F16C (eight lanes).
 //! - `avx512`: AVX-512F (sixteen lanes).
+//! - `avx512_bf16`: AVX-512 BF16 (`vdpbf16ps`), for bf16 weights when
+//!   the activations may be rounded to bf16 too (an option, not exact).
 //!
 //! Two kinds of kernel live in each file:
 //!
@@ -35,6 +37,9 @@ pub(crate) mod avx2;
 
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx512;
+
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx512_bf16;
 
 #[cfg(target_arch = "x86_64")]
 pub(crate) use avx2::{finish_avx2, rows_times_avx2};
@@ -307,6 +312,30 @@ pub(crate) fn best_kernel<T: PackedElem>() -> Kernel<T> {
         // AVX2, FMA and F16C.
         Path::Avx2 => unsafe { avx2::kernel::<T>() },
         _ => portable::kernel::<T>(),
+    }
+}
+
+/// The packed kernels for bf16 weights with activations rounded to bf16
+/// too (`vdpbf16ps`) where the CPU has AVX-512 BF16; elsewhere the exact
+/// ones ([`best_kernel`]).
+pub(crate) fn bf16_dot_kernel() -> Kernel<half::bf16> {
+    #[cfg(target_arch = "x86_64")]
+    if avx512_bf16::available() {
+        // SAFETY: the CPU runs it, checked just above.
+        return unsafe { avx512_bf16::kernel() };
+    }
+    best_kernel()
+}
+
+/// Whether this CPU has the `vdpbf16ps` kernel.
+pub fn has_bf16_dot() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        avx512_bf16::available()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
     }
 }
 
