@@ -6,7 +6,7 @@ use std::sync::Arc;
 use candle_core::{DType, Device};
 use guidebench_core::engine::{Engine, EngineConfig, EngineDescription};
 use guidebench_core::generation::{Decode, Logits, Prefill, StepEngine, StepLimits, StepRunner};
-use guidebench_core::model::ModelFolder;
+use guidebench_core::model::{ComputeDtype, DtypeChoice, DtypeRequest, ModelFolder};
 use guidebench_core::options::{OptionSpec, OptionType};
 use guidebench_core::tokenizer::{HfTokenizer, Tokenizer};
 use serde::Deserialize;
@@ -19,10 +19,11 @@ use crate::model::{Decoder, SlotCache, Weights};
 pub const OPTIONS: &[OptionSpec] = &[
     OptionSpec::optional(
         "dtype",
-        OptionType::Choice(&["f32", "bf16", "f16"]),
-        "compute dtype",
+        OptionType::Choice(DtypeRequest::CHOICES),
+        "compute dtype; auto: the checkpoint's stored dtype (config.json, else the \
+         safetensors header) when it is bf16 or f16, else f32",
     )
-    .with_default("f32"),
+    .with_default("auto"),
     OptionSpec::optional(
         "threads",
         OptionType::Int,
@@ -57,7 +58,8 @@ pub const DEFAULT_MAX_SLOTS: usize = 256;
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct CandleOptions {
-    /// `f32` (default), `bf16` or `f16`.
+    /// `auto` (default: the stored dtype when it is bf16 or f16, else
+    /// f32), `f32`, `bf16` or `f16`.
     pub dtype: Option<String>,
     /// CPU threads; default: all available.
     pub threads: Option<i64>,
@@ -70,15 +72,23 @@ pub struct CandleOptions {
     pub max_slots: Option<i64>,
 }
 
-fn parse_dtype(text: Option<&str>) -> Result<DType> {
-    match text.unwrap_or("f32") {
-        "f32" | "float32" => Ok(DType::F32),
-        "bf16" | "bfloat16" => Ok(DType::BF16),
-        "f16" | "float16" => Ok(DType::F16),
-        other => Err(CandleError::InvalidOption {
-            key: "dtype",
-            reason: format!("expected f32, bf16 or f16, got `{other}`"),
-        }),
+/// The dtypes `dtype=auto` runs as stored: the engine has a fast path for
+/// each (2-byte weights on the CPU, the device's own types on CUDA).
+pub const AUTO_DTYPES: &[ComputeDtype] =
+    &[ComputeDtype::F32, ComputeDtype::Bf16, ComputeDtype::F16];
+
+fn parse_dtype(text: Option<&str>) -> Result<DtypeRequest> {
+    DtypeRequest::parse(text).map_err(|other| CandleError::InvalidOption {
+        key: "dtype",
+        reason: format!("expected auto, f32, bf16 or f16, got `{other}`"),
+    })
+}
+
+fn candle_dtype(dtype: ComputeDtype) -> DType {
+    match dtype {
+        ComputeDtype::F32 => DType::F32,
+        ComputeDtype::Bf16 => DType::BF16,
+        ComputeDtype::F16 => DType::F16,
     }
 }
 
@@ -144,6 +154,7 @@ pub struct CandleEngine {
     model: String,
     dir: PathBuf,
     device_name: String,
+    dtype: DtypeChoice,
     pool: rayon::ThreadPool,
     threads: usize,
     /// Scratch for the decoding step's slots and tokens.
@@ -158,6 +169,7 @@ impl std::fmt::Debug for CandleEngine {
             .field("dir", &self.dir)
             .field("config", self.decoder.config())
             .field("dtype", &self.decoder.dtype())
+            .field("dtype_choice", &self.dtype.to_string())
             .field("device", &self.device_name)
             .field("threads", &self.threads)
             .field("max_slots", &self.cache.max_slots())
@@ -178,13 +190,15 @@ impl CandleEngine {
     /// Loads `model` (a folder, `builtin:tiny`, or a hub id in the local
     /// HF cache; `None` is `builtin:tiny`).
     pub fn load(model: Option<&str>, options: &CandleOptions) -> Result<Self> {
-        let dtype = parse_dtype(options.dtype.as_deref())?;
+        let request = parse_dtype(options.dtype.as_deref())?;
         let device = parse_device(options.device.as_deref())?;
         let threads = positive(options.threads, "threads")?;
         let max_seq_len = positive(options.max_seq_len, "max_seq_len")?;
         let max_slots = positive(options.max_slots, "max_slots")?.unwrap_or(DEFAULT_MAX_SLOTS);
         let model = model.unwrap_or(DEFAULT_MODEL);
         let folder = ModelFolder::open(model)?;
+        let choice = DtypeChoice::choose(request, folder.stored_dtype(), AUTO_DTYPES);
+        let dtype = candle_dtype(choice.dtype);
         // Generation always runs inside the engine's own pool, so that the
         // thread driving a decoding step is one of the pool's workers: with
         // the caller's thread outside the pool, it and the pool's idle
@@ -222,11 +236,18 @@ impl CandleEngine {
             model: model.to_owned(),
             dir: folder.dir().to_owned(),
             device_name,
+            dtype: choice,
             threads,
             pool,
             slots: Vec::with_capacity(max_slots),
             tokens: Vec::with_capacity(max_slots),
         })
+    }
+
+    /// The dtype it runs and why (`dtype=auto` resolved against the
+    /// checkpoint's stored dtype).
+    pub fn dtype_choice(&self) -> &DtypeChoice {
+        &self.dtype
     }
 
     /// The decoder.
@@ -315,6 +336,7 @@ impl StepEngine for CandleEngine {
             model: self.model.clone(),
             device: self.device_name.clone(),
             threads: Some(self.threads),
+            dtype: Some(self.dtype.to_string()),
         }
     }
 }

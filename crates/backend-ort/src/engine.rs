@@ -813,6 +813,7 @@ impl StepEngine for OrtEngine {
             model: self.model.clone(),
             device: self.device.clone(),
             threads: self.threads,
+            dtype: None,
         }
     }
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use guidebench_core::engine::{Engine, EngineConfig, EngineDescription};
 use guidebench_core::generation::{Decode, Logits, Prefill, StepEngine, StepLimits, StepRunner};
-use guidebench_core::model::ModelFolder;
+use guidebench_core::model::{ComputeDtype, DtypeChoice, DtypeRequest, ModelFolder};
 use guidebench_core::options::{OptionSpec, OptionType};
 use guidebench_core::tokenizer::{HfTokenizer, Tokenizer};
 use serde::Deserialize;
@@ -20,10 +20,11 @@ use crate::model::{Decoder, Pass, Weights, dim};
 pub const OPTIONS: &[OptionSpec] = &[
     OptionSpec::optional(
         "dtype",
-        OptionType::Choice(&["f32", "bf16", "f16"]),
-        "compute dtype",
+        OptionType::Choice(DtypeRequest::CHOICES),
+        "compute dtype; auto: the checkpoint's stored dtype (config.json, else the \
+         safetensors header) when it is bf16 or f16, else f32",
     )
-    .with_default("f32"),
+    .with_default("auto"),
     OptionSpec::optional(
         "threads",
         OptionType::Int,
@@ -65,7 +66,8 @@ pub const DEFAULT_MAX_SLOTS: usize = 256;
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct TchOptions {
-    /// `f32` (default), `bf16` or `f16`.
+    /// `auto` (default: the stored dtype when it is bf16 or f16, else
+    /// f32), `f32`, `bf16` or `f16`.
     pub dtype: Option<String>,
     /// libtorch intra-op threads; default: libtorch's own choice.
     pub threads: Option<i64>,
@@ -81,15 +83,23 @@ pub struct TchOptions {
     pub dual_layout: Option<bool>,
 }
 
-fn parse_kind(text: Option<&str>) -> Result<Kind> {
-    match text.unwrap_or("f32") {
-        "f32" | "float32" => Ok(Kind::Float),
-        "bf16" | "bfloat16" => Ok(Kind::BFloat16),
-        "f16" | "float16" => Ok(Kind::Half),
-        other => Err(TchError::InvalidOption {
-            key: "dtype",
-            reason: format!("expected f32, bf16 or f16, got `{other}`"),
-        }),
+/// The dtypes `dtype=auto` runs as stored: libtorch computes in each, on
+/// the CPU (bf16 and f16 with its own kernels) and on CUDA.
+pub const AUTO_DTYPES: &[ComputeDtype] =
+    &[ComputeDtype::F32, ComputeDtype::Bf16, ComputeDtype::F16];
+
+fn parse_dtype(text: Option<&str>) -> Result<DtypeRequest> {
+    DtypeRequest::parse(text).map_err(|other| TchError::InvalidOption {
+        key: "dtype",
+        reason: format!("expected auto, f32, bf16 or f16, got `{other}`"),
+    })
+}
+
+fn tch_kind(dtype: ComputeDtype) -> Kind {
+    match dtype {
+        ComputeDtype::F32 => Kind::Float,
+        ComputeDtype::Bf16 => Kind::BFloat16,
+        ComputeDtype::F16 => Kind::Half,
     }
 }
 
@@ -165,6 +175,7 @@ pub struct TchEngine {
     model: String,
     dir: PathBuf,
     device_name: String,
+    dtype: DtypeChoice,
     threads: usize,
 }
 
@@ -175,6 +186,7 @@ impl std::fmt::Debug for TchEngine {
             .field("dir", &self.dir)
             .field("config", self.decoder.config())
             .field("kind", &self.decoder.kind())
+            .field("dtype", &self.dtype.to_string())
             .field("device", &self.device_name)
             .field("threads", &self.threads)
             .field("max_slots", &self.cache.max_slots())
@@ -198,7 +210,7 @@ impl TchEngine {
     /// `threads` sets libtorch's intra-op threads for the calling thread
     /// (the engine thread), which every step then uses.
     pub fn load(model: Option<&str>, options: &TchOptions) -> Result<Self> {
-        let kind = parse_kind(options.dtype.as_deref())?;
+        let request = parse_dtype(options.dtype.as_deref())?;
         let threads = positive(options.threads, "threads")?;
         let max_seq_len = positive(options.max_seq_len, "max_seq_len")?;
         let max_slots = positive(options.max_slots, "max_slots")?.unwrap_or(DEFAULT_MAX_SLOTS);
@@ -213,6 +225,8 @@ impl TchEngine {
         let threads = usize::try_from(tch::get_num_threads()).unwrap_or(1);
         let model = model.unwrap_or(DEFAULT_MODEL);
         let folder = ModelFolder::open(model)?;
+        let choice = DtypeChoice::choose(request, folder.stored_dtype(), AUTO_DTYPES);
+        let kind = tch_kind(choice.dtype);
         let config = folder.config();
         let max_seq_len = max_seq_len.unwrap_or(config.max_position_embeddings);
         let _no_grad = tch::no_grad_guard();
@@ -245,8 +259,15 @@ impl TchEngine {
             model: model.to_owned(),
             dir: folder.dir().to_owned(),
             device_name,
+            dtype: choice,
             threads,
         })
+    }
+
+    /// The dtype it runs and why (`dtype=auto` resolved against the
+    /// checkpoint's stored dtype).
+    pub fn dtype_choice(&self) -> &DtypeChoice {
+        &self.dtype
     }
 
     /// The decoder.
@@ -500,6 +521,7 @@ impl StepEngine for TchEngine {
             model: self.model.clone(),
             device: self.device_name.clone(),
             threads: Some(self.threads),
+            dtype: Some(self.dtype.to_string()),
         }
     }
 }

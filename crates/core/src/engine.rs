@@ -72,6 +72,11 @@ pub struct EngineDescription {
     pub device: String,
     /// Threads the engine computes with, if it knows.
     pub threads: Option<usize>,
+    /// The dtype it computes in and why, for engines with a `dtype`
+    /// option: [`DtypeChoice`](crate::model::DtypeChoice)'s words
+    /// (`bf16 (auto: config.json torch_dtype)`,
+    /// `f32 (dtype=f32)`); `None` for engines that do not say.
+    pub dtype: Option<String>,
 }
 
 /// An inference engine, owned by exactly one thread.

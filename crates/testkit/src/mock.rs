@@ -363,6 +363,7 @@ impl Engine for MockEngine {
             model: "mock".into(),
             device: "cpu".into(),
             threads: Some(1),
+            dtype: None,
         }
     }
 }

@@ -245,6 +245,7 @@ impl StepEngine for MockStepEngine {
             model: "successor bytes".into(),
             device: "cpu".into(),
             threads: Some(1),
+            dtype: None,
         }
     }
 }

@@ -226,6 +226,7 @@ impl StepEngine for ReferenceEngine {
             model: self.name.clone(),
             device: "cpu".into(),
             threads: Some(1),
+            dtype: None,
         }
     }
 }

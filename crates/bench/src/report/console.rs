@@ -137,7 +137,7 @@ fn ms_cell(value: Option<f64>) -> String {
 }
 
 /// What a run benchmarked, one line each: the backend(s) (engine, library,
-/// model, device, threads, load time, scheduler), the machine, the data
+/// model, device, threads, dtype, load time, scheduler), the machine, the data
 /// and the profile.
 pub fn what_ran(report: &Report) -> String {
     let mut out = String::new();
@@ -274,6 +274,9 @@ fn describe_backend(info: &serde_json::Map<String, Value>, config: &Value) -> St
             if let Some(threads) = engine.get("threads").and_then(Value::as_u64) {
                 let plural = if threads == 1 { "" } else { "s" };
                 parts.push(format!("{threads} thread{plural}"));
+            }
+            if let Some(dtype) = text(engine.get("dtype")) {
+                parts.push(dtype);
             }
         }
         _ => {
@@ -828,6 +831,26 @@ mod tests {
             "wrapped at 120 columns"
         );
         assert!(lines.next().expect("line").starts_with("Machine: "));
+    }
+
+    #[test]
+    fn the_console_names_the_dtype_the_engine_ran_and_why() {
+        let mut report = sample_report();
+        report.environment.backend = serde_json::json!({
+            "backend": "offline",
+            "engine": {"engine": "candle", "model": "m", "device": "cpu", "threads": 2,
+                       "dtype": "bf16 (auto: config.json torch_dtype)"},
+        })
+        .as_object()
+        .cloned()
+        .expect("an object");
+        let text = console_summary(&report);
+        let first = text.lines().next().expect("a first line");
+        assert_eq!(
+            first,
+            "Benchmarked: offline engine candle, model m, cpu, 2 threads, \
+             bf16 (auto: config.json torch_dtype)"
+        );
     }
 
     #[test]

@@ -1221,6 +1221,24 @@ mod tests {
     }
 
     #[test]
+    fn the_environment_names_the_dtype_the_engine_ran_and_why() {
+        let mut report = sample_report();
+        report.environment.backend = serde_json::json!({
+            "engine": {"engine": "candle", "dtype": "f16 (auto: config.json dtype)"},
+        })
+        .as_object()
+        .cloned()
+        .expect("an object");
+        let html = render_html(&report).expect("renders");
+        let environment = html.split("id=\"environment\"").nth(1).expect("section");
+        assert!(
+            environment.contains("engine.dtype")
+                && environment.contains("f16 (auto: config.json dtype)"),
+            "{environment}"
+        );
+    }
+
+    #[test]
     fn each_backend_of_a_side_by_side_run_is_described_with_its_agreement() {
         use crate::report::{BackendRun, OutputAgreement};
         let mut report = two_backend_report();

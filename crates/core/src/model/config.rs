@@ -6,6 +6,7 @@ use std::path::Path;
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::dtype::StoredDtype;
 use crate::{Error, Result};
 
 /// The decoder families the engine-neutral description covers: one
@@ -139,8 +140,14 @@ pub struct DecoderConfig {
     /// RMS norms on queries and keys, per head (Qwen3).
     pub qk_norm: bool,
     /// The checkpoint's dtype as the config states it (`dtype`, else
-    /// `torch_dtype`), if it does.
+    /// `torch_dtype`), if it does, as written.
     pub dtype: Option<String>,
+    /// The same, typed, with the key it came from; `None` also when the
+    /// config says `auto`. [`ModelFolder::stored_dtype`] falls back to the
+    /// weights' headers.
+    ///
+    /// [`ModelFolder::stored_dtype`]: super::ModelFolder::stored_dtype
+    pub stored_dtype: Option<StoredDtype>,
     /// End-of-sequence ids stated in the config (one id or a list).
     pub eos_token_ids: Vec<u32>,
     /// The beginning-of-sequence id stated in the config.
@@ -283,6 +290,10 @@ impl DecoderConfig {
             qkv_bias,
             o_bias,
             qk_norm: architecture == Architecture::Qwen3,
+            stored_dtype: StoredDtype::from_config(
+                raw.dtype.as_deref(),
+                raw.torch_dtype.as_deref(),
+            ),
             dtype: raw.dtype.or(raw.torch_dtype),
             eos_token_ids: token_ids(raw.eos_token_id.as_ref()),
             bos_token_id: token_ids(raw.bos_token_id.as_ref()).first().copied(),
@@ -388,6 +399,7 @@ fn parse_rope_scaling(scaling: Option<&Value>, path: &Path) -> Result<RopeScalin
 
 #[cfg(test)]
 mod tests {
+    use super::super::dtype::{Dtype, DtypeSource};
     use super::*;
 
     fn parse(text: &str) -> Result<DecoderConfig> {
@@ -407,6 +419,17 @@ mod tests {
             r#"{{"model_type": "llama", {BASE}, "rope_parameters": {{"rope_theta": 50000.0, "rope_type": "default"}}, "dtype": "float32"}}"#
         ))
         .expect("v5");
+        // The same dtype, each from its own key.
+        let (mut v4, mut v5) = (v4, v5);
+        let (s4, s5) = (v4.stored_dtype.take(), v5.stored_dtype.take());
+        assert_eq!(
+            s4.as_ref().map(|s| (&s.dtype, s.source)),
+            Some((&Dtype::F32, DtypeSource::ConfigTorchDtype))
+        );
+        assert_eq!(
+            s5.as_ref().map(|s| (&s.dtype, s.source)),
+            Some((&Dtype::F32, DtypeSource::ConfigDtype))
+        );
         assert_eq!(v4, v5);
         assert_eq!(v4.rope_theta, 50000.0);
         assert_eq!(v4.head_dim, 16);

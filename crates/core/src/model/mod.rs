@@ -33,6 +33,14 @@
 //!   a missing `model_type`. Tests:
 //!   `config::tests::an_unsupported_model_type_is_named_with_its_file`,
 //!   `config::tests::architecture_class_names_stand_in_for_a_missing_model_type`.
+//! - **The stored dtype has one answer, with its source**:
+//!   [`ModelFolder::stored_dtype`] reads `config.json`'s `dtype` /
+//!   `torch_dtype`, else the safetensors headers, else says unknown; every
+//!   engine's `dtype=auto` goes through [`DtypeChoice`]. Tests:
+//!   `dtype::tests::the_config_says_bf16_f16_or_f32_with_its_key`,
+//!   `dtype::tests::a_silent_config_falls_back_to_the_safetensors_header`,
+//!   `dtype::tests::nothing_known_is_none`,
+//!   `dtype::tests::auto_runs_the_stored_dtype_where_there_is_a_fast_path`.
 //! - **Missing files name their path**: [`Error::MissingModelFile`] for
 //!   the folder, `config.json`, `tokenizer.json` and weights. Tests:
 //!   `tests::a_folder_without_config_or_tokenizer_names_the_missing_file`,
@@ -44,6 +52,7 @@
 //!   `tests::eos_ids_come_from_tokenizer_then_config_then_generation_config`.
 
 mod config;
+mod dtype;
 mod files;
 mod resolve;
 #[cfg(test)]
@@ -54,6 +63,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 pub use config::{Architecture, DecoderConfig, RopeScaling};
+pub use dtype::{ComputeDtype, Dtype, DtypeChoice, DtypeRequest, DtypeSource, StoredDtype};
 pub use files::GenerationConfig;
 pub use resolve::{BUILTIN_PREFIX, ModelSearch, cache_root, hub_cache_dir, resolve};
 pub use weights::weight_files;
@@ -185,6 +195,21 @@ impl ModelFolder {
             .or(self.generation.pad_token_id)
             .or(self.eos_token_ids.first().copied())
             .unwrap_or(0)
+    }
+
+    /// The checkpoint's stored dtype and where it was read:
+    /// `config.json`'s `dtype`, else its `torch_dtype`, else the floating
+    /// dtype most bytes of the safetensors weights use (read from each
+    /// file's header alone), else `None` (unknown: no weights, or a header
+    /// that cannot be read, which loading the weights then reports). See
+    /// [`StoredDtype`] and, for what `dtype=auto` makes of it,
+    /// [`DtypeChoice`].
+    pub fn stored_dtype(&self) -> Option<StoredDtype> {
+        if let Some(stored) = &self.config.stored_dtype {
+            return Some(stored.clone());
+        }
+        let files = self.weight_files().ok()?;
+        StoredDtype::from_safetensors_headers(&files)
     }
 
     /// The safetensors weight files; see [`weight_files`]. Listed (and the
