@@ -56,6 +56,16 @@
 //! [`ReferenceModel`](crate::reference::ReferenceModel) in `f32`; an engine
 //! running in a lower precision will not pass the token and logits checks
 //! and should run the suite in `f32`.
+//!
+//! # Fixtures stored in bf16 and f16
+//!
+//! [`Suite::new`] with [`FixtureDtype::Bf16`] or [`FixtureDtype::F16`]
+//! (or the dtype as the macro's second argument) runs every check on the
+//! shared fixtures stored in that dtype, against the reference's
+//! expectations on the same 2-byte weights upcast to `f32`: an engine
+//! that loads such a checkpoint in its stored dtype passes when it keeps
+//! `f32` activations and accumulation, as its `f32` path would on those
+//! weights.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -72,42 +82,51 @@ use guidebench_core::request::GenerationRequest;
 use guidebench_core::sampling::{Sampling, SamplingParams};
 
 use crate::expected::{self, Expectations, GREEDY_TOKENS, PROMPTS, PromptExpectation};
-use crate::fixtures::{FixtureSpec, write_llama_fixture};
+use crate::fixtures::{FixtureDtype, FixtureSpec, write_llama_fixture};
 
 /// The largest difference allowed between an engine's first-step logit
 /// and the stored reference value.
 pub const LOGITS_TOLERANCE: f32 = 1e-4;
 
-/// Runs every check, one after the other, in the order of the module
-/// docs; the first failure panics.
+/// Runs every check on the `f32` fixtures ([`Suite::run_all`]).
 pub fn run_all<E: StepEngine>(load: impl Fn(&Path) -> E) {
-    greedy_tokens_match_stored(&load);
-    first_step_logits_match_stored(&load);
-    batched_equals_one_at_a_time(&load);
-    max_tokens_is_respected(&load);
-    eos_ends_a_sequence_unless_ignored(&load);
-    a_stop_string_ends_generation(&load);
-    seeded_sampling_is_reproducible(&load);
-    a_too_long_prompt_fails_alone(&load);
-    timings_are_one_instant_per_token(&load);
+    Suite::default().run_all(load);
 }
 
 /// Expands to one `#[test]` per check of the
 /// [conformance suite](crate::conformance), named after the check (invoke
 /// it inside a `mod` to group them),
 /// each loading the engine with the given constructor (a function or
-/// closure `Fn(&Path) -> E` where `E: StepEngine`).
+/// closure `Fn(&Path) -> E` where `E: StepEngine`), on the `f32`
+/// fixtures, or on fixtures stored in the [`FixtureDtype`] given second
+/// (see [`Suite`]).
 ///
 /// ```ignore
 /// fn load(dir: &std::path::Path) -> my_engine::MyStepEngine {
 ///     my_engine::MyStepEngine::load(dir).expect("the fixture loads")
 /// }
 /// guidebench_testkit::conformance_tests!(load);
+///
+/// mod bf16 {
+///     use guidebench_testkit::fixtures::FixtureDtype;
+///     guidebench_testkit::conformance_tests!(super::load, FixtureDtype::Bf16);
+/// }
 /// ```
 #[macro_export]
 macro_rules! conformance_tests {
+    (@each $load:expr, $dtype:expr; $($check:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $check() {
+                $crate::conformance::Suite::new($dtype).$check($load);
+            }
+        )*
+    };
     ($load:expr $(,)?) => {
-        $crate::conformance_tests!(@each $load;
+        $crate::conformance_tests!($load, $crate::fixtures::FixtureDtype::F32);
+    };
+    ($load:expr, $dtype:expr $(,)?) => {
+        $crate::conformance_tests!(@each $load, $dtype;
             greedy_tokens_match_stored,
             first_step_logits_match_stored,
             batched_equals_one_at_a_time,
@@ -119,429 +138,519 @@ macro_rules! conformance_tests {
             timings_are_one_instant_per_token,
         );
     };
-    (@each $load:expr; $($check:ident),* $(,)?) => {
-        $(
-            #[test]
-            fn $check() {
-                $crate::conformance::$check($load);
-            }
-        )*
-    };
 }
 
 // ---------------------------------------------------------------------------
 // The checks
 
-/// Greedy tokens on every shared fixture equal the stored ones: each
-/// prompt of [`PROMPTS`] is given as text (with `add_special_tokens`, as the
-/// stored tokens were encoded), the engine's tokenizer must count the
-/// stored number of prompt tokens, and [`GREEDY_TOKENS`] greedy tokens
-/// (with `ignore_eos`) must equal the stored ones exactly. All prompts of a
-/// fixture run as one batch.
-pub fn greedy_tokens_match_stored<E: StepEngine>(load: impl Fn(&Path) -> E) {
-    let stored = stored();
-    for (name, spec) in expected::shared_fixtures() {
-        let expected = &fixture_expectation(&stored, name).prompts;
-        let dir = Scratch::fixture(name, &spec);
-        let mut runner = StepRunner::new(load(dir.path()));
-        let batch: Vec<EngineRequest> = expected
-            .iter()
-            .enumerate()
-            .map(|(i, p)| request(i as u64, &p.text, greedy(GREEDY_TOKENS as u32)))
-            .collect();
-        let outputs = generate_ok(&mut runner, &batch, &format!("fixture `{name}`"));
-        let tokenizer = runner.tokenizer();
-        for (p, out) in expected.iter().zip(&outputs) {
-            assert_eq!(
-                out.prompt_tokens as usize,
-                p.tokens.len(),
-                "fixture `{name}`, prompt {:?}: the engine counted {} prompt tokens, the stored \
-                 encoding has {} ({:?})",
-                p.text,
-                out.prompt_tokens,
-                p.tokens.len(),
-                p.tokens
-            );
-            assert_eq!(
-                out.token_ids, p.greedy,
-                "fixture `{name}`, prompt {:?}: greedy tokens differ from the stored reference \
-                 (left: engine, right: stored)",
-                p.text
-            );
-            assert_eq!(
-                out.finish_reason,
-                FinishReason::Length,
-                "fixture `{name}`, prompt {:?}",
-                p.text
-            );
-            let text = tokenizer
-                .decode(&p.greedy, true)
-                .expect("the fixture tokenizer decodes");
-            assert_eq!(
-                out.text, text,
-                "fixture `{name}`, prompt {:?}: the output text is not the decoded tokens",
-                p.text
-            );
-        }
-    }
+/// The suite on the shared fixtures stored in one dtype
+/// ([`FixtureDtype`]): each check writes its fixtures with their weights
+/// in that dtype (the config saying so) and compares against the
+/// expectations stored for them ([`expected::shared_fixtures_in`]). On
+/// bf16 and f16 fixtures those are the reference's on the same weights
+/// upcast to `f32`, so an engine passes when its 2-byte path computes
+/// what `f32` would on those weights. The free functions of the same
+/// names run it on the `f32` fixtures.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Suite {
+    /// The dtype the fixtures' weights are stored in.
+    pub dtype: FixtureDtype,
 }
 
-/// The first-step logits ([`first_step_logits`]) of every stored prompt on
-/// every shared fixture are within [`LOGITS_TOLERANCE`] of the stored
-/// reference values, entry by entry. Prompts are prefilled together, as
-/// many at once as the engine has slots.
-pub fn first_step_logits_match_stored<E: StepEngine>(load: impl Fn(&Path) -> E) {
-    let stored = stored();
-    for (name, spec) in expected::shared_fixtures() {
-        let expected = &fixture_expectation(&stored, name).prompts;
-        let dir = Scratch::fixture(name, &spec);
-        let mut engine = load(dir.path());
-        let limits = engine.limits();
-        assert!(
-            limits.max_slots > 0,
-            "fixture `{name}`: the engine has no slots"
-        );
-        let vocab = expected[0].first_logits.len();
-        assert_eq!(
-            limits.vocab_size, vocab,
-            "fixture `{name}`: the engine's vocab_size differs from the fixture's"
-        );
-        for chunk in expected.chunks(limits.max_slots) {
-            let prompts: Vec<Vec<u32>> = chunk.iter().map(|p| p.tokens.clone()).collect();
-            let rows = first_step_logits(&mut engine, &prompts).unwrap_or_else(|e| {
-                panic!("fixture `{name}`: prefill failed: {e}");
-            });
-            assert_eq!(rows.len(), chunk.len(), "fixture `{name}`: rows of logits");
-            for (p, row) in chunk.iter().zip(&rows) {
+impl Suite {
+    /// The suite on fixtures stored in `dtype`.
+    pub fn new(dtype: FixtureDtype) -> Self {
+        Suite { dtype }
+    }
+
+    /// Runs every check, one after the other, in the order of the module
+    /// docs; the first failure panics.
+    pub fn run_all<E: StepEngine>(&self, load: impl Fn(&Path) -> E) {
+        self.greedy_tokens_match_stored(&load);
+        self.first_step_logits_match_stored(&load);
+        self.batched_equals_one_at_a_time(&load);
+        self.max_tokens_is_respected(&load);
+        self.eos_ends_a_sequence_unless_ignored(&load);
+        self.a_stop_string_ends_generation(&load);
+        self.seeded_sampling_is_reproducible(&load);
+        self.a_too_long_prompt_fails_alone(&load);
+        self.timings_are_one_instant_per_token(&load);
+    }
+
+    /// The shared fixtures in this suite's dtype, with their names.
+    fn fixtures(&self) -> Vec<(String, FixtureSpec)> {
+        expected::shared_fixtures_in(self.dtype)
+    }
+
+    /// The stored prompts of `tiny` in this dtype and the fixture in a
+    /// scratch folder.
+    fn tiny(&self) -> (Vec<PromptExpectation>, Scratch) {
+        let name = expected::fixture_name("tiny", self.dtype);
+        let prompts = fixture_expectation(&stored(), &name).prompts.clone();
+        let spec = FixtureSpec::tiny().in_dtype(self.dtype);
+        (prompts, Scratch::fixture(&name, &spec))
+    }
+
+    /// Greedy tokens on every shared fixture equal the stored ones: each
+    /// prompt of [`PROMPTS`] is given as text (with `add_special_tokens`, as the
+    /// stored tokens were encoded), the engine's tokenizer must count the
+    /// stored number of prompt tokens, and [`GREEDY_TOKENS`] greedy tokens
+    /// (with `ignore_eos`) must equal the stored ones exactly. All prompts of a
+    /// fixture run as one batch.
+    pub fn greedy_tokens_match_stored<E: StepEngine>(&self, load: impl Fn(&Path) -> E) {
+        let stored = stored();
+        for (name, spec) in self.fixtures() {
+            let expected = &fixture_expectation(&stored, &name).prompts;
+            let name = name.as_str();
+            let dir = Scratch::fixture(name, &spec);
+            let mut runner = StepRunner::new(load(dir.path()));
+            let batch: Vec<EngineRequest> = expected
+                .iter()
+                .enumerate()
+                .map(|(i, p)| request(i as u64, &p.text, greedy(GREEDY_TOKENS as u32)))
+                .collect();
+            let outputs = generate_ok(&mut runner, &batch, &format!("fixture `{name}`"));
+            let tokenizer = runner.tokenizer();
+            for (p, out) in expected.iter().zip(&outputs) {
                 assert_eq!(
-                    row.len(),
-                    vocab,
-                    "fixture `{name}`, prompt {:?}: logits per row",
+                    out.prompt_tokens as usize,
+                    p.tokens.len(),
+                    "fixture `{name}`, prompt {:?}: the engine counted {} prompt tokens, the stored \
+                     encoding has {} ({:?})",
+                    p.text,
+                    out.prompt_tokens,
+                    p.tokens.len(),
+                    p.tokens
+                );
+                assert_eq!(
+                    out.token_ids, p.greedy,
+                    "fixture `{name}`, prompt {:?}: greedy tokens differ from the stored reference \
+                     (left: engine, right: stored)",
                     p.text
                 );
-                let (at, diff) = largest_difference(row, &p.first_logits);
-                assert!(
-                    diff <= LOGITS_TOLERANCE,
-                    "fixture `{name}`, prompt {:?}: first-step logit {at} is {} where the \
-                     reference has {} (difference {diff:e}, tolerance {LOGITS_TOLERANCE:e})",
-                    p.text,
-                    row[at],
-                    p.first_logits[at]
+                assert_eq!(
+                    out.finish_reason,
+                    FinishReason::Length,
+                    "fixture `{name}`, prompt {:?}",
+                    p.text
+                );
+                let text = tokenizer
+                    .decode(&p.greedy, true)
+                    .expect("the fixture tokenizer decodes");
+                assert_eq!(
+                    out.text, text,
+                    "fixture `{name}`, prompt {:?}: the output text is not the decoded tokens",
+                    p.text
                 );
             }
         }
     }
-}
 
-/// The prompts of [`PROMPTS`] (1 to 41 tokens) in one batch, each with its
-/// own `max_tokens` (3, 6, …, 15) so rows finish at different steps, give
-/// each request the greedy tokens it gives alone, and those are the
-/// stored ones.
-pub fn batched_equals_one_at_a_time<E: StepEngine>(load: impl Fn(&Path) -> E) {
-    let (stored, dir) = tiny();
-    let mut runner = StepRunner::new(load(dir.path()));
-    let batch: Vec<EngineRequest> = stored
-        .iter()
-        .enumerate()
-        .map(|(i, p)| request(i as u64, &p.text, greedy(3 + 3 * i as u32)))
-        .collect();
-    let together = generate_ok(&mut runner, &batch, "the mixed batch");
-    for ((req, out), p) in batch.iter().zip(&together).zip(&stored) {
-        let alone = generate_ok(
-            &mut runner,
-            std::slice::from_ref(req),
-            &format!("prompt {:?} alone", p.text),
-        )
-        .remove(0);
-        assert_eq!(
-            out.token_ids, alone.token_ids,
-            "prompt {:?} (max_tokens {}): batched tokens (left) differ from the tokens alone \
-             (right)",
-            p.text, req.sampling.max_tokens
-        );
-        assert_eq!(
-            out.text, alone.text,
-            "prompt {:?}: batched text differs from the text alone",
-            p.text
-        );
-        let n = req.sampling.max_tokens as usize;
-        assert_eq!(
-            out.token_ids,
-            p.greedy[..n],
-            "prompt {:?}: batched tokens (left) differ from the stored greedy tokens (right)",
-            p.text
-        );
+    /// The first-step logits ([`first_step_logits`]) of every stored prompt on
+    /// every shared fixture are within [`LOGITS_TOLERANCE`] of the stored
+    /// reference values, entry by entry. Prompts are prefilled together, as
+    /// many at once as the engine has slots.
+    pub fn first_step_logits_match_stored<E: StepEngine>(&self, load: impl Fn(&Path) -> E) {
+        let stored = stored();
+        for (name, spec) in self.fixtures() {
+            let expected = &fixture_expectation(&stored, &name).prompts;
+            let name = name.as_str();
+            let dir = Scratch::fixture(name, &spec);
+            let mut engine = load(dir.path());
+            let limits = engine.limits();
+            assert!(
+                limits.max_slots > 0,
+                "fixture `{name}`: the engine has no slots"
+            );
+            let vocab = expected[0].first_logits.len();
+            assert_eq!(
+                limits.vocab_size, vocab,
+                "fixture `{name}`: the engine's vocab_size differs from the fixture's"
+            );
+            for chunk in expected.chunks(limits.max_slots) {
+                let prompts: Vec<Vec<u32>> = chunk.iter().map(|p| p.tokens.clone()).collect();
+                let rows = first_step_logits(&mut engine, &prompts).unwrap_or_else(|e| {
+                    panic!("fixture `{name}`: prefill failed: {e}");
+                });
+                assert_eq!(rows.len(), chunk.len(), "fixture `{name}`: rows of logits");
+                for (p, row) in chunk.iter().zip(&rows) {
+                    assert_eq!(
+                        row.len(),
+                        vocab,
+                        "fixture `{name}`, prompt {:?}: logits per row",
+                        p.text
+                    );
+                    let (at, diff) = largest_difference(row, &p.first_logits);
+                    assert!(
+                        diff <= LOGITS_TOLERANCE,
+                        "fixture `{name}`, prompt {:?}: first-step logit {at} is {} where the \
+                         reference has {} (difference {diff:e}, tolerance {LOGITS_TOLERANCE:e})",
+                        p.text,
+                        row[at],
+                        p.first_logits[at]
+                    );
+                }
+            }
+        }
     }
-}
 
-/// With `ignore_eos`, every request of a batch gets exactly `max_tokens`
-/// tokens (1, 2, 5, 9 and 16 here), the stored greedy prefix, and
-/// finishes with `length`.
-pub fn max_tokens_is_respected<E: StepEngine>(load: impl Fn(&Path) -> E) {
-    let (stored, dir) = tiny();
-    let mut runner = StepRunner::new(load(dir.path()));
-    let limits = [1u32, 2, 5, 9, 16];
-    let batch: Vec<EngineRequest> = stored
-        .iter()
-        .zip(limits)
-        .enumerate()
-        .map(|(i, (p, n))| request(i as u64, &p.text, greedy(n)))
-        .collect();
-    let outputs = generate_ok(&mut runner, &batch, "the batch");
-    for ((p, n), out) in stored.iter().zip(limits).zip(&outputs) {
-        let n = n as usize;
-        assert_eq!(
-            out.token_ids.len(),
-            n,
-            "prompt {:?}: max_tokens {n} gave {} tokens",
-            p.text,
-            out.token_ids.len()
-        );
-        assert_eq!(
-            out.finish_reason,
-            FinishReason::Length,
-            "prompt {:?}: max_tokens {n}",
-            p.text
-        );
-        assert_eq!(out.token_ids, p.greedy[..n], "prompt {:?}", p.text);
-    }
-}
-
-/// Makes a stored greedy token an end-of-sequence id (added to
-/// `eos_token_id` in `generation_config.json`, beside the fixture's own):
-/// the engine must list it in `eos_token_ids()`, a request that does not
-/// ignore EOS must stop right after generating it (finish `eos`, the id
-/// the last token), and one with `ignore_eos` must generate the full
-/// stored continuation.
-pub fn eos_ends_a_sequence_unless_ignored<E: StepEngine>(load: impl Fn(&Path) -> E) {
-    let (stored, dir) = tiny();
-    let own_eos = fixture_eos(dir.path());
-    // The first prompt and position (past the first) whose token did not
-    // occur before it in the continuation.
-    let (p, at) = stored
-        .iter()
-        .find_map(|p| {
-            (2..p.greedy.len())
-                .find(|&i| !p.greedy[..i].contains(&p.greedy[i]) && !own_eos.contains(&p.greedy[i]))
-                .map(|i| (p, i))
-        })
-        .expect("a stored continuation with a new token past its start");
-    let stop_token = p.greedy[at];
-    let mut ids = own_eos.clone();
-    ids.push(stop_token);
-    let path = dir.path().join("generation_config.json");
-    std::fs::write(
-        &path,
-        serde_json::json!({"eos_token_id": ids, "do_sample": false}).to_string(),
-    )
-    .unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
-
-    let mut runner = StepRunner::new(load(dir.path()));
-    let eos = runner.engine().eos_token_ids();
-    assert!(
-        eos.contains(&stop_token),
-        "the engine's eos_token_ids() {eos:?} lack {stop_token}, listed in `eos_token_id` of \
-         generation_config.json ({ids:?})"
-    );
-    let mut stopping = greedy(GREEDY_TOKENS as u32);
-    stopping.ignore_eos = false;
-    let outputs = generate_ok(
-        &mut runner,
-        &[
-            request(0, &p.text, stopping),
-            request(1, &p.text, greedy(GREEDY_TOKENS as u32)),
-        ],
-        "the eos batch",
-    );
-    assert_eq!(
-        outputs[0].token_ids,
-        p.greedy[..=at],
-        "prompt {:?}: with {stop_token} an eos id, generation must end right after it",
-        p.text
-    );
-    assert_eq!(outputs[0].finish_reason, FinishReason::Eos);
-    assert_eq!(
-        outputs[1].token_ids, p.greedy,
-        "prompt {:?}: ignore_eos must generate past eos id {stop_token}",
-        p.text
-    );
-    assert_eq!(outputs[1].finish_reason, FinishReason::Length);
-}
-
-/// A stop string taken from the middle of a free run's text ends
-/// generation: finish `stop`, the text is the free text up to the first
-/// occurrence of the stop string (which is cut), and the tokens are a
-/// prefix of the free run's.
-pub fn a_stop_string_ends_generation<E: StepEngine>(load: impl Fn(&Path) -> E) {
-    let (stored, dir) = tiny();
-    let mut runner = StepRunner::new(load(dir.path()));
-    let p = &stored[4];
-    let free = generate_ok(
-        &mut runner,
-        &[request(0, &p.text, greedy(GREEDY_TOKENS as u32))],
-        "the free run",
-    )
-    .remove(0);
-    let chars: Vec<char> = free.text.chars().collect();
-    assert!(
-        chars.len() >= 6,
-        "prompt {:?}: the free text {:?} is too short to take a stop string from",
-        p.text,
-        free.text
-    );
-    let middle = chars.len() / 2;
-    let stop: String = chars[middle..middle + 2].iter().collect();
-    let at = free
-        .text
-        .find(&stop)
-        .expect("the stop string is in the text");
-    let mut sampling = greedy(GREEDY_TOKENS as u32);
-    sampling.stop = vec![stop.clone()];
-    let out = generate_ok(
-        &mut runner,
-        &[request(0, &p.text, sampling)],
-        "the stop run",
-    )
-    .remove(0);
-    assert_eq!(
-        out.finish_reason,
-        FinishReason::Stop,
-        "stop string {stop:?} in {:?}",
-        free.text
-    );
-    assert_eq!(
-        out.text,
-        free.text[..at],
-        "stop string {stop:?}: the text must end where it begins in {:?}",
-        free.text
-    );
-    assert!(
-        out.token_ids.len() < free.token_ids.len()
-            && out.token_ids[..] == free.token_ids[..out.token_ids.len()],
-        "stop string {stop:?}: tokens {:?} are not a shorter prefix of the free run's {:?}",
-        out.token_ids,
-        free.token_ids
-    );
-}
-
-/// Sampling with temperature 0.8, top-k 50 and a fixed seed gives the
-/// same tokens when the batch runs twice, and each request gives alone
-/// what it gives in the batch.
-pub fn seeded_sampling_is_reproducible<E: StepEngine>(load: impl Fn(&Path) -> E) {
-    let (stored, dir) = tiny();
-    let mut runner = StepRunner::new(load(dir.path()));
-    let sampling = SamplingParams {
-        temperature: Some(0.8),
-        top_k: Some(50),
-        seed: Some(20_240_601),
-        max_tokens: Some(12),
-        ignore_eos: Some(true),
-        ..SamplingParams::default()
-    }
-    .validate()
-    .expect("valid sampling");
-    let batch: Vec<EngineRequest> = stored
-        .iter()
-        .enumerate()
-        .map(|(i, p)| request(i as u64, &p.text, sampling.clone()))
-        .collect();
-    let first = generate_ok(&mut runner, &batch, "the sampled batch");
-    let second = generate_ok(&mut runner, &batch, "the sampled batch, again");
-    for ((p, a), b) in stored.iter().zip(&first).zip(&second) {
-        assert_eq!(
-            a.token_ids, b.token_ids,
-            "prompt {:?}: the same seed gave different tokens on a second run",
-            p.text
-        );
-        assert_eq!(a.token_ids.len(), 12, "prompt {:?}", p.text);
-    }
-    for ((req, p), out) in batch.iter().zip(&stored).zip(&first) {
-        let alone = generate_ok(
-            &mut runner,
-            std::slice::from_ref(req),
-            &format!("prompt {:?} sampled alone", p.text),
-        )
-        .remove(0);
-        assert_eq!(
-            out.token_ids, alone.token_ids,
-            "prompt {:?}: seeded sampling in a batch (left) differs from alone (right)",
-            p.text
-        );
-    }
-}
-
-/// A prompt longer than the engine's `limits().max_seq_len`, between two
-/// good ones, fails alone with the `prompt_too_long` label; the good ones
-/// get their stored greedy tokens.
-pub fn a_too_long_prompt_fails_alone<E: StepEngine>(load: impl Fn(&Path) -> E) {
-    let (stored, dir) = tiny();
-    let mut runner = StepRunner::new(load(dir.path()));
-    let max = runner.engine().limits().max_seq_len;
-    let tokenizer = runner.tokenizer();
-    let unit = "word ";
-    let per_unit = tokenizer
-        .encode(&unit.repeat(64), true)
-        .expect("the fixture tokenizer encodes")
-        .len()
-        .div_ceil(64)
-        .max(1);
-    let long = unit.repeat((max + 1).div_ceil(per_unit) + 64);
-    let long_tokens = tokenizer.encode(&long, true).expect("encodes").len();
-    assert!(long_tokens > max, "{long_tokens} tokens, max_seq_len {max}");
-    let n = 4usize;
-    let batch = [
-        request(0, &stored[1].text, greedy(n as u32)),
-        request(1, &long, greedy(n as u32)),
-        request(2, &stored[3].text, greedy(n as u32)),
-    ];
-    let results = runner
-        .generate(&batch)
-        .unwrap_or_else(|e| panic!("one bad prompt failed the whole batch: {e}"));
-    assert_eq!(results.len(), 3, "one result per request");
-    match &results[1] {
-        Ok(out) => panic!(
-            "a prompt of {long_tokens} tokens (max_seq_len {max}) succeeded: {:?}",
-            out.token_ids
-        ),
-        Err(e) => assert_eq!(
-            e.label(),
-            "prompt_too_long",
-            "the over-long prompt failed with `{e}`"
-        ),
-    }
-    for (i, p) in [(0, &stored[1]), (2, &stored[3])] {
-        match &results[i] {
-            Ok(out) => assert_eq!(
+    /// The prompts of [`PROMPTS`] (1 to 41 tokens) in one batch, each with its
+    /// own `max_tokens` (3, 6, …, 15) so rows finish at different steps, give
+    /// each request the greedy tokens it gives alone, and those are the
+    /// stored ones.
+    pub fn batched_equals_one_at_a_time<E: StepEngine>(&self, load: impl Fn(&Path) -> E) {
+        let (stored, dir) = self.tiny();
+        let mut runner = StepRunner::new(load(dir.path()));
+        let batch: Vec<EngineRequest> = stored
+            .iter()
+            .enumerate()
+            .map(|(i, p)| request(i as u64, &p.text, greedy(3 + 3 * i as u32)))
+            .collect();
+        let together = generate_ok(&mut runner, &batch, "the mixed batch");
+        for ((req, out), p) in batch.iter().zip(&together).zip(&stored) {
+            let alone = generate_ok(
+                &mut runner,
+                std::slice::from_ref(req),
+                &format!("prompt {:?} alone", p.text),
+            )
+            .remove(0);
+            assert_eq!(
+                out.token_ids, alone.token_ids,
+                "prompt {:?} (max_tokens {}): batched tokens (left) differ from the tokens alone \
+                 (right)",
+                p.text, req.sampling.max_tokens
+            );
+            assert_eq!(
+                out.text, alone.text,
+                "prompt {:?}: batched text differs from the text alone",
+                p.text
+            );
+            let n = req.sampling.max_tokens as usize;
+            assert_eq!(
                 out.token_ids,
                 p.greedy[..n],
-                "prompt {:?} beside the over-long one",
+                "prompt {:?}: batched tokens (left) differ from the stored greedy tokens (right)",
                 p.text
-            ),
-            Err(e) => panic!(
-                "prompt {:?} failed beside the over-long one: {e} ({})",
+            );
+        }
+    }
+
+    /// With `ignore_eos`, every request of a batch gets exactly `max_tokens`
+    /// tokens (1, 2, 5, 9 and 16 here), the stored greedy prefix, and
+    /// finishes with `length`.
+    pub fn max_tokens_is_respected<E: StepEngine>(&self, load: impl Fn(&Path) -> E) {
+        let (stored, dir) = self.tiny();
+        let mut runner = StepRunner::new(load(dir.path()));
+        let limits = [1u32, 2, 5, 9, 16];
+        let batch: Vec<EngineRequest> = stored
+            .iter()
+            .zip(limits)
+            .enumerate()
+            .map(|(i, (p, n))| request(i as u64, &p.text, greedy(n)))
+            .collect();
+        let outputs = generate_ok(&mut runner, &batch, "the batch");
+        for ((p, n), out) in stored.iter().zip(limits).zip(&outputs) {
+            let n = n as usize;
+            assert_eq!(
+                out.token_ids.len(),
+                n,
+                "prompt {:?}: max_tokens {n} gave {} tokens",
                 p.text,
-                e.label()
+                out.token_ids.len()
+            );
+            assert_eq!(
+                out.finish_reason,
+                FinishReason::Length,
+                "prompt {:?}: max_tokens {n}",
+                p.text
+            );
+            assert_eq!(out.token_ids, p.greedy[..n], "prompt {:?}", p.text);
+        }
+    }
+
+    /// Makes a stored greedy token an end-of-sequence id (added to
+    /// `eos_token_id` in `generation_config.json`, beside the fixture's own):
+    /// the engine must list it in `eos_token_ids()`, a request that does not
+    /// ignore EOS must stop right after generating it (finish `eos`, the id
+    /// the last token), and one with `ignore_eos` must generate the full
+    /// stored continuation.
+    pub fn eos_ends_a_sequence_unless_ignored<E: StepEngine>(&self, load: impl Fn(&Path) -> E) {
+        let (stored, dir) = self.tiny();
+        let own_eos = fixture_eos(dir.path());
+        // The first prompt and position (past the first) whose token did not
+        // occur before it in the continuation.
+        let (p, at) = stored
+            .iter()
+            .find_map(|p| {
+                (2..p.greedy.len())
+                    .find(|&i| {
+                        !p.greedy[..i].contains(&p.greedy[i]) && !own_eos.contains(&p.greedy[i])
+                    })
+                    .map(|i| (p, i))
+            })
+            .expect("a stored continuation with a new token past its start");
+        let stop_token = p.greedy[at];
+        let mut ids = own_eos.clone();
+        ids.push(stop_token);
+        let path = dir.path().join("generation_config.json");
+        std::fs::write(
+            &path,
+            serde_json::json!({"eos_token_id": ids, "do_sample": false}).to_string(),
+        )
+        .unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
+
+        let mut runner = StepRunner::new(load(dir.path()));
+        let eos = runner.engine().eos_token_ids();
+        assert!(
+            eos.contains(&stop_token),
+            "the engine's eos_token_ids() {eos:?} lack {stop_token}, listed in `eos_token_id` of \
+             generation_config.json ({ids:?})"
+        );
+        let mut stopping = greedy(GREEDY_TOKENS as u32);
+        stopping.ignore_eos = false;
+        let outputs = generate_ok(
+            &mut runner,
+            &[
+                request(0, &p.text, stopping),
+                request(1, &p.text, greedy(GREEDY_TOKENS as u32)),
+            ],
+            "the eos batch",
+        );
+        assert_eq!(
+            outputs[0].token_ids,
+            p.greedy[..=at],
+            "prompt {:?}: with {stop_token} an eos id, generation must end right after it",
+            p.text
+        );
+        assert_eq!(outputs[0].finish_reason, FinishReason::Eos);
+        assert_eq!(
+            outputs[1].token_ids, p.greedy,
+            "prompt {:?}: ignore_eos must generate past eos id {stop_token}",
+            p.text
+        );
+        assert_eq!(outputs[1].finish_reason, FinishReason::Length);
+    }
+
+    /// A stop string taken from the middle of a free run's text ends
+    /// generation: finish `stop`, the text is the free text up to the first
+    /// occurrence of the stop string (which is cut), and the tokens are a
+    /// prefix of the free run's.
+    pub fn a_stop_string_ends_generation<E: StepEngine>(&self, load: impl Fn(&Path) -> E) {
+        let (stored, dir) = self.tiny();
+        let mut runner = StepRunner::new(load(dir.path()));
+        let p = &stored[4];
+        let free = generate_ok(
+            &mut runner,
+            &[request(0, &p.text, greedy(GREEDY_TOKENS as u32))],
+            "the free run",
+        )
+        .remove(0);
+        let chars: Vec<char> = free.text.chars().collect();
+        assert!(
+            chars.len() >= 6,
+            "prompt {:?}: the free text {:?} is too short to take a stop string from",
+            p.text,
+            free.text
+        );
+        let middle = chars.len() / 2;
+        let stop: String = chars[middle..middle + 2].iter().collect();
+        let at = free
+            .text
+            .find(&stop)
+            .expect("the stop string is in the text");
+        let mut sampling = greedy(GREEDY_TOKENS as u32);
+        sampling.stop = vec![stop.clone()];
+        let out = generate_ok(
+            &mut runner,
+            &[request(0, &p.text, sampling)],
+            "the stop run",
+        )
+        .remove(0);
+        assert_eq!(
+            out.finish_reason,
+            FinishReason::Stop,
+            "stop string {stop:?} in {:?}",
+            free.text
+        );
+        assert_eq!(
+            out.text,
+            free.text[..at],
+            "stop string {stop:?}: the text must end where it begins in {:?}",
+            free.text
+        );
+        assert!(
+            out.token_ids.len() < free.token_ids.len()
+                && out.token_ids[..] == free.token_ids[..out.token_ids.len()],
+            "stop string {stop:?}: tokens {:?} are not a shorter prefix of the free run's {:?}",
+            out.token_ids,
+            free.token_ids
+        );
+    }
+
+    /// Sampling with temperature 0.8, top-k 50 and a fixed seed gives the
+    /// same tokens when the batch runs twice, and each request gives alone
+    /// what it gives in the batch.
+    pub fn seeded_sampling_is_reproducible<E: StepEngine>(&self, load: impl Fn(&Path) -> E) {
+        let (stored, dir) = self.tiny();
+        let mut runner = StepRunner::new(load(dir.path()));
+        let sampling = SamplingParams {
+            temperature: Some(0.8),
+            top_k: Some(50),
+            seed: Some(20_240_601),
+            max_tokens: Some(12),
+            ignore_eos: Some(true),
+            ..SamplingParams::default()
+        }
+        .validate()
+        .expect("valid sampling");
+        let batch: Vec<EngineRequest> = stored
+            .iter()
+            .enumerate()
+            .map(|(i, p)| request(i as u64, &p.text, sampling.clone()))
+            .collect();
+        let first = generate_ok(&mut runner, &batch, "the sampled batch");
+        let second = generate_ok(&mut runner, &batch, "the sampled batch, again");
+        for ((p, a), b) in stored.iter().zip(&first).zip(&second) {
+            assert_eq!(
+                a.token_ids, b.token_ids,
+                "prompt {:?}: the same seed gave different tokens on a second run",
+                p.text
+            );
+            assert_eq!(a.token_ids.len(), 12, "prompt {:?}", p.text);
+        }
+        for ((req, p), out) in batch.iter().zip(&stored).zip(&first) {
+            let alone = generate_ok(
+                &mut runner,
+                std::slice::from_ref(req),
+                &format!("prompt {:?} sampled alone", p.text),
+            )
+            .remove(0);
+            assert_eq!(
+                out.token_ids, alone.token_ids,
+                "prompt {:?}: seeded sampling in a batch (left) differs from alone (right)",
+                p.text
+            );
+        }
+    }
+
+    /// A prompt longer than the engine's `limits().max_seq_len`, between two
+    /// good ones, fails alone with the `prompt_too_long` label; the good ones
+    /// get their stored greedy tokens.
+    pub fn a_too_long_prompt_fails_alone<E: StepEngine>(&self, load: impl Fn(&Path) -> E) {
+        let (stored, dir) = self.tiny();
+        let mut runner = StepRunner::new(load(dir.path()));
+        let max = runner.engine().limits().max_seq_len;
+        let tokenizer = runner.tokenizer();
+        let unit = "word ";
+        let per_unit = tokenizer
+            .encode(&unit.repeat(64), true)
+            .expect("the fixture tokenizer encodes")
+            .len()
+            .div_ceil(64)
+            .max(1);
+        let long = unit.repeat((max + 1).div_ceil(per_unit) + 64);
+        let long_tokens = tokenizer.encode(&long, true).expect("encodes").len();
+        assert!(long_tokens > max, "{long_tokens} tokens, max_seq_len {max}");
+        let n = 4usize;
+        let batch = [
+            request(0, &stored[1].text, greedy(n as u32)),
+            request(1, &long, greedy(n as u32)),
+            request(2, &stored[3].text, greedy(n as u32)),
+        ];
+        let results = runner
+            .generate(&batch)
+            .unwrap_or_else(|e| panic!("one bad prompt failed the whole batch: {e}"));
+        assert_eq!(results.len(), 3, "one result per request");
+        match &results[1] {
+            Ok(out) => panic!(
+                "a prompt of {long_tokens} tokens (max_seq_len {max}) succeeded: {:?}",
+                out.token_ids
             ),
+            Err(e) => assert_eq!(
+                e.label(),
+                "prompt_too_long",
+                "the over-long prompt failed with `{e}`"
+            ),
+        }
+        for (i, p) in [(0, &stored[1]), (2, &stored[3])] {
+            match &results[i] {
+                Ok(out) => assert_eq!(
+                    out.token_ids,
+                    p.greedy[..n],
+                    "prompt {:?} beside the over-long one",
+                    p.text
+                ),
+                Err(e) => panic!(
+                    "prompt {:?} failed beside the over-long one: {e} ({})",
+                    p.text,
+                    e.label()
+                ),
+            }
+        }
+    }
+
+    /// Every output of a batch with different prompt lengths and `max_tokens`
+    /// has exactly one instant per generated token, non-decreasing, the first
+    /// at or after the call started and the last at or before it returned.
+    pub fn timings_are_one_instant_per_token<E: StepEngine>(&self, load: impl Fn(&Path) -> E) {
+        let (stored, dir) = self.tiny();
+        let mut runner = StepRunner::new(load(dir.path()));
+        let batch: Vec<EngineRequest> = stored
+            .iter()
+            .enumerate()
+            .map(|(i, p)| request(i as u64, &p.text, greedy(2 + 3 * i as u32)))
+            .collect();
+        // generate_ok checks the timings of every call.
+        let outputs = generate_ok(&mut runner, &batch, "the batch");
+        for (req, out) in batch.iter().zip(&outputs) {
+            assert_eq!(out.token_ids.len(), req.sampling.max_tokens as usize);
         }
     }
 }
 
-/// Every output of a batch with different prompt lengths and `max_tokens`
-/// has exactly one instant per generated token, non-decreasing, the first
-/// at or after the call started and the last at or before it returned.
+/// [`Suite::greedy_tokens_match_stored`] on the `f32` fixtures.
+pub fn greedy_tokens_match_stored<E: StepEngine>(load: impl Fn(&Path) -> E) {
+    Suite::default().greedy_tokens_match_stored(load);
+}
+
+/// [`Suite::first_step_logits_match_stored`] on the `f32` fixtures.
+pub fn first_step_logits_match_stored<E: StepEngine>(load: impl Fn(&Path) -> E) {
+    Suite::default().first_step_logits_match_stored(load);
+}
+
+/// [`Suite::batched_equals_one_at_a_time`] on the `f32` fixtures.
+pub fn batched_equals_one_at_a_time<E: StepEngine>(load: impl Fn(&Path) -> E) {
+    Suite::default().batched_equals_one_at_a_time(load);
+}
+
+/// [`Suite::max_tokens_is_respected`] on the `f32` fixtures.
+pub fn max_tokens_is_respected<E: StepEngine>(load: impl Fn(&Path) -> E) {
+    Suite::default().max_tokens_is_respected(load);
+}
+
+/// [`Suite::eos_ends_a_sequence_unless_ignored`] on the `f32` fixtures.
+pub fn eos_ends_a_sequence_unless_ignored<E: StepEngine>(load: impl Fn(&Path) -> E) {
+    Suite::default().eos_ends_a_sequence_unless_ignored(load);
+}
+
+/// [`Suite::a_stop_string_ends_generation`] on the `f32` fixtures.
+pub fn a_stop_string_ends_generation<E: StepEngine>(load: impl Fn(&Path) -> E) {
+    Suite::default().a_stop_string_ends_generation(load);
+}
+
+/// [`Suite::seeded_sampling_is_reproducible`] on the `f32` fixtures.
+pub fn seeded_sampling_is_reproducible<E: StepEngine>(load: impl Fn(&Path) -> E) {
+    Suite::default().seeded_sampling_is_reproducible(load);
+}
+
+/// [`Suite::a_too_long_prompt_fails_alone`] on the `f32` fixtures.
+pub fn a_too_long_prompt_fails_alone<E: StepEngine>(load: impl Fn(&Path) -> E) {
+    Suite::default().a_too_long_prompt_fails_alone(load);
+}
+
+/// [`Suite::timings_are_one_instant_per_token`] on the `f32` fixtures.
 pub fn timings_are_one_instant_per_token<E: StepEngine>(load: impl Fn(&Path) -> E) {
-    let (stored, dir) = tiny();
-    let mut runner = StepRunner::new(load(dir.path()));
-    let batch: Vec<EngineRequest> = stored
-        .iter()
-        .enumerate()
-        .map(|(i, p)| request(i as u64, &p.text, greedy(2 + 3 * i as u32)))
-        .collect();
-    // generate_ok checks the timings of every call.
-    let outputs = generate_ok(&mut runner, &batch, "the batch");
-    for (req, out) in batch.iter().zip(&outputs) {
-        assert_eq!(out.token_ids.len(), req.sampling.max_tokens as usize);
-    }
+    Suite::default().timings_are_one_instant_per_token(load);
 }
 
 /// Through the registry's `kind=offline,engine=NAME` with the engine's own
@@ -664,12 +773,6 @@ fn fixture_expectation<'a>(
         .unwrap_or_else(|| panic!("no stored expectations for fixture `{name}`"));
     assert_eq!(fixture.prompts.len(), PROMPTS.len());
     fixture
-}
-
-/// The stored prompts of `tiny` and the fixture in a scratch folder.
-fn tiny() -> (Vec<PromptExpectation>, Scratch) {
-    let prompts = fixture_expectation(&stored(), "tiny").prompts.clone();
-    (prompts, Scratch::fixture("tiny", &FixtureSpec::tiny()))
 }
 
 /// The `eos_token_id` list the fixture's generation config holds.

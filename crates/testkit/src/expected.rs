@@ -1,13 +1,17 @@
 //! Stored expectations for the shared fixtures: what any engine must
 //! produce on them.
 //!
-//! For each fixture of [`shared_fixtures`] and each prompt of [`PROMPTS`],
+//! For each fixture of [`shared_fixtures`], each stored in every
+//! [`FixtureDtype`] ([`shared_fixtures_in`]: `tiny`, ..., then `tiny-bf16`,
+//! ..., then `tiny-f16`, ...), and each prompt of [`PROMPTS`],
 //! `crates/testkit/expected/fixtures.json` holds:
 //!
 //! - the prompt's token ids (the fixture tokenizer's encoding with
 //!   `add_special_tokens = true`, which for these tokenizers adds nothing);
 //! - the greedy continuation, [`GREEDY_TOKENS`] tokens computed by the
-//!   [`ReferenceModel`] with no stopping at EOS;
+//!   [`ReferenceModel`] with no stopping at EOS (on bf16 and f16 fixtures,
+//!   the same weights upcast to `f32`: what an engine's exact path for
+//!   2-byte weights must give);
 //! - the first-step logits, the full vocabulary row (exact `f32` values);
 //! - the top-two logit gap at each greedy step, so an engine's test can
 //!   see how much float noise a pick tolerates.
@@ -44,7 +48,7 @@ use guidebench_core::tokenizer::Tokenizer;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::fixtures::{FixtureSpec, fixture_tokenizer, write_llama_fixture};
+use crate::fixtures::{FixtureDtype, FixtureSpec, fixture_tokenizer, write_llama_fixture};
 use crate::reference::ReferenceModel;
 
 /// The test prompts: 1, 10, 20, 26 and 41 tokens with the fixture
@@ -90,17 +94,37 @@ pub fn shared_fixtures() -> Vec<(&'static str, FixtureSpec)> {
     ]
 }
 
-/// Everything stored: one entry per shared fixture.
+/// The name of shared fixture `name` stored in `dtype`: `name` itself in
+/// `f32`, `name-bf16` and `name-f16` otherwise.
+pub fn fixture_name(name: &str, dtype: FixtureDtype) -> String {
+    match dtype {
+        FixtureDtype::F32 => name.to_owned(),
+        other => format!("{name}-{}", other.name()),
+    }
+}
+
+/// The shared fixtures stored in `dtype`, named by [`fixture_name`]: the
+/// specs of [`shared_fixtures`] with their weights in `dtype` (and the
+/// config saying so).
+pub fn shared_fixtures_in(dtype: FixtureDtype) -> Vec<(String, FixtureSpec)> {
+    shared_fixtures()
+        .into_iter()
+        .map(|(name, spec)| (fixture_name(name, dtype), spec.in_dtype(dtype)))
+        .collect()
+}
+
+/// Everything stored: one entry per shared fixture and dtype.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Expectations {
-    /// The fixtures, in the order of [`shared_fixtures`].
+    /// The fixtures: [`shared_fixtures_in`] each dtype of
+    /// [`FixtureDtype::ALL`], in that order.
     pub fixtures: Vec<FixtureExpectation>,
 }
 
 /// What is stored for one fixture.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FixtureExpectation {
-    /// The fixture's name in [`shared_fixtures`].
+    /// The fixture's name ([`fixture_name`]).
     pub name: String,
     /// One entry per prompt of [`PROMPTS`], in order.
     pub prompts: Vec<PromptExpectation>,
@@ -159,12 +183,13 @@ pub fn compute(name: &str, spec: &FixtureSpec, dir: &Path) -> Result<FixtureExpe
     })
 }
 
-/// [`compute`] for every fixture of [`shared_fixtures`], each written into
-/// a folder of its name under `root`.
+/// [`compute`] for every fixture of [`shared_fixtures_in`] each dtype, each
+/// written into a folder of its name under `root`.
 pub fn compute_all(root: &Path) -> Result<Expectations> {
-    let fixtures = shared_fixtures()
-        .iter()
-        .map(|(name, spec)| compute(name, spec, &root.join(name)))
+    let fixtures = FixtureDtype::ALL
+        .into_iter()
+        .flat_map(shared_fixtures_in)
+        .map(|(name, spec)| compute(&name, &spec, &root.join(&name)))
         .collect::<Result<_>>()?;
     Ok(Expectations { fixtures })
 }

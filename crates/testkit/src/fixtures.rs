@@ -15,6 +15,14 @@
 //! every file written for [`FixtureSpec::tiny`] and
 //! [`FixtureSpec::sharded`], so a change to the weights, the tokenizer or
 //! a config cannot pass unnoticed.
+//!
+//! A fixture can also be stored in bf16 or f16 ([`FixtureSpec::dtype`],
+//! [`FixtureSpec::bf16`], [`FixtureSpec::f16`]): the same random `f32`
+//! weights, each rounded to the nearest value of that type (ties to even,
+//! as `half` rounds), every tensor in that dtype, and the config's
+//! `torch_dtype` (transformers 4) or `dtype` (transformers 5) saying so
+//! unless [`FixtureSpec::config_states_dtype`] is off. An `f32` fixture's
+//! files are what they were before dtypes existed, byte for byte.
 
 use std::borrow::Cow;
 use std::path::{Path, PathBuf};
@@ -41,6 +49,84 @@ pub enum ConfigLayout {
     Transformers4,
     /// transformers 5: `rope_parameters: {rope_theta, rope_type}`, `dtype`.
     Transformers5,
+}
+
+/// The dtype a fixture's weights are stored in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum FixtureDtype {
+    /// 32-bit floats: the generated values as they are.
+    #[default]
+    F32,
+    /// bfloat16: each value rounded to nearest, ties to even.
+    Bf16,
+    /// IEEE half: each value rounded to nearest, ties to even.
+    F16,
+}
+
+impl FixtureDtype {
+    /// Every dtype, `F32` first.
+    pub const ALL: [FixtureDtype; 3] = [FixtureDtype::F32, FixtureDtype::Bf16, FixtureDtype::F16];
+
+    /// The name transformers writes in `config.json` (`float32`,
+    /// `bfloat16`, `float16`).
+    pub fn config_name(self) -> &'static str {
+        match self {
+            FixtureDtype::F32 => "float32",
+            FixtureDtype::Bf16 => "bfloat16",
+            FixtureDtype::F16 => "float16",
+        }
+    }
+
+    /// The short name (`f32`, `bf16`, `f16`), as engines' `dtype` options
+    /// spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            FixtureDtype::F32 => "f32",
+            FixtureDtype::Bf16 => "bf16",
+            FixtureDtype::F16 => "f16",
+        }
+    }
+
+    /// Bytes per value.
+    pub fn size(self) -> usize {
+        match self {
+            FixtureDtype::F32 => 4,
+            FixtureDtype::Bf16 | FixtureDtype::F16 => 2,
+        }
+    }
+
+    /// `value` as this dtype stores it, back in `f32` (exact: every bf16
+    /// and f16 value is an `f32`).
+    pub fn round(self, value: f32) -> f32 {
+        match self {
+            FixtureDtype::F32 => value,
+            FixtureDtype::Bf16 => half::bf16::from_f32(value).to_f32(),
+            FixtureDtype::F16 => half::f16::from_f32(value).to_f32(),
+        }
+    }
+
+    fn safetensors(self) -> safetensors::Dtype {
+        match self {
+            FixtureDtype::F32 => safetensors::Dtype::F32,
+            FixtureDtype::Bf16 => safetensors::Dtype::BF16,
+            FixtureDtype::F16 => safetensors::Dtype::F16,
+        }
+    }
+
+    /// `values` in this dtype's little-endian bytes.
+    fn bytes(self, values: &[f32]) -> Vec<u8> {
+        match self {
+            FixtureDtype::F32 => values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+            FixtureDtype::Bf16 => values
+                .iter()
+                .flat_map(|v| half::bf16::from_f32(*v).to_le_bytes())
+                .collect(),
+            FixtureDtype::F16 => values
+                .iter()
+                .flat_map(|v| half::f16::from_f32(*v).to_le_bytes())
+                .collect(),
+        }
+    }
 }
 
 /// The shape and flavour of a generated model.
@@ -79,6 +165,12 @@ pub struct FixtureSpec {
     pub layout: ConfigLayout,
     /// Seed of the random weights.
     pub seed: u64,
+    /// The dtype the weights are stored in.
+    pub dtype: FixtureDtype,
+    /// Whether `config.json` states the dtype (`torch_dtype` or `dtype`,
+    /// as the layout has it); without it, readers must take it from the
+    /// safetensors headers.
+    pub config_states_dtype: bool,
 }
 
 impl FixtureSpec {
@@ -101,7 +193,24 @@ impl FixtureSpec {
             shards: 1,
             layout: ConfigLayout::Transformers4,
             seed: 7,
+            dtype: FixtureDtype::F32,
+            config_states_dtype: true,
         }
+    }
+
+    /// The tiny model stored in bf16 (`torch_dtype: bfloat16`).
+    pub fn bf16() -> Self {
+        FixtureSpec::tiny().in_dtype(FixtureDtype::Bf16)
+    }
+
+    /// The tiny model stored in f16 (`torch_dtype: float16`).
+    pub fn f16() -> Self {
+        FixtureSpec::tiny().in_dtype(FixtureDtype::F16)
+    }
+
+    /// This spec with its weights stored in `dtype`.
+    pub fn in_dtype(self, dtype: FixtureDtype) -> Self {
+        FixtureSpec { dtype, ..self }
     }
 
     /// The tiny model in the Qwen2 style (q/k/v biases).
@@ -169,6 +278,8 @@ impl FixtureSpec {
             shards: 1,
             layout: ConfigLayout::Transformers4,
             seed: 4,
+            dtype: FixtureDtype::F32,
+            config_states_dtype: true,
         }
     }
 
@@ -277,19 +388,22 @@ impl Normal {
         Weight {
             shape: shape.to_vec(),
             data,
+            dtype: FixtureDtype::F32,
         }
     }
 }
 
-/// A row-major `f32` tensor, as the safetensors file stores it.
+/// A row-major tensor: its `f32` values, and the dtype the safetensors
+/// file stores them in.
 struct Weight {
     shape: Vec<usize>,
     data: Vec<f32>,
+    dtype: FixtureDtype,
 }
 
 impl safetensors::View for &Weight {
     fn dtype(&self) -> safetensors::Dtype {
-        safetensors::Dtype::F32
+        self.dtype.safetensors()
     }
 
     fn shape(&self) -> &[usize] {
@@ -297,11 +411,11 @@ impl safetensors::View for &Weight {
     }
 
     fn data(&self) -> Cow<'_, [u8]> {
-        Cow::Owned(self.data.iter().flat_map(|v| v.to_le_bytes()).collect())
+        Cow::Owned(self.dtype.bytes(&self.data))
     }
 
     fn data_len(&self) -> usize {
-        self.data.len() * std::mem::size_of::<f32>()
+        self.data.len() * self.dtype.size()
     }
 }
 
@@ -316,7 +430,8 @@ fn save(tensors: &[(String, Weight)], path: &Path) -> Result<()> {
         })
 }
 
-/// The tensors of a model of `spec` with `vocab` entries, in a fixed order.
+/// The tensors of a model of `spec` with `vocab` entries, in a fixed
+/// order, each to be stored in `spec.dtype`.
 fn weights(spec: &FixtureSpec, vocab: usize) -> Vec<(String, Weight)> {
     let h = spec.hidden_size;
     let hd = spec.head_dim();
@@ -403,6 +518,9 @@ fn weights(spec: &FixtureSpec, vocab: usize) -> Vec<(String, Weight)> {
             n.tensor(&[vocab, h], 0.0, 3.0 * inv(h)),
         ));
     }
+    for (_, w) in &mut out {
+        w.dtype = spec.dtype;
+    }
     out
 }
 
@@ -437,7 +555,9 @@ fn config_json(spec: &FixtureSpec, vocab: usize, bos: u32, eos: u32) -> serde_js
             ConfigLayout::Transformers4 => {
                 obj.insert("rope_theta".into(), json!(spec.rope_theta));
                 obj.insert("rope_scaling".into(), serde_json::Value::Null);
-                obj.insert("torch_dtype".into(), json!("float32"));
+                if spec.config_states_dtype {
+                    obj.insert("torch_dtype".into(), json!(spec.dtype.config_name()));
+                }
                 obj.insert("transformers_version".into(), json!("4.51.0"));
             }
             ConfigLayout::Transformers5 => {
@@ -445,7 +565,9 @@ fn config_json(spec: &FixtureSpec, vocab: usize, bos: u32, eos: u32) -> serde_js
                     "rope_parameters".into(),
                     json!({"rope_theta": spec.rope_theta, "rope_type": "default"}),
                 );
-                obj.insert("dtype".into(), json!("float32"));
+                if spec.config_states_dtype {
+                    obj.insert("dtype".into(), json!(spec.dtype.config_name()));
+                }
                 obj.insert("transformers_version".into(), json!("5.0.0"));
             }
         }
@@ -520,7 +642,7 @@ pub fn write_llama_fixture(dir: &Path, spec: &FixtureSpec) -> Result<()> {
             let file = format!("model-{:05}-of-{shards:05}.safetensors", i + 1);
             for (name, t) in chunk {
                 weight_map.insert(name.clone(), json!(file));
-                total += t.data.len() * std::mem::size_of::<f32>();
+                total += t.data.len() * t.dtype.size();
             }
             save(chunk, &dir.join(&file))?;
         }

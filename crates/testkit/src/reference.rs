@@ -13,7 +13,9 @@
 //!   `head_dim`, q/k/v biases (`qwen2`, or `attention_bias: true`), per-head
 //!   q/k RMS norms (`qwen3`) and tied embeddings (`tie_word_embeddings`);
 //! - `model.safetensors`, or shards listed in
-//!   `model.safetensors.index.json`, with F32 weights.
+//!   `model.safetensors.index.json`, with F32 weights, or BF16 and F16
+//!   weights, upcast exactly to `f32` (so a bf16 checkpoint's reference is
+//!   the same weights computed in `f32`).
 //!
 //! What it does not implement it rejects at [`ReferenceModel::load`]
 //! rather than computing something else: RoPE scaling of any kind
@@ -93,7 +95,7 @@ impl ReferenceModel {
     ///
     /// Fails, naming the file and key or tensor, if the config lacks a
     /// field, asks for something the reference does not implement, or a
-    /// weight is missing, has the wrong shape or is not F32.
+    /// weight is missing, has the wrong shape or is not F32, BF16 or F16.
     pub fn load(dir: &Path) -> Result<Self> {
         let config_path = dir.join("config.json");
         let text = std::fs::read_to_string(&config_path).map_err(|e| Error::io(&config_path, e))?;
@@ -529,18 +531,32 @@ impl Weights {
                 }
             })?;
             for (name, view) in st.iter() {
-                if view.dtype() != safetensors::Dtype::F32 {
-                    return Err(Error::InvalidWeight {
-                        dir: dir.to_owned(),
-                        name: name.to_owned(),
-                        reason: format!("dtype {:?}; the reference reads F32 only", view.dtype()),
-                    });
-                }
-                let data = view
-                    .data()
-                    .chunks_exact(4)
-                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                    .collect();
+                let bytes = view.data();
+                // bf16 and f16 values are upcast exactly: the reference
+                // computes on the same weights in f32.
+                let data = match view.dtype() {
+                    safetensors::Dtype::F32 => bytes
+                        .chunks_exact(4)
+                        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                        .collect(),
+                    safetensors::Dtype::BF16 => bytes
+                        .chunks_exact(2)
+                        .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32())
+                        .collect(),
+                    safetensors::Dtype::F16 => bytes
+                        .chunks_exact(2)
+                        .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
+                        .collect(),
+                    other => {
+                        return Err(Error::InvalidWeight {
+                            dir: dir.to_owned(),
+                            name: name.to_owned(),
+                            reason: format!(
+                                "dtype {other:?}; the reference reads F32, BF16 and F16 only"
+                            ),
+                        });
+                    }
+                };
                 tensors.insert(name.to_owned(), (view.shape().to_vec(), data));
             }
         }

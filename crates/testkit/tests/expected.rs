@@ -10,6 +10,7 @@ use guidebench_testkit::expected::{
     Expectations, GREEDY_TOKENS, MIN_TOP_TWO_GAP, PROMPTS, REGENERATE_ENV, compute_all,
     shared_fixtures, stored, to_json,
 };
+use guidebench_testkit::fixtures::FixtureDtype;
 
 /// The expectations as the reference computes them now, once per run.
 fn computed() -> &'static Expectations {
@@ -94,5 +95,8 @@ fn the_prompts_run_from_one_token_to_about_forty() {
         lengths.iter().max().is_some_and(|m| (30..=45).contains(m)),
         "{lengths:?}"
     );
-    assert_eq!(computed().fixtures.len(), shared_fixtures().len());
+    assert_eq!(
+        computed().fixtures.len(),
+        shared_fixtures().len() * FixtureDtype::ALL.len()
+    );
 }

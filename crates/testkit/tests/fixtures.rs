@@ -3,7 +3,9 @@
 use std::path::Path;
 
 use guidebench_testkit::Error;
-use guidebench_testkit::fixtures::{FixtureSpec, builtin_model_dir_in, write_llama_fixture};
+use guidebench_testkit::fixtures::{
+    FixtureDtype, FixtureSpec, builtin_model_dir_in, write_llama_fixture,
+};
 use sha2::{Digest, Sha256};
 
 /// `(file, sha256)` of every file in `dir`, sorted by name.
@@ -116,6 +118,157 @@ fn two_runs_of_the_generator_write_the_same_files() {
     write_llama_fixture(a.path(), &FixtureSpec::qwen3()).expect("fixture");
     write_llama_fixture(b.path(), &FixtureSpec::qwen3()).expect("fixture");
     assert_eq!(hashes(a.path()), hashes(b.path()));
+}
+
+#[test]
+fn the_bf16_and_f16_fixtures_are_pinned_byte_for_byte() {
+    for (spec, config, weights) in [
+        (
+            FixtureSpec::bf16(),
+            "19d55636e35b2b8d3285c4d7cf2c529b8766580510cd0c555bdd0d003a34adc8",
+            "6f4b0ec180a0480ff12fdef478e67c06f46712ad7eb27028e328855841fec865",
+        ),
+        (
+            FixtureSpec::f16(),
+            "f596de83591fe233d4dcf94f8d8cbd886c00e56661b92d0076616f9409b8b23b",
+            "62dd08b3cff29024d5117dc51e40b4f4bfea796cc5d92154b6af87307c5fa6ee",
+        ),
+    ] {
+        assert_pinned(
+            &spec,
+            &[
+                ("config.json", config),
+                GENERATION_CONFIG,
+                ("model.safetensors", weights),
+                TOKENIZER,
+                TOKENIZER_CONFIG,
+            ],
+        );
+    }
+}
+
+/// Every tensor of `dir`'s single or sharded weights: name, dtype and
+/// values read back as `f32`.
+fn tensors(dir: &Path) -> Vec<(String, safetensors::Dtype, Vec<f32>)> {
+    let mut out = Vec::new();
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .expect("read dir")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "safetensors"))
+        .collect();
+    files.sort();
+    for file in files {
+        let bytes = std::fs::read(&file).expect("read");
+        let st = safetensors::SafeTensors::deserialize(&bytes).expect("safetensors");
+        for (name, view) in st.iter() {
+            let data = view.data();
+            let values = match view.dtype() {
+                safetensors::Dtype::F32 => data
+                    .chunks_exact(4)
+                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                    .collect(),
+                safetensors::Dtype::BF16 => data
+                    .chunks_exact(2)
+                    .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32())
+                    .collect(),
+                safetensors::Dtype::F16 => data
+                    .chunks_exact(2)
+                    .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
+                    .collect(),
+                other => panic!("{name}: unexpected dtype {other:?}"),
+            };
+            out.push((name.to_owned(), view.dtype(), values));
+        }
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
+}
+
+fn config(dir: &Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(dir.join("config.json")).expect("config");
+    serde_json::from_str(&text).expect("json")
+}
+
+#[test]
+fn bf16_and_f16_fixtures_hold_the_f32_weights_rounded_to_nearest_even() {
+    let f32_dir = tempfile::tempdir().expect("tempdir");
+    write_llama_fixture(f32_dir.path(), &FixtureSpec::tiny()).expect("fixture");
+    let reference = tensors(f32_dir.path());
+    for (dtype, stored, config_name) in [
+        (FixtureDtype::Bf16, safetensors::Dtype::BF16, "bfloat16"),
+        (FixtureDtype::F16, safetensors::Dtype::F16, "float16"),
+    ] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        write_llama_fixture(dir.path(), &FixtureSpec::tiny().in_dtype(dtype)).expect("fixture");
+        let got = tensors(dir.path());
+        assert_eq!(got.len(), reference.len());
+        for ((name, st_dtype, values), (ref_name, _, ref_values)) in got.iter().zip(&reference) {
+            assert_eq!(name, ref_name);
+            assert_eq!(*st_dtype, stored, "{name}");
+            let rounded: Vec<u32> = ref_values
+                .iter()
+                .map(|v| dtype.round(*v).to_bits())
+                .collect();
+            let values: Vec<u32> = values.iter().map(|v| v.to_bits()).collect();
+            assert!(
+                rounded == values,
+                "{name}: not the f32 values rounded to {dtype:?}"
+            );
+        }
+        assert_eq!(config(dir.path())["torch_dtype"], config_name);
+    }
+    // Ties go to even: 1 + 2^-8 is halfway between two bf16 values.
+    assert_eq!(FixtureDtype::Bf16.round(1.0 + 1.0 / 256.0), 1.0);
+    assert_eq!(
+        FixtureDtype::Bf16.round(1.0 + 3.0 / 256.0),
+        1.0 + 4.0 / 256.0
+    );
+    assert_eq!(FixtureDtype::F16.round(1.0 + 1.0 / 2048.0), 1.0);
+}
+
+#[test]
+fn the_config_states_the_dtype_in_its_layout_or_not_at_all() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let spec = FixtureSpec::transformers5().in_dtype(FixtureDtype::Bf16);
+    write_llama_fixture(dir.path(), &spec).expect("fixture");
+    let c = config(dir.path());
+    assert_eq!(c["dtype"], "bfloat16");
+    assert!(c.get("torch_dtype").is_none(), "{c}");
+
+    let silent = FixtureSpec {
+        config_states_dtype: false,
+        ..FixtureSpec::f16()
+    };
+    write_llama_fixture(dir.path(), &silent).expect("fixture");
+    let c = config(dir.path());
+    assert!(
+        c.get("torch_dtype").is_none() && c.get("dtype").is_none(),
+        "{c}"
+    );
+    assert!(
+        tensors(dir.path())
+            .iter()
+            .all(|(_, d, _)| *d == safetensors::Dtype::F16)
+    );
+}
+
+#[test]
+fn a_sharded_bf16_index_counts_two_bytes_a_value() {
+    let (a, b) = (
+        tempfile::tempdir().expect("tempdir"),
+        tempfile::tempdir().expect("tempdir"),
+    );
+    write_llama_fixture(a.path(), &FixtureSpec::sharded()).expect("f32");
+    let bf16 = FixtureSpec::sharded().in_dtype(FixtureDtype::Bf16);
+    write_llama_fixture(b.path(), &bf16).expect("bf16");
+    let total = |dir: &Path| {
+        let text =
+            std::fs::read_to_string(dir.join("model.safetensors.index.json")).expect("index");
+        let v: serde_json::Value = serde_json::from_str(&text).expect("json");
+        v["metadata"]["total_size"].as_u64().expect("total_size")
+    };
+    assert_eq!(total(a.path()), 2 * total(b.path()));
+    assert_eq!(tensors(b.path()).len(), tensors(a.path()).len());
 }
 
 #[test]
