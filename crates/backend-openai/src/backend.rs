@@ -11,6 +11,7 @@ use futures::StreamExt;
 use guidebench_core::backend::{Backend, ValidationReport};
 use guidebench_core::clock::Clock;
 use guidebench_core::options::KindArgs;
+use guidebench_core::redact::redact_urls;
 use guidebench_core::request::{
     ChatMessage, ContentPart, FinishReason, GenerationRequest, GenerationResponse, MediaSource,
     RequestInput, RequestTimings,
@@ -224,7 +225,7 @@ impl OpenAiHttpBackend {
         limit: Duration,
     ) -> std::result::Result<(u16, bytes::Bytes), OpenAiError> {
         let not_ready = |reason: String| OpenAiError::NotReady {
-            url: url.to_string(),
+            url: shown(url),
             reason,
         };
         let work = async {
@@ -252,7 +253,7 @@ impl OpenAiHttpBackend {
     ) -> std::result::Result<Vec<String>, OpenAiError> {
         let (status, body) = Self::probe(running, url, limit).await?;
         let not_ready = |reason: String| OpenAiError::NotReady {
-            url: url.to_string(),
+            url: shown(url),
             reason,
         };
         if !(200..300).contains(&status) {
@@ -295,7 +296,7 @@ impl OpenAiHttpBackend {
                     .map(|m| Arc::from(m.as_str()))
                     .ok_or_else(|| {
                         Error::from(OpenAiError::NotReady {
-                            url: url.to_string(),
+                            url: shown(&url),
                             reason: "the server lists no models; set `model=`".into(),
                         })
                     })
@@ -529,6 +530,12 @@ async fn unless_interrupted<T>(
         () = interrupt.cancelled() => Err(Error::Interrupted),
         out = work => Ok(out),
     }
+}
+
+/// A URL as errors and reports show it: a password in it (`http://user:pass@host`)
+/// is redacted; requests still use the real one.
+fn shown(url: &reqwest::Url) -> String {
+    redact_urls(url.as_str()).into_owned()
 }
 
 fn now() -> Instant {
@@ -906,7 +913,7 @@ impl Backend for OpenAiHttpBackend {
                 announced: None,
             }),
             fresh,
-            completions_label: completions_url.to_string(),
+            completions_label: shown(&completions_url),
             completions_url,
             model,
             closed: AtomicBool::new(false),
@@ -926,7 +933,7 @@ impl Backend for OpenAiHttpBackend {
         // Servers without /health (OpenAI itself) answer 404 or 405.
         if !((200..300).contains(&health) || health == 404 || health == 405) {
             return Err(OpenAiError::NotReady {
-                url: health_url.to_string(),
+                url: shown(&health_url),
                 reason: format!("HTTP {health}"),
             }
             .into());
@@ -937,7 +944,7 @@ impl Backend for OpenAiHttpBackend {
             Some(model) => model.clone(),
             None => models.first().cloned().ok_or_else(|| {
                 Error::from(OpenAiError::NotReady {
-                    url: models_url.to_string(),
+                    url: shown(&models_url),
                     reason: "the server lists no models; set `model=`".into(),
                 })
             })?,
@@ -947,7 +954,7 @@ impl Backend for OpenAiHttpBackend {
         }
         let _ = running.model.set(Arc::from(model.as_str()));
         let mut info = Map::new();
-        info.insert("target".into(), json!(self.config.base_url));
+        info.insert("target".into(), json!(redact_urls(&self.config.base_url)));
         info.insert("endpoint".into(), json!(running.completions_label));
         info.insert("model".into(), json!(model));
         info.insert("models".into(), json!(models));

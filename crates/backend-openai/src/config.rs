@@ -175,10 +175,12 @@ impl OpenAiConfig {
                     Value::String(s) => s,
                     Value::Number(n) => n.to_string(),
                     Value::Bool(b) => b.to_string(),
-                    other => {
+                    // Header values are secrets (guidebench_core::redact):
+                    // the error does not show the value.
+                    _ => {
                         return Err(invalid(
                             "headers",
-                            format!("header `{name}` must be a string, got {other}"),
+                            format!("header `{name}` must be a string, a number or a boolean"),
                         ));
                     }
                 };

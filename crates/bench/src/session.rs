@@ -29,6 +29,7 @@ use guidebench_core::backend::Backend;
 use guidebench_core::options::{
     KindArgs, OptionSpec, OptionType, check_options, parse_kind_args, parse_seconds,
 };
+use guidebench_core::redact;
 use guidebench_core::registry;
 use guidebench_core::request::{ChatMessage, GenerationRequest, RequestInput, RequestStatus};
 use guidebench_core::sampling::SamplingParams;
@@ -283,11 +284,12 @@ impl Plan {
         Ok(Arc::from(registry::create_backend(self.backend.clone())?))
     }
 
-    /// The resolved configuration, as the report keeps it (secrets
-    /// redacted).
+    /// The resolved configuration, as the report keeps it, with secrets
+    /// redacted by [`guidebench_core::redact`] (in the backend, the data,
+    /// the labels, anywhere).
     pub fn config(&self) -> Value {
-        json!({
-            "backend": backend_config(&self.backend),
+        let mut config = json!({
+            "backend": kind_config(&self.backend),
             "sampling": self.sampling,
             "data": self.data.iter().map(|d| {
                 let mut value = kind_config(&d.args);
@@ -304,7 +306,9 @@ impl Plan {
             "grace_period_s": self.options.grace_period.as_secs_f64(),
             "labels": self.labels,
             "slo": self.slo,
-        })
+        });
+        redact::redact_value(&mut config);
+        config
     }
 }
 
@@ -404,19 +408,6 @@ fn kind_config(args: &KindArgs) -> Value {
     let mut map = args.options.clone();
     map.insert("kind".into(), Value::String(args.kind.clone()));
     Value::Object(map)
-}
-
-/// The backend's configuration for the report, without secrets.
-fn backend_config(args: &KindArgs) -> Value {
-    let mut value = kind_config(args);
-    if let Some(map) = value.as_object_mut() {
-        for key in ["api_key", "headers"] {
-            if map.contains_key(key) {
-                map.insert(key.into(), Value::String("(redacted)".into()));
-            }
-        }
-    }
-    value
 }
 
 /// What a session tells whoever shows progress. Every method has a
@@ -526,6 +517,9 @@ impl Session {
                 .backend
                 .insert("labels".into(), json!(plan.labels));
         }
+        // What a backend says of itself may name its secrets (a target
+        // URL with a password); the report keeps it redacted.
+        redact::redact_object(&mut report.environment.backend);
 
         let mut planner = Planner::new(&plan.profile);
         let mut next = planner.next(None);

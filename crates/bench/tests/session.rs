@@ -206,6 +206,33 @@ async fn with_on_error_skip_a_bad_row_is_counted_and_the_rest_runs() {
     assert!(report.failure.is_none());
 }
 
+#[test]
+fn the_config_a_report_keeps_hides_secrets_and_keeps_token_counts() {
+    let plan = Plan::new(PlanArgs {
+        backend: "kind=openai_http,target=http://user:pw-1@h:1,api_key=sk-1,\
+                  headers.X-Trace=t-1,sampling.max_tokens=5"
+            .to_owned(),
+        data: vec![SHORT.to_owned()],
+        labels: [("session_token".to_owned(), "lt-1".to_owned())].into(),
+        ..PlanArgs::default()
+    })
+    .expect("plan");
+    let config = plan.config();
+    let text = config.to_string();
+    for secret in ["pw-1", "sk-1", "t-1", "lt-1"] {
+        assert!(!text.contains(secret), "`{secret}` in {text}");
+    }
+    assert_eq!(config["backend"]["api_key"], "***");
+    assert_eq!(config["backend"]["headers"]["X-Trace"], "***");
+    assert_eq!(config["backend"]["target"], "http://***@h:1");
+    assert_eq!(config["labels"]["session_token"], "***");
+    assert_eq!(
+        config["sampling"]["max_tokens"], 5,
+        "a token count is no secret"
+    );
+    assert_eq!(config["data"][0]["prompt_tokens"], 8);
+}
+
 #[tokio::test]
 async fn the_sampling_group_is_checked_and_recorded_in_the_config() {
     let err = plan(

@@ -172,7 +172,9 @@ fn plan_args(args: RunArgs) -> Result<(Vec<PlanArgs>, Vec<Output>, bool), Failur
 }
 
 /// The command line as one shell-quoted string, for the report: the
-/// program by its file name, then every argument as given.
+/// program by its file name, then every argument as given, its secrets
+/// redacted here, before it is kept anywhere (see
+/// [`guidebench_core::redact`]).
 fn command_line() -> String {
     let mut args: Vec<String> = std::env::args().collect();
     if let Some(program) = args.first_mut()
@@ -180,6 +182,7 @@ fn command_line() -> String {
     {
         *program = name.to_string_lossy().into_owned();
     }
+    let args = guidebench_core::redact::redact_command_line(&args);
     shlex::try_join(args.iter().map(String::as_str)).unwrap_or_else(|_| args.join(" "))
 }
 

@@ -25,6 +25,7 @@ pub mod generation;
 pub mod model;
 pub mod offline;
 pub mod options;
+pub mod redact;
 pub mod registry;
 pub mod request;
 pub mod rng;

@@ -119,7 +119,8 @@ const MISSING_KIND: &str =
 /// not a non-empty name.
 pub fn parse_kind_args(input: &str) -> Result<KindArgs> {
     let malformed = |reason: String| Error::MalformedArgument {
-        input: input.to_string(),
+        // Errors are printed: the input's secrets are not.
+        input: crate::redact::redact_kind_arg(input),
         reason,
     };
     let trimmed = input.trim();
@@ -274,6 +275,34 @@ fn insert_nested(
 /// Splits `text` on `sep`, except inside JSON brackets, braces and
 /// double-quoted strings.
 fn split_top_level(text: &str, sep: char) -> std::result::Result<Vec<&str>, String> {
+    let (parts, left_open) = split_outside_json(text, sep);
+    match left_open {
+        LeftOpen::Nothing => Ok(parts),
+        LeftOpen::String => Err("unterminated double-quoted string".to_string()),
+        LeftOpen::Bracket => Err(
+            "unclosed `{` or `[`; to use brackets in plain text, write the value as a JSON string in double quotes"
+                .to_string(),
+        ),
+    }
+}
+
+/// What a split left open at the end of its text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LeftOpen {
+    /// Every string and bracket was closed.
+    Nothing,
+    /// A double-quoted string.
+    String,
+    /// A `{` or `[`.
+    Bracket,
+}
+
+/// Splits `text` on `sep` outside JSON brackets, braces and double-quoted
+/// strings, as far as it goes: an unclosed string or bracket keeps the
+/// rest of the text in the last part. The one splitter of the grammar,
+/// shared with [`redact`](crate::redact) so that a secret is found where
+/// the parser finds it.
+pub(crate) fn split_outside_json(text: &str, sep: char) -> (Vec<&str>, LeftOpen) {
     let mut parts = Vec::new();
     let mut depth = 0usize;
     let mut in_string = false;
@@ -301,17 +330,15 @@ fn split_top_level(text: &str, sep: char) -> std::result::Result<Vec<&str>, Stri
             _ => {}
         }
     }
-    if in_string {
-        return Err("unterminated double-quoted string".to_string());
-    }
-    if depth > 0 {
-        return Err(
-            "unclosed `{` or `[`; to use brackets in plain text, write the value as a JSON string in double quotes"
-                .to_string(),
-        );
-    }
     parts.push(&text[start..]);
-    Ok(parts)
+    let left_open = if in_string {
+        LeftOpen::String
+    } else if depth > 0 {
+        LeftOpen::Bracket
+    } else {
+        LeftOpen::Nothing
+    };
+    (parts, left_open)
 }
 
 /// Types the value of `key`: a `;`-separated list, or a single value.
@@ -453,7 +480,15 @@ pub fn check_options(
         *value = normalise(spec.ty, value).map_err(|reason| Error::InvalidOption {
             context: context.to_string(),
             key: key.clone(),
-            reason,
+            // The reason shows the value given, unless it is a secret.
+            reason: if crate::redact::is_secret(key) {
+                format!(
+                    "expected a value of type {} (the value given is a secret, not shown)",
+                    describe_type(spec.ty)
+                )
+            } else {
+                reason
+            },
         })?;
     }
 

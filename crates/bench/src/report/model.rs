@@ -265,7 +265,7 @@ pub struct BackendRun {
     /// The label its benchmarks carry (`candle`, `candle threads=1`, ...).
     pub label: String,
     /// Its configuration as given (`kind`, engine, options; secrets
-    /// redacted).
+    /// redacted by [`guidebench_core::redact`]).
     pub config: Value,
     /// What the backend said of itself (engine, model, device, threads,
     /// load time, ...).

@@ -57,7 +57,8 @@ pub fn backend_labels(backends: &[KindArgs]) -> Vec<String> {
     labels
 }
 
-/// A backend's options as `dotted.key -> value text`, with the kind.
+/// A backend's options as `dotted.key -> value text`, with the kind, its
+/// secrets redacted.
 fn flatten(args: &KindArgs) -> BTreeMap<String, String> {
     fn walk(prefix: &str, map: &Map<String, Value>, out: &mut BTreeMap<String, String>) {
         for (key, value) in map {
@@ -77,9 +78,13 @@ fn flatten(args: &KindArgs) -> BTreeMap<String, String> {
             }
         }
     }
+    // A label is shown everywhere: options that differ only in a secret
+    // differ only as `***` (and the labels fall back to `#N`).
+    let mut options = args.options.clone();
+    guidebench_core::redact::redact_object(&mut options);
     let mut out = BTreeMap::new();
     out.insert("kind".into(), args.kind.clone());
-    walk("", &args.options, &mut out);
+    walk("", &options, &mut out);
     out
 }
 
@@ -242,6 +247,24 @@ mod tests {
         assert_eq!(
             labels(&["kind=offline,engine=mock", "kind=offline,engine=mock"]),
             ["mock", "mock #2"]
+        );
+    }
+
+    #[test]
+    fn backends_that_differ_in_a_secret_are_not_labelled_by_it() {
+        assert_eq!(
+            labels(&[
+                "kind=openai_http,target=http://u:pw-1@h,api_key=sk-1",
+                "kind=openai_http,target=http://u:pw-2@h,api_key=sk-2,model=m",
+            ]),
+            ["openai_http", "openai_http model=m"]
+        );
+        assert_eq!(
+            labels(&[
+                r#"kind=openai_http,target=http://h,headers={"Authorization":"sk-1"}"#,
+                r#"kind=openai_http,target=http://h,headers={"Authorization":"sk-2"}"#,
+            ]),
+            ["openai_http", "openai_http #2"]
         );
     }
 
