@@ -25,6 +25,20 @@ pub const OPTIONS: &[OptionSpec] = &[
     )
     .with_default("auto"),
     OptionSpec::optional(
+        "kv_dtype",
+        OptionType::Choice(&["auto", "f32", "bf16", "f16"]),
+        "the KV cache's dtype; auto: the compute dtype (f32 on the CPU, exact); \
+         bf16 or f16 halve attention's reads, rounding keys and values",
+    )
+    .with_default("auto"),
+    OptionSpec::optional(
+        "activations",
+        OptionType::Choice(&["f32", "bf16"]),
+        "bf16: with bf16 weights on a CPU with AVX-512 BF16, round the activations \
+         to bf16 too (vdpbf16ps: faster, not exact)",
+    )
+    .with_default("f32"),
+    OptionSpec::optional(
         "threads",
         OptionType::Int,
         "CPU threads (default: all available)",
@@ -61,6 +75,10 @@ pub struct CandleOptions {
     /// `auto` (default: the stored dtype when it is bf16 or f16, else
     /// f32), `f32`, `bf16` or `f16`.
     pub dtype: Option<String>,
+    /// `auto` (default: the compute dtype), `f32`, `bf16` or `f16`.
+    pub kv_dtype: Option<String>,
+    /// `f32` (default) or `bf16` (bf16 weights, AVX-512 BF16).
+    pub activations: Option<String>,
     /// CPU threads; default: all available.
     pub threads: Option<i64>,
     /// `cpu` (default) or `cuda[:N]`.
@@ -82,6 +100,46 @@ fn parse_dtype(text: Option<&str>) -> Result<DtypeRequest> {
         key: "dtype",
         reason: format!("expected auto, f32, bf16 or f16, got `{other}`"),
     })
+}
+
+/// `kv_dtype`: `None` for `auto`.
+fn parse_kv_dtype(text: Option<&str>) -> Result<Option<DType>> {
+    match text.unwrap_or("auto") {
+        "auto" => Ok(None),
+        "f32" | "float32" => Ok(Some(DType::F32)),
+        "bf16" | "bfloat16" => Ok(Some(DType::BF16)),
+        "f16" | "float16" => Ok(Some(DType::F16)),
+        other => Err(CandleError::InvalidOption {
+            key: "kv_dtype",
+            reason: format!("expected auto, f32, bf16 or f16, got `{other}`"),
+        }),
+    }
+}
+
+/// `activations`: whether they are rounded to bf16, which needs bf16
+/// weights and a CPU with AVX-512 BF16.
+fn parse_activations(text: Option<&str>, weights: DType, device: &Device) -> Result<bool> {
+    match text.unwrap_or("f32") {
+        "f32" => Ok(false),
+        "bf16" if weights != DType::BF16 || !device.is_cpu() => Err(CandleError::InvalidOption {
+            key: "activations",
+            reason: format!(
+                "bf16 activations need bf16 weights on the CPU (dtype=bf16, device=cpu); \
+                     this run has {weights:?} weights"
+            ),
+        }),
+        "bf16" if !crate::kernels::has_bf16_dot() => Err(CandleError::InvalidOption {
+            key: "activations",
+            reason: "bf16 activations need a CPU with AVX-512 BF16 (vdpbf16ps); this one \
+                     has none"
+                .into(),
+        }),
+        "bf16" => Ok(true),
+        other => Err(CandleError::InvalidOption {
+            key: "activations",
+            reason: format!("expected f32 or bf16, got `{other}`"),
+        }),
+    }
 }
 
 fn candle_dtype(dtype: ComputeDtype) -> DType {
@@ -127,6 +185,16 @@ fn parse_device(text: Option<&str>) -> Result<Device> {
         device: text.to_owned(),
         reason: "supported devices: cpu, cuda[:N] (with the `cuda` feature)".into(),
     })
+}
+
+/// `f32`, `bf16`, `f16` (candle's name for others).
+fn dtype_name(dtype: DType) -> &'static str {
+    match dtype {
+        DType::F32 => "f32",
+        DType::BF16 => "bf16",
+        DType::F16 => "f16",
+        other => other.as_str(),
+    }
 }
 
 fn positive(value: Option<i64>, key: &'static str) -> Result<Option<usize>> {
@@ -199,6 +267,8 @@ impl CandleEngine {
         let folder = ModelFolder::open(model)?;
         let choice = DtypeChoice::choose(request, folder.stored_dtype(), AUTO_DTYPES);
         let dtype = candle_dtype(choice.dtype);
+        let kv_dtype = parse_kv_dtype(options.kv_dtype.as_deref())?;
+        let bf16_activations = parse_activations(options.activations.as_deref(), dtype, &device)?;
         // Generation always runs inside the engine's own pool, so that the
         // thread driving a decoding step is one of the pool's workers: with
         // the caller's thread outside the pool, it and the pool's idle
@@ -213,14 +283,21 @@ impl CandleEngine {
                 reason: e.to_string(),
             })?;
         let decoder = pool.install(|| -> Result<Decoder> {
-            let tensors = loader::load_tensors(&folder.weight_files()?, &device)?;
-            let weights = Weights::from_tensors(tensors, dtype, &device);
+            // Each tensor is read as the decoder asks for it, packed and
+            // dropped: no whole copy of the checkpoint beside the weights.
+            let files = loader::SafetensorsFiles::open(&folder.weight_files()?)?;
+            let weights =
+                Weights::from_files(files, dtype, &device).with_bf16_activations(bf16_activations);
             let config = folder.config();
-            Decoder::load(
+            let decoder = Decoder::load(
                 &weights,
                 config,
                 max_seq_len.unwrap_or(config.max_position_embeddings),
-            )
+            )?;
+            match kv_dtype {
+                Some(kv) => decoder.with_kv_dtype(kv),
+                None => Ok(decoder),
+            }
         })?;
         let device_name = match device.location() {
             candle_core::DeviceLocation::Cpu => "cpu".to_owned(),
@@ -248,6 +325,20 @@ impl CandleEngine {
     /// checkpoint's stored dtype).
     pub fn dtype_choice(&self) -> &DtypeChoice {
         &self.dtype
+    }
+
+    /// What the description says of the dtypes: the compute dtype and
+    /// why, then a KV cache or activations that differ from it.
+    fn dtype_text(&self) -> String {
+        let mut text = self.dtype.to_string();
+        let kv = self.cache.kv_dtype();
+        if kv != self.decoder.dtype() {
+            text.push_str(&format!(", KV cache {}", dtype_name(kv)));
+        }
+        if self.decoder.bf16_activations() {
+            text.push_str(", bf16 activations");
+        }
+        text
     }
 
     /// The decoder.
@@ -336,7 +427,7 @@ impl StepEngine for CandleEngine {
             model: self.model.clone(),
             device: self.device_name.clone(),
             threads: Some(self.threads),
-            dtype: Some(self.dtype.to_string()),
+            dtype: Some(self.dtype_text()),
         }
     }
 }

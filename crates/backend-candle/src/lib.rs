@@ -21,10 +21,25 @@
 //!
 //! ## Options
 //!
-//! `dtype` (`f32` default, `bf16`, `f16`), `threads` (default: all CPUs),
-//! `device` (`cpu` default; `cuda[:N]` needs the `cuda` feature),
-//! `max_seq_len` (default: the model's `max_position_embeddings`),
-//! `max_slots` (sequences held at once, default 256).
+//! `dtype` is `auto` (the default), `f32`, `bf16` or `f16`. `auto` reads
+//! the checkpoint's stored dtype
+//! ([`ModelFolder::stored_dtype`](guidebench_core::model::ModelFolder::stored_dtype):
+//! `config.json`'s `dtype`, else its `torch_dtype`, else the floating dtype
+//! most bytes of the safetensors weights use, read from each file's
+//! header) and runs it when it is bf16 or f16 (on the CPU the weights stay
+//! at two bytes, with f32 activations and f32 sums: the bits of the same
+//! weights upcast to f32), else f32. An explicit value runs as given. The
+//! description carries the choice and why to the console and the reports
+//! (`bf16 (auto: config.json torch_dtype)`).
+//!
+//! `kv_dtype` is `auto` (the compute dtype: f32 on the CPU, exact), `f32`,
+//! `bf16` or `f16` (keys and values rounded as they are written, half the
+//! bytes for attention to read). `activations=bf16` (bf16 weights on a CPU
+//! with AVX-512 BF16) rounds the activations to bf16 too and runs
+//! `vdpbf16ps`: faster, not exact. `threads` (default: all CPUs), `device`
+//! (`cpu` default; `cuda[:N]` needs the `cuda` feature), `max_seq_len`
+//! (default: the model's `max_position_embeddings`), `max_slots`
+//! (sequences held at once, default 256).
 //!
 //! ## The forward pass
 //!
@@ -33,7 +48,7 @@
 //! so a sequence's logits do not depend on what it is batched with. Its
 //! keys and values go to the sequence's own slot ([`model::SlotCache`]),
 //! with room reserved for its whole budget; a decoding step writes one
-//! position per slot and, in f32 on the CPU, attends over each slot in
+//! position per slot and, on the CPU, attends over each slot in
 //! place. Retiring a slot frees it at once, so a new sequence can join
 //! while others decode.
 #![deny(missing_docs)]
@@ -62,7 +77,7 @@ pub use proj::kernel_path;
 /// rayon's threads.
 pub mod kernels {
     pub use crate::arena::{ArenaBuf, WeightArena};
-    pub use crate::cpu::{PANEL, PackedDtype, PackedElem};
+    pub use crate::cpu::{PANEL, PackedDtype, PackedElem, has_bf16_dot};
     pub use crate::packed::{PackedWeight, packed_matmul};
 }
 

@@ -132,6 +132,60 @@ fn bf16_and_f16_run_and_mostly_agree_with_f32() {
 }
 
 #[test]
+fn a_two_byte_kv_cache_is_said_and_generates_and_bf16_activations_need_bf16_weights() {
+    let dir = fixture(&FixtureSpec::tiny());
+    for kv in ["bf16", "f16"] {
+        let options = CandleOptions {
+            kv_dtype: Some(kv.into()),
+            threads: Some(1),
+            ..CandleOptions::default()
+        };
+        let mut engine =
+            StepRunner::new(CandleEngine::load(dir.path().to_str(), &options).expect("load"));
+        let out = run(&mut engine, &[request(0, PROMPTS[1], greedy(4))]);
+        assert_eq!(out[0].token_ids.len(), 4);
+        let said = engine.describe().dtype.expect("a dtype");
+        assert!(said.ends_with(&format!(", KV cache {kv}")), "{said}");
+    }
+    // The default is exact: nothing more to say.
+    let engine = CandleEngine::load(dir.path().to_str(), &CandleOptions::default()).expect("load");
+    let said = StepRunner::new(engine).describe().dtype.expect("a dtype");
+    assert!(!said.contains("KV cache"), "{said}");
+    // bf16 activations on f32 weights: refused, naming the option.
+    let err = CandleEngine::load(
+        dir.path().to_str(),
+        &CandleOptions {
+            activations: Some("bf16".into()),
+            ..CandleOptions::default()
+        },
+    )
+    .expect_err("f32 weights")
+    .to_string();
+    assert!(
+        err.contains("activations") && err.contains("bf16 weights"),
+        "{err}"
+    );
+    // With bf16 weights: where the CPU has AVX-512 BF16 it runs and says
+    // so; elsewhere the error says why.
+    let options = CandleOptions {
+        dtype: Some("bf16".into()),
+        activations: Some("bf16".into()),
+        ..CandleOptions::default()
+    };
+    match CandleEngine::load(dir.path().to_str(), &options) {
+        Ok(engine) => {
+            assert!(guidebench_candle::kernels::has_bf16_dot());
+            let said = StepRunner::new(engine).describe().dtype.expect("a dtype");
+            assert!(said.ends_with(", bf16 activations"), "{said}");
+        }
+        Err(err) => {
+            assert!(!guidebench_candle::kernels::has_bf16_dot());
+            assert!(err.to_string().contains("AVX-512 BF16"), "{err}");
+        }
+    }
+}
+
+#[test]
 fn image_inputs_are_rejected_clearly() {
     let dir = fixture(&FixtureSpec::tiny());
     let mut engine = load(dir.path());
@@ -299,7 +353,15 @@ fn load_errors_reach_the_registry_with_their_own_labels() {
     let options: Vec<&str> = registration.options.iter().map(|o| o.name).collect();
     assert_eq!(
         options,
-        ["dtype", "threads", "device", "max_seq_len", "max_slots"]
+        [
+            "dtype",
+            "kv_dtype",
+            "activations",
+            "threads",
+            "device",
+            "max_seq_len",
+            "max_slots"
+        ]
     );
     conformance::load_errors_reach_the_registry_with_their_own_labels(
         "candle",
