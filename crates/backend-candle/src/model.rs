@@ -79,7 +79,7 @@ impl Weights {
 
     /// The weights with their bf16 projections rounding the activations
     /// to bf16 too (`vdpbf16ps` where the CPU has AVX-512 BF16): an
-    /// option, not exact ([`crate::proj::Proj::with_bf16_activations`]).
+    /// option, not exact ([`PackedWeight::with_bf16_activations`](crate::kernels::PackedWeight::with_bf16_activations)).
     pub fn with_bf16_activations(mut self, on: bool) -> Self {
         self.bf16_activations = on;
         self
@@ -434,41 +434,26 @@ trait KvElem: PackedElem {
     fn layers(kv: &HostKv) -> Option<Layers<'_, Self>>;
 }
 
-impl KvElem for f32 {
-    fn from_f32(v: f32) -> Self {
-        v
-    }
-    fn layers(kv: &HostKv) -> Option<Layers<'_, f32>> {
-        match kv {
-            HostKv::F32 { keys, values } => Some((keys, values)),
-            _ => None,
+/// [`KvElem`] for a value type that one variant of [`HostKv`] holds.
+macro_rules! kv_elem {
+    ($t:ty, $variant:ident, $from:expr) => {
+        impl KvElem for $t {
+            fn from_f32(v: f32) -> Self {
+                $from(v)
+            }
+            fn layers(kv: &HostKv) -> Option<Layers<'_, Self>> {
+                match kv {
+                    HostKv::$variant { keys, values } => Some((keys, values)),
+                    _ => None,
+                }
+            }
         }
-    }
+    };
 }
 
-impl KvElem for half::bf16 {
-    fn from_f32(v: f32) -> Self {
-        half::bf16::from_f32(v)
-    }
-    fn layers(kv: &HostKv) -> Option<Layers<'_, Self>> {
-        match kv {
-            HostKv::Bf16 { keys, values } => Some((keys, values)),
-            _ => None,
-        }
-    }
-}
-
-impl KvElem for half::f16 {
-    fn from_f32(v: f32) -> Self {
-        half::f16::from_f32(v)
-    }
-    fn layers(kv: &HostKv) -> Option<Layers<'_, Self>> {
-        match kv {
-            HostKv::F16 { keys, values } => Some((keys, values)),
-            _ => None,
-        }
-    }
-}
+kv_elem!(f32, F32, std::convert::identity);
+kv_elem!(half::bf16, Bf16, half::bf16::from_f32);
+kv_elem!(half::f16, F16, half::f16::from_f32);
 
 /// `src` `(heads, t, head_dim)` into `dst` `(heads, capacity, head_dim)`
 /// at position `at`, rounded to `T`.
