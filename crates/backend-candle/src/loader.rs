@@ -13,6 +13,7 @@ use std::path::PathBuf;
 
 use candle_core::{DType, Device, Shape, Tensor};
 use candle_nn::var_builder::SimpleBackend;
+use guidebench_core::model::safetensors_header;
 
 use crate::error::{CandleError, Result};
 
@@ -52,7 +53,9 @@ pub struct SafetensorsFiles {
 }
 
 impl SafetensorsFiles {
-    /// Opens `files` and reads their headers (nothing else).
+    /// Opens `files` and reads their headers (nothing else; core's
+    /// [`safetensors_header`] checks each tensor's bytes lie within its
+    /// file).
     pub fn open(files: &[PathBuf]) -> Result<Self> {
         let mut opened = Vec::with_capacity(files.len());
         let mut entries = HashMap::new();
@@ -61,29 +64,26 @@ impl SafetensorsFiles {
                 path: path.clone(),
                 reason,
             };
+            let header = safetensors_header(path).map_err(|e| invalid(e.to_string()))?;
+            for tensor in header {
+                let dtype = dtype_of(&tensor.dtype).ok_or_else(|| {
+                    invalid(format!(
+                        "tensor {}: dtype {} is not supported",
+                        tensor.name, tensor.dtype
+                    ))
+                })?;
+                let len = usize::try_from(tensor.len)
+                    .map_err(|_| invalid(format!("tensor {}: too large", tensor.name)))?;
+                let entry = Entry {
+                    file: index,
+                    dtype,
+                    shape: tensor.shape,
+                    offset: tensor.offset,
+                    len,
+                };
+                entries.insert(tensor.name, entry);
+            }
             let file = File::open(path).map_err(|e| invalid(e.to_string()))?;
-            let size = file.metadata().map_err(|e| invalid(e.to_string()))?.len();
-            let mut head = [0u8; 8];
-            read_at(&file, &mut head, 0).map_err(|e| invalid(format!("its header: {e}")))?;
-            let n = u64::from_le_bytes(head);
-            // The format caps the header at 100 MB.
-            if n > 100_000_000 || 8 + n > size {
-                return Err(invalid(format!(
-                    "a header of {n} bytes in a file of {size}"
-                )));
-            }
-            let mut json = vec![0u8; n as usize];
-            read_at(&file, &mut json, 8).map_err(|e| invalid(format!("its header: {e}")))?;
-            let header: HashMap<String, serde_json::Value> =
-                serde_json::from_slice(&json).map_err(|e| invalid(format!("its header: {e}")))?;
-            let data_start = 8 + n;
-            for (name, info) in header {
-                if name == "__metadata__" {
-                    continue;
-                }
-                let entry = parse_entry(&name, &info, index, data_start, size).map_err(invalid)?;
-                entries.insert(name, entry);
-            }
             opened.push((path.clone(), file));
         }
         Ok(SafetensorsFiles {
@@ -113,57 +113,17 @@ impl SafetensorsFiles {
     }
 }
 
-/// One header entry: `{"dtype": "BF16", "shape": [...], "data_offsets":
-/// [begin, end]}`, checked against the data's room in a file of `size`
-/// bytes.
-fn parse_entry(
-    name: &str,
-    info: &serde_json::Value,
-    file: usize,
-    data_start: u64,
-    size: u64,
-) -> std::result::Result<Entry, String> {
-    let dtype = match info.get("dtype").and_then(|d| d.as_str()) {
-        Some("F32") => DType::F32,
-        Some("BF16") => DType::BF16,
-        Some("F16") => DType::F16,
-        Some("F64") => DType::F64,
-        Some("U8") => DType::U8,
-        Some("U32") => DType::U32,
-        Some("I64") => DType::I64,
-        Some(other) => return Err(format!("tensor {name}: dtype {other} is not supported")),
-        None => return Err(format!("tensor {name}: no dtype")),
-    };
-    let shape: Vec<usize> = info
-        .get("shape")
-        .and_then(|s| s.as_array())
-        .and_then(|s| s.iter().map(|d| d.as_u64().map(|d| d as usize)).collect())
-        .ok_or_else(|| format!("tensor {name}: no shape"))?;
-    let offsets: Vec<u64> = info
-        .get("data_offsets")
-        .and_then(|o| o.as_array())
-        .and_then(|o| o.iter().map(serde_json::Value::as_u64).collect())
-        .ok_or_else(|| format!("tensor {name}: no data offsets"))?;
-    let [begin, end] = offsets[..] else {
-        return Err(format!("tensor {name}: data offsets {offsets:?}"));
-    };
-    let elements = shape.iter().try_fold(1usize, |n, d| n.checked_mul(*d));
-    let want = elements.and_then(|n| n.checked_mul(dtype.size_in_bytes()));
-    let len = end
-        .checked_sub(begin)
-        .and_then(|len| usize::try_from(len).ok());
-    if want.is_none() || want != len || data_start + end > size {
-        return Err(format!(
-            "tensor {name}: {:?} {dtype:?} does not fit bytes {begin}..{end} of the data",
-            shape
-        ));
-    }
-    Ok(Entry {
-        file,
-        dtype,
-        shape,
-        offset: data_start + begin,
-        len: len.unwrap_or(0),
+/// candle's dtype for a safetensors dtype name, where candle has one.
+fn dtype_of(name: &str) -> Option<DType> {
+    Some(match name {
+        "F32" => DType::F32,
+        "BF16" => DType::BF16,
+        "F16" => DType::F16,
+        "F64" => DType::F64,
+        "U8" => DType::U8,
+        "U32" => DType::U32,
+        "I64" => DType::I64,
+        _ => return None,
     })
 }
 

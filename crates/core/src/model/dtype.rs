@@ -28,10 +28,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::io::Read;
 use std::path::Path;
-
-use serde_json::Value;
 
 /// A floating-point storage type of checkpoint weights.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -198,46 +195,17 @@ impl Ord for DtypeOrder {
     }
 }
 
-/// The largest header the safetensors format allows (its crate's own
-/// limit).
-const MAX_HEADER: u64 = 100_000_000;
-
 /// The bytes of each floating dtype in one safetensors file, read from its
-/// header alone: an 8-byte little-endian length, then that much JSON
-/// mapping each tensor to `{dtype, shape, data_offsets}` (and an optional
-/// `__metadata__`). The `safetensors` crate's `read_metadata` wants the
-/// whole file in memory, so the header is read here. `None` if the file
-/// cannot be read or its header is not such JSON.
+/// header alone ([`super::safetensors_header`]). `None` if the file
+/// cannot be read or its header is not a safetensors header.
 fn header_dtype_bytes(path: &Path) -> Option<Vec<(Dtype, u64)>> {
-    let mut file = std::fs::File::open(path).ok()?;
-    let mut len = [0u8; 8];
-    file.read_exact(&mut len).ok()?;
-    let len = u64::from_le_bytes(len);
-    if len > MAX_HEADER {
-        return None;
-    }
-    let mut header = Vec::new();
-    file.take(len).read_to_end(&mut header).ok()?;
-    if u64::try_from(header.len()).ok()? != len {
-        return None;
-    }
-    let entries: BTreeMap<String, Value> = serde_json::from_slice(&header).ok()?;
-    let mut out = Vec::new();
-    for (name, entry) in &entries {
-        if name == "__metadata__" {
-            continue;
-        }
-        let dtype = entry.get("dtype")?.as_str()?;
-        let offsets = entry.get("data_offsets")?.as_array()?;
-        let (start, end) = match offsets.as_slice() {
-            [start, end] => (start.as_u64()?, end.as_u64()?),
-            _ => return None,
-        };
-        if let Some(dtype) = Dtype::from_safetensors_name(dtype) {
-            out.push((dtype, end.checked_sub(start)?));
-        }
-    }
-    Some(out)
+    let entries = super::safetensors_header(path).ok()?;
+    Some(
+        entries
+            .into_iter()
+            .filter_map(|e| Some((Dtype::from_safetensors_name(&e.dtype)?, e.len)))
+            .collect(),
+    )
 }
 
 /// A dtype an engine computes in.
@@ -376,9 +344,15 @@ mod tests {
         header.insert("__metadata__".into(), serde_json::json!({"format": "pt"}));
         let mut at = 0;
         for (name, dtype, bytes) in tensors {
+            let width = match *dtype {
+                "F64" | "I64" => 8,
+                "F32" | "I32" => 4,
+                "BF16" | "F16" => 2,
+                _ => 1,
+            };
             header.insert(
                 (*name).into(),
-                serde_json::json!({"dtype": dtype, "shape": [bytes], "data_offsets": [at, at + bytes]}),
+                serde_json::json!({"dtype": dtype, "shape": [bytes / width], "data_offsets": [at, at + bytes]}),
             );
             at += bytes;
         }

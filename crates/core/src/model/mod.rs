@@ -66,7 +66,7 @@ pub use config::{Architecture, DecoderConfig, RopeScaling};
 pub use dtype::{ComputeDtype, Dtype, DtypeChoice, DtypeRequest, DtypeSource, StoredDtype};
 pub use files::GenerationConfig;
 pub use resolve::{BUILTIN_PREFIX, ModelSearch, cache_root, hub_cache_dir, resolve};
-pub use weights::weight_files;
+pub use weights::{SafetensorsEntry, safetensors_header, weight_files};
 
 #[cfg(doc)]
 use crate::Error;

@@ -82,9 +82,190 @@ fn indexed_shards(dir: &Path, index: &Path) -> Result<Vec<PathBuf>> {
     Ok(files)
 }
 
+/// The most header bytes a safetensors file may have (the format's own
+/// limit, 100 MB).
+const MAX_HEADER: u64 = 100_000_000;
+
+/// One tensor of a safetensors file, as its header describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SafetensorsEntry {
+    /// Its name.
+    pub name: String,
+    /// Its dtype as the format names it (`F32`, `BF16`, `F16`, `I64`, ...).
+    pub dtype: String,
+    /// Its shape.
+    pub shape: Vec<usize>,
+    /// Where its bytes start, from the start of the file.
+    pub offset: u64,
+    /// How many bytes it has.
+    pub len: u64,
+}
+
+/// The tensors of the safetensors file at `path`, read from its header
+/// alone (an 8-byte little-endian length, then that much JSON mapping each
+/// tensor to `{dtype, shape, data_offsets}`, and an optional
+/// `__metadata__`): the `safetensors` crate's `read_metadata` wants the
+/// whole file in memory. Each entry's bytes are checked to lie within the
+/// file, and to be as many as its shape times its dtype's size where the
+/// dtype is one whose size is known. A file that cannot be read, is too
+/// short, or whose header is not such JSON is
+/// [`Error::InvalidModelConfig`] naming it.
+pub fn safetensors_header(path: &Path) -> Result<Vec<SafetensorsEntry>> {
+    use std::io::Read;
+    let invalid = |reason: String| Error::InvalidModelConfig {
+        path: path.to_owned(),
+        reason,
+    };
+    let mut file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    let size = file.metadata().map_err(|e| Error::io(path, e))?.len();
+    let mut len = [0u8; 8];
+    file.read_exact(&mut len)
+        .map_err(|e| invalid(format!("its header: {e}")))?;
+    let n = u64::from_le_bytes(len);
+    if n > MAX_HEADER || 8 + n > size {
+        return Err(invalid(format!(
+            "a header of {n} bytes in a file of {size}"
+        )));
+    }
+    let mut json = Vec::new();
+    file.take(n)
+        .read_to_end(&mut json)
+        .map_err(|e| invalid(format!("its header: {e}")))?;
+    let header: std::collections::BTreeMap<String, Value> =
+        serde_json::from_slice(&json).map_err(|e| invalid(format!("its header: {e}")))?;
+    let data_start = 8 + n;
+    let mut entries = Vec::with_capacity(header.len());
+    for (name, info) in header {
+        if name == "__metadata__" {
+            continue;
+        }
+        let entry = header_entry(&name, &info, data_start, size).map_err(&invalid)?;
+        entries.push(entry);
+    }
+    Ok(entries)
+}
+
+/// One header entry, checked against the data's room in a file of `size`
+/// bytes whose data starts at `data_start`.
+fn header_entry(
+    name: &str,
+    info: &Value,
+    data_start: u64,
+    size: u64,
+) -> std::result::Result<SafetensorsEntry, String> {
+    let dtype = info
+        .get("dtype")
+        .and_then(Value::as_str)
+        .ok_or_else(|| format!("tensor {name}: no dtype"))?;
+    let shape: Vec<usize> = info
+        .get("shape")
+        .and_then(Value::as_array)
+        .and_then(|s| {
+            s.iter()
+                .map(|d| d.as_u64().and_then(|d| usize::try_from(d).ok()))
+                .collect()
+        })
+        .ok_or_else(|| format!("tensor {name}: no shape"))?;
+    let offsets: Vec<u64> = info
+        .get("data_offsets")
+        .and_then(Value::as_array)
+        .and_then(|o| o.iter().map(Value::as_u64).collect())
+        .ok_or_else(|| format!("tensor {name}: no data offsets"))?;
+    let [begin, end] = offsets[..] else {
+        return Err(format!("tensor {name}: data offsets {offsets:?}"));
+    };
+    let len = end
+        .checked_sub(begin)
+        .ok_or_else(|| format!("tensor {name}: data offsets {begin}..{end}"))?;
+    let width: Option<u64> = match dtype {
+        "F64" | "I64" | "U64" => Some(8),
+        "F32" | "I32" | "U32" => Some(4),
+        "BF16" | "F16" | "I16" | "U16" => Some(2),
+        "I8" | "U8" | "BOOL" | "F8_E4M3" | "F8_E5M2" => Some(1),
+        _ => None,
+    };
+    let elements = shape
+        .iter()
+        .try_fold(1u64, |n, d| n.checked_mul(u64::try_from(*d).ok()?));
+    let fits = match (width, elements) {
+        (Some(w), Some(e)) => e.checked_mul(w) == Some(len),
+        (None, _) => true,
+        (Some(_), None) => false,
+    };
+    if !fits || data_start.checked_add(end).is_none_or(|last| last > size) {
+        return Err(format!(
+            "tensor {name}: {shape:?} {dtype} does not fit bytes {begin}..{end} of the data"
+        ));
+    }
+    Ok(SafetensorsEntry {
+        name: name.to_owned(),
+        dtype: dtype.to_owned(),
+        shape,
+        offset: data_start + begin,
+        len,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A safetensors file: `header` JSON, then `data` bytes.
+    fn safetensors_file(dir: &Path, header: &str, data: usize) -> PathBuf {
+        let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+        bytes.extend(header.as_bytes());
+        bytes.resize(bytes.len() + data, 0);
+        let path = dir.join("model.safetensors");
+        std::fs::write(&path, bytes).expect("write");
+        path
+    }
+
+    #[test]
+    fn a_safetensors_header_gives_each_tensors_place_and_a_bad_one_names_the_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let good = r#"{"__metadata__":{"format":"pt"},"a":{"dtype":"BF16","shape":[2,3],"data_offsets":[0,12]},"b":{"dtype":"F32","shape":[2],"data_offsets":[12,20]}}"#;
+        let path = safetensors_file(dir.path(), good, 20);
+        let entries = safetensors_header(&path).expect("a header");
+        let start = 8 + good.len() as u64;
+        assert_eq!(
+            entries,
+            [
+                SafetensorsEntry {
+                    name: "a".into(),
+                    dtype: "BF16".into(),
+                    shape: vec![2, 3],
+                    offset: start,
+                    len: 12,
+                },
+                SafetensorsEntry {
+                    name: "b".into(),
+                    dtype: "F32".into(),
+                    shape: vec![2],
+                    offset: start + 12,
+                    len: 8,
+                },
+            ]
+        );
+        // Data cut short, a shape that does not fit its bytes, offsets
+        // backwards, and a header that is not JSON: each names the file.
+        for (header, data) in [
+            (good, 19),
+            (
+                r#"{"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}}"#,
+                8,
+            ),
+            (
+                r#"{"a":{"dtype":"F32","shape":[2],"data_offsets":[8,0]}}"#,
+                8,
+            ),
+            ("not json", 0),
+        ] {
+            let path = safetensors_file(dir.path(), header, data);
+            let err = safetensors_header(&path).expect_err("a bad header");
+            assert!(matches!(err, Error::InvalidModelConfig { .. }), "{err}");
+            assert!(err.to_string().contains("model.safetensors"), "{err}");
+        }
+    }
 
     fn folder(files: &[(&str, &str)]) -> tempfile::TempDir {
         let dir = tempfile::tempdir().expect("tempdir");
