@@ -697,7 +697,13 @@ async fn concurrent_requests_share_the_connection_pool() {
     }
     let stats = mock.stats();
     assert_eq!(stats.requests, 96);
-    assert!(stats.connections <= 32, "{stats:?}");
+    // Without a pool every request opens its own connection (96). A
+    // connection goes back to the pool on a task of its own once its
+    // answer is read, so a round that starts at once can find one not
+    // back yet and open another (33 seen once on a loaded 2-core
+    // machine): fewer than two rounds' worth still shows the later rounds
+    // reusing the first round's connections.
+    assert!(stats.connections < 64, "{stats:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
