@@ -73,6 +73,16 @@ pub enum Error {
         reason: String,
     },
 
+    /// Quantizing, writing or reading a GGUF fixture failed.
+    #[error("GGUF `{context}`: {source}")]
+    Gguf {
+        /// The file or tensor involved.
+        context: String,
+        /// The underlying error.
+        #[source]
+        source: candle_core::Error,
+    },
+
     /// A built-in model name that does not exist.
     #[error("unknown builtin model `{name}`; available: {}", known.join(", "))]
     UnknownBuiltin {
@@ -91,6 +101,13 @@ impl Error {
     pub(crate) fn io(path: &Path, source: std::io::Error) -> Self {
         Error::Io {
             path: path.to_owned(),
+            source,
+        }
+    }
+
+    pub(crate) fn gguf(context: impl std::fmt::Display, source: candle_core::Error) -> Self {
+        Error::Gguf {
+            context: context.to_string(),
             source,
         }
     }

@@ -257,6 +257,18 @@ impl FixtureSpec {
         }
     }
 
+    /// The tiny Llama made wide enough for every GGUF block type: hidden
+    /// 256, MLP 512 (rows of every projection a multiple of the 256
+    /// values of a K-quant block), 2 layers, 4 heads of 64, 2 KV heads,
+    /// rope_theta 50000, vocabulary 320. See [`crate::gguf`].
+    pub fn gguf_tiny() -> Self {
+        FixtureSpec {
+            hidden_size: 256,
+            intermediate_size: 512,
+            ..FixtureSpec::tiny()
+        }
+    }
+
     /// The built-in default model: about 25M parameters (hidden 512,
     /// 8 layers, 8 heads, 2 KV heads, MLP 1408, vocabulary 4096,
     /// rope_theta 500000, untied embeddings).
@@ -283,7 +295,7 @@ impl FixtureSpec {
         }
     }
 
-    fn head_dim(&self) -> usize {
+    pub(crate) fn head_dim(&self) -> usize {
         self.head_dim
             .unwrap_or(self.hidden_size / self.num_attention_heads.max(1))
     }
@@ -395,10 +407,10 @@ impl Normal {
 
 /// A row-major tensor: its `f32` values, and the dtype the safetensors
 /// file stores them in.
-struct Weight {
-    shape: Vec<usize>,
-    data: Vec<f32>,
-    dtype: FixtureDtype,
+pub(crate) struct Weight {
+    pub(crate) shape: Vec<usize>,
+    pub(crate) data: Vec<f32>,
+    pub(crate) dtype: FixtureDtype,
 }
 
 impl safetensors::View for &Weight {
@@ -432,7 +444,7 @@ fn save(tensors: &[(String, Weight)], path: &Path) -> Result<()> {
 
 /// The tensors of a model of `spec` with `vocab` entries, in a fixed
 /// order, each to be stored in `spec.dtype`.
-fn weights(spec: &FixtureSpec, vocab: usize) -> Vec<(String, Weight)> {
+pub(crate) fn weights(spec: &FixtureSpec, vocab: usize) -> Vec<(String, Weight)> {
     let h = spec.hidden_size;
     let hd = spec.head_dim();
     let (nh, nkv, inter) = (
@@ -587,6 +599,11 @@ fn pretty(value: &serde_json::Value) -> String {
 /// weights, tokenizer files and generation config. The same spec always
 /// gives the same files.
 pub fn write_llama_fixture(dir: &Path, spec: &FixtureSpec) -> Result<()> {
+    write_fixture_with(dir, spec, |_| Ok(()))
+}
+
+/// Fails unless `spec`'s heads fit together.
+pub(crate) fn check_heads(spec: &FixtureSpec) -> Result<()> {
     if spec.num_attention_heads == 0
         || spec.num_key_value_heads == 0
         || !spec
@@ -598,6 +615,18 @@ pub fn write_llama_fixture(dir: &Path, spec: &FixtureSpec) -> Result<()> {
             reason: format!("inconsistent heads: {spec:?}"),
         });
     }
+    Ok(())
+}
+
+/// [`write_llama_fixture`] with the generated tensors passed through
+/// `edit` before they are written (the GGUF reference replaces their
+/// values with the dequantized ones).
+pub(crate) fn write_fixture_with(
+    dir: &Path,
+    spec: &FixtureSpec,
+    edit: impl FnOnce(&mut [(String, Weight)]) -> Result<()>,
+) -> Result<()> {
+    check_heads(spec)?;
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     let tok = fixture_tokenizer(spec.vocab_size)?;
     let vocab = tok.vocab_size();
@@ -630,7 +659,8 @@ pub fn write_llama_fixture(dir: &Path, spec: &FixtureSpec) -> Result<()> {
         pretty(&json!({"bos_token_id": bos, "eos_token_id": [eos], "do_sample": false})),
     )?;
 
-    let tensors = weights(spec, vocab);
+    let mut tensors = weights(spec, vocab);
+    edit(&mut tensors)?;
     let shards = spec.shards.max(1);
     if shards == 1 {
         save(&tensors, &dir.join("model.safetensors"))?;

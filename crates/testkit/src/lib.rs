@@ -22,6 +22,9 @@
 //!   configs in the transformers 4 and 5 layouts), written with the
 //!   `safetensors` crate so no engine is involved; also the built-in
 //!   default model (`builtin:tiny`).
+//! - [`gguf`]: the same fixtures quantized (`F32`, `Q8_0`, a `Q4_K_M`
+//!   mix, `Q6_K`) into one `model.gguf` as llama.cpp lays it out, and
+//!   their reference folder (the dequantized weights in `f32`).
 //! - [`reference`](mod@reference): [`ReferenceModel`](reference::ReferenceModel), a plain
 //!   forward pass in loops that serves as the ground truth.
 //! - [`expected`]: stored prompt tokens, greedy continuations and
@@ -42,6 +45,7 @@ pub mod conformance;
 mod error;
 pub mod expected;
 pub mod fixtures;
+pub mod gguf;
 pub mod machine;
 mod mock;
 mod probe;
