@@ -65,6 +65,7 @@ pub mod loader;
 pub mod model;
 mod packed;
 mod proj;
+pub mod quant;
 
 pub use engine::{CandleEngine, CandleOptions, OPTIONS};
 pub use error::CandleError;

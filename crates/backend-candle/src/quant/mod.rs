@@ -1,0 +1,1175 @@
+//! Matrix products with weights kept in ggml's block formats (GGUF
+//! tensors): Q8_0, Q4_0, Q4_K, Q5_K and Q6_K, on the CPU.
+//!
+//! A [`QuantWeight`] holds an `(n, k)` weight as the bytes of its GGUF
+//! tensor (row `j` is `k / block_values` blocks, rows back to back), at
+//! the size it is stored: nothing is widened. [`quant_matmul`] multiplies
+//! `m` f32 activation rows by it, as llama.cpp does:
+//!
+//! 1. each activation row is quantized once per call, in blocks of 32 for
+//!    Q8_0 and Q4_0 weights (one f32 scale `max |x| / 127` and 32 i8) and
+//!    of 256 for the K-quants (the same, plus the sums of each 16 values,
+//!    for the K-quants' minimums and offsets);
+//! 2. each weight block meets each activation block in integer
+//!    arithmetic (`vpmaddubsw` then `vpmaddwd` with AVX2; `vpdpbusd` and
+//!    `vpdpwssd` with AVX-512 VNNI), exact;
+//! 3. those integer sums are scaled and added up in f32, in one fixed
+//!    order (below).
+//!
+//! Work is split over rayon's threads by weight rows (and, for many
+//! activation rows, by bands of them); within a task a weight block is
+//! read once per tile of up to [`TILE_ROWS`] activation rows and serves
+//! all of them from registers, and a run of weight rows small enough for
+//! the L2 cache is gone through by every tile of the band before the next
+//! run. The weight rows stay in their GGUF order; no repacking.
+//!
+//! ## The order of the sums
+//!
+//! - Q8_0 and Q4_0: 16 f32 lanes per output. Block `b` adds to lanes
+//!   `8 (b % 2) + l` (`l` < 8) its scale (`d_w * d_x`, in f32) times the
+//!   exact sum of its values `4 l..4 l + 4`; the lanes are then added
+//!   `i + 8`, `i + 4`, `i + 2`, `i + 1` into lane 0 ([`reduce16`]).
+//! - The K-quants: one f32 per output; block by block, the exact integer
+//!   sum of the block (scales and offsets applied in integers) times
+//!   `d_w * d_x`, then, for Q4_K and Q5_K, minus the exact sum of the
+//!   minimums times `dmin_w * d_x` ([`add_k`], [`add_q6k`]).
+//!
+//! Every kernel keeps that order, so every path gives the same bits, and
+//! a row gives the same bits alone as in any batch.
+//!
+//! ## Guarantees, and the tests that hold them
+//!
+//! - [`QuantWeight::dequantize_row`] gives the bits of candle's
+//!   `to_float` for every type:
+//!   `dequantized_rows_give_the_bits_of_candles_to_float_for_every_type`.
+//! - A product is the f64 product of the dequantized weight and the
+//!   quantized-dequantized activations within rounding, and the product
+//!   with the activations as given within the error of quantizing them, for
+//!   every type, path and row count, leaving the output's other columns
+//!   alone (`ldo > n`):
+//!   `every_type_and_path_matches_the_product_of_dequantized_values`.
+//! - Every path gives the portable path's bits:
+//!   `every_path_gives_the_bits_of_the_portable_path`.
+//! - A row alone gives the bits it gets in a batch of 33, on one thread
+//!   and on many: `a_row_alone_gives_the_bits_it_gets_in_a_batch`.
+//! - A weight of the wrong byte length or a row length that is not whole
+//!   blocks is refused:
+//!   `a_weight_of_the_wrong_size_is_refused`.
+//!
+//! ## Against candle's kernels
+//!
+//! candle's `GgmlType::vec_dot` (one weight row times one quantized
+//! activation row, AVX2) is the alternative; the example
+//! `quant_bench` times it row by row against [`quant_matmul`]. See
+//! `QUANT_BENCH` below for the numbers; candle's kernels are used where
+//! they were fast enough, ours where not.
+
+use std::sync::OnceLock;
+
+use rayon::prelude::*;
+
+pub(crate) mod portable;
+
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx2;
+
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx512;
+
+/// Values per K-quant block.
+pub(crate) const QK_K: usize = 256;
+
+/// Bytes per Q8_0 block: an f16 scale, 32 i8.
+pub(crate) const Q8_0_BYTES: usize = 34;
+/// Bytes per Q4_0 block: an f16 scale, 16 bytes of nibbles.
+pub(crate) const Q4_0_BYTES: usize = 18;
+/// Bytes per Q4_K block: f16 `d` and `dmin`, 12 bytes of 6-bit scales and
+/// minimums, 128 bytes of nibbles.
+pub(crate) const Q4K_BYTES: usize = 144;
+/// Bytes per Q5_K block: as Q4_K, with 32 bytes of fifth bits before the
+/// nibbles.
+pub(crate) const Q5K_BYTES: usize = 176;
+/// Bytes per Q6_K block: 128 bytes of low nibbles, 64 of high bit pairs,
+/// 16 i8 scales, an f16 `d`.
+pub(crate) const Q6K_BYTES: usize = 210;
+
+/// The most activation rows one kernel call takes (a tile).
+pub const TILE_ROWS: usize = 8;
+
+/// Bytes of weight rows a tile of activation rows goes through before the
+/// next tile of the band passes over the same rows (kept in the L2 cache
+/// meanwhile).
+const BLOCK_BYTES: usize = 256 * 1024;
+
+/// Up to this many tiles of activation rows (decoding steps), every task
+/// takes them all over its run of weight rows.
+const SMALL_GROUPS: usize = 4;
+
+/// With more tiles than [`SMALL_GROUPS`] (a prefill chunk), a task takes
+/// one run of weight rows ([`BLOCK_BYTES`]) for a band of this many tiles.
+const BAND_GROUPS: usize = 4;
+
+/// A ggml block format of a weight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[allow(non_camel_case_types)]
+pub enum QuantType {
+    /// 32 values: an f16 scale and 4-bit values offset by 8.
+    Q4_0,
+    /// 32 values: an f16 scale and i8 values.
+    Q8_0,
+    /// 256 values: f16 scale and minimum, eight sub-blocks of 32 with
+    /// 6-bit scales and minimums, 4-bit values.
+    Q4K,
+    /// As Q4_K with 5-bit values.
+    Q5K,
+    /// 256 values: an f16 scale, sixteen i8 scales of 16 values, 6-bit
+    /// values offset by 32.
+    Q6K,
+}
+
+impl QuantType {
+    /// Every type, for tests and benches.
+    pub const ALL: [QuantType; 5] = [
+        QuantType::Q8_0,
+        QuantType::Q4_0,
+        QuantType::Q4K,
+        QuantType::Q5K,
+        QuantType::Q6K,
+    ];
+
+    /// The type of a candle (GGUF) dtype, when it is one of these.
+    pub fn from_ggml(dtype: candle_core::quantized::GgmlDType) -> Option<QuantType> {
+        use candle_core::quantized::GgmlDType;
+        match dtype {
+            GgmlDType::Q4_0 => Some(QuantType::Q4_0),
+            GgmlDType::Q8_0 => Some(QuantType::Q8_0),
+            GgmlDType::Q4K => Some(QuantType::Q4K),
+            GgmlDType::Q5K => Some(QuantType::Q5K),
+            GgmlDType::Q6K => Some(QuantType::Q6K),
+            _ => None,
+        }
+    }
+
+    /// Values per block: 32 or 256.
+    pub fn block_values(self) -> usize {
+        match self {
+            QuantType::Q4_0 | QuantType::Q8_0 => 32,
+            QuantType::Q4K | QuantType::Q5K | QuantType::Q6K => QK_K,
+        }
+    }
+
+    /// Bytes per block, as ggml lays it out.
+    pub fn block_bytes(self) -> usize {
+        match self {
+            QuantType::Q4_0 => Q4_0_BYTES,
+            QuantType::Q8_0 => Q8_0_BYTES,
+            QuantType::Q4K => Q4K_BYTES,
+            QuantType::Q5K => Q5K_BYTES,
+            QuantType::Q6K => Q6K_BYTES,
+        }
+    }
+
+    /// ggml's name: `Q4_0`, `Q8_0`, `Q4_K`, `Q5_K` or `Q6_K`.
+    pub fn name(self) -> &'static str {
+        match self {
+            QuantType::Q4_0 => "Q4_0",
+            QuantType::Q8_0 => "Q8_0",
+            QuantType::Q4K => "Q4_K",
+            QuantType::Q5K => "Q5_K",
+            QuantType::Q6K => "Q6_K",
+        }
+    }
+
+    /// Values per block of the activations this type is multiplied with.
+    fn act_block(self) -> usize {
+        self.block_values()
+    }
+}
+
+impl std::fmt::Display for QuantType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Why a [`QuantWeight`] could not be made.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum QuantError {
+    /// The row length is not a whole number of blocks.
+    #[error("{ty} rows of {k} values are not whole blocks of {block}")]
+    NotWholeBlocks {
+        /// The weight's type.
+        ty: QuantType,
+        /// The row length.
+        k: usize,
+        /// Values per block.
+        block: usize,
+    },
+    /// The bytes are not those of the shape.
+    #[error("a {ty} weight of {n} x {k} takes {want} bytes, not {got}")]
+    WrongLength {
+        /// The weight's type.
+        ty: QuantType,
+        /// Rows.
+        n: usize,
+        /// Values per row.
+        k: usize,
+        /// Bytes the shape takes.
+        want: usize,
+        /// Bytes given.
+        got: usize,
+    },
+}
+
+/// An `(n, k)` weight in a ggml block format: row `j` is `k /
+/// block_values` blocks, rows back to back, exactly the bytes of a GGUF
+/// tensor whose ggml shape is `[k, n]`, kept in memory of its own at that
+/// size.
+#[derive(Clone)]
+pub struct QuantWeight {
+    ty: QuantType,
+    n: usize,
+    k: usize,
+    bytes: Vec<u8>,
+}
+
+impl QuantWeight {
+    /// The weight of type `ty`, `n` rows of `k` values, from its tensor's
+    /// bytes (copied).
+    ///
+    /// # Errors
+    ///
+    /// When `k` is not a multiple of the block or `bytes` is not `n * k /
+    /// block_values * block_bytes` long.
+    pub fn new(ty: QuantType, n: usize, k: usize, bytes: &[u8]) -> Result<QuantWeight, QuantError> {
+        let block = ty.block_values();
+        if !k.is_multiple_of(block) {
+            return Err(QuantError::NotWholeBlocks { ty, k, block });
+        }
+        let want = n
+            .checked_mul(k / block)
+            .and_then(|blocks| blocks.checked_mul(ty.block_bytes()));
+        if want != Some(bytes.len()) {
+            return Err(QuantError::WrongLength {
+                ty,
+                n,
+                k,
+                want: want.unwrap_or(usize::MAX),
+                got: bytes.len(),
+            });
+        }
+        Ok(QuantWeight {
+            ty,
+            n,
+            k,
+            bytes: bytes.to_vec(),
+        })
+    }
+
+    /// The block format.
+    pub fn ty(&self) -> QuantType {
+        self.ty
+    }
+
+    /// Rows `n` (outputs).
+    pub fn rows(&self) -> usize {
+        self.n
+    }
+
+    /// Values per row `k` (inputs).
+    pub fn cols(&self) -> usize {
+        self.k
+    }
+
+    /// Bytes held: those of the GGUF tensor.
+    pub fn stored_bytes(&self) -> usize {
+        self.bytes.len()
+    }
+
+    /// Bytes of one row.
+    fn row_bytes(&self) -> usize {
+        self.k / self.ty.block_values() * self.ty.block_bytes()
+    }
+
+    /// Row `j`'s blocks.
+    fn row(&self, j: usize) -> &[u8] {
+        let len = self.row_bytes();
+        &self.bytes[j * len..(j + 1) * len]
+    }
+
+    /// Row `j` dequantized to f32 into `out[..k]` (an embedding lookup),
+    /// with the bits of ggml's (and candle's) dequantization.
+    ///
+    /// # Panics
+    ///
+    /// When `j >= rows()` or `out` is shorter than `k`.
+    pub fn dequantize_row(&self, j: usize, out: &mut [f32]) {
+        assert!(j < self.n, "row {j} of a weight of {} rows", self.n);
+        let (ty, bytes) = (self.ty, self.ty.block_bytes());
+        let values = ty.block_values();
+        for (block, out) in self
+            .row(j)
+            .chunks_exact(bytes)
+            .zip(out[..self.k].chunks_exact_mut(values))
+        {
+            dequantize_block(ty, block, out);
+        }
+    }
+}
+
+impl std::fmt::Debug for QuantWeight {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QuantWeight")
+            .field("ty", &self.ty)
+            .field("rows", &self.n)
+            .field("cols", &self.k)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One block of `ty` into `out` (its values), in ggml's order of
+/// operations.
+fn dequantize_block(ty: QuantType, block: &[u8], out: &mut [f32]) {
+    match ty {
+        QuantType::Q8_0 => {
+            let d = f16_at(block, 0);
+            for (o, q) in out.iter_mut().zip(&block[2..34]) {
+                *o = f32::from(*q as i8) * d;
+            }
+        }
+        QuantType::Q4_0 => {
+            let d = f16_at(block, 0);
+            for (i, q) in block[2..18].iter().enumerate() {
+                out[i] = f32::from((q & 0x0F) as i8 - 8) * d;
+                out[i + 16] = f32::from((q >> 4) as i8 - 8) * d;
+            }
+        }
+        QuantType::Q4K | QuantType::Q5K => {
+            let (d, dmin) = (f16_at(block, 0), f16_at(block, 2));
+            let (sc, mins) = k_scales(&block[4..16]);
+            let (high, qs) = match ty {
+                QuantType::Q5K => (Some(&block[16..48]), &block[48..176]),
+                _ => (None, &block[16..144]),
+            };
+            for (s, out) in out.chunks_exact_mut(32).enumerate() {
+                let scale = d * f32::from(sc[s]);
+                let min = dmin * f32::from(mins[s]);
+                for (i, o) in out.iter_mut().enumerate() {
+                    let byte = qs[32 * (s / 2) + i];
+                    let mut q = if s % 2 == 0 { byte & 0x0F } else { byte >> 4 };
+                    if high.is_some_and(|h| h[i] & (1 << s) != 0) {
+                        q += 16;
+                    }
+                    *o = scale * f32::from(q) - min;
+                }
+            }
+        }
+        QuantType::Q6K => {
+            let d = f16_at(block, 208);
+            let q = portable::q6k_values(block);
+            for (v, o) in out.iter_mut().enumerate() {
+                let scale = d * f32::from(block[192 + v / 16] as i8);
+                *o = scale * f32::from(q[v] as i8 - 32);
+            }
+        }
+    }
+}
+
+/// The f16 at `bytes[at..at + 2]` (little-endian) as f32.
+#[inline(always)]
+pub(crate) fn f16_at(bytes: &[u8], at: usize) -> f32 {
+    half::f16::from_le_bytes([bytes[at], bytes[at + 1]]).to_f32()
+}
+
+/// The eight 6-bit scales and eight 6-bit minimums of a Q4_K or Q5_K
+/// block from its 12 bytes: sub-blocks 0-3 in the low six bits of bytes
+/// 0-3 (scales) and 4-7 (minimums); 4-7 in the nibbles of bytes 8-11
+/// with their top two bits in the top bits of bytes 0-7.
+#[inline(always)]
+pub(crate) fn k_scales(packed: &[u8]) -> ([u8; 8], [u8; 8]) {
+    let mut sc = [0u8; 8];
+    let mut mins = [0u8; 8];
+    for s in 0..4 {
+        sc[s] = packed[s] & 63;
+        mins[s] = packed[s + 4] & 63;
+        sc[s + 4] = (packed[s + 8] & 0x0F) | ((packed[s] >> 6) << 4);
+        mins[s + 4] = (packed[s + 8] >> 4) | ((packed[s + 4] >> 6) << 4);
+    }
+    (sc, mins)
+}
+
+/// Adds one Q4_K or Q5_K block to an output: its exact value sum times
+/// `d * yd`, less its exact minimum sum times `dmin * yd`.
+#[inline(always)]
+pub(crate) fn add_k(acc: f32, d: f32, dmin: f32, yd: f32, isum: i32, msum: i32) -> f32 {
+    let acc = acc + (d * yd) * isum as f32;
+    acc - (dmin * yd) * msum as f32
+}
+
+/// Adds one Q6_K block to an output: its exact sum times `d * yd`.
+#[inline(always)]
+pub(crate) fn add_q6k(acc: f32, d: f32, yd: f32, isum: i32) -> f32 {
+    acc + (d * yd) * isum as f32
+}
+
+/// Adds one Q8_0 or Q4_0 block's eight lane sums to eight lanes, each
+/// times `scale`: what `vmulps` then `vaddps` do.
+#[inline(always)]
+pub(crate) fn add_lanes(lanes: &mut [f32], scale: f32, sums: &[i32; 8]) {
+    for (lane, sum) in lanes.iter_mut().zip(sums) {
+        *lane += scale * *sum as f32;
+    }
+}
+
+/// Sixteen lanes into one: `i + 8`, then `i + 4`, `i + 2`, `i + 1`.
+#[inline(always)]
+pub(crate) fn reduce16(lanes: &[f32; 16]) -> f32 {
+    let s8: [f32; 8] = std::array::from_fn(|i| lanes[i] + lanes[i + 8]);
+    let s4: [f32; 4] = std::array::from_fn(|i| s8[i] + s8[i + 4]);
+    let s2: [f32; 2] = std::array::from_fn(|i| s4[i] + s4[i + 2]);
+    s2[0] + s2[1]
+}
+
+/// Activation rows quantized for one product: blocks of 32 (Q8_0) or 256
+/// (Q8_K, with the sums of each 16 values) of i8, each with an f32 scale.
+pub(crate) struct Acts {
+    /// Values per row.
+    k: usize,
+    /// Values per block.
+    block: usize,
+    /// `m * k` values.
+    qs: Vec<i8>,
+    /// One scale per block, row by row.
+    d: Vec<f32>,
+    /// 256-value blocks only: the sum of each 16 values, row by row.
+    bsums: Vec<i16>,
+}
+
+/// Values quantized a rayon task at a time.
+const QUANTIZE_CHUNK: usize = 64 * 1024;
+
+impl Acts {
+    /// The `m` rows of `x` (`k` values each) in blocks of `block` values:
+    /// scale `max |x| / 127`, values `x * (127 / max |x|)` rounded to the
+    /// nearest, ties to even (all zero for an all-zero block).
+    pub(crate) fn quantize(x: &[f32], m: usize, k: usize, block: usize) -> Acts {
+        let nb = k / block;
+        let mut acts = Acts {
+            k,
+            block,
+            qs: vec![0; m * k],
+            d: vec![0.0; m * nb],
+            bsums: if block == QK_K {
+                vec![0; m * k / 16]
+            } else {
+                Vec::new()
+            },
+        };
+        if k == 0 {
+            return acts;
+        }
+        let x = &x[..m * k];
+        let rows_per_task = (QUANTIZE_CHUNK / k).max(1);
+        let rows = x
+            .par_chunks(k)
+            .zip(acts.qs.par_chunks_mut(k))
+            .zip(acts.d.par_chunks_mut(nb));
+        if block == QK_K {
+            rows.zip(acts.bsums.par_chunks_mut(k / 16))
+                .with_min_len(rows_per_task)
+                .for_each(|(((x, qs), d), bsums)| quantize_row(x, qs, d, bsums, block));
+        } else {
+            rows.with_min_len(rows_per_task)
+                .for_each(|((x, qs), d)| quantize_row(x, qs, d, &mut [], block));
+        }
+        acts
+    }
+
+    /// Rows `first..first + rows`.
+    fn tile(&self, first: usize, rows: usize) -> ActTile<'_> {
+        let nb = self.k / self.block;
+        let (k, sums) = (self.k, self.k / 16);
+        ActTile {
+            qs: &self.qs[first * k..(first + rows) * k],
+            d: &self.d[first * nb..(first + rows) * nb],
+            bsums: if self.bsums.is_empty() {
+                &[]
+            } else {
+                &self.bsums[first * sums..(first + rows) * sums]
+            },
+            rows,
+            k,
+        }
+    }
+}
+
+/// One activation row `x` into `qs`, one scale per block of `block`
+/// values into `d`, and (`bsums` not empty) the sum of each 16 values
+/// into `bsums`.
+fn quantize_row(x: &[f32], qs: &mut [i8], d: &mut [f32], bsums: &mut [i16], block: usize) {
+    for (b, (x, qs)) in x
+        .chunks_exact(block)
+        .zip(qs.chunks_exact_mut(block))
+        .enumerate()
+    {
+        let amax = x.iter().fold(0f32, |a, v| a.max(v.abs()));
+        let id = if amax == 0.0 { 0.0 } else { 127.0 / amax };
+        d[b] = amax / 127.0;
+        for (q, v) in qs.iter_mut().zip(x) {
+            *q = (v * id).round_ties_even() as i8;
+        }
+    }
+    for (s, qs) in bsums.iter_mut().zip(qs.chunks_exact(16)) {
+        *s = qs.iter().map(|q| i16::from(*q)).sum();
+    }
+}
+
+/// Up to [`TILE_ROWS`] quantized activation rows, for a kernel: `qs` is
+/// `rows * k` values, `d` one scale per block, `bsums` (256-value blocks)
+/// 16 sums per block.
+#[derive(Clone, Copy)]
+pub(crate) struct ActTile<'a> {
+    pub(crate) qs: &'a [i8],
+    pub(crate) d: &'a [f32],
+    pub(crate) bsums: &'a [i16],
+    pub(crate) rows: usize,
+    pub(crate) k: usize,
+}
+
+/// Whether the CPU runs the AVX2 kernels (AVX2 and FMA).
+fn has_avx2() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// Whether the CPU runs the AVX-512 kernels (AVX-512F, BW and VNNI).
+fn has_avx512_vnni() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::is_x86_feature_detected!("avx512f")
+            && std::is_x86_feature_detected!("avx512bw")
+            && std::is_x86_feature_detected!("avx512vnni")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// The kernels a product runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Path {
+    /// Plain Rust.
+    Portable,
+    /// AVX2 (256-bit integer multiply-adds).
+    Avx2,
+    /// AVX-512 BW with VNNI (512-bit, `vpdpbusd` / `vpdpwssd`).
+    Avx512Vnni,
+}
+
+impl Path {
+    /// The fastest path this CPU runs (detected once).
+    pub(crate) fn best() -> Path {
+        static BEST: OnceLock<Path> = OnceLock::new();
+        *BEST.get_or_init(|| {
+            if has_avx512_vnni() && has_avx2() {
+                Path::Avx512Vnni
+            } else if has_avx2() {
+                Path::Avx2
+            } else {
+                Path::Portable
+            }
+        })
+    }
+
+    /// Whether this CPU runs the path.
+    pub(crate) fn runs_here(self) -> bool {
+        match self {
+            Path::Portable => true,
+            Path::Avx2 => has_avx2(),
+            Path::Avx512Vnni => has_avx2() && has_avx512_vnni(),
+        }
+    }
+
+    /// The path's name in bench output.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Path::Portable => "portable",
+            Path::Avx2 => "avx2",
+            Path::Avx512Vnni => "avx512-vnni",
+        }
+    }
+
+    /// Every path, the portable one first.
+    #[cfg(test)]
+    pub(crate) const ALL: [Path; 3] = [Path::Portable, Path::Avx2, Path::Avx512Vnni];
+}
+
+/// Which kernel path runs on this CPU for `ty`: `avx512-vnni`, `avx2` or
+/// `portable`.
+pub fn kernel_path(ty: QuantType) -> &'static str {
+    let _ = ty;
+    Path::best().name()
+}
+
+/// One weight row times a tile of activation rows on `path`.
+#[inline]
+fn row_times_tile(
+    path: Path,
+    ty: QuantType,
+    w: &[u8],
+    t: &ActTile<'_>,
+    out: &mut [f32; TILE_ROWS],
+) {
+    match path {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `quant_matmul_with` runs a path only where the CPU runs
+        // it (`Path::runs_here`: AVX2 and FMA).
+        Path::Avx2 => unsafe { avx2::row_times_tile(ty, w, t, out) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as above (AVX2, FMA, AVX-512F, BW and VNNI).
+        Path::Avx512Vnni => unsafe { avx512::row_times_tile(ty, w, t, out) },
+        _ => match ty {
+            QuantType::Q8_0 => portable::q8_0_rows(w, t, out),
+            QuantType::Q4_0 => portable::q4_0_rows(w, t, out),
+            QuantType::Q4K => portable::q4k_rows(w, t, out),
+            QuantType::Q5K => portable::q5k_rows(w, t, out),
+            QuantType::Q6K => portable::q6k_rows(w, t, out),
+        },
+    }
+}
+
+/// `out[i * ldo + j] = sum_c x[i * k + c] * W[j][c]` for `i < m`, `j <
+/// n`, on rayon's threads, on the fastest kernels this CPU runs; the
+/// other elements of `out` are left as they are (`ldo >= n` lets several
+/// weights write side by side into one output row).
+///
+/// # Panics
+///
+/// When `x` is shorter than `m * k`, `ldo < n`, or `out` is shorter than
+/// `(m - 1) * ldo + n`.
+pub fn quant_matmul(x: &[f32], m: usize, w: &QuantWeight, out: &mut [f32], ldo: usize) {
+    quant_matmul_with(Path::best(), x, m, w, out, ldo);
+}
+
+/// [`quant_matmul`] on `path`.
+///
+/// # Panics
+///
+/// As [`quant_matmul`]; also when this CPU does not run `path`.
+pub(crate) fn quant_matmul_with(
+    path: Path,
+    x: &[f32],
+    m: usize,
+    w: &QuantWeight,
+    out: &mut [f32],
+    ldo: usize,
+) {
+    assert!(
+        path.runs_here(),
+        "this CPU does not run the {} kernels",
+        path.name()
+    );
+    let (n, k) = (w.n, w.k);
+    assert!(
+        x.len() >= m * k,
+        "{m} rows of {k} values in {} values",
+        x.len()
+    );
+    assert!(ldo >= n, "output rows of {ldo} for {n} outputs");
+    if m == 0 || n == 0 {
+        return;
+    }
+    assert!(
+        out.len() >= (m - 1) * ldo + n,
+        "{m} output rows of {ldo} in {} values",
+        out.len()
+    );
+    if k == 0 {
+        for i in 0..m {
+            out[i * ldo..i * ldo + n].fill(0.0);
+        }
+        return;
+    }
+    let acts = Acts::quantize(x, m, k, w.ty.act_block());
+    let ty = w.ty;
+    // Tiles of activation rows of nearly equal size (9 rows: 5 + 4).
+    let groups = m.div_ceil(TILE_ROWS);
+    let (base, extra) = (m / groups, m % groups);
+    let first_row = |g: usize| g * base + g.min(extra);
+    let threads = rayon::current_num_threads().max(1);
+    let block = (BLOCK_BYTES / w.row_bytes().max(1)).max(1);
+    let (per_task, band) = if groups <= SMALL_GROUPS {
+        (n.div_ceil(threads * 4).max(1), groups)
+    } else {
+        (block, BAND_GROUPS)
+    };
+    let bands = groups.div_ceil(band);
+    let out = SharedOut {
+        ptr: out.as_mut_ptr(),
+        len: out.len(),
+        ldo,
+    };
+    (0..n.div_ceil(per_task) * bands)
+        .into_par_iter()
+        .for_each(|task| {
+            let (task, band_index) = (task / bands, task % bands);
+            let rows = task * per_task..((task + 1) * per_task).min(n);
+            let tiles = band_index * band..((band_index + 1) * band).min(groups);
+            let mut tile_out = [0f32; TILE_ROWS];
+            let mut start = rows.start;
+            while start < rows.end {
+                let end = (start + block).min(rows.end);
+                for g in tiles.clone() {
+                    let (first, count) = (first_row(g), base + usize::from(g < extra));
+                    let t = acts.tile(first, count);
+                    for j in start..end {
+                        row_times_tile(path, ty, w.row(j), &t, &mut tile_out);
+                        for (r, v) in tile_out[..count].iter().enumerate() {
+                            // SAFETY: output column `j` of this band's
+                            // rows is this task's own.
+                            unsafe { out.set(first + r, j, *v) };
+                        }
+                    }
+                }
+                start = end;
+            }
+        });
+}
+
+/// The output, handed to rayon's tasks, which write disjoint elements of
+/// it (columns of a band of rows).
+#[derive(Clone, Copy)]
+struct SharedOut {
+    ptr: *mut f32,
+    len: usize,
+    ldo: usize,
+}
+
+// SAFETY: the pointer is only written through in `quant_matmul_with`,
+// where every task writes disjoint elements.
+unsafe impl Send for SharedOut {}
+// SAFETY: as above.
+unsafe impl Sync for SharedOut {}
+
+impl SharedOut {
+    /// Writes element `(row, col)`.
+    ///
+    /// # Safety
+    ///
+    /// No other task may write or read this element meanwhile.
+    #[inline(always)]
+    unsafe fn set(&self, row: usize, col: usize, value: f32) {
+        let at = row * self.ldo + col;
+        assert!(at < self.len);
+        // SAFETY: inside the `len` values `ptr` points to (asserted);
+        // exclusive by the caller's promise.
+        unsafe { *self.ptr.add(at) = value };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use candle_core::quantized::GgmlDType;
+    use candle_core::quantized::k_quants::{
+        BlockQ4_0, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8_0, GgmlType,
+    };
+
+    use super::*;
+
+    /// A small deterministic generator (xorshift64*).
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        }
+
+        /// Uniform in (-1, 1).
+        fn unit(&mut self) -> f32 {
+            ((self.next() >> 40) as f32 / (1u64 << 23) as f32) - 1.0
+        }
+    }
+
+    /// Values of varying size: most in (-1, 1), some blocks scaled up or
+    /// down, a few zeros.
+    fn values(rng: &mut Rng, len: usize) -> Vec<f32> {
+        (0..len)
+            .map(|i| {
+                let scale = [1.0, 0.01, 3.0, 1.0][(i / 32) % 4];
+                if rng.next().is_multiple_of(97) {
+                    0.0
+                } else {
+                    rng.unit() * scale
+                }
+            })
+            .collect()
+    }
+
+    /// The bytes of candle's blocks.
+    fn as_bytes<T>(blocks: &[T]) -> Vec<u8> {
+        // SAFETY: candle's blocks are `repr(C)` with no padding (their
+        // sizes are asserted to be the ggml block sizes): plain bytes.
+        unsafe {
+            std::slice::from_raw_parts(blocks.as_ptr().cast::<u8>(), std::mem::size_of_val(blocks))
+        }
+        .to_vec()
+    }
+
+    /// Blocks of `T` read from bytes.
+    fn from_bytes<T: GgmlType>(bytes: &[u8]) -> Vec<T> {
+        let size = std::mem::size_of::<T>();
+        bytes
+            .chunks_exact(size)
+            .map(|chunk| {
+                // SAFETY: `size` bytes; any bytes are a value of candle's
+                // blocks (integers and f16).
+                unsafe { std::ptr::read_unaligned(chunk.as_ptr().cast::<T>()) }
+            })
+            .collect()
+    }
+
+    /// candle's quantization of `x` (rows of `k`) to `T`, as bytes.
+    fn candle_quantize<T: GgmlType>(x: &[f32]) -> Vec<u8> {
+        let mut blocks = vec![T::zeros(); x.len() / T::BLCK_SIZE];
+        T::from_float(x, &mut blocks);
+        as_bytes(&blocks)
+    }
+
+    /// candle's dequantization of blocks of `T`.
+    fn candle_dequantize<T: GgmlType>(bytes: &[u8]) -> Vec<f32> {
+        let blocks = from_bytes::<T>(bytes);
+        let mut out = vec![0f32; blocks.len() * T::BLCK_SIZE];
+        T::to_float(&blocks, &mut out);
+        out
+    }
+
+    fn candle_quantize_as(ty: QuantType, x: &[f32]) -> Vec<u8> {
+        match ty {
+            QuantType::Q8_0 => candle_quantize::<BlockQ8_0>(x),
+            QuantType::Q4_0 => candle_quantize::<BlockQ4_0>(x),
+            QuantType::Q4K => candle_quantize::<BlockQ4K>(x),
+            QuantType::Q5K => candle_quantize::<BlockQ5K>(x),
+            QuantType::Q6K => candle_quantize::<BlockQ6K>(x),
+        }
+    }
+
+    fn candle_dequantize_as(ty: QuantType, bytes: &[u8]) -> Vec<f32> {
+        match ty {
+            QuantType::Q8_0 => candle_dequantize::<BlockQ8_0>(bytes),
+            QuantType::Q4_0 => candle_dequantize::<BlockQ4_0>(bytes),
+            QuantType::Q4K => candle_dequantize::<BlockQ4K>(bytes),
+            QuantType::Q5K => candle_dequantize::<BlockQ5K>(bytes),
+            QuantType::Q6K => candle_dequantize::<BlockQ6K>(bytes),
+        }
+    }
+
+    /// Random bytes for `blocks` blocks of `ty`, every f16 scale set to
+    /// a finite value of either sign between 1e-3 and 0.1 (the minimums'
+    /// scale positive): every bit pattern of the values and 6-bit scales.
+    fn random_blocks(rng: &mut Rng, ty: QuantType, blocks: usize) -> Vec<u8> {
+        let size = ty.block_bytes();
+        let mut bytes: Vec<u8> = (0..blocks * size).map(|_| rng.next() as u8).collect();
+        for block in bytes.chunks_exact_mut(size) {
+            let mut scale = |signed: bool| {
+                let v = 1e-3 + 0.099 * (rng.unit() + 1.0) / 2.0;
+                let v = if signed && rng.next().is_multiple_of(2) {
+                    -v
+                } else {
+                    v
+                };
+                half::f16::from_f32(v).to_le_bytes()
+            };
+            match ty {
+                QuantType::Q8_0 | QuantType::Q4_0 => block[..2].copy_from_slice(&scale(true)),
+                QuantType::Q4K | QuantType::Q5K => {
+                    block[..2].copy_from_slice(&scale(true));
+                    block[2..4].copy_from_slice(&scale(false));
+                }
+                QuantType::Q6K => block[208..].copy_from_slice(&scale(true)),
+            }
+        }
+        bytes
+    }
+
+    /// Every path this CPU runs, saying which it cannot.
+    fn paths() -> Vec<Path> {
+        Path::ALL
+            .into_iter()
+            .filter(|p| {
+                let runs = p.runs_here();
+                if !runs {
+                    eprintln!(
+                        "this CPU does not run the {} kernels: not tested here",
+                        p.name()
+                    );
+                }
+                runs
+            })
+            .collect()
+    }
+
+    fn one_thread() -> rayon::ThreadPool {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .build()
+            .expect("a thread pool")
+    }
+
+    /// Row lengths for `ty`: an odd and an even number of blocks.
+    fn lengths(ty: QuantType) -> [usize; 2] {
+        match ty.block_values() {
+            32 => [96, 512],
+            _ => [256, 768],
+        }
+    }
+
+    #[test]
+    fn block_sizes_and_names_are_ggmls() {
+        for (ty, dtype) in [
+            (QuantType::Q8_0, GgmlDType::Q8_0),
+            (QuantType::Q4_0, GgmlDType::Q4_0),
+            (QuantType::Q4K, GgmlDType::Q4K),
+            (QuantType::Q5K, GgmlDType::Q5K),
+            (QuantType::Q6K, GgmlDType::Q6K),
+        ] {
+            assert_eq!(QuantType::from_ggml(dtype), Some(ty));
+            assert_eq!(ty.block_values(), dtype.block_size(), "{ty}");
+            assert_eq!(ty.block_bytes(), dtype.type_size(), "{ty}");
+        }
+        assert_eq!(QuantType::from_ggml(GgmlDType::F16), None);
+        let names: Vec<&str> = QuantType::ALL.iter().map(|t| t.name()).collect();
+        assert_eq!(names, ["Q8_0", "Q4_0", "Q4_K", "Q5_K", "Q6_K"]);
+    }
+
+    #[test]
+    fn dequantized_rows_give_the_bits_of_candles_to_float_for_every_type() {
+        let mut rng = Rng(0x1234_5678_9abc_def1);
+        let (n, k) = (5, 512);
+        for ty in QuantType::ALL {
+            // Blocks candle makes from random values, and random bytes.
+            let made = candle_quantize_as(ty, &values(&mut rng, n * k));
+            let random = random_blocks(&mut rng, ty, n * k / ty.block_values());
+            for bytes in [made, random] {
+                let want = candle_dequantize_as(ty, &bytes);
+                let w = QuantWeight::new(ty, n, k, &bytes).expect("a weight");
+                assert_eq!(w.stored_bytes(), bytes.len());
+                let mut row = vec![f32::NAN; k + 3];
+                for j in 0..n {
+                    w.dequantize_row(j, &mut row);
+                    for c in 0..k {
+                        assert_eq!(
+                            row[c].to_bits(),
+                            want[j * k + c].to_bits(),
+                            "{ty}: row {j}, value {c}: {} against {}",
+                            row[c],
+                            want[j * k + c]
+                        );
+                    }
+                    assert!(row[k].is_nan(), "{ty}: wrote past k");
+                }
+            }
+        }
+    }
+
+    /// What was left in the output's other columns.
+    const UNTOUCHED: f32 = -7.25;
+
+    /// `w` times `x` (`m` rows) on `path`, into rows of `ldo`.
+    fn product(path: Path, x: &[f32], m: usize, w: &QuantWeight, ldo: usize) -> Vec<f32> {
+        let mut out = vec![UNTOUCHED; m * ldo];
+        quant_matmul_with(path, x, m, w, &mut out, ldo);
+        out
+    }
+
+    /// Tight tolerance: against the dequantized weight times the
+    /// quantized-dequantized activations, summed in f64, the product is
+    /// off by at most `1e-5 * sum |x^| |w^|` (its only errors are f32
+    /// roundings: of the blocks' scales, of each block's integer sum, of
+    /// the sum over at most 24 blocks, and the reference's own rounding of
+    /// each dequantized weight).
+    const TIGHT: f64 = 1e-5;
+
+    /// Loose tolerance: against the dequantized weight times the
+    /// activations as given, at most `1e-2 * sum |x| |w^|`. Quantizing a
+    /// value moves it by at most `max |x| / 254` of its block, under
+    /// 0.4 % of the values here (uniform in (-1, 1) times the block's
+    /// size) and so under 1 % of the sum of the products' sizes.
+    const LOOSE: f64 = 1e-2;
+
+    #[test]
+    fn every_type_and_path_matches_the_product_of_dequantized_values() {
+        let mut rng = Rng(0x0bad_5eed_cafe_f00d);
+        let n = 37;
+        let ldo = n + 5;
+        for ty in QuantType::ALL {
+            for k in lengths(ty) {
+                let bytes = random_blocks(&mut rng, ty, n * k / ty.block_values());
+                let w = QuantWeight::new(ty, n, k, &bytes).expect("a weight");
+                let mut wf = vec![0f32; n * k];
+                for (j, row) in wf.chunks_exact_mut(k).enumerate() {
+                    w.dequantize_row(j, row);
+                }
+                for m in [1usize, 3, 8, 33] {
+                    let x = values(&mut rng, m * k);
+                    let acts = Acts::quantize(&x, m, k, ty.act_block());
+                    let xq: Vec<f64> = (0..m * k)
+                        .map(|i| {
+                            let (row, c) = (i / k, i % k);
+                            let d = acts.d[row * (k / acts.block) + c / acts.block];
+                            f64::from(acts.qs[i]) * f64::from(d)
+                        })
+                        .collect();
+                    for path in paths() {
+                        let out = product(path, &x, m, &w, ldo);
+                        let mut worst = 0f64;
+                        for i in 0..m {
+                            for j in 0..n {
+                                let got = f64::from(out[i * ldo + j]);
+                                let (mut exact, mut size) = (0f64, 0f64);
+                                let (mut plain, mut plain_size) = (0f64, 0f64);
+                                for c in 0..k {
+                                    let wv = f64::from(wf[j * k + c]);
+                                    exact += xq[i * k + c] * wv;
+                                    size += (xq[i * k + c] * wv).abs();
+                                    plain += f64::from(x[i * k + c]) * wv;
+                                    plain_size += (f64::from(x[i * k + c]) * wv).abs();
+                                }
+                                let what = format!(
+                                    "{ty}, {}: k {k}, {m} rows: row {i}, output {j}: {got}",
+                                    path.name()
+                                );
+                                assert!(
+                                    (got - exact).abs() <= TIGHT * size,
+                                    "{what} against {exact} (quantized activations)"
+                                );
+                                assert!(
+                                    (got - plain).abs() <= LOOSE * plain_size,
+                                    "{what} against {plain} (activations as given)"
+                                );
+                                worst =
+                                    worst.max((got - exact).abs() / size.max(f64::MIN_POSITIVE));
+                            }
+                            for j in n..ldo {
+                                assert_eq!(
+                                    out[i * ldo + j].to_bits(),
+                                    UNTOUCHED.to_bits(),
+                                    "{ty}, {}: row {i}, column {j} past the outputs was written",
+                                    path.name()
+                                );
+                            }
+                        }
+                        assert!(worst < TIGHT, "{ty}: {worst}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn every_path_gives_the_bits_of_the_portable_path() {
+        let mut rng = Rng(0x5151_2323_aaaa_0101);
+        let pool = one_thread();
+        for ty in QuantType::ALL {
+            for k in lengths(ty) {
+                let n = 21;
+                let bytes = random_blocks(&mut rng, ty, n * k / ty.block_values());
+                let w = QuantWeight::new(ty, n, k, &bytes).expect("a weight");
+                for m in [1usize, 2, 5, 8, 9, 33, 70] {
+                    let x = values(&mut rng, m * k);
+                    let want = product(Path::Portable, &x, m, &w, n);
+                    for path in paths() {
+                        for got in [
+                            product(path, &x, m, &w, n),
+                            pool.install(|| product(path, &x, m, &w, n)),
+                        ] {
+                            for (e, (g, want)) in got.iter().zip(&want).enumerate() {
+                                assert_eq!(
+                                    g.to_bits(),
+                                    want.to_bits(),
+                                    "{ty}, {}: k {k}, {m} rows: row {}, output {}: {g} against {want}",
+                                    path.name(),
+                                    e / n,
+                                    e % n
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_row_alone_gives_the_bits_it_gets_in_a_batch() {
+        let mut rng = Rng(0x7777_1111_3333_9999);
+        let pool = one_thread();
+        let (n, m) = (19, 33);
+        for ty in QuantType::ALL {
+            let k = lengths(ty)[1];
+            let bytes = random_blocks(&mut rng, ty, n * k / ty.block_values());
+            let w = QuantWeight::new(ty, n, k, &bytes).expect("a weight");
+            let x = values(&mut rng, m * k);
+            for path in paths() {
+                let batch = product(path, &x, m, &w, n);
+                for i in 0..m {
+                    let row = &x[i * k..(i + 1) * k];
+                    for alone in [
+                        product(path, row, 1, &w, n),
+                        pool.install(|| product(path, row, 1, &w, n)),
+                    ] {
+                        for j in 0..n {
+                            assert_eq!(
+                                alone[j].to_bits(),
+                                batch[i * n + j].to_bits(),
+                                "{ty}, {}: row {i}, output {j}",
+                                path.name()
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_weight_of_the_wrong_size_is_refused() {
+        for ty in QuantType::ALL {
+            let (n, k) = (3, 2 * ty.block_values());
+            let len = n * 2 * ty.block_bytes();
+            let bytes = vec![0u8; len + 1];
+            assert!(QuantWeight::new(ty, n, k, &bytes[..len]).is_ok(), "{ty}");
+            for wrong in [len - 1, len + 1, 0] {
+                let err = QuantWeight::new(ty, n, k, &bytes[..wrong]).expect_err("refused");
+                assert!(matches!(err, QuantError::WrongLength { .. }), "{ty}: {err}");
+                assert!(err.to_string().contains(&wrong.to_string()), "{err}");
+            }
+            let err = QuantWeight::new(ty, n, k + 16, &bytes[..len]).expect_err("refused");
+            assert!(
+                matches!(err, QuantError::NotWholeBlocks { .. }),
+                "{ty}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_empty_product_writes_zeros_or_nothing() {
+        let w = QuantWeight::new(QuantType::Q8_0, 4, 0, &[]).expect("a weight");
+        let mut out = vec![UNTOUCHED; 2 * 6];
+        quant_matmul(&[], 2, &w, &mut out, 6);
+        assert_eq!(&out[..4], &[0.0; 4]);
+        assert_eq!(&out[6..10], &[0.0; 4]);
+        assert_eq!(out[4], UNTOUCHED);
+        quant_matmul(&[], 0, &w, &mut [], 6);
+    }
+}
