@@ -268,6 +268,29 @@ pub enum Error {
         path: PathBuf,
     },
 
+    /// A GGUF model file that cannot be read (bad magic, a header cut
+    /// short, tensor data past the end of the file, metadata of the wrong
+    /// type, ...) or whose metadata does not describe a usable model.
+    #[error("invalid GGUF file `{}`: {reason}", path.display())]
+    InvalidGguf {
+        /// The `.gguf` file.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+
+    /// A `dtype` the model cannot run in as asked: an explicit dtype on a
+    /// GGUF file, which runs in its stored tensor types.
+    #[error("dtype={requested} for `{}`: {reason}", path.display())]
+    UnsupportedDtype {
+        /// The dtype asked for (`f32`, `bf16`, `f16`).
+        requested: &'static str,
+        /// The model file.
+        path: PathBuf,
+        /// Why it cannot run so, and what to do instead.
+        reason: String,
+    },
+
     /// Anything else that is a usage or configuration mistake.
     #[error("{0}")]
     Config(String),
@@ -289,6 +312,8 @@ const USAGE_LABELS: &[&str] = &[
     "invalid_model_config",
     "unsupported_architecture",
     "unsupported_rope",
+    "invalid_gguf",
+    "unsupported_dtype",
     "config",
 ];
 
@@ -325,6 +350,8 @@ impl Error {
             Error::InvalidModelConfig { .. } => "invalid_model_config",
             Error::UnsupportedArchitecture { .. } => "unsupported_architecture",
             Error::UnsupportedRope { .. } => "unsupported_rope",
+            Error::InvalidGguf { .. } => "invalid_gguf",
+            Error::UnsupportedDtype { .. } => "unsupported_dtype",
             Error::Config(_) => "config",
         }
     }

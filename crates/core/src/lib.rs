@@ -13,6 +13,13 @@
 //! [`generation::StepEngine`] (or [`engine::Engine`]), and register
 //! themselves with [`register_engine!`]. The benchmark itself (load
 //! profiles, data, metrics, reports) is the `guidebench-bench` crate.
+//!
+//! # Cargo features
+//!
+//! - `gguf` (on by default): GGUF files as a model source
+//!   (`model=path/to/file.gguf`, see [`model::gguf`]), read with
+//!   `candle-core`'s GGUF reader (without its default features). Without
+//!   it, a GGUF model is [`Error::NotCompiledIn`].
 #![deny(missing_docs)]
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 

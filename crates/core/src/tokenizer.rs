@@ -196,6 +196,14 @@ impl HfTokenizer {
         }
     }
 
+    /// The same tokenizer with `chat_template` instead of its own.
+    pub fn with_chat_template(self, chat_template: Option<String>) -> Self {
+        HfTokenizer {
+            chat_template,
+            ..self
+        }
+    }
+
     /// The wrapped `tokenizers` tokenizer.
     pub fn inner(&self) -> &tokenizers::Tokenizer {
         &self.inner

@@ -92,6 +92,13 @@ pub enum RopeScaling {
         /// The context length the model was trained with.
         original_max_position_embeddings: f64,
     },
+    /// One divisor per frequency (per pair of a head's dimensions), as a
+    /// GGUF file's `rope_freqs.weight` holds them: llama.cpp's converter
+    /// writes Llama 3's scaling so.
+    Factors {
+        /// The divisors, `head_dim / 2` of them, finite and positive.
+        factors: Vec<f64>,
+    },
 }
 
 impl RopeScaling {
@@ -300,6 +307,61 @@ impl DecoderConfig {
         })
     }
 
+    /// What makes the numbers unusable, if anything: a zero size, heads
+    /// that do not divide, an odd head width, a rope base or factors that
+    /// are not finite and positive. For descriptions read from other
+    /// sources than `config.json` (GGUF metadata).
+    #[cfg_attr(not(feature = "gguf"), allow(dead_code))]
+    pub(crate) fn shape_problem(&self) -> Option<String> {
+        for (value, name) in [
+            (self.vocab_size, "vocab size"),
+            (self.hidden_size, "hidden size"),
+            (self.intermediate_size, "MLP width"),
+            (self.num_hidden_layers, "layer count"),
+            (self.num_attention_heads, "attention head count"),
+            (self.num_key_value_heads, "key/value head count"),
+        ] {
+            if value == 0 {
+                return Some(format!("the {name} is zero"));
+            }
+        }
+        if !self
+            .num_attention_heads
+            .is_multiple_of(self.num_key_value_heads)
+        {
+            return Some(format!(
+                "{} attention heads are not a multiple of {} key/value heads",
+                self.num_attention_heads, self.num_key_value_heads
+            ));
+        }
+        if self.head_dim == 0 || !self.head_dim.is_multiple_of(2) {
+            return Some(format!(
+                "head width {} must be even and positive",
+                self.head_dim
+            ));
+        }
+        if !(self.rope_theta.is_finite() && self.rope_theta > 0.0) {
+            return Some(format!("rope base {} must be positive", self.rope_theta));
+        }
+        let positive = |x: f64| x.is_finite() && x > 0.0;
+        match &self.rope_scaling {
+            RopeScaling::Linear { factor } if !positive(*factor) => {
+                Some(format!("rope scaling factor {factor} must be positive"))
+            }
+            RopeScaling::Factors { factors }
+                if factors.len() != self.head_dim / 2 || !factors.iter().all(|&f| positive(f)) =>
+            {
+                Some(format!(
+                    "{} rope frequency factors for a head width of {} (one positive factor per \
+                     pair of dimensions)",
+                    factors.len(),
+                    self.head_dim
+                ))
+            }
+            _ => None,
+        }
+    }
+
     /// Rotary inverse frequencies (one per pair of a head's dimensions),
     /// with the configured scaling applied.
     pub fn inv_freqs(&self) -> Vec<f64> {
@@ -308,10 +370,13 @@ impl DecoderConfig {
         let base: Vec<f64> = (0..self.head_dim / 2)
             .map(|i| 1.0 / self.rope_theta.powf(2.0 * i as f64 / d))
             .collect();
-        match self.rope_scaling {
+        match &self.rope_scaling {
             RopeScaling::None => base,
             RopeScaling::Linear { factor } => base.into_iter().map(|f| f / factor).collect(),
-            RopeScaling::Llama3 {
+            RopeScaling::Factors { factors } => {
+                base.into_iter().zip(factors).map(|(f, d)| f / d).collect()
+            }
+            &RopeScaling::Llama3 {
                 factor,
                 low_freq_factor,
                 high_freq_factor,

@@ -18,6 +18,14 @@
 //!   that cannot be read, the stored dtype is unknown (`None`); loading
 //!   the weights is what reports a broken file, with its own error. Test:
 //!   `tests::nothing_known_is_none`.
+//! - **A GGUF file answers with its tensor types.** Its stored dtype is
+//!   [`Dtype::Gguf`]: `general.file_type` in llama.cpp's names and the
+//!   share of bytes each tensor type holds (`Q4_K_M (Q4_K 63%, Q6_K 25%,
+//!   F32 12%)`), read from the tensor table. `dtype=auto` runs those
+//!   types; an explicit dtype is refused with the reason
+//!   ([`ModelFolder::dtype_choice`]). Tests:
+//!   `super::gguf::tests::the_stored_dtype_is_the_file_type_and_the_tensor_mix`,
+//!   `super::gguf::tests::an_explicit_dtype_on_a_gguf_is_refused_with_the_reason`.
 //! - **One `auto` rule, said in words.** [`DtypeChoice::choose`] runs the
 //!   stored dtype when the engine has a fast path for it and `f32`
 //!   otherwise; the choice's [`Display`](std::fmt::Display) is what an
@@ -25,6 +33,7 @@
 //!   `tests::an_explicit_dtype_is_run_and_named_as_given`.
 //!
 //! [`ModelFolder::stored_dtype`]: super::ModelFolder::stored_dtype
+//! [`ModelFolder::dtype_choice`]: super::ModelFolder::dtype_choice
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -42,6 +51,81 @@ pub enum Dtype {
     F16,
     /// Anything else, as it was written (`float64`, `F8_E4M3`, ...).
     Other(String),
+    /// A GGUF file's own tensor types (quantized or not), which run as
+    /// stored.
+    Gguf(GgufTypes),
+}
+
+/// The tensor types of a GGUF file: what `general.file_type` says and what
+/// the tensor table holds.
+///
+/// Its [`Display`](fmt::Display) reads `Q4_K_M (Q4_K 63%, Q6_K 25%, F32
+/// 12%)`: the file type, then each tensor type's share of the tensor
+/// bytes, most first (`GGUF (...)` when the file states no type).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct GgufTypes {
+    /// `general.file_type` in llama.cpp's names without the `MOSTLY_` /
+    /// `ALL_` prefix (`F32`, `F16`, `Q8_0`, `Q4_K_M`, ...; `type N` for a
+    /// number llama.cpp does not name); `None` when the key is absent.
+    pub file_type: Option<String>,
+    /// Each tensor type (`F32`, `Q4_K`, `Q6_K`, ... as ggml names them)
+    /// with its bytes, most bytes first (ties by name).
+    pub tensor_bytes: Vec<(String, u64)>,
+}
+
+impl GgufTypes {
+    /// Types from a file type and per-tensor (type, bytes) pairs, summed
+    /// per type and sorted, most bytes first.
+    pub fn new(
+        file_type: Option<String>,
+        tensors: impl IntoIterator<Item = (String, u64)>,
+    ) -> GgufTypes {
+        let mut sums: BTreeMap<String, u64> = BTreeMap::new();
+        for (name, bytes) in tensors {
+            let sum = sums.entry(name).or_default();
+            *sum = sum.saturating_add(bytes);
+        }
+        let mut tensor_bytes: Vec<(String, u64)> = sums.into_iter().collect();
+        tensor_bytes.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        GgufTypes {
+            file_type,
+            tensor_bytes,
+        }
+    }
+
+    /// The short name: the file type, else the tensor type with the most
+    /// bytes, else `GGUF`.
+    pub fn name(&self) -> &str {
+        self.file_type
+            .as_deref()
+            .or_else(|| self.tensor_bytes.first().map(|(name, _)| name.as_str()))
+            .unwrap_or("GGUF")
+    }
+}
+
+impl fmt::Display for GgufTypes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.file_type.as_deref().unwrap_or("GGUF"))?;
+        let total: u128 = self.tensor_bytes.iter().map(|(_, n)| u128::from(*n)).sum();
+        if total == 0 {
+            return Ok(());
+        }
+        f.write_str(" (")?;
+        for (i, (name, bytes)) in self.tensor_bytes.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            // Whole percents, rounded; integer arithmetic, no casts.
+            let percent = (u128::from(*bytes) * 100 + total / 2) / total;
+            if percent == 0 {
+                write!(f, "{name} <1%")?;
+            } else {
+                write!(f, "{name} {percent}%")?;
+            }
+        }
+        f.write_str(")")
+    }
 }
 
 impl Dtype {
@@ -82,23 +166,38 @@ impl Dtype {
             Dtype::Bf16 => "bfloat16",
             Dtype::F16 => "float16",
             Dtype::Other(name) => name,
+            Dtype::Gguf(types) => types.name(),
         }
     }
 
-    /// The compute dtype of the same format, if it is one.
+    /// The compute dtype of the same format, if it is one (never for a
+    /// GGUF file's types, which run as stored).
     pub fn compute(&self) -> Option<ComputeDtype> {
         match self {
             Dtype::F32 => Some(ComputeDtype::F32),
             Dtype::Bf16 => Some(ComputeDtype::Bf16),
             Dtype::F16 => Some(ComputeDtype::F16),
-            Dtype::Other(_) => None,
+            Dtype::Other(_) | Dtype::Gguf(_) => None,
+        }
+    }
+
+    /// The GGUF types, if this is a GGUF file's.
+    pub fn gguf(&self) -> Option<&GgufTypes> {
+        match self {
+            Dtype::Gguf(types) => Some(types),
+            _ => None,
         }
     }
 }
 
 impl fmt::Display for Dtype {
+    /// The [`name`](Dtype::name); for a GGUF file, its whole
+    /// [`GgufTypes`] description.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
+        match self {
+            Dtype::Gguf(types) => types.fmt(f),
+            other => f.write_str(other.name()),
+        }
     }
 }
 
@@ -113,6 +212,8 @@ pub enum DtypeSource {
     /// The safetensors headers of the weight files: the floating dtype
     /// most weight bytes use.
     SafetensorsHeader,
+    /// A GGUF file's `general.file_type` and tensor table.
+    GgufTensors,
 }
 
 impl fmt::Display for DtypeSource {
@@ -121,6 +222,7 @@ impl fmt::Display for DtypeSource {
             DtypeSource::ConfigTorchDtype => "config.json torch_dtype",
             DtypeSource::ConfigDtype => "config.json dtype",
             DtypeSource::SafetensorsHeader => "safetensors header",
+            DtypeSource::GgufTensors => "GGUF tensor types",
         })
     }
 }
@@ -179,6 +281,7 @@ impl DtypeOrder {
             Dtype::Bf16 => (1, ""),
             Dtype::F16 => (2, ""),
             Dtype::Other(name) => (3, name),
+            Dtype::Gguf(types) => (4, types.name()),
         }
     }
 }
@@ -268,7 +371,9 @@ impl DtypeRequest {
 /// The dtype an engine runs and why: the answer to its `dtype` option.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DtypeChoice {
-    /// The dtype it runs.
+    /// The dtype it runs; for a GGUF file's own types
+    /// ([`runs_stored_types`](Self::runs_stored_types)), the dtype its
+    /// activations (and any dequantized tensor) compute in: `f32`.
     pub dtype: ComputeDtype,
     /// What was asked for.
     pub request: DtypeRequest,
@@ -282,6 +387,12 @@ impl DtypeChoice {
     /// one): an explicit dtype is run as given; `auto` runs the stored
     /// dtype when it is in `fast_paths`, else `f32` (stored `f32`, an
     /// unknown dtype, or one without a fast path).
+    ///
+    /// On a GGUF file's types (a stored [`Dtype::Gguf`]) `auto` runs them
+    /// as stored ([`runs_stored_types`](Self::runs_stored_types)), with
+    /// `dtype` `f32`; an explicit dtype is returned as asked here, and
+    /// refused by [`ModelFolder::dtype_choice`](super::ModelFolder::dtype_choice),
+    /// which engines call.
     pub fn choose(
         request: DtypeRequest,
         stored: Option<StoredDtype>,
@@ -301,15 +412,31 @@ impl DtypeChoice {
             stored,
         }
     }
+
+    /// Whether the engine runs the checkpoint's own stored types rather
+    /// than [`dtype`](Self::dtype): `auto` on a GGUF file.
+    pub fn runs_stored_types(&self) -> bool {
+        self.request == DtypeRequest::Auto
+            && self
+                .stored
+                .as_ref()
+                .is_some_and(|s| matches!(s.dtype, Dtype::Gguf(_)))
+    }
 }
 
 impl fmt::Display for DtypeChoice {
     /// `bf16 (dtype=bf16)`; `bf16 (auto: config.json torch_dtype)` (the
     /// stored dtype runs); `f32 (auto: safetensors header is F64, which
     /// runs as f32 here)`; `f32 (auto: the checkpoint's dtype is
-    /// unknown)`.
+    /// unknown)`; `Q4_K_M (Q4_K 63%, Q6_K 25%, F32 12%) as stored (auto:
+    /// GGUF tensor types)`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let dtype = self.dtype;
+        if self.runs_stored_types()
+            && let Some(stored) = &self.stored
+        {
+            return write!(f, "{} as stored (auto: {})", stored.dtype, stored.source);
+        }
         match (self.request, &self.stored) {
             (DtypeRequest::Exactly(asked), _) => write!(f, "{dtype} (dtype={asked})"),
             (DtypeRequest::Auto, None) => {

@@ -1,6 +1,7 @@
 //! The model folder: `model=` resolved to a folder in the Hugging Face
-//! layout, whose files are read once into one [`ModelFolder`] that the
-//! tokenizer, the templates and every engine share.
+//! layout (or a GGUF file, see [`gguf`]), whose files are read once into
+//! one [`ModelFolder`] that the tokenizer, the templates and every engine
+//! share.
 //!
 //! # Guarantees
 //!
@@ -50,10 +51,46 @@
 //!   `eos_token`, then `config.json`'s ids, then `generation_config.json`'s,
 //!   without duplicates. Test:
 //!   `tests::eos_ids_come_from_tokenizer_then_config_then_generation_config`.
+//! - **A GGUF file is a model folder too** ([`gguf`]):
+//!   `model=path/to/file.gguf`, or a folder holding exactly one `.gguf`
+//!   and no `config.json`, opens through [`ModelFolder::open`] with the
+//!   same decoder description, tokenizer, eos ids and template as a
+//!   Hugging Face folder; [`ModelFolder::gguf_file`] names the file for
+//!   engines. Tests: `gguf::tests::a_folder_with_one_gguf_resolves_and_opens`,
+//!   `gguf::tests::a_folder_with_two_ggufs_names_them`,
+//!   `gguf::tests::llama_metadata_gives_the_decoder_config`,
+//!   `gguf::tests::qwen2_and_qwen3_metadata_give_their_switches`,
+//!   `gguf::tests::rope_freqs_become_per_frequency_factors_and_yarn_is_refused`,
+//!   `gguf::tests::an_unsupported_architecture_names_what_it_found`.
+//! - **The GGUF vocabulary tokenizes as the model's `tokenizer.json`
+//!   would**, and a `tokenizer.json` beside the file wins. Tests:
+//!   `gguf::tests::a_gpt2_vocabulary_encodes_as_its_tokenizer_json_does`,
+//!   `gguf::tests::an_spm_vocabulary_round_trips_with_byte_fallback`,
+//!   `gguf::tests::special_tokens_and_the_chat_template_come_from_the_metadata`,
+//!   `gguf::tests::a_tokenizer_json_beside_the_file_wins`.
+//! - **A broken GGUF file is a typed error naming it**
+//!   ([`Error::InvalidGguf`]), never a panic, a hang or an allocation the
+//!   file cannot back. Tests:
+//!   `gguf::tests::a_truncated_or_corrupt_file_names_the_path`,
+//!   `gguf::tests::tensor_data_past_the_end_of_the_file_is_refused`,
+//!   `gguf::tests::metadata_of_the_wrong_type_names_the_key_and_the_path`.
+//! - **A GGUF runs in its stored types**: [`ModelFolder::stored_dtype`] is
+//!   [`Dtype::Gguf`] (file type and tensor mix); `dtype=auto` runs it and
+//!   an explicit dtype is [`Error::UnsupportedDtype`] with the reason
+//!   ([`ModelFolder::dtype_choice`]). Tests:
+//!   `gguf::tests::the_stored_dtype_is_the_file_type_and_the_tensor_mix`,
+//!   `gguf::tests::an_explicit_dtype_on_a_gguf_is_refused_with_the_reason`.
+//! - **Engines map GGUF tensors with one table**:
+//!   [`gguf_tensor_hf_name`], and [`gguf_rows_are_interleaved`] with
+//!   [`hf_row_of_gguf_row`] / [`gguf_row_of_hf_row`] for llama.cpp's q/k
+//!   permutation. Tests:
+//!   `gguf::tests::tensor_names_map_to_the_hugging_face_layout`,
+//!   `gguf::tests::the_qk_row_map_round_trips_and_undoes_llama_cpp_permutation`.
 
 mod config;
 mod dtype;
 mod files;
+pub mod gguf;
 mod resolve;
 #[cfg(test)]
 mod testing;
@@ -63,23 +100,28 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 pub use config::{Architecture, DecoderConfig, RopeScaling};
-pub use dtype::{ComputeDtype, Dtype, DtypeChoice, DtypeRequest, DtypeSource, StoredDtype};
+pub use dtype::{
+    ComputeDtype, Dtype, DtypeChoice, DtypeRequest, DtypeSource, GgufTypes, StoredDtype,
+};
 pub use files::GenerationConfig;
+pub use gguf::{
+    gguf_row_of_hf_row, gguf_rows_are_interleaved, gguf_tensor_hf_name, hf_row_of_gguf_row,
+};
 pub use resolve::{BUILTIN_PREFIX, ModelSearch, cache_root, hub_cache_dir, resolve};
 pub use weights::{SafetensorsEntry, safetensors_header, weight_files};
 
-#[cfg(doc)]
-use crate::Error;
-use crate::Result;
 pub use crate::registry::BuiltinModel;
 use crate::tokenizer::{HfTokenizer, Tokenizer};
+use crate::{Error, Result};
 use files::{CONFIG_JSON, FolderFiles, require_dir};
 
-/// A model folder, read once: the decoder description, the generation
-/// defaults, the tokenizer with its special tokens, and the chat template.
+/// A model folder (or a GGUF file), read once: the decoder description,
+/// the generation defaults, the tokenizer with its special tokens, and the
+/// chat template.
 #[derive(Debug, Clone)]
 pub struct ModelFolder {
     dir: PathBuf,
+    gguf: Option<PathBuf>,
     config: DecoderConfig,
     generation: GenerationConfig,
     tokenizer: Arc<HfTokenizer>,
@@ -87,10 +129,54 @@ pub struct ModelFolder {
 }
 
 impl ModelFolder {
-    /// Resolves `spec` (see [`resolve`]) and reads the folder (see
-    /// [`from_dir`](Self::from_dir)).
+    /// Resolves `spec` (see [`resolve`]) and reads the folder or GGUF
+    /// file (see [`from_path`](Self::from_path)).
     pub fn open(spec: &str) -> Result<Self> {
-        ModelFolder::from_dir(resolve(spec)?)
+        ModelFolder::from_path(resolve(spec)?)
+    }
+
+    /// Reads a `.gguf` file ([`from_gguf`](Self::from_gguf)) or a folder
+    /// ([`from_dir`](Self::from_dir)).
+    pub fn from_path(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref();
+        if path.is_file() && gguf::is_gguf_path(path) {
+            ModelFolder::from_gguf(path)
+        } else {
+            ModelFolder::from_dir(path)
+        }
+    }
+
+    /// Reads a GGUF file: the decoder description and stored types from
+    /// its header, the tokenizer from a `tokenizer.json` beside it (with
+    /// `tokenizer_config.json`, `generation_config.json` and
+    /// `chat_template.jinja` beside it, as for a folder) or else from its
+    /// vocabulary and `tokenizer.chat_template`. The folder holding it is
+    /// [`dir`](Self::dir); the file is [`gguf_file`](Self::gguf_file).
+    /// Tensors are not read (except the small `rope_freqs.weight`). See
+    /// [`gguf`] for the rules and errors; without core's `gguf` feature
+    /// this is [`Error::NotCompiledIn`].
+    pub fn from_gguf(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref();
+        let model = gguf::open(path)?;
+        let eos_token_ids = model
+            .tokenizer
+            .special_tokens()
+            .eos
+            .iter()
+            .map(|t| t.id)
+            .collect();
+        let dir = match path.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => parent.to_owned(),
+            _ => PathBuf::from("."),
+        };
+        Ok(ModelFolder {
+            dir,
+            gguf: Some(path.to_owned()),
+            config: model.config,
+            generation: model.generation,
+            tokenizer: Arc::new(model.tokenizer),
+            eos_token_ids,
+        })
     }
 
     /// Reads a model folder:
@@ -103,12 +189,19 @@ impl ModelFolder {
     ///   end-of-sequence tokens being [`eos_token_ids`](Self::eos_token_ids).
     ///
     /// Weights are not read; [`weight_files`](Self::weight_files) lists
-    /// them. A missing folder or required file is
-    /// [`Error::MissingModelFile`]; see the [module docs](self) for the
-    /// other errors.
+    /// them. A folder without `config.json` that holds exactly one `.gguf`
+    /// file is read as that file ([`from_gguf`](Self::from_gguf)); several
+    /// `.gguf` files there are [`Error::InvalidModelConfig`] naming them.
+    /// A missing folder or required file is [`Error::MissingModelFile`];
+    /// see the [module docs](self) for the other errors.
     pub fn from_dir(dir: impl AsRef<Path>) -> Result<Self> {
         let dir = dir.as_ref();
         require_dir(dir)?;
+        if !dir.join(CONFIG_JSON).exists()
+            && let Some(file) = gguf::single_gguf_in(dir)?
+        {
+            return ModelFolder::from_gguf(file);
+        }
         // The only read of config.json.
         let config = DecoderConfig::from_file(&dir.join(CONFIG_JSON))?;
         // The only read of each tokenizer-side file.
@@ -129,6 +222,7 @@ impl ModelFolder {
             .collect();
         Ok(ModelFolder {
             dir: dir.to_owned(),
+            gguf: None,
             config,
             generation,
             tokenizer: Arc::new(tokenizer),
@@ -136,12 +230,20 @@ impl ModelFolder {
         })
     }
 
-    /// The folder.
+    /// The folder (for a GGUF file, the folder holding it).
     pub fn dir(&self) -> &Path {
         &self.dir
     }
 
-    /// The decoder description from `config.json`.
+    /// The GGUF file, when the model is one: engines read its tensors
+    /// (named as [`gguf_tensor_hf_name`] maps them, q and k rows as
+    /// [`gguf_rows_are_interleaved`] says). `None` for a Hugging Face
+    /// folder.
+    pub fn gguf_file(&self) -> Option<&Path> {
+        self.gguf.as_deref()
+    }
+
+    /// The decoder description from `config.json` (or the GGUF metadata).
     pub fn config(&self) -> &DecoderConfig {
         &self.config
     }
@@ -203,7 +305,8 @@ impl ModelFolder {
     /// file's header alone), else `None` (unknown: no weights, or a header
     /// that cannot be read, which loading the weights then reports). See
     /// [`StoredDtype`] and, for what `dtype=auto` makes of it,
-    /// [`DtypeChoice`].
+    /// [`DtypeChoice`]. For a GGUF file: its types ([`Dtype::Gguf`],
+    /// from [`DtypeSource::GgufTensors`]).
     pub fn stored_dtype(&self) -> Option<StoredDtype> {
         if let Some(stored) = &self.config.stored_dtype {
             return Some(stored.clone());
@@ -212,11 +315,46 @@ impl ModelFolder {
         StoredDtype::from_safetensors_headers(&files)
     }
 
-    /// The safetensors weight files; see [`weight_files`]. Listed (and the
-    /// shard index read) on each call, so a folder whose weights are in
-    /// another format still opens.
+    /// What an engine runs for its `dtype` option on this model: for a
+    /// folder, [`DtypeChoice::choose`] on the [stored
+    /// dtype](Self::stored_dtype). For a GGUF file, `auto` runs the file's
+    /// own types ([`DtypeChoice::runs_stored_types`]); an explicit dtype is
+    /// [`Error::UnsupportedDtype`] saying why: it would dequantize (or
+    /// convert) the file, which is a conversion to do beforehand.
+    pub fn dtype_choice(
+        &self,
+        request: DtypeRequest,
+        fast_paths: &[ComputeDtype],
+    ) -> Result<DtypeChoice> {
+        let stored = self.stored_dtype();
+        if let (Some(path), DtypeRequest::Exactly(asked)) = (&self.gguf, request) {
+            let types = stored
+                .as_ref()
+                .map_or_else(|| "GGUF".to_owned(), |s| s.dtype.to_string());
+            return Err(Error::UnsupportedDtype {
+                requested: asked.name(),
+                path: path.clone(),
+                reason: format!(
+                    "a GGUF file runs in its stored types ({types}); dtype={asked} would \
+                     dequantize it: leave dtype=auto, or convert the file (or use the Hugging \
+                     Face checkpoint) instead"
+                ),
+            });
+        }
+        Ok(DtypeChoice::choose(request, stored, fast_paths))
+    }
+
+    /// The weight files. For a folder, its safetensors files, see
+    /// [`weight_files`]: listed (and the shard index read) on each call, so
+    /// a folder whose weights are in another format still opens. For a
+    /// GGUF model, the one `.gguf` file ([`gguf_file`](Self::gguf_file)):
+    /// an engine that reads safetensors only must check `gguf_file` first
+    /// and refuse.
     pub fn weight_files(&self) -> Result<Vec<PathBuf>> {
-        weight_files(&self.dir)
+        match &self.gguf {
+            Some(file) => Ok(vec![file.clone()]),
+            None => weight_files(&self.dir),
+        }
     }
 }
 

@@ -1,5 +1,6 @@
-//! Resolving `model=` to a folder: a local folder, a registered built-in
-//! model, or a snapshot in the local Hugging Face cache.
+//! Resolving `model=` to a folder: a local folder or `.gguf` file, a
+//! registered built-in model, or a snapshot in the local Hugging Face
+//! cache.
 
 use std::ffi::OsString;
 use std::path::{Component, Path, PathBuf};
@@ -48,7 +49,9 @@ impl ModelSearch {
     /// 1. `builtin:NAME`: the registered [`BuiltinModel`](registry::BuiltinModel)
     ///    `NAME`, made under [`cache_root`](Self::cache_root) if needed; an
     ///    unknown name is [`Error::UnknownName`] listing the registered ones;
-    /// 2. an existing local folder, as given;
+    /// 2. an existing local folder, or a local `.gguf` file, as given
+    ///    (a folder holding one `.gguf` file and no `config.json` is read
+    ///    as that file by [`ModelFolder`](super::ModelFolder));
     /// 3. `ORG/NAME` or `ORG/NAME@REVISION` (default `main`): the snapshot
     ///    of that revision in the Hugging Face cache, found through
     ///    `hf-hub`'s cache API (`refs/REVISION`, or a snapshot named
@@ -62,11 +65,11 @@ impl ModelSearch {
             return (model.create)(&self.cache_root);
         }
         let path = Path::new(spec);
-        if path.is_dir() {
+        if path.is_dir() || (path.is_file() && super::gguf::is_gguf_path(path)) {
             return Ok(path.to_owned());
         }
         let mut tried = vec![if path.exists() {
-            format!("local folder `{spec}` (it is not a folder)")
+            format!("local folder `{spec}` (it is not a folder, nor a .gguf file)")
         } else {
             format!("local folder `{spec}`")
         }];
