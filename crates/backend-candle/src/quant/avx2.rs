@@ -25,6 +25,7 @@ macro_rules! by_rows {
         }
     };
 }
+pub(crate) use by_rows;
 
 /// One weight row of `ty` times the tile's rows into `out[..rows]`.
 #[target_feature(enable = "avx2,fma")]
@@ -58,7 +59,7 @@ pub(crate) fn hsum2(a: __m256i, b: __m256i) -> (i32, i32) {
 ///
 /// `block` points to a whole block.
 #[target_feature(enable = "avx2")]
-unsafe fn lanes_values<const Q4: bool>(block: *const u8) -> __m256i {
+pub(crate) unsafe fn lanes_values<const Q4: bool>(block: *const u8) -> __m256i {
     if Q4 {
         // SAFETY: 16 bytes of nibbles after the scale, in the block.
         let raw = unsafe { _mm_loadu_si128(block.add(2).cast()) };
