@@ -61,7 +61,12 @@
 //!   `gguf::tests::llama_metadata_gives_the_decoder_config`,
 //!   `gguf::tests::qwen2_and_qwen3_metadata_give_their_switches`,
 //!   `gguf::tests::rope_freqs_become_per_frequency_factors_and_yarn_is_refused`,
-//!   `gguf::tests::an_unsupported_architecture_names_what_it_found`.
+//!   `gguf::tests::an_unsupported_architecture_names_what_it_found`; and
+//!   against testkit's fixtures laid out as llama.cpp writes them, each
+//!   agreeing with its Hugging Face reference folder (description,
+//!   tokenizer, special ids, template), in `tests/gguf_fixtures.rs`:
+//!   `every_gguf_fixture_opens_as_its_reference_folder_does`,
+//!   `the_tensor_name_map_inverts_testkits_and_the_row_map_undoes_its_permutation`.
 //! - **The GGUF vocabulary tokenizes as the model's `tokenizer.json`
 //!   would**, and a `tokenizer.json` beside the file wins. Tests:
 //!   `gguf::tests::a_gpt2_vocabulary_encodes_as_its_tokenizer_json_does`,
