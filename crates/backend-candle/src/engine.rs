@@ -265,7 +265,8 @@ impl CandleEngine {
         let max_slots = positive(options.max_slots, "max_slots")?.unwrap_or(DEFAULT_MAX_SLOTS);
         let model = model.unwrap_or(DEFAULT_MODEL);
         let folder = ModelFolder::open(model)?;
-        let choice = DtypeChoice::choose(request, folder.stored_dtype(), AUTO_DTYPES);
+        // On a GGUF file: its own types, any other dtype refused with why.
+        let choice = folder.dtype_choice(request, AUTO_DTYPES)?;
         let dtype = candle_dtype(choice.dtype);
         let kv_dtype = parse_kv_dtype(options.kv_dtype.as_deref())?;
         let bf16_activations = parse_activations(options.activations.as_deref(), dtype, &device)?;
@@ -283,12 +284,22 @@ impl CandleEngine {
                 reason: e.to_string(),
             })?;
         let decoder = pool.install(|| -> Result<Decoder> {
-            // Each tensor is read as the decoder asks for it, packed and
-            // dropped: no whole copy of the checkpoint beside the weights.
-            let files = loader::SafetensorsFiles::open(&folder.weight_files()?)?;
-            let weights =
-                Weights::from_files(files, dtype, &device).with_bf16_activations(bf16_activations);
             let config = folder.config();
+            // Each tensor is read as the decoder asks for it, packed (or,
+            // quantized, kept as stored) and dropped: no whole copy of the
+            // checkpoint beside the weights.
+            let weights = match folder.gguf_file() {
+                Some(path) => {
+                    let tensors = crate::gguf::GgufTensors::open(path, config)?;
+                    let dtype = tensors.float_dtype();
+                    Weights::from_gguf(tensors, dtype, &device)
+                }
+                None => {
+                    let files = loader::SafetensorsFiles::open(&folder.weight_files()?)?;
+                    Weights::from_files(files, dtype, &device)
+                }
+            }
+            .with_bf16_activations(bf16_activations);
             let decoder = Decoder::load(
                 &weights,
                 config,

@@ -61,6 +61,7 @@ mod attention;
 mod cpu;
 pub mod engine;
 pub mod error;
+pub mod gguf;
 pub mod loader;
 pub mod model;
 mod packed;

@@ -130,7 +130,7 @@ fn dtype_of(name: &str) -> Option<DType> {
 }
 
 /// Fills `buf` from `file` at `offset`.
-fn read_at(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+pub(crate) fn read_at(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
     #[cfg(unix)]
     {
         use std::os::unix::fs::FileExt;

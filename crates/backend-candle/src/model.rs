@@ -8,6 +8,7 @@
 //! Weights are named as in the checkpoint (`model.layers.0.self_attn.q_proj.weight`, ...).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -21,7 +22,9 @@ use crate::arena::WeightArena;
 use crate::attention::{QueryShape, SlotView, decode_attention, decode_attention_scratch};
 use crate::cpu::PackedElem;
 use crate::error::{CandleError, Result};
+use crate::gguf::{GgufTensors, RawQuant, SharedGguf};
 use crate::proj::{Proj, cpu_f32_slice};
+use crate::quant::QuantWeight;
 use guidebench_core::model::DecoderConfig;
 
 /// A `VarBuilder` that knows its full prefix, so that a missing weight is
@@ -34,6 +37,9 @@ pub struct Weights {
     arena: WeightArena,
     /// bf16 projections round their activations to bf16 too.
     bf16_activations: bool,
+    /// A GGUF file's tensors, whose quantized matrices projections take
+    /// at their stored size ([`Weights::quant`]).
+    gguf: Option<Arc<GgufTensors>>,
 }
 
 impl Weights {
@@ -44,6 +50,7 @@ impl Weights {
             prefix: String::new(),
             arena: WeightArena::new(),
             bf16_activations: false,
+            gguf: None,
         }
     }
 
@@ -59,7 +66,41 @@ impl Weights {
             prefix: String::new(),
             arena: WeightArena::new(),
             bf16_activations: false,
+            gguf: None,
         }
+    }
+
+    /// Weights read from a GGUF file one tensor at a time as the decoder
+    /// asks for them: quantized matrices at their stored size
+    /// ([`Weights::quant`]), float tensors converted to `dtype` on
+    /// `device`.
+    pub fn from_gguf(tensors: GgufTensors, dtype: DType, device: &Device) -> Self {
+        let tensors = Arc::new(tensors);
+        Weights {
+            vb: VarBuilder::from_backend(
+                Box::new(SharedGguf(Arc::clone(&tensors))),
+                dtype,
+                device.clone(),
+            ),
+            prefix: String::new(),
+            arena: WeightArena::new(),
+            bf16_activations: false,
+            gguf: Some(tensors),
+        }
+    }
+
+    /// The quantized matrix `name` `(rows, cols)` at its stored size, when
+    /// the weights are a GGUF file's and it is quantized there.
+    fn quant(&self, name: &str, rows: usize, cols: usize) -> Result<Option<RawQuant>> {
+        match &self.gguf {
+            Some(tensors) => Ok(tensors.quant(&self.full_name(name), rows, cols)?),
+            None => Ok(None),
+        }
+    }
+
+    /// Whether any weight is quantized (a GGUF file's).
+    pub fn is_quantized(&self) -> bool {
+        self.gguf.as_ref().is_some_and(|t| t.is_quantized())
     }
 
     /// The same weights under `name.`.
@@ -74,6 +115,7 @@ impl Weights {
             },
             arena: self.arena.clone(),
             bf16_activations: self.bf16_activations,
+            gguf: self.gguf.clone(),
         }
     }
 
@@ -136,11 +178,22 @@ fn is_half(dtype: DType) -> bool {
     matches!(dtype, DType::BF16 | DType::F16)
 }
 
-/// A linear layer's weight `(out, in)` and optional bias, as stored.
-type LinearParts = (Tensor, Option<Tensor>);
+/// A linear layer's weight `(out, in)` as stored.
+enum Part {
+    /// A float tensor.
+    Float(Tensor),
+    /// A quantized matrix (a GGUF file's), at its stored size.
+    Quant(RawQuant),
+}
+
+/// A linear layer's weight and optional bias, as stored.
+type LinearParts = (Part, Option<Tensor>);
 
 fn linear_parts(w: &Weights, in_dim: usize, out_dim: usize, bias: bool) -> Result<LinearParts> {
-    let weight = w.get((out_dim, in_dim), "weight")?;
+    let weight = match w.quant("weight", out_dim, in_dim)? {
+        Some(raw) => Part::Quant(raw),
+        None => Part::Float(w.get((out_dim, in_dim), "weight")?),
+    };
     let bias = if bias {
         Some(w.get(out_dim, "bias")?)
     } else {
@@ -151,20 +204,71 @@ fn linear_parts(w: &Weights, in_dim: usize, out_dim: usize, bias: bool) -> Resul
 
 fn linear(w: &Weights, in_dim: usize, out_dim: usize, bias: bool) -> Result<Proj> {
     let (weight, bias) = linear_parts(w, in_dim, out_dim, bias)?;
-    Ok(Proj::new(weight, bias, &w.arena)?.with_bf16_activations(w.bf16_activations))
+    match weight {
+        Part::Float(weight) => {
+            Ok(Proj::new(weight, bias, &w.arena)?.with_bf16_activations(w.bf16_activations))
+        }
+        Part::Quant(raw) => Ok(Proj::quant(vec![quant_weight(raw)?], bias)?),
+    }
+}
+
+/// The projections' form of a quantized matrix.
+fn quant_weight(raw: RawQuant) -> Result<QuantWeight> {
+    QuantWeight::new(raw.ty, raw.rows, raw.cols, &raw.bytes)
+        .map_err(|e| candle_core::Error::Msg(format!("a {} matrix: {e}", raw.ty.name())).into())
 }
 
 /// Projections of the same input stacked into one (their outputs side by
 /// side, in order); only the stacked weight becomes a `Proj`, so it is the
-/// only one packed.
-fn stacked(w: &Weights, parts: &[LinearParts]) -> Result<Proj> {
-    let weights: Vec<&Tensor> = parts.iter().map(|(weight, _)| weight).collect();
-    let weight = Tensor::cat(&weights, 0)?;
+/// only one packed. Quantized parts of one type are stacked into one
+/// matrix (rows are whole blocks); of several types (a Q4_K_M file's q
+/// and k in Q4_K beside v in Q6_K), each writes its own columns of the
+/// output.
+fn stacked(w: &Weights, parts: Vec<LinearParts>) -> Result<Proj> {
     let biases: Option<Vec<&Tensor>> = parts.iter().map(|(_, bias)| bias.as_ref()).collect();
     let bias = match biases {
         Some(b) => Some(Tensor::cat(&b, 0)?),
         None => None,
     };
+    let mut floats = Vec::new();
+    let mut quants = Vec::new();
+    for (weight, _) in parts {
+        match weight {
+            Part::Float(t) => floats.push(t),
+            Part::Quant(raw) => quants.push(raw),
+        }
+    }
+    if !quants.is_empty() {
+        if !floats.is_empty() {
+            return Err(candle_core::Error::Msg(
+                "projections of one input are partly quantized and partly not: not supported"
+                    .into(),
+            )
+            .into());
+        }
+        let one_type = quants
+            .windows(2)
+            .all(|p| p[0].ty == p[1].ty && p[0].cols == p[1].cols);
+        let weights = if one_type {
+            let first = &quants[0];
+            let rows = quants.iter().map(|q| q.rows).sum();
+            let (ty, cols) = (first.ty, first.cols);
+            let bytes = quants.into_iter().flat_map(|q| q.bytes).collect();
+            vec![quant_weight(RawQuant {
+                ty,
+                rows,
+                cols,
+                bytes,
+            })?]
+        } else {
+            quants
+                .into_iter()
+                .map(quant_weight)
+                .collect::<Result<_>>()?
+        };
+        return Ok(Proj::quant(weights, bias)?);
+    }
+    let weight = Tensor::cat(&floats, 0)?;
     Ok(Proj::new(weight, bias, &w.arena)?.with_bf16_activations(w.bf16_activations))
 }
 
@@ -990,7 +1094,7 @@ impl Attention {
         Ok(Attention {
             qkv_proj: stacked(
                 w,
-                &[
+                vec![
                     linear_parts(&w.pp("q_proj"), h, nh * hd, cfg.qkv_bias)?,
                     linear_parts(&w.pp("k_proj"), h, nkv * hd, cfg.qkv_bias)?,
                     linear_parts(&w.pp("v_proj"), h, nkv * hd, cfg.qkv_bias)?,
@@ -1191,7 +1295,7 @@ impl Mlp {
         Ok(Mlp {
             gate_up_proj: stacked(
                 w,
-                &[
+                vec![
                     linear_parts(&w.pp("gate_proj"), h, i, false)?,
                     linear_parts(&w.pp("up_proj"), h, i, false)?,
                 ],
@@ -1403,9 +1507,12 @@ enum Embeddings {
     /// bf16 or f16 rows on the CPU, widened to f32 as tokens come (host
     /// buffers only).
     Half(Tensor),
-    /// The rows of the tied LM head, packed at two bytes (host buffers
-    /// only): the table is not kept twice.
+    /// The rows of the tied LM head, packed at two bytes or quantized
+    /// (host buffers only): the table is not kept twice.
     Head,
+    /// Quantized rows (a GGUF file's), dequantized as tokens come (host
+    /// buffers only).
+    Quant(Arc<QuantWeight>),
 }
 
 /// The decoder: embeddings, blocks, final norm and LM head.
@@ -1420,8 +1527,12 @@ pub struct Decoder {
     max_seq_len: usize,
     /// The compute dtype ([`Weights::compute_dtype`]).
     dtype: DType,
-    /// The dtype the weights are kept in.
+    /// The dtype the weights are kept in (of the float ones, where some
+    /// are quantized).
     weight_dtype: DType,
+    /// Whether projections are quantized (a GGUF file's): every pass runs
+    /// on host buffers.
+    quantized: bool,
     /// The dtype of the KV cache on the host-buffer path.
     kv_dtype: DType,
     device: Device,
@@ -1433,6 +1544,58 @@ impl Decoder {
     /// `max_seq_len` positions.
     pub fn load(w: &Weights, cfg: &DecoderConfig, max_seq_len: usize) -> Result<Self> {
         let m = w.pp("model");
+        let (lm_head, embed_tokens) =
+            match m
+                .pp("embed_tokens")
+                .quant("weight", cfg.vocab_size, cfg.hidden_size)?
+            {
+                // Quantized embeddings (a GGUF file's): rows dequantized as
+                // tokens come; a tied LM head reads the same blocks.
+                Some(raw) => {
+                    let table = Arc::new(quant_weight(raw)?);
+                    if cfg.tie_word_embeddings {
+                        (
+                            Proj::quant_shared(vec![Arc::clone(&table)], None)?,
+                            Embeddings::Head,
+                        )
+                    } else {
+                        (
+                            linear(&w.pp("lm_head"), cfg.hidden_size, cfg.vocab_size, false)?,
+                            Embeddings::Quant(table),
+                        )
+                    }
+                }
+                None => Self::float_embeddings(w, &m, cfg)?,
+            };
+        let layers = (0..cfg.num_hidden_layers)
+            .map(|i| DecoderLayer::load(&m.pp("layers").pp(i), cfg))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Decoder {
+            embed_tokens,
+            layers,
+            norm: RmsNorm::load(&m.pp("norm"), cfg.hidden_size, cfg.rms_norm_eps)?,
+            lm_head,
+            rope: Rope::new(cfg, max_seq_len, w.compute_dtype(), w.device())?,
+            config: cfg.clone(),
+            max_seq_len,
+            dtype: w.compute_dtype(),
+            weight_dtype: w.dtype(),
+            quantized: w.is_quantized(),
+            // The compute dtype: on the CPU f32 whatever the weights, so
+            // that the default path is exact (`with_kv_dtype` keeps two
+            // bytes, as llama.cpp does by default).
+            kv_dtype: w.compute_dtype(),
+            device: w.device().clone(),
+            clock: PhaseClock::default(),
+        })
+    }
+
+    /// The LM head and the embeddings from float tensors.
+    fn float_embeddings(
+        w: &Weights,
+        m: &Weights,
+        cfg: &DecoderConfig,
+    ) -> Result<(Proj, Embeddings)> {
         let embeddings = m
             .pp("embed_tokens")
             .get((cfg.vocab_size, cfg.hidden_size), "weight")?;
@@ -1446,7 +1609,7 @@ impl Decoder {
         } else {
             embeddings
         };
-        let (lm_head, embed_tokens) = match (cfg.tie_word_embeddings, half) {
+        Ok(match (cfg.tie_word_embeddings, half) {
             (true, true) => (
                 Proj::new(embeddings, None, &w.arena)?.with_bf16_activations(w.bf16_activations),
                 Embeddings::Head,
@@ -1462,26 +1625,6 @@ impl Decoder {
                     false => Embeddings::Table(Embedding::new(embeddings, cfg.hidden_size)),
                 },
             ),
-        };
-        let layers = (0..cfg.num_hidden_layers)
-            .map(|i| DecoderLayer::load(&m.pp("layers").pp(i), cfg))
-            .collect::<Result<Vec<_>>>()?;
-        Ok(Decoder {
-            embed_tokens,
-            layers,
-            norm: RmsNorm::load(&m.pp("norm"), cfg.hidden_size, cfg.rms_norm_eps)?,
-            lm_head,
-            rope: Rope::new(cfg, max_seq_len, w.compute_dtype(), w.device())?,
-            config: cfg.clone(),
-            max_seq_len,
-            dtype: w.compute_dtype(),
-            weight_dtype: w.dtype(),
-            // The compute dtype: on the CPU f32 whatever the weights, so
-            // that the default path is exact (`with_kv_dtype` keeps two
-            // bytes, as llama.cpp does by default).
-            kv_dtype: w.compute_dtype(),
-            device: w.device().clone(),
-            clock: PhaseClock::default(),
         })
     }
 
@@ -1556,7 +1699,7 @@ impl Decoder {
     /// Whether every pass runs on host buffers (bf16 or f16 weights on
     /// the CPU, computed in f32): the tensor path is not used.
     fn host_only(&self) -> bool {
-        self.device.is_cpu() && is_half(self.weight_dtype)
+        self.device.is_cpu() && (is_half(self.weight_dtype) || self.quantized)
     }
 
     /// The device.
@@ -1891,6 +2034,14 @@ impl Decoder {
                         }
                     };
                     widened.ok_or_else(|| outside(token.id))?;
+                }
+            }
+            Embeddings::Quant(table) => {
+                for (row, token) in x.chunks_exact_mut(h).zip(part) {
+                    if token.id as usize >= table.rows() {
+                        return Err(outside(token.id).into());
+                    }
+                    table.dequantize_row(token.id as usize, row);
                 }
             }
             Embeddings::Head => {

@@ -27,6 +27,7 @@ use crate::aligned::{aligned, aligned_copy};
 use crate::arena::WeightArena;
 use crate::cpu::{has_avx2_fma, has_avx512, rows_times};
 use crate::packed::{PackedWeight, packed_matmul};
+use crate::quant::{QuantWeight, quant_matmul};
 
 /// Inputs of at most this many rows use the dot-product kernel when the
 /// CPU has neither AVX-512 nor AVX2 with FMA.
@@ -102,6 +103,11 @@ enum Weight {
     /// dot-product kernel and more through the `gemm` crate; otherwise
     /// candle's matmul.
     Plain { weight: Tensor, small: bool },
+    /// Quantized matrices (a GGUF file's) at their stored size, rows
+    /// side by side in the output in order (several when the stacked
+    /// projections are of different types); every product goes through
+    /// [`quant_matmul`], any number of rows.
+    Quant(Vec<Arc<QuantWeight>>),
 }
 
 impl Proj {
@@ -173,10 +179,39 @@ impl Proj {
         }
     }
 
+    /// Wraps quantized matrices `(out_i, in)`, their outputs side by side
+    /// in order, and an optional bias `(sum of out_i)` (in f32).
+    pub fn quant(parts: Vec<QuantWeight>, bias: Option<Tensor>) -> candle_core::Result<Self> {
+        Self::quant_shared(parts.into_iter().map(Arc::new).collect(), bias)
+    }
+
+    /// [`Proj::quant`] on matrices another layer also reads (a tied LM
+    /// head reads the embeddings' blocks).
+    pub fn quant_shared(
+        parts: Vec<Arc<QuantWeight>>,
+        bias: Option<Tensor>,
+    ) -> candle_core::Result<Self> {
+        let Some(first) = parts.first() else {
+            candle_core::bail!("a quantized projection needs a matrix");
+        };
+        if parts.iter().any(|p| p.cols() != first.cols()) {
+            candle_core::bail!("quantized projections of one input differ in their input width");
+        }
+        let bias = bias.map(|b| b.to_dtype(DType::F32)).transpose()?;
+        Ok(Proj {
+            weight: Weight::Quant(parts),
+            bias,
+        })
+    }
+
     /// The weight's `(out, in)`.
     pub fn dims(&self) -> (usize, usize) {
         match &self.weight {
             Weight::Packed(p) => (p.rows(), p.cols()),
+            Weight::Quant(parts) => (
+                parts.iter().map(|p| p.rows()).sum(),
+                parts.first().map_or(0, |p| p.cols()),
+            ),
             Weight::Plain { weight, .. } => {
                 let dims = weight.dims();
                 match dims {
@@ -211,6 +246,13 @@ impl Proj {
     pub fn packed_row_into(&self, j: usize, out: &mut [f32]) -> Option<()> {
         match &self.weight {
             Weight::Packed(p) => p.row_into(j, out),
+            Weight::Quant(parts) => match parts.as_slice() {
+                [table] if j < table.rows() && out.len() >= table.cols() => {
+                    table.dequantize_row(j, out);
+                    Some(())
+                }
+                _ => None,
+            },
             Weight::Plain { .. } => None,
         }
     }
@@ -221,6 +263,7 @@ impl Proj {
         let (n, k) = self.dims();
         let weight = match &self.weight {
             Weight::Packed(p) => n * k * p.dtype().size(),
+            Weight::Quant(parts) => parts.iter().map(|p| p.stored_bytes()).sum(),
             Weight::Plain { weight, .. } => weight.elem_count() * weight.dtype().size_in_bytes(),
         };
         weight
@@ -235,7 +278,7 @@ impl Proj {
     /// the dot-product kernel serves.
     pub fn takes_rows(&self, rows: usize) -> bool {
         match &self.weight {
-            Weight::Packed(_) => true,
+            Weight::Packed(_) | Weight::Quant(_) => true,
             Weight::Plain { small, .. } => *small && rows <= small_rows(),
         }
     }
@@ -261,6 +304,7 @@ impl Proj {
         };
         match &self.weight {
             Weight::Packed(packed) => packed_matmul(x, rows, packed, out),
+            Weight::Quant(_) => self.forward_unbiased(x, rows, out)?,
             Weight::Plain { weight, small } => {
                 if !small {
                     candle_core::bail!("host matmul: expected a contiguous f32 weight on the CPU");
@@ -292,6 +336,23 @@ impl Proj {
         Ok(())
     }
 
+    /// `x` times quantized weights into `out`, without the bias.
+    fn forward_unbiased(&self, x: &[f32], rows: usize, out: &mut [f32]) -> candle_core::Result<()> {
+        let Weight::Quant(parts) = &self.weight else {
+            candle_core::bail!("expected a quantized projection");
+        };
+        let (n, k) = self.dims();
+        if x.len() < rows * k || out.len() < rows * n {
+            candle_core::bail!("quantized matmul: buffers shorter than {rows} rows");
+        }
+        let mut at = 0;
+        for part in parts {
+            quant_matmul(x, rows, part, &mut out[at..], n);
+            at += part.rows();
+        }
+        Ok(())
+    }
+
     /// `x`: `(..., in)`; returns `(..., out)`.
     pub fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
         let dims = x.dims();
@@ -306,6 +367,14 @@ impl Proj {
                 .to_dtype(DType::F32)?
                 .contiguous()?
                 .apply_op1_no_bwd(&PackedMatmul(packed))?,
+            Weight::Quant(_) => {
+                // On host buffers: quantized weights run nowhere else.
+                let x = x2.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
+                let (n, _) = self.dims();
+                let mut out = vec![0f32; rows * n];
+                self.forward_unbiased(&x, rows, &mut out)?;
+                Tensor::from_vec(out, (rows, n), x2.device())?
+            }
             Weight::Plain { weight, small } => {
                 if !small || rows > small_rows() || x.dtype() != DType::F32 {
                     x2.matmul(&weight.t()?)?
