@@ -67,6 +67,45 @@
 //! `f32` activations and accumulation, as its `f32` path would on those
 //! weights.
 
+//!
+//! # GGUF fixtures
+//!
+//! [`GgufSuite`] runs on the GGUF fixtures of one [`GgufType`]
+//! ([`crate::gguf`]: `tiny`, `qwen2`, `qwen3`, `tied`, each a folder
+//! holding `model.gguf` alone) against the reference on the same weights
+//! dequantized to `f32`, computed when the check runs (a second or two per
+//! fixture):
+//!
+//! | check | what it guarantees |
+//! |---|---|
+//! | [`GgufSuite::gguf_greedy_tokens_follow_the_reference`] | the engine's tokenizer (from the GGUF) encodes every prompt to the fixture `tokenizer.json`'s ids; every one of 16 greedy tokens is, under the reference teacher-forced on the engine's tokens, within [`GgufSuite::token_tolerance`] of the reference's largest logit; at least [`GGUF_MIN_EXACT_PROMPTS`] of the 20 runs equal the reference's greedy tokens |
+//! | [`GgufSuite::gguf_first_step_logits_are_close`] | first-step logits within [`GgufSuite::logits_tolerance`] of the reference's |
+//! | [`GgufSuite::gguf_batched_equals_one_at_a_time`], [`GgufSuite::gguf_max_tokens_is_respected`], [`GgufSuite::gguf_timings_are_one_instant_per_token`] | as the checks of the same names above, on the GGUF `tiny`, tokens checked against the teacher-forced reference |
+//! | [`a_truncated_gguf_fails_naming_the_file`], [`a_gguf_of_an_unsupported_type_fails_naming_it`], [`a_gguf_of_an_unsupported_architecture_fails_naming_it`] | a file cut short, one of `Q2_K` weights and one of architecture `mamba` fail to load, the error naming `model.gguf`, the type and the architecture |
+//!
+//! Tolerances are in standard deviations of the reference's logits at
+//! that step, set from what rounding activations to 8-bit blocks (as
+//! llama.cpp and candle do beside quantized weights) moves them on these
+//! fixtures; `crates/testkit/tests/gguf_suite.rs` measures it and runs
+//! the suite against such a stand-in (it passes) and against one on the
+//! unquantized weights (it fails).
+//!
+//! ```ignore
+//! fn load(dir: &Path) -> MyStepEngine {
+//!     MyStepEngine::load(dir).expect("the GGUF fixture loads") // dir holds model.gguf
+//! }
+//! fn try_load(dir: &Path) -> Result<MyStepEngine, my_engine::Error> {
+//!     MyStepEngine::load(dir)
+//! }
+//! mod gguf_q4_k {
+//!     use guidebench_testkit::gguf::GgufType;
+//!     guidebench_testkit::conformance_tests!(gguf: super::load, GgufType::Q4K);
+//! }
+//! mod gguf_errors {
+//!     guidebench_testkit::conformance_tests!(gguf_load_errors: super::try_load);
+//! }
+//! ```
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -83,6 +122,15 @@ use guidebench_core::sampling::{Sampling, SamplingParams};
 
 use crate::expected::{self, Expectations, GREEDY_TOKENS, PROMPTS, PromptExpectation};
 use crate::fixtures::{FixtureDtype, FixtureSpec, write_llama_fixture};
+use crate::gguf::{GgufType, write_gguf_fixture};
+
+mod gguf_suite;
+
+pub use gguf_suite::{
+    Follow, GGUF_MIN_EXACT_PROMPTS, GgufReference, GgufSuite,
+    a_gguf_of_an_unsupported_architecture_fails_naming_it,
+    a_gguf_of_an_unsupported_type_fails_naming_it, a_truncated_gguf_fails_naming_the_file, spread,
+};
 
 /// The largest difference allowed between an engine's first-step logit
 /// and the stored reference value.
@@ -112,6 +160,12 @@ pub fn run_all<E: StepEngine>(load: impl Fn(&Path) -> E) {
 ///     guidebench_testkit::conformance_tests!(super::load, FixtureDtype::Bf16);
 /// }
 /// ```
+///
+/// `conformance_tests!(gguf: load, GgufType::Q4K)` expands to the checks
+/// of [`GgufSuite`] (`gguf_greedy_tokens_follow_the_reference`, ...) on
+/// the GGUF fixtures of that type; `conformance_tests!(gguf_load_errors:
+/// try_load)`, with `try_load: Fn(&Path) -> Result<E, impl Display>`, to
+/// the three GGUF load-error checks.
 #[macro_export]
 macro_rules! conformance_tests {
     (@each $load:expr, $dtype:expr; $($check:ident),* $(,)?) => {
@@ -119,6 +173,38 @@ macro_rules! conformance_tests {
             #[test]
             fn $check() {
                 $crate::conformance::Suite::new($dtype).$check($load);
+            }
+        )*
+    };
+    (gguf: $load:expr, $ty:expr $(,)?) => {
+        $crate::conformance_tests!(@gguf $load, $ty;
+            gguf_greedy_tokens_follow_the_reference,
+            gguf_first_step_logits_are_close,
+            gguf_batched_equals_one_at_a_time,
+            gguf_max_tokens_is_respected,
+            gguf_timings_are_one_instant_per_token,
+        );
+    };
+    (@gguf $load:expr, $ty:expr; $($check:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $check() {
+                $crate::conformance::GgufSuite::new($ty).$check($load);
+            }
+        )*
+    };
+    (gguf_load_errors: $try_load:expr $(,)?) => {
+        $crate::conformance_tests!(@free $try_load;
+            a_truncated_gguf_fails_naming_the_file,
+            a_gguf_of_an_unsupported_type_fails_naming_it,
+            a_gguf_of_an_unsupported_architecture_fails_naming_it,
+        );
+    };
+    (@free $f:expr; $($check:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $check() {
+                $crate::conformance::$check($f);
             }
         )*
     };
@@ -300,39 +386,7 @@ impl Suite {
     /// stored ones.
     pub fn batched_equals_one_at_a_time<E: StepEngine>(&self, load: impl Fn(&Path) -> E) {
         let (stored, dir) = self.tiny();
-        let mut runner = StepRunner::new(load(dir.path()));
-        let batch: Vec<EngineRequest> = stored
-            .iter()
-            .enumerate()
-            .map(|(i, p)| request(i as u64, &p.text, greedy(3 + 3 * i as u32)))
-            .collect();
-        let together = generate_ok(&mut runner, &batch, "the mixed batch");
-        for ((req, out), p) in batch.iter().zip(&together).zip(&stored) {
-            let alone = generate_ok(
-                &mut runner,
-                std::slice::from_ref(req),
-                &format!("prompt {:?} alone", p.text),
-            )
-            .remove(0);
-            assert_eq!(
-                out.token_ids, alone.token_ids,
-                "prompt {:?} (max_tokens {}): batched tokens (left) differ from the tokens alone \
-                 (right)",
-                p.text, req.sampling.max_tokens
-            );
-            assert_eq!(
-                out.text, alone.text,
-                "prompt {:?}: batched text differs from the text alone",
-                p.text
-            );
-            let n = req.sampling.max_tokens as usize;
-            assert_eq!(
-                out.token_ids,
-                p.greedy[..n],
-                "prompt {:?}: batched tokens (left) differ from the stored greedy tokens (right)",
-                p.text
-            );
-        }
+        batched_equals_one_at_a_time_on(dir.path(), &Stored(&stored), load);
     }
 
     /// With `ignore_eos`, every request of a batch gets exactly `max_tokens`
@@ -340,32 +394,7 @@ impl Suite {
     /// finishes with `length`.
     pub fn max_tokens_is_respected<E: StepEngine>(&self, load: impl Fn(&Path) -> E) {
         let (stored, dir) = self.tiny();
-        let mut runner = StepRunner::new(load(dir.path()));
-        let limits = [1u32, 2, 5, 9, 16];
-        let batch: Vec<EngineRequest> = stored
-            .iter()
-            .zip(limits)
-            .enumerate()
-            .map(|(i, (p, n))| request(i as u64, &p.text, greedy(n)))
-            .collect();
-        let outputs = generate_ok(&mut runner, &batch, "the batch");
-        for ((p, n), out) in stored.iter().zip(limits).zip(&outputs) {
-            let n = n as usize;
-            assert_eq!(
-                out.token_ids.len(),
-                n,
-                "prompt {:?}: max_tokens {n} gave {} tokens",
-                p.text,
-                out.token_ids.len()
-            );
-            assert_eq!(
-                out.finish_reason,
-                FinishReason::Length,
-                "prompt {:?}: max_tokens {n}",
-                p.text
-            );
-            assert_eq!(out.token_ids, p.greedy[..n], "prompt {:?}", p.text);
-        }
+        max_tokens_is_respected_on(dir.path(), &Stored(&stored), load);
     }
 
     /// Makes a stored greedy token an end-of-sequence id (added to
@@ -593,18 +622,125 @@ impl Suite {
     /// has exactly one instant per generated token, non-decreasing, the first
     /// at or after the call started and the last at or before it returned.
     pub fn timings_are_one_instant_per_token<E: StepEngine>(&self, load: impl Fn(&Path) -> E) {
-        let (stored, dir) = self.tiny();
-        let mut runner = StepRunner::new(load(dir.path()));
-        let batch: Vec<EngineRequest> = stored
-            .iter()
-            .enumerate()
-            .map(|(i, p)| request(i as u64, &p.text, greedy(2 + 3 * i as u32)))
-            .collect();
-        // generate_ok checks the timings of every call.
-        let outputs = generate_ok(&mut runner, &batch, "the batch");
-        for (req, out) in batch.iter().zip(&outputs) {
-            assert_eq!(out.token_ids.len(), req.sampling.max_tokens as usize);
-        }
+        let (_, dir) = self.tiny();
+        timings_are_one_instant_per_token_on(dir.path(), load);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The checks every fixture source shares
+
+/// What an engine's greedy tokens on one fixture are checked against: the
+/// stored ones ([`Suite`]), or the reference teacher-forced on them
+/// ([`GgufSuite`]).
+trait Oracle {
+    /// Panics, naming `what`, unless `tokens` are an acceptable greedy
+    /// continuation (of any length up to [`GREEDY_TOKENS`]) of prompt `i`
+    /// of [`PROMPTS`].
+    fn check_greedy(&self, i: usize, tokens: &[u32], what: &str);
+}
+
+/// The stored greedy tokens: a continuation must be their prefix.
+struct Stored<'a>(&'a [PromptExpectation]);
+
+impl Oracle for Stored<'_> {
+    fn check_greedy(&self, i: usize, tokens: &[u32], what: &str) {
+        let p = &self.0[i];
+        assert_eq!(
+            tokens,
+            &p.greedy[..tokens.len().min(p.greedy.len())],
+            "{what}, prompt {:?}: tokens (left) differ from the stored greedy tokens (right)",
+            p.text
+        );
+    }
+}
+
+/// The prompts of [`PROMPTS`] (1 to 41 tokens) in one batch, each with its
+/// own `max_tokens` (3, 6, …, 15) so rows finish at different steps, give
+/// each request the greedy tokens it gives alone, and the oracle accepts
+/// them.
+fn batched_equals_one_at_a_time_on<E: StepEngine>(
+    dir: &Path,
+    oracle: &dyn Oracle,
+    load: impl Fn(&Path) -> E,
+) {
+    let mut runner = StepRunner::new(load(dir));
+    let batch: Vec<EngineRequest> = PROMPTS
+        .iter()
+        .enumerate()
+        .map(|(i, p)| request(i as u64, p, greedy(3 + 3 * i as u32)))
+        .collect();
+    let together = generate_ok(&mut runner, &batch, "the mixed batch");
+    for (i, (req, out)) in batch.iter().zip(&together).enumerate() {
+        let alone = generate_ok(
+            &mut runner,
+            std::slice::from_ref(req),
+            &format!("prompt {:?} alone", req.prompt),
+        )
+        .remove(0);
+        assert_eq!(
+            out.token_ids, alone.token_ids,
+            "prompt {:?} (max_tokens {}): batched tokens (left) differ from the tokens alone \
+             (right)",
+            req.prompt, req.sampling.max_tokens
+        );
+        assert_eq!(
+            out.text, alone.text,
+            "prompt {:?}: batched text differs from the text alone",
+            req.prompt
+        );
+        oracle.check_greedy(i, &out.token_ids, "batched");
+    }
+}
+
+/// With `ignore_eos`, every request of a batch gets exactly `max_tokens`
+/// tokens (1, 2, 5, 9 and 16 here), which the oracle accepts, and finishes
+/// with `length`.
+fn max_tokens_is_respected_on<E: StepEngine>(
+    dir: &Path,
+    oracle: &dyn Oracle,
+    load: impl Fn(&Path) -> E,
+) {
+    let mut runner = StepRunner::new(load(dir));
+    let limits = [1u32, 2, 5, 9, 16];
+    let batch: Vec<EngineRequest> = PROMPTS
+        .iter()
+        .zip(limits)
+        .enumerate()
+        .map(|(i, (p, n))| request(i as u64, p, greedy(n)))
+        .collect();
+    let outputs = generate_ok(&mut runner, &batch, "the batch");
+    for (i, ((p, n), out)) in PROMPTS.iter().zip(limits).zip(&outputs).enumerate() {
+        let n = n as usize;
+        assert_eq!(
+            out.token_ids.len(),
+            n,
+            "prompt {p:?}: max_tokens {n} gave {} tokens",
+            out.token_ids.len()
+        );
+        assert_eq!(
+            out.finish_reason,
+            FinishReason::Length,
+            "prompt {p:?}: max_tokens {n}"
+        );
+        oracle.check_greedy(i, &out.token_ids, &format!("max_tokens {n}"));
+    }
+}
+
+/// Every output of a batch with different prompt lengths and `max_tokens`
+/// has exactly one instant per generated token, non-decreasing, the first
+/// at or after the call started and the last at or before it returned.
+fn timings_are_one_instant_per_token_on<E: StepEngine>(dir: &Path, load: impl Fn(&Path) -> E) {
+    let mut runner = StepRunner::new(load(dir));
+    let batch: Vec<EngineRequest> = PROMPTS
+        .iter()
+        .enumerate()
+        .map(|(i, p)| request(i as u64, p, greedy(2 + 3 * i as u32)))
+        .collect();
+    // generate_ok checks the timings of every call.
+    let outputs = generate_ok(&mut runner, &batch, "the batch");
+    for (req, out) in batch.iter().zip(&outputs) {
+        assert_eq!(out.token_ids.len(), req.sampling.max_tokens as usize);
     }
 }
 
@@ -887,6 +1023,23 @@ struct Scratch(PathBuf);
 impl Scratch {
     /// A new folder holding the fixture `spec`.
     fn fixture(name: &str, spec: &FixtureSpec) -> Self {
+        let scratch = Scratch::empty(name);
+        write_llama_fixture(scratch.path(), spec)
+            .unwrap_or_else(|e| panic!("writing fixture `{name}`: {e}"));
+        scratch
+    }
+
+    /// A new folder holding the GGUF fixture `spec` in `ty` (`model.gguf`
+    /// alone).
+    fn gguf(name: &str, spec: &FixtureSpec, ty: GgufType) -> Self {
+        let scratch = Scratch::empty(name);
+        write_gguf_fixture(scratch.path(), spec, ty)
+            .unwrap_or_else(|e| panic!("writing GGUF fixture `{name}`: {e}"));
+        scratch
+    }
+
+    /// A new empty folder (not yet created: writers create it).
+    fn empty(name: &str) -> Self {
         static NEXT: AtomicU64 = AtomicU64::new(0);
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -898,10 +1051,7 @@ impl Scratch {
         ));
         // Left over from a process that had the same id: start clean.
         let _ = std::fs::remove_dir_all(&dir);
-        let scratch = Scratch(dir);
-        write_llama_fixture(scratch.path(), spec)
-            .unwrap_or_else(|e| panic!("writing fixture `{name}`: {e}"));
-        scratch
+        Scratch(dir)
     }
 
     fn path(&self) -> &Path {

@@ -57,6 +57,9 @@ pub struct ReferenceModel {
     norm: Vec<f32>,
     /// `None` when the head is tied to the embeddings.
     lm_head: Option<Vec<f32>>,
+    /// Round every matrix-vector product's input to 8-bit blocks of this
+    /// many values ([`ReferenceModel::with_activation_blocks`]).
+    activation_block: Option<usize>,
 }
 
 /// One greedy decoding step of [`ReferenceModel::greedy_steps`].
@@ -159,7 +162,32 @@ impl ReferenceModel {
             layers,
             norm,
             lm_head,
+            activation_block: None,
         })
+    }
+
+    /// This model with the input of every matrix-vector product rounded
+    /// to 8-bit integers in blocks of `block` values, one scale per block
+    /// (the largest magnitude over 127), as engines on quantized weights
+    /// round their activations before the integer dot products (llama.cpp
+    /// and candle: blocks of 32 beside `Q8_0` weights, `Q8_K` blocks of 256
+    /// beside K-quants). Not a reference: a stand-in for such an engine, to
+    /// see how far from the reference its logits may drift.
+    pub fn with_activation_blocks(mut self, block: usize) -> Self {
+        self.activation_block = Some(block.max(1));
+        self
+    }
+
+    /// `W x (+ b)`, `x` rounded first if activations are rounded.
+    fn project(&self, weight: &[f32], bias: Option<&[f32]>, x: &[f32]) -> Vec<f32> {
+        match self.activation_block {
+            None => matvec_rows(weight, bias, x),
+            Some(block) => matvec_rows(weight, bias, &round_blocks(x, block)),
+        }
+    }
+
+    fn linear(&self, linear: &Linear, x: &[f32]) -> Vec<f32> {
+        self.project(&linear.weight, linear.bias.as_deref(), x)
     }
 
     /// The number of logits per position (`vocab_size` of the config).
@@ -174,6 +202,36 @@ impl ReferenceModel {
     ///
     /// If `tokens` is empty or holds an id `>= vocab_size()`.
     pub fn logits(&self, tokens: &[u32]) -> Vec<f32> {
+        let states = self.hidden_states(tokens);
+        let last = states.last().map(Vec::as_slice).unwrap_or_default();
+        self.head(last)
+    }
+
+    /// The logits after every prefix of `tokens`: row `i` is what
+    /// [`logits`](Self::logits) gives for `tokens[..=i]` (one pass, as a
+    /// causal model computes them), for checking a whole continuation
+    /// teacher-forced.
+    ///
+    /// # Panics
+    ///
+    /// As [`logits`](Self::logits).
+    pub fn logits_per_position(&self, tokens: &[u32]) -> Vec<Vec<f32>> {
+        self.hidden_states(tokens)
+            .iter()
+            .map(|x| self.head(x))
+            .collect()
+    }
+
+    /// The final norm and the LM head on one position's hidden state.
+    fn head(&self, x: &[f32]) -> Vec<f32> {
+        let x = rms(x, &self.norm, self.eps);
+        // a tied head reads the embedding matrix
+        let head = self.lm_head.as_deref().unwrap_or(&self.embed);
+        self.project(head, None, &x)
+    }
+
+    /// The hidden state of every position after the last layer.
+    fn hidden_states(&self, tokens: &[u32]) -> Vec<Vec<f32>> {
         assert!(!tokens.is_empty(), "the reference needs at least one token");
         let (h, hd) = (self.hidden, self.head_dim);
         let mut xs: Vec<Vec<f32>> = tokens
@@ -192,9 +250,9 @@ impl ReferenceModel {
             let mut vs = Vec::with_capacity(xs.len());
             for (pos, x) in xs.iter().enumerate() {
                 let n = rms(x, &layer.input_norm, self.eps);
-                let mut q = matvec(&layer.q, &n);
-                let mut k = matvec(&layer.k, &n);
-                let v = matvec(&layer.v, &n);
+                let mut q = self.linear(&layer.q, &n);
+                let mut k = self.linear(&layer.k, &n);
+                let v = self.linear(&layer.v, &n);
                 for head in q.chunks_mut(hd) {
                     if let Some((q_norm, _)) = &layer.qk_norm {
                         let normed = rms(head, q_norm, self.eps);
@@ -234,30 +292,26 @@ impl ReferenceModel {
                         attn[head * hd + d] = acc as f32;
                     }
                 }
-                let o = matvec(&layer.o, &attn);
+                let o = self.linear(&layer.o, &attn);
                 for (x, o) in x.iter_mut().zip(o) {
                     *x += o;
                 }
                 // SwiGLU MLP
                 let n = rms(x, &layer.post_norm, self.eps);
-                let gate = matvec(&layer.gate, &n);
-                let up = matvec(&layer.up, &n);
+                let gate = self.linear(&layer.gate, &n);
+                let up = self.linear(&layer.up, &n);
                 let act: Vec<f32> = gate
                     .iter()
                     .zip(&up)
                     .map(|(g, u)| (f64::from(*g) / (1.0 + (-f64::from(*g)).exp())) as f32 * u)
                     .collect();
-                let down = matvec(&layer.down, &act);
+                let down = self.linear(&layer.down, &act);
                 for (x, d) in x.iter_mut().zip(down) {
                     *x += d;
                 }
             }
         }
-        let last = xs.last().map(Vec::as_slice).unwrap_or_default();
-        let last = rms(last, &self.norm, self.eps);
-        // a tied head reads the embedding matrix
-        let head = self.lm_head.as_deref().unwrap_or(&self.embed);
-        matvec_rows(head, None, &last)
+        xs
     }
 
     /// `n` tokens of greedy continuation of `prompt`, with no stopping at
@@ -345,9 +399,24 @@ fn dot(a: &[f32], b: &[f32]) -> f64 {
         .sum()
 }
 
-/// `W x (+ b)` for a row-major `W` with `x.len()` columns.
-fn matvec(linear: &Linear, x: &[f32]) -> Vec<f32> {
-    matvec_rows(&linear.weight, linear.bias.as_deref(), x)
+/// `x` rounded to 8-bit integers in blocks of `block` values, each block
+/// scaled by its largest magnitude over 127 (a last block may be short).
+fn round_blocks(x: &[f32], block: usize) -> Vec<f32> {
+    let mut out = Vec::with_capacity(x.len());
+    for chunk in x.chunks(block) {
+        let amax = chunk.iter().fold(0f32, |m, v| m.max(v.abs()));
+        if amax == 0.0 {
+            out.extend(chunk.iter().map(|_| 0f32));
+            continue;
+        }
+        let d = amax / 127.0;
+        out.extend(
+            chunk
+                .iter()
+                .map(|v| (v / d).round().clamp(-127.0, 127.0) * d),
+        );
+    }
+    out
 }
 
 fn matvec_rows(weight: &[f32], bias: Option<&[f32]>, x: &[f32]) -> Vec<f32> {
@@ -606,6 +675,13 @@ mod tests {
         assert_eq!(top_two_gap(&[1.0, 4.0, 2.5, -3.0]), Some(1.5));
         assert_eq!(top_two_gap(&[2.0, 2.0, 1.0]), Some(0.0));
         assert_eq!(top_two_gap(&[1.0]), None);
+    }
+
+    #[test]
+    fn activation_blocks_round_each_block_to_its_own_scale() {
+        let x = [127.0, 0.4, -0.6, 63.5, 0.0, 0.2];
+        assert_eq!(round_blocks(&x, 3), [127.0, 0.0, -1.0, 63.5, 0.0, 0.0]);
+        assert_eq!(round_blocks(&[0.0, 0.0], 2), [0.0, 0.0]);
     }
 
     #[test]
