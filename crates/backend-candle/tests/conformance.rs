@@ -2,7 +2,8 @@
 //! the candle engine on the CPU with its default `dtype=auto`: on the
 //! `f32` fixtures (it runs `f32`), and on the same fixtures stored in bf16
 //! and f16 (it runs their stored dtype, and must give what `f32` gives on
-//! the same weights: the exact path).
+//! the same weights: the exact path); and on GGUF fixtures in F32, Q8_0,
+//! a Q4_K_M mix and Q6_K, with the load errors of broken GGUF files.
 
 use std::path::Path;
 
@@ -28,4 +29,45 @@ mod f16 {
     use guidebench_testkit::fixtures::FixtureDtype;
 
     guidebench_testkit::conformance_tests!(super::load, FixtureDtype::F16);
+}
+
+/// The engine as `guidebench run` loads it, its error kept.
+fn try_load(dir: &Path) -> guidebench_candle::error::Result<CandleEngine> {
+    let options = CandleOptions {
+        threads: Some(2),
+        ..CandleOptions::default()
+    };
+    CandleEngine::load(dir.to_str(), &options)
+}
+
+// GGUF files (testkit writes them as llama.cpp lays them out; the folder
+// holds model.gguf alone): F32 must give the reference's tokens; the
+// quantized types follow the dequantized weights' reference within the
+// suite's tolerances for activations rounded to 8-bit blocks.
+mod gguf_f32 {
+    use guidebench_testkit::gguf::GgufType;
+
+    guidebench_testkit::conformance_tests!(gguf: super::load, GgufType::F32);
+}
+
+mod gguf_q8_0 {
+    use guidebench_testkit::gguf::GgufType;
+
+    guidebench_testkit::conformance_tests!(gguf: super::load, GgufType::Q8_0);
+}
+
+mod gguf_q4_k_m {
+    use guidebench_testkit::gguf::GgufType;
+
+    guidebench_testkit::conformance_tests!(gguf: super::load, GgufType::Q4K);
+}
+
+mod gguf_q6_k {
+    use guidebench_testkit::gguf::GgufType;
+
+    guidebench_testkit::conformance_tests!(gguf: super::load, GgufType::Q6K);
+}
+
+mod gguf_errors {
+    guidebench_testkit::conformance_tests!(gguf_load_errors: super::try_load);
 }
