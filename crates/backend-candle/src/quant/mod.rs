@@ -28,11 +28,11 @@
 //! - Q8_0 and Q4_0: 16 f32 lanes per output. Block `b` adds to lanes
 //!   `8 (b % 2) + l` (`l` < 8) its scale (`d_w * d_x`, in f32) times the
 //!   exact sum of its values `4 l..4 l + 4`; the lanes are then added
-//!   `i + 8`, `i + 4`, `i + 2`, `i + 1` into lane 0 ([`reduce16`]).
+//!   `i + 8`, `i + 4`, `i + 2`, `i + 1` into lane 0 (`reduce16`).
 //! - The K-quants: one f32 per output; block by block, the exact integer
 //!   sum of the block (scales and offsets applied in integers) times
 //!   `d_w * d_x`, then, for Q4_K and Q5_K, minus the exact sum of the
-//!   minimums times `dmin_w * d_x` ([`add_k`], [`add_q6k`]).
+//!   minimums times `dmin_w * d_x` (`add_k`, `add_q6k`).
 //!
 //! Every kernel keeps that order, so every path gives the same bits, and
 //! a row gives the same bits alone as in any batch.
@@ -58,11 +58,54 @@
 //!
 //! ## Against candle's kernels
 //!
-//! candle's `GgmlType::vec_dot` (one weight row times one quantized
-//! activation row, AVX2) is the alternative; the example
-//! `quant_bench` times it row by row against [`quant_matmul`]. See
-//! `QUANT_BENCH` below for the numbers; candle's kernels are used where
-//! they were fast enough, ours where not.
+//! candle's kernels where fast enough, ours where not. The example
+//! `quant_bench` times, on a 2048 x 2048 weight made by candle's
+//! quantizer, [`quant_matmul`] against candle's `GgmlType::vec_dot` (one
+//! weight row by one quantized activation row, AVX2, split over rayon's
+//! threads by weight rows as ours is, activation quantization counted)
+//! and candle's `QMatMul::forward` (its whole product; candle 0.11 repacks
+//! Q8_0, Q4_K and Q6_K weights into tiles of 16 rows for `vpdpbusd` on
+//! x86 with AVX-512 VNNI). Medians of 30 runs, microseconds, on a 2-core
+//! Xeon with AVX-512 VNNI shared with other builds (loads 1.7-3: the
+//! numbers moved by up to 2x between runs; ratios within a run are what
+//! to read):
+//!
+//! ```text
+//! cargo run --release -p guidebench-candle --example quant_bench reps=30 types=Q8_0,Q4_K,Q6_K,Q4_0,Q5_K
+//!
+//! type  m    ours (avx512-vnni)  candle vec_dot  candle QMatMul
+//! Q8_0  1          143                318              45
+//! Q8_0  8          463               1740             134
+//! Q8_0  32        1528               7081             468
+//! Q4_K  1          125                121              29
+//! Q4_K  8          708                873             107
+//! Q4_K  32        2937               3703             481
+//! Q6_K  1           84                105              84
+//! Q6_K  8          386                578             150
+//! Q6_K  32        1408               3152             702
+//! Q4_0  1           90                225             214
+//! Q4_0  8          379               1774            1787
+//! Q4_0  32        1384               7630            7994
+//! Q5_K  1          102 (avx2 113)     100             764
+//! Q5_K  8          425 (avx2)         626             599
+//! Q5_K  32        1565 (avx2)        2616            2458
+//! ```
+//!
+//! So: against candle's per-row `vec_dot`, these kernels are 1.2-5x
+//! faster at 8 and 32 rows (the weight block read once per tile of rows)
+//! and as fast at one row for the K-quants (2-2.5x for Q8_0 and Q4_0).
+//! candle's repacked `QMatMul` is faster than ours for Q8_0 and Q4_K at
+//! every row count (3-6x) and for Q6_K at 8 and 32 rows (2-2.6x): where a
+//! decoder can hold those weights as candle `QMatMul`s on such a CPU,
+//! candle's kernels are the fast choice; ours are for Q4_0 and Q5_K (4-6x
+//! and 1.4-7x faster than either of candle's), for CPUs without AVX-512
+//! VNNI (candle's repacked path needs it), and where a weight must stay
+//! in its GGUF bytes. The AVX-512 Q5_K kernel ran slower than the AVX2
+//! one at 8 and 32 rows (620 against 425 us at 8), so [`quant_matmul`]
+//! runs the AVX2 one for Q5_K (the AVX-512 one is still tested).
+//! What ours lack against candle's repacked tiles: a horizontal sum of
+//! each weight block's integer sums per row (the fixed f32 order above),
+//! where candle's tiles sum 16 weight rows at once across lanes.
 
 use std::sync::OnceLock;
 
@@ -589,6 +632,16 @@ impl Path {
         })
     }
 
+    /// The path [`quant_matmul`] runs for `ty` where this one is the
+    /// best: the AVX2 kernels for Q5_K on AVX-512 CPUs (faster there; see
+    /// the module's numbers).
+    pub(crate) fn for_type(self, ty: QuantType) -> Path {
+        match (self, ty) {
+            (Path::Avx512Vnni, QuantType::Q5K) => Path::Avx2,
+            _ => self,
+        }
+    }
+
     /// Whether this CPU runs the path.
     pub(crate) fn runs_here(self) -> bool {
         match self {
@@ -615,8 +668,38 @@ impl Path {
 /// Which kernel path runs on this CPU for `ty`: `avx512-vnni`, `avx2` or
 /// `portable`.
 pub fn kernel_path(ty: QuantType) -> &'static str {
-    let _ = ty;
-    Path::best().name()
+    Path::best().for_type(ty).name()
+}
+
+/// The kernel paths this CPU runs, by name (`portable`, then `avx2` and
+/// `avx512-vnni` where the CPU has them), for benches that time each.
+pub fn runnable_paths() -> Vec<&'static str> {
+    [Path::Portable, Path::Avx2, Path::Avx512Vnni]
+        .into_iter()
+        .filter(|p| p.runs_here())
+        .map(Path::name)
+        .collect()
+}
+
+/// [`quant_matmul`] on the kernel path named `path` (one of
+/// [`runnable_paths`]), for benches.
+///
+/// # Panics
+///
+/// As [`quant_matmul`]; also when this CPU does not run `path`.
+pub fn quant_matmul_on(
+    path: &str,
+    x: &[f32],
+    m: usize,
+    w: &QuantWeight,
+    out: &mut [f32],
+    ldo: usize,
+) {
+    let path = [Path::Portable, Path::Avx2, Path::Avx512Vnni]
+        .into_iter()
+        .find(|p| p.name() == path)
+        .unwrap_or_else(|| panic!("no kernel path {path}"));
+    quant_matmul_with(path, x, m, w, out, ldo);
 }
 
 /// One weight row times a tile of activation rows on `path`.
@@ -656,7 +739,7 @@ fn row_times_tile(
 /// When `x` is shorter than `m * k`, `ldo < n`, or `out` is shorter than
 /// `(m - 1) * ldo + n`.
 pub fn quant_matmul(x: &[f32], m: usize, w: &QuantWeight, out: &mut [f32], ldo: usize) {
-    quant_matmul_with(Path::best(), x, m, w, out, ldo);
+    quant_matmul_with(Path::best().for_type(w.ty), x, m, w, out, ldo);
 }
 
 /// [`quant_matmul`] on `path`.
