@@ -23,7 +23,7 @@ use crate::attention::{QueryShape, SlotView, decode_attention, decode_attention_
 use crate::cpu::PackedElem;
 use crate::error::{CandleError, Result};
 use crate::gguf::{GgufTensors, RawQuant, SharedGguf};
-use crate::proj::{Proj, cpu_f32_slice};
+use crate::proj::{Proj, QuantPart, candle_runs, cpu_f32_slice};
 use crate::quant::QuantWeight;
 use guidebench_core::model::DecoderConfig;
 
@@ -208,12 +208,19 @@ fn linear(w: &Weights, in_dim: usize, out_dim: usize, bias: bool) -> Result<Proj
         Part::Float(weight) => {
             Ok(Proj::new(weight, bias, &w.arena)?.with_bf16_activations(w.bf16_activations))
         }
-        Part::Quant(raw) => Ok(Proj::quant(vec![quant_weight(raw)?], bias)?),
+        Part::Quant(raw) => Ok(Proj::quant(vec![quant_part(raw)?], bias)?),
     }
 }
 
-/// The projections' form of a quantized matrix.
-fn quant_weight(raw: RawQuant) -> Result<QuantWeight> {
+/// A quantized matrix with the kernel that runs it fastest here.
+fn quant_part(raw: RawQuant) -> Result<QuantPart> {
+    Ok(QuantPart::new(
+        raw.ty, raw.rows, raw.cols, &raw.bytes, false,
+    )?)
+}
+
+/// A quantized matrix kept as stored, for row lookups (embeddings).
+fn quant_table(raw: &RawQuant) -> Result<QuantWeight> {
     QuantWeight::new(raw.ty, raw.rows, raw.cols, &raw.bytes)
         .map_err(|e| candle_core::Error::Msg(format!("a {} matrix: {e}", raw.ty.name())).into())
 }
@@ -254,17 +261,14 @@ fn stacked(w: &Weights, parts: Vec<LinearParts>) -> Result<Proj> {
             let rows = quants.iter().map(|q| q.rows).sum();
             let (ty, cols) = (first.ty, first.cols);
             let bytes = quants.into_iter().flat_map(|q| q.bytes).collect();
-            vec![quant_weight(RawQuant {
+            vec![quant_part(RawQuant {
                 ty,
                 rows,
                 cols,
                 bytes,
             })?]
         } else {
-            quants
-                .into_iter()
-                .map(quant_weight)
-                .collect::<Result<_>>()?
+            quants.into_iter().map(quant_part).collect::<Result<_>>()?
         };
         return Ok(Proj::quant(weights, bias)?);
     }
@@ -1550,14 +1554,18 @@ impl Decoder {
                 .quant("weight", cfg.vocab_size, cfg.hidden_size)?
             {
                 // Quantized embeddings (a GGUF file's): rows dequantized as
-                // tokens come; a tied LM head reads the same blocks.
+                // tokens come; a tied LM head reads the same blocks (or
+                // candle's repacked copy where its kernel runs them).
                 Some(raw) => {
-                    let table = Arc::new(quant_weight(raw)?);
+                    let table = Arc::new(quant_table(&raw)?);
                     if cfg.tie_word_embeddings {
-                        (
-                            Proj::quant_shared(vec![Arc::clone(&table)], None)?,
-                            Embeddings::Head,
-                        )
+                        // The head with its fastest kernel: where that is
+                        // candle's, its repacked copy beside the table.
+                        let head = match candle_runs(raw.ty, raw.rows, raw.cols) {
+                            true => quant_part(raw)?,
+                            false => QuantPart::Ours(Arc::clone(&table)),
+                        };
+                        (Proj::quant(vec![head], None)?, Embeddings::Quant(table))
                     } else {
                         (
                             linear(&w.pp("lm_head"), cfg.hidden_size, cfg.vocab_size, false)?,
