@@ -1,24 +1,28 @@
-//! The candle engine in f32, bf16 and f16 beside llama.cpp in f32 and f16,
-//! measured side by side in one run (what `bench/formats` runs, after it
-//! has built llama.cpp and converted the model):
+//! The candle engine beside llama.cpp on the same weights, measured side
+//! by side in one run (what `bench/formats` runs, after it has built
+//! llama.cpp and converted and quantized the model): candle in f32, bf16
+//! and f16 from the safetensors folder, llama.cpp in f32 and f16 from the
+//! folder converted to GGUF, and both sides on the same Q8_0 and Q4_K_M
+//! GGUF files (quantized by llama.cpp's `llama-quantize`):
 //!
 //! - output tokens/s on `builtin:tiny` (prompt 128, 64 new tokens, greedy,
 //!   all cores) at batch 1, 8 and 32, end to end (the prefill included),
-//!   the median over `rounds` rounds; in each round every candle dtype
+//!   the median over `rounds` rounds; in each round every candle format
 //!   runs in a child process of its own (which reports its own peak RSS)
-//!   and llama.cpp's `llama-batched-bench` runs on the same weights
-//!   converted to f32 and f16 GGUF; the order of the five flips from one
-//!   round to the next, so that neither side always runs first. llama.cpp's
+//!   and llama.cpp's `llama-batched-bench` runs on its GGUF file; the
+//!   order of the runs flips from one round to the next, so that neither
+//!   side always runs first. llama.cpp's
 //!   rate is batch × 64 ÷ its `T s` column (`T_PP s` + `T_TG s`) with
 //!   `-ntg 63` (see [`llama_args`]): its `S_TG t/s` leaves the prefill out
 //!   and its `S t/s` counts the prompt's tokens as output;
-//! - each candle row over llama.cpp f16, and candle f32 over llama.cpp
-//!   f32: the ratio of the medians, and the range of the rounds' own
-//!   ratios;
+//! - candle over llama.cpp on the same format (f32, Q8_0, Q4_K_M), and
+//!   candle's f32, bf16 and f16 over llama.cpp f16: the ratio of the
+//!   medians, and the range of the rounds' own ratios;
 //! - each row's share of its roofline bound (see
 //!   `guidebench_testkit::roofline`): its own bytes ÷ the measured read
 //!   bandwidth at small batch, FLOPs ÷ the measured matrix-multiplication
-//!   peak at large; the peak and the bandwidth are measured before every
+//!   peak at large (a GGUF format's bytes are its file's, counted by the
+//!   candle run); the peak and the bandwidth are measured before every
 //!   round and after the last, and the bound takes the fastest measure;
 //! - each run's peak RSS (candle: the child's own `VmHWM`; llama.cpp: the
 //!   `VmHWM` of its process, read every 10 ms while it runs) and candle's
@@ -28,13 +32,17 @@
 //!
 //! ```text
 //! formats_bench model-dir
-//! formats_bench candle dtype=f32|bf16|f16
-//! formats_bench llama=PATH gguf_f32=PATH gguf_f16=PATH [rounds=3]
+//! formats_bench candle dtype=f32|bf16|f16|auto [model=FILE.gguf]
+//! formats_bench greedy model=FILE.gguf [n=16] [kv_dtype=f16] < prompts.txt
+//! formats_bench llama=PATH gguf_f32=PATH gguf_f16=PATH gguf_q8_0=PATH gguf_q4_k_m=PATH
+//!               [rounds=3] [formats=f32,bf16,f16,Q8_0,Q4_K_M]
 //! ```
 //!
 //! The first prints the folder of `builtin:tiny` (generated on first use),
 //! which `bench/formats` converts; the second is the child the third
-//! starts once per dtype and round: it prints one JSON line.
+//! starts once per candle format and round: it prints one JSON line. The
+//! fourth prints greedy continuations for `bench/gguf-agree`.
+//! `formats=` measures only the formats named.
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -67,6 +75,7 @@ fn main() -> Result<(), BoxError> {
             Ok(())
         }
         Some("candle") => child(&args[1..]),
+        Some("greedy") => greedy(&args[1..]),
         _ => parent(&args),
     }
 }
@@ -112,13 +121,16 @@ struct ChildReport {
     end_rss_kib: u64,
 }
 
-/// Loads the engine in one dtype, warms it up, runs each batch size once
-/// and prints a [`ChildReport`] as one JSON line.
+/// Loads the engine in one dtype (or on one GGUF file, in its own types),
+/// warms it up, runs each batch size once and prints a [`ChildReport`] as
+/// one JSON line.
 fn child(args: &[String]) -> Result<(), BoxError> {
     let mut dtype = "f32".to_owned();
-    for (key, value) in key_values(args, &["dtype"])? {
-        if key == "dtype" {
-            dtype = value.to_owned();
+    let mut model = MODEL.to_owned();
+    for (key, value) in key_values(args, &["dtype", "model"])? {
+        match key {
+            "dtype" => dtype = value.to_owned(),
+            _ => model = value.to_owned(),
         }
     }
     let t0 = Instant::now();
@@ -126,7 +138,7 @@ fn child(args: &[String]) -> Result<(), BoxError> {
         dtype: Some(dtype.clone()),
         ..CandleOptions::default()
     };
-    let mut engine = StepRunner::new(CandleEngine::load(Some(MODEL), &options)?);
+    let mut engine = StepRunner::new(CandleEngine::load(Some(&model), &options)?);
     let load_s = t0.elapsed().as_secs_f64();
     let threads = engine.describe().threads.unwrap_or(1);
     let tokenizer = engine.tokenizer();
@@ -159,7 +171,7 @@ fn child(args: &[String]) -> Result<(), BoxError> {
     }
     let decoder = engine.engine().decoder();
     let report = ChildReport {
-        dtype,
+        dtype: engine.engine().dtype_choice().to_string(),
         weight_dtype: format!("{:?}", decoder.weight_dtype()).to_lowercase(),
         kv_dtype: format!("{:?}", decoder.kv_dtype()).to_lowercase(),
         threads,
@@ -175,6 +187,41 @@ fn child(args: &[String]) -> Result<(), BoxError> {
         end_rss_kib: status_kib("self", "VmRSS").unwrap_or(0),
     };
     println!("{}", serde_json::to_string(&report)?);
+    Ok(())
+}
+
+/// Greedy continuations of `n` tokens of each line of standard input on
+/// `model` (`dtype=auto`), all in one batch, printed one JSON string a
+/// line, in order: what `bench/gguf-agree` compares with llama.cpp's.
+fn greedy(args: &[String]) -> Result<(), BoxError> {
+    let (mut model, mut n) = (MODEL.to_owned(), 16u32);
+    let mut options = CandleOptions::default();
+    for (key, value) in key_values(args, &["model", "n", "kv_dtype"])? {
+        match key {
+            "model" => model = value.to_owned(),
+            "kv_dtype" => options.kv_dtype = Some(value.to_owned()),
+            _ => n = value.parse()?,
+        }
+    }
+    let mut engine = StepRunner::new(CandleEngine::load(Some(&model), &options)?);
+    let prompts: Vec<String> = std::io::stdin().lines().collect::<Result<_, _>>()?;
+    let batch = prompts
+        .iter()
+        .enumerate()
+        .map(|(i, prompt)| {
+            Ok(EngineRequest {
+                id: i as u64,
+                prompt: prompt.clone(),
+                add_special_tokens: true,
+                images: Vec::new(),
+                audio: Vec::new(),
+                sampling: Sampling::fixed_length(n)?,
+            })
+        })
+        .collect::<Result<Vec<_>, BoxError>>()?;
+    for output in generate(&mut engine, &batch)? {
+        println!("{}", serde_json::to_string(&output.text)?);
+    }
     Ok(())
 }
 
@@ -200,26 +247,46 @@ fn status_kib(pid: &str, field: &str) -> Option<u64> {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
 }
 
-/// One row of the table: a format on one side.
+/// One row of the table: a format on one side. The GGUF formats
+/// (`Q8_0`, `Q4_K_M`) run the same file on both sides; candle's f32, bf16
+/// and f16 run the safetensors folder, llama.cpp's the folder converted.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Format {
     Candle(&'static str),
     Llama(&'static str),
 }
 
+/// The formats' names, in the table's order.
+const FORMATS: [&str; 5] = ["f32", "bf16", "f16", "Q8_0", "Q4_K_M"];
+
+/// The formats that are GGUF files on both sides.
+fn is_gguf(format: &str) -> bool {
+    format.starts_with('Q')
+}
+
 impl Format {
-    const ALL: [Format; 5] = [
+    const ALL: [Format; 9] = [
         Format::Candle("f32"),
         Format::Candle("bf16"),
         Format::Candle("f16"),
+        Format::Candle("Q8_0"),
+        Format::Candle("Q4_K_M"),
         Format::Llama("f32"),
         Format::Llama("f16"),
+        Format::Llama("Q8_0"),
+        Format::Llama("Q4_K_M"),
     ];
 
     fn name(self) -> String {
         match self {
             Format::Candle(d) => format!("candle {d}"),
             Format::Llama(d) => format!("llama.cpp {d}"),
+        }
+    }
+
+    fn format(self) -> &'static str {
+        match self {
+            Format::Candle(d) | Format::Llama(d) => d,
         }
     }
 }
@@ -233,11 +300,22 @@ struct Run {
     end_rss_kib: Option<u64>,
 }
 
-/// The llama.cpp side: the bench binary and the two GGUF files.
+/// The llama.cpp side: the bench binary and a GGUF file per format
+/// (`f32`, `f16`, `Q8_0`, `Q4_K_M`).
 struct Llama {
     bin: PathBuf,
-    f32: PathBuf,
-    f16: PathBuf,
+    ggufs: Vec<(&'static str, PathBuf)>,
+}
+
+impl Llama {
+    /// The GGUF file of `format`.
+    fn gguf(&self, format: &str) -> Result<&PathBuf, BoxError> {
+        self.ggufs
+            .iter()
+            .find(|(f, _)| *f == format)
+            .map(|(_, p)| p)
+            .ok_or_else(|| format!("no GGUF file for {format}").into())
+    }
 }
 
 /// llama.cpp's batch sizes and sequence lengths. `-ntg 63`: its prefill
@@ -380,14 +458,24 @@ impl Llama {
     }
 }
 
-/// Runs this program as a candle child in `dtype`.
-fn run_candle(dtype: &str) -> Result<ChildReport, BoxError> {
+/// Runs this program as a candle child in `dtype`, or on the GGUF file
+/// `model` (in its own types).
+fn run_candle(dtype: &str, model: Option<&std::path::Path>) -> Result<ChildReport, BoxError> {
+    let mut args = vec!["candle".to_owned(), format!("dtype={dtype}")];
+    if let Some(model) = model {
+        args.push(format!("model={}", model.display()));
+    }
     let output = Command::new(std::env::current_exe()?)
-        .args(["candle", &format!("dtype={dtype}")])
+        .args(&args)
         .stderr(Stdio::inherit())
         .output()?;
     if !output.status.success() {
-        return Err(format!("the candle child (dtype={dtype}) failed: {}", output.status).into());
+        return Err(format!(
+            "the candle child ({}) failed: {}",
+            args.join(" "),
+            output.status
+        )
+        .into());
     }
     let stdout = String::from_utf8_lossy(&output.stdout);
     let line = stdout
@@ -542,21 +630,59 @@ impl Probe {
 
 fn parent(args: &[String]) -> Result<(), BoxError> {
     let mut rounds = 3usize;
-    let (mut bin, mut f32, mut f16) = (None, None, None);
-    for (key, value) in key_values(args, &["rounds", "llama", "gguf_f32", "gguf_f16"])? {
+    let mut bin = None;
+    let mut ggufs = Vec::new();
+    let mut only: Option<Vec<String>> = None;
+    let keys = [
+        "rounds",
+        "llama",
+        "formats",
+        "gguf_f32",
+        "gguf_f16",
+        "gguf_q8_0",
+        "gguf_q4_k_m",
+    ];
+    for (key, value) in key_values(args, &keys)? {
         match key {
             "rounds" => rounds = value.parse()?,
             "llama" => bin = Some(PathBuf::from(value)),
-            "gguf_f32" => f32 = Some(PathBuf::from(value)),
-            _ => f16 = Some(PathBuf::from(value)),
+            "formats" => only = Some(value.split(',').map(str::to_owned).collect()),
+            "gguf_f32" => ggufs.push(("f32", PathBuf::from(value))),
+            "gguf_f16" => ggufs.push(("f16", PathBuf::from(value))),
+            "gguf_q8_0" => ggufs.push(("Q8_0", PathBuf::from(value))),
+            _ => ggufs.push(("Q4_K_M", PathBuf::from(value))),
         }
     }
-    let (Some(bin), Some(f32), Some(f16)) = (bin, f32, f16) else {
+    let Some(bin) = bin else {
         return Err(
-            "expected llama=PATH gguf_f32=PATH gguf_f16=PATH (bench/formats passes them)".into(),
+            "expected llama=PATH and gguf_f32=PATH gguf_f16=PATH gguf_q8_0=PATH \
+                    gguf_q4_k_m=PATH (bench/formats passes them)"
+                .into(),
         );
     };
-    let llama = Llama { bin, f32, f16 };
+    let llama = Llama { bin, ggufs };
+    if let Some(only) = &only
+        && let Some(unknown) = only.iter().find(|f| !FORMATS.contains(&f.as_str()))
+    {
+        return Err(format!(
+            "unknown format `{unknown}` (expected {})",
+            FORMATS.join(", ")
+        )
+        .into());
+    }
+    // The formats this run measures: each with llama.cpp's file where it
+    // has one (it has no bf16 here: its CPU path converts bf16 as it goes).
+    let formats: Vec<Format> = Format::ALL
+        .into_iter()
+        .filter(|f| {
+            only.as_ref()
+                .is_none_or(|o| o.iter().any(|x| x == f.format()))
+        })
+        .filter(|f| match f {
+            Format::Llama(d) => llama.gguf(d).is_ok(),
+            Format::Candle(d) => !is_gguf(d) || llama.gguf(d).is_ok(),
+        })
+        .collect();
     let threads = std::thread::available_parallelism().map_or(1, usize::from);
     let folder = ModelFolder::open(MODEL)?;
     let config = folder.config();
@@ -582,9 +708,10 @@ fn parent(args: &[String]) -> Result<(), BoxError> {
 
     println!(
         "formats bench: {MODEL}, prompt {PROMPT}, {OUTPUT} new tokens, greedy, batch {}, \
-         {threads} threads; median of {rounds} rounds, the order of the five runs flipped \
+         {threads} threads; median of {rounds} rounds, the order of the {} runs flipped \
          each round",
-        BATCHES.map(|b| b.to_string()).join(" / ")
+        BATCHES.map(|b| b.to_string()).join(" / "),
+        formats.len()
     );
     println!(
         "cpu: {} ({threads} cores visible, {}); candle kernel path: {}",
@@ -598,27 +725,38 @@ fn parent(args: &[String]) -> Result<(), BoxError> {
         llama_args(std::path::Path::new("MODEL.gguf"), threads).join(" ")
     );
 
-    for (dtype, gguf) in [("f32", &llama.f32), ("f16", &llama.f16)] {
-        println!("llama.cpp {dtype}: {}", llama.settings(gguf, threads));
+    for format in &formats {
+        if let Format::Llama(d) = format {
+            println!("llama.cpp {d}: {}", llama.settings(llama.gguf(d)?, threads));
+        }
     }
     let cpu_start = CpuTimes::now();
     let mut probe = Probe::new(
         threads,
-        &[ModelCost::of(config, 4).weight_bytes, f16_cost.weight_bytes],
+        &[
+            ModelCost::of(config, 4).weight_bytes,
+            f16_cost.weight_bytes,
+            // about a Q8_0 file's (a Q4_K_M file's nearest too)
+            ModelCost::of(config, 1).weight_bytes,
+        ],
     )?;
-    let mut runs: Vec<Vec<Run>> = Format::ALL.iter().map(|_| Vec::new()).collect();
-    let mut costs: Vec<Option<ModelCost>> = vec![None; Format::ALL.len()];
-    let mut candle_dtypes: Vec<String> = vec![String::new(); Format::ALL.len()];
+    let mut runs: Vec<Vec<Run>> = formats.iter().map(|_| Vec::new()).collect();
+    let mut costs: Vec<Option<ModelCost>> = vec![None; formats.len()];
+    let mut candle_dtypes: Vec<String> = vec![String::new(); formats.len()];
     for round in 0..rounds {
         probe.measure();
-        let mut order: Vec<usize> = (0..Format::ALL.len()).collect();
+        let mut order: Vec<usize> = (0..formats.len()).collect();
         if round % 2 == 1 {
             order.reverse();
         }
         for i in order {
-            let run = match Format::ALL[i] {
+            let run = match formats[i] {
                 Format::Candle(dtype) => {
-                    let report = run_candle(dtype)?;
+                    let report = if is_gguf(dtype) {
+                        run_candle("auto", Some(llama.gguf(dtype)?))?
+                    } else {
+                        run_candle(dtype, None)?
+                    };
                     for (b, &t) in BATCHES.iter().zip(&report.tokens) {
                         if t != b * OUTPUT as usize {
                             return Err(format!("candle {dtype}: batch {b} gave {t} tokens").into());
@@ -646,19 +784,18 @@ fn parent(args: &[String]) -> Result<(), BoxError> {
                     }
                 }
                 Format::Llama(dtype) => {
-                    let gguf = if dtype == "f32" {
-                        &llama.f32
-                    } else {
-                        &llama.f16
-                    };
-                    costs[i] = Some(llama_cost(dtype));
-                    llama.run(gguf, threads)?
+                    // The same file as candle's for a GGUF format: its
+                    // bytes, counted by the candle run.
+                    if !is_gguf(dtype) {
+                        costs[i] = Some(llama_cost(dtype));
+                    }
+                    llama.run(llama.gguf(dtype)?, threads)?
                 }
             };
             eprintln!(
-                "  round {}/{rounds}: {:<14} {}",
+                "  round {}/{rounds}: {:<17} {}",
                 round + 1,
-                Format::ALL[i].name(),
+                formats[i].name(),
                 BATCHES
                     .iter()
                     .zip(&run.elapsed)
@@ -683,7 +820,20 @@ fn parent(args: &[String]) -> Result<(), BoxError> {
             }
         );
     }
-    for (format, dtypes) in Format::ALL.iter().zip(&candle_dtypes) {
+    // llama.cpp's cost on a GGUF format is candle's on the same file, with
+    // llama.cpp's f16 KV cache.
+    for i in 0..formats.len() {
+        if let Format::Llama(d) = formats[i]
+            && is_gguf(d)
+        {
+            let candle = formats.iter().position(|&f| f == Format::Candle(d));
+            costs[i] = candle.and_then(|c| costs[c]).map(|c| ModelCost {
+                kv_bytes: f16_cost.kv_bytes,
+                ..c
+            });
+        }
+    }
+    for (format, dtypes) in formats.iter().zip(&candle_dtypes) {
         if !dtypes.is_empty() {
             println!("{}: {dtypes}", format.name());
         }
@@ -700,7 +850,7 @@ fn parent(args: &[String]) -> Result<(), BoxError> {
     );
 
     let tps = |j: usize, r: &Run| (BATCHES[j] * OUTPUT as usize) as f64 / r.elapsed[j];
-    let medians: Vec<[f64; BATCHES.len()]> = (0..Format::ALL.len())
+    let medians: Vec<[f64; BATCHES.len()]> = (0..formats.len())
         .map(|i| std::array::from_fn(|j| median(runs[i].iter().map(|r| tps(j, r)))))
         .collect();
     let batch_heads = || -> String {
@@ -711,20 +861,20 @@ fn parent(args: &[String]) -> Result<(), BoxError> {
     };
     println!();
     println!(
-        "{:<14}{:^24}   {:^24}   {:>8}  {:>8}",
+        "{:<17}{:^24}   {:^24}   {:>8}  {:>8}",
         "", "output tok/s (median)", "share of its bound", "peak RSS", "RSS end"
     );
     println!(
-        "{:<14}{}   {}   {:>8}  {:>8}",
+        "{:<17}{}   {}   {:>8}  {:>8}",
         "format",
         batch_heads(),
         batch_heads(),
         "MB",
         "MB"
     );
-    println!("{}", "-".repeat(14 + 24 + 3 + 24 + 3 + 8 + 2 + 8));
-    for (i, format) in Format::ALL.iter().enumerate() {
-        let cost = costs[i].expect("every format ran");
+    println!("{}", "-".repeat(17 + 24 + 3 + 24 + 3 + 8 + 2 + 8));
+    for (i, format) in formats.iter().enumerate() {
+        let cost = costs[i].ok_or("a format without its cost")?;
         let rates: String = medians[i].iter().map(|t| format!("{t:>8.1}")).collect();
         let shares: String = BATCHES
             .iter()
@@ -750,7 +900,7 @@ fn parent(args: &[String]) -> Result<(), BoxError> {
         let peak: Vec<u64> = runs[i].iter().map(|r| r.peak_rss_kib).collect();
         let end: Vec<u64> = runs[i].iter().filter_map(|r| r.end_rss_kib).collect();
         println!(
-            "{:<14}{rates}   {shares}   {:>8}  {:>8}",
+            "{:<17}{rates}   {shares}   {:>8}  {:>8}",
             format.name(),
             mb(&peak),
             if end.is_empty() { "-".into() } else { mb(&end) },
@@ -764,14 +914,17 @@ fn parent(args: &[String]) -> Result<(), BoxError> {
         batch_heads()
     );
     println!("{}", "-".repeat(30 + 24 + 3 + 40));
-    let llama_f16 = index(Format::Llama("f16"));
-    let llama_f32 = index(Format::Llama("f32"));
+    let index = |format: Format| formats.iter().position(|&f| f == format);
     let pairs = [
-        (index(Format::Candle("f32")), llama_f32),
-        (index(Format::Candle("f32")), llama_f16),
-        (index(Format::Candle("bf16")), llama_f16),
-        (index(Format::Candle("f16")), llama_f16),
-    ];
+        (Format::Candle("f32"), Format::Llama("f32")),
+        (Format::Candle("f32"), Format::Llama("f16")),
+        (Format::Candle("bf16"), Format::Llama("f16")),
+        (Format::Candle("f16"), Format::Llama("f16")),
+        (Format::Candle("Q8_0"), Format::Llama("Q8_0")),
+        (Format::Candle("Q4_K_M"), Format::Llama("Q4_K_M")),
+    ]
+    .into_iter()
+    .filter_map(|(a, b)| Some((index(a)?, index(b)?)));
     for (a, b) in pairs {
         let ratios: String = (0..BATCHES.len())
             .map(|j| format!("{:>7.2}x", medians[a][j] / medians[b][j]))
@@ -789,16 +942,9 @@ fn parent(args: &[String]) -> Result<(), BoxError> {
             .collect();
         println!(
             "{:<30}{ratios}   {}",
-            format!("{} / {}", Format::ALL[a].name(), Format::ALL[b].name()),
+            format!("{} / {}", formats[a].name(), formats[b].name()),
             ranges.join(", ")
         );
     }
     Ok(())
-}
-
-fn index(format: Format) -> usize {
-    Format::ALL
-        .iter()
-        .position(|&f| f == format)
-        .expect("a listed format")
 }
