@@ -15,8 +15,8 @@
 //!   halves of each head's rows for the `llama` architecture; they are put
 //!   back in the Hugging Face order as they are read (whole rows, so
 //!   quantized rows move as they are).
-//! - **Quantized tensors** (Q8_0, Q4_K, Q6_K, Q4_0, Q5_K) are handed to the
-//!   projections at their stored size ([`GgufTensors::quant`]); float
+//! - **Quantized tensors** (Q8_0, Q4_K, Q6_K, Q4_0, Q5_0, Q5_K) are handed
+//!   to the projections at their stored size ([`GgufTensors::quant`]); float
 //!   tensors (norms, biases, F32/F16/BF16 projections) load as candle
 //!   tensors in their stored dtype. Any other type is an error naming the
 //!   tensor, its type and the supported ones.
@@ -85,7 +85,7 @@ fn float_dtype(ggml: GgmlDType) -> Option<DType> {
 }
 
 /// The tensor types this engine reads, for error messages.
-pub const SUPPORTED_TYPES: &str = "F32, F16, BF16, Q4_0, Q8_0, Q4_K, Q5_K, Q6_K";
+pub const SUPPORTED_TYPES: &str = "F32, F16, BF16, Q4_0, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K";
 
 impl GgufTensors {
     /// Indexes the tensors of `path` for the decoder `config` (read from

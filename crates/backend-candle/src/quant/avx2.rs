@@ -6,8 +6,8 @@
 use std::arch::x86_64::*;
 
 use super::{
-    ActTile, Q4_0_BYTES, Q4K_BYTES, Q5K_BYTES, Q6K_BYTES, Q8_0_BYTES, QK_K, QuantType, TILE_ROWS,
-    add_k, add_q6k, f16_at, k_scales,
+    ActTile, Q4_0_BYTES, Q4K_BYTES, Q5_0_BYTES, Q5K_BYTES, Q6K_BYTES, Q8_0_BYTES, QK_K, QuantType,
+    TILE_ROWS, add_k, add_q6k, f16_at, k_scales,
 };
 
 /// Runs `$kernel::<R, ..>` for the tile's row count `R`.
@@ -32,8 +32,9 @@ pub(crate) use by_rows;
 pub(crate) fn row_times_tile(ty: QuantType, w: &[u8], t: &ActTile<'_>, out: &mut [f32; TILE_ROWS]) {
     assert!((1..=TILE_ROWS).contains(&t.rows));
     match ty {
-        QuantType::Q8_0 => by_rows!(lanes, false; t.rows; w, t, out),
-        QuantType::Q4_0 => by_rows!(lanes, true; t.rows; w, t, out),
+        QuantType::Q8_0 => by_rows!(lanes, Q8_0_BYTES; t.rows; w, t, out),
+        QuantType::Q4_0 => by_rows!(lanes, Q4_0_BYTES; t.rows; w, t, out),
+        QuantType::Q5_0 => by_rows!(lanes, Q5_0_BYTES; t.rows; w, t, out),
         QuantType::Q4K => by_rows!(k4, false; t.rows; w, t, out),
         QuantType::Q5K => by_rows!(k4, true; t.rows; w, t, out),
         QuantType::Q6K => by_rows!(q6k; t.rows; w, t, out),
@@ -52,42 +53,89 @@ pub(crate) fn hsum2(a: __m256i, b: __m256i) -> (i32, i32) {
     (_mm_cvtsi128_si32(sums), _mm_extract_epi32::<1>(sums))
 }
 
-/// The 32 values of a Q8_0 block (`Q4` false) or a Q4_0 block (offset
-/// removed) at `block`, as i8.
+/// The 16 bytes of nibbles at `at` as 32 unsigned values: the low
+/// nibbles, then the high ones.
+///
+/// # Safety
+///
+/// `at..at + 16` is readable.
+#[target_feature(enable = "avx2")]
+pub(crate) unsafe fn nibbles(at: *const u8) -> __m256i {
+    // SAFETY: 16 bytes, readable by the caller's promise.
+    let raw = unsafe { _mm_loadu_si128(at.cast()) };
+    let low = _mm_set1_epi8(0x0F);
+    let lo = _mm_and_si128(raw, low);
+    let hi = _mm_and_si128(_mm_srli_epi16::<4>(raw), low);
+    _mm256_set_m128i(hi, lo)
+}
+
+/// The fifth bits of a Q5_0 block at `block` (bytes 2..6), bit `i` of
+/// the little-endian u32 for value `i`.
+///
+/// # Safety
+///
+/// `block` points to a whole Q5_0 block.
+#[inline(always)]
+pub(crate) unsafe fn q5_0_high(block: *const u8) -> u32 {
+    // SAFETY: bytes 2..6 of the block.
+    u32::from_le_bytes(unsafe { block.add(2).cast::<[u8; 4]>().read() })
+}
+
+/// The 32 values of a Q8_0, Q4_0 or Q5_0 block (`BYTES` its size;
+/// offsets removed) at `block`, as i8.
 ///
 /// # Safety
 ///
 /// `block` points to a whole block.
 #[target_feature(enable = "avx2")]
-pub(crate) unsafe fn lanes_values<const Q4: bool>(block: *const u8) -> __m256i {
-    if Q4 {
+pub(crate) unsafe fn lanes_values<const BYTES: usize>(block: *const u8) -> __m256i {
+    match BYTES {
         // SAFETY: 16 bytes of nibbles after the scale, in the block.
-        let raw = unsafe { _mm_loadu_si128(block.add(2).cast()) };
-        let low = _mm_set1_epi8(0x0F);
-        let lo = _mm_and_si128(raw, low);
-        let hi = _mm_and_si128(_mm_srli_epi16::<4>(raw), low);
-        _mm256_sub_epi8(_mm256_set_m128i(hi, lo), _mm256_set1_epi8(8))
-    } else {
+        Q4_0_BYTES => _mm256_sub_epi8(unsafe { nibbles(block.add(2)) }, _mm256_set1_epi8(8)),
+        Q5_0_BYTES => {
+            // SAFETY: 16 bytes of nibbles after the scale and fifth bits,
+            // in the block.
+            let q = unsafe { nibbles(block.add(6)) };
+            // Byte `i` of `qh` in bytes `8 i..8 i + 8`, then each byte's
+            // own bit (`i % 8`) picked out: all ones where it is set.
+            // SAFETY: a whole block.
+            let qh = _mm256_set1_epi32(unsafe { q5_0_high(block) } as i32);
+            let spread = _mm256_setr_epi64x(
+                0,
+                0x0101_0101_0101_0101,
+                0x0202_0202_0202_0202,
+                0x0303_0303_0303_0303,
+            );
+            let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201_u64 as i64);
+            let set =
+                _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(qh, spread), bit), bit);
+            // `nibble - 16` as i8 (`0xF0 | nibble`) where the bit is clear,
+            // `nibble` where it is set.
+            _mm256_or_si256(q, _mm256_andnot_si256(set, _mm256_set1_epi8(0xF0_u8 as i8)))
+        }
         // SAFETY: 32 values after the scale, in the block.
-        unsafe { _mm256_loadu_si256(block.add(2).cast()) }
+        _ => unsafe { _mm256_loadu_si256(block.add(2).cast()) },
     }
 }
 
-/// A Q8_0 (`Q4` false) or Q4_0 weight row times `R` activation rows, in
-/// the lanes of [`super::portable`]: two eight-lane accumulators per row,
-/// even and odd blocks.
+/// A Q8_0, Q4_0 or Q5_0 weight row (`BYTES` a block) times `R`
+/// activation rows, in the lanes of [`super::portable`]: two eight-lane
+/// accumulators per row, even and odd blocks.
 #[target_feature(enable = "avx2,fma")]
-fn lanes<const R: usize, const Q4: bool>(w: &[u8], t: &ActTile<'_>, out: &mut [f32; TILE_ROWS]) {
-    let bytes = if Q4 { Q4_0_BYTES } else { Q8_0_BYTES };
+fn lanes<const R: usize, const BYTES: usize>(
+    w: &[u8],
+    t: &ActTile<'_>,
+    out: &mut [f32; TILE_ROWS],
+) {
     let (k, nb) = (t.k, t.k / 32);
-    assert!(t.rows == R && w.len() >= nb * bytes && t.qs.len() >= R * k && t.d.len() >= R * nb);
+    assert!(t.rows == R && w.len() >= nb * BYTES && t.qs.len() >= R * k && t.d.len() >= R * nb);
     let ones = _mm256_set1_epi16(1);
     let mut acc = [[_mm256_setzero_ps(); 2]; R];
     for b in 0..nb {
-        let block = &w[b * bytes..(b + 1) * bytes];
+        let block = &w[b * BYTES..(b + 1) * BYTES];
         let dw = f16_at(block, 0);
         // SAFETY: `block` is a whole block.
-        let q = unsafe { lanes_values::<Q4>(block.as_ptr()) };
+        let q = unsafe { lanes_values::<BYTES>(block.as_ptr()) };
         let aq = _mm256_abs_epi8(q);
         for (r, acc) in acc.iter_mut().enumerate() {
             // SAFETY: row `r`'s block `b` is in `t.qs` (asserted above).

@@ -1,17 +1,17 @@
 //! The AVX-512 kernels (F, BW and VNNI): 64 weight values at a time.
 //! The K-quants run `vpmaddubsw` then `vpdpwssd` (pairs of i16 by the
-//! sub-blocks' scales, added into i32 lanes in one instruction); Q8_0
-//! and Q4_0 take two blocks per register and `vpdpbusd` (four
+//! sub-blocks' scales, added into i32 lanes in one instruction); Q8_0,
+//! Q4_0 and Q5_0 take two blocks per register and `vpdpbusd` (four
 //! unsigned-by-signed byte products into each i32 lane). Every sum of
 //! integers is exact; the f32 steps are the portable kernels', so the
 //! bits are theirs.
 
 use std::arch::x86_64::*;
 
-use super::avx2::{hsum2, lanes_values, q6k_chunks, reduce16};
+use super::avx2::{hsum2, lanes_values, nibbles, q5_0_high, q6k_chunks, reduce16};
 use super::{
-    ActTile, Q4_0_BYTES, Q4K_BYTES, Q5K_BYTES, Q6K_BYTES, Q8_0_BYTES, QK_K, QuantType, TILE_ROWS,
-    add_k, add_q6k, f16_at, k_scales,
+    ActTile, Q4_0_BYTES, Q4K_BYTES, Q5_0_BYTES, Q5K_BYTES, Q6K_BYTES, Q8_0_BYTES, QK_K, QuantType,
+    TILE_ROWS, add_k, add_q6k, f16_at, k_scales,
 };
 
 /// One weight row of `ty` times the tile's rows into `out[..rows]`.
@@ -19,8 +19,9 @@ use super::{
 pub(crate) fn row_times_tile(ty: QuantType, w: &[u8], t: &ActTile<'_>, out: &mut [f32; TILE_ROWS]) {
     assert!((1..=TILE_ROWS).contains(&t.rows));
     match ty {
-        QuantType::Q8_0 => super::avx2::by_rows!(lanes, false; t.rows; w, t, out),
-        QuantType::Q4_0 => super::avx2::by_rows!(lanes, true; t.rows; w, t, out),
+        QuantType::Q8_0 => super::avx2::by_rows!(lanes, Q8_0_BYTES; t.rows; w, t, out),
+        QuantType::Q4_0 => super::avx2::by_rows!(lanes, Q4_0_BYTES; t.rows; w, t, out),
+        QuantType::Q5_0 => super::avx2::by_rows!(lanes, Q5_0_BYTES; t.rows; w, t, out),
         QuantType::Q4K => super::avx2::by_rows!(k4, false; t.rows; w, t, out),
         QuantType::Q5K => super::avx2::by_rows!(k4, true; t.rows; w, t, out),
         QuantType::Q6K => super::avx2::by_rows!(q6k; t.rows; w, t, out),
@@ -48,14 +49,46 @@ fn spread(first: usize, per: usize) -> __m512i {
     unsafe { _mm512_loadu_si512(idx.as_ptr().cast()) }
 }
 
-/// A Q8_0 (`Q4` false) or Q4_0 weight row times `R` activation rows: two
-/// blocks a register, the even one in lanes 0-7, the odd one in 8-15,
-/// the lanes of [`super::portable`].
+/// The values of two Q8_0, Q4_0 or Q5_0 blocks (`BYTES` a block;
+/// offsets removed) as i8, `first`'s in the low 256 bits.
+///
+/// # Safety
+///
+/// `first` and `second` point to whole blocks.
+#[target_feature(enable = "avx2,avx512f,avx512bw")]
+unsafe fn pair_values<const BYTES: usize>(first: *const u8, second: *const u8) -> __m512i {
+    if BYTES == Q5_0_BYTES {
+        // SAFETY: 16 bytes of nibbles after the scale and fifth bits of
+        // each block; the fifth bits, in the blocks.
+        let (q, qh) = unsafe {
+            (
+                join(nibbles(first.add(6)), nibbles(second.add(6))),
+                u64::from(q5_0_high(first)) | (u64::from(q5_0_high(second)) << 32),
+            )
+        };
+        // `nibble - 16` as i8 (`0xF0 | nibble`) where the fifth bit is
+        // clear, `nibble` where it is set.
+        _mm512_or_si512(
+            q,
+            _mm512_maskz_mov_epi8(!qh, _mm512_set1_epi8(0xF0_u8 as i8)),
+        )
+    } else {
+        // SAFETY: whole blocks.
+        unsafe { join(lanes_values::<BYTES>(first), lanes_values::<BYTES>(second)) }
+    }
+}
+
+/// A Q8_0, Q4_0 or Q5_0 weight row (`BYTES` a block) times `R`
+/// activation rows: two blocks a register, the even one in lanes 0-7,
+/// the odd one in 8-15, the lanes of [`super::portable`].
 #[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vnni")]
-fn lanes<const R: usize, const Q4: bool>(w: &[u8], t: &ActTile<'_>, out: &mut [f32; TILE_ROWS]) {
-    let bytes = if Q4 { Q4_0_BYTES } else { Q8_0_BYTES };
+fn lanes<const R: usize, const BYTES: usize>(
+    w: &[u8],
+    t: &ActTile<'_>,
+    out: &mut [f32; TILE_ROWS],
+) {
     let (k, nb) = (t.k, t.k / 32);
-    assert!(t.rows == R && w.len() >= nb * bytes && t.qs.len() >= R * k && t.d.len() >= R * nb);
+    assert!(t.rows == R && w.len() >= nb * BYTES && t.qs.len() >= R * k && t.d.len() >= R * nb);
     let zero = _mm512_setzero_si512();
     let pick = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
     let mut acc = [_mm512_setzero_ps(); R];
@@ -63,19 +96,14 @@ fn lanes<const R: usize, const Q4: bool>(w: &[u8], t: &ActTile<'_>, out: &mut [f
     while b < nb {
         // Blocks `b` and `b + 1` (the last block alone: no lanes 8-15).
         let pair = b + 1 < nb;
-        let first = &w[b * bytes..(b + 1) * bytes];
+        let first = &w[b * BYTES..(b + 1) * BYTES];
         let second = if pair {
-            &w[(b + 1) * bytes..(b + 2) * bytes]
+            &w[(b + 1) * BYTES..(b + 2) * BYTES]
         } else {
             first
         };
         // SAFETY: `first` and `second` are whole blocks.
-        let q = unsafe {
-            join(
-                lanes_values::<Q4>(first.as_ptr()),
-                lanes_values::<Q4>(second.as_ptr()),
-            )
-        };
+        let q = unsafe { pair_values::<BYTES>(first.as_ptr(), second.as_ptr()) };
         let dw = _mm512_permutexvar_ps(
             pick,
             _mm512_castps128_ps512(_mm_setr_ps(f16_at(first, 0), f16_at(second, 0), 0.0, 0.0)),

@@ -1,5 +1,5 @@
 //! Matrix products with weights kept in ggml's block formats (GGUF
-//! tensors): Q8_0, Q4_0, Q4_K, Q5_K and Q6_K, on the CPU.
+//! tensors): Q8_0, Q4_0, Q5_0, Q4_K, Q5_K and Q6_K, on the CPU.
 //!
 //! A [`QuantWeight`] holds an `(n, k)` weight as the bytes of its GGUF
 //! tensor (row `j` is `k / block_values` blocks, rows back to back), at
@@ -7,9 +7,9 @@
 //! `m` f32 activation rows by it, as llama.cpp does:
 //!
 //! 1. each activation row is quantized once per call, in blocks of 32 for
-//!    Q8_0 and Q4_0 weights (one f32 scale `max |x| / 127` and 32 i8) and
-//!    of 256 for the K-quants (the same, plus the sums of each 16 values,
-//!    for the K-quants' minimums and offsets);
+//!    Q8_0, Q4_0 and Q5_0 weights (one f32 scale `max |x| / 127` and 32
+//!    i8) and of 256 for the K-quants (the same, plus the sums of each 16
+//!    values, for the K-quants' minimums and offsets);
 //! 2. each weight block meets each activation block in integer
 //!    arithmetic (`vpmaddubsw` then `vpmaddwd` with AVX2; `vpdpbusd` and
 //!    `vpdpwssd` with AVX-512 VNNI), exact;
@@ -25,7 +25,7 @@
 //!
 //! ## The order of the sums
 //!
-//! - Q8_0 and Q4_0: 16 f32 lanes per output. Block `b` adds to lanes
+//! - Q8_0, Q4_0 and Q5_0: 16 f32 lanes per output. Block `b` adds to lanes
 //!   `8 (b % 2) + l` (`l` < 8) its scale (`d_w * d_x`, in f32) times the
 //!   exact sum of its values `4 l..4 l + 4`; the lanes are then added
 //!   `i + 8`, `i + 4`, `i + 2`, `i + 1` into lane 0 (`reduce16`).
@@ -106,6 +106,8 @@
 //! What ours lack against candle's repacked tiles: a horizontal sum of
 //! each weight block's integer sums per row (the fixed f32 order above),
 //! where candle's tiles sum 16 weight rows at once across lanes.
+//! Q5_0 (Q4_0's kernels with a fifth bit) came after these numbers and is
+//! not timed here.
 
 use std::sync::OnceLock;
 
@@ -126,6 +128,9 @@ pub(crate) const QK_K: usize = 256;
 pub(crate) const Q8_0_BYTES: usize = 34;
 /// Bytes per Q4_0 block: an f16 scale, 16 bytes of nibbles.
 pub(crate) const Q4_0_BYTES: usize = 18;
+/// Bytes per Q5_0 block: an f16 scale, 4 bytes of fifth bits (bit `j`
+/// of their little-endian u32 for value `j`), 16 bytes of nibbles.
+pub(crate) const Q5_0_BYTES: usize = 22;
 /// Bytes per Q4_K block: f16 `d` and `dmin`, 12 bytes of 6-bit scales and
 /// minimums, 128 bytes of nibbles.
 pub(crate) const Q4K_BYTES: usize = 144;
@@ -158,6 +163,8 @@ const BAND_GROUPS: usize = 4;
 pub enum QuantType {
     /// 32 values: an f16 scale and 4-bit values offset by 8.
     Q4_0,
+    /// 32 values: an f16 scale and 5-bit values offset by 16.
+    Q5_0,
     /// 32 values: an f16 scale and i8 values.
     Q8_0,
     /// 256 values: f16 scale and minimum, eight sub-blocks of 32 with
@@ -172,9 +179,10 @@ pub enum QuantType {
 
 impl QuantType {
     /// Every type, for tests and benches.
-    pub const ALL: [QuantType; 5] = [
+    pub const ALL: [QuantType; 6] = [
         QuantType::Q8_0,
         QuantType::Q4_0,
+        QuantType::Q5_0,
         QuantType::Q4K,
         QuantType::Q5K,
         QuantType::Q6K,
@@ -185,6 +193,7 @@ impl QuantType {
         use candle_core::quantized::GgmlDType;
         match dtype {
             GgmlDType::Q4_0 => Some(QuantType::Q4_0),
+            GgmlDType::Q5_0 => Some(QuantType::Q5_0),
             GgmlDType::Q8_0 => Some(QuantType::Q8_0),
             GgmlDType::Q4K => Some(QuantType::Q4K),
             GgmlDType::Q5K => Some(QuantType::Q5K),
@@ -196,7 +205,7 @@ impl QuantType {
     /// Values per block: 32 or 256.
     pub fn block_values(self) -> usize {
         match self {
-            QuantType::Q4_0 | QuantType::Q8_0 => 32,
+            QuantType::Q4_0 | QuantType::Q5_0 | QuantType::Q8_0 => 32,
             QuantType::Q4K | QuantType::Q5K | QuantType::Q6K => QK_K,
         }
     }
@@ -205,6 +214,7 @@ impl QuantType {
     pub fn block_bytes(self) -> usize {
         match self {
             QuantType::Q4_0 => Q4_0_BYTES,
+            QuantType::Q5_0 => Q5_0_BYTES,
             QuantType::Q8_0 => Q8_0_BYTES,
             QuantType::Q4K => Q4K_BYTES,
             QuantType::Q5K => Q5K_BYTES,
@@ -212,10 +222,11 @@ impl QuantType {
         }
     }
 
-    /// ggml's name: `Q4_0`, `Q8_0`, `Q4_K`, `Q5_K` or `Q6_K`.
+    /// ggml's name: `Q4_0`, `Q5_0`, `Q8_0`, `Q4_K`, `Q5_K` or `Q6_K`.
     pub fn name(self) -> &'static str {
         match self {
             QuantType::Q4_0 => "Q4_0",
+            QuantType::Q5_0 => "Q5_0",
             QuantType::Q8_0 => "Q8_0",
             QuantType::Q4K => "Q4_K",
             QuantType::Q5K => "Q5_K",
@@ -388,6 +399,15 @@ fn dequantize_block(ty: QuantType, block: &[u8], out: &mut [f32]) {
                 out[i + 16] = f32::from((q >> 4) as i8 - 8) * d;
             }
         }
+        QuantType::Q5_0 => {
+            let d = f16_at(block, 0);
+            let qh = u32::from_le_bytes([block[2], block[3], block[4], block[5]]);
+            let fifth = |j: usize| (((qh >> j) & 1) << 4) as u8;
+            for (i, q) in block[6..22].iter().enumerate() {
+                out[i] = f32::from(((q & 0x0F) | fifth(i)) as i8 - 16) * d;
+                out[i + 16] = f32::from(((q >> 4) | fifth(i + 16)) as i8 - 16) * d;
+            }
+        }
         QuantType::Q4K | QuantType::Q5K => {
             let (d, dmin) = (f16_at(block, 0), f16_at(block, 2));
             let (sc, mins) = k_scales(&block[4..16]);
@@ -456,7 +476,7 @@ pub(crate) fn add_q6k(acc: f32, d: f32, yd: f32, isum: i32) -> f32 {
     acc + (d * yd) * isum as f32
 }
 
-/// Adds one Q8_0 or Q4_0 block's eight lane sums to eight lanes, each
+/// Adds one Q8_0, Q4_0 or Q5_0 block's eight lane sums to eight lanes, each
 /// times `scale`: what `vmulps` then `vaddps` do.
 #[inline(always)]
 pub(crate) fn add_lanes(lanes: &mut [f32], scale: f32, sums: &[i32; 8]) {
@@ -722,6 +742,7 @@ fn row_times_tile(
         _ => match ty {
             QuantType::Q8_0 => portable::q8_0_rows(w, t, out),
             QuantType::Q4_0 => portable::q4_0_rows(w, t, out),
+            QuantType::Q5_0 => portable::q5_0_rows(w, t, out),
             QuantType::Q4K => portable::q4k_rows(w, t, out),
             QuantType::Q5K => portable::q5k_rows(w, t, out),
             QuantType::Q6K => portable::q6k_rows(w, t, out),
@@ -862,7 +883,7 @@ impl SharedOut {
 mod tests {
     use candle_core::quantized::GgmlDType;
     use candle_core::quantized::k_quants::{
-        BlockQ4_0, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8_0, GgmlType,
+        BlockQ4_0, BlockQ4K, BlockQ5_0, BlockQ5K, BlockQ6K, BlockQ8_0, GgmlType,
     };
 
     use super::*;
@@ -941,6 +962,7 @@ mod tests {
         match ty {
             QuantType::Q8_0 => candle_quantize::<BlockQ8_0>(x),
             QuantType::Q4_0 => candle_quantize::<BlockQ4_0>(x),
+            QuantType::Q5_0 => candle_quantize::<BlockQ5_0>(x),
             QuantType::Q4K => candle_quantize::<BlockQ4K>(x),
             QuantType::Q5K => candle_quantize::<BlockQ5K>(x),
             QuantType::Q6K => candle_quantize::<BlockQ6K>(x),
@@ -951,6 +973,7 @@ mod tests {
         match ty {
             QuantType::Q8_0 => candle_dequantize::<BlockQ8_0>(bytes),
             QuantType::Q4_0 => candle_dequantize::<BlockQ4_0>(bytes),
+            QuantType::Q5_0 => candle_dequantize::<BlockQ5_0>(bytes),
             QuantType::Q4K => candle_dequantize::<BlockQ4K>(bytes),
             QuantType::Q5K => candle_dequantize::<BlockQ5K>(bytes),
             QuantType::Q6K => candle_dequantize::<BlockQ6K>(bytes),
@@ -974,7 +997,9 @@ mod tests {
                 half::f16::from_f32(v).to_le_bytes()
             };
             match ty {
-                QuantType::Q8_0 | QuantType::Q4_0 => block[..2].copy_from_slice(&scale(true)),
+                QuantType::Q8_0 | QuantType::Q4_0 | QuantType::Q5_0 => {
+                    block[..2].copy_from_slice(&scale(true));
+                }
                 QuantType::Q4K | QuantType::Q5K => {
                     block[..2].copy_from_slice(&scale(true));
                     block[2..4].copy_from_slice(&scale(false));
@@ -1022,6 +1047,7 @@ mod tests {
         for (ty, dtype) in [
             (QuantType::Q8_0, GgmlDType::Q8_0),
             (QuantType::Q4_0, GgmlDType::Q4_0),
+            (QuantType::Q5_0, GgmlDType::Q5_0),
             (QuantType::Q4K, GgmlDType::Q4K),
             (QuantType::Q5K, GgmlDType::Q5K),
             (QuantType::Q6K, GgmlDType::Q6K),
@@ -1032,7 +1058,7 @@ mod tests {
         }
         assert_eq!(QuantType::from_ggml(GgmlDType::F16), None);
         let names: Vec<&str> = QuantType::ALL.iter().map(|t| t.name()).collect();
-        assert_eq!(names, ["Q8_0", "Q4_0", "Q4_K", "Q5_K", "Q6_K"]);
+        assert_eq!(names, ["Q8_0", "Q4_0", "Q5_0", "Q4_K", "Q5_K", "Q6_K"]);
     }
 
     #[test]

@@ -4,8 +4,8 @@
 //! every path gives these bits.
 
 use super::{
-    ActTile, Q4_0_BYTES, Q4K_BYTES, Q5K_BYTES, Q6K_BYTES, Q8_0_BYTES, QK_K, TILE_ROWS, add_k,
-    add_lanes, add_q6k, f16_at, k_scales, reduce16,
+    ActTile, Q4_0_BYTES, Q4K_BYTES, Q5_0_BYTES, Q5K_BYTES, Q6K_BYTES, Q8_0_BYTES, QK_K, TILE_ROWS,
+    add_k, add_lanes, add_q6k, f16_at, k_scales, reduce16,
 };
 
 /// The 32 values of a Q8_0 weight block as i8.
@@ -23,7 +23,20 @@ fn q4_0_values(block: &[u8]) -> [i8; 32] {
     })
 }
 
-/// A Q8_0 or Q4_0 weight row (`BYTES` a block, values from `values`)
+/// The 32 values of a Q5_0 weight block, offset removed (-16..=15): the
+/// low nibbles of bytes 6..22 then their high nibbles, value `i` taking
+/// bit `i` of the little-endian u32 at bytes 2..6 as its fifth bit.
+fn q5_0_values(block: &[u8]) -> [i8; 32] {
+    let qh = u32::from_le_bytes([block[2], block[3], block[4], block[5]]);
+    std::array::from_fn(|i| {
+        let byte = block[6 + i % 16];
+        let nibble = if i < 16 { byte & 0x0F } else { byte >> 4 };
+        let fifth = ((qh >> i) & 1) as u8;
+        (nibble | (fifth << 4)) as i8 - 16
+    })
+}
+
+/// A Q8_0, Q4_0 or Q5_0 weight row (`BYTES` a block, values from `values`)
 /// times the tile's rows: 16 f32 lanes per row, block `b` in lanes
 /// `8 * (b % 2)..`, lane `l` taking the sum of values `4 l..4 l + 4`.
 fn lanes_rows<const BYTES: usize>(
@@ -62,6 +75,11 @@ pub(crate) fn q8_0_rows(w: &[u8], t: &ActTile<'_>, out: &mut [f32; TILE_ROWS]) {
 /// A Q4_0 weight row times the tile's rows.
 pub(crate) fn q4_0_rows(w: &[u8], t: &ActTile<'_>, out: &mut [f32; TILE_ROWS]) {
     lanes_rows::<Q4_0_BYTES>(w, t, q4_0_values, out);
+}
+
+/// A Q5_0 weight row times the tile's rows.
+pub(crate) fn q5_0_rows(w: &[u8], t: &ActTile<'_>, out: &mut [f32; TILE_ROWS]) {
+    lanes_rows::<Q5_0_BYTES>(w, t, q5_0_values, out);
 }
 
 /// The 256 unsigned values of a Q4_K block (`high` none) or Q5_K block
