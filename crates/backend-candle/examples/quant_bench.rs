@@ -16,7 +16,7 @@
 use std::time::Instant;
 
 use candle_core::quantized::k_quants::{
-    BlockQ4_0, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8_0, GgmlType,
+    BlockQ4_0, BlockQ4K, BlockQ5_0, BlockQ5K, BlockQ6K, BlockQ8_0, GgmlType,
 };
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{Device, Module, Tensor};
@@ -80,6 +80,7 @@ fn candle_vec_dot<T: GgmlType>(w: &[T], x: &[f32], m: usize, n: usize, k: usize,
 fn run_type<T: GgmlType>(ty: QuantType, n: usize, k: usize, ms: &[usize], reps: usize) {
     let dtype = match ty {
         QuantType::Q4_0 => GgmlDType::Q4_0,
+        QuantType::Q5_0 => GgmlDType::Q5_0,
         QuantType::Q8_0 => GgmlDType::Q8_0,
         QuantType::Q4K => GgmlDType::Q4K,
         QuantType::Q5K => GgmlDType::Q5K,
@@ -168,6 +169,7 @@ fn main() {
     for ty in types {
         match ty {
             QuantType::Q4_0 => run_type::<BlockQ4_0>(ty, n, k, &ms, reps),
+            QuantType::Q5_0 => run_type::<BlockQ5_0>(ty, n, k, &ms, reps),
             QuantType::Q8_0 => run_type::<BlockQ8_0>(ty, n, k, &ms, reps),
             QuantType::Q4K => run_type::<BlockQ4K>(ty, n, k, &ms, reps),
             QuantType::Q5K => run_type::<BlockQ5K>(ty, n, k, &ms, reps),

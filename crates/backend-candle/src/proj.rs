@@ -141,12 +141,11 @@ pub enum QuantPart {
 fn ggml_type(ty: QuantType) -> GgmlDType {
     match ty {
         QuantType::Q4_0 => GgmlDType::Q4_0,
+        QuantType::Q5_0 => GgmlDType::Q5_0,
         QuantType::Q8_0 => GgmlDType::Q8_0,
         QuantType::Q4K => GgmlDType::Q4K,
         QuantType::Q5K => GgmlDType::Q5K,
         QuantType::Q6K => GgmlDType::Q6K,
-        #[allow(unreachable_patterns)]
-        _ => GgmlDType::Q8_0,
     }
 }
 
