@@ -18,7 +18,7 @@ use std::time::Instant;
 use candle_core::quantized::k_quants::{
     BlockQ4_0, BlockQ4K, BlockQ5_0, BlockQ5K, BlockQ6K, BlockQ8_0, GgmlType,
 };
-use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
+use candle_core::quantized::{QMatMul, QTensor};
 use candle_core::{Device, Module, Tensor};
 use guidebench_candle::quant::{
     QuantType, QuantWeight, kernel_path, quant_matmul, quant_matmul_on, runnable_paths,
@@ -78,14 +78,7 @@ fn candle_vec_dot<T: GgmlType>(w: &[T], x: &[f32], m: usize, n: usize, k: usize,
 }
 
 fn run_type<T: GgmlType>(ty: QuantType, n: usize, k: usize, ms: &[usize], reps: usize) {
-    let dtype = match ty {
-        QuantType::Q4_0 => GgmlDType::Q4_0,
-        QuantType::Q5_0 => GgmlDType::Q5_0,
-        QuantType::Q8_0 => GgmlDType::Q8_0,
-        QuantType::Q4K => GgmlDType::Q4K,
-        QuantType::Q5K => GgmlDType::Q5K,
-        QuantType::Q6K => GgmlDType::Q6K,
-    };
+    let dtype = ty.ggml();
     let values: Vec<f32> = (0..n * k)
         .map(|i| ((i as f32) * 0.618).sin() * 0.05)
         .collect();

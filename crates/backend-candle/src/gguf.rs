@@ -34,7 +34,7 @@ use candle_nn::var_builder::SimpleBackend;
 use guidebench_core::model::{DecoderConfig, gguf_rows_are_interleaved, gguf_tensor_hf_name};
 
 use crate::error::{CandleError, Result};
-use crate::loader::read_at;
+use crate::loader::{of_shape, read_at};
 use crate::quant::QuantType;
 
 /// Where one tensor lies in the file and how to read it.
@@ -288,15 +288,7 @@ impl SimpleBackend for SharedGguf {
         dtype: DType,
         dev: &Device,
     ) -> candle_core::Result<Tensor> {
-        let tensor = self.0.load(name, dev)?.to_dtype(dtype)?;
-        if tensor.shape() != &s {
-            return Err(candle_core::Error::UnexpectedShape {
-                msg: format!("shape mismatch for {name}"),
-                expected: s,
-                got: tensor.shape().clone(),
-            });
-        }
-        Ok(tensor)
+        of_shape(self.0.load(name, dev)?.to_dtype(dtype)?, s, name)
     }
 
     fn get_unchecked(&self, name: &str, dtype: DType, dev: &Device) -> candle_core::Result<Tensor> {

@@ -145,6 +145,18 @@ pub(crate) fn read_at(file: &File, buf: &mut [u8], offset: u64) -> std::io::Resu
     }
 }
 
+/// `tensor` if it has shape `s`; else the error candle's own backends give.
+pub(crate) fn of_shape(tensor: Tensor, s: Shape, name: &str) -> candle_core::Result<Tensor> {
+    if tensor.shape() != &s {
+        return Err(candle_core::Error::UnexpectedShape {
+            msg: format!("shape mismatch for {name}"),
+            expected: s,
+            got: tensor.shape().clone(),
+        });
+    }
+    Ok(tensor)
+}
+
 impl SimpleBackend for SafetensorsFiles {
     fn get(
         &self,
@@ -154,15 +166,7 @@ impl SimpleBackend for SafetensorsFiles {
         dtype: DType,
         dev: &Device,
     ) -> candle_core::Result<Tensor> {
-        let tensor = self.load(name, dev)?.to_dtype(dtype)?;
-        if tensor.shape() != &s {
-            return Err(candle_core::Error::UnexpectedShape {
-                msg: format!("shape mismatch for {name}"),
-                expected: s,
-                got: tensor.shape().clone(),
-            });
-        }
-        Ok(tensor)
+        of_shape(self.load(name, dev)?.to_dtype(dtype)?, s, name)
     }
 
     fn get_unchecked(&self, name: &str, dtype: DType, dev: &Device) -> candle_core::Result<Tensor> {

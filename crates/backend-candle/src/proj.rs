@@ -28,7 +28,6 @@ use crate::arena::WeightArena;
 use crate::cpu::{has_avx2_fma, has_avx512, rows_times};
 use crate::packed::{PackedWeight, packed_matmul};
 use crate::quant::{QuantType, QuantWeight, quant_matmul};
-use candle_core::quantized::GgmlDType;
 
 /// Inputs of at most this many rows use the dot-product kernel when the
 /// CPU has neither AVX-512 nor AVX2 with FMA.
@@ -137,18 +136,6 @@ pub enum QuantPart {
     },
 }
 
-/// The ggml type of a [`QuantType`].
-fn ggml_type(ty: QuantType) -> GgmlDType {
-    match ty {
-        QuantType::Q4_0 => GgmlDType::Q4_0,
-        QuantType::Q5_0 => GgmlDType::Q5_0,
-        QuantType::Q8_0 => GgmlDType::Q8_0,
-        QuantType::Q4K => GgmlDType::Q4K,
-        QuantType::Q5K => GgmlDType::Q5K,
-        QuantType::Q6K => GgmlDType::Q6K,
-    }
-}
-
 /// Whether candle's repacked kernel runs a `ty` matrix of `rows` by
 /// `cols` on this CPU (see [`QuantPart`]).
 pub fn candle_runs(ty: QuantType, rows: usize, cols: usize) -> bool {
@@ -185,7 +172,7 @@ impl QuantPart {
     ) -> candle_core::Result<Self> {
         if !force_ours && candle_runs(ty, rows, cols) {
             let qt = candle_core::quantized::ggml_file::qtensor_from_ggml(
-                ggml_type(ty),
+                ty.ggml(),
                 bytes,
                 vec![rows, cols],
                 &Device::Cpu,
@@ -750,8 +737,8 @@ mod tests {
             .collect();
         let weight = Tensor::from_vec(w, (n, k), &Device::Cpu).expect("weight");
         for ty in [QuantType::Q8_0, QuantType::Q4K, QuantType::Q6K] {
-            let qt = candle_core::quantized::QTensor::quantize(&weight, ggml_type(ty))
-                .expect("quantize");
+            let qt =
+                candle_core::quantized::QTensor::quantize(&weight, ty.ggml()).expect("quantize");
             let bytes = qt.data().expect("bytes").into_owned();
             let ours = QuantPart::new(ty, n, k, &bytes, true).expect("ours");
             assert!(matches!(ours, QuantPart::Ours(_)));

@@ -202,6 +202,19 @@ impl QuantType {
         }
     }
 
+    /// candle's (ggml's) name for the type.
+    pub fn ggml(self) -> candle_core::quantized::GgmlDType {
+        use candle_core::quantized::GgmlDType;
+        match self {
+            QuantType::Q4_0 => GgmlDType::Q4_0,
+            QuantType::Q5_0 => GgmlDType::Q5_0,
+            QuantType::Q8_0 => GgmlDType::Q8_0,
+            QuantType::Q4K => GgmlDType::Q4K,
+            QuantType::Q5K => GgmlDType::Q5K,
+            QuantType::Q6K => GgmlDType::Q6K,
+        }
+    }
+
     /// Values per block: 32 or 256.
     pub fn block_values(self) -> usize {
         match self {
