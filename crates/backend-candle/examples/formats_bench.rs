@@ -32,17 +32,18 @@
 //!
 //! ```text
 //! formats_bench model-dir
-//! formats_bench candle dtype=f32|bf16|f16|auto [model=FILE.gguf]
+//! formats_bench candle dtype=f32|bf16|f16|auto [model=FILE.gguf] [quant_kernels=candle]
 //! formats_bench greedy model=FILE.gguf [n=16] [kv_dtype=f16] < prompts.txt
 //! formats_bench llama=PATH gguf_f32=PATH gguf_f16=PATH gguf_q8_0=PATH gguf_q4_k_m=PATH
-//!               [rounds=3] [formats=f32,bf16,f16,Q8_0,Q4_K_M]
+//!               [rounds=3] [formats=f32,bf16,f16,Q8_0,Q4_K_M,Q8_0/ck,Q4_K_M/ck]
 //! ```
 //!
 //! The first prints the folder of `builtin:tiny` (generated on first use),
 //! which `bench/formats` converts; the second is the child the third
 //! starts once per candle format and round: it prints one JSON line. The
 //! fourth prints greedy continuations for `bench/gguf-agree`.
-//! `formats=` measures only the formats named.
+//! `formats=` measures only the formats named; `Q8_0/ck` and `Q4_K_M/ck`
+//! are candle's side on the same files with `quant_kernels=candle`.
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -127,15 +128,18 @@ struct ChildReport {
 fn child(args: &[String]) -> Result<(), BoxError> {
     let mut dtype = "f32".to_owned();
     let mut model = MODEL.to_owned();
-    for (key, value) in key_values(args, &["dtype", "model"])? {
+    let mut quant_kernels = None;
+    for (key, value) in key_values(args, &["dtype", "model", "quant_kernels"])? {
         match key {
             "dtype" => dtype = value.to_owned(),
+            "quant_kernels" => quant_kernels = Some(value.to_owned()),
             _ => model = value.to_owned(),
         }
     }
     let t0 = Instant::now();
     let options = CandleOptions {
         dtype: Some(dtype.clone()),
+        quant_kernels,
         ..CandleOptions::default()
     };
     let mut engine = StepRunner::new(CandleEngine::load(Some(&model), &options)?);
@@ -256,21 +260,38 @@ enum Format {
     Llama(&'static str),
 }
 
-/// The formats' names, in the table's order.
-const FORMATS: [&str; 5] = ["f32", "bf16", "f16", "Q8_0", "Q4_K_M"];
+/// The formats' names, in the table's order. `/ck`: the same file on
+/// candle's quantized kernels (`quant_kernels=candle`), candle's side
+/// only.
+const FORMATS: [&str; 7] = [
+    "f32",
+    "bf16",
+    "f16",
+    "Q8_0",
+    "Q4_K_M",
+    "Q8_0/ck",
+    "Q4_K_M/ck",
+];
 
 /// The formats that are GGUF files on both sides.
 fn is_gguf(format: &str) -> bool {
     format.starts_with('Q')
 }
 
+/// The GGUF file's format of a format (`Q8_0/ck` reads `Q8_0`'s file).
+fn file_of(format: &str) -> &str {
+    format.trim_end_matches("/ck")
+}
+
 impl Format {
-    const ALL: [Format; 9] = [
+    const ALL: [Format; 11] = [
         Format::Candle("f32"),
         Format::Candle("bf16"),
         Format::Candle("f16"),
         Format::Candle("Q8_0"),
         Format::Candle("Q4_K_M"),
+        Format::Candle("Q8_0/ck"),
+        Format::Candle("Q4_K_M/ck"),
         Format::Llama("f32"),
         Format::Llama("f16"),
         Format::Llama("Q8_0"),
@@ -460,10 +481,17 @@ impl Llama {
 
 /// Runs this program as a candle child in `dtype`, or on the GGUF file
 /// `model` (in its own types).
-fn run_candle(dtype: &str, model: Option<&std::path::Path>) -> Result<ChildReport, BoxError> {
+fn run_candle(
+    dtype: &str,
+    model: Option<&std::path::Path>,
+    candle_kernels: bool,
+) -> Result<ChildReport, BoxError> {
     let mut args = vec!["candle".to_owned(), format!("dtype={dtype}")];
     if let Some(model) = model {
         args.push(format!("model={}", model.display()));
+    }
+    if candle_kernels {
+        args.push("quant_kernels=candle".to_owned());
     }
     let output = Command::new(std::env::current_exe()?)
         .args(&args)
@@ -680,7 +708,7 @@ fn parent(args: &[String]) -> Result<(), BoxError> {
         })
         .filter(|f| match f {
             Format::Llama(d) => llama.gguf(d).is_ok(),
-            Format::Candle(d) => !is_gguf(d) || llama.gguf(d).is_ok(),
+            Format::Candle(d) => !is_gguf(d) || llama.gguf(file_of(d)).is_ok(),
         })
         .collect();
     let threads = std::thread::available_parallelism().map_or(1, usize::from);
@@ -753,9 +781,10 @@ fn parent(args: &[String]) -> Result<(), BoxError> {
             let run = match formats[i] {
                 Format::Candle(dtype) => {
                     let report = if is_gguf(dtype) {
-                        run_candle("auto", Some(llama.gguf(dtype)?))?
+                        let file = llama.gguf(file_of(dtype))?;
+                        run_candle("auto", Some(file), dtype.ends_with("/ck"))?
                     } else {
-                        run_candle(dtype, None)?
+                        run_candle(dtype, None, false)?
                     };
                     for (b, &t) in BATCHES.iter().zip(&report.tokens) {
                         if t != b * OUTPUT as usize {
@@ -922,6 +951,8 @@ fn parent(args: &[String]) -> Result<(), BoxError> {
         (Format::Candle("f16"), Format::Llama("f16")),
         (Format::Candle("Q8_0"), Format::Llama("Q8_0")),
         (Format::Candle("Q4_K_M"), Format::Llama("Q4_K_M")),
+        (Format::Candle("Q8_0/ck"), Format::Llama("Q8_0")),
+        (Format::Candle("Q4_K_M/ck"), Format::Llama("Q4_K_M")),
     ]
     .into_iter()
     .filter_map(|(a, b)| Some((index(a)?, index(b)?)));

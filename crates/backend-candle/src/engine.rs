@@ -39,6 +39,15 @@ pub const OPTIONS: &[OptionSpec] = &[
     )
     .with_default("f32"),
     OptionSpec::optional(
+        "quant_kernels",
+        OptionType::Choice(&["own", "candle"]),
+        "GGUF files: own (this engine's kernels, on its threads, weights at their \
+         stored size) or candle (candle's repacked Q8_0/Q4_K/Q6_K tiles where they take \
+         the matrix: its own process-wide thread pool, which ignores threads=, and a \
+         repacked copy of those weights)",
+    )
+    .with_default("own"),
+    OptionSpec::optional(
         "threads",
         OptionType::Int,
         "CPU threads (default: all available)",
@@ -79,6 +88,9 @@ pub struct CandleOptions {
     pub kv_dtype: Option<String>,
     /// `f32` (default) or `bf16` (bf16 weights, AVX-512 BF16).
     pub activations: Option<String>,
+    /// GGUF files: `own` (default) or `candle` kernels for quantized
+    /// products.
+    pub quant_kernels: Option<String>,
     /// CPU threads; default: all available.
     pub threads: Option<i64>,
     /// `cpu` (default) or `cuda[:N]`.
@@ -138,6 +150,19 @@ fn parse_activations(text: Option<&str>, weights: DType, device: &Device) -> Res
         other => Err(CandleError::InvalidOption {
             key: "activations",
             reason: format!("expected f32 or bf16, got `{other}`"),
+        }),
+    }
+}
+
+/// `quant_kernels`: whether candle's repacked kernels run the quantized
+/// matrices they take.
+fn parse_quant_kernels(text: Option<&str>) -> Result<bool> {
+    match text.unwrap_or("own") {
+        "own" => Ok(false),
+        "candle" => Ok(true),
+        other => Err(CandleError::InvalidOption {
+            key: "quant_kernels",
+            reason: format!("expected own or candle, got `{other}`"),
         }),
     }
 }
@@ -270,6 +295,7 @@ impl CandleEngine {
         let dtype = candle_dtype(choice.dtype);
         let kv_dtype = parse_kv_dtype(options.kv_dtype.as_deref())?;
         let bf16_activations = parse_activations(options.activations.as_deref(), dtype, &device)?;
+        let candle_kernels = parse_quant_kernels(options.quant_kernels.as_deref())?;
         // Generation always runs inside the engine's own pool, so that the
         // thread driving a decoding step is one of the pool's workers: with
         // the caller's thread outside the pool, it and the pool's idle
@@ -299,7 +325,8 @@ impl CandleEngine {
                     Weights::from_files(files, dtype, &device)
                 }
             }
-            .with_bf16_activations(bf16_activations);
+            .with_bf16_activations(bf16_activations)
+            .with_candle_quant_kernels(candle_kernels);
             let decoder = Decoder::load(
                 &weights,
                 config,

@@ -40,6 +40,9 @@ pub struct Weights {
     /// A GGUF file's tensors, whose quantized matrices projections take
     /// at their stored size ([`Weights::quant`]).
     gguf: Option<Arc<GgufTensors>>,
+    /// Quantized matrices run candle's repacked kernels where those take
+    /// them ([`QuantPart`]); else this crate's.
+    candle_quant: bool,
 }
 
 impl Weights {
@@ -51,6 +54,7 @@ impl Weights {
             arena: WeightArena::new(),
             bf16_activations: false,
             gguf: None,
+            candle_quant: false,
         }
     }
 
@@ -67,6 +71,7 @@ impl Weights {
             arena: WeightArena::new(),
             bf16_activations: false,
             gguf: None,
+            candle_quant: false,
         }
     }
 
@@ -86,6 +91,7 @@ impl Weights {
             arena: WeightArena::new(),
             bf16_activations: false,
             gguf: Some(tensors),
+            candle_quant: false,
         }
     }
 
@@ -96,6 +102,16 @@ impl Weights {
             Some(tensors) => Ok(tensors.quant(&self.full_name(name), rows, cols)?),
             None => Ok(None),
         }
+    }
+
+    /// The weights with quantized matrices run by candle's repacked
+    /// kernels where those take them (`quant_kernels=candle`): faster on
+    /// CPUs with VNNI, but on candle's own process-wide thread pool and
+    /// with a repacked copy beside the stored bytes; this crate's kernels
+    /// otherwise (the default).
+    pub fn with_candle_quant_kernels(mut self, on: bool) -> Self {
+        self.candle_quant = on;
+        self
     }
 
     /// Whether any weight is quantized (a GGUF file's).
@@ -116,6 +132,7 @@ impl Weights {
             arena: self.arena.clone(),
             bf16_activations: self.bf16_activations,
             gguf: self.gguf.clone(),
+            candle_quant: self.candle_quant,
         }
     }
 
@@ -208,14 +225,18 @@ fn linear(w: &Weights, in_dim: usize, out_dim: usize, bias: bool) -> Result<Proj
         Part::Float(weight) => {
             Ok(Proj::new(weight, bias, &w.arena)?.with_bf16_activations(w.bf16_activations))
         }
-        Part::Quant(raw) => Ok(Proj::quant(vec![quant_part(raw)?], bias)?),
+        Part::Quant(raw) => Ok(Proj::quant(vec![quant_part(w, raw)?], bias)?),
     }
 }
 
-/// A quantized matrix with the kernel that runs it fastest here.
-fn quant_part(raw: RawQuant) -> Result<QuantPart> {
+/// A quantized matrix with the kernel `w` asks for.
+fn quant_part(w: &Weights, raw: RawQuant) -> Result<QuantPart> {
     Ok(QuantPart::new(
-        raw.ty, raw.rows, raw.cols, &raw.bytes, false,
+        raw.ty,
+        raw.rows,
+        raw.cols,
+        &raw.bytes,
+        !w.candle_quant,
     )?)
 }
 
@@ -261,14 +282,20 @@ fn stacked(w: &Weights, parts: Vec<LinearParts>) -> Result<Proj> {
             let rows = quants.iter().map(|q| q.rows).sum();
             let (ty, cols) = (first.ty, first.cols);
             let bytes = quants.into_iter().flat_map(|q| q.bytes).collect();
-            vec![quant_part(RawQuant {
-                ty,
-                rows,
-                cols,
-                bytes,
-            })?]
+            vec![quant_part(
+                w,
+                RawQuant {
+                    ty,
+                    rows,
+                    cols,
+                    bytes,
+                },
+            )?]
         } else {
-            quants.into_iter().map(quant_part).collect::<Result<_>>()?
+            quants
+                .into_iter()
+                .map(|q| quant_part(w, q))
+                .collect::<Result<_>>()?
         };
         return Ok(Proj::quant(weights, bias)?);
     }
@@ -1559,10 +1586,11 @@ impl Decoder {
                 Some(raw) => {
                     let table = Arc::new(quant_table(&raw)?);
                     if cfg.tie_word_embeddings {
-                        // The head with its fastest kernel: where that is
-                        // candle's, its repacked copy beside the table.
-                        let head = match candle_runs(raw.ty, raw.rows, raw.cols) {
-                            true => quant_part(raw)?,
+                        // The head on candle's kernel, where asked and it
+                        // takes the matrix: its repacked copy beside the
+                        // table.
+                        let head = match w.candle_quant && candle_runs(raw.ty, raw.rows, raw.cols) {
+                            true => quant_part(w, raw)?,
                             false => QuantPart::Ours(Arc::clone(&table)),
                         };
                         (Proj::quant(vec![head], None)?, Embeddings::Quant(table))

@@ -357,6 +357,7 @@ fn load_errors_reach_the_registry_with_their_own_labels() {
             "dtype",
             "kv_dtype",
             "activations",
+            "quant_kernels",
             "threads",
             "device",
             "max_seq_len",

@@ -117,3 +117,35 @@ impl FixtureSpecs {
             .expect("a fixture")
     }
 }
+
+/// `quant_kernels=candle` runs the same file on candle's repacked kernels
+/// where they take the matrix: the same prompt ids, logits within what
+/// the two kernels' different activation rounding costs (as the own
+/// kernels are held to against the reference); a misspelt value is
+/// refused naming the key.
+#[test]
+fn candles_quantized_kernels_give_the_logits_of_the_engines_own() {
+    let spec = FixtureSpecs::tiny();
+    let [gguf, _] = pair(&spec, GgufType::Q4K);
+    let candle = CandleOptions {
+        quant_kernels: Some("candle".into()),
+        ..CandleOptions::default()
+    };
+    let own = logits_of(&mut load(gguf.path()), &TEXTS);
+    let theirs = logits_of(
+        &mut CandleEngine::load(gguf.path().to_str(), &candle).expect("load"),
+        &TEXTS,
+    );
+    for ((ids, a), (want_ids, b)) in theirs.iter().zip(&own) {
+        assert_eq!(ids, want_ids);
+        let scale = b.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let (at, diff) = largest_difference(a, b);
+        assert!(diff <= 0.05 * scale, "logit {at} differs by {diff} (largest {scale})");
+    }
+    let typo = CandleOptions {
+        quant_kernels: Some("candel".into()),
+        ..CandleOptions::default()
+    };
+    let err = CandleEngine::load(gguf.path().to_str(), &typo).expect_err("a typo");
+    assert!(err.to_string().contains("quant_kernels"), "{err}");
+}
