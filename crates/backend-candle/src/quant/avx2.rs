@@ -5,9 +5,10 @@
 
 use std::arch::x86_64::*;
 
+use super::repack::group_block_bytes;
 use super::{
-    ActTile, Q4_0_BYTES, Q4K_BYTES, Q5_0_BYTES, Q5K_BYTES, Q6K_BYTES, Q8_0_BYTES, QK_K, QuantType,
-    TILE_ROWS, add_k, add_q6k, f16_at, k_scales,
+    ActTile, GroupOut, Q4_0_BYTES, Q4K_BYTES, Q5K_BYTES, QK_K, QuantType, TILE_ROWS, add_k, f16_at,
+    k_scales,
 };
 
 /// Runs `$kernel::<R, ..>` for the tile's row count `R`.
@@ -32,12 +33,9 @@ pub(crate) use by_rows;
 pub(crate) fn row_times_tile(ty: QuantType, w: &[u8], t: &ActTile<'_>, out: &mut [f32; TILE_ROWS]) {
     assert!((1..=TILE_ROWS).contains(&t.rows));
     match ty {
-        QuantType::Q8_0 => by_rows!(lanes, Q8_0_BYTES; t.rows; w, t, out),
         QuantType::Q4_0 => by_rows!(lanes, Q4_0_BYTES; t.rows; w, t, out),
-        QuantType::Q5_0 => by_rows!(lanes, Q5_0_BYTES; t.rows; w, t, out),
-        QuantType::Q4K => by_rows!(k4, false; t.rows; w, t, out),
         QuantType::Q5K => by_rows!(k4, true; t.rows; w, t, out),
-        QuantType::Q6K => by_rows!(q6k; t.rows; w, t, out),
+        _ => unreachable!("{ty} is repacked"),
     }
 }
 
@@ -69,20 +67,8 @@ pub(crate) unsafe fn nibbles(at: *const u8) -> __m256i {
     _mm256_set_m128i(hi, lo)
 }
 
-/// The fifth bits of a Q5_0 block at `block` (bytes 2..6), bit `i` of
-/// the little-endian u32 for value `i`.
-///
-/// # Safety
-///
-/// `block` points to a whole Q5_0 block.
-#[inline(always)]
-pub(crate) unsafe fn q5_0_high(block: *const u8) -> u32 {
-    // SAFETY: bytes 2..6 of the block.
-    u32::from_le_bytes(unsafe { block.add(2).cast::<[u8; 4]>().read() })
-}
-
-/// The 32 values of a Q8_0, Q4_0 or Q5_0 block (`BYTES` its size;
-/// offsets removed) at `block`, as i8.
+/// The 32 values of a Q4_0 block (`BYTES` its size; offsets
+/// removed) at `block`, as i8.
 ///
 /// # Safety
 ///
@@ -92,29 +78,7 @@ pub(crate) unsafe fn lanes_values<const BYTES: usize>(block: *const u8) -> __m25
     match BYTES {
         // SAFETY: 16 bytes of nibbles after the scale, in the block.
         Q4_0_BYTES => _mm256_sub_epi8(unsafe { nibbles(block.add(2)) }, _mm256_set1_epi8(8)),
-        Q5_0_BYTES => {
-            // SAFETY: 16 bytes of nibbles after the scale and fifth bits,
-            // in the block.
-            let q = unsafe { nibbles(block.add(6)) };
-            // Byte `i` of `qh` in bytes `8 i..8 i + 8`, then each byte's
-            // own bit (`i % 8`) picked out: all ones where it is set.
-            // SAFETY: a whole block.
-            let qh = _mm256_set1_epi32(unsafe { q5_0_high(block) } as i32);
-            let spread = _mm256_setr_epi64x(
-                0,
-                0x0101_0101_0101_0101,
-                0x0202_0202_0202_0202,
-                0x0303_0303_0303_0303,
-            );
-            let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201_u64 as i64);
-            let set =
-                _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(qh, spread), bit), bit);
-            // `nibble - 16` as i8 (`0xF0 | nibble`) where the bit is clear,
-            // `nibble` where it is set.
-            _mm256_or_si256(q, _mm256_andnot_si256(set, _mm256_set1_epi8(0xF0_u8 as i8)))
-        }
-        // SAFETY: 32 values after the scale, in the block.
-        _ => unsafe { _mm256_loadu_si256(block.add(2).cast()) },
+        _ => unreachable!("only Q4_0 is not repacked"),
     }
 }
 
@@ -230,135 +194,327 @@ fn k4<const R: usize, const FIFTH: bool>(w: &[u8], t: &ActTile<'_>, out: &mut [f
     out[..R].copy_from_slice(&acc);
 }
 
-/// Shuffles of a Q6_K half-block's eight i16 scales (in both 128-bit
-/// lanes) that give chunk `c`'s: scale `2c` in the low lane, `2c + 1` in
-/// the high one.
-#[target_feature(enable = "avx2")]
-fn q6k_scale_shuffles() -> [__m256i; 4] {
-    std::array::from_fn(|c| {
-        let (a, b) = (4 * c as i8, 4 * c as i8 + 2);
-        let lo = _mm_set_epi8(
-            a + 1,
-            a,
-            a + 1,
-            a,
-            a + 1,
-            a,
-            a + 1,
-            a,
-            a + 1,
-            a,
-            a + 1,
-            a,
-            a + 1,
-            a,
-            a + 1,
-            a,
-        );
-        let hi = _mm_set_epi8(
-            b + 1,
-            b,
-            b + 1,
-            b,
-            b + 1,
-            b,
-            b + 1,
-            b,
-            b + 1,
-            b,
-            b + 1,
-            b,
-            b + 1,
-            b,
-            b + 1,
-            b,
-        );
-        _mm256_set_m128i(hi, lo)
-    })
-}
-
-/// The four 32-value chunks of a Q6_K half-block (unsigned 6-bit values)
-/// from its 64 bytes of low nibbles (`ql0`, `ql1`) and 32 of high bit
-/// pairs (`qh`).
-#[target_feature(enable = "avx2")]
-pub(crate) fn q6k_chunks(ql0: __m256i, ql1: __m256i, qh: __m256i) -> [__m256i; 4] {
-    let low = _mm256_set1_epi8(0x0F);
-    let bits = |mask: u8| _mm256_and_si256(qh, _mm256_set1_epi8(mask as i8));
-    [
-        _mm256_or_si256(
-            _mm256_and_si256(ql0, low),
-            _mm256_slli_epi16::<4>(bits(0x03)),
-        ),
-        _mm256_or_si256(
-            _mm256_and_si256(ql1, low),
-            _mm256_slli_epi16::<2>(bits(0x0C)),
-        ),
-        _mm256_or_si256(
-            _mm256_and_si256(_mm256_srli_epi16::<4>(ql0), low),
-            bits(0x30),
-        ),
-        _mm256_or_si256(
-            _mm256_and_si256(_mm256_srli_epi16::<4>(ql1), low),
-            _mm256_srli_epi16::<2>(bits(0xC0)),
-        ),
-    ]
-}
-
-/// A Q6_K weight row times `R` activation rows.
-#[target_feature(enable = "avx2,fma")]
-fn q6k<const R: usize>(w: &[u8], t: &ActTile<'_>, out: &mut [f32; TILE_ROWS]) {
-    let (k, nb) = (t.k, t.k / QK_K);
+/// A group of [`super::repack::GROUP`] repacked weight rows of `ty` times
+/// the tile's rows into `out[..rows]`: the 16 lanes of the AVX-512
+/// kernels as two halves of eight.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn group_times_tile(ty: QuantType, gb: &[u8], t: &ActTile<'_>, out: &mut GroupOut) {
+    assert!((1..=TILE_ROWS).contains(&t.rows));
+    let nb = t.k / ty.block_values();
+    let sums = if ty.block_values() == QK_K { 16 } else { 1 };
     assert!(
-        t.rows == R
-            && w.len() >= nb * Q6K_BYTES
-            && t.qs.len() >= R * k
-            && t.d.len() >= R * nb
-            && t.bsums.len() >= R * nb * 16
+        gb.len() >= nb * group_block_bytes(ty)
+            && t.qs.len() >= t.rows * t.k
+            && t.d.len() >= t.rows * nb
+            && t.bsums.len() >= t.rows * nb * sums
     );
-    let shuffles = q6k_scale_shuffles();
-    let mut acc = [0f32; R];
+    match ty {
+        QuantType::Q8_0 => by_rows!(q8_0_group; t.rows; gb, t, out),
+        QuantType::Q5_0 => by_rows!(q5_0_group; t.rows; gb, t, out),
+        QuantType::Q4K => by_rows!(q4k_group; t.rows; gb, t, out),
+        QuantType::Q6K => by_rows!(q6k_group; t.rows; gb, t, out),
+        QuantType::Q4_0 | QuantType::Q5K => unreachable!("{ty} is not repacked"),
+    }
+}
+
+/// Four activation values at `at` (as one i32) in every lane.
+///
+/// # Safety
+///
+/// `at..at + 4` is readable.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn four(at: *const i8) -> __m256i {
+    // SAFETY: by the caller's promise.
+    _mm256_set1_epi32(unsafe { at.cast::<i32>().read_unaligned() })
+}
+
+/// The eight f16 at `at` as f32.
+///
+/// # Safety
+///
+/// `at..at + 16` is readable.
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn scales8(at: *const u8) -> __m256 {
+    // SAFETY: by the caller's promise.
+    _mm256_cvtph_ps(unsafe { _mm_loadu_si128(at.cast()) })
+}
+
+/// `acc + (d * yd) * isum`, lane by lane ([`super::add_block`]).
+#[target_feature(enable = "avx2")]
+fn add_scaled(acc: __m256, d: __m256, yd: f32, isum: __m256i) -> __m256 {
+    let scale = _mm256_mul_ps(d, _mm256_set1_ps(yd));
+    _mm256_add_ps(acc, _mm256_mul_ps(scale, _mm256_cvtepi32_ps(isum)))
+}
+
+/// Each i32 lane's low 16 bits in both its halves (for `vpmaddwd`).
+#[target_feature(enable = "avx2")]
+fn both_halves(v: __m256i) -> __m256i {
+    _mm256_or_si256(
+        _mm256_and_si256(v, _mm256_set1_epi32(0xFFFF)),
+        _mm256_slli_epi32::<16>(v),
+    )
+}
+
+/// Stores the halves' accumulators.
+#[target_feature(enable = "avx2")]
+fn store<const R: usize>(acc: &[[__m256; 2]; R], out: &mut GroupOut) {
+    for (o, acc) in out.iter_mut().zip(acc) {
+        for (h, acc) in acc.iter().enumerate() {
+            // SAFETY: eight f32 of 16.
+            unsafe { _mm256_storeu_ps(o.as_mut_ptr().add(8 * h), *acc) };
+        }
+    }
+}
+
+/// Q8_0: `|q|` by `y` with `q`'s sign (`vpmaddubsw`, no pair saturates),
+/// then pairs to i32 (`vpmaddwd` by ones).
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q8_0_group<const R: usize>(gb: &[u8], t: &ActTile<'_>, out: &mut GroupOut) {
+    let nb = t.k / 32;
+    let ones = _mm256_set1_epi16(1);
+    let mut acc = [[_mm256_setzero_ps(); 2]; R];
     for b in 0..nb {
-        let block = &w[b * Q6K_BYTES..(b + 1) * Q6K_BYTES];
-        let d = f16_at(block, 208);
-        let p = block.as_ptr();
-        // SAFETY: the 16 scales are bytes 192..208 of the block.
-        let scales = unsafe { _mm_loadu_si128(p.add(192).cast()) };
-        let scales16 = _mm256_cvtepi8_epi16(scales);
-        let mut isum = [_mm256_setzero_si256(); R];
-        for h in 0..2 {
-            // SAFETY: bytes 64h..64h + 64 (low nibbles) and 128 + 32h..
-            // 160 + 32h (high bits) of the block.
-            let (ql0, ql1, qh) = unsafe {
-                (
-                    _mm256_loadu_si256(p.add(64 * h).cast()),
-                    _mm256_loadu_si256(p.add(64 * h + 32).cast()),
-                    _mm256_loadu_si256(p.add(128 + 32 * h).cast()),
-                )
-            };
-            let half_scales = _mm_cvtepi8_epi16(if h == 0 {
-                scales
-            } else {
-                _mm_srli_si128::<8>(scales)
-            });
-            let half_scales = _mm256_broadcastsi128_si256(half_scales);
-            for (c, u) in q6k_chunks(ql0, ql1, qh).into_iter().enumerate() {
-                let sv = _mm256_shuffle_epi8(half_scales, shuffles[c]);
-                for (r, isum) in isum.iter_mut().enumerate() {
-                    let y = t.qs[r * k + b * QK_K + 128 * h + 32 * c..][..32].as_ptr();
-                    // SAFETY: 32 activation values, in `t.qs`.
-                    let y = unsafe { _mm256_loadu_si256(y.cast()) };
-                    let p = _mm256_madd_epi16(_mm256_maddubs_epi16(u, y), sv);
-                    *isum = _mm256_add_epi32(*isum, p);
+        // SAFETY: group-block `b` is in `gb`, the activations in `t`
+        // (asserted by the caller).
+        unsafe {
+            let at = gb.as_ptr().add(b * group_block_bytes(QuantType::Q8_0));
+            for h in 0..2 {
+                let d = scales8(at.add(16 * h));
+                let w: [__m256i; 8] = std::array::from_fn(|c| {
+                    _mm256_loadu_si256(at.add(32 + 64 * c + 32 * h).cast())
+                });
+                let aw: [__m256i; 8] = std::array::from_fn(|c| _mm256_abs_epi8(w[c]));
+                for (r, acc) in acc.iter_mut().enumerate() {
+                    let y = t.qs.as_ptr().add(r * t.k + b * 32);
+                    let mut s = _mm256_setzero_si256();
+                    for c in 0..8 {
+                        let p =
+                            _mm256_maddubs_epi16(aw[c], _mm256_sign_epi8(four(y.add(4 * c)), w[c]));
+                        s = _mm256_add_epi32(s, _mm256_madd_epi16(p, ones));
+                    }
+                    acc[h] = add_scaled(acc[h], d, *t.d.get_unchecked(r * nb + b), s);
                 }
             }
         }
-        for (r, (acc, isum)) in acc.iter_mut().zip(isum).enumerate() {
-            let bsums = &t.bsums[(r * nb + b) * 16..][..16];
-            // SAFETY: 16 i16, in `t.bsums`.
-            let bsums = unsafe { _mm256_loadu_si256(bsums.as_ptr().cast()) };
-            let (isum, csum) = hsum2(isum, _mm256_madd_epi16(bsums, scales16));
-            *acc = add_q6k(*acc, d, t.d[r * nb + b], isum - 32 * csum);
+    }
+    store(&acc, out);
+}
+
+/// Q5_0: the unsigned values (value + 16) by `vpmaddubsw`, four chunks
+/// added in i16 (at most 31496), the 16 times the block sum taken off.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q5_0_group<const R: usize>(gb: &[u8], t: &ActTile<'_>, out: &mut GroupOut) {
+    let nb = t.k / 32;
+    let ones = _mm256_set1_epi16(1);
+    let low = _mm256_set1_epi8(0x0F);
+    let fifth = _mm256_set1_epi8(0x10);
+    let mut acc = [[_mm256_setzero_ps(); 2]; R];
+    for b in 0..nb {
+        // SAFETY: as in `q8_0_group`.
+        unsafe {
+            let at = gb.as_ptr().add(b * group_block_bytes(QuantType::Q5_0));
+            for h in 0..2 {
+                let d = scales8(at.add(16 * h));
+                let qh = _mm256_loadu_si256(at.add(32 + 32 * h).cast());
+                let nib: [__m256i; 4] = std::array::from_fn(|v| {
+                    _mm256_loadu_si256(at.add(96 + 64 * v + 32 * h).cast())
+                });
+                let w: [__m256i; 8] = std::array::from_fn(|c| {
+                    let moved = match c {
+                        0 => _mm256_slli_epi32::<4>(qh),
+                        1 => _mm256_slli_epi32::<3>(qh),
+                        2 => _mm256_slli_epi32::<2>(qh),
+                        3 => _mm256_slli_epi32::<1>(qh),
+                        4 => qh,
+                        5 => _mm256_srli_epi32::<1>(qh),
+                        6 => _mm256_srli_epi32::<2>(qh),
+                        _ => _mm256_srli_epi32::<3>(qh),
+                    };
+                    let nibble = if c < 4 {
+                        _mm256_and_si256(nib[c], low)
+                    } else {
+                        _mm256_and_si256(_mm256_srli_epi16::<4>(nib[c - 4]), low)
+                    };
+                    _mm256_or_si256(nibble, _mm256_and_si256(moved, fifth))
+                });
+                for (r, acc) in acc.iter_mut().enumerate() {
+                    let y = t.qs.as_ptr().add(r * t.k + b * 32);
+                    let p = |c: usize| _mm256_maddubs_epi16(w[c], four(y.add(4 * c)));
+                    let s0 = _mm256_add_epi16(
+                        _mm256_add_epi16(p(0), p(1)),
+                        _mm256_add_epi16(p(2), p(3)),
+                    );
+                    let s1 = _mm256_add_epi16(
+                        _mm256_add_epi16(p(4), p(5)),
+                        _mm256_add_epi16(p(6), p(7)),
+                    );
+                    let off =
+                        _mm256_set1_epi32(-16 * i32::from(*t.bsums.get_unchecked(r * nb + b)));
+                    let s = _mm256_add_epi32(
+                        _mm256_add_epi32(_mm256_madd_epi16(s0, ones), _mm256_madd_epi16(s1, ones)),
+                        off,
+                    );
+                    acc[h] = add_scaled(acc[h], d, *t.d.get_unchecked(r * nb + b), s);
+                }
+            }
         }
     }
-    out[..R].copy_from_slice(&acc);
+    store(&acc, out);
+}
+
+/// Q4_K: a sub-block's eight chunks by `vpmaddubsw` added in i16 (at most
+/// 30480), then times its scale (`vpmaddwd`); the minimums by
+/// `vpmaddwd` against pairs of the activations' sums of 16.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q4k_group<const R: usize>(gb: &[u8], t: &ActTile<'_>, out: &mut GroupOut) {
+    let nb = t.k / QK_K;
+    let low = _mm256_set1_epi8(0x0F);
+    let m6 = _mm256_set1_epi32(63);
+    let m4 = _mm256_set1_epi32(0x0F);
+    let top = _mm256_set1_epi32(0x30);
+    let mut acc = [[_mm256_setzero_ps(); 2]; R];
+    for b in 0..nb {
+        // SAFETY: as in `q8_0_group`.
+        unsafe {
+            let at = gb.as_ptr().add(b * group_block_bytes(QuantType::Q4K));
+            for h in 0..2 {
+                let d = scales8(at.add(16 * h));
+                let dmin = scales8(at.add(32 + 16 * h));
+                let z0 = _mm256_loadu_si256(at.add(64 + 32 * h).cast());
+                let z1 = _mm256_loadu_si256(at.add(128 + 32 * h).cast());
+                let z2 = _mm256_loadu_si256(at.add(192 + 32 * h).cast());
+                let shr = |v: __m256i, s: u32| _mm256_srl_epi32(v, _mm_cvtsi32_si128(s as i32));
+                let scale = |s: usize| {
+                    let s = s as u32;
+                    if s < 4 {
+                        _mm256_and_si256(shr(z0, 8 * s), m6)
+                    } else {
+                        let s = s - 4;
+                        _mm256_or_si256(
+                            _mm256_and_si256(shr(z2, 8 * s), m4),
+                            _mm256_and_si256(shr(z0, 8 * s + 2), top),
+                        )
+                    }
+                };
+                let min = |s: usize| {
+                    let s = s as u32;
+                    if s < 4 {
+                        _mm256_and_si256(shr(z1, 8 * s), m6)
+                    } else {
+                        let s = s - 4;
+                        _mm256_or_si256(
+                            _mm256_and_si256(shr(z2, 8 * s + 4), m4),
+                            _mm256_and_si256(shr(z1, 8 * s + 2), top),
+                        )
+                    }
+                };
+                let mut isum = [_mm256_setzero_si256(); R];
+                for p in 0..4 {
+                    let q = at.add(256 + 512 * p + 32 * h);
+                    let v: [__m256i; 8] =
+                        std::array::from_fn(|c| _mm256_loadu_si256(q.add(64 * c).cast()));
+                    let (s_lo, s_hi) = (both_halves(scale(2 * p)), both_halves(scale(2 * p + 1)));
+                    for (r, isum) in isum.iter_mut().enumerate() {
+                        let y = t.qs.as_ptr().add(r * t.k + b * QK_K + 64 * p);
+                        let mut a = _mm256_setzero_si256();
+                        let mut e = _mm256_setzero_si256();
+                        for (c, v) in v.iter().enumerate() {
+                            let lo = _mm256_and_si256(*v, low);
+                            let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(*v), low);
+                            a = _mm256_add_epi16(a, _mm256_maddubs_epi16(lo, four(y.add(4 * c))));
+                            e = _mm256_add_epi16(
+                                e,
+                                _mm256_maddubs_epi16(hi, four(y.add(32 + 4 * c))),
+                            );
+                        }
+                        let part = _mm256_add_epi32(
+                            _mm256_madd_epi16(a, s_lo),
+                            _mm256_madd_epi16(e, s_hi),
+                        );
+                        *isum = _mm256_add_epi32(*isum, part);
+                    }
+                }
+                let mins: [__m256i; 8] = std::array::from_fn(|s| both_halves(min(s)));
+                for (r, (acc, isum)) in acc.iter_mut().zip(isum).enumerate() {
+                    let sums = t.bsums.as_ptr().add((r * nb + b) * 16);
+                    let mut msum = _mm256_setzero_si256();
+                    for (s, mins) in mins.iter().enumerate() {
+                        let pair =
+                            _mm256_set1_epi32(sums.add(2 * s).cast::<i32>().read_unaligned());
+                        msum = _mm256_add_epi32(msum, _mm256_madd_epi16(*mins, pair));
+                    }
+                    let yd = _mm256_set1_ps(*t.d.get_unchecked(r * nb + b));
+                    let a = _mm256_add_ps(
+                        acc[h],
+                        _mm256_mul_ps(_mm256_mul_ps(d, yd), _mm256_cvtepi32_ps(isum)),
+                    );
+                    acc[h] = _mm256_sub_ps(
+                        a,
+                        _mm256_mul_ps(_mm256_mul_ps(dmin, yd), _mm256_cvtepi32_ps(msum)),
+                    );
+                }
+            }
+        }
+    }
+    store(&acc, out);
+}
+
+/// Q6_K: a scale group's four chunks by `vpmaddubsw`, two added in i16
+/// (at most 32004), times the group's scale (`vpmaddwd`), and 32 times
+/// the activations' sum of the group times the scale taken off.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q6k_group<const R: usize>(gb: &[u8], t: &ActTile<'_>, out: &mut GroupOut) {
+    let nb = t.k / QK_K;
+    let low = _mm256_set1_epi8(0x0F);
+    let top = _mm256_set1_epi8(0x30);
+    let mut acc = [[_mm256_setzero_ps(); 2]; R];
+    for b in 0..nb {
+        // SAFETY: as in `q8_0_group`.
+        unsafe {
+            let at = gb.as_ptr().add(b * group_block_bytes(QuantType::Q6K));
+            for h in 0..2 {
+                let d = scales8(at.add(16 * h));
+                let mut isum = [_mm256_setzero_si256(); R];
+                for g in 0..16 {
+                    let (q, gi) = (g % 4, g / 4);
+                    let sc = both_halves(_mm256_cvtepi8_epi32(_mm_loadl_epi64(
+                        at.add(32 + 16 * g + 8 * h).cast(),
+                    )));
+                    let u: [__m256i; 4] = std::array::from_fn(|e| {
+                        let hb =
+                            _mm256_loadu_si256(at.add(2336 + 64 * (4 * q + e) + 32 * h).cast());
+                        let la =
+                            || _mm256_loadu_si256(at.add(288 + 64 * (4 * q + e) + 32 * h).cast());
+                        let lb = || {
+                            _mm256_loadu_si256(at.add(288 + 64 * (16 + 4 * q + e) + 32 * h).cast())
+                        };
+                        let (lows, high) = match gi {
+                            0 => (la(), _mm256_slli_epi16::<4>(hb)),
+                            1 => (lb(), _mm256_slli_epi16::<2>(hb)),
+                            2 => (_mm256_srli_epi16::<4>(la()), hb),
+                            _ => (_mm256_srli_epi16::<4>(lb()), _mm256_srli_epi16::<2>(hb)),
+                        };
+                        _mm256_or_si256(_mm256_and_si256(lows, low), _mm256_and_si256(high, top))
+                    });
+                    for (r, isum) in isum.iter_mut().enumerate() {
+                        let y = t.qs.as_ptr().add(r * t.k + b * QK_K + 16 * g);
+                        let p = |e: usize| _mm256_maddubs_epi16(u[e], four(y.add(4 * e)));
+                        let s0 = _mm256_madd_epi16(_mm256_add_epi16(p(0), p(1)), sc);
+                        let s1 = _mm256_madd_epi16(_mm256_add_epi16(p(2), p(3)), sc);
+                        let bsum = i32::from(*t.bsums.get_unchecked((r * nb + b) * 16 + g));
+                        let off = -16 * bsum;
+                        let off = _mm256_set1_epi32((off & 0xFFFF) | (off << 16));
+                        let part =
+                            _mm256_add_epi32(_mm256_add_epi32(s0, s1), _mm256_madd_epi16(sc, off));
+                        *isum = _mm256_add_epi32(*isum, part);
+                    }
+                }
+                for (r, (acc, isum)) in acc.iter_mut().zip(isum).enumerate() {
+                    acc[h] = add_scaled(acc[h], d, *t.d.get_unchecked(r * nb + b), isum);
+                }
+            }
+        }
+    }
+    store(&acc, out);
 }

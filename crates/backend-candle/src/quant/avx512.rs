@@ -8,10 +8,11 @@
 
 use std::arch::x86_64::*;
 
-use super::avx2::{hsum2, lanes_values, nibbles, q5_0_high, q6k_chunks, reduce16};
+use super::avx2::{hsum2, lanes_values, reduce16};
+use super::repack::group_block_bytes;
 use super::{
-    ActTile, Q4_0_BYTES, Q4K_BYTES, Q5_0_BYTES, Q5K_BYTES, Q6K_BYTES, Q8_0_BYTES, QK_K, QuantType,
-    TILE_ROWS, add_k, add_q6k, f16_at, k_scales,
+    ActTile, GroupOut, Q4_0_BYTES, Q4K_BYTES, Q5K_BYTES, QK_K, QuantType, TILE_ROWS, add_k, f16_at,
+    k_scales,
 };
 
 /// One weight row of `ty` times the tile's rows into `out[..rows]`.
@@ -19,12 +20,9 @@ use super::{
 pub(crate) fn row_times_tile(ty: QuantType, w: &[u8], t: &ActTile<'_>, out: &mut [f32; TILE_ROWS]) {
     assert!((1..=TILE_ROWS).contains(&t.rows));
     match ty {
-        QuantType::Q8_0 => super::avx2::by_rows!(lanes, Q8_0_BYTES; t.rows; w, t, out),
         QuantType::Q4_0 => super::avx2::by_rows!(lanes, Q4_0_BYTES; t.rows; w, t, out),
-        QuantType::Q5_0 => super::avx2::by_rows!(lanes, Q5_0_BYTES; t.rows; w, t, out),
-        QuantType::Q4K => super::avx2::by_rows!(k4, false; t.rows; w, t, out),
         QuantType::Q5K => super::avx2::by_rows!(k4, true; t.rows; w, t, out),
-        QuantType::Q6K => super::avx2::by_rows!(q6k; t.rows; w, t, out),
+        _ => unreachable!("{ty} is repacked"),
     }
 }
 
@@ -57,25 +55,8 @@ fn spread(first: usize, per: usize) -> __m512i {
 /// `first` and `second` point to whole blocks.
 #[target_feature(enable = "avx2,avx512f,avx512bw")]
 unsafe fn pair_values<const BYTES: usize>(first: *const u8, second: *const u8) -> __m512i {
-    if BYTES == Q5_0_BYTES {
-        // SAFETY: 16 bytes of nibbles after the scale and fifth bits of
-        // each block; the fifth bits, in the blocks.
-        let (q, qh) = unsafe {
-            (
-                join(nibbles(first.add(6)), nibbles(second.add(6))),
-                u64::from(q5_0_high(first)) | (u64::from(q5_0_high(second)) << 32),
-            )
-        };
-        // `nibble - 16` as i8 (`0xF0 | nibble`) where the fifth bit is
-        // clear, `nibble` where it is set.
-        _mm512_or_si512(
-            q,
-            _mm512_maskz_mov_epi8(!qh, _mm512_set1_epi8(0xF0_u8 as i8)),
-        )
-    } else {
-        // SAFETY: whole blocks.
-        unsafe { join(lanes_values::<BYTES>(first), lanes_values::<BYTES>(second)) }
-    }
+    // SAFETY: whole blocks.
+    unsafe { join(lanes_values::<BYTES>(first), lanes_values::<BYTES>(second)) }
 }
 
 /// A Q8_0, Q4_0 or Q5_0 weight row (`BYTES` a block) times `R`
@@ -202,56 +183,322 @@ fn k4<const R: usize, const FIFTH: bool>(w: &[u8], t: &ActTile<'_>, out: &mut [f
     out[..R].copy_from_slice(&acc);
 }
 
-/// A Q6_K weight row times `R` activation rows: two 32-value chunks (four
-/// scales of 16 values) a register.
-#[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vnni")]
-fn q6k<const R: usize>(w: &[u8], t: &ActTile<'_>, out: &mut [f32; TILE_ROWS]) {
-    let (k, nb) = (t.k, t.k / QK_K);
+/// A group of [`GROUP`] repacked weight rows of `ty` times the tile's
+/// rows into `out[..rows]`, one output a 32-bit lane.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+pub(crate) fn group_times_tile(ty: QuantType, gb: &[u8], t: &ActTile<'_>, out: &mut GroupOut) {
+    assert!((1..=TILE_ROWS).contains(&t.rows));
+    let nb = t.k / ty.block_values();
+    let sums = if ty.block_values() == QK_K { 16 } else { 1 };
     assert!(
-        t.rows == R
-            && w.len() >= nb * Q6K_BYTES
-            && t.qs.len() >= R * k
-            && t.d.len() >= R * nb
-            && t.bsums.len() >= R * nb * 16
+        gb.len() >= nb * group_block_bytes(ty)
+            && t.qs.len() >= t.rows * t.k
+            && t.d.len() >= t.rows * nb
+            && t.bsums.len() >= t.rows * nb * sums
     );
-    let spreads: [__m512i; 4] = std::array::from_fn(|p| spread(4 * p, 8));
-    let mut acc = [0f32; R];
+    match ty {
+        QuantType::Q8_0 => super::avx2::by_rows!(q8_0_group; t.rows; gb, t, out),
+        QuantType::Q5_0 => super::avx2::by_rows!(q5_0_group; t.rows; gb, t, out),
+        QuantType::Q4K => super::avx2::by_rows!(q4k_group; t.rows; gb, t, out),
+        QuantType::Q6K => super::avx2::by_rows!(q6k_group; t.rows; gb, t, out),
+        QuantType::Q4_0 | QuantType::Q5K => unreachable!("{ty} is not repacked"),
+    }
+}
+
+/// Four activation values at `at` (as one i32) in every lane.
+///
+/// # Safety
+///
+/// `at..at + 4` is readable.
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn four(at: *const i8) -> __m512i {
+    // SAFETY: by the caller's promise.
+    _mm512_set1_epi32(unsafe { at.cast::<i32>().read_unaligned() })
+}
+
+/// The 16 f16 at `at` as f32.
+///
+/// # Safety
+///
+/// `at..at + 32` is readable.
+#[target_feature(enable = "avx512f")]
+unsafe fn scales16(at: *const u8) -> __m512 {
+    // SAFETY: by the caller's promise.
+    _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(at.cast()) })
+}
+
+/// `acc + (d * yd) * isum`, lane by lane ([`super::add_block`]).
+#[target_feature(enable = "avx512f")]
+fn add_scaled(acc: __m512, d: __m512, yd: f32, isum: __m512i) -> __m512 {
+    let scale = _mm512_mul_ps(d, _mm512_set1_ps(yd));
+    _mm512_add_ps(acc, _mm512_mul_ps(scale, _mm512_cvtepi32_ps(isum)))
+}
+
+/// Q8_0 or Q5_0 blocks' unsigned values (`w`, value + `OFFSET`) times
+/// activation row `r`'s block `b`: the exact sums `sum q * y`.
+///
+/// # Safety
+///
+/// Row `r`'s block `b` is in `t.qs` and its sum in `t.bsums`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+unsafe fn block_sums<const OFFSET: i32>(
+    w: &[__m512i; 8],
+    t: &ActTile<'_>,
+    r: usize,
+    b: usize,
+) -> __m512i {
+    let nb = t.k / 32;
+    // SAFETY: by the caller's promise.
+    unsafe {
+        let y = t.qs.as_ptr().add(r * t.k + b * 32);
+        let mut s0 = _mm512_set1_epi32(-OFFSET * i32::from(*t.bsums.get_unchecked(r * nb + b)));
+        let mut s1 = _mm512_setzero_si512();
+        for c in (0..8).step_by(2) {
+            s0 = _mm512_dpbusd_epi32(s0, w[c], four(y.add(4 * c)));
+            s1 = _mm512_dpbusd_epi32(s1, w[c + 1], four(y.add(4 * c + 4)));
+        }
+        _mm512_add_epi32(s0, s1)
+    }
+}
+
+/// Q8_0: the values made unsigned (`^ 0x80`, value + 128) for
+/// `vpdpbusd`, the 128 times the activations' block sum taken off.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+fn q8_0_group<const R: usize>(gb: &[u8], t: &ActTile<'_>, out: &mut GroupOut) {
+    let nb = t.k / 32;
+    let flip = _mm512_set1_epi8(0x80_u8 as i8);
+    let mut acc = [_mm512_setzero_ps(); R];
     for b in 0..nb {
-        let block = &w[b * Q6K_BYTES..(b + 1) * Q6K_BYTES];
-        let d = f16_at(block, 208);
-        let p = block.as_ptr();
-        // SAFETY: the 16 scales are bytes 192..208 of the block.
-        let scales16 = _mm256_cvtepi8_epi16(unsafe { _mm_loadu_si128(p.add(192).cast()) });
-        let scales = _mm512_castsi256_si512(scales16);
-        let mut isum = [_mm512_setzero_si512(); R];
-        for h in 0..2 {
-            // SAFETY: bytes 64h..64h + 64 (low nibbles) and 128 + 32h..
-            // 160 + 32h (high bits) of the block.
-            let (ql0, ql1, qh) = unsafe {
-                (
-                    _mm256_loadu_si256(p.add(64 * h).cast()),
-                    _mm256_loadu_si256(p.add(64 * h + 32).cast()),
-                    _mm256_loadu_si256(p.add(128 + 32 * h).cast()),
-                )
-            };
-            let [u0, u1, u2, u3] = q6k_chunks(ql0, ql1, qh);
-            for (pair, u) in [join(u0, u1), join(u2, u3)].into_iter().enumerate() {
-                let sv = _mm512_permutexvar_epi16(spreads[2 * h + pair], scales);
-                for (r, isum) in isum.iter_mut().enumerate() {
-                    let y = &t.qs[r * k + b * QK_K + 128 * h + 64 * pair..][..64];
-                    // SAFETY: 64 activation values, in `t.qs`.
-                    let y = unsafe { _mm512_loadu_si512(y.as_ptr().cast()) };
-                    *isum = _mm512_dpwssd_epi32(*isum, _mm512_maddubs_epi16(u, y), sv);
-                }
+        // SAFETY: group-block `b` is in `gb`, the activations in `t`
+        // (asserted by the caller).
+        unsafe {
+            let at = gb.as_ptr().add(b * group_block_bytes(QuantType::Q8_0));
+            let d = scales16(at);
+            let w: [__m512i; 8] = std::array::from_fn(|c| {
+                _mm512_xor_si512(_mm512_loadu_si512(at.add(32 + 64 * c).cast()), flip)
+            });
+            for (r, acc) in acc.iter_mut().enumerate() {
+                let isum = block_sums::<128>(&w, t, r, b);
+                *acc = add_scaled(*acc, d, *t.d.get_unchecked(r * nb + b), isum);
             }
         }
-        for (r, (acc, isum)) in acc.iter_mut().zip(isum).enumerate() {
-            let bsums = &t.bsums[(r * nb + b) * 16..][..16];
-            // SAFETY: 16 i16, in `t.bsums`.
-            let bsums = unsafe { _mm256_loadu_si256(bsums.as_ptr().cast()) };
-            let (isum, csum) = hsum2(halves(isum), _mm256_madd_epi16(bsums, scales16));
-            *acc = add_q6k(*acc, d, t.d[r * nb + b], isum - 32 * csum);
+    }
+    for (o, acc) in out.iter_mut().zip(acc) {
+        // SAFETY: 16 f32.
+        unsafe { _mm512_storeu_ps(o.as_mut_ptr(), acc) };
+    }
+}
+
+/// Q5_0: the values unsigned (value + 16, nibble and fifth bit), the 16
+/// times the activations' block sum taken off.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+fn q5_0_group<const R: usize>(gb: &[u8], t: &ActTile<'_>, out: &mut GroupOut) {
+    let nb = t.k / 32;
+    let low = _mm512_set1_epi8(0x0F);
+    let fifth = _mm512_set1_epi8(0x10);
+    let mut acc = [_mm512_setzero_ps(); R];
+    for b in 0..nb {
+        // SAFETY: as in `q8_0_group`.
+        unsafe {
+            let at = gb.as_ptr().add(b * group_block_bytes(QuantType::Q5_0));
+            let d = scales16(at);
+            let qh = _mm512_loadu_si512(at.add(32).cast());
+            let nib: [__m512i; 4] =
+                std::array::from_fn(|v| _mm512_loadu_si512(at.add(96 + 64 * v).cast()));
+            // Chunk `c`'s fifth bits: bit `8i + c` of the lane to `8i + 4`.
+            let high = |c: usize| {
+                let moved = match c {
+                    0 => _mm512_slli_epi32::<4>(qh),
+                    1 => _mm512_slli_epi32::<3>(qh),
+                    2 => _mm512_slli_epi32::<2>(qh),
+                    3 => _mm512_slli_epi32::<1>(qh),
+                    4 => qh,
+                    5 => _mm512_srli_epi32::<1>(qh),
+                    6 => _mm512_srli_epi32::<2>(qh),
+                    _ => _mm512_srli_epi32::<3>(qh),
+                };
+                _mm512_and_si512(moved, fifth)
+            };
+            let w: [__m512i; 8] = std::array::from_fn(|c| {
+                let nibble = if c < 4 {
+                    _mm512_and_si512(nib[c], low)
+                } else {
+                    _mm512_and_si512(_mm512_srli_epi16::<4>(nib[c - 4]), low)
+                };
+                _mm512_or_si512(nibble, high(c))
+            });
+            for (r, acc) in acc.iter_mut().enumerate() {
+                let isum = block_sums::<16>(&w, t, r, b);
+                *acc = add_scaled(*acc, d, *t.d.get_unchecked(r * nb + b), isum);
+            }
         }
     }
-    out[..R].copy_from_slice(&acc);
+    for (o, acc) in out.iter_mut().zip(acc) {
+        // SAFETY: 16 f32.
+        unsafe { _mm512_storeu_ps(o.as_mut_ptr(), acc) };
+    }
+}
+
+/// Q4_K: per sub-block pair, the 16 chunks of nibbles by `vpdpbusd`,
+/// each sub-block's sum times its scale (`vpmulld`); the minimums by
+/// `vpdpwssd` against pairs of the activations' sums of 16.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+fn q4k_group<const R: usize>(gb: &[u8], t: &ActTile<'_>, out: &mut GroupOut) {
+    let nb = t.k / QK_K;
+    let low = _mm512_set1_epi8(0x0F);
+    let m6 = _mm512_set1_epi32(63);
+    let m4 = _mm512_set1_epi32(0x0F);
+    let top = _mm512_set1_epi32(0x30);
+    let mut acc = [_mm512_setzero_ps(); R];
+    for b in 0..nb {
+        // SAFETY: as in `q8_0_group`.
+        unsafe {
+            let at = gb.as_ptr().add(b * group_block_bytes(QuantType::Q4K));
+            let d = scales16(at);
+            let dmin = scales16(at.add(32));
+            let z0 = _mm512_loadu_si512(at.add(64).cast());
+            let z1 = _mm512_loadu_si512(at.add(128).cast());
+            let z2 = _mm512_loadu_si512(at.add(192).cast());
+            let shr = |v: __m512i, s: u32| _mm512_srl_epi32(v, _mm_cvtsi32_si128(s as i32));
+            // Scale and minimum of sub-block `s` of every lane's row.
+            let scale = |s: usize| {
+                let s = s as u32;
+                if s < 4 {
+                    _mm512_and_si512(shr(z0, 8 * s), m6)
+                } else {
+                    let s = s - 4;
+                    _mm512_or_si512(
+                        _mm512_and_si512(shr(z2, 8 * s), m4),
+                        _mm512_and_si512(shr(z0, 8 * s + 2), top),
+                    )
+                }
+            };
+            let min = |s: usize| {
+                let s = s as u32;
+                if s < 4 {
+                    _mm512_and_si512(shr(z1, 8 * s), m6)
+                } else {
+                    let s = s - 4;
+                    _mm512_or_si512(
+                        _mm512_and_si512(shr(z2, 8 * s + 4), m4),
+                        _mm512_and_si512(shr(z1, 8 * s + 2), top),
+                    )
+                }
+            };
+            let mut isum = [_mm512_setzero_si512(); R];
+            for p in 0..4 {
+                let q = at.add(256 + 512 * p);
+                let v: [__m512i; 8] =
+                    std::array::from_fn(|c| _mm512_loadu_si512(q.add(64 * c).cast()));
+                let lo: [__m512i; 8] = std::array::from_fn(|c| _mm512_and_si512(v[c], low));
+                let hi: [__m512i; 8] =
+                    std::array::from_fn(|c| _mm512_and_si512(_mm512_srli_epi16::<4>(v[c]), low));
+                let (s_lo, s_hi) = (scale(2 * p), scale(2 * p + 1));
+                for (r, isum) in isum.iter_mut().enumerate() {
+                    let y = t.qs.as_ptr().add(r * t.k + b * QK_K + 64 * p);
+                    let mut a = _mm512_setzero_si512();
+                    let mut h = _mm512_setzero_si512();
+                    for c in 0..8 {
+                        a = _mm512_dpbusd_epi32(a, lo[c], four(y.add(4 * c)));
+                        h = _mm512_dpbusd_epi32(h, hi[c], four(y.add(32 + 4 * c)));
+                    }
+                    let part =
+                        _mm512_add_epi32(_mm512_mullo_epi32(a, s_lo), _mm512_mullo_epi32(h, s_hi));
+                    *isum = _mm512_add_epi32(*isum, part);
+                }
+            }
+            // Each minimum in both i16 halves of its lane.
+            let mins: [__m512i; 8] = std::array::from_fn(|s| {
+                let m = min(s);
+                _mm512_or_si512(m, _mm512_slli_epi32::<16>(m))
+            });
+            for (r, (acc, isum)) in acc.iter_mut().zip(isum).enumerate() {
+                let sums = t.bsums.as_ptr().add((r * nb + b) * 16);
+                let mut msum = _mm512_setzero_si512();
+                for (s, mins) in mins.iter().enumerate() {
+                    let pair = _mm512_set1_epi32(sums.add(2 * s).cast::<i32>().read_unaligned());
+                    msum = _mm512_dpwssd_epi32(msum, *mins, pair);
+                }
+                let yd = _mm512_set1_ps(*t.d.get_unchecked(r * nb + b));
+                let a = _mm512_add_ps(
+                    *acc,
+                    _mm512_mul_ps(_mm512_mul_ps(d, yd), _mm512_cvtepi32_ps(isum)),
+                );
+                *acc = _mm512_sub_ps(
+                    a,
+                    _mm512_mul_ps(_mm512_mul_ps(dmin, yd), _mm512_cvtepi32_ps(msum)),
+                );
+            }
+        }
+    }
+    for (o, acc) in out.iter_mut().zip(acc) {
+        // SAFETY: 16 f32.
+        unsafe { _mm512_storeu_ps(o.as_mut_ptr(), acc) };
+    }
+}
+
+/// Q6_K: per quarter `q`, the 16 chunks of scale groups `q`, `q + 4`,
+/// `q + 8`, `q + 12` (unsigned 6-bit values) by `vpdpbusd` from 32 times
+/// the activations' sum of the group taken off, times the group's scale
+/// (`vpmulld`).
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+fn q6k_group<const R: usize>(gb: &[u8], t: &ActTile<'_>, out: &mut GroupOut) {
+    let nb = t.k / QK_K;
+    let low = _mm512_set1_epi8(0x0F);
+    let top = _mm512_set1_epi8(0x30);
+    let mut acc = [_mm512_setzero_ps(); R];
+    for b in 0..nb {
+        // SAFETY: as in `q8_0_group`.
+        unsafe {
+            let at = gb.as_ptr().add(b * group_block_bytes(QuantType::Q6K));
+            let d = scales16(at);
+            let mut isum = [_mm512_setzero_si512(); R];
+            for q in 0..4 {
+                let hb: [__m512i; 4] = std::array::from_fn(|e| {
+                    _mm512_loadu_si512(at.add(2336 + 64 * (4 * q + e)).cast())
+                });
+                let la: [__m512i; 4] = std::array::from_fn(|e| {
+                    _mm512_loadu_si512(at.add(288 + 64 * (4 * q + e)).cast())
+                });
+                let lb: [__m512i; 4] = std::array::from_fn(|e| {
+                    _mm512_loadu_si512(at.add(288 + 64 * (16 + 4 * q + e)).cast())
+                });
+                // Group `q + 4 gi`, chunk `e`.
+                let u: [[__m512i; 4]; 4] = std::array::from_fn(|gi| {
+                    std::array::from_fn(|e| {
+                        let (lows, high) = match gi {
+                            0 => (la[e], _mm512_slli_epi16::<4>(hb[e])),
+                            1 => (lb[e], _mm512_slli_epi16::<2>(hb[e])),
+                            2 => (_mm512_srli_epi16::<4>(la[e]), hb[e]),
+                            _ => (_mm512_srli_epi16::<4>(lb[e]), _mm512_srli_epi16::<2>(hb[e])),
+                        };
+                        _mm512_or_si512(_mm512_and_si512(lows, low), _mm512_and_si512(high, top))
+                    })
+                });
+                let sc: [__m512i; 4] = std::array::from_fn(|gi| {
+                    _mm512_cvtepi8_epi32(_mm_loadu_si128(at.add(32 + 16 * (q + 4 * gi)).cast()))
+                });
+                for (r, isum) in isum.iter_mut().enumerate() {
+                    let y = t.qs.as_ptr().add(r * t.k + b * QK_K);
+                    let sums = t.bsums.as_ptr().add((r * nb + b) * 16);
+                    for (gi, (u, sc)) in u.iter().zip(&sc).enumerate() {
+                        let g = q + 4 * gi;
+                        let mut dot = _mm512_set1_epi32(-32 * i32::from(*sums.add(g)));
+                        for (e, u) in u.iter().enumerate() {
+                            dot = _mm512_dpbusd_epi32(dot, *u, four(y.add(16 * g + 4 * e)));
+                        }
+                        *isum = _mm512_add_epi32(*isum, _mm512_mullo_epi32(dot, *sc));
+                    }
+                }
+            }
+            for (r, (acc, isum)) in acc.iter_mut().zip(isum).enumerate() {
+                *acc = add_scaled(*acc, d, *t.d.get_unchecked(r * nb + b), isum);
+            }
+        }
+    }
+    for (o, acc) in out.iter_mut().zip(acc) {
+        // SAFETY: 16 f32.
+        unsafe { _mm512_storeu_ps(o.as_mut_ptr(), acc) };
+    }
 }

@@ -2,30 +2,46 @@
 //! tensors): Q8_0, Q4_0, Q5_0, Q4_K, Q5_K and Q6_K, on the CPU.
 //!
 //! A [`QuantWeight`] holds an `(n, k)` weight as the bytes of its GGUF
-//! tensor (row `j` is `k / block_values` blocks, rows back to back), at
-//! the size it is stored: nothing is widened. [`quant_matmul`] multiplies
-//! `m` f32 activation rows by it, as llama.cpp does:
+//! tensor, at the size it is stored: nothing is widened. Q8_0, Q5_0,
+//! Q4_K and Q6_K weights are repacked when made: each group of
+//! 16 rows (`repack::GROUP`) becomes, block by block, the bytes of its
+//! 16 row blocks reordered so that one 64-byte load holds four values of
+//! each row, a row per 32-bit lane (the layouts are in `repack.rs`); rows
+//! past the last whole group stay in ggml's layout and a product packs
+//! them into a group of their own. Q4_0 and Q5_K weights keep ggml's row
+//! layout. [`quant_matmul`] multiplies `m` f32 activation rows by a
+//! weight, as llama.cpp does:
 //!
 //! 1. each activation row is quantized once per call, in blocks of 32 for
-//!    Q8_0, Q4_0 and Q5_0 weights (one f32 scale `max |x| / 127` and 32
-//!    i8) and of 256 for the K-quants (the same, plus the sums of each 16
-//!    values, for the K-quants' minimums and offsets);
+//!    Q8_0, Q4_0 and Q5_0 weights (one f32 scale `max |x| / 127`, 32 i8
+//!    and their sum) and of 256 for the K-quants (the same, with the sums
+//!    of each 16 values, for the K-quants' minimums and offsets);
 //! 2. each weight block meets each activation block in integer
-//!    arithmetic (`vpmaddubsw` then `vpmaddwd` with AVX2; `vpdpbusd` and
-//!    `vpdpwssd` with AVX-512 VNNI), exact;
-//! 3. those integer sums are scaled and added up in f32, in one fixed
-//!    order (below).
+//!    arithmetic, exact. For the repacked types one instruction serves 16
+//!    weight rows: with AVX-512 VNNI, `vpdpbusd` of four weight bytes of
+//!    each row (unsigned: Q8_0's values `^ 0x80`, Q5_0's and Q6_K's with
+//!    their offsets, the offsets' products taken off through the
+//!    activations' sums) by four activation bytes broadcast, each
+//!    sub-block's sum times its scale by `vpmulld`, Q4_K's minimums by
+//!    `vpdpwssd`; with AVX2, the same lanes as two halves of eight,
+//!    `vpmaddubsw` then `vpmaddwd`;
+//! 3. those integer sums are scaled and added up in f32, one f32 per
+//!    output, block by block (below), so a group's 16 outputs are one
+//!    vector of lanes: no horizontal sum.
 //!
-//! Work is split over rayon's threads by weight rows (and, for many
-//! activation rows, by bands of them); within a task a weight block is
-//! read once per tile of up to [`TILE_ROWS`] activation rows and serves
-//! all of them from registers, and a run of weight rows small enough for
-//! the L2 cache is gone through by every tile of the band before the next
-//! run. The weight rows stay in their GGUF order; no repacking.
+//! Work is split over rayon's threads by groups of weight rows (rows for
+//! Q4_0 and Q5_K) and, for many activation rows, by bands of them;
+//! within a task a group-block is read once per tile of up to
+//! [`TILE_ROWS`] activation rows and serves all of them from registers,
+//! and a run of groups small enough for the L2 cache is gone through by
+//! every tile of the band before the next run.
 //!
 //! ## The order of the sums
 //!
-//! - Q8_0, Q4_0 and Q5_0: 16 f32 lanes per output. Block `b` adds to lanes
+//! - Q8_0 and Q5_0: one f32 per output, starting at 0; block by block,
+//!   plus its scale (`d_w * d_x`, in f32) times the exact integer sum of
+//!   the block (`add_block`).
+//! - Q4_0 (not repacked): 16 f32 lanes per output. Block `b` adds to lanes
 //!   `8 (b % 2) + l` (`l` < 8) its scale (`d_w * d_x`, in f32) times the
 //!   exact sum of its values `4 l..4 l + 4`; the lanes are then added
 //!   `i + 8`, `i + 4`, `i + 2`, `i + 1` into lane 0 (`reduce16`).
@@ -34,8 +50,11 @@
 //!   `d_w * d_x`, then, for Q4_K and Q5_K, minus the exact sum of the
 //!   minimums times `dmin_w * d_x` (`add_k`, `add_q6k`).
 //!
-//! Every kernel keeps that order, so every path gives the same bits, and
-//! a row gives the same bits alone as in any batch.
+//! Every kernel keeps that order (the portable kernels of the repacked
+//! types unpack each row's block and add it in the same order; the
+//! vector kernels add lane by lane with separate multiplies and adds, no
+//! fused multiply-add), so every path gives the same bits, and a row
+//! gives the same bits alone as in any batch.
 //!
 //! ## Guarantees, and the tests that hold them
 //!
@@ -114,6 +133,10 @@ use std::sync::OnceLock;
 use rayon::prelude::*;
 
 pub(crate) mod portable;
+
+pub(crate) mod repack;
+
+use repack::{GROUP, group_block_bytes, pack_group, repacked, unpack_block};
 
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx2;
@@ -326,11 +349,34 @@ impl QuantWeight {
                 got: bytes.len(),
             });
         }
+        if !repacked(ty) {
+            return Ok(QuantWeight {
+                ty,
+                n,
+                k,
+                bytes: bytes.to_vec(),
+            });
+        }
+        let row_len = k / block * ty.block_bytes();
+        let group_len = row_len * GROUP;
+        let full = n / GROUP;
+        let mut packed = vec![0u8; bytes.len()];
+        let (groups, tail) = packed.split_at_mut(full * group_len);
+        groups
+            .par_chunks_mut(group_len.max(1))
+            .enumerate()
+            .for_each(|(g, out)| {
+                let rows: Vec<&[u8]> = (0..GROUP)
+                    .map(|r| &bytes[(g * GROUP + r) * row_len..][..row_len])
+                    .collect();
+                pack_group(ty, &rows, k / block, out);
+            });
+        tail.copy_from_slice(&bytes[full * group_len..]);
         Ok(QuantWeight {
             ty,
             n,
             k,
-            bytes: bytes.to_vec(),
+            bytes: packed,
         })
     }
 
@@ -359,10 +405,29 @@ impl QuantWeight {
         self.k / self.ty.block_values() * self.ty.block_bytes()
     }
 
-    /// Row `j`'s blocks.
+    /// Row `j`'s blocks (a weight not repacked, or a row past the
+    /// groups).
     fn row(&self, j: usize) -> &[u8] {
         let len = self.row_bytes();
         &self.bytes[j * len..(j + 1) * len]
+    }
+
+    /// Whole groups of rows (repacked weights; none for the others).
+    fn full_groups(&self) -> usize {
+        if repacked(self.ty) { self.n / GROUP } else { 0 }
+    }
+
+    /// Group `g`'s group-blocks (`g < full_groups()`).
+    fn group(&self, g: usize) -> &[u8] {
+        let len = self.row_bytes() * GROUP;
+        &self.bytes[g * len..(g + 1) * len]
+    }
+
+    /// Group `g` (the last, not whole) packed into `out`, zero rows added.
+    fn pack_tail(&self, g: usize, out: &mut Vec<u8>) {
+        let rows: Vec<&[u8]> = (g * GROUP..self.n).map(|j| self.row(j)).collect();
+        out.resize(self.row_bytes() * GROUP, 0);
+        pack_group(self.ty, &rows, self.k / self.ty.block_values(), out);
     }
 
     /// Row `j` dequantized to f32 into `out[..k]` (an embedding lookup),
@@ -375,6 +440,18 @@ impl QuantWeight {
         assert!(j < self.n, "row {j} of a weight of {} rows", self.n);
         let (ty, bytes) = (self.ty, self.ty.block_bytes());
         let values = ty.block_values();
+        if j < self.full_groups() * GROUP {
+            let mut block = [0u8; Q6K_BYTES];
+            for (gb, out) in self
+                .group(j / GROUP)
+                .chunks_exact(group_block_bytes(ty))
+                .zip(out[..self.k].chunks_exact_mut(values))
+            {
+                unpack_block(ty, gb, j % GROUP, &mut block);
+                dequantize_block(ty, &block[..bytes], out);
+            }
+            return;
+        }
         for (block, out) in self
             .row(j)
             .chunks_exact(bytes)
@@ -483,6 +560,13 @@ pub(crate) fn add_k(acc: f32, d: f32, dmin: f32, yd: f32, isum: i32, msum: i32) 
     acc - (dmin * yd) * msum as f32
 }
 
+/// Adds one Q8_0 or Q5_0 block to an output: its exact sum times `d *
+/// yd`.
+#[inline(always)]
+pub(crate) fn add_block(acc: f32, d: f32, yd: f32, isum: i32) -> f32 {
+    acc + (d * yd) * isum as f32
+}
+
 /// Adds one Q6_K block to an output: its exact sum times `d * yd`.
 #[inline(always)]
 pub(crate) fn add_q6k(acc: f32, d: f32, yd: f32, isum: i32) -> f32 {
@@ -518,7 +602,8 @@ pub(crate) struct Acts {
     qs: Vec<i8>,
     /// One scale per block, row by row.
     d: Vec<f32>,
-    /// 256-value blocks only: the sum of each 16 values, row by row.
+    /// The sum of each 16 values (256-value blocks) or of each block
+    /// (32-value blocks), row by row.
     bsums: Vec<i16>,
 }
 
@@ -536,11 +621,7 @@ impl Acts {
             block,
             qs: vec![0; m * k],
             d: vec![0.0; m * nb],
-            bsums: if block == QK_K {
-                vec![0; m * k / 16]
-            } else {
-                Vec::new()
-            },
+            bsums: vec![0; m * k / sum_len(block)],
         };
         if k == 0 {
             return acts;
@@ -551,39 +632,42 @@ impl Acts {
             .par_chunks(k)
             .zip(acts.qs.par_chunks_mut(k))
             .zip(acts.d.par_chunks_mut(nb));
-        if block == QK_K {
-            rows.zip(acts.bsums.par_chunks_mut(k / 16))
-                .with_min_len(rows_per_task)
-                .for_each(|(((x, qs), d), bsums)| quantize_row(x, qs, d, bsums, block));
-        } else {
-            rows.with_min_len(rows_per_task)
-                .for_each(|((x, qs), d)| quantize_row(x, qs, d, &mut [], block));
-        }
+        rows.zip(acts.bsums.par_chunks_mut(k / sum_len(block)))
+            .with_min_len(rows_per_task)
+            .for_each(|(((x, qs), d), bsums)| quantize_row(x, qs, d, bsums, sum_len(block), block));
         acts
     }
 
     /// Rows `first..first + rows`.
     fn tile(&self, first: usize, rows: usize) -> ActTile<'_> {
         let nb = self.k / self.block;
-        let (k, sums) = (self.k, self.k / 16);
+        let (k, sums) = (self.k, self.k / sum_len(self.block));
         ActTile {
             qs: &self.qs[first * k..(first + rows) * k],
             d: &self.d[first * nb..(first + rows) * nb],
-            bsums: if self.bsums.is_empty() {
-                &[]
-            } else {
-                &self.bsums[first * sums..(first + rows) * sums]
-            },
+            bsums: &self.bsums[first * sums..(first + rows) * sums],
             rows,
             k,
         }
     }
 }
 
+/// Values per activation sum: 16 in 256-value blocks, the block in
+/// 32-value ones.
+fn sum_len(block: usize) -> usize {
+    if block == QK_K { 16 } else { block }
+}
+
 /// One activation row `x` into `qs`, one scale per block of `block`
-/// values into `d`, and (`bsums` not empty) the sum of each 16 values
-/// into `bsums`.
-fn quantize_row(x: &[f32], qs: &mut [i8], d: &mut [f32], bsums: &mut [i16], block: usize) {
+/// values into `d`, and the sum of each `sum_len` values into `bsums`.
+fn quantize_row(
+    x: &[f32],
+    qs: &mut [i8],
+    d: &mut [f32],
+    bsums: &mut [i16],
+    sum_len: usize,
+    block: usize,
+) {
     for (b, (x, qs)) in x
         .chunks_exact(block)
         .zip(qs.chunks_exact_mut(block))
@@ -596,14 +680,14 @@ fn quantize_row(x: &[f32], qs: &mut [i8], d: &mut [f32], bsums: &mut [i16], bloc
             *q = (v * id).round_ties_even() as i8;
         }
     }
-    for (s, qs) in bsums.iter_mut().zip(qs.chunks_exact(16)) {
+    for (s, qs) in bsums.iter_mut().zip(qs.chunks_exact(sum_len)) {
         *s = qs.iter().map(|q| i16::from(*q)).sum();
     }
 }
 
 /// Up to [`TILE_ROWS`] quantized activation rows, for a kernel: `qs` is
-/// `rows * k` values, `d` one scale per block, `bsums` (256-value blocks)
-/// 16 sums per block.
+/// `rows * k` values, `d` one scale per block, `bsums` 16 sums per
+/// 256-value block or one per 32-value block.
 #[derive(Clone, Copy)]
 pub(crate) struct ActTile<'a> {
     pub(crate) qs: &'a [i8],
@@ -617,7 +701,9 @@ pub(crate) struct ActTile<'a> {
 fn has_avx2() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
+        std::is_x86_feature_detected!("avx2")
+            && std::is_x86_feature_detected!("fma")
+            && std::is_x86_feature_detected!("f16c")
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
@@ -753,13 +839,29 @@ fn row_times_tile(
         // SAFETY: as above (AVX2, FMA, AVX-512F, BW and VNNI).
         Path::Avx512Vnni => unsafe { avx512::row_times_tile(ty, w, t, out) },
         _ => match ty {
-            QuantType::Q8_0 => portable::q8_0_rows(w, t, out),
             QuantType::Q4_0 => portable::q4_0_rows(w, t, out),
-            QuantType::Q5_0 => portable::q5_0_rows(w, t, out),
-            QuantType::Q4K => portable::q4k_rows(w, t, out),
             QuantType::Q5K => portable::q5k_rows(w, t, out),
-            QuantType::Q6K => portable::q6k_rows(w, t, out),
+            _ => unreachable!("{ty} is repacked"),
         },
+    }
+}
+
+/// A group of weight rows times a tile of activation rows: `[r][lane]`.
+pub(crate) type GroupOut = [[f32; GROUP]; TILE_ROWS];
+
+/// A group of [`GROUP`] repacked weight rows times a tile of activation
+/// rows on `path`.
+#[inline]
+fn group_times_tile(path: Path, ty: QuantType, gb: &[u8], t: &ActTile<'_>, out: &mut GroupOut) {
+    match path {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `quant_matmul_with` runs a path only where the CPU runs
+        // it (`Path::runs_here`: AVX2, FMA and F16C).
+        Path::Avx2 => unsafe { avx2::group_times_tile(ty, gb, t, out) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as above (and AVX-512F, BW and VNNI).
+        Path::Avx512Vnni => unsafe { avx512::group_times_tile(ty, gb, t, out) },
+        _ => portable::group_rows(ty, gb, t, out),
     }
 }
 
@@ -816,6 +918,10 @@ pub(crate) fn quant_matmul_with(
         return;
     }
     let acts = Acts::quantize(x, m, k, w.ty.act_block());
+    if repacked(w.ty) {
+        grouped_matmul(path, &acts, m, w, out, ldo);
+        return;
+    }
     let ty = w.ty;
     // Tiles of activation rows of nearly equal size (9 rows: 5 + 4).
     let groups = m.div_ceil(TILE_ROWS);
@@ -861,6 +967,61 @@ pub(crate) fn quant_matmul_with(
         });
 }
 
+/// [`quant_matmul_with`] for a repacked weight: tasks over runs of
+/// groups of weight rows (and bands of tiles of activation rows).
+fn grouped_matmul(path: Path, acts: &Acts, m: usize, w: &QuantWeight, out: &mut [f32], ldo: usize) {
+    let (n, ty) = (w.n, w.ty);
+    let ng = n.div_ceil(GROUP);
+    let full = w.full_groups();
+    let groups = m.div_ceil(TILE_ROWS);
+    let (base, extra) = (m / groups, m % groups);
+    let first_row = |g: usize| g * base + g.min(extra);
+    let threads = rayon::current_num_threads().max(1);
+    let run = (BLOCK_BYTES / (w.row_bytes() * GROUP).max(1)).max(1);
+    let (per_task, band) = if groups <= SMALL_GROUPS {
+        (ng.div_ceil(threads * 4).max(1), groups)
+    } else {
+        (run, BAND_GROUPS)
+    };
+    let bands = groups.div_ceil(band);
+    let out = SharedOut {
+        ptr: out.as_mut_ptr(),
+        len: out.len(),
+        ldo,
+    };
+    (0..ng.div_ceil(per_task) * bands)
+        .into_par_iter()
+        .for_each(|task| {
+            let (task, band_index) = (task / bands, task % bands);
+            let owned = task * per_task..((task + 1) * per_task).min(ng);
+            let tiles = band_index * band..((band_index + 1) * band).min(groups);
+            let mut tile_out = [[0f32; GROUP]; TILE_ROWS];
+            let mut tail = Vec::new();
+            if owned.end > full {
+                w.pack_tail(full, &mut tail);
+            }
+            let mut start = owned.start;
+            while start < owned.end {
+                let end = (start + run).min(owned.end);
+                for g in tiles.clone() {
+                    let (first, count) = (first_row(g), base + usize::from(g < extra));
+                    let t = acts.tile(first, count);
+                    for gi in start..end {
+                        let gb = if gi < full { w.group(gi) } else { &tail[..] };
+                        group_times_tile(path, ty, gb, &t, &mut tile_out);
+                        let cols = (n - gi * GROUP).min(GROUP);
+                        for (r, v) in tile_out[..count].iter().enumerate() {
+                            // SAFETY: output columns of group `gi` of this
+                            // band's rows are this task's own.
+                            unsafe { out.set_run(first + r, gi * GROUP, &v[..cols]) };
+                        }
+                    }
+                }
+                start = end;
+            }
+        });
+}
+
 /// The output, handed to rayon's tasks, which write disjoint elements of
 /// it (columns of a band of rows).
 #[derive(Clone, Copy)]
@@ -889,6 +1050,20 @@ impl SharedOut {
         // SAFETY: inside the `len` values `ptr` points to (asserted);
         // exclusive by the caller's promise.
         unsafe { *self.ptr.add(at) = value };
+    }
+
+    /// Writes `values` at `(row, col..)`.
+    ///
+    /// # Safety
+    ///
+    /// No other task may write or read these elements meanwhile.
+    #[inline(always)]
+    unsafe fn set_run(&self, row: usize, col: usize, values: &[f32]) {
+        let at = row * self.ldo + col;
+        assert!(at + values.len() <= self.len && col + values.len() <= self.ldo);
+        // SAFETY: inside the `len` values `ptr` points to (asserted);
+        // exclusive by the caller's promise.
+        unsafe { std::ptr::copy_nonoverlapping(values.as_ptr(), self.ptr.add(at), values.len()) };
     }
 }
 
@@ -1077,7 +1252,8 @@ mod tests {
     #[test]
     fn dequantized_rows_give_the_bits_of_candles_to_float_for_every_type() {
         let mut rng = Rng(0x1234_5678_9abc_def1);
-        let (n, k) = (5, 512);
+        // A whole group of repacked rows and rows past it.
+        let (n, k) = (GROUP + 5, 512);
         for ty in QuantType::ALL {
             // Blocks candle makes from random values, and random bytes.
             let made = candle_quantize_as(ty, &values(&mut rng, n * k));

@@ -3,8 +3,9 @@
 //! combined in f32 by the same helpers of [`super`] in the same order, so
 //! every path gives these bits.
 
+use super::repack::{GROUP, group_block_bytes, unpack_block};
 use super::{
-    ActTile, Q4_0_BYTES, Q4K_BYTES, Q5_0_BYTES, Q5K_BYTES, Q6K_BYTES, Q8_0_BYTES, QK_K, TILE_ROWS,
+    ActTile, GroupOut, Q4_0_BYTES, Q5K_BYTES, Q6K_BYTES, QK_K, QuantType, TILE_ROWS, add_block,
     add_k, add_lanes, add_q6k, f16_at, k_scales, reduce16,
 };
 
@@ -67,19 +68,9 @@ fn lanes_rows<const BYTES: usize>(
     }
 }
 
-/// A Q8_0 weight row times the tile's rows.
-pub(crate) fn q8_0_rows(w: &[u8], t: &ActTile<'_>, out: &mut [f32; TILE_ROWS]) {
-    lanes_rows::<Q8_0_BYTES>(w, t, q8_0_values, out);
-}
-
 /// A Q4_0 weight row times the tile's rows.
 pub(crate) fn q4_0_rows(w: &[u8], t: &ActTile<'_>, out: &mut [f32; TILE_ROWS]) {
     lanes_rows::<Q4_0_BYTES>(w, t, q4_0_values, out);
-}
-
-/// A Q5_0 weight row times the tile's rows.
-pub(crate) fn q5_0_rows(w: &[u8], t: &ActTile<'_>, out: &mut [f32; TILE_ROWS]) {
-    lanes_rows::<Q5_0_BYTES>(w, t, q5_0_values, out);
 }
 
 /// The 256 unsigned values of a Q4_K block (`high` none) or Q5_K block
@@ -117,26 +108,12 @@ fn k4_rows<const BYTES: usize, const FIFTH: bool>(
         };
         for (r, acc) in acc.iter_mut().enumerate().take(t.rows) {
             let y = &t.qs[r * t.k + b * QK_K..][..QK_K];
-            let mut isum = 0i32;
-            for (s, scale) in sc.iter().enumerate() {
-                let part: i32 = (32 * s..32 * s + 32)
-                    .map(|v| i32::from(q[v]) * i32::from(y[v]))
-                    .sum();
-                isum += i32::from(*scale) * part;
-            }
             let bsums = &t.bsums[(r * nb + b) * 16..][..16];
-            let msum: i32 = (0..16)
-                .map(|g| i32::from(bsums[g]) * i32::from(mins[g / 2]))
-                .sum();
+            let (isum, msum) = k4_sums(&q, &sc, &mins, y, bsums);
             *acc = add_k(*acc, d, dmin, t.d[r * nb + b], isum, msum);
         }
     }
     out[..t.rows].copy_from_slice(&acc[..t.rows]);
-}
-
-/// A Q4_K weight row times the tile's rows.
-pub(crate) fn q4k_rows(w: &[u8], t: &ActTile<'_>, out: &mut [f32; TILE_ROWS]) {
-    k4_rows::<Q4K_BYTES, false>(w, t, out);
 }
 
 /// A Q5_K weight row times the tile's rows.
@@ -157,28 +134,85 @@ pub(crate) fn q6k_values(block: &[u8]) -> [u8; QK_K] {
     })
 }
 
-/// A Q6_K weight row times the tile's rows: per block, `sum_g sc[g] *
-/// sum_i q[16 g + i] * y[16 g + i] - 32 * sum_g sc[g] * bsums[g]`, exact.
-pub(crate) fn q6k_rows(w: &[u8], t: &ActTile<'_>, out: &mut [f32; TILE_ROWS]) {
-    let nb = t.k / QK_K;
-    let mut acc = [0f32; TILE_ROWS];
-    for (b, block) in w.chunks_exact(Q6K_BYTES).take(nb).enumerate() {
-        let q = q6k_values(block);
-        let sc: [i32; 16] = std::array::from_fn(|g| i32::from(block[192 + g] as i8));
-        let d = f16_at(block, 208);
-        for (r, acc) in acc.iter_mut().enumerate().take(t.rows) {
-            let y = &t.qs[r * t.k + b * QK_K..][..QK_K];
-            let bsums = &t.bsums[(r * nb + b) * 16..][..16];
-            let mut isum = 0i32;
-            let mut csum = 0i32;
-            for g in 0..16 {
-                let part: i32 = (16 * g..16 * g + 16)
-                    .map(|v| i32::from(q[v]) * i32::from(y[v]))
-                    .sum();
-                isum += sc[g] * part;
-                csum += sc[g] * i32::from(bsums[g]);
+/// The exact sums of a Q4_K or Q5_K block (`q` its unsigned values, `sc`
+/// and `mins` its scales) against activations `y` (256) with sums
+/// `bsums` (16): the scaled value sum and the minimums' sum.
+fn k4_sums(q: &[u8; QK_K], sc: &[u8; 8], mins: &[u8; 8], y: &[i8], bsums: &[i16]) -> (i32, i32) {
+    let mut isum = 0i32;
+    for (s, scale) in sc.iter().enumerate() {
+        let part: i32 = (32 * s..32 * s + 32)
+            .map(|v| i32::from(q[v]) * i32::from(y[v]))
+            .sum();
+        isum += i32::from(*scale) * part;
+    }
+    let msum: i32 = (0..16)
+        .map(|g| i32::from(bsums[g]) * i32::from(mins[g / 2]))
+        .sum();
+    (isum, msum)
+}
+
+/// The exact sum of a Q6_K block (`q` its unsigned values, `sc` its
+/// scales) against activations `y` (256) with sums `bsums` (16), the
+/// offset of 32 removed.
+fn q6k_sum(q: &[u8; QK_K], sc: &[i32; 16], y: &[i8], bsums: &[i16]) -> i32 {
+    let mut isum = 0i32;
+    let mut csum = 0i32;
+    for g in 0..16 {
+        let part: i32 = (16 * g..16 * g + 16)
+            .map(|v| i32::from(q[v]) * i32::from(y[v]))
+            .sum();
+        isum += sc[g] * part;
+        csum += sc[g] * i32::from(bsums[g]);
+    }
+    isum - 32 * csum
+}
+
+/// A group of [`GROUP`] repacked weight rows of `ty` (`gb`, its
+/// group-blocks) times the tile's rows into `out[r][lane]`: each output
+/// one f32, block by block ([`add_block`], [`add_k`], [`add_q6k`]).
+pub(crate) fn group_rows(ty: QuantType, gb: &[u8], t: &ActTile<'_>, out: &mut GroupOut) {
+    let nb = t.k / ty.block_values();
+    let gsize = group_block_bytes(ty);
+    let mut acc = [[0f32; GROUP]; TILE_ROWS];
+    let mut block = [0u8; Q6K_BYTES];
+    for (b, g) in gb.chunks_exact(gsize).take(nb).enumerate() {
+        for lane in 0..GROUP {
+            unpack_block(ty, g, lane, &mut block);
+            for (r, acc) in acc.iter_mut().enumerate().take(t.rows) {
+                let acc = &mut acc[lane];
+                let yd = t.d[r * nb + b];
+                match ty {
+                    QuantType::Q8_0 | QuantType::Q5_0 => {
+                        let q = if ty == QuantType::Q8_0 {
+                            q8_0_values(&block)
+                        } else {
+                            q5_0_values(&block)
+                        };
+                        let y = &t.qs[r * t.k + b * 32..][..32];
+                        let isum: i32 = (0..32).map(|i| i32::from(q[i]) * i32::from(y[i])).sum();
+                        *acc = add_block(*acc, f16_at(&block, 0), yd, isum);
+                    }
+                    QuantType::Q4K => {
+                        let (d, dmin) = (f16_at(&block, 0), f16_at(&block, 2));
+                        let (sc, mins) = k_scales(&block[4..16]);
+                        let q = k4_values(&block[16..144], None);
+                        let y = &t.qs[r * t.k + b * QK_K..][..QK_K];
+                        let bsums = &t.bsums[(r * nb + b) * 16..][..16];
+                        let (isum, msum) = k4_sums(&q, &sc, &mins, y, bsums);
+                        *acc = add_k(*acc, d, dmin, yd, isum, msum);
+                    }
+                    QuantType::Q6K => {
+                        let q = q6k_values(&block);
+                        let sc: [i32; 16] =
+                            std::array::from_fn(|g| i32::from(block[192 + g] as i8));
+                        let y = &t.qs[r * t.k + b * QK_K..][..QK_K];
+                        let bsums = &t.bsums[(r * nb + b) * 16..][..16];
+                        let isum = q6k_sum(&q, &sc, y, bsums);
+                        *acc = add_q6k(*acc, f16_at(&block, 208), yd, isum);
+                    }
+                    QuantType::Q4_0 | QuantType::Q5K => unreachable!("{ty} is not repacked"),
+                }
             }
-            *acc = add_q6k(*acc, d, t.d[r * nb + b], isum - 32 * csum);
         }
     }
     out[..t.rows].copy_from_slice(&acc[..t.rows]);
