@@ -6,8 +6,15 @@
 //! quantized product, repacked kernels included where it has them).
 //!
 //! ```text
-//! cargo run --release -p guidebench-candle --example quant_bench [n=2048] [k=2048] [ms=1,8,32] [types=Q8_0,Q4_K,Q6_K] [reps=20]
+//! cargo run --release -p guidebench-candle --example quant_bench [n=2048] [k=2048] [ms=1,8,32] [types=Q8_0,Q4_K,Q6_K] [reps=20] [paths=portable,avx2,avx512-vnni] [ours=true] [vec_dot=true] [qmatmul=true]
 //! ```
+//!
+//! `paths` picks which of our kernel paths are timed one by one,
+//! `ours=false` leaves out ours on the best path, `vec_dot=false` and
+//! `qmatmul=false` candle's two. candle's `QMatMul` runs on candle's own
+//! thread pool, whose threads spin between products and take cores from
+//! rayon's: time it in a process of its own (`paths=none ours=false
+//! vec_dot=false`) and ours in another (`qmatmul=false`).
 //!
 //! Each line: the type, rows `m`, the implementation, the median time of
 //! a product over `reps` runs (after two not timed), and the weight bytes
@@ -77,7 +84,33 @@ fn candle_vec_dot<T: GgmlType>(w: &[T], x: &[f32], m: usize, n: usize, k: usize,
         });
 }
 
-fn run_type<T: GgmlType>(ty: QuantType, n: usize, k: usize, ms: &[usize], reps: usize) {
+/// The sizes and what to time.
+struct Plan {
+    n: usize,
+    k: usize,
+    ms: Vec<usize>,
+    reps: usize,
+    /// Kernel paths of ours to time one by one.
+    paths: Vec<String>,
+    /// Whether to time candle's per-row `vec_dot`.
+    vec_dot: bool,
+    /// Whether to time candle's `QMatMul::forward`.
+    qmatmul: bool,
+    /// Whether to time ours on the best path.
+    ours: bool,
+}
+
+fn run_type<T: GgmlType>(ty: QuantType, plan: &Plan) {
+    let Plan {
+        n,
+        k,
+        ref ms,
+        reps,
+        ref paths,
+        vec_dot,
+        qmatmul: time_qmatmul,
+        ours,
+    } = *plan;
     let dtype = ty.ggml();
     let values: Vec<f32> = (0..n * k)
         .map(|i| ((i as f32) * 0.618).sin() * 0.05)
@@ -101,24 +134,30 @@ fn run_type<T: GgmlType>(ty: QuantType, n: usize, k: usize, ms: &[usize], reps: 
             );
         };
         for path in runnable_paths() {
-            if path == "portable" && m > 8 {
+            if (path == "portable" && m > 8) || !paths.iter().any(|p| p == path) {
                 continue;
             }
             let secs = median_secs(reps, || quant_matmul_on(path, &x, m, &w, &mut out, n));
             line(&format!("ours {path}"), secs);
         }
-        let secs = median_secs(reps, || quant_matmul(&x, m, &w, &mut out, n));
-        line(&format!("ours (best: {})", kernel_path(ty)), secs);
-        let secs = median_secs(reps, || {
-            candle_vec_dot(&candle_blocks, &x, m, n, k, &mut out);
-        });
-        line("candle vec_dot per row", secs);
-        let xt = Tensor::from_vec(x.clone(), (m, k), &Device::Cpu).expect("a tensor");
-        let secs = median_secs(reps, || {
-            let y = qmatmul.forward(&xt).expect("a product");
-            std::hint::black_box(y);
-        });
-        line("candle QMatMul::forward", secs);
+        if ours {
+            let secs = median_secs(reps, || quant_matmul(&x, m, &w, &mut out, n));
+            line(&format!("ours (best: {})", kernel_path(ty)), secs);
+        }
+        if vec_dot {
+            let secs = median_secs(reps, || {
+                candle_vec_dot(&candle_blocks, &x, m, n, k, &mut out);
+            });
+            line("candle vec_dot per row", secs);
+        }
+        if time_qmatmul {
+            let xt = Tensor::from_vec(x.clone(), (m, k), &Device::Cpu).expect("a tensor");
+            let secs = median_secs(reps, || {
+                let y = qmatmul.forward(&xt).expect("a product");
+                std::hint::black_box(y);
+            });
+            line("candle QMatMul::forward", secs);
+        }
     }
 }
 
@@ -128,12 +167,20 @@ fn main() {
     let mut ms = vec![1usize, 8, 32];
     let mut types = vec![QuantType::Q8_0, QuantType::Q4K, QuantType::Q6K];
     let mut reps = 20;
+    let mut paths: Vec<String> = runnable_paths().iter().map(|p| p.to_string()).collect();
+    let mut vec_dot = true;
+    let mut qmatmul = true;
+    let mut ours = true;
     for arg in std::env::args().skip(1) {
         let (key, value) = arg.split_once('=').expect("key=value arguments");
         match key {
             "n" => n = value.parse().expect("a number"),
             "k" => k = value.parse().expect("a number"),
             "reps" => reps = value.parse().expect("a number"),
+            "paths" => paths = value.split(',').map(str::to_string).collect(),
+            "vec_dot" => vec_dot = value.parse().expect("true or false"),
+            "qmatmul" => qmatmul = value.parse().expect("true or false"),
+            "ours" => ours = value.parse().expect("true or false"),
             "ms" => {
                 ms = value
                     .split(',')
@@ -147,7 +194,7 @@ fn main() {
                         QuantType::ALL
                             .into_iter()
                             .find(|t| t.name() == v)
-                            .expect("a type: Q8_0, Q4_0, Q4_K, Q5_K or Q6_K")
+                            .expect("a type: Q8_0, Q4_0, Q5_0, Q4_K, Q5_K or Q6_K")
                     })
                     .collect();
             }
@@ -159,14 +206,24 @@ fn main() {
         rayon::current_num_threads(),
         runnable_paths().join(", ")
     );
+    let plan = Plan {
+        n,
+        k,
+        ms,
+        reps,
+        paths,
+        vec_dot,
+        qmatmul,
+        ours,
+    };
     for ty in types {
         match ty {
-            QuantType::Q4_0 => run_type::<BlockQ4_0>(ty, n, k, &ms, reps),
-            QuantType::Q5_0 => run_type::<BlockQ5_0>(ty, n, k, &ms, reps),
-            QuantType::Q8_0 => run_type::<BlockQ8_0>(ty, n, k, &ms, reps),
-            QuantType::Q4K => run_type::<BlockQ4K>(ty, n, k, &ms, reps),
-            QuantType::Q5K => run_type::<BlockQ5K>(ty, n, k, &ms, reps),
-            QuantType::Q6K => run_type::<BlockQ6K>(ty, n, k, &ms, reps),
+            QuantType::Q4_0 => run_type::<BlockQ4_0>(ty, &plan),
+            QuantType::Q5_0 => run_type::<BlockQ5_0>(ty, &plan),
+            QuantType::Q8_0 => run_type::<BlockQ8_0>(ty, &plan),
+            QuantType::Q4K => run_type::<BlockQ4K>(ty, &plan),
+            QuantType::Q5K => run_type::<BlockQ5K>(ty, &plan),
+            QuantType::Q6K => run_type::<BlockQ6K>(ty, &plan),
         }
     }
 }

@@ -252,13 +252,13 @@ unsafe fn block_sums<const OFFSET: i32>(
     // SAFETY: by the caller's promise.
     unsafe {
         let y = t.qs.as_ptr().add(r * t.k + b * 32);
-        let mut s0 = _mm512_set1_epi32(-OFFSET * i32::from(*t.bsums.get_unchecked(r * nb + b)));
-        let mut s1 = _mm512_setzero_si512();
-        for c in (0..8).step_by(2) {
-            s0 = _mm512_dpbusd_epi32(s0, w[c], four(y.add(4 * c)));
-            s1 = _mm512_dpbusd_epi32(s1, w[c + 1], four(y.add(4 * c + 4)));
+        let mut s = [_mm512_setzero_si512(); 4];
+        for (c, w) in w.iter().enumerate() {
+            s[c % 4] = _mm512_dpbusd_epi32(s[c % 4], *w, four(y.add(4 * c)));
         }
-        _mm512_add_epi32(s0, s1)
+        let off = _mm512_set1_epi32(OFFSET * i32::from(*t.bsums.get_unchecked(r * nb + b)));
+        let sum = _mm512_add_epi32(_mm512_add_epi32(s[0], s[1]), _mm512_add_epi32(s[2], s[3]));
+        _mm512_sub_epi32(sum, off)
     }
 }
 
@@ -438,15 +438,38 @@ fn q4k_group<const R: usize>(gb: &[u8], t: &ActTile<'_>, out: &mut GroupOut) {
     }
 }
 
-/// Q6_K: per quarter `q`, the 16 chunks of scale groups `q`, `q + 4`,
-/// `q + 8`, `q + 12` (unsigned 6-bit values) by `vpdpbusd` from 32 times
-/// the activations' sum of the group taken off, times the group's scale
+/// Chunk `j` (values `4j..4j + 4` of each row, unsigned 6-bit) of the
+/// Q6_K group-block at `at`.
+///
+/// # Safety
+///
+/// `at` points to a whole Q6_K group-block.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn q6k_chunk(at: *const u8, j: usize) -> __m512i {
+    let (low, top) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(0x30));
+    // SAFETY: the chunk's low and high bits, in the group-block.
+    let (lows, highs) = unsafe {
+        (
+            _mm512_loadu_si512(at.add(288 + 64 * (j % 32)).cast()),
+            _mm512_loadu_si512(at.add(2336 + 64 * (j % 16)).cast()),
+        )
+    };
+    let (lows, high) = match j / 16 {
+        0 => (lows, _mm512_slli_epi16::<4>(highs)),
+        1 => (lows, _mm512_slli_epi16::<2>(highs)),
+        2 => (_mm512_srli_epi16::<4>(lows), highs),
+        _ => (_mm512_srli_epi16::<4>(lows), _mm512_srli_epi16::<2>(highs)),
+    };
+    _mm512_or_si512(_mm512_and_si512(lows, low), _mm512_and_si512(high, top))
+}
+
+/// Q6_K: each scale group's four chunks by `vpdpbusd` from 32 times the
+/// activations' sum of the group taken off, times the group's scale
 /// (`vpmulld`).
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
 fn q6k_group<const R: usize>(gb: &[u8], t: &ActTile<'_>, out: &mut GroupOut) {
     let nb = t.k / QK_K;
-    let low = _mm512_set1_epi8(0x0F);
-    let top = _mm512_set1_epi8(0x30);
     let mut acc = [_mm512_setzero_ps(); R];
     for b in 0..nb {
         // SAFETY: as in `q8_0_group`.
@@ -454,42 +477,20 @@ fn q6k_group<const R: usize>(gb: &[u8], t: &ActTile<'_>, out: &mut GroupOut) {
             let at = gb.as_ptr().add(b * group_block_bytes(QuantType::Q6K));
             let d = scales16(at);
             let mut isum = [_mm512_setzero_si512(); R];
-            for q in 0..4 {
-                let hb: [__m512i; 4] = std::array::from_fn(|e| {
-                    _mm512_loadu_si512(at.add(2336 + 64 * (4 * q + e)).cast())
-                });
-                let la: [__m512i; 4] = std::array::from_fn(|e| {
-                    _mm512_loadu_si512(at.add(288 + 64 * (4 * q + e)).cast())
-                });
-                let lb: [__m512i; 4] = std::array::from_fn(|e| {
-                    _mm512_loadu_si512(at.add(288 + 64 * (16 + 4 * q + e)).cast())
-                });
-                // Group `q + 4 gi`, chunk `e`.
-                let u: [[__m512i; 4]; 4] = std::array::from_fn(|gi| {
-                    std::array::from_fn(|e| {
-                        let (lows, high) = match gi {
-                            0 => (la[e], _mm512_slli_epi16::<4>(hb[e])),
-                            1 => (lb[e], _mm512_slli_epi16::<2>(hb[e])),
-                            2 => (_mm512_srli_epi16::<4>(la[e]), hb[e]),
-                            _ => (_mm512_srli_epi16::<4>(lb[e]), _mm512_srli_epi16::<2>(hb[e])),
-                        };
-                        _mm512_or_si512(_mm512_and_si512(lows, low), _mm512_and_si512(high, top))
-                    })
-                });
-                let sc: [__m512i; 4] = std::array::from_fn(|gi| {
-                    _mm512_cvtepi8_epi32(_mm_loadu_si128(at.add(32 + 16 * (q + 4 * gi)).cast()))
-                });
+            for g in 0..16 {
+                let mut u = [_mm512_setzero_si512(); 4];
+                for (e, u) in u.iter_mut().enumerate() {
+                    *u = q6k_chunk(at, 4 * g + e);
+                }
+                let sc = _mm512_cvtepi8_epi32(_mm_loadu_si128(at.add(32 + 16 * g).cast()));
                 for (r, isum) in isum.iter_mut().enumerate() {
-                    let y = t.qs.as_ptr().add(r * t.k + b * QK_K);
-                    let sums = t.bsums.as_ptr().add((r * nb + b) * 16);
-                    for (gi, (u, sc)) in u.iter().zip(&sc).enumerate() {
-                        let g = q + 4 * gi;
-                        let mut dot = _mm512_set1_epi32(-32 * i32::from(*sums.add(g)));
-                        for (e, u) in u.iter().enumerate() {
-                            dot = _mm512_dpbusd_epi32(dot, *u, four(y.add(16 * g + 4 * e)));
-                        }
-                        *isum = _mm512_add_epi32(*isum, _mm512_mullo_epi32(dot, *sc));
+                    let y = t.qs.as_ptr().add(r * t.k + b * QK_K + 16 * g);
+                    let sum = *t.bsums.get_unchecked((r * nb + b) * 16 + g);
+                    let mut dot = _mm512_set1_epi32(-32 * i32::from(sum));
+                    for (e, u) in u.iter().enumerate() {
+                        dot = _mm512_dpbusd_epi32(dot, *u, four(y.add(4 * e)));
                     }
+                    *isum = _mm512_add_epi32(*isum, _mm512_mullo_epi32(dot, sc));
                 }
             }
             for (r, (acc, isum)) in acc.iter_mut().zip(isum).enumerate() {
