@@ -9,7 +9,7 @@
 //! - **Names**: each GGUF tensor (`blk.3.attn_q.weight`) is found under
 //!   its Hugging Face name (`model.layers.3.self_attn.q_proj.weight`)
 //!   through core's one table
-//!   ([`gguf_tensor_hf_name`](guidebench_core::model::gguf_tensor_hf_name));
+//!   ([`gguf_tensor_hf_name`]);
 //!   tensors the table does not know are ignored.
 //! - **Rows of q and k**: llama.cpp's converter interleaves the rotary
 //!   halves of each head's rows for the `llama` architecture; they are put

@@ -76,9 +76,8 @@ impl Weights {
     }
 
     /// Weights read from a GGUF file one tensor at a time as the decoder
-    /// asks for them: quantized matrices at their stored size
-    /// ([`Weights::quant`]), float tensors converted to `dtype` on
-    /// `device`.
+    /// asks for them: quantized matrices at their stored size, float
+    /// tensors converted to `dtype` on `device`.
     pub fn from_gguf(tensors: GgufTensors, dtype: DType, device: &Device) -> Self {
         let tensors = Arc::new(tensors);
         Weights {
