@@ -267,7 +267,8 @@ fn store<const R: usize>(acc: &[[__m256; 2]; R], out: &mut GroupOut) {
     }
 }
 
-/// Q8_0: `|q|` by `y` with `q`'s sign (`vpmaddubsw`, no pair saturates),
+/// Q8_0: the values (stored unsigned, `^ 0x80` undoes it), `|q|` by `y`
+/// with `q`'s sign (`vpmaddubsw`, no pair saturates),
 /// then pairs to i32 (`vpmaddwd` by ones).
 #[target_feature(enable = "avx2,fma,f16c")]
 fn q8_0_group<const R: usize>(gb: &[u8], t: &ActTile<'_>, out: &mut GroupOut) {
@@ -282,7 +283,8 @@ fn q8_0_group<const R: usize>(gb: &[u8], t: &ActTile<'_>, out: &mut GroupOut) {
             for h in 0..2 {
                 let d = scales8(at.add(16 * h));
                 let w: [__m256i; 8] = std::array::from_fn(|c| {
-                    _mm256_loadu_si256(at.add(32 + 64 * c + 32 * h).cast())
+                    let stored = _mm256_loadu_si256(at.add(32 + 64 * c + 32 * h).cast());
+                    _mm256_xor_si256(stored, _mm256_set1_epi8(0x80_u8 as i8))
                 });
                 let aw: [__m256i; 8] = std::array::from_fn(|c| _mm256_abs_epi8(w[c]));
                 for (r, acc) in acc.iter_mut().enumerate() {

@@ -262,12 +262,11 @@ unsafe fn block_sums<const OFFSET: i32>(
     }
 }
 
-/// Q8_0: the values made unsigned (`^ 0x80`, value + 128) for
-/// `vpdpbusd`, the 128 times the activations' block sum taken off.
+/// Q8_0: the values stored unsigned (value + 128) for `vpdpbusd`, the
+/// 128 times the activations' block sum taken off.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
 fn q8_0_group<const R: usize>(gb: &[u8], t: &ActTile<'_>, out: &mut GroupOut) {
     let nb = t.k / 32;
-    let flip = _mm512_set1_epi8(0x80_u8 as i8);
     let mut acc = [_mm512_setzero_ps(); R];
     for b in 0..nb {
         // SAFETY: group-block `b` is in `gb`, the activations in `t`
@@ -275,9 +274,8 @@ fn q8_0_group<const R: usize>(gb: &[u8], t: &ActTile<'_>, out: &mut GroupOut) {
         unsafe {
             let at = gb.as_ptr().add(b * group_block_bytes(QuantType::Q8_0));
             let d = scales16(at);
-            let w: [__m512i; 8] = std::array::from_fn(|c| {
-                _mm512_xor_si512(_mm512_loadu_si512(at.add(32 + 64 * c).cast()), flip)
-            });
+            let w: [__m512i; 8] =
+                std::array::from_fn(|c| _mm512_loadu_si512(at.add(32 + 64 * c).cast()));
             for (r, acc) in acc.iter_mut().enumerate() {
                 let isum = block_sums::<128>(&w, t, r, b);
                 *acc = add_scaled(*acc, d, *t.d.get_unchecked(r * nb + b), isum);

@@ -77,56 +77,54 @@
 //!
 //! ## Against candle's kernels
 //!
-//! candle's kernels where fast enough, ours where not. The example
-//! `quant_bench` times, on a 2048 x 2048 weight made by candle's
-//! quantizer, [`quant_matmul`] against candle's `GgmlType::vec_dot` (one
-//! weight row by one quantized activation row, AVX2, split over rayon's
-//! threads by weight rows as ours is, activation quantization counted)
-//! and candle's `QMatMul::forward` (its whole product; candle 0.11 repacks
-//! Q8_0, Q4_K and Q6_K weights into tiles of 16 rows for `vpdpbusd` on
-//! x86 with AVX-512 VNNI). Medians of 30 runs, microseconds, on a 2-core
-//! Xeon with AVX-512 VNNI shared with other builds (loads 1.7-3: the
-//! numbers moved by up to 2x between runs; ratios within a run are what
-//! to read):
+//! The example `quant_bench` times, on a 2048 x 2048 weight made by
+//! candle's quantizer, [`quant_matmul`] against candle 0.11's
+//! `QMatMul::forward` (its whole product; it repacks Q8_0, Q4_K and Q6_K
+//! weights into tiles of 16 rows for `vpdpbusd` on x86 with AVX-512
+//! VNNI, and runs on its own spinning thread pool, so it is timed in a
+//! process of its own). Microseconds, the median over six processes of
+//! medians of 100 products, on a 2-core AMD EPYC with AVX-512 VNNI shared
+//! with other builds (loads 1.5-3; a process's median moved by up to 2x
+//! at one row, less at 8 and 32). "before" is these kernels before the
+//! weights were repacked (a per-row kernel with a horizontal integer sum
+//! and a scalar f32 step per weight block), timed the same way:
 //!
 //! ```text
-//! cargo run --release -p guidebench-candle --example quant_bench reps=30 types=Q8_0,Q4_K,Q6_K,Q4_0,Q5_K
+//! quant_bench types=Q8_0,Q4_K,Q6_K,Q5_0 reps=100 paths=avx2 vec_dot=false qmatmul=false
+//! quant_bench types=Q8_0,Q4_K,Q6_K,Q5_0 reps=100 paths=none ours=false vec_dot=false
 //!
-//! type  m    ours (avx512-vnni)  candle vec_dot  candle QMatMul
-//! Q8_0  1          143                318              45
-//! Q8_0  8          463               1740             134
-//! Q8_0  32        1528               7081             468
-//! Q4_K  1          125                121              29
-//! Q4_K  8          708                873             107
-//! Q4_K  32        2937               3703             481
-//! Q6_K  1           84                105              84
-//! Q6_K  8          386                578             150
-//! Q6_K  32        1408               3152             702
-//! Q4_0  1           90                225             214
-//! Q4_0  8          379               1774            1787
-//! Q4_0  32        1384               7630            7994
-//! Q5_K  1          102 (avx2 113)     100             764
-//! Q5_K  8          425 (avx2)         626             599
-//! Q5_K  32        1565 (avx2)        2616            2458
+//! type  m    before  ours avx512-vnni  ours avx2  candle QMatMul
+//! Q8_0  1       232          37             57            43
+//! Q8_0  8       468         135            292           126
+//! Q8_0  32     1490         451           1000           475
+//! Q4_K  1        88          46             80            36
+//! Q4_K  8       430          95            252           110
+//! Q4_K  32     1516         358            717           434
+//! Q6_K  1       153          47             73            72
+//! Q6_K  8       380         120            255           153
+//! Q6_K  32     1456         391            879           587
+//! Q5_0  1       182          34             82          1320
+//! Q5_0  8       502         120            218         10797
+//! Q5_0  32     1762         426            764         43098
 //! ```
 //!
-//! So: against candle's per-row `vec_dot`, these kernels are 1.2-5x
-//! faster at 8 and 32 rows (the weight block read once per tile of rows)
-//! and as fast at one row for the K-quants (2-2.5x for Q8_0 and Q4_0).
-//! candle's repacked `QMatMul` is faster than ours for Q8_0 and Q4_K at
-//! every row count (3-6x) and for Q6_K at 8 and 32 rows (2-2.6x): where a
-//! decoder can hold those weights as candle `QMatMul`s on such a CPU,
-//! candle's kernels are the fast choice; ours are for Q4_0 and Q5_K (4-6x
-//! and 1.4-7x faster than either of candle's), for CPUs without AVX-512
-//! VNNI (candle's repacked path needs it), and where a weight must stay
-//! in its GGUF bytes. The AVX-512 Q5_K kernel ran slower than the AVX2
-//! one at 8 and 32 rows (620 against 425 us at 8), so [`quant_matmul`]
-//! runs the AVX2 one for Q5_K (the AVX-512 one is still tested).
-//! What ours lack against candle's repacked tiles: a horizontal sum of
-//! each weight block's integer sums per row (the fixed f32 order above),
-//! where candle's tiles sum 16 weight rows at once across lanes.
-//! Q5_0 (Q4_0's kernels with a fifth bit) came after these numbers and is
-//! not timed here.
+//! At 128 and 512 rows (prefill), in two processes each: Q8_0 1880-3100
+//! and 5800-6600 us against candle's 1880-2000 and 8500-9300 (before:
+//! 5800-7600 and 22600); Q4_K 1190-1250 and 4500-5000 against 1660-1810
+//! and 6600-6800 (before: 5800-6100 and 25000-29900); Q6_K 1220-2360 and
+//! 4700-4900 against 2100-2600 and 8500-10000 (before: 5600-5900 and
+//! 22300-27200).
+//!
+//! So the repacked kernels are 2.5-6x faster than before and as fast as
+//! candle's repacked `QMatMul` (within the noise at one row, where Q4_K
+//! is the furthest behind), on rayon's threads and the engine's thread
+//! count. The AVX2 kernels (no `vpdpbusd`: two instructions and an add
+//! where it takes one) run at about half the AVX-512 speed on this CPU.
+//! Q4_0 and Q5_K are not repacked and keep the row kernels (numbers of
+//! the earlier table: Q4_0 90/379/1384 us at 1/8/32 rows, 4-6x faster
+//! than candle's; Q5_K 102/425/1565 on the AVX2 kernel, which
+//! [`quant_matmul`] runs for Q5_K on AVX-512 CPUs too, the AVX-512 one
+//! having been slower at 8 and 32 rows).
 
 use std::sync::OnceLock;
 
@@ -312,10 +310,11 @@ pub enum QuantError {
     },
 }
 
-/// An `(n, k)` weight in a ggml block format: row `j` is `k /
-/// block_values` blocks, rows back to back, exactly the bytes of a GGUF
-/// tensor whose ggml shape is `[k, n]`, kept in memory of its own at that
-/// size.
+/// An `(n, k)` weight in a ggml block format, from the bytes of a GGUF
+/// tensor whose ggml shape is `[k, n]` (row `j` is `k / block_values`
+/// blocks, rows back to back), kept in memory of its own at that size:
+/// as given (Q4_0, Q5_K) or reordered into groups of 16 rows (Q8_0,
+/// Q5_0, Q4_K, Q6_K; see the module's docs).
 #[derive(Clone)]
 pub struct QuantWeight {
     ty: QuantType,
@@ -326,7 +325,7 @@ pub struct QuantWeight {
 
 impl QuantWeight {
     /// The weight of type `ty`, `n` rows of `k` values, from its tensor's
-    /// bytes (copied).
+    /// bytes (copied, and repacked for Q8_0, Q5_0, Q4_K and Q6_K).
     ///
     /// # Errors
     ///
@@ -395,7 +394,7 @@ impl QuantWeight {
         self.k
     }
 
-    /// Bytes held: those of the GGUF tensor.
+    /// Bytes held: as many as the GGUF tensor's.
     pub fn stored_bytes(&self) -> usize {
         self.bytes.len()
     }

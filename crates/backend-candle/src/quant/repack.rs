@@ -6,7 +6,8 @@
 //! the Q6_K values moved, nothing widened):
 //!
 //! - Q8_0 (544 bytes): the 16 f16 scales, then for chunk `c` (0..8) 64
-//!   bytes, lane `r` holding row `r`'s values `4c..4c + 4`.
+//!   bytes, lane `r` holding row `r`'s values `4c..4c + 4` made unsigned
+//!   (`^ 0x80`: value + 128, what `vpdpbusd` multiplies).
 //! - Q5_0 (352 bytes): the 16 f16 scales; 16 u32 of fifth bits, bit `8i
 //!   + c` of row `r`'s for value `4c + i`; then for `v` (0..4) 64 bytes,
 //!   lane `r` holding row `r`'s nibble bytes `4v..4v + 4` (low nibbles:
@@ -69,7 +70,9 @@ fn pack_block(ty: QuantType, block: &[u8], r: usize, out: &mut [u8]) {
         QuantType::Q8_0 => {
             out[2 * r..2 * r + 2].copy_from_slice(&block[..2]);
             for c in 0..8 {
-                out[32 + 64 * c + 4 * r..][..4].copy_from_slice(&block[2 + 4 * c..][..4]);
+                for i in 0..4 {
+                    out[32 + 64 * c + 4 * r + i] = block[2 + 4 * c + i] ^ 0x80;
+                }
             }
         }
         QuantType::Q5_0 => {
@@ -131,7 +134,9 @@ pub(crate) fn unpack_block(ty: QuantType, gb: &[u8], r: usize, out: &mut [u8]) {
         QuantType::Q8_0 => {
             out[..2].copy_from_slice(&gb[2 * r..2 * r + 2]);
             for c in 0..8 {
-                out[2 + 4 * c..][..4].copy_from_slice(&gb[32 + 64 * c + 4 * r..][..4]);
+                for i in 0..4 {
+                    out[2 + 4 * c + i] = gb[32 + 64 * c + 4 * r + i] ^ 0x80;
+                }
             }
         }
         QuantType::Q5_0 => {
