@@ -16,7 +16,8 @@
 //! rayon's: time it in a process of its own (`paths=none ours=false
 //! vec_dot=false`) and ours in another (`qmatmul=false`).
 //!
-//! Each line: the type, rows `m`, the implementation, the median time of
+//! Everything runs inside a rayon pool's `install`, as the engine runs
+//! its forward passes. Each line: the type, rows `m`, the implementation, the median time of
 //! a product over `reps` runs (after two not timed), and the weight bytes
 //! read per second at that time (`GB/s`, each weight block read once).
 
@@ -216,14 +217,22 @@ fn main() {
         qmatmul,
         ours,
     };
-    for ty in types {
-        match ty {
-            QuantType::Q4_0 => run_type::<BlockQ4_0>(ty, &plan),
-            QuantType::Q5_0 => run_type::<BlockQ5_0>(ty, &plan),
-            QuantType::Q8_0 => run_type::<BlockQ8_0>(ty, &plan),
-            QuantType::Q4K => run_type::<BlockQ4K>(ty, &plan),
-            QuantType::Q5K => run_type::<BlockQ5K>(ty, &plan),
-            QuantType::Q6K => run_type::<BlockQ6K>(ty, &plan),
+    // Products called from one of the pool's threads, as the engine
+    // calls them (inside `install`): no hand-over from an outside thread
+    // to the pool and back per product.
+    let pool = rayon::ThreadPoolBuilder::new()
+        .build()
+        .expect("a thread pool");
+    pool.install(|| {
+        for ty in types {
+            match ty {
+                QuantType::Q4_0 => run_type::<BlockQ4_0>(ty, &plan),
+                QuantType::Q5_0 => run_type::<BlockQ5_0>(ty, &plan),
+                QuantType::Q8_0 => run_type::<BlockQ8_0>(ty, &plan),
+                QuantType::Q4K => run_type::<BlockQ4K>(ty, &plan),
+                QuantType::Q5K => run_type::<BlockQ5K>(ty, &plan),
+                QuantType::Q6K => run_type::<BlockQ6K>(ty, &plan),
+            }
         }
-    }
+    });
 }

@@ -82,49 +82,54 @@
 //! `QMatMul::forward` (its whole product; it repacks Q8_0, Q4_K and Q6_K
 //! weights into tiles of 16 rows for `vpdpbusd` on x86 with AVX-512
 //! VNNI, and runs on its own spinning thread pool, so it is timed in a
-//! process of its own). Microseconds, the median over six processes of
+//! process of its own; ours runs inside a rayon pool's `install`, as the
+//! engine calls it). Microseconds, the median over six processes of
 //! medians of 100 products, on a 2-core AMD EPYC with AVX-512 VNNI shared
-//! with other builds (loads 1.5-3; a process's median moved by up to 2x
-//! at one row, less at 8 and 32). "before" is these kernels before the
-//! weights were repacked (a per-row kernel with a horizontal integer sum
-//! and a scalar f32 step per weight block), timed the same way:
+//! with other builds (loads 1.5-2.5; one process's median moved by up to
+//! 2x). "before" is these kernels before the weights were repacked (a
+//! per-row kernel with a horizontal integer sum and a scalar f32 step per
+//! weight block), timed the same way:
 //!
 //! ```text
 //! quant_bench types=Q8_0,Q4_K,Q6_K,Q5_0 reps=100 paths=avx2 vec_dot=false qmatmul=false
 //! quant_bench types=Q8_0,Q4_K,Q6_K,Q5_0 reps=100 paths=none ours=false vec_dot=false
 //!
 //! type  m    before  ours avx512-vnni  ours avx2  candle QMatMul
-//! Q8_0  1       232          37             57            43
-//! Q8_0  8       468         135            292           126
-//! Q8_0  32     1490         451           1000           475
-//! Q4_K  1        88          46             80            36
-//! Q4_K  8       430          95            252           110
-//! Q4_K  32     1516         358            717           434
-//! Q6_K  1       153          47             73            72
-//! Q6_K  8       380         120            255           153
-//! Q6_K  32     1456         391            879           587
-//! Q5_0  1       182          34             82          1320
-//! Q5_0  8       502         120            218         10797
-//! Q5_0  32     1762         426            764         43098
+//! Q8_0  1       112          34             48            48
+//! Q8_0  8       567         154            348           156
+//! Q8_0  32     2456         509           1181           575
+//! Q4_K  1       110          24             43            41
+//! Q4_K  8       930          97            233           152
+//! Q4_K  32     3311         390            887           576
+//! Q6_K  1        95          43             72            95
+//! Q6_K  8       629         111            303           197
+//! Q6_K  32     2450         441           1174           774
+//! Q5_0  1       199          28             51          1566
+//! Q5_0  8       678         111            230         11906
+//! Q5_0  32     2756         476            940         49307
 //! ```
 //!
-//! At 128 and 512 rows (prefill), in two processes each: Q8_0 1880-3100
-//! and 5800-6600 us against candle's 1880-2000 and 8500-9300 (before:
-//! 5800-7600 and 22600); Q4_K 1190-1250 and 4500-5000 against 1660-1810
-//! and 6600-6800 (before: 5800-6100 and 25000-29900); Q6_K 1220-2360 and
-//! 4700-4900 against 2100-2600 and 8500-10000 (before: 5600-5900 and
-//! 22300-27200).
+//! (Timed from outside the pool, as the bench did before, "before" was
+//! 232/468/1490 us for Q8_0 at 1/8/32 rows, 88/430/1516 for Q4_K,
+//! 153/380/1456 for Q6_K, and ours 37/135/451, 46/95/358, 47/120/391.)
 //!
-//! So the repacked kernels are 2.5-6x faster than before and as fast as
-//! candle's repacked `QMatMul` (within the noise at one row, where Q4_K
-//! is the furthest behind), on rayon's threads and the engine's thread
-//! count. The AVX2 kernels (no `vpdpbusd`: two instructions and an add
-//! where it takes one) run at about half the AVX-512 speed on this CPU.
-//! Q4_0 and Q5_K are not repacked and keep the row kernels (numbers of
-//! the earlier table: Q4_0 90/379/1384 us at 1/8/32 rows, 4-6x faster
-//! than candle's; Q5_K 102/425/1565 on the AVX2 kernel, which
-//! [`quant_matmul`] runs for Q5_K on AVX-512 CPUs too, the AVX-512 one
-//! having been slower at 8 and 32 rows).
+//! At 128 and 512 rows (prefill; from outside the pool, two processes
+//! each): Q8_0 1880-3100 and 5800-6600 us against candle's 1880-2000 and
+//! 8500-9300 (before: 5800-7600 and 22600); Q4_K 1190-1250 and 4500-5000
+//! against 1660-1810 and 6600-6800 (before: 5800-6100 and 25000-29900);
+//! Q6_K 1220-2360 and 4700-4900 against 2100-2600 and 8500-10000
+//! (before: 5600-5900 and 22300-27200).
+//!
+//! So the repacked kernels are 2.5-9x faster than before and as fast as
+//! candle's repacked `QMatMul` or faster (Q8_0 level with it, Q4_K and
+//! Q6_K 1.5-2x faster at 8 and 32 rows), on rayon's threads and the
+//! engine's thread count. The AVX2 kernels (no `vpdpbusd`: two
+//! instructions and an add where it takes one) run at about half the
+//! AVX-512 speed on this CPU. Q4_0 and Q5_K are not repacked and keep the
+//! row kernels (numbers of the earlier table: Q4_0 90/379/1384 us at
+//! 1/8/32 rows, 4-6x faster than candle's; Q5_K 102/425/1565 on the
+//! AVX2 kernel, which [`quant_matmul`] runs for Q5_K on AVX-512 CPUs
+//! too, the AVX-512 one having been slower at 8 and 32 rows).
 
 use std::sync::OnceLock;
 
