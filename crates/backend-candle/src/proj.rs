@@ -112,15 +112,14 @@ enum Weight {
 
 /// One quantized matrix of a [`Proj`] and the kernel that runs it.
 ///
-/// candle's quantized matmul repacks Q8_0, Q4_K and Q6_K weights into
-/// tiles of 16 rows for `vpdpbusd` (Q8_0 only with AVX-512 VNNI or
-/// AVX-VNNI; Q4_K and Q6_K with AVX2 too) where rows are whole 256-value
-/// blocks and outputs come in sixteens; there it ran 3-6x faster than
-/// [`quant_matmul`] at 1, 8 and 32 rows (Q6_K: the same at 1 row, where
-/// candle keeps the compact weights; `docs/candle-engine.md`), and the
-/// weights take their stored size plus candle's repacked copy. Every
-/// other matrix (Q4_0, Q5_0, Q5_K, other shapes, other CPUs) keeps its
-/// stored bytes alone and runs [`quant_matmul`].
+/// This crate's kernels ([`quant_matmul`]) run every type on the engine's
+/// threads, weights at their stored size (repacked in groups of 16 rows).
+/// With `quant_kernels=candle`, candle's quantized matmul runs the Q8_0,
+/// Q4_K and Q6_K matrices its repacked 16-row tiles take ([`candle_runs`]:
+/// rows of whole 256-value blocks, outputs in sixteens; Q8_0 only with
+/// VNNI), on candle's own process-wide thread pool and with a repacked
+/// copy beside the stored bytes; measured side by side in
+/// `bench/formats` (`docs/candle-engine.md`).
 #[derive(Debug, Clone)]
 pub enum QuantPart {
     /// This crate's kernels on the stored bytes.
