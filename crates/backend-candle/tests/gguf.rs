@@ -140,7 +140,10 @@ fn candles_quantized_kernels_give_the_logits_of_the_engines_own() {
         assert_eq!(ids, want_ids);
         let scale = b.iter().fold(0f32, |m, v| m.max(v.abs()));
         let (at, diff) = largest_difference(a, b);
-        assert!(diff <= 0.05 * scale, "logit {at} differs by {diff} (largest {scale})");
+        assert!(
+            diff <= 0.05 * scale,
+            "logit {at} differs by {diff} (largest {scale})"
+        );
     }
     let typo = CandleOptions {
         quant_kernels: Some("candel".into()),
