@@ -13,9 +13,10 @@
 //! weight, as llama.cpp does:
 //!
 //! 1. each activation row is quantized once per call, in blocks of 32 for
-//!    Q8_0, Q4_0 and Q5_0 weights (one f32 scale `max |x| / 127`, 32 i8
-//!    and their sum) and of 256 for the K-quants (the same, with the sums
-//!    of each 16 values, for the K-quants' minimums and offsets);
+//!    Q8_0, Q4_0 and Q5_0 weights (one scale `max |x| / 127`, rounded to
+//!    f16 as ggml's `block_q8_0` keeps it, 32 i8 and their sum) and of 256
+//!    for the K-quants (the scale in f32, as `block_q8_K` keeps it, with
+//!    the sums of each 16 values, for the K-quants' minimums and offsets);
 //! 2. each weight block meets each activation block in integer
 //!    arithmetic, exact. For the repacked types one instruction serves 16
 //!    weight rows: with AVX-512 VNNI, `vpdpbusd` of four weight bytes of
@@ -616,8 +617,9 @@ const QUANTIZE_CHUNK: usize = 64 * 1024;
 
 impl Acts {
     /// The `m` rows of `x` (`k` values each) in blocks of `block` values:
-    /// scale `max |x| / 127`, values `x * (127 / max |x|)` rounded to the
-    /// nearest, ties to even (all zero for an all-zero block).
+    /// scale `max |x| / 127` (rounded to f16 in 32-value blocks), values
+    /// `x * (127 / max |x|)` rounded to the nearest, ties to even (all zero
+    /// for an all-zero block).
     pub(crate) fn quantize(x: &[f32], m: usize, k: usize, block: usize) -> Acts {
         let nb = k / block;
         let mut acts = Acts {
@@ -721,7 +723,14 @@ fn quantize_row_body(
         }
         let amax = lanes.iter().fold(0f32, |a, v| a.max(*v));
         let id = if amax == 0.0 { 0.0 } else { 127.0 / amax };
-        d[b] = amax / 127.0;
+        // 32-value blocks keep their scale as ggml's `block_q8_0` does, in
+        // f16 (llama.cpp's products then use that rounded scale); 256-value
+        // ones in f32, as `block_q8_K` does.
+        d[b] = if block == QK_K {
+            amax / 127.0
+        } else {
+            half::f16::from_f32(amax / 127.0).to_f32()
+        };
         for (q, v) in qs.iter_mut().zip(x) {
             *q = (v * id).round_ties_even() as i8;
         }
