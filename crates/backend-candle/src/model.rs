@@ -23,7 +23,7 @@ use crate::attention::{QueryShape, SlotView, decode_attention, decode_attention_
 use crate::cpu::PackedElem;
 use crate::error::{CandleError, Result};
 use crate::gguf::{GgufTensors, RawQuant, SharedGguf};
-use crate::proj::{Proj, QuantPart, candle_runs, cpu_f32_slice};
+use crate::proj::{Proj, QuantPart, candle_runs, cpu_f32_slice, quant_weight};
 use crate::quant::QuantWeight;
 use guidebench_core::model::DecoderConfig;
 
@@ -239,10 +239,10 @@ fn quant_part(w: &Weights, raw: RawQuant) -> Result<QuantPart> {
     )?)
 }
 
-/// A quantized matrix kept as stored, for row lookups (embeddings).
+/// A quantized matrix on this crate's kernels, for row lookups
+/// (embeddings) and a tied head.
 fn quant_table(raw: &RawQuant) -> Result<QuantWeight> {
-    QuantWeight::new(raw.ty, raw.rows, raw.cols, &raw.bytes)
-        .map_err(|e| candle_core::Error::Msg(format!("a {} matrix: {e}", raw.ty.name())).into())
+    Ok(quant_weight(raw.ty, raw.rows, raw.cols, &raw.bytes)?)
 }
 
 /// Projections of the same input stacked into one (their outputs side by
@@ -1537,11 +1537,12 @@ enum Embeddings {
     /// bf16 or f16 rows on the CPU, widened to f32 as tokens come (host
     /// buffers only).
     Half(Tensor),
-    /// The rows of the tied LM head, packed at two bytes or quantized
-    /// (host buffers only): the table is not kept twice.
+    /// The rows of the tied LM head, packed at two bytes (host buffers
+    /// only): the table is not kept twice.
     Head,
     /// Quantized rows (a GGUF file's), dequantized as tokens come (host
-    /// buffers only).
+    /// buffers only); a tied head on this crate's kernels reads the same
+    /// weight.
     Quant(Arc<QuantWeight>),
 }
 

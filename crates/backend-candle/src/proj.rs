@@ -141,7 +141,7 @@ pub fn candle_runs(ty: QuantType, rows: usize, cols: usize) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         let shape = cols > 0 && cols.is_multiple_of(256) && rows.is_multiple_of(16);
-        let avx2 = is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma");
+        let avx2 = has_avx2_fma();
         let vnni = (is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512vnni"))
             || (avx2 && is_x86_feature_detected!("avxvnni"));
         shape
@@ -156,6 +156,18 @@ pub fn candle_runs(ty: QuantType, rows: usize, cols: usize) -> bool {
         let _ = (ty, rows, cols);
         false
     }
+}
+
+/// The matrix `rows` by `cols` of `ty` blocks (`bytes`, row after row) for
+/// this crate's kernels, its size checked.
+pub fn quant_weight(
+    ty: QuantType,
+    rows: usize,
+    cols: usize,
+    bytes: &[u8],
+) -> candle_core::Result<QuantWeight> {
+    QuantWeight::new(ty, rows, cols, bytes)
+        .map_err(|e| candle_core::Error::Msg(format!("a {} matrix: {e}", ty.name())))
 }
 
 impl QuantPart {
@@ -183,9 +195,9 @@ impl QuantPart {
                 bytes: bytes.len(),
             });
         }
-        let w = QuantWeight::new(ty, rows, cols, bytes)
-            .map_err(|e| candle_core::Error::Msg(format!("a {} matrix: {e}", ty.name())))?;
-        Ok(QuantPart::Ours(Arc::new(w)))
+        Ok(QuantPart::Ours(Arc::new(quant_weight(
+            ty, rows, cols, bytes,
+        )?)))
     }
 
     /// Rows (outputs).
@@ -359,14 +371,7 @@ impl Proj {
     pub fn packed_row_into(&self, j: usize, out: &mut [f32]) -> Option<()> {
         match &self.weight {
             Weight::Packed(p) => p.row_into(j, out),
-            Weight::Quant(parts) => match parts.as_slice() {
-                [QuantPart::Ours(table)] if j < table.rows() && out.len() >= table.cols() => {
-                    table.dequantize_row(j, out);
-                    Some(())
-                }
-                _ => None,
-            },
-            Weight::Plain { .. } => None,
+            Weight::Quant(_) | Weight::Plain { .. } => None,
         }
     }
 

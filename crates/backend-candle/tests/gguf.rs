@@ -7,6 +7,7 @@ use std::path::Path;
 use guidebench_candle::{CandleEngine, CandleOptions};
 use guidebench_core::generation::first_step_logits;
 use guidebench_testkit::conformance::largest_difference;
+use guidebench_testkit::fixtures::FixtureSpec;
 use guidebench_testkit::gguf::{GgufType, gguf_fixtures, gguf_reference_dir, write_gguf_fixture};
 
 fn load(dir: &Path) -> CandleEngine {
@@ -15,7 +16,7 @@ fn load(dir: &Path) -> CandleEngine {
 
 /// The fixture `spec` as a GGUF file of `ty` and as the f32 safetensors
 /// folder of its dequantized weights.
-fn pair(spec: &guidebench_testkit::fixtures::FixtureSpec, ty: GgufType) -> [tempfile::TempDir; 2] {
+fn pair(spec: &FixtureSpec, ty: GgufType) -> [tempfile::TempDir; 2] {
     let gguf = tempfile::tempdir().expect("tempdir");
     write_gguf_fixture(gguf.path(), spec, ty).expect("gguf fixture");
     let reference = tempfile::tempdir().expect("tempdir");
@@ -57,8 +58,8 @@ fn an_f32_gguf_gives_the_bits_of_its_safetensors_folder() {
 /// Quantized files: logits within what quantizing the activations (to 8
 /// bits a value, per block, as llama.cpp does) costs of the f32 logits of
 /// the dequantized weights: 5 % of the largest logit. Measured on these
-/// fixtures: 1.0-2.0 % (Q8_0), 1.4-3.3 % (the Q4_K_M mix), 1.1-3.1 %
-/// (Q6_K), the tied fixtures the largest.
+/// fixtures with the final kernels: 0.9-2.1 % (Q8_0), 1.4-3.3 % (the
+/// Q4_K_M mix), 1.1-3.1 % (Q6_K), the tied fixtures the largest.
 #[test]
 fn quantized_ggufs_give_the_logits_of_their_dequantized_weights() {
     for ty in [GgufType::Q8_0, GgufType::Q4K, GgufType::Q6K] {
@@ -81,7 +82,7 @@ fn quantized_ggufs_give_the_logits_of_their_dequantized_weights() {
 
 #[test]
 fn a_gguf_describes_its_stored_types() {
-    let spec = FixtureSpecs::tiny();
+    let spec = FixtureSpec::gguf_tiny();
     let [gguf, _] = pair(&spec, GgufType::Q4K);
     let engine = load(gguf.path());
     let text = engine.dtype_choice().to_string();
@@ -94,7 +95,7 @@ fn a_gguf_describes_its_stored_types() {
 
 #[test]
 fn an_explicit_dtype_on_a_gguf_is_refused_with_the_reason() {
-    let spec = FixtureSpecs::tiny();
+    let spec = FixtureSpec::gguf_tiny();
     let [gguf, _] = pair(&spec, GgufType::Q8_0);
     let options = CandleOptions {
         dtype: Some("f32".into()),
@@ -105,19 +106,6 @@ fn an_explicit_dtype_on_a_gguf_is_refused_with_the_reason() {
     assert!(text.contains("GGUF") && text.contains("dtype"), "{text}");
 }
 
-/// The first GGUF fixture's spec (a Llama).
-struct FixtureSpecs;
-
-impl FixtureSpecs {
-    fn tiny() -> guidebench_testkit::fixtures::FixtureSpec {
-        gguf_fixtures()
-            .into_iter()
-            .next()
-            .map(|(_, spec)| spec)
-            .expect("a fixture")
-    }
-}
-
 /// `quant_kernels=candle` runs the same file on candle's repacked kernels
 /// where they take the matrix: the same prompt ids, logits within what
 /// the two kernels' different activation rounding costs (as the own
@@ -125,7 +113,7 @@ impl FixtureSpecs {
 /// refused naming the key.
 #[test]
 fn candles_quantized_kernels_give_the_logits_of_the_engines_own() {
-    let spec = FixtureSpecs::tiny();
+    let spec = FixtureSpec::gguf_tiny();
     let [gguf, _] = pair(&spec, GgufType::Q4K);
     let candle = CandleOptions {
         quant_kernels: Some("candle".into()),
