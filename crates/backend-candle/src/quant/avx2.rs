@@ -208,12 +208,16 @@ pub(crate) fn group_times_tile(ty: QuantType, gb: &[u8], t: &ActTile<'_>, out: &
             && t.d.len() >= t.rows * nb
             && t.bsums.len() >= t.rows * nb * sums
     );
-    match ty {
-        QuantType::Q8_0 => by_rows!(q8_0_group; t.rows; gb, t, out),
-        QuantType::Q5_0 => by_rows!(q5_0_group; t.rows; gb, t, out),
-        QuantType::Q4K => by_rows!(q4k_group; t.rows; gb, t, out),
-        QuantType::Q6K => by_rows!(q6k_group; t.rows; gb, t, out),
-        QuantType::Q4_0 | QuantType::Q5K => unreachable!("{ty} is not repacked"),
+    // SAFETY: the sizes the kernels read are asserted just above, and
+    // `by_rows!` instantiates each kernel with `R == t.rows`.
+    unsafe {
+        match ty {
+            QuantType::Q8_0 => by_rows!(q8_0_group; t.rows; gb, t, out),
+            QuantType::Q5_0 => by_rows!(q5_0_group; t.rows; gb, t, out),
+            QuantType::Q4K => by_rows!(q4k_group; t.rows; gb, t, out),
+            QuantType::Q6K => by_rows!(q6k_group; t.rows; gb, t, out),
+            QuantType::Q4_0 | QuantType::Q5K => unreachable!("{ty} is not repacked"),
+        }
     }
 }
 
@@ -270,14 +274,20 @@ fn store<const R: usize>(acc: &[[__m256; 2]; R], out: &mut GroupOut) {
 /// Q8_0: the values (stored unsigned, `^ 0x80` undoes it), `|q|` by `y`
 /// with `q`'s sign (`vpmaddubsw`, no pair saturates),
 /// then pairs to i32 (`vpmaddwd` by ones).
+///
+/// # Safety
+///
+/// `gb` holds the `t.k / block` group-blocks of a group, and `t` holds `R`
+/// rows (`R == t.rows`) of `t.k` values with their scales and sums: what
+/// [`group_times_tile`] asserts before it calls a kernel.
 #[target_feature(enable = "avx2,fma,f16c")]
-fn q8_0_group<const R: usize>(gb: &[u8], t: &ActTile<'_>, out: &mut GroupOut) {
+unsafe fn q8_0_group<const R: usize>(gb: &[u8], t: &ActTile<'_>, out: &mut GroupOut) {
     let nb = t.k / 32;
     let ones = _mm256_set1_epi16(1);
     let mut acc = [[_mm256_setzero_ps(); 2]; R];
     for b in 0..nb {
         // SAFETY: group-block `b` is in `gb`, the activations in `t`
-        // (asserted by the caller).
+        // (this function's safety contract).
         unsafe {
             let at = gb.as_ptr().add(b * group_block_bytes(QuantType::Q8_0));
             for h in 0..2 {
@@ -305,8 +315,14 @@ fn q8_0_group<const R: usize>(gb: &[u8], t: &ActTile<'_>, out: &mut GroupOut) {
 
 /// Q5_0: the unsigned values (value + 16) by `vpmaddubsw`, four chunks
 /// added in i16 (at most 31496), the 16 times the block sum taken off.
+///
+/// # Safety
+///
+/// `gb` holds the `t.k / block` group-blocks of a group, and `t` holds `R`
+/// rows (`R == t.rows`) of `t.k` values with their scales and sums: what
+/// [`group_times_tile`] asserts before it calls a kernel.
 #[target_feature(enable = "avx2,fma,f16c")]
-fn q5_0_group<const R: usize>(gb: &[u8], t: &ActTile<'_>, out: &mut GroupOut) {
+unsafe fn q5_0_group<const R: usize>(gb: &[u8], t: &ActTile<'_>, out: &mut GroupOut) {
     let nb = t.k / 32;
     let ones = _mm256_set1_epi16(1);
     let low = _mm256_set1_epi8(0x0F);
@@ -368,8 +384,14 @@ fn q5_0_group<const R: usize>(gb: &[u8], t: &ActTile<'_>, out: &mut GroupOut) {
 /// Q4_K: a sub-block's eight chunks by `vpmaddubsw` added in i16 (at most
 /// 30480), then times its scale (`vpmaddwd`); the minimums by
 /// `vpmaddwd` against pairs of the activations' sums of 16.
+///
+/// # Safety
+///
+/// `gb` holds the `t.k / block` group-blocks of a group, and `t` holds `R`
+/// rows (`R == t.rows`) of `t.k` values with their scales and sums: what
+/// [`group_times_tile`] asserts before it calls a kernel.
 #[target_feature(enable = "avx2,fma,f16c")]
-fn q4k_group<const R: usize>(gb: &[u8], t: &ActTile<'_>, out: &mut GroupOut) {
+unsafe fn q4k_group<const R: usize>(gb: &[u8], t: &ActTile<'_>, out: &mut GroupOut) {
     let nb = t.k / QK_K;
     let low = _mm256_set1_epi8(0x0F);
     let m6 = _mm256_set1_epi32(63);
@@ -465,8 +487,14 @@ fn q4k_group<const R: usize>(gb: &[u8], t: &ActTile<'_>, out: &mut GroupOut) {
 /// Q6_K: a scale group's four chunks by `vpmaddubsw`, two added in i16
 /// (at most 32004), times the group's scale (`vpmaddwd`), and 32 times
 /// the activations' sum of the group times the scale taken off.
+///
+/// # Safety
+///
+/// `gb` holds the `t.k / block` group-blocks of a group, and `t` holds `R`
+/// rows (`R == t.rows`) of `t.k` values with their scales and sums: what
+/// [`group_times_tile`] asserts before it calls a kernel.
 #[target_feature(enable = "avx2,fma,f16c")]
-fn q6k_group<const R: usize>(gb: &[u8], t: &ActTile<'_>, out: &mut GroupOut) {
+unsafe fn q6k_group<const R: usize>(gb: &[u8], t: &ActTile<'_>, out: &mut GroupOut) {
     let nb = t.k / QK_K;
     let low = _mm256_set1_epi8(0x0F);
     let top = _mm256_set1_epi8(0x30);

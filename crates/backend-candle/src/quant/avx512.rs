@@ -196,12 +196,16 @@ pub(crate) fn group_times_tile(ty: QuantType, gb: &[u8], t: &ActTile<'_>, out: &
             && t.d.len() >= t.rows * nb
             && t.bsums.len() >= t.rows * nb * sums
     );
-    match ty {
-        QuantType::Q8_0 => super::avx2::by_rows!(q8_0_group; t.rows; gb, t, out),
-        QuantType::Q5_0 => super::avx2::by_rows!(q5_0_group; t.rows; gb, t, out),
-        QuantType::Q4K => super::avx2::by_rows!(q4k_group; t.rows; gb, t, out),
-        QuantType::Q6K => super::avx2::by_rows!(q6k_group; t.rows; gb, t, out),
-        QuantType::Q4_0 | QuantType::Q5K => unreachable!("{ty} is not repacked"),
+    // SAFETY: the sizes the kernels read are asserted just above, and
+    // `by_rows!` instantiates each kernel with `R == t.rows`.
+    unsafe {
+        match ty {
+            QuantType::Q8_0 => super::avx2::by_rows!(q8_0_group; t.rows; gb, t, out),
+            QuantType::Q5_0 => super::avx2::by_rows!(q5_0_group; t.rows; gb, t, out),
+            QuantType::Q4K => super::avx2::by_rows!(q4k_group; t.rows; gb, t, out),
+            QuantType::Q6K => super::avx2::by_rows!(q6k_group; t.rows; gb, t, out),
+            QuantType::Q4_0 | QuantType::Q5K => unreachable!("{ty} is not repacked"),
+        }
     }
 }
 
@@ -264,13 +268,19 @@ unsafe fn block_sums<const OFFSET: i32>(
 
 /// Q8_0: the values stored unsigned (value + 128) for `vpdpbusd`, the
 /// 128 times the activations' block sum taken off.
+///
+/// # Safety
+///
+/// `gb` holds the `t.k / block` group-blocks of a group, and `t` holds `R`
+/// rows (`R == t.rows`) of `t.k` values with their scales and sums: what
+/// [`group_times_tile`] asserts before it calls a kernel.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
-fn q8_0_group<const R: usize>(gb: &[u8], t: &ActTile<'_>, out: &mut GroupOut) {
+unsafe fn q8_0_group<const R: usize>(gb: &[u8], t: &ActTile<'_>, out: &mut GroupOut) {
     let nb = t.k / 32;
     let mut acc = [_mm512_setzero_ps(); R];
     for b in 0..nb {
         // SAFETY: group-block `b` is in `gb`, the activations in `t`
-        // (asserted by the caller).
+        // (this function's safety contract).
         unsafe {
             let at = gb.as_ptr().add(b * group_block_bytes(QuantType::Q8_0));
             let d = scales16(at);
@@ -290,8 +300,14 @@ fn q8_0_group<const R: usize>(gb: &[u8], t: &ActTile<'_>, out: &mut GroupOut) {
 
 /// Q5_0: the values unsigned (value + 16, nibble and fifth bit), the 16
 /// times the activations' block sum taken off.
+///
+/// # Safety
+///
+/// `gb` holds the `t.k / block` group-blocks of a group, and `t` holds `R`
+/// rows (`R == t.rows`) of `t.k` values with their scales and sums: what
+/// [`group_times_tile`] asserts before it calls a kernel.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
-fn q5_0_group<const R: usize>(gb: &[u8], t: &ActTile<'_>, out: &mut GroupOut) {
+unsafe fn q5_0_group<const R: usize>(gb: &[u8], t: &ActTile<'_>, out: &mut GroupOut) {
     let nb = t.k / 32;
     let low = _mm512_set1_epi8(0x0F);
     let fifth = _mm512_set1_epi8(0x10);
@@ -341,8 +357,14 @@ fn q5_0_group<const R: usize>(gb: &[u8], t: &ActTile<'_>, out: &mut GroupOut) {
 /// Q4_K: per sub-block pair, the 16 chunks of nibbles by `vpdpbusd`,
 /// each sub-block's sum times its scale (`vpmulld`); the minimums by
 /// `vpdpwssd` against pairs of the activations' sums of 16.
+///
+/// # Safety
+///
+/// `gb` holds the `t.k / block` group-blocks of a group, and `t` holds `R`
+/// rows (`R == t.rows`) of `t.k` values with their scales and sums: what
+/// [`group_times_tile`] asserts before it calls a kernel.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
-fn q4k_group<const R: usize>(gb: &[u8], t: &ActTile<'_>, out: &mut GroupOut) {
+unsafe fn q4k_group<const R: usize>(gb: &[u8], t: &ActTile<'_>, out: &mut GroupOut) {
     let nb = t.k / QK_K;
     let low = _mm512_set1_epi8(0x0F);
     let m6 = _mm512_set1_epi32(63);
@@ -465,8 +487,14 @@ unsafe fn q6k_chunk(at: *const u8, j: usize) -> __m512i {
 /// Q6_K: each scale group's four chunks by `vpdpbusd` from 32 times the
 /// activations' sum of the group taken off, times the group's scale
 /// (`vpmulld`).
+///
+/// # Safety
+///
+/// `gb` holds the `t.k / block` group-blocks of a group, and `t` holds `R`
+/// rows (`R == t.rows`) of `t.k` values with their scales and sums: what
+/// [`group_times_tile`] asserts before it calls a kernel.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
-fn q6k_group<const R: usize>(gb: &[u8], t: &ActTile<'_>, out: &mut GroupOut) {
+unsafe fn q6k_group<const R: usize>(gb: &[u8], t: &ActTile<'_>, out: &mut GroupOut) {
     let nb = t.k / QK_K;
     let mut acc = [_mm512_setzero_ps(); R];
     for b in 0..nb {

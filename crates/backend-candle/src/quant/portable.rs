@@ -6,7 +6,7 @@
 use super::repack::{GROUP, group_block_bytes, unpack_block};
 use super::{
     ActTile, GroupOut, Q4_0_BYTES, Q5K_BYTES, Q6K_BYTES, QK_K, QuantType, TILE_ROWS, add_block,
-    add_k, add_lanes, add_q6k, f16_at, k_scales, reduce16,
+    add_k, add_lanes, f16_at, k_scales, reduce16,
 };
 
 /// The 32 values of a Q8_0 weight block as i8.
@@ -169,7 +169,7 @@ fn q6k_sum(q: &[u8; QK_K], sc: &[i32; 16], y: &[i8], bsums: &[i16]) -> i32 {
 
 /// A group of [`GROUP`] repacked weight rows of `ty` (`gb`, its
 /// group-blocks) times the tile's rows into `out[r][lane]`: each output
-/// one f32, block by block ([`add_block`], [`add_k`], [`add_q6k`]).
+/// one f32, block by block ([`add_block`], [`add_k`]).
 pub(crate) fn group_rows(ty: QuantType, gb: &[u8], t: &ActTile<'_>, out: &mut GroupOut) {
     let nb = t.k / ty.block_values();
     let gsize = group_block_bytes(ty);
@@ -208,7 +208,7 @@ pub(crate) fn group_rows(ty: QuantType, gb: &[u8], t: &ActTile<'_>, out: &mut Gr
                         let y = &t.qs[r * t.k + b * QK_K..][..QK_K];
                         let bsums = &t.bsums[(r * nb + b) * 16..][..16];
                         let isum = q6k_sum(&q, &sc, y, bsums);
-                        *acc = add_q6k(*acc, f16_at(&block, 208), yd, isum);
+                        *acc = add_block(*acc, f16_at(&block, 208), yd, isum);
                     }
                     QuantType::Q4_0 | QuantType::Q5K => unreachable!("{ty} is not repacked"),
                 }
