@@ -206,6 +206,22 @@ impl FolderFiles {
         }
     }
 
+    /// The tokenizer and the generation defaults, with the end-of-sequence
+    /// ids `config_eos` (the model description's) and then
+    /// `generation_config.json`'s added to the tokenizer's own.
+    pub fn tokenizer_and_generation(
+        &self,
+        config_eos: &[u32],
+    ) -> Result<(HfTokenizer, GenerationConfig)> {
+        let generation = self.generation_config();
+        let extra_eos: Vec<u32> = config_eos
+            .iter()
+            .chain(&generation.eos_token_ids)
+            .copied()
+            .collect();
+        Ok((self.tokenizer(&extra_eos)?, generation))
+    }
+
     /// The tokenizer with its special tokens (`extra_eos` as in
     /// [`special_tokens`](Self::special_tokens)) and chat template.
     pub fn tokenizer(&self, extra_eos: &[u32]) -> Result<HfTokenizer> {

@@ -162,26 +162,44 @@ impl ModelFolder {
     /// this is [`Error::NotCompiledIn`].
     pub fn from_gguf(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
-        let model = gguf::open(path)?;
-        let eos_token_ids = model
-            .tokenizer
+        // The folder holding the file (`.` for a bare file name).
+        let dir = match path.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => parent.to_owned(),
+            _ => PathBuf::from("."),
+        };
+        let model = gguf::open(path, &dir)?;
+        Ok(ModelFolder::assemble(
+            dir,
+            Some(path.to_owned()),
+            model.config,
+            model.generation,
+            model.tokenizer,
+        ))
+    }
+
+    /// The folder from what was read, the end-of-sequence ids the
+    /// tokenizer's.
+    fn assemble(
+        dir: PathBuf,
+        gguf: Option<PathBuf>,
+        config: DecoderConfig,
+        generation: GenerationConfig,
+        tokenizer: HfTokenizer,
+    ) -> Self {
+        let eos_token_ids = tokenizer
             .special_tokens()
             .eos
             .iter()
             .map(|t| t.id)
             .collect();
-        let dir = match path.parent() {
-            Some(parent) if !parent.as_os_str().is_empty() => parent.to_owned(),
-            _ => PathBuf::from("."),
-        };
-        Ok(ModelFolder {
+        ModelFolder {
             dir,
-            gguf: Some(path.to_owned()),
-            config: model.config,
-            generation: model.generation,
-            tokenizer: Arc::new(model.tokenizer),
+            gguf,
+            config,
+            generation,
+            tokenizer: Arc::new(tokenizer),
             eos_token_ids,
-        })
+        }
     }
 
     /// Reads a model folder:
@@ -211,28 +229,14 @@ impl ModelFolder {
         let config = DecoderConfig::from_file(&dir.join(CONFIG_JSON))?;
         // The only read of each tokenizer-side file.
         let files = FolderFiles::read(dir)?;
-        let generation = files.generation_config();
-        let extra_eos: Vec<u32> = config
-            .eos_token_ids
-            .iter()
-            .chain(&generation.eos_token_ids)
-            .copied()
-            .collect();
-        let tokenizer = files.tokenizer(&extra_eos)?;
-        let eos_token_ids = tokenizer
-            .special_tokens()
-            .eos
-            .iter()
-            .map(|t| t.id)
-            .collect();
-        Ok(ModelFolder {
-            dir: dir.to_owned(),
-            gguf: None,
+        let (tokenizer, generation) = files.tokenizer_and_generation(&config.eos_token_ids)?;
+        Ok(ModelFolder::assemble(
+            dir.to_owned(),
+            None,
             config,
             generation,
-            tokenizer: Arc::new(tokenizer),
-            eos_token_ids,
-        })
+            tokenizer,
+        ))
     }
 
     /// The folder (for a GGUF file, the folder holding it).

@@ -240,23 +240,16 @@ pub(crate) struct GgufModel {
 /// Reads the GGUF file at `path`: its header (metadata and tensor table)
 /// into the decoder description and stored dtype, and the tokenizer (a
 /// `tokenizer.json` beside the file, else the vocabulary in the metadata).
+/// `dir` is the folder holding the file.
 #[cfg(feature = "gguf")]
-pub(crate) fn open(path: &Path) -> Result<GgufModel> {
+pub(crate) fn open(path: &Path, dir: &Path) -> Result<GgufModel> {
     let file = read::GgufFile::read(path)?;
     let config = file.decoder_config()?;
-    let dir = path.parent().unwrap_or(Path::new("."));
     let (tokenizer, generation) = if dir.join(super::files::TOKENIZER_JSON).is_file() {
         // The files beside the GGUF, read as for a folder; the GGUF's ids
         // stand where config.json's would.
         let files = super::files::FolderFiles::read(dir)?;
-        let generation = files.generation_config();
-        let extra_eos: Vec<u32> = config
-            .eos_token_ids
-            .iter()
-            .chain(&generation.eos_token_ids)
-            .copied()
-            .collect();
-        let mut tokenizer = files.tokenizer(&extra_eos)?;
+        let (mut tokenizer, generation) = files.tokenizer_and_generation(&config.eos_token_ids)?;
         if crate::tokenizer::Tokenizer::chat_template(&tokenizer).is_none()
             && let Some(template) = file.chat_template()?
         {
@@ -276,7 +269,7 @@ pub(crate) fn open(path: &Path) -> Result<GgufModel> {
 
 /// Without the `gguf` feature: [`Error::NotCompiledIn`].
 #[cfg(not(feature = "gguf"))]
-pub(crate) fn open(path: &Path) -> Result<GgufModel> {
+pub(crate) fn open(path: &Path, _dir: &Path) -> Result<GgufModel> {
     Err(not_compiled_in(path))
 }
 
