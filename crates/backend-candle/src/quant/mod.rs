@@ -1337,6 +1337,45 @@ mod tests {
     /// size) and so under 1 % of the sum of the products' sizes.
     const LOOSE: f64 = 1e-2;
 
+    /// A task's weight rows longer than one cache run ([`BLOCK_BYTES`])
+    /// are gone through run after run: on one thread (tasks of a quarter
+    /// of the rows), a repacked type (Q8_0, 4,003 rows of 256: runs of 60
+    /// groups) and a row-wise one (Q4_0, 7,301 rows: runs of 1,820 rows)
+    /// give every output its own product, on every path.
+    #[test]
+    fn rows_past_the_first_cache_run_get_their_own_products() {
+        let mut rng = Rng(0x5eed_0fc0_ffee);
+        let k = 256;
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .build()
+            .expect("a pool");
+        for (ty, n) in [(QuantType::Q8_0, 4003), (QuantType::Q4_0, 7301)] {
+            let bytes = random_blocks(&mut rng, ty, n * k / ty.block_values());
+            let w = QuantWeight::new(ty, n, k, &bytes).expect("a weight");
+            let x = values(&mut rng, k);
+            let acts = Acts::quantize(&x, 1, k, ty.block_values());
+            let xq: Vec<f64> = (0..k)
+                .map(|c| f64::from(acts.qs[c]) * f64::from(acts.d[c / acts.block]))
+                .collect();
+            let mut row = vec![0f32; k];
+            for path in paths() {
+                let out = pool.install(|| product(path, &x, 1, &w, n));
+                for (j, got) in out.iter().enumerate() {
+                    w.dequantize_row(j, &mut row);
+                    let (exact, size) = row.iter().zip(&xq).fold((0f64, 0f64), |(e, s), (w, x)| {
+                        (e + f64::from(*w) * x, s + (f64::from(*w) * x).abs())
+                    });
+                    assert!(
+                        (f64::from(*got) - exact).abs() <= TIGHT * size,
+                        "{ty}, {}: output {j} of {n}: {got} against {exact}",
+                        path.name()
+                    );
+                }
+            }
+        }
+    }
+
     #[test]
     fn every_type_and_path_matches_the_product_of_dequantized_values() {
         let mut rng = Rng(0x0bad_5eed_cafe_f00d);
