@@ -73,6 +73,103 @@ pub enum Error {
         #[source]
         source: serde_yaml_ng::Error,
     },
+
+    /// A scenario file that cannot be read.
+    #[error("cannot read the scenario `{}`", path.display())]
+    ReadScenario {
+        /// The scenario file.
+        path: std::path::PathBuf,
+        /// The operating system's answer.
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// A scenario file that is not valid JSON or YAML, or has a field no
+    /// flag has.
+    #[error("invalid scenario `{}`: {reason}", path.display())]
+    InvalidScenario {
+        /// The scenario file.
+        path: std::path::PathBuf,
+        /// What the parser reported.
+        reason: String,
+    },
+
+    /// A GuideLLM scenario with fields that have no guidebench meaning.
+    #[error("the GuideLLM scenario `{}` has fields guidebench cannot map: {fields}", path.display())]
+    GuideLlm {
+        /// The scenario file.
+        path: std::path::PathBuf,
+        /// Each field by its path in the file, with why.
+        fields: String,
+    },
+
+    /// An `--override` that is not `KEY=VALUE`.
+    #[error("--override must be KEY=VALUE, got `{0}`")]
+    OverrideSyntax(String),
+
+    /// An `--override` whose path names nothing, or whose value does not
+    /// fit there.
+    #[error("--override `{path}`: {reason}")]
+    Override {
+        /// The dotted path.
+        path: String,
+        /// Why it does not apply.
+        reason: String,
+    },
+
+    /// A `--label` that is not `key=value`.
+    #[error("--label must be key=value, got `{0}`")]
+    LabelSyntax(String),
+
+    /// An output that could not be written.
+    #[error("cannot write {writes} to {}", path.display())]
+    Output {
+        /// What the output writes (`the CSV report`).
+        writes: &'static str,
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        #[source]
+        source: Box<Error>,
+    },
+
+    /// `compare` was given no run.
+    #[error("no report to compare")]
+    NoReport,
+
+    /// `compare` was given one run only.
+    #[error("compare needs two reports, or one report of several backends; `{0}` is one run")]
+    OneRun(String),
+
+    /// Two runs that `compare` cannot pair: no benchmark name in common.
+    #[error(
+        "{baseline} and {candidate} have no benchmark name in common ({baseline}: \
+         {only_in_baseline}; {candidate}: {only_in_candidate})"
+    )]
+    NothingInCommon {
+        /// The baseline run.
+        baseline: String,
+        /// The candidate run.
+        candidate: String,
+        /// The baseline's benchmark names, joined.
+        only_in_baseline: String,
+        /// The candidate's benchmark names, joined.
+        only_in_candidate: String,
+    },
+
+    /// A file of a comparison that could not be written.
+    #[error("cannot write `{}`", path.display())]
+    WriteFile {
+        /// The file.
+        path: std::path::PathBuf,
+        /// The operating system's answer.
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// A comparison that could not be written as JSON.
+    #[error("cannot write the comparison as JSON")]
+    ComparisonJson(#[source] serde_json::Error),
 }
 
 impl Error {
@@ -84,6 +181,14 @@ impl Error {
             Error::Source { .. } => "data_source",
             Error::Start { .. } => "start",
             Error::Render { .. } | Error::Plot { .. } | Error::Yaml { .. } => "report",
+            Error::ReadScenario { .. } | Error::InvalidScenario { .. } | Error::GuideLlm { .. } => {
+                "invalid_scenario"
+            }
+            Error::OverrideSyntax(_) | Error::Override { .. } | Error::LabelSyntax(_) => {
+                "invalid_option"
+            }
+            Error::Output { .. } | Error::WriteFile { .. } | Error::ComparisonJson(_) => "output",
+            Error::NoReport | Error::OneRun(_) | Error::NothingInCommon { .. } => "compare",
         }
     }
 
@@ -93,6 +198,16 @@ impl Error {
         match self {
             Error::Core(err) => err.is_usage(),
             Error::Item { .. } | Error::Source { .. } => true,
+            Error::ReadScenario { .. }
+            | Error::InvalidScenario { .. }
+            | Error::GuideLlm { .. }
+            | Error::OverrideSyntax(_)
+            | Error::Override { .. }
+            | Error::LabelSyntax(_)
+            | Error::NoReport
+            | Error::OneRun(_)
+            | Error::NothingInCommon { .. } => true,
+            Error::Output { .. } | Error::WriteFile { .. } | Error::ComparisonJson(_) => false,
             Error::Start { .. }
             | Error::Render { .. }
             | Error::Plot { .. }

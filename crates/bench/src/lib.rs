@@ -12,13 +12,17 @@
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
 pub mod analysis;
+pub mod compare;
 pub mod data;
 pub mod error;
 pub mod metrics;
+pub mod outputs;
 pub mod planner;
 pub mod report;
 pub mod runner;
+pub mod scenario;
 pub mod session;
+pub mod side_by_side;
 pub mod slo;
 
 pub use error::{Error, Result};

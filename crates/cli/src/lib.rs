@@ -18,16 +18,15 @@
 
 mod display;
 mod engines;
-mod guidellm;
 #[cfg(feature = "openai")]
 mod mock_server;
-mod output;
 mod run;
-mod scenario;
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use guidebench_bench::outputs::{self, OUTPUT_KINDS, Output};
+use guidebench_bench::report::Report;
 use guidebench_core::registry;
 
 /// Benchmark LLM inference: TTFT, ITL, TPOT, latency and throughput.
@@ -178,89 +177,31 @@ fn print_options(options: &[guidebench_core::options::OptionSpec]) {
 }
 
 fn export(args: &ExportArgs) -> Result<(), Failure> {
-    let report = guidebench_bench::report::Report::read_json(&args.file)?;
-    let outputs = output::parse_all(&args.output)?;
-    output::write_all(&outputs, &report).map_err(Failure::Run)
+    let report = Report::read_json(&args.file)?;
+    let outputs = outputs::parse_all(&args.output)?;
+    write_outputs(&outputs, &report)
+}
+
+/// Writes the report to every output; each failure is shown, and the
+/// first one is the run's failure.
+pub(crate) fn write_outputs(outputs: &[Output], report: &Report) -> Result<(), Failure> {
+    let Err(failures) = outputs::write_all(outputs, report) else {
+        return Ok(());
+    };
+    let mut first = None;
+    for err in failures.into_iter().map(anyhow::Error::from) {
+        eprintln!("error: {err:#}");
+        first.get_or_insert(err);
+    }
+    first.map_or(Ok(()), |err| Err(Failure::Run(err)))
 }
 
 fn compare(args: &CompareArgs) -> Result<(), Failure> {
-    use guidebench_bench::report::{
-        Report, compare, comparison_text, comparison_to_html, split_by_backend,
+    let outputs = guidebench_bench::compare::CompareOutputs {
+        json: args.json.as_deref(),
+        html: args.html.as_deref(),
     };
-    let name_of = |path: &std::path::Path| {
-        let file = path
-            .file_name()
-            .map(|f| f.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let shared = args
-            .reports
-            .iter()
-            .filter(|p| p.file_name() == path.file_name())
-            .count();
-        if shared > 1 || file.is_empty() {
-            path.display().to_string()
-        } else {
-            file
-        }
-    };
-    let mut runs = Vec::new();
-    for path in &args.reports {
-        let report = Report::read_json(path)?;
-        runs.extend(split_by_backend(&name_of(path), &report));
-    }
-    let Some(((base_name, baseline), candidates)) = runs.split_first() else {
-        return Err(Failure::Usage(anyhow::anyhow!("no report to compare")));
-    };
-    if candidates.is_empty() {
-        return Err(Failure::Usage(anyhow::anyhow!(
-            "compare needs two reports, or one report of several backends; `{base_name}` is \
-             one run"
-        )));
-    }
-    let mut comparisons = Vec::new();
-    for (name, candidate) in candidates {
-        let comparison = compare(baseline, candidate);
-        if comparison.benchmarks.is_empty() {
-            return Err(Failure::Usage(anyhow::anyhow!(
-                "{base_name} and {name} have no benchmark name in common ({base_name}: {}; \
-                 {name}: {})",
-                comparison.only_in_baseline.join(", "),
-                comparison.only_in_candidate.join(", ")
-            )));
-        }
-        println!(
-            "baseline {base_name} vs candidate {name} (95 % intervals of candidate − baseline; \
-             means by Welch's t, p95 by non-overlapping intervals, attainment by Newcombe)"
-        );
-        print!("{}", comparison_text(&comparison));
-        comparisons.push((name, comparison));
-    }
-    let write = |path: &std::path::Path, text: String| {
-        std::fs::write(path, text)
-            .map_err(|e| Failure::Run(anyhow::anyhow!("cannot write `{}`: {e}", path.display())))
-    };
-    if let Some(path) = &args.json {
-        let value = match comparisons.as_slice() {
-            [(_, only)] => serde_json::to_value(only),
-            many => serde_json::to_value(
-                many.iter()
-                    .map(|(name, c)| {
-                        serde_json::json!({
-                            "baseline": base_name,
-                            "candidate": name,
-                            "comparison": c,
-                        })
-                    })
-                    .collect::<Vec<_>>(),
-            ),
-        }
-        .map_err(|e| Failure::Run(e.into()))?;
-        let text = serde_json::to_string_pretty(&value).map_err(|e| Failure::Run(e.into()))?;
-        write(path, text + "\n")?;
-    }
-    if let Some(path) = &args.html {
-        write(path, comparison_to_html(&runs)?)?;
-    }
+    guidebench_bench::compare::compare_reports(&args.reports, outputs, |text| print!("{text}"))?;
     Ok(())
 }
 
@@ -303,7 +244,8 @@ fn list_backends() -> Result<(), Failure> {
     println!();
     println!("Objectives (--slo KEY=VALUE,...):");
     print_options(guidebench_bench::slo::SLO_OPTIONS);
-    list_kinds("Outputs (--output kind=NAME,...):", output::OUTPUT_KINDS);
+    let outputs: Vec<_> = OUTPUT_KINDS.iter().map(|k| (k.name, k.options)).collect();
+    list_kinds("Outputs (--output kind=NAME,...):", &outputs);
     #[cfg(feature = "openai")]
     list_kinds(
         "Mock server (guidebench mock-server --set KEY=VALUE):",

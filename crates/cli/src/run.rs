@@ -5,15 +5,14 @@ use std::sync::Arc;
 
 use anyhow::anyhow;
 use clap::Args;
-use guidebench_bench::report::{self, Report};
 use guidebench_bench::runner::Observer;
-use guidebench_bench::session::{Plan, PlanArgs, Progress, Session};
+use guidebench_bench::scenario::{Flags, RunPlan};
+use guidebench_bench::session::{Plan, Progress};
+use guidebench_bench::side_by_side::{self, RunProgress};
 use tokio::sync::watch;
 
 use crate::Failure;
 use crate::display::Display;
-use crate::output::{self, Output};
-use crate::scenario::Scenario;
 
 /// The default backend: the embedded default model on the candle engine
 /// (generated on first use; no download).
@@ -88,87 +87,26 @@ pub struct RunArgs {
     overrides: Vec<String>,
 }
 
-fn usage(err: impl Into<anyhow::Error>) -> Failure {
-    Failure::Usage(err.into())
-}
-
-/// The flags and the scenario file merged (flags win) into what the
-/// session takes (one per backend), the outputs, and whether to show live
-/// progress.
-fn plan_args(args: RunArgs) -> Result<(Vec<PlanArgs>, Vec<Output>, bool), Failure> {
-    let scenario = match &args.scenario {
-        Some(path) => Scenario::read(path).map_err(usage)?,
-        None => Scenario::default(),
-    };
-    let pick = |flags: Vec<String>, from_file: Option<Vec<String>>| {
-        if flags.is_empty() {
-            from_file.unwrap_or_default()
-        } else {
-            flags
+impl From<RunArgs> for Flags {
+    fn from(args: RunArgs) -> Flags {
+        Flags {
+            scenario: args.scenario,
+            backend: args.backend,
+            data: args.data,
+            profile: args.profile,
+            slo: args.slo,
+            constraint: args.constraint,
+            output: args.output,
+            tokenizer: args.tokenizer,
+            seed: args.seed,
+            warmup: args.warmup,
+            cooldown: args.cooldown,
+            grace_period: args.grace_period,
+            label: args.label,
+            disable_progress: args.disable_progress,
+            overrides: args.overrides,
         }
-    };
-    let output = pick(args.output, scenario.output.as_ref().map(|o| o.to_args()));
-    let outputs = output::parse_all(&output)?;
-    let mut labels = scenario.label.clone().unwrap_or_default();
-    for label in &args.label {
-        let (key, value) = label
-            .split_once('=')
-            .ok_or_else(|| usage(anyhow!("--label must be key=value, got `{label}`")))?;
-        labels.insert(key.trim().to_owned(), value.trim().to_owned());
     }
-    let backends = if args.backend.is_empty() {
-        vec![
-            scenario
-                .backend
-                .as_ref()
-                .map_or_else(|| DEFAULT_BACKEND.to_owned(), |b| b.to_arg()),
-        ]
-    } else {
-        args.backend
-    };
-    let side_by_side = backends.len() > 1;
-    let base = PlanArgs {
-        backend: String::new(),
-        data: pick(args.data, scenario.data.as_ref().map(|d| d.to_args())),
-        profile: args
-            .profile
-            .or_else(|| scenario.profile.as_ref().map(|p| p.to_arg())),
-        constraints: pick(
-            args.constraint,
-            scenario.constraint.as_ref().map(|c| c.to_args()),
-        ),
-        tokenizer: args.tokenizer.or(scenario.tokenizer.map(PathBuf::from)),
-        seed: args.seed.or(scenario.seed),
-        warmup: args
-            .warmup
-            .or_else(|| scenario.warmup.as_ref().map(|w| w.to_arg())),
-        cooldown: args
-            .cooldown
-            .or_else(|| scenario.cooldown.as_ref().map(|c| c.to_arg())),
-        grace_period: args
-            .grace_period
-            .or_else(|| scenario.grace_period.as_ref().map(|g| g.to_arg())),
-        labels,
-        // Side by side, the texts are compared request by request.
-        keep_text: side_by_side || outputs.iter().any(Output::wants_text),
-        slo: args
-            .slo
-            .or_else(|| scenario.slo.as_ref().map(|s| s.to_arg())),
-    };
-    let plans = backends
-        .into_iter()
-        .map(|backend| {
-            let mut plan = PlanArgs {
-                backend,
-                ..base.clone()
-            };
-            crate::scenario::apply_overrides(&mut plan, &args.overrides).map_err(usage)?;
-            Ok(plan)
-        })
-        .collect::<Result<Vec<_>, Failure>>()?;
-    let progress = !(args.disable_progress || scenario.disable_progress == Some(true))
-        && std::io::IsTerminal::is_terminal(&std::io::stderr());
-    Ok((plans, outputs, progress))
 }
 
 /// The command line as one shell-quoted string, for the report: the
@@ -190,9 +128,14 @@ fn command_line() -> String {
 /// starts; the session runs the benchmarks; the report is written even
 /// when the run failed part-way.
 pub fn run(args: RunArgs) -> Result<(), Failure> {
-    let (plan_args, outputs, progress) = plan_args(args)?;
+    let RunPlan {
+        plans,
+        outputs,
+        progress,
+    } = Flags::from(args).plan(DEFAULT_BACKEND)?;
+    let progress = progress && std::io::IsTerminal::is_terminal(&std::io::stderr());
     // Every backend's options are checked before the first one starts.
-    let plans = plan_args
+    let plans = plans
         .into_iter()
         .map(Plan::new)
         .collect::<Result<Vec<_>, _>>()?;
@@ -207,12 +150,7 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
     let mut report = runtime.block_on(async {
         let cancel = watch_interrupts();
         let mut display = Display::start(progress);
-        let report = if plans.len() == 1 {
-            let (plan, backend) = plans.into_iter().zip(backends).next().expect("one plan");
-            Session::new(plan).run(backend, &mut display, cancel).await
-        } else {
-            side_by_side(plans, backends, &mut display, cancel).await
-        };
+        let report = side_by_side::run(plans, backends, &mut display, cancel).await;
         display.finish();
         report
     })?;
@@ -220,7 +158,7 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
         config.insert("command".into(), command_line().into());
     }
 
-    output::write_all(&outputs, &report).map_err(Failure::Run)?;
+    crate::write_outputs(&outputs, &report)?;
     if report.interrupted {
         return Err(Failure::Interrupted);
     }
@@ -231,83 +169,6 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
         return Err(Failure::Run(anyhow!("no request succeeded")));
     }
     Ok(())
-}
-
-/// Runs every plan (the same benchmarks, one backend each) in turn: each
-/// backend is started and loaded before its own benchmarks and shut down
-/// after them; one that cannot start is reported and the next one runs;
-/// an interrupt stops the run. The reports become one, each benchmark
-/// labelled with its backend.
-async fn side_by_side(
-    plans: Vec<Plan>,
-    backends: Vec<Arc<dyn guidebench_core::backend::Backend>>,
-    display: &mut Display,
-    cancel: watch::Receiver<bool>,
-) -> guidebench_bench::Result<Report> {
-    let labels =
-        report::backend_labels(&plans.iter().map(|p| p.backend.clone()).collect::<Vec<_>>());
-    // Outputs are compared where every backend is an in-process engine
-    // and decoding is greedy: only then must the texts agree.
-    let compare_outputs = plans
-        .iter()
-        .all(|p| p.backend.kind == "offline" && p.sampling.temperature.is_none_or(|t| t == 0.0));
-    let mut outcomes = Vec::with_capacity(plans.len());
-    let mut first_error = None;
-    for ((plan, backend), label) in plans.into_iter().zip(backends).zip(labels) {
-        if *cancel.borrow() {
-            break;
-        }
-        let config = plan.config()["backend"].clone();
-        let mut progress = Labelled {
-            display: &mut *display,
-            label: &label,
-        };
-        let result = Session::new(plan)
-            .run(backend, &mut progress, cancel.clone())
-            .await;
-        let report = result.map_err(|e| {
-            let text = e.to_string();
-            display.note(&format!("{label}: {text}"));
-            first_error.get_or_insert(e);
-            text
-        });
-        outcomes.push(report::BackendOutcome {
-            label,
-            config,
-            report,
-        });
-    }
-    match report::combine(outcomes, compare_outputs) {
-        Some(report) => Ok(report),
-        None => Err(first_error.unwrap_or_else(|| {
-            guidebench_core::Error::Config("no backend ran: the run was interrupted".into()).into()
-        })),
-    }
-}
-
-/// Progress of one backend of a side-by-side run: its label before each
-/// phase and benchmark.
-struct Labelled<'a> {
-    display: &'a mut Display,
-    label: &'a str,
-}
-
-impl Progress for Labelled<'_> {
-    fn phase(&mut self, message: &str) {
-        self.display.phase(&format!("{}: {message}", self.label));
-    }
-
-    fn benchmark(&mut self, name: &str, total: Option<u64>) -> Arc<dyn Observer> {
-        Arc::new(
-            self.display
-                .benchmark(&format!("{} · {name}", self.label), total),
-        )
-    }
-
-    fn benchmark_done(&mut self, name: &str, seconds: f64) {
-        self.display
-            .benchmark_done(&format!("{} · {name}", self.label), seconds);
-    }
 }
 
 /// How long a second Ctrl-C lets the process finish writing the report
@@ -354,5 +215,11 @@ impl Progress for Display {
 
     fn benchmark_done(&mut self, label: &str, seconds: f64) {
         Display::benchmark_done(self, label, seconds);
+    }
+}
+
+impl RunProgress for Display {
+    fn note(&mut self, line: &str) {
+        Display::note(self, line);
     }
 }

@@ -45,7 +45,8 @@ fn list_key(kind: &str) -> Option<&'static str> {
 ///
 /// # Errors
 ///
-/// Every unknown or unsupported field, by its path in the file.
+/// Every unknown or unsupported field, by its path in the file, with why,
+/// joined by commas.
 pub fn convert(value: &Value) -> Result<Value, String> {
     let mut problems = Problems::default();
     let mut out = Map::new();
@@ -75,10 +76,7 @@ pub fn convert(value: &Value) -> Result<Value, String> {
     if problems.0.is_empty() {
         Ok(Value::Object(out))
     } else {
-        Err(format!(
-            "has fields guidebench cannot map: {}",
-            problems.0.join(", ")
-        ))
+        Err(problems.0.join(", "))
     }
 }
 

@@ -1,14 +1,21 @@
 //! `--scenario FILE`: the same fields as the flags, in JSON or YAML, or a
 //! GuideLLM 0.8.1 scenario (`metadata`, `spec`, `benchmarks`), mapped onto
-//! the same fields; and `--override KEY=VALUE` on top of both.
+//! the same fields ([`guidellm`]); `--override KEY=VALUE` on top of both;
+//! and the flags and the file merged into plans ([`Flags::plan`]).
+
+mod flags;
+pub mod guidellm;
 
 use std::path::Path;
 
-use anyhow::{Context, anyhow};
-use guidebench_bench::session::{DEFAULT_DATA, DEFAULT_PROFILE, PlanArgs};
 use guidebench_core::options::parse_kind_args;
 use serde::Deserialize;
 use serde_json::Value;
+
+pub use flags::{Flags, RunPlan};
+
+use crate::session::{DEFAULT_DATA, DEFAULT_PROFILE, PlanArgs};
+use crate::{Error, Result};
 
 /// A `kind=…` option as a scenario gives it: the flag's text, or an object.
 #[derive(Debug, Clone, Deserialize)]
@@ -108,28 +115,39 @@ pub struct Scenario {
 
 impl Scenario {
     /// Reads a scenario file: YAML for `.yaml`/`.yml`, JSON otherwise.
-    pub fn read(path: &Path) -> anyhow::Result<Scenario> {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("cannot read the scenario `{}`", path.display()))?;
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ReadScenario`], [`Error::InvalidScenario`] or, for a
+    /// GuideLLM scenario, [`Error::GuideLlm`] naming every field that
+    /// cannot be mapped.
+    pub fn read(path: &Path) -> Result<Scenario> {
+        let text = std::fs::read_to_string(path).map_err(|source| Error::ReadScenario {
+            path: path.to_owned(),
+            source,
+        })?;
+        let invalid = |reason: String| Error::InvalidScenario {
+            path: path.to_owned(),
+            reason,
+        };
         let yaml = matches!(
             path.extension().and_then(|e| e.to_str()),
             Some("yaml" | "yml")
         );
         let value: Value = if yaml {
-            serde_yaml_ng::from_str(&text)
-                .map_err(|e| anyhow!("invalid scenario `{}`: {e}", path.display()))?
+            serde_yaml_ng::from_str(&text).map_err(|e| invalid(e.to_string()))?
         } else {
-            serde_json::from_str(&text)
-                .map_err(|e| anyhow!("invalid scenario `{}`: {e}", path.display()))?
+            serde_json::from_str(&text).map_err(|e| invalid(e.to_string()))?
         };
-        let value = if crate::guidellm::is_guidellm(&value) {
-            crate::guidellm::convert(&value)
-                .map_err(|e| anyhow!("the GuideLLM scenario `{}` {e}", path.display()))?
+        let value = if guidellm::is_guidellm(&value) {
+            guidellm::convert(&value).map_err(|fields| Error::GuideLlm {
+                path: path.to_owned(),
+                fields,
+            })?
         } else {
             value
         };
-        serde_json::from_value(value)
-            .map_err(|e| anyhow!("invalid scenario `{}`: {e}", path.display()))
+        serde_json::from_value(value).map_err(|e| invalid(e.to_string()))
     }
 }
 
@@ -147,7 +165,7 @@ fn merge(into: &mut serde_json::Map<String, Value>, from: serde_json::Map<String
 
 /// Sets `path=value` (a dotted path, a `;` list for several values) in a
 /// `kind=…` argument, returned as its JSON form.
-fn set_in_kind_arg(arg: &str, path: &str, value: &str) -> anyhow::Result<String> {
+fn set_in_kind_arg(arg: &str, path: &str, value: &str) -> Result<String, guidebench_core::Error> {
     let mut args = parse_kind_args(arg)?;
     if path == "kind" {
         args.kind = value.trim().to_owned();
@@ -170,17 +188,25 @@ const OVERRIDE_ROOTS: &str = "profile.KEY, backend.KEY, data.KEY (data.N.KEY wit
 ///
 /// # Errors
 ///
-/// A malformed override, or a path that names nothing, named in the error.
-pub fn apply_overrides(plan: &mut PlanArgs, overrides: &[String]) -> anyhow::Result<()> {
+/// A malformed override ([`Error::OverrideSyntax`]), or a path that names
+/// nothing ([`Error::Override`], naming the path).
+pub fn apply_overrides(plan: &mut PlanArgs, overrides: &[String]) -> Result<()> {
     for item in overrides {
         let (path, value) = item
             .split_once('=')
-            .ok_or_else(|| anyhow!("--override must be KEY=VALUE, got `{item}`"))?;
+            .ok_or_else(|| Error::OverrideSyntax(item.clone()))?;
         let path = path.trim();
-        let unknown =
-            || anyhow!("--override `{path}`: unknown path; it starts with one of {OVERRIDE_ROOTS}");
+        let fails = |reason: String| Error::Override {
+            path: path.to_owned(),
+            reason,
+        };
+        let unknown = || {
+            fails(format!(
+                "unknown path; it starts with one of {OVERRIDE_ROOTS}"
+            ))
+        };
         let (root, rest) = path.split_once('.').unwrap_or((path, ""));
-        let context = |e: anyhow::Error| anyhow!("--override `{path}`: {e:#}");
+        let context = |e: guidebench_core::Error| fails(e.to_string());
         match (root, rest) {
             ("profile", rest) if !rest.is_empty() => {
                 let current = plan.profile.as_deref().unwrap_or(DEFAULT_PROFILE);
@@ -199,17 +225,17 @@ pub fn apply_overrides(plan: &mut PlanArgs, overrides: &[String]) -> anyhow::Res
                     }
                     _ if plan.data.len() == 1 => (0, rest),
                     _ => {
-                        return Err(anyhow!(
-                            "--override `{path}`: there are {} data sources; name one as data.N.KEY",
+                        return Err(fails(format!(
+                            "there are {} data sources; name one as data.N.KEY",
                             plan.data.len()
-                        ));
+                        )));
                     }
                 };
                 let Some(source) = plan.data.get_mut(index) else {
-                    return Err(anyhow!(
-                        "--override `{path}`: there is no data source {index} (there are {})",
+                    return Err(fails(format!(
+                        "there is no data source {index} (there are {})",
                         plan.data.len()
-                    ));
+                    )));
                 };
                 *source = set_in_kind_arg(source, key, value).map_err(context)?;
             }
@@ -244,9 +270,12 @@ pub fn apply_overrides(plan: &mut PlanArgs, overrides: &[String]) -> anyhow::Res
             ("grace_period", "") => plan.grace_period = Some(value.to_owned()),
             ("tokenizer", "") => plan.tokenizer = Some(value.into()),
             ("seed", "") => {
-                plan.seed = Some(value.trim().parse().map_err(|_| {
-                    anyhow!("--override `seed`: expected a whole number, got `{value}`")
-                })?);
+                plan.seed = Some(
+                    value
+                        .trim()
+                        .parse()
+                        .map_err(|_| fails(format!("expected a whole number, got `{value}`")))?,
+                );
             }
             _ => return Err(unknown()),
         }
