@@ -41,6 +41,7 @@
 //!   one `#[test]` per check with [`conformance_tests!`].
 #![deny(missing_docs)]
 
+pub mod backend;
 pub mod conformance;
 mod error;
 pub mod expected;
