@@ -26,7 +26,7 @@ use guidebench_core::request::RequestStatus;
 
 use crate::analysis::stats::{Interval, wilson};
 use crate::metrics::percentile;
-use crate::report::{CompactRecord, CompactRecords};
+use crate::record::{CompactRecord, CompactRecords};
 use crate::{Error, Result};
 
 /// The confidence of the attainment interval in reports.
@@ -304,7 +304,7 @@ mod tests {
     use super::*;
     use guidebench_core::request::RequestRecord;
 
-    use crate::report::tests::{ms, served_at};
+    use crate::record::testing::{ms, served_at};
 
     /// A served request sent at `start` ms with tokens at the given ms.
     fn served(id: u64, start: i64, tokens: &[i64], end: i64) -> RequestRecord {

@@ -6,8 +6,8 @@ use super::model::Report;
 use super::{fixed, ms_at};
 use crate::analysis::goodput::Verdict;
 use crate::metrics::Distribution;
-use crate::planner::Conclusion;
-use crate::runner::{SaturationMode, SaturationReport};
+use crate::record::Conclusion;
+use crate::record::{SaturationMode, SaturationReport};
 use serde_json::Value;
 
 /// How a column's cells line up.

@@ -34,11 +34,11 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use super::chart::{Band, Chart, Mark, PALETTE, Rule, Series, cdf_points};
-use super::compact::{CompactRecord, Excluded};
 use super::compare::{Comparison, Verdict, compare};
 use super::model::{BenchmarkReport, Report};
 use super::{count_as_f64, fixed, format_utc, micros_as_secs, ms_at, ms_mean};
 use crate::metrics::Distribution;
+use crate::record::{CompactRecord, Excluded};
 use crate::{Error, Result};
 use guidebench_core::request::RequestStatus;
 

@@ -8,9 +8,9 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::compact::{CompactRecord, CompactRecords};
 use super::{count_as_f64, micros_as_secs};
 use crate::metrics::Distribution;
+use crate::record::{CompactRecord, CompactRecords};
 use crate::slo::SloMetrics;
 use guidebench_core::clock::Timestamp;
 use guidebench_core::request::RequestStatus;

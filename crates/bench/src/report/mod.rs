@@ -16,11 +16,9 @@
 )]
 
 mod chart;
-mod compact;
 mod compare;
 mod console;
 mod csv;
-mod footprint;
 mod html;
 mod keeping_up;
 mod metrics;
@@ -29,14 +27,16 @@ mod plot;
 mod side_by_side;
 mod yaml;
 
-pub use compact::{CompactRecord, CompactRecords, CompactTurn, Excluded, round_to_micros};
+pub use crate::record::{
+    ClientFootprint, CompactRecord, CompactRecords, CompactTurn, Excluded, ProcessUsage,
+    round_to_micros,
+};
 pub use compare::{
     BenchmarkComparison, Comparison, MetricComparison, Verdict, compare, comparison_text,
     split_by_backend,
 };
 pub use console::console_summary;
 pub use csv::{to_csv, write_csv};
-pub use footprint::{ClientFootprint, ProcessUsage};
 pub use html::{comparison_to_html, render_html, to_html, write_html};
 pub use keeping_up::{
     CPU_SHARE, ClientSaturation, MIN_CPU_WALL_S, MIN_DISPATCH_BOUND_S, MIN_PLANNED,
@@ -52,18 +52,13 @@ pub use side_by_side::{BackendOutcome, backend_labels, combine};
 pub use yaml::{to_yaml, write_yaml};
 
 use crate::metrics::Distribution;
+use crate::record::count_as_f64;
 use guidebench_core::clock::Timestamp;
 
 /// Microseconds as seconds.
 #[allow(clippy::cast_precision_loss)] // |µs| below 2^53 (285 years) converts exactly.
 fn micros_as_secs(us: i64) -> f64 {
     us as f64 / 1e6
-}
-
-/// A count as `f64`.
-#[allow(clippy::cast_precision_loss)] // counts are far below 2^53.
-fn count_as_f64(n: usize) -> f64 {
-    n as f64
 }
 
 /// A distribution's value at percentile `p` (one of
@@ -99,38 +94,7 @@ pub(crate) mod tests {
     use super::*;
     use guidebench_core::request::{FinishReason, RequestRecord, RequestStatus, RequestTimings};
 
-    const ORIGIN: i64 = 1_700_000_000_000_000_000;
-
-    /// `ms` milliseconds after a fixed origin.
-    pub(crate) fn ms(ms: i64) -> Timestamp {
-        Timestamp(ORIGIN + ms * 1_000_000)
-    }
-
-    /// A served request with `prompt` prompt tokens, sent at `start` ms,
-    /// with tokens at the given ms and its end at `end` ms.
-    pub(crate) fn served_at(
-        id: u64,
-        start: i64,
-        tokens: &[i64],
-        end: i64,
-        prompt: u32,
-    ) -> RequestRecord {
-        RequestRecord {
-            id,
-            status: RequestStatus::Success,
-            error: None,
-            prompt_tokens: Some(prompt),
-            output_tokens: u32::try_from(tokens.len()).expect("few tokens"),
-            finish_reason: Some(FinishReason::Length),
-            text: None,
-            timings: RequestTimings {
-                start: Some(ms(start)),
-                tokens: tokens.iter().map(|&t| ms(t)).collect(),
-                end: Some(ms(end)),
-                ..RequestTimings::default()
-            },
-        }
-    }
+    pub(crate) use crate::record::testing::{ms, served_at};
 
     /// A served request with uneven token gaps, starting at `start` ms.
     fn served(id: u64, start: i64) -> RequestRecord {

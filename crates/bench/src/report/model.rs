@@ -7,10 +7,10 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::compact::CompactRecords;
-use super::footprint::ClientFootprint;
 use super::metrics::BenchmarkMetrics;
-use crate::planner::Conclusion;
+use crate::record::ClientFootprint;
+use crate::record::CompactRecords;
+use crate::record::Conclusion;
 use crate::slo::{Slo, SloMetrics};
 use guidebench_core::clock::Timestamp;
 use guidebench_core::request::RequestRecord;

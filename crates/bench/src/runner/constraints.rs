@@ -8,9 +8,8 @@ use serde::{Deserialize, Serialize};
 use guidebench_core::options::{KindArgs, OptionSpec, OptionType, check_options};
 use guidebench_core::{Error, Result};
 
-use crate::analysis::saturation::{
-    SaturationDetector, SaturationOptions, SaturationVerdict, SlopeTest,
-};
+use crate::analysis::saturation::{SaturationDetector, SaturationOptions, SaturationVerdict};
+pub use crate::record::{SaturationMode, SaturationReport};
 
 /// Why a benchmark stopped sending.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -98,16 +97,6 @@ pub struct Constraints {
     pub max_global_error_rate: Option<GlobalErrorRate>,
 }
 
-/// What an over-saturation verdict does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum SaturationMode {
-    /// Report when it fired and go on.
-    Monitor,
-    /// Report it and stop sending.
-    Enforce,
-}
-
 /// The over-saturation constraint.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct OverSaturation {
@@ -115,17 +104,6 @@ pub struct OverSaturation {
     pub mode: SaturationMode,
     /// The detector's settings.
     pub options: SaturationOptions,
-}
-
-/// What the over-saturation watch saw during one benchmark.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct SaturationReport {
-    /// What a verdict did.
-    pub mode: SaturationMode,
-    /// When and why it fired, if it did (the first time).
-    pub fired: Option<SaturationVerdict>,
-    /// The latest slope tests of the in-flight count and of TTFT.
-    pub last: Option<(SlopeTest, SlopeTest)>,
 }
 
 /// The detector and what it concluded, during one benchmark.

@@ -11,7 +11,7 @@ use guidebench_core::request::RequestRecord;
 use guidebench_core::{Error, Result};
 
 use super::scheduler::BenchmarkRun;
-use crate::report::{CompactRecords, CompactTurn, Excluded};
+use crate::record::{CompactRecords, CompactTurn, Excluded};
 
 /// How much of a benchmark's edge to leave out.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]

@@ -21,7 +21,7 @@ use tokio::sync::{Semaphore, mpsc, watch};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use crate::report::{ClientFootprint, ProcessUsage};
+use crate::record::{ClientFootprint, ProcessUsage};
 use guidebench_core::Error;
 use guidebench_core::backend::Backend;
 use guidebench_core::clock::{Clock, Timestamp};
