@@ -36,6 +36,12 @@ pub const KIND: &str = "openai_http";
 /// How many characters of a bad body an error message quotes.
 const SNIPPET_CHARS: usize = 200;
 
+/// The `tracing` target of the event logged (at trace level, field
+/// `text_bytes`) for each streamed event that carried output text, once it
+/// was read and stamped: what a test waits on to know the client has read
+/// an event.
+pub const STREAM_EVENTS: &str = "guidebench_openai::stream_events";
+
 /// A benchmark target behind an OpenAI-compatible HTTP API (vLLM, SGLang,
 /// TGI, llama.cpp, OpenAI, ...).
 ///
@@ -648,6 +654,7 @@ impl Output {
                 at: now,
                 text_bytes: u32::try_from(text_bytes).unwrap_or(u32::MAX),
             });
+            tracing::trace!(target: STREAM_EVENTS, text_bytes, "stream event read");
         }
         Ok(false)
     }

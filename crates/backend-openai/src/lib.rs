@@ -24,7 +24,7 @@ pub mod mock_server;
 mod precise;
 mod protocol;
 
-pub use backend::{KIND, OpenAiHttpBackend};
+pub use backend::{KIND, OpenAiHttpBackend, STREAM_EVENTS};
 pub use config::{OPTIONS, OpenAiConfig, RequestFormat};
 pub use error::{OpenAiError, error_label};
 

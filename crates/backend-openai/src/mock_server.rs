@@ -15,6 +15,13 @@
 //! with the configured standard deviation, clamped at zero. A non-streamed
 //! response is sent when the last token would have been.
 //!
+//! Times are read on tokio's clock. A stream waits for its next event on a
+//! timer thread of its own, finer than tokio's millisecond (see the
+//! `precise` module), or, with `tokio_timer`, on tokio's timer: then a test
+//! that pauses tokio's clock, with the server on the test's own runtime,
+//! sends every event at exactly its planned instant as it advances the
+//! clock.
+//!
 //! # Output length
 //!
 //! With `output_tokens` set, the count is drawn around it (and capped by the
@@ -315,6 +322,11 @@ pub struct MockServerConfig {
     /// response, `Connection: close` on a connection's last); when false
     /// they are enforced without warning (see the module docs).
     pub announce_keep_alive: bool,
+    /// Wait for streamed events on tokio's timer instead of the precise
+    /// timer thread: to the millisecond only, but on tokio's clock, so a
+    /// test that pauses it gets every event at exactly its planned instant
+    /// (see the module docs).
+    pub tokio_timer: bool,
 }
 
 impl std::fmt::Debug for MockServerConfig {
@@ -346,6 +358,7 @@ impl std::fmt::Debug for MockServerConfig {
             .field("keep_alive_max", &self.keep_alive_max)
             .field("connection_close", &self.connection_close)
             .field("announce_keep_alive", &self.announce_keep_alive)
+            .field("tokio_timer", &self.tokio_timer)
             .finish()
     }
 }
@@ -380,6 +393,7 @@ impl Default for MockServerConfig {
             keep_alive_max: None,
             connection_close: false,
             announce_keep_alive: true,
+            tokio_timer: false,
         }
     }
 }
@@ -537,6 +551,7 @@ impl MockServerConfig {
                 .transpose()?,
             connection_close: raw.connection_close.unwrap_or(false),
             announce_keep_alive: raw.announce_keep_alive.unwrap_or(true),
+            tokio_timer: false,
         })
     }
 }
@@ -1169,7 +1184,7 @@ struct SseStream {
     timings: Option<(TimingSlot, Arc<ConnState>)>,
     /// The next event: when, its bytes, the output tokens it carries.
     pending: Option<(Instant, Bytes, u32)>,
-    sleep: Option<PreciseSleep>,
+    sleep: Option<EventSleep>,
     stalled: Option<Pin<Box<WaitForCancellationFutureOwned>>>,
     shared: Arc<Shared>,
     finished: bool,
@@ -1238,12 +1253,14 @@ impl SseStream {
             if let Some((at, _, _)) = &self.pending {
                 if *at > Instant::now() {
                     let at = *at;
-                    let at = at.into_std();
-                    let sleep = self.sleep.get_or_insert_with(|| PreciseSleep::until(at));
+                    let tokio_timer = self.shared.config.tokio_timer;
+                    let sleep = self
+                        .sleep
+                        .get_or_insert_with(|| EventSleep::until(at, tokio_timer));
                     if sleep.deadline() != at {
-                        *sleep = PreciseSleep::until(at);
+                        *sleep = EventSleep::until(at, tokio_timer);
                     }
-                    if Pin::new(sleep).poll(cx).is_pending() {
+                    if sleep.poll(cx).is_pending() {
                         return Poll::Pending;
                     }
                 }
@@ -1286,6 +1303,37 @@ impl SseStream {
                     return Poll::Ready(None);
                 }
             }
+        }
+    }
+}
+
+/// The wait for a stream's next event: on the precise timer thread, or on
+/// tokio's timer (`tokio_timer`).
+enum EventSleep {
+    Precise(PreciseSleep),
+    Tokio(Pin<Box<tokio::time::Sleep>>),
+}
+
+impl EventSleep {
+    fn until(at: Instant, tokio_timer: bool) -> Self {
+        if tokio_timer {
+            EventSleep::Tokio(Box::pin(tokio::time::sleep_until(at)))
+        } else {
+            EventSleep::Precise(PreciseSleep::until(at.into_std()))
+        }
+    }
+
+    fn deadline(&self) -> Instant {
+        match self {
+            EventSleep::Precise(sleep) => Instant::from_std(sleep.deadline()),
+            EventSleep::Tokio(sleep) => sleep.deadline(),
+        }
+    }
+
+    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        match self {
+            EventSleep::Precise(sleep) => Pin::new(sleep).poll(cx),
+            EventSleep::Tokio(sleep) => sleep.as_mut().poll(cx),
         }
     }
 }

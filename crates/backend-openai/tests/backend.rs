@@ -1,4 +1,8 @@
 //! The `openai_http` backend against the in-process mock server on loopback.
+//! Tests of measured times run the client and the server on one runtime
+//! whose paused clock moves only when the test moves it (see `common`).
+
+mod common;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,6 +15,8 @@ use guidebench_core::request::{
 use guidebench_core::sampling::Sampling;
 use guidebench_openai::mock_server::{MockServer, MockServerConfig};
 use guidebench_openai::{OpenAiConfig, OpenAiError, OpenAiHttpBackend, RequestFormat, error_label};
+
+use common::{HeldClock, StreamEvents, resolve_in_lockstep};
 
 async fn server(config: MockServerConfig) -> MockServer {
     MockServer::start(config).await.expect("mock server starts")
@@ -347,23 +353,44 @@ async fn events_carrying_several_tokens_are_counted_from_usage_and_share_their_g
     assert!((latency - 0.075).abs() < 1e-9, "latency {latency}");
 }
 
-#[tokio::test]
+/// The mock server's events of one token each, the first after `ttft`,
+/// then `itl` apart: when each is due after the request's arrival.
+fn event_offsets(ttft: Duration, itl: Duration, tokens: u32) -> Vec<Duration> {
+    (0..tokens).map(|k| ttft + itl * k).collect()
+}
+
+/// A mock server on tokio's timer, for a test that holds the clock.
+async fn lockstep_server(config: MockServerConfig) -> MockServer {
+    server(MockServerConfig {
+        tokio_timer: true,
+        ..config
+    })
+    .await
+}
+
+#[tokio::test(start_paused = true)]
 async fn reasoning_deltas_count_towards_ttft_and_output_tokens_but_not_the_text() {
-    let mock = server(MockServerConfig {
+    let _clock = HeldClock::hold();
+    let mut events = StreamEvents::count();
+    let itl = Duration::from_millis(20);
+    let mock = lockstep_server(MockServerConfig {
         reasoning_tokens: 3,
-        itl: Duration::from_millis(20),
+        itl,
         ..MockServerConfig::default()
     })
     .await;
-    let b = backend(&mock, |_| {}).await;
-    let r = b.resolve(request(1, 6)).await.expect("served");
+    let b = Arc::new(backend(&mock, |_| {}).await);
+    let offsets = event_offsets(Duration::ZERO, itl, 6);
+    let r = resolve_in_lockstep(&mock, &b, request(1, 6), &offsets, &mut events)
+        .await
+        .expect("served");
     assert_eq!(r.output_tokens, 6);
     assert_eq!(r.timings.tokens.len(), 6);
     assert_eq!(r.text, " fox jumps over", "only content is kept as text");
-    // The first token is the first reasoning delta, sent without delay.
-    // Content starts after three 20 ms gaps; the reasoning came first.
+    // The first token is the first reasoning delta, sent without delay;
+    // content starts after three 20 ms gaps.
     let ttft = r.timings.ttft().expect("ttft");
-    assert!(ttft < 0.05, "ttft {ttft}");
+    assert!(ttft.abs() < 1e-9, "ttft {ttft}");
 }
 
 #[tokio::test]
@@ -706,46 +733,80 @@ async fn concurrent_requests_share_the_connection_pool() {
     assert!(stats.connections < 64, "{stats:?}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+/// On a clock that moves only to the server's planned instants, and only
+/// once the client has read what was due before: the measured TTFT and
+/// every inter-token gap are exactly the configured ones.
+#[tokio::test(start_paused = true)]
 async fn measured_ttft_and_itl_match_the_mock_configuration() {
-    let mock = server(MockServerConfig {
-        ttft: Duration::from_millis(80),
-        itl: Duration::from_millis(15),
+    let _clock = HeldClock::hold();
+    let mut events = StreamEvents::count();
+    let (ttft, itl) = (Duration::from_millis(80), Duration::from_millis(15));
+    let mock = lockstep_server(MockServerConfig {
+        ttft,
+        itl,
         ..MockServerConfig::default()
     })
     .await;
     for format in [RequestFormat::Chat, RequestFormat::Text] {
-        let b = backend(&mock, |c| {
-            c.model = Some("mock-model".into());
-            c.request_format = format;
-        })
-        .await;
-        let r = b.resolve(request(1, 12)).await.expect("served");
+        let b = Arc::new(
+            backend(&mock, |c| {
+                c.model = Some("mock-model".into());
+                c.request_format = format;
+            })
+            .await,
+        );
+        let offsets = event_offsets(ttft, itl, 12);
+        let r = resolve_in_lockstep(&mock, &b, request(1, 12), &offsets, &mut events)
+            .await
+            .expect("served");
         assert_eq!(r.timings.tokens.len(), 12);
-        let ttft = r.timings.ttft().expect("ttft") * 1e3;
-        let itl = r.timings.itl_mean().expect("itl") * 1e3;
-        assert!((78.0..160.0).contains(&ttft), "{format:?}: ttft {ttft} ms");
-        assert!((13.0..35.0).contains(&itl), "{format:?}: itl {itl} ms");
+        let measured_ttft = r.timings.ttft().expect("ttft");
+        let measured_itl = r.timings.itl_mean().expect("itl");
+        assert!(
+            (measured_ttft - 0.080).abs() < 1e-9,
+            "{format:?}: ttft {measured_ttft} s"
+        );
+        assert!(
+            (measured_itl - 0.015).abs() < 1e-9,
+            "{format:?}: itl {measured_itl} s"
+        );
+        let gaps_ns: Vec<i64> = r
+            .timings
+            .tokens
+            .windows(2)
+            .map(|w| w[1].0 - w[0].0)
+            .collect();
+        assert_eq!(gaps_ns, vec![15_000_000; 11], "{format:?}");
     }
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_reasoning_response_records_its_first_answer_token_and_its_reasoning_tokens() {
-    let mock = server(MockServerConfig {
+    let _clock = HeldClock::hold();
+    let mut events = StreamEvents::count();
+    let itl = Duration::from_millis(20);
+    let mock = lockstep_server(MockServerConfig {
         reasoning_tokens: 3,
-        itl: Duration::from_millis(20),
+        itl,
         ..MockServerConfig::default()
     })
     .await;
-    let b = backend(&mock, |_| {}).await;
-    let r = b.resolve(request(1, 6)).await.expect("served");
+    let b = Arc::new(backend(&mock, |_| {}).await);
+    let offsets = event_offsets(Duration::ZERO, itl, 6);
+    let r = resolve_in_lockstep(&mock, &b, request(1, 6), &offsets, &mut events)
+        .await
+        .expect("served");
     // Three reasoning deltas, then the answer: its first token is the
-    // fourth, and the time to it is the time to first output token.
+    // fourth, and the time to it is the time to first output token, three
+    // 20 ms gaps after the first token.
     assert_eq!(r.timings.first_content, Some(r.timings.tokens[3]));
     assert_eq!(r.timings.reasoning_tokens, Some(3));
     let ttft = r.timings.ttft().expect("ttft");
     let ttfot = r.timings.ttfot().expect("ttfot");
-    assert!(ttfot >= ttft + 0.055, "ttft {ttft}, ttfot {ttfot}");
+    assert!(
+        (ttfot - ttft - 0.060).abs() < 1e-9,
+        "ttft {ttft}, ttfot {ttfot}"
+    );
 
     // Without reasoning, neither is recorded.
     let plain = server(MockServerConfig::default()).await;

@@ -1,5 +1,9 @@
 //! Connection reuse against servers that limit keep-alive, as llama.cpp's
 //! `llama-server` does (`Keep-Alive: timeout=5, max=100`), on loopback.
+//! The tests of idle timeouts run the client and the server on one runtime
+//! whose paused clock moves only when the test moves it.
+
+mod common;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,6 +13,8 @@ use guidebench_core::request::{GenerationRequest, GenerationResponse};
 use guidebench_core::sampling::Sampling;
 use guidebench_openai::mock_server::{MockServer, MockServerConfig};
 use guidebench_openai::{OpenAiConfig, OpenAiHttpBackend};
+
+use common::HeldClock;
 
 async fn backend(server: &MockServer) -> Arc<OpenAiHttpBackend> {
     let backend = OpenAiHttpBackend::new(OpenAiConfig::new(&server.url()).expect("config"));
@@ -117,14 +123,19 @@ async fn an_announced_request_limit_is_honoured_without_retries() {
     b.shutdown().await.expect("shutdown");
 }
 
-/// Idle connections are evicted before the announced timeout: after a
-/// pause shorter than the server's 1 s, but longer than the client keeps
-/// connections idle for such a server (half of it), a wave of requests opens
-/// new connections instead of reusing ones the server is about to close.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn idle_connections_are_evicted_before_the_announced_timeout() {
+/// A server announcing `Keep-Alive: timeout=1` and answering at once, with
+/// a client that has heard it (the pool then keeps connections idle for
+/// half of it, 500 ms), and a wave of 8 concurrent requests behind it; on
+/// paused time that moves only when the test moves it. Returns the server,
+/// the backend, the outcomes so far, and the clock's hold.
+async fn after_a_wave_of_eight() -> (
+    MockServer,
+    Arc<OpenAiHttpBackend>,
+    Vec<guidebench_core::Result<GenerationResponse>>,
+    HeldClock,
+) {
+    let clock = HeldClock::hold();
     let mock = MockServer::start(MockServerConfig {
-        itl: Duration::from_millis(1),
         keep_alive_timeout: Some(Duration::from_secs(1)),
         ..MockServerConfig::default()
     })
@@ -132,13 +143,38 @@ async fn idle_connections_are_evicted_before_the_announced_timeout() {
     .expect("mock server");
     let b = backend(&mock).await;
     // The first answer announces the timeout.
-    b.resolve(request(1000)).await.expect("served");
-    let mut all = concurrent(&b, 8, 1, 0).await;
+    let mut all = vec![b.resolve(request(1000)).await];
+    all.extend(concurrent(&b, 8, 1, 0).await);
+    (mock, b, all, clock)
+}
+
+/// Idle connections are evicted before the announced timeout: after a
+/// pause shorter than the server's 1 s, but longer than the client keeps
+/// connections idle for such a server (half of it), a wave of requests opens
+/// new connections instead of reusing ones the server is about to close.
+#[tokio::test(start_paused = true)]
+async fn idle_connections_are_evicted_before_the_announced_timeout() {
+    let (mock, b, mut all, _clock) = after_a_wave_of_eight().await;
     let before = mock.stats().connections;
-    tokio::time::sleep(Duration::from_millis(750)).await;
+    tokio::time::advance(Duration::from_millis(750)).await;
     all.extend(concurrent(&b, 8, 1, 100).await);
     let stats = mock.stats();
     assert_eq!(errors(&all), Vec::<String>::new(), "{stats:?}");
     assert_eq!(stats.connections - before, 8, "{stats:?}");
+    b.shutdown().await.expect("shutdown");
+}
+
+/// The other side of the same rule: after a pause shorter than the
+/// client's idle timeout for that server, the wave reuses the connections
+/// it has, and opens none.
+#[tokio::test(start_paused = true)]
+async fn idle_connections_are_reused_within_the_pools_idle_timeout() {
+    let (mock, b, mut all, _clock) = after_a_wave_of_eight().await;
+    let before = mock.stats().connections;
+    tokio::time::advance(Duration::from_millis(250)).await;
+    all.extend(concurrent(&b, 8, 1, 100).await);
+    let stats = mock.stats();
+    assert_eq!(errors(&all), Vec::<String>::new(), "{stats:?}");
+    assert_eq!(stats.connections, before, "{stats:?}");
     b.shutdown().await.expect("shutdown");
 }
