@@ -1,4 +1,6 @@
-//! `guidebench run`: benchmarks of one backend under a load profile.
+//! `guidebench run`: the flags into bench's [`Flags`], the live display,
+//! Ctrl-C, and the exit code; bench plans and runs the benchmarks (one
+//! backend, or several side by side) and writes the report.
 
 use std::path::PathBuf;
 use std::sync::Arc;
