@@ -13,8 +13,9 @@ use guidebench_openai as _;
 use guidebench_ort as _;
 #[cfg(feature = "tch")]
 use guidebench_tch as _;
-// The mock engine is always available, for dry runs without a model.
-use guidebench_testkit as _;
+// The mock engine and builtin:tiny are always available, for dry runs
+// without a model and runs without `model=`.
+use guidebench_builtins as _;
 
 #[cfg(any(not(feature = "candle"), not(feature = "ort"), not(feature = "tch")))]
 mod absent {

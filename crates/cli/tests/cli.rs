@@ -442,7 +442,7 @@ fn a_bad_data_row_exits_2_naming_the_row_and_field() {
 #[test]
 fn the_cli_and_the_library_give_the_same_report_for_the_same_plan() {
     use guidebench_bench::session::{Plan, PlanArgs, Quiet, Session};
-    use guidebench_testkit as _;
+    use guidebench_builtins as _;
 
     let dir = tempfile::tempdir().expect("tempdir");
     let json = dir.path().join("report.json");

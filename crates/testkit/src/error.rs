@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 /// What can go wrong while writing a fixture, loading a model into the
-/// a model into the [`ReferenceModel`](crate::reference::ReferenceModel) or reading the
+/// [`ReferenceModel`](crate::reference::ReferenceModel) or reading the
 /// stored expectations.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -83,14 +83,10 @@ pub enum Error {
         source: candle_core::Error,
     },
 
-    /// A built-in model name that does not exist.
-    #[error("unknown builtin model `{name}`; available: {}", known.join(", "))]
-    UnknownBuiltin {
-        /// The name asked for.
-        name: String,
-        /// Every built-in name.
-        known: Vec<String>,
-    },
+    /// Writing a fixture folder failed in the generator
+    /// (`guidebench-builtins`).
+    #[error(transparent)]
+    Fixture(#[from] guidebench_builtins::Error),
 }
 
 /// The result type of this crate's fixture, reference and expectation

@@ -2,8 +2,8 @@
 
 use std::path::Path;
 
-use guidebench_testkit::Error;
-use guidebench_testkit::fixtures::{
+use guidebench_builtins::Error;
+use guidebench_builtins::fixtures::{
     FixtureDtype, FixtureSpec, builtin_model_dir_in, write_llama_fixture,
 };
 use sha2::{Digest, Sha256};

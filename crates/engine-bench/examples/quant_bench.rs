@@ -6,7 +6,7 @@
 //! quantized product, repacked kernels included where it has them).
 //!
 //! ```text
-//! cargo run --release -p guidebench-candle --example quant_bench [n=2048] [k=2048] [ms=1,8,32] [types=Q8_0,Q4_K,Q6_K] [reps=20] [paths=portable,avx2,avx512-vnni] [ours=true] [vec_dot=true] [qmatmul=true]
+//! cargo run --release -p guidebench-engine-bench --example quant_bench [n=2048] [k=2048] [ms=1,8,32] [types=Q8_0,Q4_K,Q6_K] [reps=20] [paths=portable,avx2,avx512-vnni] [ours=true] [vec_dot=true] [qmatmul=true]
 //! ```
 //!
 //! `paths` picks which of our kernel paths are timed one by one,

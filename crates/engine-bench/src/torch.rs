@@ -6,7 +6,7 @@ use std::time::Instant;
 use tch::{Device, Kind, Tensor};
 
 /// libtorch's f32 rate on a prefill-shaped product (4096 x 512 by
-/// 512 x 2816, the shape of testkit's `MatmulPeak`), FLOP/s, best of 5
+/// 512 x 2816, the shape of [`MatmulPeak`](crate::machine::MatmulPeak)), FLOP/s, best of 5
 /// after a warm-up.
 pub fn tch_matmul_peak() -> Result<f64, tch::TchError> {
     let _guard = tch::no_grad_guard();

@@ -19,7 +19,7 @@
 //!   candle's f32, bf16 and f16 over llama.cpp f16: the ratio of the
 //!   medians, and the range of the rounds' own ratios;
 //! - each row's share of its roofline bound (see
-//!   `guidebench_testkit::roofline`): its own bytes ÷ the measured read
+//!   `guidebench_engine_bench::roofline`): its own bytes ÷ the measured read
 //!   bandwidth at small batch, FLOPs ÷ the measured matrix-multiplication
 //!   peak at large (a GGUF format's bytes are its file's, counted by the
 //!   candle run); the peak and the bandwidth are measured before every
@@ -51,22 +51,17 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use guidebench_bench::data::SyntheticText;
 use guidebench_candle::{CandleEngine, CandleOptions};
-use guidebench_core::engine::{Engine, EngineOutput, EngineRequest};
-use guidebench_core::generation::StepRunner;
+use guidebench_core::engine::{Engine, EngineOptions, EngineRequest};
 use guidebench_core::model::ModelFolder;
 use guidebench_core::sampling::Sampling;
-use guidebench_testkit::machine::{Bandwidth, MatmulPeak, cpu_name};
-use guidebench_testkit::roofline::ModelCost;
+use guidebench_engine_bench::machine::{Bandwidth, MatmulPeak, cpu_name};
+use guidebench_engine_bench::roofline::ModelCost;
+use guidebench_engine_bench::workload::{BATCHES, OUTPUT, PROMPT, Workload, generate};
+use guidebench_engine_bench::{BoxError, median};
 use serde::{Deserialize, Serialize};
 
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
-
 const MODEL: &str = "builtin:tiny";
-const PROMPT: usize = 128;
-const OUTPUT: u32 = 64;
-const BATCHES: [usize; 3] = [1, 8, 32];
 
 fn main() -> Result<(), BoxError> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -99,7 +94,7 @@ fn key_values<'a>(args: &'a [String], keys: &[&str]) -> Result<Vec<(&'a str, &'a
 }
 
 /// What one candle child reports: its dtypes, its time for each batch,
-/// its cost model and its peak RSS.
+/// the bytes its steps read and its peak RSS.
 #[derive(Debug, Serialize, Deserialize)]
 struct ChildReport {
     dtype: String,
@@ -111,10 +106,10 @@ struct ChildReport {
     elapsed: Vec<f64>,
     /// Output tokens of each batch.
     tokens: Vec<usize>,
-    flops_token: f64,
-    lm_flops: f64,
+    /// Weight bytes one decoding step reads, as stored (the roofline's
+    /// FLOPs come from the config; these bytes from the loaded decoder).
     weight_bytes: f64,
-    attention_flops: f64,
+    /// KV-cache bytes a row reads per attended position, as cached.
     kv_bytes: f64,
     /// `VmHWM` at the end, KiB.
     peak_rss_kib: u64,
@@ -138,29 +133,19 @@ fn child(args: &[String]) -> Result<(), BoxError> {
     }
     let t0 = Instant::now();
     let options = CandleOptions {
-        dtype: Some(dtype.clone()),
+        common: EngineOptions {
+            dtype: Some(dtype.clone()),
+            ..EngineOptions::default()
+        },
         quant_kernels,
         ..CandleOptions::default()
     };
-    let mut engine = StepRunner::new(CandleEngine::load(Some(&model), &options)?);
+    let mut engine = CandleEngine::runner(Some(&model), &options)?;
     let load_s = t0.elapsed().as_secs_f64();
     let threads = engine.describe().threads.unwrap_or(1);
     let tokenizer = engine.tokenizer();
-    let mut text = SyntheticText::new(tokenizer.as_ref(), 1);
-    let mut requests = |n: usize, output: u32| -> Result<Vec<EngineRequest>, BoxError> {
-        (0..n)
-            .map(|i| {
-                Ok(EngineRequest {
-                    id: i as u64,
-                    prompt: text.prompt(PROMPT)?,
-                    add_special_tokens: true,
-                    images: Vec::new(),
-                    audio: Vec::new(),
-                    sampling: Sampling::fixed_length(output)?,
-                })
-            })
-            .collect()
-    };
+    let mut workload = Workload::new(tokenizer.as_ref());
+    let mut requests = |n: usize, output: u32| workload.requests(n, 0, output);
     generate(&mut engine, &requests(2, 4)?)?; // warm-up
     let batches: Vec<Vec<EngineRequest>> = BATCHES
         .iter()
@@ -182,10 +167,7 @@ fn child(args: &[String]) -> Result<(), BoxError> {
         load_s,
         elapsed,
         tokens,
-        flops_token: decoder.flops_per_token() as f64,
-        lm_flops: decoder.lm_head_flops() as f64,
         weight_bytes: decoder.weight_bytes_per_step() as f64,
-        attention_flops: decoder.attention_flops_per_position() as f64,
         kv_bytes: decoder.kv_bytes_per_position() as f64,
         peak_rss_kib: status_kib("self", "VmHWM").unwrap_or(0),
         end_rss_kib: status_kib("self", "VmRSS").unwrap_or(0),
@@ -207,7 +189,7 @@ fn greedy(args: &[String]) -> Result<(), BoxError> {
             _ => n = value.parse()?,
         }
     }
-    let mut engine = StepRunner::new(CandleEngine::load(Some(&model), &options)?);
+    let mut engine = CandleEngine::runner(Some(&model), &options)?;
     let prompts: Vec<String> = std::io::stdin().lines().collect::<Result<_, _>>()?;
     let batch = prompts
         .iter()
@@ -227,17 +209,6 @@ fn greedy(args: &[String]) -> Result<(), BoxError> {
         println!("{}", serde_json::to_string(&output.text)?);
     }
     Ok(())
-}
-
-/// Every output of a batch; any request's error fails the bench.
-fn generate(
-    engine: &mut StepRunner<CandleEngine>,
-    batch: &[EngineRequest],
-) -> Result<Vec<EngineOutput>, BoxError> {
-    Ok(engine
-        .generate(batch)?
-        .into_iter()
-        .collect::<Result<Vec<_>, _>>()?)
 }
 
 /// A field of `/proc/PID/status` in KiB (`VmHWM`: the peak resident
@@ -514,16 +485,6 @@ fn run_candle(
     Ok(serde_json::from_str(line)?)
 }
 
-fn median(values: impl IntoIterator<Item = f64>) -> f64 {
-    let mut v: Vec<f64> = values.into_iter().collect();
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
-}
-
 fn range(values: impl IntoIterator<Item = f64>) -> (f64, f64) {
     values
         .into_iter()
@@ -792,11 +753,9 @@ fn parent(args: &[String]) -> Result<(), BoxError> {
                         }
                     }
                     costs[i] = Some(ModelCost {
-                        flops_token: report.flops_token,
-                        lm_flops: report.lm_flops,
                         weight_bytes: report.weight_bytes,
-                        attention_flops: report.attention_flops,
                         kv_bytes: report.kv_bytes,
+                        ..ModelCost::of(config, 4)
                     });
                     candle_dtypes[i] = format!(
                         "dtype={} (weights {}, KV cache {}, {} threads), loaded in {:.2} s",

@@ -260,7 +260,8 @@ impl FixtureSpec {
     /// The tiny Llama made wide enough for every GGUF block type: hidden
     /// 256, MLP 512 (rows of every projection a multiple of the 256
     /// values of a K-quant block), 2 layers, 4 heads of 64, 2 KV heads,
-    /// rope_theta 50000, vocabulary 320. See [`crate::gguf`].
+    /// rope_theta 50000, vocabulary 320. The GGUF fixtures of the testkit
+    /// crate quantize it.
     pub fn gguf_tiny() -> Self {
         FixtureSpec {
             hidden_size: 256,
@@ -295,7 +296,9 @@ impl FixtureSpec {
         }
     }
 
-    pub(crate) fn head_dim(&self) -> usize {
+    /// The size of one attention head: `head_dim` if set, else the hidden
+    /// size over the number of heads.
+    pub fn head_dim(&self) -> usize {
         self.head_dim
             .unwrap_or(self.hidden_size / self.num_attention_heads.max(1))
     }
@@ -407,10 +410,14 @@ impl Normal {
 
 /// A row-major tensor: its `f32` values, and the dtype the safetensors
 /// file stores them in.
-pub(crate) struct Weight {
-    pub(crate) shape: Vec<usize>,
-    pub(crate) data: Vec<f32>,
-    pub(crate) dtype: FixtureDtype,
+#[derive(Debug, Clone)]
+pub struct Weight {
+    /// The tensor's shape, outermost first.
+    pub shape: Vec<usize>,
+    /// Its values, row-major.
+    pub data: Vec<f32>,
+    /// The dtype a safetensors file stores it in.
+    pub dtype: FixtureDtype,
 }
 
 impl safetensors::View for &Weight {
@@ -444,7 +451,7 @@ fn save(tensors: &[(String, Weight)], path: &Path) -> Result<()> {
 
 /// The tensors of a model of `spec` with `vocab` entries, in a fixed
 /// order, each to be stored in `spec.dtype`.
-pub(crate) fn weights(spec: &FixtureSpec, vocab: usize) -> Vec<(String, Weight)> {
+pub fn weights(spec: &FixtureSpec, vocab: usize) -> Vec<(String, Weight)> {
     let h = spec.hidden_size;
     let hd = spec.head_dim();
     let (nh, nkv, inter) = (
@@ -603,7 +610,7 @@ pub fn write_llama_fixture(dir: &Path, spec: &FixtureSpec) -> Result<()> {
 }
 
 /// Fails unless `spec`'s heads fit together.
-pub(crate) fn check_heads(spec: &FixtureSpec) -> Result<()> {
+pub fn check_heads(spec: &FixtureSpec) -> Result<()> {
     if spec.num_attention_heads == 0
         || spec.num_key_value_heads == 0
         || !spec
@@ -621,11 +628,11 @@ pub(crate) fn check_heads(spec: &FixtureSpec) -> Result<()> {
 /// [`write_llama_fixture`] with the generated tensors passed through
 /// `edit` before they are written (the GGUF reference replaces their
 /// values with the dequantized ones).
-pub(crate) fn write_fixture_with(
+pub fn write_fixture_with<E: From<Error>>(
     dir: &Path,
     spec: &FixtureSpec,
-    edit: impl FnOnce(&mut [(String, Weight)]) -> Result<()>,
-) -> Result<()> {
+    edit: impl FnOnce(&mut [(String, Weight)]) -> Result<(), E>,
+) -> Result<(), E> {
     check_heads(spec)?;
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     let tok = fixture_tokenizer(spec.vocab_size)?;

@@ -37,7 +37,7 @@
 //!
 //! ```text
 //! bench/products [rounds=5] [passes=20] [rows=1,8,32,128] [threads=N] [model=builtin:tiny]
-//! cargo run --release -p guidebench-tch --example products_bench -- [the same]
+//! cargo run --release -p guidebench-engine-bench --features tch --example products_bench -- [the same]
 //! ```
 
 use std::process::Command;
@@ -45,15 +45,11 @@ use std::time::Instant;
 
 use guidebench_candle::kernels::{PackedWeight, WeightArena, packed_matmul};
 use guidebench_core::model::ModelFolder;
-use guidebench_testkit::machine::{FmaPeak, FmaWidth, MatmulPeak, cpu_name, load_average};
+use guidebench_engine_bench::machine::{FmaPeak, FmaWidth, MatmulPeak, cpu_name, load_average};
+use guidebench_engine_bench::{BoxError, median};
 use tch::{Device, Kind, Tensor};
 
-#[path = "shared/torch_peak.rs"]
-mod torch_peak;
-
-use torch_peak::tch_matmul_peak;
-
-type BoxError = Box<dyn std::error::Error>;
+use guidebench_engine_bench::torch::tch_matmul_peak;
 
 /// One product of a step: `out` outputs from `in` inputs.
 #[derive(Clone, Copy)]
@@ -269,21 +265,9 @@ fn median_pass(
         }
     }
     Ok(Timing {
-        pass: median(&mut times),
-        kinds: kinds.map(|mut k| median(&mut k)),
+        pass: median(times),
+        kinds: kinds.map(median),
     })
-}
-
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    let mid = values.len() / 2;
-    if values.is_empty() {
-        f64::NAN
-    } else if values.len() % 2 == 1 {
-        values[mid]
-    } else {
-        (values[mid - 1] + values[mid]) / 2.0
-    }
 }
 
 /// The libraries' passes: (library, its label).
@@ -516,10 +500,7 @@ fn main() -> Result<(), BoxError> {
             (child(&args, Library::Torch)?, packed)
         });
     }
-    let med = |f: &dyn Fn(&Side, &Side) -> f64| {
-        let mut v: Vec<f64> = rounds.iter().map(|(t, p)| f(t, p)).collect();
-        median(&mut v)
-    };
+    let med = |f: &dyn Fn(&Side, &Side) -> f64| median(rounds.iter().map(|(t, p)| f(t, p)));
     let fma = |p: &Side| p.fma.unwrap_or(f64::NAN);
     println!(
         "\npeaks (medians over the rounds, GFLOP/s): libtorch 4096 x 512 x 2816 {:.1}; \

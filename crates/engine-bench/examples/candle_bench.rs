@@ -31,7 +31,7 @@
 //!    with the same batches.
 //!
 //! ```text
-//! cargo run --release -p guidebench-candle --example candle_bench -- [rounds=5] [waves=4]
+//! cargo run --release -p guidebench-engine-bench --example candle_bench -- [rounds=5] [waves=4]
 //! ```
 
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -39,18 +39,16 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use guidebench_bench::data::SyntheticText;
 use guidebench_candle::model::{PhaseReport, PhaseTimes};
 use guidebench_candle::{CandleEngine, CandleOptions};
 use guidebench_core::backend::Backend;
 use guidebench_core::engine::{Engine, EngineOutput, EngineRequest};
 use guidebench_core::generation::StepRunner;
 use guidebench_core::request::GenerationRequest;
-use guidebench_core::sampling::Sampling;
-use guidebench_testkit::machine::{Bandwidth, MatmulPeak, cpu_name};
-use guidebench_testkit::roofline::ModelCost;
-
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
+use guidebench_engine_bench::BoxError;
+use guidebench_engine_bench::machine::{Bandwidth, MatmulPeak, cpu_name};
+use guidebench_engine_bench::roofline::ModelCost;
+use guidebench_engine_bench::workload::{BATCHES, OUTPUT, PROMPT, Workload, generate};
 
 /// Counts the bytes every allocation of the process asks for.
 struct Counting;
@@ -107,21 +105,7 @@ fn page_faults() -> u64 {
 }
 
 const MODEL: &str = "builtin:tiny";
-const PROMPT: usize = 128;
-const OUTPUT: u32 = 64;
-const BATCHES: [usize; 3] = [1, 8, 32];
 const OFFLINE_BATCH: usize = 32;
-
-/// Every output of a batch; any request's error fails the bench.
-fn generate(
-    engine: &mut StepRunner<CandleEngine>,
-    batch: &[EngineRequest],
-) -> Result<Vec<EngineOutput>, BoxError> {
-    Ok(engine
-        .generate(batch)?
-        .into_iter()
-        .collect::<Result<Vec<_>, _>>()?)
-}
 
 fn main() -> Result<(), BoxError> {
     let mut rounds = 5usize;
@@ -135,7 +119,7 @@ fn main() -> Result<(), BoxError> {
         }
     }
     let t0 = Instant::now();
-    let mut engine = StepRunner::new(CandleEngine::load(Some(MODEL), &CandleOptions::default())?);
+    let mut engine = CandleEngine::runner(Some(MODEL), &CandleOptions::default())?;
     let description = engine.describe();
     println!(
         "candle bench: {MODEL}, prompt {PROMPT}, output {OUTPUT}, greedy, dtype {:?}, threads {:?}, \
@@ -164,22 +148,9 @@ fn main() -> Result<(), BoxError> {
         copy_bw / 1e9
     );
     let tokenizer = engine.tokenizer();
-    let mut text = SyntheticText::new(tokenizer.as_ref(), 1);
+    let mut workload = Workload::new(tokenizer.as_ref());
     let mut requests =
-        |n: usize, first_id: u64, output: u32| -> Result<Vec<EngineRequest>, BoxError> {
-            (0..n)
-                .map(|i| {
-                    Ok(EngineRequest {
-                        id: first_id + i as u64,
-                        prompt: text.prompt(PROMPT)?,
-                        add_special_tokens: true,
-                        images: Vec::new(),
-                        audio: Vec::new(),
-                        sampling: Sampling::fixed_length(output)?,
-                    })
-                })
-                .collect()
-        };
+        |n: usize, first_id: u64, output: u32| workload.requests(n, first_id, output);
     generate(&mut engine, &requests(2, 0, 4)?)?; // warm-up
 
     // 1. throughput by batch size (best of `rounds`, rounds interleaved),
@@ -191,11 +162,9 @@ fn main() -> Result<(), BoxError> {
         .collect::<Result<_, _>>()?;
     let decoder = engine.engine().decoder();
     let model = ModelCost {
-        flops_token: decoder.flops_per_token() as f64,
-        lm_flops: decoder.lm_head_flops() as f64,
         weight_bytes: decoder.weight_bytes_per_step() as f64,
-        attention_flops: decoder.attention_flops_per_position() as f64,
         kv_bytes: decoder.kv_bytes_per_position() as f64,
+        ..ModelCost::of(decoder.config(), 4)
     };
     // The read bandwidth over a buffer the size of one step's weights too:
     // steps read the same weights over and over, and where the last-level

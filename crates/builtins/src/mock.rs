@@ -359,7 +359,7 @@ impl Engine for MockEngine {
     fn describe(&self) -> EngineDescription {
         EngineDescription {
             engine: "mock".into(),
-            library: format!("guidebench-testkit {}", env!("CARGO_PKG_VERSION")),
+            library: format!("{} {}", env!("CARGO_PKG_NAME"), env!("CARGO_PKG_VERSION")),
             model: "mock".into(),
             device: "cpu".into(),
             threads: Some(1),

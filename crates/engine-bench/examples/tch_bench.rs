@@ -10,14 +10,14 @@
 //! step, max(bytes read / read bandwidth measured in this run, the
 //! step's FLOPs / that peak), attention's FLOPs and KV reads included, as
 //! `bench/candle` and `bench/ort` define it
-//! ([`guidebench_testkit::roofline`]).
+//! ([`guidebench_engine_bench::roofline`]).
 //! Here the peak is the faster of libtorch's and the `gemm` crate's
 //! (candle's, into a kept output) on a prefill-shaped product, and the
 //! read bandwidth libtorch's sum over 1 GiB.
 //!
 //! ```text
 //! bench/tch [rounds=2] [candle=1] [dual=1] [threads=N] [transformers=1]
-//! cargo run --release -p guidebench-tch --example tch_bench -- [rounds=2] [candle=1] [dual=1] [threads=N] [model=builtin:tiny]
+//! cargo run --release -p guidebench-engine-bench --features tch --example tch_bench -- [rounds=2] [candle=1] [dual=1] [threads=N] [model=builtin:tiny]
 //! ```
 //!
 //! `dual=1` (the default) also runs a second tch engine with
@@ -27,26 +27,16 @@
 
 use std::time::Instant;
 
-use guidebench_bench::data::SyntheticText;
 use guidebench_candle::{CandleEngine, CandleOptions};
-use guidebench_core::engine::{Engine, EngineOutput, EngineRequest};
-use guidebench_core::generation::StepRunner;
-use guidebench_core::sampling::Sampling;
+use guidebench_core::engine::{Engine, EngineOptions, EngineOutput, EngineRequest};
+use guidebench_engine_bench::BoxError;
+use guidebench_engine_bench::machine::{MatmulPeak, cpu_name, load_average};
+use guidebench_engine_bench::roofline::ModelCost;
+use guidebench_engine_bench::workload::{BATCHES, OUTPUT, PROMPT, Workload};
 use guidebench_tch::{TchEngine, TchOptions};
-use guidebench_testkit::machine::{MatmulPeak, cpu_name, load_average};
-use guidebench_testkit::roofline::ModelCost;
 use tch::{Device, Kind, Tensor};
 
-#[path = "shared/torch_peak.rs"]
-mod torch_peak;
-
-use torch_peak::tch_matmul_peak;
-
-type BoxError = Box<dyn std::error::Error>;
-
-const PROMPT: usize = 128;
-const OUTPUT: u32 = 64;
-const BATCHES: [usize; 3] = [1, 8, 32];
+use guidebench_engine_bench::torch::tch_matmul_peak;
 
 /// Output tokens/s of one batch, and its tokens.
 fn timed(
@@ -100,10 +90,13 @@ fn main() -> Result<(), BoxError> {
     }
     let t0 = Instant::now();
     let options = TchOptions {
-        threads: Some(threads as i64),
+        common: EngineOptions {
+            threads: Some(threads as i64),
+            ..EngineOptions::default()
+        },
         ..TchOptions::default()
     };
-    let mut engine = StepRunner::new(TchEngine::load(Some(&model), &options)?);
+    let mut engine = TchEngine::runner(Some(&model), &options)?;
     println!(
         "tch bench: {model}, prompt {PROMPT}, output {OUTPUT}, greedy, f32, threads {threads}, \
          {}, loaded in {:.2?}",
@@ -119,13 +112,13 @@ fn main() -> Result<(), BoxError> {
     );
     let mut dual = if with_dual {
         let t = Instant::now();
-        let d = StepRunner::new(TchEngine::load(
+        let d = TchEngine::runner(
             Some(&model),
             &TchOptions {
                 dual_layout: Some(true),
                 ..options.clone()
             },
-        )?);
+        )?;
         println!(
             "tch engine with dual_layout=true loaded in {:.2?}",
             t.elapsed()
@@ -136,13 +129,16 @@ fn main() -> Result<(), BoxError> {
     };
     let mut candle = if with_candle {
         let t = Instant::now();
-        let c = StepRunner::new(CandleEngine::load(
+        let c = CandleEngine::runner(
             Some(&model),
             &CandleOptions {
-                threads: Some(threads as i64),
+                common: EngineOptions {
+                    threads: Some(threads as i64),
+                    ..EngineOptions::default()
+                },
                 ..CandleOptions::default()
             },
-        )?);
+        )?;
         println!("candle engine loaded in {:.2?}", t.elapsed());
         Some(c)
     } else {
@@ -161,21 +157,8 @@ fn main() -> Result<(), BoxError> {
     );
 
     let tokenizer = engine.tokenizer();
-    let mut text = SyntheticText::new(tokenizer.as_ref(), 1);
-    let mut requests = |n: usize, output: u32| -> Result<Vec<EngineRequest>, BoxError> {
-        (0..n)
-            .map(|i| {
-                Ok(EngineRequest {
-                    id: i as u64,
-                    prompt: text.prompt(PROMPT)?,
-                    add_special_tokens: true,
-                    images: Vec::new(),
-                    audio: Vec::new(),
-                    sampling: Sampling::fixed_length(output)?,
-                })
-            })
-            .collect()
-    };
+    let mut workload = Workload::new(tokenizer.as_ref());
+    let mut requests = |n: usize, output: u32| workload.requests(n, 0, output);
     let warm = requests(2, 4)?;
     timed(&mut engine, &warm)?;
     if let Some(d) = dual.as_mut() {

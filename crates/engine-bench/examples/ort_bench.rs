@@ -8,7 +8,7 @@
 //!    matrix-multiplication peak measured in this run, plus, per decoding
 //!    step, max(bytes read / read bandwidth measured in this run, the
 //!    step's FLOPs / that peak), attention's FLOPs and KV reads included
-//!    (the bound of `bench/candle`, [`guidebench_testkit::roofline`]);
+//!    (the bound of `bench/candle`, [`guidebench_engine_bench::roofline`]);
 //! 2. the same batches driven directly with ONNX Runtime: a plain loop of
 //!    `session.run` calls (one prefill over the left-padded batch, then 63
 //!    decoding calls feeding `present` back as `past`, with a growing
@@ -35,9 +35,9 @@
 //!
 //! ```text
 //! bench/ort [pairs=14] [candle=1]
-//! cargo run --release -p guidebench-ort --example ort_bench -- [pairs=14] [candle=1] \
+//! cargo run --release -p guidebench-engine-bench --features ort --example ort_bench -- [pairs=14] [candle=1] \
 //!     [model=builtin:tiny] [matmul=PATH]
-//! cargo run --release -p guidebench-ort --example ort_bench -- prepare   # prints the model folder
+//! cargo run --release -p guidebench-engine-bench --features ort --example ort_bench -- prepare   # prints the model folder
 //! ```
 //!
 //! `model=` must hold `model.onnx` (`scripts/export_onnx_fixture.py`);
@@ -51,38 +51,24 @@ use std::path::Path;
 use std::time::Instant;
 
 use guidebench_bench::analysis::stats::quantile_interval;
-use guidebench_bench::data::SyntheticText;
 use guidebench_bench::metrics::percentile;
 use guidebench_candle::{CandleEngine, CandleOptions};
-use guidebench_core::engine::{Engine, EngineOutput, EngineRequest};
+use guidebench_core::engine::{Engine, EngineOptions, EngineRequest};
 use guidebench_core::generation::StepRunner;
 use guidebench_core::model::ModelFolder;
 use guidebench_core::sampler::argmax;
-use guidebench_core::sampling::Sampling;
+use guidebench_engine_bench::machine::{Bandwidth, MatmulPeak, cpu_name, load_average};
+use guidebench_engine_bench::median;
+use guidebench_engine_bench::roofline::ModelCost;
+use guidebench_engine_bench::workload::{BATCHES, OUTPUT, PROMPT, Workload, generate};
 use guidebench_ort::graph::{find_graph, past_name, present_name};
 use guidebench_ort::{OrtEngine, OrtOptions, RunTimes};
-use guidebench_testkit::machine::{Bandwidth, MatmulPeak, cpu_name, load_average};
-use guidebench_testkit::roofline::ModelCost;
 use ort::session::builder::GraphOptimizationLevel;
 use ort::session::{Session, SessionInputValue};
 use ort::value::{DynValue, TensorRef};
 
+/// Any error, boxed (ONNX Runtime's are not `Sync`).
 type BoxError = Box<dyn std::error::Error>;
-
-const PROMPT: usize = 128;
-const OUTPUT: u32 = 64;
-const BATCHES: [usize; 3] = [1, 8, 32];
-
-/// Every output of a batch; any request's error fails the bench.
-fn generate(
-    engine: &mut dyn Engine,
-    batch: &[EngineRequest],
-) -> Result<Vec<EngineOutput>, BoxError> {
-    Ok(engine
-        .generate(batch)?
-        .into_iter()
-        .collect::<Result<Vec<_>, _>>()?)
-}
 
 /// One timed batch: output tokens/s, the time to the first token, the
 /// tokens of each row, the wall time in seconds and the calls to
@@ -184,13 +170,6 @@ impl Column {
     }
 }
 
-/// The median of `values` (NaN when empty).
-fn median(values: &[f64]) -> f64 {
-    let mut sorted = values.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    percentile(&sorted, 50.0).unwrap_or(f64::NAN)
-}
-
 /// The median of `values` with its distribution-free 95 % interval
 /// (order statistics), as text, scaled by `scale`, with `digits`
 /// decimals.
@@ -247,10 +226,13 @@ fn main() -> Result<(), BoxError> {
 
     let t0 = Instant::now();
     let options = OrtOptions {
-        threads: Some(threads as i64),
+        common: EngineOptions {
+            threads: Some(threads as i64),
+            ..EngineOptions::default()
+        },
         ..OrtOptions::default()
     };
-    let mut engine = StepRunner::new(OrtEngine::load(&model, &options)?);
+    let mut engine = OrtEngine::runner(&model, &options)?;
     let description = engine.describe();
     println!(
         "ort bench: {model}, prompt {PROMPT}, output {OUTPUT}, greedy, f32, threads {threads}, \
@@ -291,13 +273,16 @@ fn main() -> Result<(), BoxError> {
 
     let mut candle = if with_candle {
         let t = Instant::now();
-        let candle = StepRunner::new(CandleEngine::load(
+        let candle = CandleEngine::runner(
             Some(&model),
             &CandleOptions {
-                threads: Some(threads as i64),
+                common: EngineOptions {
+                    threads: Some(threads as i64),
+                    ..EngineOptions::default()
+                },
                 ..CandleOptions::default()
             },
-        )?);
+        )?;
         println!("candle engine loaded in {:.2?}", t.elapsed());
         Some(candle)
     } else {
@@ -305,21 +290,8 @@ fn main() -> Result<(), BoxError> {
     };
 
     let tokenizer = engine.tokenizer();
-    let mut text = SyntheticText::new(tokenizer.as_ref(), 1);
-    let mut requests = |n: usize, output: u32| -> Result<Vec<EngineRequest>, BoxError> {
-        (0..n)
-            .map(|i| {
-                Ok(EngineRequest {
-                    id: i as u64,
-                    prompt: text.prompt(PROMPT)?,
-                    add_special_tokens: true,
-                    images: Vec::new(),
-                    audio: Vec::new(),
-                    sampling: Sampling::fixed_length(output)?,
-                })
-            })
-            .collect()
-    };
+    let mut workload = Workload::new(tokenizer.as_ref());
+    let mut requests = |n: usize, output: u32| workload.requests(n, 0, output);
     let encode = |batch: &[EngineRequest]| -> Result<Vec<Vec<u32>>, BoxError> {
         batch
             .iter()
@@ -394,17 +366,11 @@ fn main() -> Result<(), BoxError> {
         ..
     } = cost;
     if let Some(c) = candle.as_ref() {
-        let d = c.engine().decoder();
-        let theirs = (
-            d.flops_per_token() as f64,
-            d.lm_head_flops() as f64,
-            d.weight_bytes_per_step() as f64,
-        );
-        if theirs != (flops_token, lm_flops, weight_bytes) {
+        let theirs = c.engine().decoder().weight_bytes_per_step() as f64;
+        if theirs != weight_bytes {
             println!(
-                "note: candle's decoder counts {theirs:?} (FLOPs/token, LM head FLOPs, weight \
-                 bytes/step), this bench {:?}",
-                (flops_token, lm_flops, weight_bytes)
+                "note: candle's decoder reads {theirs} weight bytes a step, this bench counts \
+                 {weight_bytes}"
             );
         }
     }

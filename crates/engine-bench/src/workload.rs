@@ -1,0 +1,61 @@
+//! The workload every engine bench runs: prompts of [`PROMPT`] tokens of
+//! synthetic text, [`OUTPUT`] output tokens each, in batches of
+//! [`BATCHES`] requests; and running one batch to its outputs.
+
+use guidebench_bench::data::SyntheticText;
+use guidebench_core::engine::{Engine, EngineOutput, EngineRequest};
+use guidebench_core::sampling::Sampling;
+use guidebench_core::tokenizer::Tokenizer;
+
+/// Prompt tokens of every request.
+pub const PROMPT: usize = 128;
+/// Output tokens of every request (fixed length: end of sequence
+/// ignored).
+pub const OUTPUT: u32 = 64;
+/// The batch sizes measured.
+pub const BATCHES: [usize; 3] = [1, 8, 32];
+
+/// Requests of [`PROMPT`] tokens of synthetic text, seeded, so every
+/// engine of a bench gets the same prompts in the same order.
+pub struct Workload<'a> {
+    text: SyntheticText<'a>,
+}
+
+impl<'a> Workload<'a> {
+    /// The workload over `tokenizer` (seed 1).
+    pub fn new(tokenizer: &'a dyn Tokenizer) -> Self {
+        Workload {
+            text: SyntheticText::new(tokenizer, 1),
+        }
+    }
+
+    /// `n` requests with ids from `first_id`, each of the next prompt and
+    /// `output` output tokens.
+    pub fn requests(
+        &mut self,
+        n: usize,
+        first_id: u64,
+        output: u32,
+    ) -> guidebench_bench::Result<Vec<EngineRequest>> {
+        (0..n)
+            .map(|i| {
+                Ok(EngineRequest {
+                    id: first_id + i as u64,
+                    prompt: self.text.prompt(PROMPT)?,
+                    add_special_tokens: true,
+                    images: Vec::new(),
+                    audio: Vec::new(),
+                    sampling: Sampling::fixed_length(output)?,
+                })
+            })
+            .collect()
+    }
+}
+
+/// Every output of a batch; any request's error fails the bench.
+pub fn generate(
+    engine: &mut dyn Engine,
+    batch: &[EngineRequest],
+) -> guidebench_core::Result<Vec<EngineOutput>> {
+    engine.generate(batch)?.into_iter().collect()
+}
