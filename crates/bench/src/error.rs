@@ -30,7 +30,87 @@ pub enum Error {
         kind: String,
         /// What it reported.
         #[source]
-        source: guidebench_core::Error,
+        source: Box<Error>,
+    },
+
+    /// A data file, or a row of one, that cannot be read or cannot become
+    /// a request: `data.jsonl, line 3: column `stop`: expected strings`.
+    #[error("{}", row_message(.path, .location.as_deref(), .column.as_deref(), .reason))]
+    Row {
+        /// The data file (a dataset's snapshot folder for a dataset).
+        path: std::path::PathBuf,
+        /// Where the row is (`line 3`, `item 2`, `row 7`); `None` when the
+        /// file as a whole is at fault.
+        location: Option<String>,
+        /// The column at fault, when one is.
+        column: Option<String>,
+        /// What is wrong.
+        reason: String,
+    },
+
+    /// A data file whose format its extension does not tell.
+    #[error(
+        "cannot tell the format of data file `{}` from its extension; name it .jsonl, \
+         .json, .csv, .parquet or .arrow, or set format={formats}",
+        path.display()
+    )]
+    DataFormat {
+        /// The data file.
+        path: std::path::PathBuf,
+        /// The formats `format=` accepts, joined with `|`.
+        formats: String,
+    },
+
+    /// A data file without a prompt column.
+    #[error(
+        "{context}: `{}` has no prompt column: none of {} is present; columns \
+         present: {present}; name the column with prompt_column=NAME",
+        path.display(),
+        tried.join(", ")
+    )]
+    NoPromptColumn {
+        /// The option context (`data file`).
+        context: String,
+        /// The data file.
+        path: std::path::PathBuf,
+        /// The column names looked for.
+        tried: &'static [&'static str],
+        /// The columns the file has, joined.
+        present: String,
+    },
+
+    /// A Hugging Face dataset that the local cache does not hold (nothing
+    /// is ever downloaded).
+    #[error(
+        "dataset `{name}` is not in the local Hugging Face cache: {what}; looked in {}. \
+         Nothing is downloaded: fetch it first (for instance `hf download --repo-type \
+         dataset {name}`), or set HF_HUB_CACHE or HF_HOME to the cache that has it",
+        looked_in(.looked)
+    )]
+    DatasetNotCached {
+        /// The dataset (`org/name`).
+        name: String,
+        /// What is missing (`no such folder`).
+        what: String,
+        /// Where it was looked for.
+        looked: Vec<std::path::PathBuf>,
+    },
+
+    /// A cached dataset without a file of the split asked for.
+    #[error(
+        "dataset `{name}`: no Parquet or Arrow file of split `{split}`{} in `{}`",
+        config.as_ref().map(|c| format!(" of config `{c}`")).unwrap_or_default(),
+        snapshot.display()
+    )]
+    DatasetSplit {
+        /// The dataset (`org/name`).
+        name: String,
+        /// The split asked for.
+        split: String,
+        /// The config asked for, if any.
+        config: Option<String>,
+        /// The snapshot folder searched.
+        snapshot: std::path::PathBuf,
     },
 
     /// The session could not start a thread or a runtime it needs.
@@ -179,6 +259,10 @@ impl Error {
             Error::Core(err) => err.label(),
             Error::Item { .. } => "invalid_data_item",
             Error::Source { .. } => "data_source",
+            Error::Row { .. } => "invalid_data_row",
+            Error::DataFormat { .. } => "unknown_data_format",
+            Error::NoPromptColumn { .. } => "no_prompt_column",
+            Error::DatasetNotCached { .. } | Error::DatasetSplit { .. } => "dataset_not_cached",
             Error::Start { .. } => "start",
             Error::Render { .. } | Error::Plot { .. } | Error::Yaml { .. } => "report",
             Error::ReadScenario { .. } | Error::InvalidScenario { .. } | Error::GuideLlm { .. } => {
@@ -197,7 +281,13 @@ impl Error {
     pub fn is_usage(&self) -> bool {
         match self {
             Error::Core(err) => err.is_usage(),
-            Error::Item { .. } | Error::Source { .. } => true,
+            Error::Item { .. }
+            | Error::Source { .. }
+            | Error::Row { .. }
+            | Error::DataFormat { .. }
+            | Error::NoPromptColumn { .. }
+            | Error::DatasetNotCached { .. }
+            | Error::DatasetSplit { .. } => true,
             Error::ReadScenario { .. }
             | Error::InvalidScenario { .. }
             | Error::GuideLlm { .. }
@@ -213,5 +303,38 @@ impl Error {
             | Error::Plot { .. }
             | Error::Yaml { .. } => false,
         }
+    }
+}
+
+/// `path, location: column `c`: reason`, each part where present.
+fn row_message(
+    path: &std::path::Path,
+    location: Option<&str>,
+    column: Option<&str>,
+    reason: &str,
+) -> String {
+    let mut message = path.display().to_string();
+    if let Some(location) = location {
+        message.push_str(", ");
+        message.push_str(location);
+    }
+    message.push_str(": ");
+    if let Some(column) = column {
+        message.push_str(&format!("column `{column}`: "));
+    }
+    message.push_str(reason);
+    message
+}
+
+/// The folders a dataset was looked for in, for a message.
+fn looked_in(looked: &[std::path::PathBuf]) -> String {
+    if looked.is_empty() {
+        "no cache folder (neither HF_HUB_CACHE, HF_HOME nor HOME is set)".to_string()
+    } else {
+        let looked: Vec<String> = looked
+            .iter()
+            .map(|p| format!("`{}`", p.display()))
+            .collect();
+        looked.join(", ")
     }
 }

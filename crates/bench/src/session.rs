@@ -35,7 +35,7 @@ use guidebench_core::request::{ChatMessage, GenerationRequest, RequestInput, Req
 use guidebench_core::sampling::SamplingParams;
 use guidebench_core::tokenizer::{HfTokenizer, Tokenizer};
 
-use crate::data::{DATA_KINDS, DataItem, DataSource, create_source};
+use crate::data::{DataItem, DataSource, create_source, data_kind};
 use crate::planner::{Finished, Planner};
 use crate::report::{BenchmarkReport, Report, client_saturation};
 use crate::runner::{
@@ -378,17 +378,9 @@ fn take_sampling(backend: &mut KindArgs) -> Result<SamplingParams> {
 /// Checks one `--data` argument against its kind's options, without
 /// reading anything but whether a named file exists.
 fn check_data(mut args: KindArgs) -> Result<DataPlan> {
-    let Some((name, specs)) = DATA_KINDS.iter().find(|(k, _)| *k == args.kind) else {
-        let mut available: Vec<String> = DATA_KINDS.iter().map(|(k, _)| (*k).to_owned()).collect();
-        available.sort();
-        return Err(Error::Core(guidebench_core::Error::UnknownName {
-            what: "data kind",
-            name: args.kind,
-            available,
-        }));
-    };
+    let kind = data_kind(&args.kind)?;
     let mut probe = args.options.clone();
-    check_options(&format!("data {name}"), &[specs], &mut probe)?;
+    check_options(&format!("data {}", kind.name), &[kind.options], &mut probe)?;
     let on_error = match args.options.remove("on_error") {
         Some(Value::String(s)) if s == "skip" => OnError::Skip,
         _ => OnError::Fail,
@@ -867,7 +859,7 @@ fn feed_items(
             Err(source) => {
                 return Err(Error::Source {
                     kind: feed.kind.clone(),
-                    source,
+                    source: Box::new(source),
                 });
             }
         };
@@ -1056,10 +1048,12 @@ mod tests {
     }
 
     impl DataSource for Failing {
-        fn next_item(&mut self) -> guidebench_core::Result<Option<DataItem>> {
+        fn next_item(&mut self) -> Result<Option<DataItem>> {
             self.produced += 1;
             if self.produced == self.fail_at {
-                return Err(guidebench_core::Error::Config("row unreadable".into()));
+                return Err(Error::Core(guidebench_core::Error::Config(
+                    "row unreadable".into(),
+                )));
             }
             Ok(Some(item(SamplingParams::default(), Some(1))))
         }

@@ -229,10 +229,10 @@ fn list_backends() -> Result<(), Failure> {
     println!();
     println!("Sampling (--backend ...,sampling.KEY=VALUE; a data row's own column wins):");
     print_options(guidebench_bench::session::SAMPLING_OPTIONS);
-    list_kinds(
-        "Data (--data kind=NAME,...):",
-        guidebench_bench::data::DATA_KINDS,
-    );
+    let data: Vec<_> = (guidebench_bench::data::DATA_KINDS.iter())
+        .map(|k| (k.name, k.options))
+        .collect();
+    list_kinds("Data (--data kind=NAME,...):", &data);
     list_kinds(
         "Profiles (--profile kind=NAME,...):",
         guidebench_bench::runner::PROFILE_KINDS,

@@ -59,23 +59,18 @@ use std::time::Duration;
 
 use serde_json::{Map, Value};
 
+use super::open::read_rows;
+use super::rows::{FORMATS, Row, json_in_cell};
 use super::{DataItem, DataSource, History, Turn, string_option, u32_option};
+use crate::{Error, Result};
+use guidebench_core::Error as CoreError;
 use guidebench_core::options::{OptionSpec, OptionType};
 use guidebench_core::request::{ChatMessage, ContentPart, MediaSource, RequestInput};
 use guidebench_core::sampling::SamplingParams;
 use guidebench_core::tokenizer::Tokenizer;
-use guidebench_core::{Error, Result};
 
 /// The name of this data kind.
 pub(super) const KIND: &str = "file";
-
-/// The formats a data file may have.
-const FORMATS: &[&str] = &["jsonl", "json", "csv", "parquet", "arrow"];
-
-/// The extensions of data files (a `path` with one is never a dataset id).
-pub(super) const EXTENSIONS: &[&str] = &[
-    "jsonl", "ndjson", "json", "csv", "parquet", "arrow", "feather", "ipc",
-];
 
 /// The options of `--data kind=file`.
 pub const FILE_OPTIONS: &[OptionSpec] = &[
@@ -192,96 +187,6 @@ const PROMPT_COLUMNS: &[&str] = &[
 const OUTPUT_TOKENS_COLUMNS: &[&str] = &["output_tokens", "output_tokens_count", "max_tokens"];
 const PROMPT_TOKENS_COLUMNS: &[&str] = &["prompt_tokens", "prompt_tokens_count"];
 
-/// A data file's format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Format {
-    /// One JSON object per line.
-    Jsonl,
-    /// A JSON list of objects.
-    Json,
-    /// Comma-separated values with a header row.
-    Csv,
-    /// Apache Parquet.
-    Parquet,
-    /// Arrow IPC, file (Feather v2) or stream format.
-    Arrow,
-}
-
-/// One record of the file, with where it is for error messages.
-#[derive(Debug)]
-pub(super) struct Row {
-    /// `line 3` or `item 2`.
-    pub(super) location: String,
-    /// The record's fields.
-    pub(super) fields: Map<String, Value>,
-    /// Whether the values are CSV text (JSON is then looked for in cells).
-    pub(super) csv: bool,
-}
-
-/// The rows of the file named by the `path` option, in the format of the
-/// `format` option or of its extension, and the columns present (in order
-/// of appearance).
-pub(super) fn read_rows(
-    context: &str,
-    options: &Map<String, Value>,
-) -> Result<(PathBuf, Vec<Row>, Vec<String>)> {
-    let path = string_option(options, "path").ok_or_else(|| Error::MissingOption {
-        context: context.to_string(),
-        key: "path".to_string(),
-    })?;
-    let path = PathBuf::from(path);
-    if !path.exists()
-        && let Some(id) = super::hf::DatasetId::parse(&path.to_string_lossy())
-    {
-        let (snapshot, files) = super::hf::resolve(
-            &id,
-            string_option(options, "split").unwrap_or("train"),
-            string_option(options, "config"),
-            string_option(options, "hub_cache").map(PathBuf::from),
-        )?;
-        let mut rows = Vec::new();
-        let mut present = Vec::new();
-        for file in &files {
-            let label = file
-                .strip_prefix(&snapshot)
-                .unwrap_or(file)
-                .display()
-                .to_string();
-            match format_of(file)? {
-                Format::Parquet => {
-                    super::columnar::read_parquet(file, Some(&label), &mut rows, &mut present)?;
-                }
-                _ => super::columnar::read_arrow(file, Some(&label), &mut rows, &mut present)?,
-            }
-        }
-        return Ok((snapshot, rows, present));
-    }
-    let format = match string_option(options, "format") {
-        Some("jsonl") => Format::Jsonl,
-        Some("json") => Format::Json,
-        Some("csv") => Format::Csv,
-        Some("parquet") => Format::Parquet,
-        Some("arrow") => Format::Arrow,
-        _ => format_of(&path)?,
-    };
-    let mut rows = Vec::new();
-    let mut present = Vec::new();
-    match format {
-        Format::Parquet => super::columnar::read_parquet(&path, None, &mut rows, &mut present)?,
-        Format::Arrow => super::columnar::read_arrow(&path, None, &mut rows, &mut present)?,
-        Format::Jsonl | Format::Json | Format::Csv => {
-            let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
-            let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
-            (rows, present) = match format {
-                Format::Jsonl => read_jsonl(&path, text)?,
-                Format::Json => read_json(&path, text)?,
-                _ => read_csv(&path, text)?,
-            };
-        }
-    }
-    Ok((path, rows, present))
-}
-
 /// The columns used, resolved against the file's columns.
 #[derive(Debug, Default)]
 struct Columns {
@@ -321,7 +226,7 @@ impl FileSource {
         let find = |key: &str, defaults: &[&str]| -> Result<Option<String>> {
             match string_option(options, key) {
                 Some(column) if present.iter().any(|c| c == column) => Ok(Some(column.to_string())),
-                Some(column) => Err(Error::InvalidOption {
+                Some(column) => Err(Error::from(CoreError::InvalidOption {
                     context: context.to_string(),
                     key: key.to_string(),
                     reason: format!(
@@ -329,22 +234,20 @@ impl FileSource {
                         path.display(),
                         list(&present)
                     ),
-                }),
+                })),
                 None => Ok(defaults
                     .iter()
                     .find(|d| present.iter().any(|c| c == *d))
                     .map(|d| (*d).to_string())),
             }
         };
-        let prompt = find("prompt_column", PROMPT_COLUMNS)?.ok_or_else(|| {
-            Error::Config(format!(
-                "{context}: `{}` has no prompt column: none of {} is present; columns present: \
-                 {}; name the column with prompt_column=NAME",
-                path.display(),
-                PROMPT_COLUMNS.join(", "),
-                list(&present)
-            ))
-        })?;
+        let prompt =
+            find("prompt_column", PROMPT_COLUMNS)?.ok_or_else(|| Error::NoPromptColumn {
+                context: context.to_string(),
+                path: path.to_path_buf(),
+                tried: PROMPT_COLUMNS,
+                present: list(&present),
+            })?;
         let columns = Columns {
             prompt,
             output_tokens: find("output_tokens_column", OUTPUT_TOKENS_COLUMNS)?,
@@ -357,14 +260,14 @@ impl FileSource {
         let conversation = find("conversation_column", &["conversation_id"])?;
         let turn = find("turn_column", &["turn"])?.filter(|_| conversation.is_some());
         if conversation.is_none() && string_option(options, "turn_column").is_some() {
-            return Err(Error::InvalidOption {
+            return Err(Error::from(CoreError::InvalidOption {
                 context: context.to_string(),
                 key: "turn_column".to_string(),
                 reason: format!(
                     "`{}` has no conversation column; name it with conversation_column=NAME",
                     path.display()
                 ),
-            });
+            }));
         }
         let plan = TurnPlan {
             think: turn_delay(context, options)?,
@@ -380,15 +283,19 @@ impl FileSource {
         }
 
         let base = path.parent().unwrap_or(Path::new(""));
-        let origin = |row: &Row| format!("{}, {}", path.display(), row.location);
+        let fault = |row: &Row, Fault { column, reason }| Error::Row {
+            path: path.to_path_buf(),
+            location: Some(row.location.clone()),
+            column,
+            reason,
+        };
         let item = |row: &Row| {
-            let origin = origin(row);
             item_from_row(row, &columns, base)
                 .map(|item| DataItem {
-                    origin: origin.clone(),
+                    origin: format!("{}, {}", path.display(), row.location),
                     ..item
                 })
-                .map_err(|reason| Error::Config(format!("{origin}: {reason}")))
+                .map_err(|f| fault(row, f))
         };
         let mut items = match &conversation {
             None => rows
@@ -396,10 +303,8 @@ impl FileSource {
                 .map(|row| item(row).map(|item| plan.split_chat(item)))
                 .collect::<Result<VecDeque<_>>>()?,
             Some(id_column) => {
-                let groups =
-                    group_rows(&rows, id_column, turn.as_deref()).map_err(|(row, reason)| {
-                        Error::Config(format!("{}: {reason}", origin(&rows[row])))
-                    })?;
+                let groups = group_rows(&rows, id_column, turn.as_deref())
+                    .map_err(|(row, f)| fault(&rows[row], f))?;
                 groups
                     .into_iter()
                     .filter_map(|group| {
@@ -484,10 +389,12 @@ fn turn_delay(context: &str, options: &Map<String, Value>) -> Result<Duration> {
     value
         .as_f64()
         .and_then(|seconds| Duration::try_from_secs_f64(seconds).ok())
-        .ok_or_else(|| Error::InvalidOption {
-            context: context.to_string(),
-            key: "turn_delay".to_string(),
-            reason: format!("expected seconds >= 0, got {value}"),
+        .ok_or_else(|| {
+            Error::from(CoreError::InvalidOption {
+                context: context.to_string(),
+                key: "turn_delay".to_string(),
+                reason: format!("expected seconds >= 0, got {value}"),
+            })
         })
 }
 
@@ -498,7 +405,7 @@ fn group_rows(
     rows: &[Row],
     id_column: &str,
     turn_column: Option<&str>,
-) -> std::result::Result<Vec<Vec<usize>>, (usize, String)> {
+) -> std::result::Result<Vec<Vec<usize>>, (usize, Fault)> {
     let mut groups: Vec<Vec<(u64, usize)>> = Vec::new();
     let mut by_id: HashMap<String, usize> = HashMap::new();
     for (index, row) in rows.iter().enumerate() {
@@ -508,9 +415,12 @@ fn group_rows(
             other => {
                 return Err((
                     index,
-                    format!(
-                        "column `{id_column}`: expected a conversation id, got {}",
-                        other.unwrap_or(&Value::Null)
+                    Fault::at(
+                        id_column,
+                        format!(
+                            "expected a conversation id, got {}",
+                            other.unwrap_or(&Value::Null)
+                        ),
                     ),
                 ));
             }
@@ -531,15 +441,18 @@ fn group_rows(
                 let turn = turn.ok_or_else(|| {
                     (
                         index,
-                        format!("column `{column}`: expected a turn index >= 0, got {value}"),
+                        Fault::at(column, format!("expected a turn index >= 0, got {value}")),
                     )
                 })?;
                 if let Some((_, other)) = groups[group].iter().find(|(t, _)| *t == turn) {
                     return Err((
                         index,
-                        format!(
-                            "column `{column}`: conversation `{id}` has turn {turn} already, at {}",
-                            rows[*other].location
+                        Fault::at(
+                            column,
+                            format!(
+                                "conversation `{id}` has turn {turn} already, at {}",
+                                rows[*other].location
+                            ),
                         ),
                     ));
                 }
@@ -576,27 +489,6 @@ impl DataSource for FileSource {
     }
 }
 
-/// The format named by the file's extension.
-fn format_of(path: &Path) -> Result<Format> {
-    let extension = path
-        .extension()
-        .and_then(|e| e.to_str())
-        .map(str::to_ascii_lowercase);
-    match extension.as_deref() {
-        Some("jsonl" | "ndjson") => Ok(Format::Jsonl),
-        Some("json") => Ok(Format::Json),
-        Some("csv") => Ok(Format::Csv),
-        Some("parquet") => Ok(Format::Parquet),
-        Some("arrow" | "feather" | "ipc") => Ok(Format::Arrow),
-        _ => Err(Error::Config(format!(
-            "cannot tell the format of data file `{}` from its extension; name it .jsonl, \
-             .json, .csv, .parquet or .arrow, or set format={}",
-            path.display(),
-            FORMATS.join("|")
-        ))),
-    }
-}
-
 /// Column names for messages, in order.
 fn list(columns: &[String]) -> String {
     if columns.is_empty() {
@@ -606,136 +498,39 @@ fn list(columns: &[String]) -> String {
     }
 }
 
-/// Adds the keys of `fields` not seen yet to `present`, in order.
-fn note_columns(present: &mut Vec<String>, fields: &Map<String, Value>) {
-    for key in fields.keys() {
-        if !present.contains(key) {
-            present.push(key.clone());
+/// Why a row cannot become an item: the column at fault, when one is, and
+/// what is wrong.
+#[derive(Debug)]
+struct Fault {
+    column: Option<String>,
+    reason: String,
+}
+
+impl Fault {
+    /// A fault in `column`.
+    fn at(column: &str, reason: impl Into<String>) -> Self {
+        Fault {
+            column: Some(column.to_string()),
+            reason: reason.into(),
         }
     }
 }
 
-/// Reads one JSON object per non-blank line.
-fn read_jsonl(path: &Path, text: &str) -> Result<(Vec<Row>, Vec<String>)> {
-    let mut rows = Vec::new();
-    let mut present = Vec::new();
-    for (index, line) in text.lines().enumerate() {
-        if line.trim().is_empty() {
-            continue;
+impl From<String> for Fault {
+    fn from(reason: String) -> Self {
+        Fault {
+            column: None,
+            reason,
         }
-        let location = format!("line {}", index + 1);
-        let value: Value = serde_json::from_str(line).map_err(|source| Error::Json {
-            context: format!("`{}`, {location}", path.display()),
-            source,
-        })?;
-        rows.push(object_row(path, location, value, &mut present)?);
-    }
-    Ok((rows, present))
-}
-
-/// A row from a JSON object; anything else is an error naming the place.
-fn object_row(
-    path: &Path,
-    location: String,
-    value: Value,
-    present: &mut Vec<String>,
-) -> Result<Row> {
-    let Value::Object(fields) = value else {
-        return Err(Error::Config(format!(
-            "{}, {location}: expected a JSON object",
-            path.display()
-        )));
-    };
-    note_columns(present, &fields);
-    Ok(Row {
-        location,
-        fields,
-        csv: false,
-    })
-}
-
-/// Reads a JSON list of objects (or an object whose only field is one).
-fn read_json(path: &Path, text: &str) -> Result<(Vec<Row>, Vec<String>)> {
-    let value: Value = serde_json::from_str(text).map_err(|source| Error::Json {
-        context: format!("`{}`", path.display()),
-        source,
-    })?;
-    let list = match value {
-        Value::Array(list) => list,
-        Value::Object(mut object) if object.len() == 1 => match object.values_mut().next() {
-            Some(Value::Array(list)) => std::mem::take(list),
-            _ => Vec::new(),
-        },
-        _ => {
-            return Err(Error::Config(format!(
-                "{}: expected a JSON list of objects",
-                path.display()
-            )));
-        }
-    };
-    let mut rows = Vec::new();
-    let mut present = Vec::new();
-    for (index, value) in list.into_iter().enumerate() {
-        let location = format!("item {}", index + 1);
-        rows.push(object_row(path, location, value, &mut present)?);
-    }
-    Ok((rows, present))
-}
-
-/// Reads a CSV file with a header row; every cell is text.
-fn read_csv(path: &Path, text: &str) -> Result<(Vec<Row>, Vec<String>)> {
-    let mut reader = csv::ReaderBuilder::new()
-        .has_headers(true)
-        .from_reader(text.as_bytes());
-    let bad = |e: csv::Error| {
-        let line = e
-            .position()
-            .map(|p| format!(", line {}", p.line()))
-            .unwrap_or_default();
-        Error::Config(format!("{}{line}: invalid CSV: {e}", path.display()))
-    };
-    let headers: Vec<String> = reader
-        .headers()
-        .map_err(bad)?
-        .iter()
-        .map(|h| h.trim().to_string())
-        .collect();
-    let mut rows = Vec::new();
-    for record in reader.records() {
-        let record = record.map_err(bad)?;
-        let line = record.position().map_or(rows.len() + 2, |p| {
-            usize::try_from(p.line()).unwrap_or(usize::MAX)
-        });
-        let fields = headers
-            .iter()
-            .zip(record.iter())
-            .map(|(h, v)| (h.clone(), Value::String(v.to_string())))
-            .collect();
-        rows.push(Row {
-            location: format!("line {line}"),
-            fields,
-            csv: true,
-        });
-    }
-    Ok((rows, headers))
-}
-
-/// A CSV cell that holds JSON of the wanted shape, parsed; otherwise `None`.
-pub(super) fn json_in_cell(text: &str) -> Option<Value> {
-    let trimmed = text.trim_start();
-    if trimmed.starts_with('[') || trimmed.starts_with('{') {
-        serde_json::from_str(trimmed).ok()
-    } else {
-        None
     }
 }
 
-/// Builds one item; the error is the reason, without the location.
+/// Builds one item; the error is the fault, without the location.
 fn item_from_row(
     row: &Row,
     columns: &Columns,
     base: &Path,
-) -> std::result::Result<DataItem, String> {
+) -> std::result::Result<DataItem, Fault> {
     let field = |column: &Option<String>| {
         column
             .as_ref()
@@ -750,32 +545,32 @@ fn item_from_row(
         .ok_or_else(|| {
             let mut present: Vec<String> = row.fields.keys().cloned().collect();
             present.sort();
-            format!(
+            Fault::from(format!(
                 "no value in column `{}`; columns present: {}",
                 columns.prompt,
                 list(&present)
-            )
+            ))
         })?;
     let column = &columns.prompt;
     let mut input = match prompt {
         Value::String(text) if row.csv => match json_in_cell(text) {
-            Some(Value::Array(messages)) if looks_like_chat(&messages) => RequestInput::Chat(
-                chat(&messages, base).map_err(|e| format!("column `{column}`: {e}"))?,
-            ),
+            Some(Value::Array(messages)) if looks_like_chat(&messages) => {
+                RequestInput::Chat(chat(&messages, base).map_err(|e| Fault::at(column, e))?)
+            }
             _ => RequestInput::Text(text.clone()),
         },
         Value::String(text) => RequestInput::Text(text.clone()),
         Value::Array(messages) => {
-            RequestInput::Chat(chat(messages, base).map_err(|e| format!("column `{column}`: {e}"))?)
+            RequestInput::Chat(chat(messages, base).map_err(|e| Fault::at(column, e))?)
         }
         Value::Object(_) => RequestInput::Chat(
-            chat(std::slice::from_ref(prompt), base)
-                .map_err(|e| format!("column `{column}`: {e}"))?,
+            chat(std::slice::from_ref(prompt), base).map_err(|e| Fault::at(column, e))?,
         ),
         Value::Number(n) => RequestInput::Text(n.to_string()),
         other => {
-            return Err(format!(
-                "column `{column}`: expected text or a list of chat messages, got {other}"
+            return Err(Fault::at(
+                column,
+                format!("expected text or a list of chat messages, got {other}"),
             ));
         }
     };
@@ -784,9 +579,7 @@ fn item_from_row(
     for (column, image) in [(&columns.image, true), (&columns.audio, false)] {
         if let Some(value) = field(column) {
             let name = column.as_deref().unwrap_or_default();
-            for source in
-                media_sources(value, row.csv, base).map_err(|e| format!("column `{name}`: {e}"))?
-            {
+            for source in media_sources(value, row.csv, base).map_err(|e| Fault::at(name, e))? {
                 media.push(if image {
                     ContentPart::Image { source }
                 } else {
@@ -799,9 +592,9 @@ fn item_from_row(
         None => None,
         Some(Value::String(text)) => Some(text.clone()),
         Some(other) => {
-            return Err(format!(
-                "column `{}`: expected text, got {other}",
-                columns.system.as_deref().unwrap_or_default()
+            return Err(Fault::at(
+                columns.system.as_deref().unwrap_or_default(),
+                format!("expected text, got {other}"),
             ));
         }
     };
@@ -826,20 +619,23 @@ fn item_from_row(
         input = RequestInput::Chat(messages);
     }
 
-    let count = |column: &Option<String>| -> std::result::Result<Option<u32>, String> {
+    let count = |column: &Option<String>| -> std::result::Result<Option<u32>, Fault> {
         let Some(value) = field(column) else {
             return Ok(None);
         };
         let name = column.as_deref().unwrap_or_default();
         token_count(value).map(Some).ok_or_else(|| {
-            format!("column `{name}`: expected a positive whole number, got {value}")
+            Fault::at(
+                name,
+                format!("expected a positive whole number, got {value}"),
+            )
         })
     };
     let output_tokens = count(&columns.output_tokens)?;
     if output_tokens == Some(0) {
-        return Err(format!(
-            "column `{}`: must be at least 1, got 0",
-            columns.output_tokens.as_deref().unwrap_or_default()
+        return Err(Fault::at(
+            columns.output_tokens.as_deref().unwrap_or_default(),
+            "must be at least 1, got 0",
         ));
     }
     Ok(DataItem {
@@ -859,13 +655,13 @@ fn item_from_row(
 pub const SAMPLING_COLUMNS: &[&str] = &["temperature", "top_p", "top_k", "seed", "stop"];
 
 /// The sampling fields a row sets; the error names the column.
-fn row_sampling(row: &Row) -> std::result::Result<SamplingParams, String> {
+fn row_sampling(row: &Row) -> std::result::Result<SamplingParams, Fault> {
     let get = |name: &str| {
         row.fields
             .get(name)
             .filter(|v| !(v.is_null() || (row.csv && v.as_str().is_some_and(str::is_empty))))
     };
-    let number = |name: &str| -> std::result::Result<Option<f32>, String> {
+    let number = |name: &str| -> std::result::Result<Option<f32>, Fault> {
         let Some(value) = get(name) else {
             return Ok(None);
         };
@@ -876,9 +672,9 @@ fn row_sampling(row: &Row) -> std::result::Result<SamplingParams, String> {
         };
         #[allow(clippy::cast_possible_truncation)] // sampling values are small.
         n.map(|n| Some(n as f32))
-            .ok_or_else(|| format!("column `{name}`: expected a number, got {value}"))
+            .ok_or_else(|| Fault::at(name, format!("expected a number, got {value}")))
     };
-    let whole = |name: &str| -> std::result::Result<Option<u64>, String> {
+    let whole = |name: &str| -> std::result::Result<Option<u64>, Fault> {
         let Some(value) = get(name) else {
             return Ok(None);
         };
@@ -888,7 +684,7 @@ fn row_sampling(row: &Row) -> std::result::Result<SamplingParams, String> {
             _ => None,
         };
         n.map(Some)
-            .ok_or_else(|| format!("column `{name}`: expected a whole number >= 0, got {value}"))
+            .ok_or_else(|| Fault::at(name, format!("expected a whole number >= 0, got {value}")))
     };
     let stop = match get("stop") {
         None => None,
@@ -899,13 +695,14 @@ fn row_sampling(row: &Row) -> std::result::Result<SamplingParams, String> {
         Some(Value::String(text)) => Some(vec![text.clone()]),
         Some(Value::Array(list)) => Some(strings(list)?),
         Some(other) => {
-            return Err(format!(
-                "column `stop`: expected a string or a list of strings, got {other}"
+            return Err(Fault::at(
+                "stop",
+                format!("expected a string or a list of strings, got {other}"),
             ));
         }
     };
     let top_k = whole("top_k")?
-        .map(|k| u32::try_from(k).map_err(|_| format!("column `top_k`: {k} is too large")))
+        .map(|k| u32::try_from(k).map_err(|_| Fault::at("top_k", format!("{k} is too large"))))
         .transpose()?;
     Ok(SamplingParams {
         temperature: number("temperature")?,
@@ -918,12 +715,12 @@ fn row_sampling(row: &Row) -> std::result::Result<SamplingParams, String> {
 }
 
 /// Every element of a list as a string; the error names the column `stop`.
-fn strings(list: &[Value]) -> std::result::Result<Vec<String>, String> {
+fn strings(list: &[Value]) -> std::result::Result<Vec<String>, Fault> {
     list.iter()
         .map(|v| {
             v.as_str()
                 .map(str::to_owned)
-                .ok_or_else(|| format!("column `stop`: expected strings, got {v}"))
+                .ok_or_else(|| Fault::at("stop", format!("expected strings, got {v}")))
         })
         .collect()
 }
@@ -1317,6 +1114,47 @@ mod tests {
         let message = error_of(open(&path, ""));
         assert!(message.contains("line 3"), "{message}");
         assert!(message.contains("output_tokens"), "{message}");
+    }
+
+    #[test]
+    fn a_bad_cell_is_a_row_error_with_its_file_line_and_column() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = write(
+            dir.path(),
+            "tokens.csv",
+            "prompt,output_tokens\na,1\nb,many\n",
+        );
+        match open(&path, "") {
+            Err(Error::Row {
+                path: at,
+                location,
+                column,
+                reason,
+            }) => {
+                assert_eq!(at, path);
+                assert_eq!(location.as_deref(), Some("line 3"));
+                assert_eq!(column.as_deref(), Some("output_tokens"));
+                assert!(reason.contains("many"), "{reason}");
+            }
+            other => panic!("expected a row error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_file_whose_extension_names_no_format_is_a_format_error() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = write(dir.path(), "data.txt", "prompt\na\n");
+        let err = open(&path, "").expect_err("unknown format");
+        assert!(
+            matches!(&err, Error::DataFormat { path: at, .. } if *at == path),
+            "{err}"
+        );
+        assert!(err.is_usage());
+        assert!(
+            err.to_string()
+                .contains("format=jsonl|json|csv|parquet|arrow"),
+            "{err}"
+        );
     }
 
     #[test]

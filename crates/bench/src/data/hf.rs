@@ -13,7 +13,8 @@
 
 use std::path::{Path, PathBuf};
 
-use guidebench_core::{Error, Result};
+use crate::{Error, Result};
+use guidebench_core::Error as CoreError;
 
 /// A dataset named `org/name`, with an optional revision.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,7 +42,7 @@ impl DatasetId {
         };
         let data_file = Path::new(repo).extension().is_some_and(|e| {
             let e = e.to_string_lossy().to_ascii_lowercase();
-            super::file::EXTENSIONS.contains(&e.as_str())
+            super::rows::EXTENSIONS.contains(&e.as_str())
         });
         if !part(org) || !part(repo) || data_file || revision.is_some_and(|r| r.is_empty()) {
             return None;
@@ -83,24 +84,10 @@ pub(super) fn resolve(
     cache: Option<PathBuf>,
 ) -> Result<(PathBuf, Vec<PathBuf>)> {
     let revision = id.revision.as_deref().unwrap_or("main");
-    let missing = |looked: &[PathBuf], what: &str| {
-        let looked: Vec<String> = looked
-            .iter()
-            .map(|p| format!("`{}`", p.display()))
-            .collect();
-        Error::Config(format!(
-            "dataset `{}` is not in the local Hugging Face cache: {what}; looked in {}. \
-             Nothing is downloaded: fetch it first (for instance `hf download --repo-type \
-             dataset {}`), or set HF_HUB_CACHE or HF_HOME to the cache that has it",
-            id.name,
-            if looked.is_empty() {
-                "no cache folder (neither HF_HUB_CACHE, HF_HOME nor HOME is set)".to_string()
-            } else {
-                looked.join(", ")
-            },
-            id.name,
-            what = what,
-        ))
+    let missing = |looked: &[PathBuf], what: &str| Error::DatasetNotCached {
+        name: id.name.clone(),
+        what: what.to_string(),
+        looked: looked.to_vec(),
     };
     let Some(cache) = cache.or_else(hub_cache) else {
         return Err(missing(&[], "no cache"));
@@ -122,7 +109,7 @@ pub(super) fn resolve(
         ));
     }
     let mut files = Vec::new();
-    walk(&snapshot, &mut files).map_err(|e| Error::io(&snapshot, e))?;
+    walk(&snapshot, &mut files).map_err(|e| CoreError::io(&snapshot, e))?;
     files.sort();
     let in_split = |path: &PathBuf| {
         let relative = path.strip_prefix(&snapshot).unwrap_or(path);
@@ -160,14 +147,12 @@ pub(super) fn resolve(
         chosen = with(&["arrow"]);
     }
     if chosen.is_empty() {
-        return Err(Error::Config(format!(
-            "dataset `{}`: no Parquet or Arrow file of split `{split}`{} in `{}`",
-            id.name,
-            config
-                .map(|c| format!(" of config `{c}`"))
-                .unwrap_or_default(),
-            snapshot.display()
-        )));
+        return Err(Error::DatasetSplit {
+            name: id.name.clone(),
+            split: split.to_string(),
+            config: config.map(str::to_string),
+            snapshot,
+        });
     }
     Ok((snapshot, chosen))
 }

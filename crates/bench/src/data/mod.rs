@@ -1,8 +1,10 @@
 //! Benchmark data sources: what `--data kind=NAME,key=value,...` builds.
 //!
 //! A [`DataSource`] yields [`DataItem`]s one at a time until it is exhausted.
-//! [`create_source`] builds one from a parsed argument; [`DATA_KINDS`] lists
-//! every kind with its option schema, for help output.
+//! [`DATA_KINDS`] is the one list of kinds, each with its description,
+//! option schema and constructor; [`create_source`] builds a source from a
+//! parsed argument through it, and an unknown kind is an error that lists
+//! the known ones.
 //!
 //! Three kinds exist:
 //!
@@ -15,23 +17,33 @@
 //! * `trace` ([`TraceSource`]): a recorded request trace (plain or
 //!   Mooncake), each item with its recorded send offset, for
 //!   `--profile kind=replay`.
+//!
+//! Inside, the layers are: `rows` (JSONL, JSON, CSV, Parquet and Arrow
+//! files read into rows, and the table of formats and extensions; it
+//! imports nothing else of this module), `hf` (datasets in the local
+//! Hugging Face cache), `open` (a kind's `path` option: a file or a
+//! dataset, read into rows), then the kinds that map rows or options to
+//! items ([`file`](mod@file), [`trace`], [`synthetic`]), and this module's registry
+//! on top.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Map, Value};
 
+use crate::{Error, Result};
+use guidebench_core::Error as CoreError;
 use guidebench_core::options::{KindArgs, OptionSpec, OptionType, check_options};
 use guidebench_core::request::RequestInput;
 use guidebench_core::sampling::SamplingParams;
 use guidebench_core::tokenizer::Tokenizer;
-use guidebench_core::{Error, Result};
 
 pub use crate::runner::History;
 
-mod columnar;
 pub mod file;
 mod hf;
+mod open;
+mod rows;
 pub mod synthetic;
 #[cfg(test)]
 mod testing;
@@ -106,12 +118,84 @@ pub const ON_ERROR: OptionSpec = OptionSpec::optional(
 )
 .with_default("fail");
 
-/// The option schema of each data kind, for help output.
-pub const DATA_KINDS: &[(&str, &[OptionSpec])] = &[
-    (synthetic::KIND, SYNTHETIC_TEXT_OPTIONS),
-    (file::KIND, FILE_OPTIONS),
-    (trace::KIND, TRACE_OPTIONS),
+/// Builds a source from a kind's checked options: the context for error
+/// messages (`data file`), the options, the model's tokenizer and the seed
+/// for sources whose `seed` option is absent.
+pub type BuildSource =
+    fn(&str, &Map<String, Value>, Arc<dyn Tokenizer>, u64) -> Result<Box<dyn DataSource>>;
+
+/// One data kind: what `--data kind=NAME` names.
+#[derive(Debug, Clone, Copy)]
+pub struct DataKind {
+    /// Its name, the value of `kind=`.
+    pub name: &'static str,
+    /// What it reads, in one line.
+    pub description: &'static str,
+    /// Its option schema, for checking and for help output.
+    pub options: &'static [OptionSpec],
+    /// Builds a source from options checked against [`DataKind::options`].
+    pub build: BuildSource,
+}
+
+/// Every data kind: the one list from which help output, option checks and
+/// [`create_source`] all come.
+pub const DATA_KINDS: &[DataKind] = &[
+    DataKind {
+        name: synthetic::KIND,
+        description: "reproducible prompts of exact token counts through the model's tokenizer",
+        options: SYNTHETIC_TEXT_OPTIONS,
+        build: |context, options, tokenizer, seed| {
+            Ok(Box::new(SyntheticTextSource::from_options(
+                context, options, tokenizer, seed,
+            )?))
+        },
+    },
+    DataKind {
+        name: file::KIND,
+        description: "a local JSONL, JSON, CSV, Parquet or Arrow file, or a Hugging Face \
+                      dataset in the local cache, with column mapping",
+        options: FILE_OPTIONS,
+        build: |context, options, tokenizer, _seed| {
+            Ok(Box::new(FileSource::from_options(
+                context, options, tokenizer,
+            )?))
+        },
+    },
+    DataKind {
+        name: trace::KIND,
+        description: "a recorded request trace (plain or Mooncake), each request at its \
+                      recorded send offset, for --profile kind=replay",
+        options: TRACE_OPTIONS,
+        build: |context, options, tokenizer, seed| {
+            Ok(Box::new(TraceSource::from_options(
+                context, options, tokenizer, seed,
+            )?))
+        },
+    },
 ];
+
+/// The data kind named `name`.
+///
+/// # Errors
+///
+/// [`Error::Core`] holding [`CoreError::UnknownName`] for a name no kind has,
+/// listing the known kinds.
+pub fn data_kind(name: &str) -> Result<&'static DataKind> {
+    DATA_KINDS
+        .iter()
+        .find(|kind| kind.name == name)
+        .ok_or_else(|| {
+            let mut available: Vec<String> =
+                DATA_KINDS.iter().map(|kind| kind.name.to_owned()).collect();
+            available.sort();
+            CoreError::UnknownName {
+                what: "data kind",
+                name: name.to_owned(),
+                available,
+            }
+            .into()
+        })
+}
 
 /// Builds a source from a `--data kind=NAME,...` argument.
 ///
@@ -122,44 +206,24 @@ pub const DATA_KINDS: &[(&str, &[OptionSpec])] = &[
 ///
 /// # Errors
 ///
-/// * [`Error::UnknownName`] for an unknown kind, listing the known kinds;
-/// * [`Error::UnknownOption`], [`Error::InvalidOption`] and
-///   [`Error::MissingOption`] for options that do not fit the kind;
-/// * whatever the kind reports while loading (a missing file, a bad line).
+/// * [`Error::Core`] holding [`CoreError::UnknownName`] for an unknown
+///   kind, listing the known kinds, or [`CoreError::UnknownOption`],
+///   [`CoreError::InvalidOption`] and [`CoreError::MissingOption`] for
+///   options that do not fit the kind;
+/// * [`Error::Row`], [`Error::DataFormat`], [`Error::NoPromptColumn`] and
+///   the dataset errors for a file that cannot be read or a row that
+///   cannot become a request; [`Error::Core`] for a file that cannot be
+///   opened or parsed.
 pub fn create_source(
     args: KindArgs,
     tokenizer: Arc<dyn Tokenizer>,
     default_seed: u64,
 ) -> Result<Box<dyn DataSource>> {
     let KindArgs { kind, mut options } = args;
-    let Some((name, specs)) = DATA_KINDS.iter().find(|(name, _)| *name == kind) else {
-        let mut available: Vec<String> = DATA_KINDS.iter().map(|(n, _)| (*n).to_string()).collect();
-        available.sort();
-        return Err(Error::UnknownName {
-            what: "data kind",
-            name: kind,
-            available,
-        });
-    };
-    let context = format!("data {name}");
-    check_options(&context, &[specs], &mut options)?;
-    match *name {
-        synthetic::KIND => Ok(Box::new(SyntheticTextSource::from_options(
-            &context,
-            &options,
-            tokenizer,
-            default_seed,
-        )?)),
-        trace::KIND => Ok(Box::new(TraceSource::from_options(
-            &context,
-            &options,
-            tokenizer,
-            default_seed,
-        )?)),
-        _ => Ok(Box::new(FileSource::from_options(
-            &context, &options, tokenizer,
-        )?)),
-    }
+    let kind = data_kind(&kind)?;
+    let context = format!("data {}", kind.name);
+    check_options(&context, &[kind.options], &mut options)?;
+    (kind.build)(&context, &options, tokenizer, default_seed)
 }
 
 /// Whether a `path` of `kind=file` names a Hugging Face dataset
@@ -179,10 +243,12 @@ fn int_option(
     let Some(value) = options.get(key) else {
         return Ok(None);
     };
-    let invalid = |reason: String| Error::InvalidOption {
-        context: context.to_string(),
-        key: key.to_string(),
-        reason,
+    let invalid = |reason: String| {
+        Error::from(CoreError::InvalidOption {
+            context: context.to_string(),
+            key: key.to_string(),
+            reason,
+        })
     };
     let n = value
         .as_i64()
@@ -231,7 +297,10 @@ mod tests {
             .err()
             .expect("unknown kind");
         let message = err.to_string();
-        assert!(matches!(err, Error::UnknownName { .. }), "{message}");
+        assert!(
+            matches!(err, Error::Core(CoreError::UnknownName { .. })),
+            "{message}"
+        );
         assert!(message.contains("emulated"), "{message}");
         assert!(message.contains("file"), "{message}");
         assert!(message.contains("synthetic_text"), "{message}");
@@ -243,7 +312,10 @@ mod tests {
             .err()
             .expect("wrong key");
         let message = err.to_string();
-        assert!(matches!(err, Error::UnknownOption { .. }), "{message}");
+        assert!(
+            matches!(err, Error::Core(CoreError::UnknownOption { .. })),
+            "{message}"
+        );
         assert!(message.contains("promt_tokens_max"), "{message}");
         assert!(message.contains("prompt_tokens_max"), "{message}");
         assert!(message.contains("prefix_tokens"), "{message}");
@@ -255,22 +327,23 @@ mod tests {
             .err()
             .expect("missing");
         assert!(
-            matches!(&err, Error::MissingOption { key, .. } if key == "output_tokens"),
+            matches!(&err, Error::Core(CoreError::MissingOption { key, .. }) if key == "output_tokens"),
             "{err}"
         );
         let err = create("kind=file").err().expect("missing path");
         assert!(
-            matches!(&err, Error::MissingOption { key, .. } if key == "path"),
+            matches!(&err, Error::Core(CoreError::MissingOption { key, .. }) if key == "path"),
             "{err}"
         );
     }
 
     #[test]
     fn every_kind_is_documented_with_its_options() {
-        for (kind, specs) in DATA_KINDS {
-            assert!(!specs.is_empty(), "{kind}");
-            for spec in *specs {
-                assert!(!spec.description.is_empty(), "{kind}.{}", spec.name);
+        for kind in DATA_KINDS {
+            assert!(!kind.description.is_empty(), "{}", kind.name);
+            assert!(!kind.options.is_empty(), "{}", kind.name);
+            for spec in kind.options {
+                assert!(!spec.description.is_empty(), "{}.{}", kind.name, spec.name);
             }
         }
     }

@@ -28,11 +28,12 @@ use rand_distr::{Distribution, Normal};
 use serde_json::{Map, Value};
 
 use super::{DataItem, DataSource, History, Turn, int_option, string_option, u32_option};
+use crate::{Error, Result};
+use guidebench_core::Error as CoreError;
 use guidebench_core::options::{OptionSpec, OptionType};
 use guidebench_core::request::RequestInput;
 use guidebench_core::sampling::SamplingParams;
 use guidebench_core::tokenizer::Tokenizer;
-use guidebench_core::{Error, Result};
 
 /// The name of this data kind.
 pub(super) const KIND: &str = "synthetic_text";
@@ -308,9 +309,9 @@ impl Corpus {
             let more = tokenizer.encode(&self.text[old_len..], false)?;
             self.ids.extend(more);
             if self.ids.len() <= before {
-                return Err(Error::Tokenizer(
+                return Err(Error::from(CoreError::Tokenizer(
                     "the tokenizer produced no more tokens for a longer text".to_string(),
-                ));
+                )));
             }
         }
         Ok(())
@@ -653,14 +654,18 @@ impl LengthDistribution {
     /// checked options.
     fn from_options(context: &str, options: &Map<String, Value>, name: &str) -> Result<Self> {
         let key = |suffix: &str| format!("{name}{suffix}");
-        let invalid = |key: String, reason: String| Error::InvalidOption {
-            context: context.to_string(),
-            key,
-            reason,
+        let invalid = |key: String, reason: String| {
+            Error::from(CoreError::InvalidOption {
+                context: context.to_string(),
+                key,
+                reason,
+            })
         };
-        let mean = u32_option(context, options, name, 1)?.ok_or_else(|| Error::MissingOption {
-            context: context.to_string(),
-            key: name.to_string(),
+        let mean = u32_option(context, options, name, 1)?.ok_or_else(|| {
+            Error::from(CoreError::MissingOption {
+                context: context.to_string(),
+                key: name.to_string(),
+            })
         })?;
         let stdev = match options.get(&key("_stdev")) {
             None => 0.0,
@@ -711,10 +716,12 @@ impl PrefixBucket {
     /// (`count` and `weight` default to 1; GuideLLM's `prefix_tokens`,
     /// `prefix_count` and `bucket_weight` are accepted too).
     fn from_option(context: &str, value: &Value) -> Result<Vec<Self>> {
-        let invalid = |reason: String| Error::InvalidOption {
-            context: context.to_string(),
-            key: "prefix_buckets".to_string(),
-            reason,
+        let invalid = |reason: String| {
+            Error::from(CoreError::InvalidOption {
+                context: context.to_string(),
+                key: "prefix_buckets".to_string(),
+                reason,
+            })
         };
         let list = match value {
             Value::Array(list) => list.clone(),
@@ -820,10 +827,14 @@ impl DelayDistribution {
                 Some(value) => value
                     .as_f64()
                     .filter(|v| v.is_finite() && *v >= 0.0)
-                    .ok_or_else(|| Error::InvalidOption {
-                        context: context.to_string(),
-                        key: key.to_string(),
-                        reason: format!("must be a number of seconds of at least 0, got {value}"),
+                    .ok_or_else(|| {
+                        Error::from(CoreError::InvalidOption {
+                            context: context.to_string(),
+                            key: key.to_string(),
+                            reason: format!(
+                                "must be a number of seconds of at least 0, got {value}"
+                            ),
+                        })
                     }),
             }
         };
@@ -834,11 +845,11 @@ impl DelayDistribution {
             max: seconds("turn_delay_max", f64::INFINITY)?,
         };
         if delay.max < delay.min {
-            return Err(Error::InvalidOption {
+            return Err(Error::from(CoreError::InvalidOption {
                 context: context.to_string(),
                 key: "turn_delay_max".to_string(),
                 reason: format!("must be at least turn_delay_min ({})", delay.min),
-            });
+            }));
         }
         Ok(delay)
     }
@@ -958,13 +969,13 @@ impl SyntheticTextSource {
             None => Vec::new(),
             Some(value) => {
                 if prefix_tokens > 0 {
-                    return Err(Error::InvalidOption {
+                    return Err(Error::from(CoreError::InvalidOption {
                         context: context.to_string(),
                         key: "prefix_buckets".to_string(),
                         reason: "give prefix_tokens or prefix_buckets, not both \
                                  (prefix_tokens=N is prefix_buckets=[{\"tokens\": N}])"
                             .to_string(),
-                    });
+                    }));
                 }
                 PrefixBucket::from_option(context, value)?
             }
@@ -1482,7 +1493,9 @@ mod tests {
             ),
         ] {
             match source(input, byte()) {
-                Err(Error::InvalidOption { key: got, .. }) => assert_eq!(got, key, "{input}"),
+                Err(Error::Core(CoreError::InvalidOption { key: got, .. })) => {
+                    assert_eq!(got, key, "{input}")
+                }
                 Err(other) => panic!("{input}: {other}"),
                 Ok(_) => panic!("{input} should fail"),
             }

@@ -36,15 +36,16 @@ use std::time::Duration;
 
 use serde_json::{Map, Value};
 
-use super::file::{Row, json_in_cell, read_rows};
+use super::open::read_rows;
+use super::rows::{Row, json_in_cell};
 use super::synthetic::{Prompts, pseudo_word};
 use super::{DataItem, DataSource, string_option, u32_option};
+use crate::{Error, Result};
 use guidebench_core::options::{OptionSpec, OptionType};
 use guidebench_core::request::RequestInput;
 use guidebench_core::rng;
 use guidebench_core::sampling::SamplingParams;
 use guidebench_core::tokenizer::Tokenizer;
-use guidebench_core::{Error, Result};
 
 /// The name of this data kind.
 pub(super) const KIND: &str = "trace";
@@ -235,7 +236,12 @@ impl TraceSource {
             .iter()
             .map(|row| {
                 let origin = format!("{}, {}", path.display(), row.location);
-                let invalid = |reason: String| Error::Config(format!("{origin}: {reason}"));
+                let invalid = |reason: String| Error::Row {
+                    path: path.clone(),
+                    location: Some(row.location.clone()),
+                    column: None,
+                    reason,
+                };
                 let length = |name: &str| {
                     number(row, name)
                         .filter(|n| n.fract() == 0.0 && *n >= 0.0 && *n <= f64::from(u32::MAX))

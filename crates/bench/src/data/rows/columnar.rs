@@ -25,8 +25,9 @@ use arrow_array::{Array, RecordBatch};
 use arrow_schema::{ArrowError, DataType};
 use serde_json::{Map, Number, Value};
 
-use super::file::Row;
-use guidebench_core::{Error, Result};
+use super::Row;
+use crate::{Error, Result};
+use guidebench_core::Error as CoreError;
 
 /// The magic bytes that open an Arrow IPC file (as opposed to a stream).
 const ARROW_FILE_MAGIC: &[u8] = b"ARROW1";
@@ -39,8 +40,8 @@ pub(super) fn read_parquet(
     rows: &mut Vec<Row>,
     present: &mut Vec<String>,
 ) -> Result<()> {
-    let bad = |e: parquet::errors::ParquetError| Error::io(path, std::io::Error::other(e));
-    let file = File::open(path).map_err(|e| Error::io(path, e))?;
+    let bad = |e: parquet::errors::ParquetError| CoreError::io(path, std::io::Error::other(e));
+    let file = File::open(path).map_err(|e| CoreError::io(path, e))?;
     let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)
         .map_err(bad)?
         .build()
@@ -62,11 +63,11 @@ pub(super) fn read_arrow(
     rows: &mut Vec<Row>,
     present: &mut Vec<String>,
 ) -> Result<()> {
-    let mut file = File::open(path).map_err(|e| Error::io(path, e))?;
+    let mut file = File::open(path).map_err(|e| CoreError::io(path, e))?;
     let mut magic = [0_u8; 6];
     let is_file = file.read_exact(&mut magic).is_ok() && magic == ARROW_FILE_MAGIC;
     file.seek(SeekFrom::Start(0))
-        .map_err(|e| Error::io(path, e))?;
+        .map_err(|e| CoreError::io(path, e))?;
     let batches: Box<dyn Iterator<Item = std::result::Result<RecordBatch, ArrowError>>> = if is_file
     {
         Box::new(
@@ -88,7 +89,7 @@ pub(super) fn read_arrow(
 
 /// An Arrow error while reading `path`.
 fn arrow_error(path: &Path, error: ArrowError) -> Error {
-    Error::io(path, std::io::Error::other(error))
+    CoreError::io(path, std::io::Error::other(error)).into()
 }
 
 /// Appends the rows of one batch; `number` counts the file's rows so far.
