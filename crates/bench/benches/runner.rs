@@ -2,67 +2,27 @@
 //! run and printed (not a criterion bench: the figures are distributions
 //! and sizes, not a time per iteration).
 //!
-//! `cargo bench -p guidebench-core --bench runner [-- SECONDS RECORDS]`
+//! `cargo bench -p guidebench-bench --bench runner [-- SECONDS RECORDS]`
 //!
 //! 1. Dispatch precision: a constant 5,000 requests/s against a backend that
-//!    answers at once, for 10 s; prints p50 / p99 of the dispatch delay
-//!    (actual send − scheduled send).
+//!    answers at once (testkit's scripted mock), for 10 s; prints p50 / p99
+//!    of the dispatch delay (actual send − scheduled send).
 //! 2. Memory: bytes per recorded request in the compact form at 1M
 //!    requests of 16 tokens, and resident memory before and after.
 
 use std::sync::Arc;
 use std::time::Instant;
 
-use async_trait::async_trait;
 use guidebench_bench::metrics::Distribution;
 use guidebench_bench::report::CompactRecords;
 use guidebench_bench::runner::{Constraints, NoObserver, RunOptions, Strategy, run_benchmark};
-use guidebench_core::backend::{Backend, ValidationReport};
 use guidebench_core::clock::{Clock, Timestamp};
 use guidebench_core::request::{
     FinishReason, GenerationRequest, GenerationResponse, RequestRecord, RequestTimings,
 };
 use guidebench_core::sampling::Sampling;
+use guidebench_testkit::backend::{MockBackend, Reply};
 use tokio::sync::{mpsc, watch};
-
-/// Answers every request at once with one token.
-struct Instant0;
-
-#[async_trait]
-impl Backend for Instant0 {
-    fn kind(&self) -> &'static str {
-        "instant"
-    }
-    async fn startup(&self) -> guidebench_core::Result<()> {
-        Ok(())
-    }
-    async fn validate(&self) -> guidebench_core::Result<ValidationReport> {
-        Ok(ValidationReport::default())
-    }
-    async fn resolve(
-        &self,
-        request: GenerationRequest,
-    ) -> guidebench_core::Result<GenerationResponse> {
-        let now = Timestamp::now();
-        Ok(GenerationResponse {
-            id: request.id,
-            text: String::new(),
-            token_ids: vec![1],
-            prompt_tokens: 1,
-            output_tokens: 1,
-            finish_reason: FinishReason::Length,
-            timings: RequestTimings {
-                start: Some(now),
-                tokens: vec![now],
-                end: Some(now),
-                ..RequestTimings::default()
-            },
-        })
-    }
-    async fn shutdown(&self) -> guidebench_core::Result<()> {
-        Ok(())
-    }
-}
 
 fn resident_kib() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
@@ -100,7 +60,7 @@ fn dispatch_precision(seconds: u64) {
             ..Constraints::default()
         };
         run_benchmark(
-            Arc::new(Instant0),
+            Arc::new(MockBackend::new(Reply::default())),
             &mut rx,
             &Strategy::constant(rate, None),
             &constraints,

@@ -2,96 +2,39 @@
 //! each turn carries the history as answered and waits for its
 //! predecessor's answer plus the think time.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use guidebench_bench::data::{DataSource, create_source};
 use guidebench_bench::runner::{
     BenchmarkRun, Constraints, Job, NoObserver, RunOptions, Strategy, run_benchmark,
 };
 use guidebench_bench::session::to_job;
-use guidebench_core::backend::{Backend, ValidationReport};
-use guidebench_core::clock::{Clock, Timestamp};
+use guidebench_core::backend::Backend;
 use guidebench_core::options::parse_kind_args;
-use guidebench_core::request::{
-    ChatMessage, ContentPart, FinishReason, GenerationRequest, GenerationResponse, RequestInput,
-    RequestTimings,
-};
+use guidebench_core::request::{ChatMessage, ContentPart, RequestInput};
 use guidebench_core::sampling::SamplingParams;
-use guidebench_core::{Error, Result};
 use guidebench_testkit::ByteTokenizer;
+use guidebench_testkit::backend::{MockBackend, Reply};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
-/// Answers `answer-<id>` after a first token at `ttft` and the last at
-/// `service`, and records what it was sent and when.
-struct Echo {
-    ttft: Duration,
-    service: Duration,
-    seen: Mutex<Vec<(u64, Instant, RequestInput)>>,
+/// A backend that answers `answer-<id>` with a first token at `ttft` and
+/// the second and last at `service` (on tokio's clock, paused here), and
+/// records what it was sent and when.
+fn echo(ttft: Duration, service: Duration) -> Arc<MockBackend> {
+    Arc::new(MockBackend::new(Reply::tokens(2, ttft, service - ttft)))
 }
 
-impl Echo {
-    fn new(ttft: Duration, service: Duration) -> Arc<Self> {
-        Arc::new(Echo {
-            ttft,
-            service,
-            seen: Mutex::new(Vec::new()),
-        })
-    }
-
-    fn seen(&self) -> Vec<(u64, Instant, RequestInput)> {
-        let mut seen = self.seen.lock().expect("lock").clone();
-        seen.sort_by_key(|(id, _, _)| *id);
-        seen
-    }
-}
-
-#[async_trait]
-impl Backend for Echo {
-    fn kind(&self) -> &'static str {
-        "echo"
-    }
-    async fn startup(&self) -> Result<()> {
-        Ok(())
-    }
-    async fn validate(&self) -> Result<ValidationReport> {
-        Ok(ValidationReport::default())
-    }
-    async fn resolve(&self, request: GenerationRequest) -> Result<GenerationResponse> {
-        self.seen
-            .lock()
-            .expect("lock")
-            .push((request.id, Instant::now(), request.input.clone()));
-        if request.id == u64::MAX {
-            return Err(Error::EnginePanic("never".into()));
-        }
-        // Timed on the runner's clock (tokio's, paused here).
-        let now = || -> Timestamp { Clock::global().wall(Instant::now().into_std()) };
-        let start = now();
-        tokio::time::sleep(self.ttft).await;
-        let first = now();
-        tokio::time::sleep(self.service - self.ttft).await;
-        let end = now();
-        Ok(GenerationResponse {
-            id: request.id,
-            text: format!("answer-{}", request.id),
-            token_ids: vec![1, 2],
-            prompt_tokens: 1,
-            output_tokens: 2,
-            finish_reason: FinishReason::Length,
-            timings: RequestTimings {
-                start: Some(start),
-                tokens: vec![first, end],
-                end: Some(end),
-                ..RequestTimings::default()
-            },
-        })
-    }
-    async fn shutdown(&self) -> Result<()> {
-        Ok(())
-    }
+/// What `backend` was sent and when, by request id.
+fn received_by(backend: &MockBackend) -> Vec<(u64, Instant, RequestInput)> {
+    let mut seen: Vec<_> = backend
+        .received()
+        .into_iter()
+        .map(|r| (r.id, r.at, r.input))
+        .collect();
+    seen.sort_by_key(|(id, _, _)| *id);
+    seen
 }
 
 fn no_cancel() -> watch::Receiver<bool> {
@@ -119,7 +62,7 @@ fn jobs(arg: &str) -> mpsc::Receiver<Job> {
 }
 
 async fn run(
-    backend: &Arc<Echo>,
+    backend: &Arc<MockBackend>,
     jobs: &mut mpsc::Receiver<Job>,
     strategy: Strategy,
 ) -> BenchmarkRun {
@@ -156,12 +99,12 @@ fn chat(input: &RequestInput) -> Vec<(String, String)> {
 
 #[tokio::test(start_paused = true)]
 async fn a_second_turn_carries_the_first_answer_and_waits_its_think_time() {
-    let backend = Echo::new(Duration::from_millis(40), Duration::from_millis(100));
+    let backend = echo(Duration::from_millis(40), Duration::from_millis(100));
     let t0 = Instant::now();
     let mut feed =
         jobs("kind=synthetic_text,prompt_tokens=8,output_tokens=2,count=1,turns=3,turn_delay=2");
     let run = run(&backend, &mut feed, Strategy::Synchronous).await;
-    let seen = backend.seen();
+    let seen = received_by(&backend);
     assert_eq!(seen.len(), 3, "three turns sent");
     assert_eq!(run.records.len(), 3);
     // Sent at 0, then 100 ms (the answer) + 2 s (think time) after each.
@@ -194,7 +137,7 @@ async fn a_second_turn_carries_the_first_answer_and_waits_its_think_time() {
 
 #[tokio::test(start_paused = true)]
 async fn later_turns_are_timed_from_their_own_send() {
-    let backend = Echo::new(Duration::from_millis(40), Duration::from_millis(100));
+    let backend = echo(Duration::from_millis(40), Duration::from_millis(100));
     let mut feed =
         jobs("kind=synthetic_text,prompt_tokens=8,output_tokens=2,count=2,turns=2,turn_delay=1");
     let run = run(&backend, &mut feed, Strategy::concurrent(2)).await;
@@ -226,22 +169,22 @@ async fn later_turns_are_timed_from_their_own_send() {
 
 #[tokio::test(start_paused = true)]
 async fn history_last_sends_only_the_previous_exchange() {
-    let backend = Echo::new(Duration::from_millis(10), Duration::from_millis(20));
+    let backend = echo(Duration::from_millis(10), Duration::from_millis(20));
     let mut feed =
         jobs("kind=synthetic_text,prompt_tokens=8,output_tokens=2,count=1,turns=3,history=last");
     run(&backend, &mut feed, Strategy::Synchronous).await;
-    let seen = backend.seen();
+    let seen = received_by(&backend);
     let second = chat(&seen[1].2);
     let third = chat(&seen[2].2);
     assert_eq!(third.len(), 3, "{third:?}");
     assert_eq!(third[0], second[2], "the previous question");
     assert_eq!(third[1].1, "answer-1", "and its answer");
 
-    let backend = Echo::new(Duration::from_millis(10), Duration::from_millis(20));
+    let backend = echo(Duration::from_millis(10), Duration::from_millis(20));
     let mut feed =
         jobs("kind=synthetic_text,prompt_tokens=8,output_tokens=2,count=1,turns=2,history=none");
     run(&backend, &mut feed, Strategy::Synchronous).await;
-    let seen = backend.seen();
+    let seen = received_by(&backend);
     assert_eq!(chat(&seen[1].2).len(), 1, "no history");
 }
 
@@ -250,14 +193,14 @@ async fn a_rate_sends_a_ready_turn_before_a_new_conversation() {
     // One conversation every 100 ms; a second turn is ready 50 ms after
     // its first was sent (answer at 20 ms + 30 ms think time) and takes the
     // next scheduled send, at 100 ms, before the second conversation.
-    let backend = Echo::new(Duration::from_millis(10), Duration::from_millis(20));
+    let backend = echo(Duration::from_millis(10), Duration::from_millis(20));
     let t0 = Instant::now();
     let mut feed =
         jobs("kind=synthetic_text,prompt_tokens=8,output_tokens=2,count=2,turns=2,turn_delay=0.03");
     let run = run(&backend, &mut feed, Strategy::constant(10.0, None)).await;
     assert_eq!(run.records.len(), 4);
     let order: Vec<(u64, Duration)> = {
-        let mut seen = backend.seen();
+        let mut seen = received_by(&backend);
         seen.sort_by_key(|(_, at, _)| *at);
         seen.iter().map(|(id, at, _)| (*id, *at - t0)).collect()
     };
@@ -295,7 +238,7 @@ async fn a_file_runs_each_conversation_turn_by_turn_with_the_answers_as_history(
         ),
     )
     .expect("write");
-    let backend = Echo::new(Duration::from_millis(10), Duration::from_millis(20));
+    let backend = echo(Duration::from_millis(10), Duration::from_millis(20));
     let mut feed = jobs(&format!(
         "kind=file,path=\"{}\",turn_delay=0.5",
         path.display()
@@ -304,7 +247,7 @@ async fn a_file_runs_each_conversation_turn_by_turn_with_the_answers_as_history(
     assert_eq!(run.records.len(), 5, "every turn sent once");
     assert!(run.records.iter().all(|r| r.error.is_none()));
 
-    let seen = backend.seen();
+    let seen = received_by(&backend);
     let texts = |id: u64| {
         let (_, at, input) = seen.iter().find(|(i, _, _)| *i == id).expect("sent");
         let messages: Vec<String> = chat(input).into_iter().map(|(_, text)| text).collect();

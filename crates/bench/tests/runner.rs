@@ -1,99 +1,38 @@
 //! The scheduler's sends, against paused tokio time: exact pacing, exact
 //! concurrency, constraints, the grace period, interruption.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use guidebench_bench::runner::{
     Constraints, Job, NoObserver, RunOptions, StopReason, Strategy, run_benchmark,
 };
-use guidebench_core::backend::{Backend, ValidationReport};
-use guidebench_core::clock::Timestamp;
+use guidebench_core::backend::Backend;
 use guidebench_core::options::parse_kind_args;
-use guidebench_core::request::{
-    FinishReason, GenerationRequest, GenerationResponse, RequestStatus, RequestTimings,
-};
+use guidebench_core::request::{GenerationRequest, RequestStatus};
 use guidebench_core::sampling::Sampling;
-use guidebench_core::{Error, Result};
+use guidebench_testkit::backend::{MockBackend, Reply};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
-/// A backend that takes a fixed (virtual) time per request and records
-/// when each request arrived and how many were in flight.
-struct Timed {
-    service: Duration,
-    fail: bool,
-    hang: bool,
-    sends: Mutex<Vec<Instant>>,
-    in_flight: AtomicUsize,
-    peak: AtomicUsize,
+/// A backend that answers every request with one token `service` after it
+/// arrived, and records when each arrived and how many were in flight.
+fn timed(service: Duration) -> Arc<MockBackend> {
+    Arc::new(MockBackend::new(Reply::after(service)))
 }
 
-impl Timed {
-    fn new(service: Duration) -> Arc<Self> {
-        Timed::with(service, false, false)
-    }
-
-    fn with(service: Duration, fail: bool, hang: bool) -> Arc<Self> {
-        Arc::new(Timed {
-            service,
-            fail,
-            hang,
-            sends: Mutex::new(Vec::new()),
-            in_flight: AtomicUsize::new(0),
-            peak: AtomicUsize::new(0),
-        })
-    }
-
-    fn sends(&self) -> Vec<Instant> {
-        self.sends.lock().expect("lock").clone()
-    }
+/// A backend whose every request fails `service` after it arrived.
+fn failing(service: Duration) -> Arc<MockBackend> {
+    Arc::new(MockBackend::new(Reply::fail(
+        service,
+        "scripted",
+        "always fails",
+    )))
 }
 
-#[async_trait]
-impl Backend for Timed {
-    fn kind(&self) -> &'static str {
-        "timed"
-    }
-    async fn startup(&self) -> Result<()> {
-        Ok(())
-    }
-    async fn validate(&self) -> Result<ValidationReport> {
-        Ok(ValidationReport::default())
-    }
-    async fn resolve(&self, request: GenerationRequest) -> Result<GenerationResponse> {
-        self.sends.lock().expect("lock").push(Instant::now());
-        let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
-        self.peak.fetch_max(now, Ordering::SeqCst);
-        let start = Timestamp::now();
-        if self.hang {
-            std::future::pending::<()>().await;
-        }
-        tokio::time::sleep(self.service).await;
-        self.in_flight.fetch_sub(1, Ordering::SeqCst);
-        if self.fail {
-            return Err(Error::EnginePanic("always fails".into()));
-        }
-        Ok(GenerationResponse {
-            id: request.id,
-            text: "x".into(),
-            token_ids: vec![1],
-            prompt_tokens: 1,
-            output_tokens: 1,
-            finish_reason: FinishReason::Length,
-            timings: RequestTimings {
-                start: Some(start),
-                tokens: vec![Timestamp::now()],
-                end: Some(Timestamp::now()),
-                ..RequestTimings::default()
-            },
-        })
-    }
-    async fn shutdown(&self) -> Result<()> {
-        Ok(())
-    }
+/// A backend whose requests never end.
+fn hanging() -> Arc<MockBackend> {
+    Arc::new(MockBackend::new(Reply::hang()))
 }
 
 fn feed(n: u64) -> mpsc::Receiver<GenerationRequest> {
@@ -117,7 +56,7 @@ fn no_cancel() -> watch::Receiver<bool> {
 }
 
 async fn run(
-    backend: &Arc<Timed>,
+    backend: &Arc<MockBackend>,
     requests: &mut mpsc::Receiver<GenerationRequest>,
     strategy: Strategy,
     constraints: &Constraints,
@@ -133,7 +72,7 @@ async fn run(
 }
 
 async fn run_with_grace(
-    backend: &Arc<Timed>,
+    backend: &Arc<MockBackend>,
     requests: &mut mpsc::Receiver<GenerationRequest>,
     strategy: Strategy,
     constraints: &Constraints,
@@ -156,7 +95,7 @@ async fn run_with_grace(
 
 #[tokio::test(start_paused = true)]
 async fn constant_rate_sends_request_i_at_exactly_i_over_rate() {
-    let backend = Timed::new(Duration::from_millis(250));
+    let backend = timed(Duration::from_millis(250));
     let t0 = Instant::now();
     let strategy = Strategy::constant(10.0, None);
     let run = run(
@@ -166,7 +105,7 @@ async fn constant_rate_sends_request_i_at_exactly_i_over_rate() {
         &constraints(&["kind=max_requests,count=6"]),
     )
     .await;
-    let offsets: Vec<Duration> = backend.sends().iter().map(|&s| s - t0).collect();
+    let offsets: Vec<Duration> = backend.arrivals().iter().map(|&s| s - t0).collect();
     let expected: Vec<Duration> = (0..6).map(|i| Duration::from_millis(100 * i)).collect();
     assert_eq!(
         offsets, expected,
@@ -175,7 +114,7 @@ async fn constant_rate_sends_request_i_at_exactly_i_over_rate() {
     assert_eq!(run.records.len(), 6);
     assert_eq!(run.stop_reason, StopReason::MaxRequests);
     // Requests outlast the gap between sends: sends did not wait for them.
-    assert!(backend.peak.load(Ordering::SeqCst) >= 3);
+    assert!(backend.peak_in_flight() >= 3);
     for record in &run.records {
         let delay = record
             .timings
@@ -193,7 +132,7 @@ async fn constant_rate_sends_request_i_at_exactly_i_over_rate() {
 async fn a_replay_sends_each_request_at_its_scaled_recorded_offset() {
     // Requests outlast the gaps between them: sends follow the trace, not
     // the previous request's end.
-    let backend = Timed::new(Duration::from_millis(400));
+    let backend = timed(Duration::from_millis(400));
     let recorded_ms = [0u64, 100, 100, 1_500, 1_600, 4_000];
     let (tx, mut rx) = mpsc::channel(recorded_ms.len());
     let sampling = Sampling::fixed_length(1).expect("valid");
@@ -220,7 +159,7 @@ async fn a_replay_sends_each_request_at_its_scaled_recorded_offset() {
         no_cancel(),
     )
     .await;
-    let offsets: Vec<Duration> = backend.sends().iter().map(|&s| s - t0).collect();
+    let offsets: Vec<Duration> = backend.arrivals().iter().map(|&s| s - t0).collect();
     let expected: Vec<Duration> = recorded_ms
         .iter()
         .map(|ms| Duration::from_millis(ms / 2))
@@ -240,7 +179,7 @@ async fn a_replay_sends_each_request_at_its_scaled_recorded_offset() {
 
 #[tokio::test(start_paused = true)]
 async fn a_replay_the_client_cannot_keep_up_with_shows_dispatch_delay() {
-    let backend = Timed::new(Duration::from_millis(100));
+    let backend = timed(Duration::from_millis(100));
     let (tx, mut rx) = mpsc::channel(3);
     let sampling = Sampling::fixed_length(1).expect("valid");
     for id in 0..3u64 {
@@ -284,7 +223,7 @@ async fn a_replay_the_client_cannot_keep_up_with_shows_dispatch_delay() {
 
 #[tokio::test(start_paused = true)]
 async fn a_concurrency_cap_on_a_rate_shows_up_as_dispatch_delay() {
-    let backend = Timed::new(Duration::from_millis(100));
+    let backend = timed(Duration::from_millis(100));
     let strategy = Strategy::constant(100.0, Some(1));
     let run = run(
         &backend,
@@ -313,7 +252,7 @@ async fn a_concurrency_cap_on_a_rate_shows_up_as_dispatch_delay() {
 
 #[tokio::test(start_paused = true)]
 async fn concurrent_keeps_exactly_n_requests_in_flight() {
-    let backend = Timed::new(Duration::from_millis(10));
+    let backend = timed(Duration::from_millis(10));
     let t0 = Instant::now();
     let run = run(
         &backend,
@@ -323,9 +262,9 @@ async fn concurrent_keeps_exactly_n_requests_in_flight() {
     )
     .await;
     assert_eq!(run.records.len(), 12);
-    assert_eq!(backend.peak.load(Ordering::SeqCst), 3);
+    assert_eq!(backend.peak_in_flight(), 3);
     // 12 requests, 3 at a time, 10 ms each: 4 waves, back to back.
-    let sends: Vec<Duration> = backend.sends().iter().map(|&s| s - t0).collect();
+    let sends: Vec<Duration> = backend.arrivals().iter().map(|&s| s - t0).collect();
     for (i, at) in sends.iter().enumerate() {
         assert_eq!(*at, Duration::from_millis(10 * (i as u64 / 3)), "send {i}");
     }
@@ -333,7 +272,7 @@ async fn concurrent_keeps_exactly_n_requests_in_flight() {
 
 #[tokio::test(start_paused = true)]
 async fn throughput_slots_send_nothing_once_the_time_is_up() {
-    let backend = Timed::new(Duration::from_millis(30));
+    let backend = timed(Duration::from_millis(30));
     let t0 = Instant::now();
     let run = run(
         &backend,
@@ -344,7 +283,7 @@ async fn throughput_slots_send_nothing_once_the_time_is_up() {
     .await;
     // Waves at 0, 30, 60 and 90 ms; the slots' next requests, queued for
     // 120 ms, are past the limit and never sent.
-    let sends: Vec<Duration> = backend.sends().iter().map(|&s| s - t0).collect();
+    let sends: Vec<Duration> = backend.arrivals().iter().map(|&s| s - t0).collect();
     assert_eq!(sends.len(), 16, "{sends:?}");
     assert!(
         sends.iter().all(|s| *s < Duration::from_millis(100)),
@@ -356,7 +295,7 @@ async fn throughput_slots_send_nothing_once_the_time_is_up() {
 
 #[tokio::test(start_paused = true)]
 async fn synchronous_sends_one_at_a_time() {
-    let backend = Timed::new(Duration::from_millis(5));
+    let backend = timed(Duration::from_millis(5));
     let run = run(
         &backend,
         &mut feed(100),
@@ -365,12 +304,12 @@ async fn synchronous_sends_one_at_a_time() {
     )
     .await;
     assert_eq!(run.records.len(), 5);
-    assert_eq!(backend.peak.load(Ordering::SeqCst), 1);
+    assert_eq!(backend.peak_in_flight(), 1);
 }
 
 #[tokio::test(start_paused = true)]
 async fn max_duration_stops_sending_when_the_time_is_up() {
-    let backend = Timed::new(Duration::from_millis(1));
+    let backend = timed(Duration::from_millis(1));
     let strategy = Strategy::constant(10.0, None);
     let run = run(
         &backend,
@@ -386,7 +325,7 @@ async fn max_duration_stops_sending_when_the_time_is_up() {
 
 #[tokio::test(start_paused = true)]
 async fn max_errors_stops_the_run_at_the_nth_error() {
-    let backend = Timed::with(Duration::from_millis(1), true, false);
+    let backend = failing(Duration::from_millis(1));
     let run = run(
         &backend,
         &mut feed(100),
@@ -399,13 +338,13 @@ async fn max_errors_stops_the_run_at_the_nth_error() {
     assert!(run.records.iter().all(|r| r.status == RequestStatus::Error));
     assert_eq!(
         run.records[0].error.as_ref().expect("error").label,
-        "engine_panic"
+        "scripted"
     );
 }
 
 #[tokio::test(start_paused = true)]
 async fn running_out_of_data_ends_the_benchmark() {
-    let backend = Timed::new(Duration::from_millis(1));
+    let backend = timed(Duration::from_millis(1));
     let run = run(
         &backend,
         &mut feed(7),
@@ -419,7 +358,7 @@ async fn running_out_of_data_ends_the_benchmark() {
 
 #[tokio::test(start_paused = true)]
 async fn requests_still_in_flight_after_the_grace_period_are_recorded_as_incomplete() {
-    let backend = Timed::with(Duration::ZERO, false, true);
+    let backend = hanging();
     let t0 = Instant::now();
     let run = run_with_grace(
         &backend,
@@ -445,7 +384,7 @@ async fn requests_still_in_flight_after_the_grace_period_are_recorded_as_incompl
 
 #[tokio::test(start_paused = true)]
 async fn after_the_last_request_of_a_count_everything_in_flight_is_waited_for() {
-    let backend = Timed::new(Duration::from_secs(120));
+    let backend = timed(Duration::from_secs(120));
     let t0 = Instant::now();
     let run = run_with_grace(
         &backend,
@@ -470,7 +409,7 @@ async fn after_the_last_request_of_a_count_everything_in_flight_is_waited_for() 
 
 #[tokio::test(start_paused = true)]
 async fn an_interrupt_stops_sending_and_is_the_stop_reason() {
-    let backend = Timed::new(Duration::from_millis(10));
+    let backend = timed(Duration::from_millis(10));
     let (cancel_tx, cancel_rx) = watch::channel(false);
     let mut requests = feed(1_000);
     let strategy = Strategy::constant(100.0, None);
@@ -494,12 +433,12 @@ async fn an_interrupt_stops_sending_and_is_the_stop_reason() {
     };
     assert_eq!(run.stop_reason, StopReason::Interrupted);
     // Due at 0..50 ms: 6 sends before the interrupt at 55 ms.
-    assert_eq!(backend.sends().len(), 6);
+    assert_eq!(backend.arrivals().len(), 6);
 }
 
 #[tokio::test(start_paused = true)]
 async fn concurrent_streams_start_spread_evenly_over_the_rampup() {
-    let backend = Timed::new(Duration::from_secs(10));
+    let backend = timed(Duration::from_secs(10));
     let t0 = Instant::now();
     let strategy = Strategy::Concurrent {
         streams: 4,
@@ -512,7 +451,7 @@ async fn concurrent_streams_start_spread_evenly_over_the_rampup() {
         &constraints(&["kind=max_requests,count=8"]),
     )
     .await;
-    let sends: Vec<Duration> = backend.sends().iter().map(|&s| s - t0).collect();
+    let sends: Vec<Duration> = backend.arrivals().iter().map(|&s| s - t0).collect();
     // Stream k starts at k/4 of the 4 s ramp-up, then sends again as soon
     // as its request ends, 10 s later.
     let expected: Vec<Duration> = [0, 1, 2, 3, 10, 11, 12, 13]
@@ -525,7 +464,7 @@ async fn concurrent_streams_start_spread_evenly_over_the_rampup() {
 
 #[tokio::test(start_paused = true)]
 async fn throughput_slots_start_spread_over_the_rampup_and_send_again_only_after_it() {
-    let backend = Timed::new(Duration::from_millis(100));
+    let backend = timed(Duration::from_millis(100));
     let t0 = Instant::now();
     let strategy = Strategy::Throughput {
         max_concurrency: 4,
@@ -538,7 +477,7 @@ async fn throughput_slots_start_spread_over_the_rampup_and_send_again_only_after
         &constraints(&["kind=max_requests,count=8"]),
     )
     .await;
-    let sends: Vec<Duration> = backend.sends().iter().map(|&s| s - t0).collect();
+    let sends: Vec<Duration> = backend.arrivals().iter().map(|&s| s - t0).collect();
     let expected: Vec<Duration> = [0, 500, 1_000, 1_500, 2_000, 2_000, 2_000, 2_000]
         .iter()
         .map(|&ms| Duration::from_millis(ms))
@@ -549,7 +488,7 @@ async fn throughput_slots_start_spread_over_the_rampup_and_send_again_only_after
 
 #[tokio::test(start_paused = true)]
 async fn a_constant_rate_ramps_up_linearly_from_zero() {
-    let backend = Timed::new(Duration::from_millis(1));
+    let backend = timed(Duration::from_millis(1));
     let t0 = Instant::now();
     let strategy = Strategy::Constant {
         rate: 10.0,
@@ -564,7 +503,7 @@ async fn a_constant_rate_ramps_up_linearly_from_zero() {
     )
     .await;
     let sends: Vec<f64> = backend
-        .sends()
+        .arrivals()
         .iter()
         .map(|&s| (s - t0).as_secs_f64())
         .collect();
@@ -590,7 +529,7 @@ async fn a_constant_rate_ramps_up_linearly_from_zero() {
 
 #[tokio::test(start_paused = true)]
 async fn min_requests_keeps_sending_until_that_many_requests_completed() {
-    let backend = Timed::new(Duration::from_millis(10));
+    let backend = timed(Duration::from_millis(10));
     let t0 = Instant::now();
     let run = run(
         &backend,
@@ -608,7 +547,7 @@ async fn min_requests_keeps_sending_until_that_many_requests_completed() {
     assert!(done >= 10, "{done} completed");
     // Four in flight all along: the 9th to 12th were sent before the 10th
     // completed (at 30 ms), and nothing is sent after it.
-    let sends: Vec<Duration> = backend.sends().iter().map(|&s| s - t0).collect();
+    let sends: Vec<Duration> = backend.arrivals().iter().map(|&s| s - t0).collect();
     assert!(sends.len() >= 12, "{sends:?}");
     assert!(
         sends.iter().all(|s| *s <= Duration::from_millis(30)),
@@ -618,7 +557,7 @@ async fn min_requests_keeps_sending_until_that_many_requests_completed() {
 
 #[tokio::test(start_paused = true)]
 async fn the_global_error_rate_counts_the_earlier_benchmarks_requests() {
-    let backend = Timed::with(Duration::from_millis(1), true, false);
+    let backend = failing(Duration::from_millis(1));
     let mut c = constraints(&["kind=max_global_error_rate,rate=0.2,min_requests=30"]);
     if let Some(global) = &mut c.max_global_error_rate {
         // 40 requests completed earlier in the run, none failed.
