@@ -27,14 +27,16 @@ use tokio::time::Instant;
 /// Holds tokio's paused clock: while a blocking task runs, paused time
 /// does not move on its own, only when the test advances it. Released when
 /// dropped.
-pub struct HeldClock(std::sync::mpsc::Sender<()>);
+pub struct HeldClock {
+    _hold: std::sync::mpsc::Sender<()>,
+}
 
 impl HeldClock {
     /// Holds the clock of the current (paused, current-thread) runtime.
     pub fn hold() -> HeldClock {
         let (hold, held) = std::sync::mpsc::channel::<()>();
         drop(tokio::task::spawn_blocking(move || held.recv()));
-        HeldClock(hold)
+        HeldClock { _hold: hold }
     }
 }
 
