@@ -33,6 +33,37 @@ pub enum Error {
         source: Box<Error>,
     },
 
+    /// A command-line flag whose value does not fit (`--grace-period`,
+    /// `--slo`).
+    #[error("{flag} {reason}")]
+    Flag {
+        /// The flag.
+        flag: &'static str,
+        /// What is wrong, after the flag's name.
+        reason: String,
+    },
+
+    /// A file named by an option that does not exist.
+    #[error("the {what} `{}` does not exist", path.display())]
+    NoSuchFile {
+        /// What the file is (`data file`, `tokenizer`).
+        what: &'static str,
+        /// The path as given.
+        path: std::path::PathBuf,
+    },
+
+    /// A goodput profile without latency objectives to meet.
+    #[error(
+        "the goodput profile searches for the highest load meeting latency objectives: \
+         give them with --slo, e.g. --slo ttft=200ms,itl=50ms"
+    )]
+    GoodputWithoutSlo,
+
+    /// Neither the backend nor `--tokenizer` gives a tokenizer, which the
+    /// data needs.
+    #[error("the backend has no tokenizer; give one with --tokenizer PATH")]
+    NoTokenizer,
+
     /// A data file, or a row of one, that cannot be read or cannot become
     /// a request: `data.jsonl, line 3: column `stop`: expected strings`.
     #[error("{}", row_message(.path, .location.as_deref(), .column.as_deref(), .reason))]
@@ -259,6 +290,9 @@ impl Error {
             Error::Core(err) => err.label(),
             Error::Item { .. } => "invalid_data_item",
             Error::Source { .. } => "data_source",
+            Error::Flag { .. } | Error::GoodputWithoutSlo => "invalid_option",
+            Error::NoSuchFile { .. } => "missing_file",
+            Error::NoTokenizer => "no_tokenizer",
             Error::Row { .. } => "invalid_data_row",
             Error::DataFormat { .. } => "unknown_data_format",
             Error::NoPromptColumn { .. } => "no_prompt_column",
@@ -283,6 +317,10 @@ impl Error {
             Error::Core(err) => err.is_usage(),
             Error::Item { .. }
             | Error::Source { .. }
+            | Error::Flag { .. }
+            | Error::NoSuchFile { .. }
+            | Error::GoodputWithoutSlo
+            | Error::NoTokenizer
             | Error::Row { .. }
             | Error::DataFormat { .. }
             | Error::NoPromptColumn { .. }

@@ -182,10 +182,6 @@ pub struct Plan {
     pub slo: Option<Slo>,
 }
 
-fn config_error(message: String) -> Error {
-    Error::Core(guidebench_core::Error::Config(message))
-}
-
 impl Plan {
     /// Parses and checks every option of `args`. Nothing is started and no
     /// model is loaded: an unknown data kind, a bad option anywhere or a
@@ -229,10 +225,9 @@ impl Plan {
                 let secs = parse_seconds(&Value::String(text.clone()))
                     .ok()
                     .filter(|s| s.is_finite() && *s >= 0.0)
-                    .ok_or_else(|| {
-                        config_error(format!(
-                            "--grace-period must be a time like 30s, got `{text}`"
-                        ))
+                    .ok_or_else(|| Error::Flag {
+                        flag: "--grace-period",
+                        reason: format!("must be a time like 30s, got `{text}`"),
                     })?;
                 Duration::from_secs_f64(secs)
             }
@@ -240,19 +235,15 @@ impl Plan {
         };
         let slo = args.slo.as_deref().map(Slo::parse).transpose()?;
         if matches!(profile, Profile::Goodput { .. }) && slo.is_none() {
-            return Err(config_error(
-                "the goodput profile searches for the highest load meeting latency objectives: \
-                 give them with --slo, e.g. --slo ttft=200ms,itl=50ms"
-                    .into(),
-            ));
+            return Err(Error::GoodputWithoutSlo);
         }
         if let Some(path) = &args.tokenizer
             && !path.exists()
         {
-            return Err(config_error(format!(
-                "the tokenizer `{}` does not exist",
-                path.display()
-            )));
+            return Err(Error::NoSuchFile {
+                what: "tokenizer",
+                path: path.clone(),
+            });
         }
         Ok(Plan {
             backend,
@@ -389,9 +380,10 @@ fn check_data(mut args: KindArgs) -> Result<DataPlan> {
         && !std::path::Path::new(path).exists()
         && !(args.kind == "file" && crate::data::names_a_dataset(path))
     {
-        return Err(config_error(format!(
-            "the data file `{path}` does not exist"
-        )));
+        return Err(Error::NoSuchFile {
+            what: "data file",
+            path: path.into(),
+        });
     }
     Ok(DataPlan { args, on_error })
 }
@@ -485,9 +477,7 @@ impl Session {
         let tokenizer: Arc<dyn Tokenizer> = match &plan.tokenizer {
             Some(path) if path.is_dir() => Arc::new(HfTokenizer::from_dir(path)?),
             Some(path) => Arc::new(HfTokenizer::from_file(path)?),
-            None => backend.tokenizer().ok_or_else(|| {
-                config_error("the backend has no tokenizer; give one with --tokenizer PATH".into())
-            })?,
+            None => backend.tokenizer().ok_or(Error::NoTokenizer)?,
         };
         // Build every source once before the first benchmark: a bad file
         // fails before anything is sent.

@@ -103,10 +103,9 @@ impl Slo {
         let text = text.trim();
         let mut args = if text.starts_with('{') {
             let mut object: serde_json::Map<String, Value> =
-                serde_json::from_str(text).map_err(|e| {
-                    Error::Core(guidebench_core::Error::Config(format!(
-                        "--slo is not a JSON object of objectives: {e}"
-                    )))
+                serde_json::from_str(text).map_err(|e| Error::Flag {
+                    flag: "--slo",
+                    reason: format!("is not a JSON object of objectives: {e}"),
                 })?;
             object.insert("kind".into(), Value::String("slo".into()));
             parse_kind_args(&Value::Object(object).to_string())?
@@ -139,14 +138,17 @@ impl Slo {
             *field = Some(seconds);
         }
         if slo.is_empty() {
-            return Err(Error::Core(guidebench_core::Error::Config(format!(
-                "--slo needs at least one objective: {}",
-                SLO_OPTIONS
-                    .iter()
-                    .map(|o| o.name)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ))));
+            return Err(Error::Flag {
+                flag: "--slo",
+                reason: format!(
+                    "needs at least one objective: {}",
+                    SLO_OPTIONS
+                        .iter()
+                        .map(|o| o.name)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            });
         }
         Ok(slo)
     }
