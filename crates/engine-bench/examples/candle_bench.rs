@@ -48,7 +48,7 @@ use guidebench_core::request::GenerationRequest;
 use guidebench_engine_bench::BoxError;
 use guidebench_engine_bench::machine::{Bandwidth, MatmulPeak, cpu_name};
 use guidebench_engine_bench::roofline::ModelCost;
-use guidebench_engine_bench::workload::{BATCHES, OUTPUT, PROMPT, Workload, generate};
+use guidebench_engine_bench::workload::{BATCHES, MODEL, OUTPUT, PROMPT, Workload, generate};
 
 /// Counts the bytes every allocation of the process asks for.
 struct Counting;
@@ -104,7 +104,6 @@ fn page_faults() -> u64 {
     get(10) + get(12)
 }
 
-const MODEL: &str = "builtin:tiny";
 const OFFLINE_BATCH: usize = 32;
 
 fn main() -> Result<(), BoxError> {

@@ -57,11 +57,9 @@ use guidebench_core::model::ModelFolder;
 use guidebench_core::sampling::Sampling;
 use guidebench_engine_bench::machine::{Bandwidth, MatmulPeak, cpu_name};
 use guidebench_engine_bench::roofline::ModelCost;
-use guidebench_engine_bench::workload::{BATCHES, OUTPUT, PROMPT, Workload, generate};
+use guidebench_engine_bench::workload::{BATCHES, MODEL, OUTPUT, PROMPT, Workload, generate};
 use guidebench_engine_bench::{BoxError, median};
 use serde::{Deserialize, Serialize};
-
-const MODEL: &str = "builtin:tiny";
 
 fn main() -> Result<(), BoxError> {
     let args: Vec<String> = std::env::args().skip(1).collect();

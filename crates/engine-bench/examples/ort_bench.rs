@@ -60,7 +60,7 @@ use guidebench_core::sampler::argmax;
 use guidebench_engine_bench::machine::{Bandwidth, MatmulPeak, cpu_name, load_average};
 use guidebench_engine_bench::median;
 use guidebench_engine_bench::roofline::ModelCost;
-use guidebench_engine_bench::workload::{BATCHES, OUTPUT, PROMPT, Workload, generate};
+use guidebench_engine_bench::workload::{BATCHES, MODEL, OUTPUT, PROMPT, Workload, generate};
 use guidebench_ort::graph::{find_graph, past_name, present_name};
 use guidebench_ort::{OrtEngine, OrtOptions, RunTimes};
 use ort::session::builder::GraphOptimizationLevel;
@@ -195,7 +195,7 @@ fn ratio_text(ratios: &[f64]) -> String {
 fn main() -> Result<(), BoxError> {
     let mut pairs = 14usize;
     let mut with_candle = true;
-    let mut model = "builtin:tiny".to_owned();
+    let mut model = MODEL.to_owned();
     let mut matmul: Option<String> = None;
     for arg in std::env::args().skip(1) {
         if arg == "prepare" {

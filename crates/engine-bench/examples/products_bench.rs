@@ -46,6 +46,7 @@ use std::time::Instant;
 use guidebench_candle::kernels::{PackedWeight, WeightArena, packed_matmul};
 use guidebench_core::model::ModelFolder;
 use guidebench_engine_bench::machine::{FmaPeak, FmaWidth, MatmulPeak, cpu_name, load_average};
+use guidebench_engine_bench::workload::MODEL;
 use guidebench_engine_bench::{BoxError, median};
 use tch::{Device, Kind, Tensor};
 
@@ -328,7 +329,7 @@ impl Args {
             rounds: 5,
             passes: 20,
             rows: vec![1, 8, 32, 128],
-            model: "builtin:tiny".to_owned(),
+            model: MODEL.to_owned(),
             threads: std::thread::available_parallelism().map_or(1, usize::from),
             side: None,
         };

@@ -32,7 +32,7 @@ use guidebench_core::engine::{Engine, EngineOptions, EngineOutput, EngineRequest
 use guidebench_engine_bench::BoxError;
 use guidebench_engine_bench::machine::{MatmulPeak, cpu_name, load_average};
 use guidebench_engine_bench::roofline::ModelCost;
-use guidebench_engine_bench::workload::{BATCHES, OUTPUT, PROMPT, Workload};
+use guidebench_engine_bench::workload::{BATCHES, MODEL, OUTPUT, PROMPT, Workload};
 use guidebench_tch::{TchEngine, TchOptions};
 use tch::{Device, Kind, Tensor};
 
@@ -75,7 +75,7 @@ fn main() -> Result<(), BoxError> {
     let mut rounds = 2usize;
     let mut with_candle = true;
     let mut with_dual = true;
-    let mut model = "builtin:tiny".to_owned();
+    let mut model = MODEL.to_owned();
     let mut threads = std::thread::available_parallelism().map_or(1, usize::from);
     for arg in std::env::args().skip(1) {
         let (key, value) = arg.split_once('=').ok_or("expected key=value")?;

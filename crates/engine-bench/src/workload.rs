@@ -1,4 +1,4 @@
-//! The workload every engine bench runs: prompts of [`PROMPT`] tokens of
+//! The workload every engine bench runs: [`MODEL`] by default, prompts of [`PROMPT`] tokens of
 //! synthetic text, [`OUTPUT`] output tokens each, in batches of
 //! [`BATCHES`] requests; and running one batch to its outputs.
 
@@ -7,6 +7,8 @@ use guidebench_core::engine::{Engine, EngineOutput, EngineRequest};
 use guidebench_core::sampling::Sampling;
 use guidebench_core::tokenizer::Tokenizer;
 
+/// The model the benches run by default.
+pub const MODEL: &str = "builtin:tiny";
 /// Prompt tokens of every request.
 pub const PROMPT: usize = 128;
 /// Output tokens of every request (fixed length: end of sequence
