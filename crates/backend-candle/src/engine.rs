@@ -1,29 +1,26 @@
 //! The `candle` engine: batched generation over [`Decoder`].
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use candle_core::{DType, Device};
-use guidebench_core::engine::{Engine, EngineConfig, EngineDescription};
-use guidebench_core::generation::{Decode, Logits, Prefill, StepEngine, StepLimits, StepRunner};
-use guidebench_core::model::{ComputeDtype, DtypeChoice, DtypeRequest, ModelFolder};
+use guidebench_core::engine::{
+    CheckedEngineOptions, Engine, EngineConfig, EngineDescription, EngineOptions,
+};
+use guidebench_core::generation::{
+    Decode, Logits, ModelText, Prefill, StepEngine, StepLimits, StepRunner,
+};
+use guidebench_core::model::{ComputeDtype, DtypeChoice, ModelFolder};
 use guidebench_core::options::{OptionSpec, OptionType};
-use guidebench_core::tokenizer::{HfTokenizer, Tokenizer};
 use serde::Deserialize;
 
 use crate::error::{CandleError, Result};
 use crate::loader;
 use crate::model::{Decoder, SlotCache, Weights};
 
-/// The engine's options (`engine=candle,key=value,...`).
+/// The engine's options (`engine=candle,key=value,...`): the shared ones
+/// ([`EngineOptions`]) and candle's own.
 pub const OPTIONS: &[OptionSpec] = &[
-    OptionSpec::optional(
-        "dtype",
-        OptionType::Choice(DtypeRequest::CHOICES),
-        "compute dtype; auto: the checkpoint's stored dtype (config.json, else the \
-         safetensors header) when it is bf16 or f16, else f32",
-    )
-    .with_default("auto"),
+    EngineOptions::DTYPE,
     OptionSpec::optional(
         "kv_dtype",
         OptionType::Choice(&["auto", "f32", "bf16", "f16"]),
@@ -47,43 +44,24 @@ pub const OPTIONS: &[OptionSpec] = &[
          repacked copy of those weights)",
     )
     .with_default("own"),
-    OptionSpec::optional(
-        "threads",
-        OptionType::Int,
-        "CPU threads (default: all available)",
-    ),
-    OptionSpec::optional(
-        "device",
-        OptionType::String,
-        "cpu, or cuda[:N] with the `cuda` feature",
-    )
-    .with_default("cpu"),
-    OptionSpec::optional(
-        "max_seq_len",
-        OptionType::Int,
-        "longest prompt + output (default: the model's max_position_embeddings)",
-    ),
-    OptionSpec::optional(
-        "max_slots",
-        OptionType::Int,
-        "the most sequences in the KV cache at once",
-    )
-    .with_default("256"),
+    EngineOptions::THREADS.with_description("CPU threads (default: all available)"),
+    EngineOptions::DEVICE.with_description("cpu, or cuda[:N] with the `cuda` feature"),
+    EngineOptions::MAX_SEQ_LEN,
+    EngineOptions::MAX_SLOTS,
 ];
 
 /// The model when none is given.
 pub const DEFAULT_MODEL: &str = "builtin:tiny";
 
-/// Default of `max_slots`.
-pub const DEFAULT_MAX_SLOTS: usize = 256;
-
 /// Typed engine options.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(default, deny_unknown_fields)]
+#[serde(default)]
 pub struct CandleOptions {
-    /// `auto` (default: the stored dtype when it is bf16 or f16, else
-    /// f32), `f32`, `bf16` or `f16`.
-    pub dtype: Option<String>,
+    /// `dtype` (`auto`: the stored dtype when it is bf16 or f16, else
+    /// f32), `device` (`cpu` or `cuda[:N]`), `threads` (default: all
+    /// available), `max_seq_len`, `max_slots`.
+    #[serde(flatten)]
+    pub common: EngineOptions,
     /// `auto` (default: the compute dtype), `f32`, `bf16` or `f16`.
     pub kv_dtype: Option<String>,
     /// `f32` (default) or `bf16` (bf16 weights, AVX-512 BF16).
@@ -91,28 +69,12 @@ pub struct CandleOptions {
     /// GGUF files: `own` (default) or `candle` kernels for quantized
     /// products.
     pub quant_kernels: Option<String>,
-    /// CPU threads; default: all available.
-    pub threads: Option<i64>,
-    /// `cpu` (default) or `cuda[:N]`.
-    pub device: Option<String>,
-    /// Longest prompt + output; default: the model's
-    /// `max_position_embeddings`.
-    pub max_seq_len: Option<i64>,
-    /// The most sequences in the KV cache at once; default 256.
-    pub max_slots: Option<i64>,
 }
 
 /// The dtypes `dtype=auto` runs as stored: the engine has a fast path for
 /// each (2-byte weights on the CPU, the device's own types on CUDA).
 pub const AUTO_DTYPES: &[ComputeDtype] =
     &[ComputeDtype::F32, ComputeDtype::Bf16, ComputeDtype::F16];
-
-fn parse_dtype(text: Option<&str>) -> Result<DtypeRequest> {
-    DtypeRequest::parse(text).map_err(|other| CandleError::InvalidOption {
-        key: "dtype",
-        reason: format!("expected auto, f32, bf16 or f16, got `{other}`"),
-    })
-}
 
 /// `kv_dtype`: `None` for `auto`.
 fn parse_kv_dtype(text: Option<&str>) -> Result<Option<DType>> {
@@ -175,8 +137,7 @@ fn candle_dtype(dtype: ComputeDtype) -> DType {
     }
 }
 
-fn parse_device(text: Option<&str>) -> Result<Device> {
-    let text = text.unwrap_or("cpu");
+fn parse_device(text: &str) -> Result<Device> {
     if text == "cpu" {
         return Ok(Device::Cpu);
     }
@@ -222,27 +183,11 @@ fn dtype_name(dtype: DType) -> &'static str {
     }
 }
 
-fn positive(value: Option<i64>, key: &'static str) -> Result<Option<usize>> {
-    match value {
-        None => Ok(None),
-        Some(v) => usize::try_from(v)
-            .ok()
-            .filter(|&v| v > 0)
-            .map(Some)
-            .ok_or_else(|| CandleError::InvalidOption {
-                key,
-                reason: format!("must be a positive integer, got {v}"),
-            }),
-    }
-}
-
 /// A loaded model with its tokenizer: a step engine (prefill, decoding
 /// step, retire on a KV cache by slot) that core's generation loop drives.
 pub struct CandleEngine {
     decoder: Decoder,
     cache: SlotCache,
-    tokenizer: Arc<HfTokenizer>,
-    eos_ids: Vec<u32>,
     pad_id: u32,
     model: String,
     dir: PathBuf,
@@ -275,19 +220,35 @@ impl CandleEngine {
     /// the step engine inside core's generation loop.
     pub fn create(config: &EngineConfig) -> guidebench_core::Result<Box<dyn Engine>> {
         let options: CandleOptions = config.parse_options()?;
-        CandleEngine::load(config.model.as_deref(), &options)
-            .map(|e| Box::new(StepRunner::new(e)) as Box<dyn Engine>)
+        CandleEngine::runner(config.model.as_deref(), &options)
+            .map(|runner| Box::new(runner) as Box<dyn Engine>)
             .map_err(CandleError::into_load_error)
     }
 
     /// Loads `model` (a folder, `builtin:tiny`, or a hub id in the local
     /// HF cache; `None` is `builtin:tiny`).
     pub fn load(model: Option<&str>, options: &CandleOptions) -> Result<Self> {
-        let request = parse_dtype(options.dtype.as_deref())?;
-        let device = parse_device(options.device.as_deref())?;
-        let threads = positive(options.threads, "threads")?;
-        let max_seq_len = positive(options.max_seq_len, "max_seq_len")?;
-        let max_slots = positive(options.max_slots, "max_slots")?.unwrap_or(DEFAULT_MAX_SLOTS);
+        CandleEngine::open(model, options).map(|(engine, _)| engine)
+    }
+
+    /// [`load`](Self::load)s `model` into core's generation loop, with the
+    /// tokenizer and end-of-sequence ids of the same model folder.
+    pub fn runner(model: Option<&str>, options: &CandleOptions) -> Result<StepRunner<Self>> {
+        CandleEngine::open(model, options).map(|(engine, text)| StepRunner::new(engine, text))
+    }
+
+    /// The engine and what core read of the model's text side.
+    fn open(model: Option<&str>, options: &CandleOptions) -> Result<(Self, ModelText)> {
+        let CheckedEngineOptions {
+            dtype: request,
+            device,
+            threads,
+            max_seq_len,
+            max_slots,
+        } = options
+            .common
+            .check(|key, reason| CandleError::InvalidOption { key, reason })?;
+        let device = parse_device(&device)?;
         let model = model.unwrap_or(DEFAULT_MODEL);
         let folder = ModelFolder::open(model)?;
         // On a GGUF file: its own types, any other dtype refused with why.
@@ -342,11 +303,9 @@ impl CandleEngine {
             candle_core::DeviceLocation::Cuda { gpu_id } => format!("cuda:{gpu_id}"),
             candle_core::DeviceLocation::Metal { gpu_id } => format!("metal:{gpu_id}"),
         };
-        Ok(CandleEngine {
+        let engine = CandleEngine {
             cache: decoder.new_cache(max_slots),
             decoder,
-            tokenizer: Arc::clone(folder.tokenizer()),
-            eos_ids: folder.eos_token_ids().to_vec(),
             pad_id: folder.pad_token_id(),
             model: model.to_owned(),
             dir: folder.dir().to_owned(),
@@ -356,7 +315,8 @@ impl CandleEngine {
             pool,
             slots: Vec::with_capacity(max_slots),
             tokens: Vec::with_capacity(max_slots),
-        })
+        };
+        Ok((engine, ModelText::from_folder(&folder)))
     }
 
     /// The dtype it runs and why (`dtype=auto` resolved against the
@@ -387,11 +347,6 @@ impl CandleEngine {
     /// The folder the model was loaded from.
     pub fn model_dir(&self) -> &Path {
         &self.dir
-    }
-
-    /// End-of-sequence ids (from the model folder).
-    pub fn eos_ids(&self) -> &[u32] {
-        &self.eos_ids
     }
 
     /// Sequences in the KV cache now.
@@ -448,14 +403,6 @@ impl StepEngine for CandleEngine {
 
     fn retire(&mut self, slot: usize) {
         self.cache.retire(slot);
-    }
-
-    fn tokenizer(&self) -> Arc<dyn Tokenizer> {
-        Arc::clone(&self.tokenizer) as Arc<dyn Tokenizer>
-    }
-
-    fn eos_token_ids(&self) -> Vec<u32> {
-        self.eos_ids.clone()
     }
 
     fn describe(&self) -> EngineDescription {

@@ -10,7 +10,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use guidebench_candle::{CandleEngine, CandleOptions};
-use guidebench_core::engine::{Decode, Logits, Prefill, StepEngine};
+use guidebench_core::engine::{Decode, EngineOptions, Logits, Prefill, StepEngine};
 use guidebench_testkit::fixtures::{FixtureSpec, write_llama_fixture};
 
 /// Counts the allocations every thread of the process asks for.
@@ -55,7 +55,10 @@ fn steady_state_decoding_steps_allocate_nothing() {
         let dir = tempfile::tempdir().expect("tempdir");
         write_llama_fixture(dir.path(), &spec).expect("fixture");
         let options = CandleOptions {
-            threads: Some(2),
+            common: EngineOptions {
+                threads: Some(2),
+                ..EngineOptions::default()
+            },
             ..CandleOptions::default()
         };
         let mut engine = CandleEngine::load(dir.path().to_str(), &options).expect("load");

@@ -47,9 +47,7 @@ fn builtin_tiny_is_generated_once_into_the_cache_and_generates() {
         .expect("mtime");
     assert_eq!(stamp, stamp2);
 
-    let mut engine = guidebench_core::generation::StepRunner::new(
-        CandleEngine::load(dir.to_str(), &CandleOptions::default()).expect("load"),
-    );
+    let mut engine = CandleEngine::runner(dir.to_str(), &CandleOptions::default()).expect("load");
     assert!(engine.chat_template().is_some());
     let request = |id| EngineRequest {
         id,

@@ -8,10 +8,14 @@
 use std::path::Path;
 
 use guidebench_candle::{CandleEngine, CandleOptions};
+use guidebench_core::engine::EngineOptions;
 
 fn load(dir: &Path) -> CandleEngine {
     let options = CandleOptions {
-        threads: Some(2),
+        common: EngineOptions {
+            threads: Some(2),
+            ..EngineOptions::default()
+        },
         ..CandleOptions::default()
     };
     CandleEngine::load(dir.to_str(), &options).expect("the fixture loads")
@@ -34,7 +38,10 @@ mod f16 {
 /// The engine as `guidebench run` loads it, its error kept.
 fn try_load(dir: &Path) -> guidebench_candle::error::Result<CandleEngine> {
     let options = CandleOptions {
-        threads: Some(2),
+        common: EngineOptions {
+            threads: Some(2),
+            ..EngineOptions::default()
+        },
         ..CandleOptions::default()
     };
     CandleEngine::load(dir.to_str(), &options)

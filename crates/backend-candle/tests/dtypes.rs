@@ -8,8 +8,8 @@ use std::sync::Arc;
 use guidebench_candle::engine::OPTIONS;
 use guidebench_candle::{CandleEngine, CandleOptions};
 use guidebench_core::backend::Backend;
-use guidebench_core::engine::{Engine, EngineRequest};
-use guidebench_core::generation::{StepEngine, StepRunner, first_step_logits};
+use guidebench_core::engine::{Engine, EngineOptions, EngineRequest};
+use guidebench_core::generation::{ModelText, StepEngine, StepRunner, first_step_logits};
 use guidebench_core::model::ComputeDtype;
 use guidebench_core::options::{OptionType, parse_kind_args};
 use guidebench_core::registry;
@@ -25,8 +25,11 @@ fn fixture(spec: &FixtureSpec) -> tempfile::TempDir {
 
 fn load(dir: &Path, dtype: Option<&str>) -> CandleEngine {
     let options = CandleOptions {
-        dtype: dtype.map(str::to_owned),
-        threads: Some(2),
+        common: EngineOptions {
+            dtype: dtype.map(str::to_owned),
+            threads: Some(2),
+            ..EngineOptions::default()
+        },
         ..CandleOptions::default()
     };
     CandleEngine::load(dir.to_str(), &options).expect("the fixture loads")
@@ -61,7 +64,10 @@ fn dtype_defaults_to_auto_and_offers_f32_bf16_and_f16() {
     let err = CandleEngine::load(
         Some("builtin:tiny"),
         &CandleOptions {
-            dtype: Some("f8".into()),
+            common: EngineOptions {
+                dtype: Some("f8".into()),
+                ..EngineOptions::default()
+            },
             ..CandleOptions::default()
         },
     )
@@ -195,7 +201,8 @@ fn greedy(max_tokens: u32) -> Sampling {
 
 /// Greedy tokens of every prompt of [`PROMPTS`], as one batch.
 fn greedy_tokens(engine: CandleEngine, max_tokens: u32) -> Vec<Vec<u32>> {
-    let mut runner = StepRunner::new(engine);
+    let text = ModelText::open(engine.model_dir().to_str().expect("UTF-8")).expect("text");
+    let mut runner = StepRunner::new(engine, text);
     let batch: Vec<EngineRequest> = PROMPTS
         .iter()
         .enumerate()
@@ -240,7 +247,9 @@ fn bf16_and_f16_weights_on_the_default_path_give_the_first_step_logits_of_the_up
         let dir = fixture(&spec);
         let mut stored = load(dir.path(), None);
         let mut upcast = load(dir.path(), Some("f32"));
-        let tokenizer = stored.tokenizer();
+        let tokenizer = ModelText::open(dir.path().to_str().expect("UTF-8"))
+            .expect("text")
+            .tokenizer;
         let prompts: Vec<Vec<u32>> = PROMPTS
             .iter()
             .map(|p| tokenizer.encode(p, true).expect("encodes"))

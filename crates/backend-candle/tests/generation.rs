@@ -4,8 +4,8 @@
 use std::path::Path;
 
 use guidebench_candle::{CandleEngine, CandleOptions};
-use guidebench_core::engine::{Engine, EngineOutput, EngineRequest};
-use guidebench_core::generation::{StepRunner, first_step_logits};
+use guidebench_core::engine::{Engine, EngineOptions, EngineOutput, EngineRequest};
+use guidebench_core::generation::{StepEngine, StepRunner, first_step_logits};
 use guidebench_core::request::FinishReason;
 use guidebench_core::sampling::Sampling;
 use guidebench_testkit::conformance;
@@ -18,7 +18,7 @@ fn fixture(spec: &FixtureSpec) -> tempfile::TempDir {
 }
 
 fn load(dir: &Path) -> StepRunner<CandleEngine> {
-    StepRunner::new(CandleEngine::load(dir.to_str(), &CandleOptions::default()).expect("load"))
+    CandleEngine::runner(dir.to_str(), &CandleOptions::default()).expect("load")
 }
 
 /// Every request's output; panics on any error.
@@ -82,11 +82,13 @@ fn sharded_safetensors_load_to_the_same_model() {
 fn max_seq_len_caps_generation_and_rejects_longer_prompts() {
     let dir = fixture(&FixtureSpec::tiny());
     let options = CandleOptions {
-        max_seq_len: Some(12),
+        common: EngineOptions {
+            max_seq_len: Some(12),
+            ..EngineOptions::default()
+        },
         ..CandleOptions::default()
     };
-    let mut engine =
-        StepRunner::new(CandleEngine::load(dir.path().to_str(), &options).expect("load"));
+    let mut engine = CandleEngine::runner(dir.path().to_str(), &options).expect("load");
     let prompt_tokens = guidebench_core::tokenizer::Tokenizer::encode(
         engine.tokenizer().as_ref(),
         PROMPTS[0],
@@ -119,12 +121,14 @@ fn bf16_and_f16_run_and_mostly_agree_with_f32() {
     let dir = fixture(&FixtureSpec::tiny());
     for dtype in ["bf16", "f16"] {
         let options = CandleOptions {
-            dtype: Some(dtype.into()),
-            threads: Some(1),
+            common: EngineOptions {
+                dtype: Some(dtype.into()),
+                threads: Some(1),
+                ..EngineOptions::default()
+            },
             ..CandleOptions::default()
         };
-        let mut engine =
-            StepRunner::new(CandleEngine::load(dir.path().to_str(), &options).expect("load"));
+        let mut engine = CandleEngine::runner(dir.path().to_str(), &options).expect("load");
         let out = run(&mut engine, &[request(0, PROMPTS[1], greedy(4))]);
         assert_eq!(out[0].token_ids.len(), 4);
         assert_eq!(engine.describe().threads, Some(1));
@@ -136,12 +140,14 @@ fn a_two_byte_kv_cache_is_said_and_generates_and_bf16_activations_need_bf16_weig
     let dir = fixture(&FixtureSpec::tiny());
     for kv in ["bf16", "f16"] {
         let options = CandleOptions {
+            common: EngineOptions {
+                threads: Some(1),
+                ..EngineOptions::default()
+            },
             kv_dtype: Some(kv.into()),
-            threads: Some(1),
             ..CandleOptions::default()
         };
-        let mut engine =
-            StepRunner::new(CandleEngine::load(dir.path().to_str(), &options).expect("load"));
+        let mut engine = CandleEngine::runner(dir.path().to_str(), &options).expect("load");
         let out = run(&mut engine, &[request(0, PROMPTS[1], greedy(4))]);
         assert_eq!(out[0].token_ids.len(), 4);
         let said = engine.describe().dtype.expect("a dtype");
@@ -149,7 +155,7 @@ fn a_two_byte_kv_cache_is_said_and_generates_and_bf16_activations_need_bf16_weig
     }
     // The default is exact: nothing more to say.
     let engine = CandleEngine::load(dir.path().to_str(), &CandleOptions::default()).expect("load");
-    let said = StepRunner::new(engine).describe().dtype.expect("a dtype");
+    let said = engine.describe().dtype.expect("a dtype");
     assert!(!said.contains("KV cache"), "{said}");
     // bf16 activations on f32 weights: refused, naming the option.
     let err = CandleEngine::load(
@@ -168,14 +174,17 @@ fn a_two_byte_kv_cache_is_said_and_generates_and_bf16_activations_need_bf16_weig
     // With bf16 weights: where the CPU has AVX-512 BF16 it runs and says
     // so; elsewhere the error says why.
     let options = CandleOptions {
-        dtype: Some("bf16".into()),
+        common: EngineOptions {
+            dtype: Some("bf16".into()),
+            ..EngineOptions::default()
+        },
         activations: Some("bf16".into()),
         ..CandleOptions::default()
     };
     match CandleEngine::load(dir.path().to_str(), &options) {
         Ok(engine) => {
             assert!(guidebench_candle::kernels::has_bf16_dot());
-            let said = StepRunner::new(engine).describe().dtype.expect("a dtype");
+            let said = engine.describe().dtype.expect("a dtype");
             assert!(said.ends_with(", bf16 activations"), "{said}");
         }
         Err(err) => {
@@ -322,19 +331,28 @@ fn bad_options_are_clear_errors() {
             .to_string()
     };
     let err = with(CandleOptions {
-        device: Some("cuda".into()),
+        common: EngineOptions {
+            device: Some("cuda".into()),
+            ..EngineOptions::default()
+        },
         ..CandleOptions::default()
     });
     if cfg!(not(feature = "cuda")) {
         assert!(err.contains("`cuda` feature"), "{err}");
     }
     let err = with(CandleOptions {
-        device: Some("tpu".into()),
+        common: EngineOptions {
+            device: Some("tpu".into()),
+            ..EngineOptions::default()
+        },
         ..CandleOptions::default()
     });
     assert!(err.contains("tpu"), "{err}");
     let err = with(CandleOptions {
-        threads: Some(0),
+        common: EngineOptions {
+            threads: Some(0),
+            ..EngineOptions::default()
+        },
         ..CandleOptions::default()
     });
     assert!(err.contains("threads"), "{err}");

@@ -5,6 +5,7 @@
 use std::path::Path;
 
 use guidebench_candle::{CandleEngine, CandleOptions};
+use guidebench_core::engine::EngineOptions;
 use guidebench_core::generation::first_step_logits;
 use guidebench_testkit::conformance::largest_difference;
 use guidebench_testkit::fixtures::FixtureSpec;
@@ -32,7 +33,10 @@ const TEXTS: [&str; 3] = [
 
 /// The first-step logits of each text on `engine`, with the prompt ids.
 fn logits_of(engine: &mut CandleEngine, texts: &[&str]) -> Vec<(Vec<u32>, Vec<f32>)> {
-    let tokenizer = guidebench_core::engine::StepEngine::tokenizer(engine);
+    let model = engine.model_dir().to_str().expect("UTF-8");
+    let tokenizer = guidebench_core::generation::ModelText::open(model)
+        .expect("text")
+        .tokenizer;
     let prompts: Vec<Vec<u32>> = texts
         .iter()
         .map(|t| tokenizer.encode(t, true).expect("encode"))
@@ -98,7 +102,10 @@ fn an_explicit_dtype_on_a_gguf_is_refused_with_the_reason() {
     let spec = FixtureSpec::gguf_tiny();
     let [gguf, _] = pair(&spec, GgufType::Q8_0);
     let options = CandleOptions {
-        dtype: Some("f32".into()),
+        common: EngineOptions {
+            dtype: Some("f32".into()),
+            ..EngineOptions::default()
+        },
         ..CandleOptions::default()
     };
     let err = CandleEngine::load(gguf.path().to_str(), &options).expect_err("dtype=f32");

@@ -3,14 +3,16 @@
 
 use std::borrow::Cow;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use guidebench_core::engine::{Engine, EngineConfig, EngineDescription};
-use guidebench_core::generation::{Decode, Logits, Prefill, StepEngine, StepLimits, StepRunner};
+use guidebench_core::engine::{
+    CheckedEngineOptions, Engine, EngineConfig, EngineDescription, EngineOptions, positive,
+};
+use guidebench_core::generation::{
+    Decode, Logits, ModelText, Prefill, StepEngine, StepLimits, StepRunner,
+};
 use guidebench_core::model::ModelFolder;
 use guidebench_core::options::{OptionSpec, OptionType};
-use guidebench_core::tokenizer::{HfTokenizer, Tokenizer};
 use ort::session::builder::GraphOptimizationLevel;
 use ort::session::{Session, SessionInputValue, SessionOutputs};
 use ort::value::{DynValue, PrimitiveTensorElementType, Tensor, TensorElementType, TensorRef};
@@ -21,13 +23,12 @@ use crate::error::{OrtError, Result};
 use crate::graph::{Elem, GraphLayout, Port, find_graph, past_name, present_name};
 use crate::library;
 
-/// The engine's options (`engine=ort,key=value,...`).
+/// The engine's options (`engine=ort,key=value,...`): the shared ones it
+/// takes ([`EngineOptions`]; no `dtype`, and `execution_provider` in place
+/// of `device`) and ort's own.
 pub const OPTIONS: &[OptionSpec] = &[
-    OptionSpec::optional(
-        "threads",
-        OptionType::Int,
-        "intra-op threads (default: ONNX Runtime's choice, one per core)",
-    ),
+    EngineOptions::THREADS
+        .with_description("intra-op threads (default: ONNX Runtime's choice, one per core)"),
     OptionSpec::optional(
         "inter_threads",
         OptionType::Int,
@@ -50,28 +51,22 @@ pub const OPTIONS: &[OptionSpec] = &[
         OptionType::String,
         "path of libonnxruntime.so (else ORT_DYLIB_PATH, else .native/ from scripts/native ort)",
     ),
-    OptionSpec::optional(
-        "max_seq_len",
-        OptionType::Int,
-        "longest prompt + output (default: the model's max_position_embeddings)",
-    ),
-    OptionSpec::optional(
-        "max_slots",
-        OptionType::Int,
-        "the most sequences in the KV cache at once",
-    )
-    .with_default("256"),
+    EngineOptions::MAX_SEQ_LEN,
+    EngineOptions::MAX_SLOTS,
 ];
 
-/// Default of `max_slots`.
-pub const DEFAULT_MAX_SLOTS: usize = 256;
+/// The shared keys ([`EngineOptions`]) this engine does not take.
+const NOT_TAKEN: &[&str] = &["dtype", "device"];
 
 /// Typed engine options.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(default, deny_unknown_fields)]
+#[serde(default)]
 pub struct OrtOptions {
-    /// Intra-op threads; default: ONNX Runtime's own choice.
-    pub threads: Option<i64>,
+    /// `threads` (intra-op; default: ONNX Runtime's own choice),
+    /// `max_seq_len`, `max_slots`; `dtype` and `device` are refused (the
+    /// graph's own types run, on `execution_provider`).
+    #[serde(flatten)]
+    pub common: EngineOptions,
     /// Inter-op threads; more than 1 turns on parallel execution.
     pub inter_threads: Option<i64>,
     /// `disable`, `basic`, `extended` or `all` (default).
@@ -80,24 +75,10 @@ pub struct OrtOptions {
     pub execution_provider: Option<String>,
     /// The library to load (before `ORT_DYLIB_PATH` and `.native/`).
     pub ort_library: Option<String>,
-    /// Longest prompt + output; default: `max_position_embeddings`.
-    pub max_seq_len: Option<i64>,
-    /// The most sequences in the KV cache at once; default 256.
-    pub max_slots: Option<i64>,
 }
 
-fn positive(value: Option<i64>, key: &'static str) -> Result<Option<usize>> {
-    match value {
-        None => Ok(None),
-        Some(v) => usize::try_from(v)
-            .ok()
-            .filter(|&v| v > 0)
-            .map(Some)
-            .ok_or_else(|| OrtError::InvalidOption {
-                key,
-                reason: format!("must be a positive integer, got {v}"),
-            }),
-    }
+fn invalid(key: &'static str, reason: String) -> OrtError {
+    OrtError::InvalidOption { key, reason }
 }
 
 fn optimization_level(text: Option<&str>) -> Result<GraphOptimizationLevel> {
@@ -207,8 +188,6 @@ pub struct OrtEngine {
     present_names: Vec<String>,
     vocab: usize,
     max_seq_len: usize,
-    tokenizer: Arc<HfTokenizer>,
-    eos_ids: Vec<u32>,
     pad_id: u32,
     model: String,
     dir: PathBuf,
@@ -243,18 +222,35 @@ impl OrtEngine {
                 reason: "the ort engine needs `model=` (a folder with an ONNX decoder)".into(),
             });
         model
-            .and_then(|model| OrtEngine::load(model, &options))
-            .map(|e| Box::new(StepRunner::new(e)) as Box<dyn Engine>)
+            .and_then(|model| OrtEngine::runner(model, &options))
+            .map(|runner| Box::new(runner) as Box<dyn Engine>)
             .map_err(OrtError::into_load_error)
     }
 
     /// Loads `model` (a folder or a hub id in the local HF cache) with
     /// its ONNX decoder.
     pub fn load(model: &str, options: &OrtOptions) -> Result<Self> {
-        let threads = positive(options.threads, "threads")?;
-        let inter_threads = positive(options.inter_threads, "inter_threads")?;
-        let max_seq_len = positive(options.max_seq_len, "max_seq_len")?;
-        let max_slots = positive(options.max_slots, "max_slots")?.unwrap_or(DEFAULT_MAX_SLOTS);
+        OrtEngine::open(model, options).map(|(engine, _)| engine)
+    }
+
+    /// [`load`](Self::load)s `model` into core's generation loop, with the
+    /// tokenizer and end-of-sequence ids of the same model folder.
+    pub fn runner(model: &str, options: &OrtOptions) -> Result<StepRunner<Self>> {
+        OrtEngine::open(model, options).map(|(engine, text)| StepRunner::new(engine, text))
+    }
+
+    /// The engine and what core read of the model's text side.
+    fn open(model: &str, options: &OrtOptions) -> Result<(Self, ModelText)> {
+        options
+            .common
+            .refuse(crate::ENGINE_NAME, NOT_TAKEN, invalid)?;
+        let CheckedEngineOptions {
+            threads,
+            max_seq_len,
+            max_slots,
+            ..
+        } = options.common.check(invalid)?;
+        let inter_threads = positive(options.inter_threads, "inter_threads", invalid)?;
         let level = optimization_level(options.graph_optimization.as_deref())?;
         let provider = options.execution_provider.as_deref().unwrap_or("cpu");
         if provider != "cpu" && provider != "cuda" {
@@ -303,7 +299,7 @@ impl OrtEngine {
                 .collect()
         };
         let max_seq_len = max_seq_len.unwrap_or(config.max_position_embeddings);
-        Ok(OrtEngine {
+        let engine = OrtEngine {
             past_names: names(past_name),
             present_names: names(present_name),
             cache: KvCache::new(max_slots),
@@ -313,15 +309,14 @@ impl OrtEngine {
             layout,
             session,
             max_seq_len,
-            tokenizer: Arc::clone(folder.tokenizer()),
-            eos_ids: folder.eos_token_ids().to_vec(),
             pad_id: folder.pad_token_id(),
             model: model.to_owned(),
             dir: folder.dir().to_owned(),
             library_path,
             device,
             threads,
-        })
+        };
+        Ok((engine, ModelText::from_folder(&folder)))
     }
 
     /// What the engine read from the graph.
@@ -792,14 +787,6 @@ impl StepEngine for OrtEngine {
 
     fn retire(&mut self, slot: usize) {
         self.cache.retire(slot);
-    }
-
-    fn tokenizer(&self) -> Arc<dyn Tokenizer> {
-        Arc::clone(&self.tokenizer) as Arc<dyn Tokenizer>
-    }
-
-    fn eos_token_ids(&self) -> Vec<u32> {
-        self.eos_ids.clone()
     }
 
     fn describe(&self) -> EngineDescription {

@@ -7,7 +7,7 @@
 mod common;
 
 use guidebench_core::engine::{Engine, EngineRequest};
-use guidebench_core::generation::{StepRunner, first_step_logits};
+use guidebench_core::generation::first_step_logits;
 use guidebench_core::sampling::Sampling;
 use guidebench_ort::OrtEngine;
 use guidebench_ort::graph::Elem;
@@ -79,7 +79,7 @@ fn a_float16_graph_generates_a_mixed_batch_with_slots_reused() {
         .prompts
         .clone();
     let (_dir, engine) = tiny(&["--float16"]);
-    let mut runner = StepRunner::new(engine);
+    let mut runner = common::runner(engine);
     let limits = [3u32, 6, 9, 12, 15];
     let batch: Vec<EngineRequest> = prompts
         .iter()

@@ -5,7 +5,7 @@
 mod common;
 
 use guidebench_core::engine::{Engine, EngineOutput, EngineRequest};
-use guidebench_core::generation::{Generation, StepRunner};
+use guidebench_core::generation::Generation;
 
 fn outputs(results: Vec<guidebench_core::Result<EngineOutput>>) -> Vec<EngineOutput> {
     results
@@ -20,7 +20,7 @@ fn a_batch_that_runs_to_the_end_together_never_gathers_its_past() {
         return;
     }
     let (_dir, prompts, engine) = common::tiny_with_slots(8);
-    let mut runner = StepRunner::new(engine);
+    let mut runner = common::runner(engine);
     let batch: Vec<EngineRequest> = prompts
         .iter()
         .enumerate()
@@ -43,7 +43,7 @@ fn sequences_that_take_freed_slots_get_the_stored_tokens_with_one_gather_per_cha
     // Two slots, five requests of 3, 6, 9, 12 and 15 tokens: each time one
     // finishes, the next takes its slot beside the one still running.
     let (_dir, prompts, engine) = common::tiny_with_slots(2);
-    let mut runner = StepRunner::new(engine);
+    let mut runner = common::runner(engine);
     let limits = [3u32, 6, 9, 12, 15];
     let batch: Vec<EngineRequest> = prompts
         .iter()
@@ -68,7 +68,7 @@ fn a_sequence_admitted_beside_running_ones_gets_the_stored_tokens() {
         return;
     }
     let (_dir, prompts, mut engine) = common::tiny_with_slots(8);
-    let mut generation: Generation<usize> = Generation::new(&engine);
+    let mut generation: Generation<usize> = Generation::new(&engine, common::text(&engine));
     let mut done = Vec::new();
     let mut waiting: Vec<_> = prompts
         .iter()

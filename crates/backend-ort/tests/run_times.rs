@@ -20,7 +20,7 @@ fn the_engine_counts_one_session_run_per_prefill_group_and_per_decoding_step() {
     assert_eq!(engine.run_times(), RunTimes::default(), "no run before any");
 
     let start = Instant::now();
-    let mut generation: Generation<usize> = Generation::new(&engine);
+    let mut generation: Generation<usize> = Generation::new(&engine, common::text(&engine));
     let mut waiting: Vec<_> = prompts
         .iter()
         .zip(limits)

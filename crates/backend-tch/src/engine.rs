@@ -2,13 +2,15 @@
 //! slot.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
-use guidebench_core::engine::{Engine, EngineConfig, EngineDescription};
-use guidebench_core::generation::{Decode, Logits, Prefill, StepEngine, StepLimits, StepRunner};
-use guidebench_core::model::{ComputeDtype, DtypeChoice, DtypeRequest, ModelFolder};
+use guidebench_core::engine::{
+    CheckedEngineOptions, Engine, EngineConfig, EngineDescription, EngineOptions,
+};
+use guidebench_core::generation::{
+    Decode, Logits, ModelText, Prefill, StepEngine, StepLimits, StepRunner,
+};
+use guidebench_core::model::{ComputeDtype, DtypeChoice, ModelFolder};
 use guidebench_core::options::{OptionSpec, OptionType};
-use guidebench_core::tokenizer::{HfTokenizer, Tokenizer};
 use serde::Deserialize;
 use tch::{Device, Kind, Tensor};
 
@@ -16,37 +18,15 @@ use crate::cache::KvCache;
 use crate::error::{Result, TchError};
 use crate::model::{Decoder, Pass, Weights, dim};
 
-/// The engine's options (`engine=tch,key=value,...`).
+/// The engine's options (`engine=tch,key=value,...`): the shared ones
+/// ([`EngineOptions`]) and tch's own.
 pub const OPTIONS: &[OptionSpec] = &[
-    OptionSpec::optional(
-        "dtype",
-        OptionType::Choice(DtypeRequest::CHOICES),
-        "compute dtype; auto: the checkpoint's stored dtype (config.json, else the \
-         safetensors header) when it is bf16 or f16, else f32",
-    )
-    .with_default("auto"),
-    OptionSpec::optional(
-        "threads",
-        OptionType::Int,
-        "libtorch intra-op threads (default: libtorch's choice, one per core)",
-    ),
-    OptionSpec::optional(
-        "device",
-        OptionType::String,
-        "cpu, or cuda[:N] when libtorch was built with CUDA",
-    )
-    .with_default("cpu"),
-    OptionSpec::optional(
-        "max_seq_len",
-        OptionType::Int,
-        "longest prompt + output (default: the model's max_position_embeddings)",
-    ),
-    OptionSpec::optional(
-        "max_slots",
-        OptionType::Int,
-        "the most sequences in the KV cache at once",
-    )
-    .with_default("256"),
+    EngineOptions::DTYPE,
+    EngineOptions::THREADS
+        .with_description("libtorch intra-op threads (default: libtorch's choice, one per core)"),
+    EngineOptions::DEVICE.with_description("cpu, or cuda[:N] when libtorch was built with CUDA"),
+    EngineOptions::MAX_SEQ_LEN,
+    EngineOptions::MAX_SLOTS,
     OptionSpec::optional(
         "dual_layout",
         OptionType::Bool,
@@ -59,25 +39,16 @@ pub const OPTIONS: &[OptionSpec] = &[
 /// The model when none is given.
 pub const DEFAULT_MODEL: &str = "builtin:tiny";
 
-/// Default of `max_slots`.
-pub const DEFAULT_MAX_SLOTS: usize = 256;
-
 /// Typed engine options.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(default, deny_unknown_fields)]
+#[serde(default)]
 pub struct TchOptions {
-    /// `auto` (default: the stored dtype when it is bf16 or f16, else
-    /// f32), `f32`, `bf16` or `f16`.
-    pub dtype: Option<String>,
-    /// libtorch intra-op threads; default: libtorch's own choice.
-    pub threads: Option<i64>,
-    /// `cpu` (default) or `cuda[:N]`.
-    pub device: Option<String>,
-    /// Longest prompt + output; default: the model's
-    /// `max_position_embeddings`.
-    pub max_seq_len: Option<i64>,
-    /// The most sequences in the KV cache at once; default 256.
-    pub max_slots: Option<i64>,
+    /// `dtype` (`auto`: the stored dtype when it is bf16 or f16, else
+    /// f32), `device` (`cpu` or `cuda[:N]`), `threads` (libtorch intra-op
+    /// threads; default: libtorch's own choice), `max_seq_len`,
+    /// `max_slots`.
+    #[serde(flatten)]
+    pub common: EngineOptions,
     /// Also keep each projection weight as `(out, in)` for decoding steps
     /// of 4 to 64 rows; default false.
     pub dual_layout: Option<bool>,
@@ -87,13 +58,6 @@ pub struct TchOptions {
 /// the CPU (bf16 and f16 with its own kernels) and on CUDA.
 pub const AUTO_DTYPES: &[ComputeDtype] =
     &[ComputeDtype::F32, ComputeDtype::Bf16, ComputeDtype::F16];
-
-fn parse_dtype(text: Option<&str>) -> Result<DtypeRequest> {
-    DtypeRequest::parse(text).map_err(|other| TchError::InvalidOption {
-        key: "dtype",
-        reason: format!("expected auto, f32, bf16 or f16, got `{other}`"),
-    })
-}
 
 fn tch_kind(dtype: ComputeDtype) -> Kind {
     match dtype {
@@ -105,8 +69,7 @@ fn tch_kind(dtype: ComputeDtype) -> Kind {
 
 /// `cpu`, `cuda` or `cuda:N`; CUDA only where libtorch has it and the
 /// device exists.
-fn parse_device(text: Option<&str>) -> Result<Device> {
-    let text = text.unwrap_or("cpu");
+fn parse_device(text: &str) -> Result<Device> {
     if text == "cpu" {
         return Ok(Device::Cpu);
     }
@@ -136,20 +99,6 @@ fn parse_device(text: Option<&str>) -> Result<Device> {
     Ok(Device::Cuda(ordinal))
 }
 
-fn positive(value: Option<i64>, key: &'static str) -> Result<Option<usize>> {
-    match value {
-        None => Ok(None),
-        Some(v) => usize::try_from(v)
-            .ok()
-            .filter(|&v| v > 0)
-            .map(Some)
-            .ok_or_else(|| TchError::InvalidOption {
-                key,
-                reason: format!("must be a positive integer, got {v}"),
-            }),
-    }
-}
-
 /// Row-major host inputs of one step, reused between steps.
 #[derive(Debug, Default)]
 struct Scratch {
@@ -169,8 +118,6 @@ pub struct TchEngine {
     decoder: Decoder,
     cache: KvCache,
     scratch: Scratch,
-    tokenizer: Arc<HfTokenizer>,
-    eos_ids: Vec<u32>,
     pad_id: u32,
     model: String,
     dir: PathBuf,
@@ -199,8 +146,8 @@ impl TchEngine {
     /// step engine inside core's generation loop.
     pub fn create(config: &EngineConfig) -> guidebench_core::Result<Box<dyn Engine>> {
         let options: TchOptions = config.parse_options()?;
-        TchEngine::load(config.model.as_deref(), &options)
-            .map(|e| Box::new(StepRunner::new(e)) as Box<dyn Engine>)
+        TchEngine::runner(config.model.as_deref(), &options)
+            .map(|runner| Box::new(runner) as Box<dyn Engine>)
             .map_err(TchError::into_load_error)
     }
 
@@ -210,11 +157,27 @@ impl TchEngine {
     /// `threads` sets libtorch's intra-op threads for the calling thread
     /// (the engine thread), which every step then uses.
     pub fn load(model: Option<&str>, options: &TchOptions) -> Result<Self> {
-        let request = parse_dtype(options.dtype.as_deref())?;
-        let threads = positive(options.threads, "threads")?;
-        let max_seq_len = positive(options.max_seq_len, "max_seq_len")?;
-        let max_slots = positive(options.max_slots, "max_slots")?.unwrap_or(DEFAULT_MAX_SLOTS);
-        let device = parse_device(options.device.as_deref())?;
+        TchEngine::open(model, options).map(|(engine, _)| engine)
+    }
+
+    /// [`load`](Self::load)s `model` into core's generation loop, with the
+    /// tokenizer and end-of-sequence ids of the same model folder.
+    pub fn runner(model: Option<&str>, options: &TchOptions) -> Result<StepRunner<Self>> {
+        TchEngine::open(model, options).map(|(engine, text)| StepRunner::new(engine, text))
+    }
+
+    /// The engine and what core read of the model's text side.
+    fn open(model: Option<&str>, options: &TchOptions) -> Result<(Self, ModelText)> {
+        let CheckedEngineOptions {
+            dtype: request,
+            device,
+            threads,
+            max_seq_len,
+            max_slots,
+        } = options
+            .common
+            .check(|key, reason| TchError::InvalidOption { key, reason })?;
+        let device = parse_device(&device)?;
         if let Some(n) = threads {
             let n = i32::try_from(n).map_err(|_| TchError::InvalidOption {
                 key: "threads",
@@ -242,7 +205,7 @@ impl TchEngine {
             Device::Cuda(n) => format!("cuda:{n}"),
             _ => "cpu".to_owned(),
         };
-        Ok(TchEngine {
+        let engine = TchEngine {
             cache: KvCache::new(
                 max_slots,
                 config.num_hidden_layers,
@@ -253,15 +216,14 @@ impl TchEngine {
             ),
             decoder,
             scratch: Scratch::default(),
-            tokenizer: Arc::clone(folder.tokenizer()),
-            eos_ids: folder.eos_token_ids().to_vec(),
             pad_id: folder.pad_token_id(),
             model: model.to_owned(),
             dir: folder.dir().to_owned(),
             device_name,
             dtype: choice,
             threads,
-        })
+        };
+        Ok((engine, ModelText::from_folder(&folder)))
     }
 
     /// The dtype it runs and why (`dtype=auto` resolved against the
@@ -500,14 +462,6 @@ impl StepEngine for TchEngine {
 
     fn retire(&mut self, slot: usize) {
         self.cache.retire(slot);
-    }
-
-    fn tokenizer(&self) -> Arc<dyn Tokenizer> {
-        Arc::clone(&self.tokenizer) as Arc<dyn Tokenizer>
-    }
-
-    fn eos_token_ids(&self) -> Vec<u32> {
-        self.eos_ids.clone()
     }
 
     fn describe(&self) -> EngineDescription {

@@ -4,11 +4,15 @@
 
 use std::path::Path;
 
+use guidebench_core::engine::EngineOptions;
 use guidebench_tch::{TchEngine, TchOptions};
 
 fn load(dir: &Path) -> TchEngine {
     let options = TchOptions {
-        threads: Some(2),
+        common: EngineOptions {
+            threads: Some(2),
+            ..EngineOptions::default()
+        },
         ..TchOptions::default()
     };
     TchEngine::load(dir.to_str(), &options).unwrap_or_else(|e| panic!("the fixture loads: {e}"))

@@ -4,6 +4,7 @@
 
 use std::path::Path;
 
+use guidebench_core::engine::EngineOptions;
 use guidebench_core::generation::StepEngine;
 use guidebench_core::model::ComputeDtype;
 use guidebench_tch::engine::OPTIONS;
@@ -21,8 +22,11 @@ fn fixture(spec: &FixtureSpec) -> tempfile::TempDir {
 /// description says.
 fn said(dir: &Path, dtype: Option<&str>) -> (ComputeDtype, Kind, String) {
     let options = TchOptions {
-        dtype: dtype.map(str::to_owned),
-        threads: Some(1),
+        common: EngineOptions {
+            dtype: dtype.map(str::to_owned),
+            threads: Some(1),
+            ..EngineOptions::default()
+        },
         ..TchOptions::default()
     };
     let engine = TchEngine::load(dir.to_str(), &options)

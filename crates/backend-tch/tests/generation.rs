@@ -5,9 +5,9 @@
 
 use std::path::Path;
 
-use guidebench_core::engine::{Engine, EngineOutput, EngineRequest};
+use guidebench_core::engine::{Engine, EngineOptions, EngineOutput, EngineRequest};
 use guidebench_core::generation::{
-    Decode, Logits, Prefill, StepEngine, StepRunner, first_step_logits,
+    Decode, Logits, ModelText, Prefill, StepEngine, StepRunner, first_step_logits,
 };
 use guidebench_core::request::FinishReason;
 use guidebench_core::sampling::Sampling;
@@ -24,7 +24,10 @@ fn fixture(spec: &FixtureSpec) -> tempfile::TempDir {
 
 fn options() -> TchOptions {
     TchOptions {
-        threads: Some(2),
+        common: EngineOptions {
+            threads: Some(2),
+            ..EngineOptions::default()
+        },
         ..TchOptions::default()
     }
 }
@@ -34,7 +37,7 @@ fn engine(dir: &Path) -> TchEngine {
 }
 
 fn load(dir: &Path) -> StepRunner<TchEngine> {
-    StepRunner::new(engine(dir))
+    TchEngine::runner(dir.to_str(), &options()).unwrap_or_else(|e| panic!("the fixture loads: {e}"))
 }
 
 /// Every request's output; panics on any error.
@@ -150,7 +153,8 @@ fn drive(
 
 /// The non-empty prompts of [`PROMPTS`], encoded.
 fn encoded(engine: &TchEngine) -> Vec<Vec<u32>> {
-    let tokenizer = engine.tokenizer();
+    let model = engine.model_dir().to_str().expect("UTF-8");
+    let tokenizer = ModelText::open(model).expect("text").tokenizer;
     PROMPTS
         .iter()
         .filter(|p| !p.is_empty())
@@ -218,7 +222,10 @@ fn a_decoding_step_that_names_some_rows_leaves_the_others_untouched() {
 fn a_slot_that_is_taken_or_out_of_range_is_an_error_not_a_panic() {
     let dir = fixture(&FixtureSpec::tiny());
     let options = TchOptions {
-        max_slots: Some(2),
+        common: EngineOptions {
+            max_slots: Some(2),
+            ..options().common
+        },
         ..options()
     };
     let mut e = TchEngine::load(dir.path().to_str(), &options).expect("load");
@@ -257,10 +264,13 @@ fn a_slot_that_is_taken_or_out_of_range_is_an_error_not_a_panic() {
 fn max_seq_len_caps_generation_and_rejects_longer_prompts() {
     let dir = fixture(&FixtureSpec::tiny());
     let options = TchOptions {
-        max_seq_len: Some(12),
+        common: EngineOptions {
+            max_seq_len: Some(12),
+            ..options().common
+        },
         ..options()
     };
-    let mut engine = StepRunner::new(TchEngine::load(dir.path().to_str(), &options).expect("load"));
+    let mut engine = TchEngine::runner(dir.path().to_str(), &options).expect("load");
     let prompt_tokens = guidebench_core::tokenizer::Tokenizer::encode(
         engine.tokenizer().as_ref(),
         PROMPTS[0],
@@ -293,12 +303,14 @@ fn bf16_and_f16_run_and_mostly_agree_with_f32() {
     let reference = run(&mut load(dir.path()), &[request(0, PROMPTS[1], greedy(4))]);
     for dtype in ["bf16", "f16"] {
         let options = TchOptions {
-            dtype: Some(dtype.into()),
-            threads: Some(1),
+            common: EngineOptions {
+                dtype: Some(dtype.into()),
+                threads: Some(1),
+                ..EngineOptions::default()
+            },
             ..TchOptions::default()
         };
-        let mut engine =
-            StepRunner::new(TchEngine::load(dir.path().to_str(), &options).expect("load"));
+        let mut engine = TchEngine::runner(dir.path().to_str(), &options).expect("load");
         let out = run(&mut engine, &[request(0, PROMPTS[1], greedy(4))]);
         assert_eq!(out[0].token_ids.len(), 4);
         assert_eq!(
@@ -447,23 +459,35 @@ fn bad_options_are_clear_errors() {
     };
     if !tch::Cuda::is_available() {
         let err = with(TchOptions {
-            device: Some("cuda".into()),
+            common: EngineOptions {
+                device: Some("cuda".into()),
+                ..EngineOptions::default()
+            },
             ..TchOptions::default()
         });
         assert!(err.contains("has no CUDA"), "{err}");
     }
     let err = with(TchOptions {
-        device: Some("tpu".into()),
+        common: EngineOptions {
+            device: Some("tpu".into()),
+            ..EngineOptions::default()
+        },
         ..TchOptions::default()
     });
     assert!(err.contains("tpu"), "{err}");
     let err = with(TchOptions {
-        threads: Some(0),
+        common: EngineOptions {
+            threads: Some(0),
+            ..EngineOptions::default()
+        },
         ..TchOptions::default()
     });
     assert!(err.contains("threads"), "{err}");
     let err = with(TchOptions {
-        dtype: Some("f8".into()),
+        common: EngineOptions {
+            dtype: Some("f8".into()),
+            ..EngineOptions::default()
+        },
         ..TchOptions::default()
     });
     assert!(err.contains("dtype"), "{err}");

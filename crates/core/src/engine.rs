@@ -10,7 +10,14 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+mod options;
+
+pub use options::{
+    CheckedEngineOptions, DEFAULT_DEVICE, DEFAULT_DTYPE, DEFAULT_MAX_SLOTS, EngineOptions, positive,
+};
+
 use crate::Result;
+use crate::model::ModelFolder;
 use crate::request::{FinishReason, MediaSource};
 use crate::sampling::Sampling;
 use crate::tokenizer::Tokenizer;
@@ -127,10 +134,11 @@ pub trait Engine {
         self.tokenizer().chat_template().map(str::to_owned)
     }
 
-    /// The step engine inside, for schedulers that drive it one iteration
-    /// at a time (`scheduling=continuous`); `None` for an engine that only
+    /// The step engine inside and the model's tokenizer and
+    /// end-of-sequence ids, for schedulers that drive it one iteration at
+    /// a time (`scheduling=continuous`); `None` for an engine that only
     /// runs whole batches.
-    fn step_engine(&mut self) -> Option<&mut dyn StepEngine> {
+    fn step_engine(&mut self) -> Option<(&mut dyn StepEngine, &ModelText)> {
         None
     }
 
@@ -279,6 +287,56 @@ impl Logits {
     }
 }
 
+/// What the generation loop reads of a model besides its step engine: the
+/// tokenizer and the token ids that end a sequence. Core reads both from
+/// the model folder ([`ModelText::from_folder`]); a step engine never
+/// holds them. Cheap to clone.
+#[derive(Clone)]
+pub struct ModelText {
+    /// The model's tokenizer.
+    pub tokenizer: Arc<dyn Tokenizer>,
+    /// Token ids that end a sequence (unless a request ignores them).
+    pub eos_token_ids: Vec<u32>,
+}
+
+impl ModelText {
+    /// A tokenizer and its end-of-sequence ids, for a step engine that has
+    /// no model folder (a test stand-in, an engine of one's own).
+    pub fn new(tokenizer: Arc<dyn Tokenizer>, eos_token_ids: Vec<u32>) -> Self {
+        ModelText {
+            tokenizer,
+            eos_token_ids,
+        }
+    }
+
+    /// The tokenizer and end-of-sequence ids core read from `folder`
+    /// (`tokenizer.json` or the GGUF vocabulary; `generation_config.json`,
+    /// `config.json` and the tokenizer's own eos token).
+    pub fn from_folder(folder: &ModelFolder) -> Self {
+        ModelText {
+            tokenizer: Arc::clone(folder.tokenizer()) as Arc<dyn Tokenizer>,
+            eos_token_ids: folder.eos_token_ids().to_vec(),
+        }
+    }
+
+    /// Opens the model folder `model` ([`ModelFolder::open`]) for its
+    /// tokenizer and end-of-sequence ids: for tests and tools that loaded
+    /// a step engine on its own. An engine's factory has the folder it
+    /// loaded from and uses [`from_folder`](Self::from_folder).
+    pub fn open(model: &str) -> Result<Self> {
+        ModelFolder::open(model).map(|folder| ModelText::from_folder(&folder))
+    }
+}
+
+impl std::fmt::Debug for ModelText {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ModelText")
+            .field("vocab_size", &self.tokenizer.vocab_size())
+            .field("eos_token_ids", &self.eos_token_ids)
+            .finish()
+    }
+}
+
 /// A model executor: a KV cache by slot, prefill, one decoding step,
 /// retire. Created and used on one thread (the engine thread), never two
 /// calls at once.
@@ -290,6 +348,11 @@ impl Logits {
 /// `max_len` it was prefilled with; a slot is [`retire`](StepEngine::retire)d
 /// before it is used again. Rows of `logits` follow the order of the
 /// sequences in the call.
+///
+/// A step engine knows only what it computes: its limits, the forward
+/// passes, its description and what inputs it takes. The tokenizer and the
+/// end-of-sequence ids are the model's, read by core ([`ModelText`]) and
+/// given to the loop beside the engine.
 pub trait StepEngine {
     /// What the engine can hold.
     fn limits(&self) -> StepLimits;
@@ -304,12 +367,6 @@ pub trait StepEngine {
 
     /// Forgets the sequence in `slot`; the slot is free after.
     fn retire(&mut self, slot: usize);
-
-    /// The model's tokenizer.
-    fn tokenizer(&self) -> Arc<dyn Tokenizer>;
-
-    /// Token ids that end a sequence (unless a request ignores them).
-    fn eos_token_ids(&self) -> Vec<u32>;
 
     /// Facts about the engine for reports.
     fn describe(&self) -> EngineDescription;
@@ -332,12 +389,6 @@ impl<E: StepEngine + ?Sized> StepEngine for Box<E> {
     }
     fn retire(&mut self, slot: usize) {
         (**self).retire(slot);
-    }
-    fn tokenizer(&self) -> Arc<dyn Tokenizer> {
-        (**self).tokenizer()
-    }
-    fn eos_token_ids(&self) -> Vec<u32> {
-        (**self).eos_token_ids()
     }
     fn describe(&self) -> EngineDescription {
         (**self).describe()

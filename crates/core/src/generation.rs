@@ -35,7 +35,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-pub use crate::engine::{Decode, Logits, Prefill, StepEngine, StepLimits};
+pub use crate::engine::{Decode, Logits, ModelText, Prefill, StepEngine, StepLimits};
 use crate::engine::{
     Engine, EngineCapabilities, EngineDescription, EngineOutput, EngineRequest, Interrupt,
 };
@@ -170,13 +170,13 @@ impl<K> std::fmt::Debug for Generation<K> {
 }
 
 impl<K> Generation<K> {
-    /// The loop for `engine` (asks it for its limits, tokenizer and
-    /// end-of-sequence ids once).
-    pub fn new(engine: &dyn StepEngine) -> Self {
+    /// The loop for `engine` (asks it for its limits once), with the
+    /// model's tokenizer and end-of-sequence ids from `text`.
+    pub fn new(engine: &dyn StepEngine, text: ModelText) -> Self {
         let limits = engine.limits();
         Generation {
-            tokenizer: engine.tokenizer(),
-            eos: engine.eos_token_ids(),
+            tokenizer: text.tokenizer,
+            eos: text.eos_token_ids,
             capabilities: engine.capabilities(),
             engine_name: engine.describe().engine,
             running: Vec::with_capacity(limits.max_slots),
@@ -529,6 +529,7 @@ fn finish(
 /// requests into the slots finished ones free.
 pub struct StepRunner<E> {
     engine: E,
+    text: ModelText,
     generation: Generation<usize>,
 }
 
@@ -541,10 +542,21 @@ impl<E: StepEngine> std::fmt::Debug for StepRunner<E> {
 }
 
 impl<E: StepEngine> StepRunner<E> {
-    /// Wraps `engine`.
-    pub fn new(engine: E) -> Self {
-        let generation = Generation::new(&engine);
-        StepRunner { engine, generation }
+    /// Wraps `engine`, generating with the model's tokenizer and
+    /// end-of-sequence ids from `text` (for an engine loaded from a model
+    /// folder, [`ModelText::from_folder`]).
+    pub fn new(engine: E, text: ModelText) -> Self {
+        let generation = Generation::new(&engine, text.clone());
+        StepRunner {
+            engine,
+            text,
+            generation,
+        }
+    }
+
+    /// The model's tokenizer and end-of-sequence ids the loop uses.
+    pub fn text(&self) -> &ModelText {
+        &self.text
     }
 
     /// The step engine.
@@ -569,8 +581,8 @@ impl<E: StepEngine> StepRunner<E> {
 }
 
 impl<E: StepEngine> Engine for StepRunner<E> {
-    fn step_engine(&mut self) -> Option<&mut dyn StepEngine> {
-        Some(&mut self.engine)
+    fn step_engine(&mut self) -> Option<(&mut dyn StepEngine, &ModelText)> {
+        Some((&mut self.engine, &self.text))
     }
 
     fn generate(&mut self, batch: &[EngineRequest]) -> Result<Vec<Result<EngineOutput>>> {
@@ -622,7 +634,7 @@ impl<E: StepEngine> Engine for StepRunner<E> {
     }
 
     fn tokenizer(&self) -> Arc<dyn Tokenizer> {
-        self.engine.tokenizer()
+        Arc::clone(&self.text.tokenizer)
     }
 
     fn capabilities(&self) -> EngineCapabilities {

@@ -85,6 +85,14 @@ impl OptionSpec {
         self
     }
 
+    /// The same option with another line of help (an engine's own words
+    /// for a shared option, say).
+    #[must_use]
+    pub const fn with_description(mut self, description: &'static str) -> Self {
+        self.description = description;
+        self
+    }
+
     /// The same option, required.
     #[must_use]
     pub const fn required(mut self) -> Self {

@@ -12,7 +12,6 @@ use std::time::Duration;
 
 use guidebench_core::backend::Backend;
 use guidebench_core::engine::{Engine, EngineConfig, EngineFactory};
-use guidebench_core::generation::StepRunner;
 use guidebench_core::offline::{ContinuousPolicy, OfflineBackend, OfflineConfig, Scheduling};
 use guidebench_core::request::{GenerationRequest, GenerationResponse};
 use guidebench_core::sampling::Sampling;
@@ -52,7 +51,7 @@ async fn harness(config: OfflineConfig, engine: MockStepEngine) -> Harness {
             .expect("lock")
             .take()
             .ok_or_else(|| Error::Config("the mock step engine was already used".into()))?;
-        Ok(Box::new(StepRunner::new(engine)) as Box<dyn Engine>)
+        Ok(Box::new(engine.runner()) as Box<dyn Engine>)
     });
     let engine_config = EngineConfig {
         engine: "mock-step".into(),
@@ -226,7 +225,7 @@ async fn greedy_outputs_equal_static_scheduling_and_running_each_request_alone()
     let continuous_out = run(continuous(3, 4)).await;
     let static_out = run(OfflineConfig::default()).await;
     assert_eq!(continuous_out, static_out);
-    let mut alone = StepRunner::new(MockStepEngine::new(1, 256).with_eos_after(5));
+    let mut alone = MockStepEngine::new(1, 256).with_eos_after(5).runner();
     for (id, prompt) in prompts.iter().enumerate() {
         let tokens = 2 + u32::try_from(id).expect("small");
         let mut sampling = Sampling::fixed_length(tokens).expect("sampling");

@@ -58,7 +58,7 @@ fn generate(
 
 #[test]
 fn an_over_long_prompt_fails_alone_and_the_rest_of_its_batch_runs() {
-    let mut engine = StepRunner::new(MockStepEngine::new(4, 8));
+    let mut engine = MockStepEngine::new(4, 8).runner();
     let results = generate(
         &mut engine,
         &[
@@ -76,7 +76,7 @@ fn an_over_long_prompt_fails_alone_and_the_rest_of_its_batch_runs() {
 
 #[test]
 fn generation_stops_at_max_tokens_and_at_max_seq_len() {
-    let mut engine = StepRunner::new(MockStepEngine::new(2, 6));
+    let mut engine = MockStepEngine::new(2, 6).runner();
     let results = generate(
         &mut engine,
         &[request(0, "ab", fixed(3)), request(1, "abcd", fixed(100))],
@@ -96,7 +96,7 @@ fn generation_stops_at_max_tokens_and_at_max_seq_len() {
 
 #[test]
 fn eos_ends_a_sequence_unless_ignored() {
-    let mut engine = StepRunner::new(MockStepEngine::new(2, 64).with_eos_after(2));
+    let mut engine = MockStepEngine::new(2, 64).with_eos_after(2).runner();
     let results = generate(
         &mut engine,
         &[
@@ -119,7 +119,7 @@ fn eos_ends_a_sequence_unless_ignored() {
 
 #[test]
 fn a_stop_string_ends_generation_and_is_cut_from_the_text() {
-    let mut engine = StepRunner::new(MockStepEngine::new(1, 64));
+    let mut engine = MockStepEngine::new(1, 64).runner();
     let out = generate(
         &mut engine,
         &[request(0, "a", sampling(20, true, &["f", "e"]))],
@@ -133,7 +133,7 @@ fn a_stop_string_ends_generation_and_is_cut_from_the_text() {
 
 #[test]
 fn a_stop_string_split_across_tokens_is_found() {
-    let mut engine = StepRunner::new(MockStepEngine::new(1, 64));
+    let mut engine = MockStepEngine::new(1, 64).runner();
     // "defg" completes only at the fourth token of the string, long after
     // the stream emitted its first bytes.
     let out = generate(
@@ -151,7 +151,7 @@ fn a_stop_string_split_across_tokens_is_found() {
 fn a_batch_larger_than_the_engine_runs_in_the_slots_it_frees() {
     let engine = MockStepEngine::new(2, 64);
     let log = engine.log();
-    let mut engine = StepRunner::new(engine);
+    let mut engine = engine.runner();
     let batch: Vec<EngineRequest> = (0..5)
         .map(|i| request(i, "a", fixed(1 + u32::try_from(i).expect("small"))))
         .collect();
@@ -171,7 +171,7 @@ fn a_batch_larger_than_the_engine_runs_in_the_slots_it_frees() {
 
 #[test]
 fn an_engine_failure_in_a_step_fails_its_running_sequences_and_the_next_batch_runs() {
-    let mut engine = StepRunner::new(MockStepEngine::new(4, 64).failing_decode_call(2));
+    let mut engine = MockStepEngine::new(4, 64).failing_decode_call(2).runner();
     let results = generate(
         &mut engine,
         &[
@@ -197,7 +197,7 @@ fn an_engine_failure_in_a_step_fails_its_running_sequences_and_the_next_batch_ru
 #[test]
 fn a_request_that_joins_a_running_generation_does_not_change_the_others() {
     let mut engine = MockStepEngine::new(4, 64);
-    let mut generation: Generation<u64> = Generation::new(&engine);
+    let mut generation: Generation<u64> = Generation::new(&engine, engine.text());
     let mut done = Vec::new();
     let mut waiting = vec![
         generation
@@ -226,7 +226,7 @@ fn a_request_that_joins_a_running_generation_does_not_change_the_others() {
 
 #[test]
 fn an_empty_prompt_starts_from_bos_and_unsupported_inputs_fail_alone() {
-    let mut engine = StepRunner::new(MockStepEngine::new(2, 64));
+    let mut engine = MockStepEngine::new(2, 64).runner();
     let mut image = request(1, "look", fixed(1));
     image
         .images

@@ -13,7 +13,7 @@
 //! | [`first_step_logits_match_stored`] | on every shared fixture, [`first_step_logits`] of each stored prompt is within [`LOGITS_TOLERANCE`] of the stored reference row |
 //! | [`batched_equals_one_at_a_time`] | a batch of prompts of different lengths with different `max_tokens` gives, for each request, the greedy tokens it gives alone (and the stored ones) |
 //! | [`max_tokens_is_respected`] | with `ignore_eos`, each request gets exactly its `max_tokens` tokens and finishes with `length` |
-//! | [`eos_ends_a_sequence_unless_ignored`] | an id added to `eos_token_id` in `generation_config.json` is among the engine's end-of-sequence ids, ends a sequence (`eos`, the id included), and `ignore_eos` generates past it |
+//! | [`eos_ends_a_sequence_unless_ignored`] | an id added to `eos_token_id` in `generation_config.json` is among the end-of-sequence ids core reads, ends a sequence (`eos`, the id included), and `ignore_eos` generates past it |
 //! | [`a_stop_string_ends_generation`] | a stop string ends generation (`stop`), is cut from the text with everything after it, and the tokens are a prefix of the free run's |
 //! | [`seeded_sampling_is_reproducible`] | sampling with temperature 0.8, top-k 50 and a seed gives the same tokens twice, and the same batched as alone |
 //! | [`a_too_long_prompt_fails_alone`] | a prompt longer than the engine's `limits().max_seq_len` fails with `prompt_too_long`; the rest of its batch succeeds with the stored tokens |
@@ -78,7 +78,7 @@
 //!
 //! | check | what it guarantees |
 //! |---|---|
-//! | [`GgufSuite::gguf_greedy_tokens_follow_the_reference`] | the engine's tokenizer (from the GGUF) encodes every prompt to the fixture `tokenizer.json`'s ids; every one of 16 greedy tokens is, under the reference teacher-forced on the engine's tokens, within [`GgufSuite::token_tolerance`] of the reference's largest logit; at least [`GGUF_MIN_EXACT_PROMPTS`] of the 20 runs equal the reference's greedy tokens |
+//! | [`GgufSuite::gguf_greedy_tokens_follow_the_reference`] | the tokenizer core builds from the GGUF encodes every prompt to the fixture `tokenizer.json`'s ids; every one of 16 greedy tokens is, under the reference teacher-forced on the engine's tokens, within [`GgufSuite::token_tolerance`] of the reference's largest logit; at least [`GGUF_MIN_EXACT_PROMPTS`] of the 20 runs equal the reference's greedy tokens |
 //! | [`GgufSuite::gguf_first_step_logits_are_close`] | first-step logits within [`GgufSuite::logits_tolerance`] of the reference's |
 //! | [`GgufSuite::gguf_batched_equals_one_at_a_time`], [`GgufSuite::gguf_max_tokens_is_respected`], [`GgufSuite::gguf_timings_are_one_instant_per_token`] | as the checks of the same names above, on the GGUF `tiny`, tokens checked against the teacher-forced reference |
 //! | [`a_truncated_gguf_fails_naming_the_file`], [`a_gguf_of_an_unsupported_type_fails_naming_it`], [`a_gguf_of_an_unsupported_architecture_fails_naming_it`] | a file cut short, one of `Q2_K` weights and one of architecture `mamba` fail to load, the error naming `model.gguf`, the type and the architecture |
@@ -113,7 +113,7 @@ use std::time::Instant;
 
 use guidebench_core::backend::Backend;
 use guidebench_core::engine::{Engine, EngineConfig, EngineOutput, EngineRequest};
-use guidebench_core::generation::{StepEngine, StepRunner, first_step_logits};
+use guidebench_core::generation::{ModelText, StepEngine, StepRunner, first_step_logits};
 use guidebench_core::options::parse_kind_args;
 use guidebench_core::registry;
 use guidebench_core::request::FinishReason;
@@ -289,7 +289,7 @@ impl Suite {
             let expected = &fixture_expectation(&stored, &name).prompts;
             let name = name.as_str();
             let dir = Scratch::fixture(name, &spec);
-            let mut runner = StepRunner::new(load(dir.path()));
+            let mut runner = runner(dir.path(), &load);
             let batch: Vec<EngineRequest> = expected
                 .iter()
                 .enumerate()
@@ -399,7 +399,7 @@ impl Suite {
 
     /// Makes a stored greedy token an end-of-sequence id (added to
     /// `eos_token_id` in `generation_config.json`, beside the fixture's own):
-    /// the engine must list it in `eos_token_ids()`, a request that does not
+    /// the model folder's end-of-sequence ids must list it, a request that does not
     /// ignore EOS must stop right after generating it (finish `eos`, the id
     /// the last token), and one with `ignore_eos` must generate the full
     /// stored continuation.
@@ -428,11 +428,11 @@ impl Suite {
         )
         .unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
 
-        let mut runner = StepRunner::new(load(dir.path()));
-        let eos = runner.engine().eos_token_ids();
+        let mut runner = runner(dir.path(), &load);
+        let eos = &runner.text().eos_token_ids;
         assert!(
             eos.contains(&stop_token),
-            "the engine's eos_token_ids() {eos:?} lack {stop_token}, listed in `eos_token_id` of \
+            "the end-of-sequence ids {eos:?} lack {stop_token}, listed in `eos_token_id` of \
              generation_config.json ({ids:?})"
         );
         let mut stopping = greedy(GREEDY_TOKENS as u32);
@@ -466,7 +466,7 @@ impl Suite {
     /// prefix of the free run's.
     pub fn a_stop_string_ends_generation<E: StepEngine>(&self, load: impl Fn(&Path) -> E) {
         let (stored, dir) = self.tiny();
-        let mut runner = StepRunner::new(load(dir.path()));
+        let mut runner = runner(dir.path(), &load);
         let p = &stored[4];
         let free = generate_ok(
             &mut runner,
@@ -521,7 +521,7 @@ impl Suite {
     /// what it gives in the batch.
     pub fn seeded_sampling_is_reproducible<E: StepEngine>(&self, load: impl Fn(&Path) -> E) {
         let (stored, dir) = self.tiny();
-        let mut runner = StepRunner::new(load(dir.path()));
+        let mut runner = runner(dir.path(), &load);
         let sampling = SamplingParams {
             temperature: Some(0.8),
             top_k: Some(50),
@@ -567,7 +567,7 @@ impl Suite {
     /// get their stored greedy tokens.
     pub fn a_too_long_prompt_fails_alone<E: StepEngine>(&self, load: impl Fn(&Path) -> E) {
         let (stored, dir) = self.tiny();
-        let mut runner = StepRunner::new(load(dir.path()));
+        let mut runner = runner(dir.path(), &load);
         let max = runner.engine().limits().max_seq_len;
         let tokenizer = runner.tokenizer();
         let unit = "word ";
@@ -664,7 +664,7 @@ fn batched_equals_one_at_a_time_on<E: StepEngine>(
     oracle: &dyn Oracle,
     load: impl Fn(&Path) -> E,
 ) {
-    let mut runner = StepRunner::new(load(dir));
+    let mut runner = runner(dir, &load);
     let batch: Vec<EngineRequest> = PROMPTS
         .iter()
         .enumerate()
@@ -701,7 +701,7 @@ fn max_tokens_is_respected_on<E: StepEngine>(
     oracle: &dyn Oracle,
     load: impl Fn(&Path) -> E,
 ) {
-    let mut runner = StepRunner::new(load(dir));
+    let mut runner = runner(dir, &load);
     let limits = [1u32, 2, 5, 9, 16];
     let batch: Vec<EngineRequest> = PROMPTS
         .iter()
@@ -731,7 +731,7 @@ fn max_tokens_is_respected_on<E: StepEngine>(
 /// has exactly one instant per generated token, non-decreasing, the first
 /// at or after the call started and the last at or before it returned.
 fn timings_are_one_instant_per_token_on<E: StepEngine>(dir: &Path, load: impl Fn(&Path) -> E) {
-    let mut runner = StepRunner::new(load(dir));
+    let mut runner = runner(dir, &load);
     let batch: Vec<EngineRequest> = PROMPTS
         .iter()
         .enumerate()
@@ -839,7 +839,7 @@ pub fn offline_backend_matches_direct_calls<E: StepEngine>(
             backend.shutdown().await.expect("shutdown");
             responses
         });
-        let mut runner = StepRunner::new(load(dir.path()));
+        let mut runner = runner(dir.path(), &load);
         for (i, response) in responses.iter().enumerate() {
             let what = format!("{scheduling}: request {i}");
             let alone = generate_ok(
@@ -895,6 +895,18 @@ pub fn load_errors_reach_the_registry_with_their_own_labels(engine: &str, weight
 
 // ---------------------------------------------------------------------------
 // Helpers
+
+/// The engine `load` makes of `dir`, in core's generation loop with the
+/// tokenizer and end-of-sequence ids core reads from the same folder, as
+/// the engine's factory runs it.
+fn runner<E: StepEngine>(dir: &Path, load: impl Fn(&Path) -> E) -> StepRunner<E> {
+    let model = dir
+        .to_str()
+        .unwrap_or_else(|| panic!("{}: not UTF-8", dir.display()));
+    let text = ModelText::open(model)
+        .unwrap_or_else(|e| panic!("core reads the tokenizer of {}: {e}", dir.display()));
+    StepRunner::new(load(dir), text)
+}
 
 fn stored() -> Expectations {
     expected::stored().expect("the stored expectations parse")

@@ -7,7 +7,9 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use tokio::sync::watch;
 
 use guidebench_core::engine::EngineDescription;
-use guidebench_core::generation::{Decode, Logits, Prefill, StepEngine, StepLimits};
+use guidebench_core::generation::{
+    Decode, Logits, ModelText, Prefill, StepEngine, StepLimits, StepRunner,
+};
 use guidebench_core::tokenizer::Tokenizer;
 use guidebench_core::{Error, Result};
 
@@ -111,6 +113,18 @@ impl MockStepEngine {
     pub fn failing_decode_call(mut self, n: usize) -> Self {
         self.fail_decode_call = Some(n);
         self
+    }
+
+    /// The model's tokenizer and end-of-sequence ids: the byte tokenizer,
+    /// whose [`EOS`] byte ends a sequence.
+    pub fn text(&self) -> ModelText {
+        ModelText::new(Arc::clone(&self.tokenizer) as Arc<dyn Tokenizer>, vec![EOS])
+    }
+
+    /// The engine inside core's generation loop, with [`text`](Self::text).
+    pub fn runner(self) -> StepRunner<Self> {
+        let text = self.text();
+        StepRunner::new(self, text)
     }
 
     /// The log, shared: it stays readable after the engine moved.
@@ -228,14 +242,6 @@ impl StepEngine for MockStepEngine {
     fn retire(&mut self, slot: usize) {
         self.slots[slot] = None;
         self.log_mut().retired.push(slot);
-    }
-
-    fn tokenizer(&self) -> Arc<dyn Tokenizer> {
-        Arc::clone(&self.tokenizer) as Arc<dyn Tokenizer>
-    }
-
-    fn eos_token_ids(&self) -> Vec<u32> {
-        vec![EOS]
     }
 
     fn describe(&self) -> EngineDescription {

@@ -7,18 +7,16 @@
 
 use std::fs::File;
 use std::path::Path;
-use std::sync::Arc;
 
 use candle_core::quantized::gguf_file::{Content, Value};
 use guidebench_core::Result;
 use guidebench_core::engine::{Decode, EngineDescription, Logits, Prefill, StepLimits};
 use guidebench_core::generation::StepEngine;
-use guidebench_core::tokenizer::{HfTokenizer, Tokenizer};
 use guidebench_testkit::conformance::{
     GGUF_MIN_EXACT_PROMPTS, GgufReference, GgufSuite, largest_difference, spread,
 };
 use guidebench_testkit::expected::{GREEDY_TOKENS, PROMPTS};
-use guidebench_testkit::fixtures::{FixtureSpec, fixture_tokenizer, write_llama_fixture};
+use guidebench_testkit::fixtures::{FixtureSpec, write_llama_fixture};
 use guidebench_testkit::gguf::{GGUF_FILE, GgufType, gguf_fixtures, gguf_reference_dir};
 use guidebench_testkit::reference::ReferenceModel;
 
@@ -26,7 +24,6 @@ use guidebench_testkit::reference::ReferenceModel;
 /// from its start at each step.
 struct StandIn {
     model: ReferenceModel,
-    tokenizer: Arc<HfTokenizer>,
     slots: Vec<Option<Vec<u32>>>,
 }
 
@@ -62,14 +59,6 @@ impl StepEngine for StandIn {
 
     fn retire(&mut self, slot: usize) {
         self.slots[slot] = None;
-    }
-
-    fn tokenizer(&self) -> Arc<dyn Tokenizer> {
-        self.tokenizer.clone()
-    }
-
-    fn eos_token_ids(&self) -> Vec<u32> {
-        vec![1]
     }
 
     fn describe(&self) -> EngineDescription {
@@ -110,10 +99,9 @@ fn identify(dir: &Path) -> (FixtureSpec, GgufType) {
     (spec, ty)
 }
 
-fn engine(model: ReferenceModel, spec: &FixtureSpec) -> StandIn {
+fn engine(model: ReferenceModel) -> StandIn {
     StandIn {
         model,
-        tokenizer: Arc::new(fixture_tokenizer(spec.vocab_size).expect("tokenizer")),
         slots: vec![None; 4],
     }
 }
@@ -128,7 +116,7 @@ fn load_rounding(dir: &Path) -> StandIn {
     if let Some(block) = block(ty) {
         model = model.with_activation_blocks(block);
     }
-    engine(model, &spec)
+    engine(model)
 }
 
 /// A wrong engine: the fixture's weights before quantization.
@@ -136,7 +124,7 @@ fn load_unquantized(dir: &Path) -> StandIn {
     let (spec, _) = identify(dir);
     let original = tempfile::tempdir().expect("tempdir");
     write_llama_fixture(original.path(), &spec).expect("fixture");
-    engine(ReferenceModel::load(original.path()).expect("load"), &spec)
+    engine(ReferenceModel::load(original.path()).expect("load"))
 }
 
 #[test]

@@ -11,13 +11,15 @@
 //! 1. implement [`StepEngine`]: [`limits`](StepEngine::limits),
 //!    [`prefill`](StepEngine::prefill) new sequences into free slots,
 //!    [`decode`](StepEngine::decode) one token for running sequences,
-//!    [`retire`](StepEngine::retire) a slot, plus the tokenizer,
-//!    end-of-sequence ids and a description. Everything about requests
-//!    (tokenizing, sampling, stopping, budgets, timings, per-request
-//!    errors) is core's generation loop, not the engine's;
+//!    [`retire`](StepEngine::retire) a slot, plus a description.
+//!    Everything about requests (tokenizing, sampling, stopping, budgets,
+//!    timings, per-request errors) is core's generation loop, not the
+//!    engine's, and the tokenizer and end-of-sequence ids are the model
+//!    folder's, read by core ([`ModelText`]);
 //! 2. register it with [`guidebench_core::register_engine!`], its `create`
-//!    wrapping the step engine in [`StepRunner`] (which turns it into the
-//!    whole-batch [`Engine`] the offline backend drives);
+//!    wrapping the step engine in [`StepRunner`] with the folder's
+//!    [`ModelText`] (which turns it into the whole-batch [`Engine`] the
+//!    offline backend drives);
 //! 3. have a binary name this crate once (`use guidebench_example_custom_engine as _;`)
 //!    so the linker keeps the registration; see `src/main.rs`;
 //! 4. run `guidebench-testkit`'s conformance suite against it: see
@@ -41,13 +43,13 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use guidebench_core::engine::{Engine, EngineConfig, EngineDescription};
-use guidebench_core::generation::{Decode, Logits, Prefill, StepEngine, StepLimits, StepRunner};
+use guidebench_core::generation::{
+    Decode, Logits, ModelText, Prefill, StepEngine, StepLimits, StepRunner,
+};
 use guidebench_core::model::{DecoderConfig, ModelFolder};
 use guidebench_core::options::{OptionSpec, OptionType};
-use guidebench_core::tokenizer::{HfTokenizer, Tokenizer};
 use guidebench_core::{Error, Result};
 use serde::Deserialize;
 
@@ -92,8 +94,6 @@ pub struct ReferenceEngine {
     /// One entry per slot: the KV cache of the sequence it holds.
     slots: Vec<Option<SlotCache>>,
     max_seq_len: usize,
-    tokenizer: Arc<HfTokenizer>,
-    eos: Vec<u32>,
     name: String,
 }
 
@@ -113,16 +113,28 @@ impl ReferenceEngine {
     pub fn create(config: &EngineConfig) -> Result<Box<dyn Engine>> {
         let options: ReferenceOptions = config.parse_options()?;
         let model = config.model.as_deref().unwrap_or("builtin:tiny");
-        let engine = ReferenceEngine::load(model, &options)?;
-        Ok(Box::new(StepRunner::new(engine)))
+        // Core reads the config, tokenizer and generation config the same
+        // way for every engine, once; the weights are ours to read.
+        let folder = ModelFolder::open(model)?;
+        let engine = ReferenceEngine::from_folder(&folder, model, &options)?;
+        Ok(Box::new(StepRunner::new(
+            engine,
+            ModelText::from_folder(&folder),
+        )))
     }
 
     /// Loads `model` (a folder, `builtin:NAME`, or a hub id in the local
     /// Hugging Face cache).
     pub fn load(model: &str, options: &ReferenceOptions) -> Result<Self> {
-        // Core reads the config, tokenizer and generation config the same
-        // way for every engine; the weights are ours to read.
-        let folder = ModelFolder::open(model)?;
+        ReferenceEngine::from_folder(&ModelFolder::open(model)?, model, options)
+    }
+
+    /// Loads the weights of `folder` (opened from `model`).
+    pub fn from_folder(
+        folder: &ModelFolder,
+        model: &str,
+        options: &ReferenceOptions,
+    ) -> Result<Self> {
         let config = folder.config().clone();
         let load_error = |reason: String| Error::EngineLoad {
             engine: ENGINE_NAME.into(),
@@ -137,8 +149,6 @@ impl ReferenceEngine {
             max_seq_len: options
                 .max_seq_len
                 .unwrap_or(config.max_position_embeddings),
-            tokenizer: Arc::clone(folder.tokenizer()),
-            eos: folder.eos_token_ids().to_vec(),
             name: model.to_owned(),
         })
     }
@@ -209,14 +219,6 @@ impl StepEngine for ReferenceEngine {
         if let Some(entry) = self.slots.get_mut(slot) {
             *entry = None;
         }
-    }
-
-    fn tokenizer(&self) -> Arc<dyn Tokenizer> {
-        Arc::clone(&self.tokenizer) as Arc<dyn Tokenizer>
-    }
-
-    fn eos_token_ids(&self) -> Vec<u32> {
-        self.eos.clone()
     }
 
     fn describe(&self) -> EngineDescription {

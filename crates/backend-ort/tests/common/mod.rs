@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
-use guidebench_core::engine::EngineRequest;
+use guidebench_core::engine::{EngineOptions, EngineRequest};
+use guidebench_core::generation::{ModelText, StepRunner};
 use guidebench_core::sampling::Sampling;
 use guidebench_ort::{OrtEngine, OrtOptions};
 use guidebench_testkit::expected::{PromptExpectation, stored};
@@ -60,8 +61,11 @@ pub fn export(dir: &Path, extra: &[&str]) {
 /// The options the tests load with.
 pub fn options() -> OrtOptions {
     OrtOptions {
-        threads: Some(2),
-        max_slots: Some(8),
+        common: EngineOptions {
+            threads: Some(2),
+            max_slots: Some(8),
+            ..EngineOptions::default()
+        },
         ..OrtOptions::default()
     }
 }
@@ -71,6 +75,19 @@ pub fn load_with(dir: &Path, extra: &[&str]) -> OrtEngine {
     export(dir, extra);
     let model = dir.to_str().expect("a UTF-8 path");
     OrtEngine::load(model, &options()).unwrap_or_else(|e| panic!("the fixture loads: {e}"))
+}
+
+/// What core reads of the model folder `engine` was loaded from: its
+/// tokenizer and end-of-sequence ids.
+pub fn text(engine: &OrtEngine) -> ModelText {
+    let model = engine.model_dir().to_str().expect("a UTF-8 path");
+    ModelText::open(model).unwrap_or_else(|e| panic!("core reads the tokenizer: {e}"))
+}
+
+/// `engine` in core's generation loop, with its folder's [`text`].
+pub fn runner(engine: OrtEngine) -> StepRunner<OrtEngine> {
+    let text = text(&engine);
+    StepRunner::new(engine, text)
 }
 
 /// Exports the fixture in `dir` as Optimum would and loads it.
@@ -85,7 +102,10 @@ pub fn tiny_with_slots(max_slots: i64) -> (tempfile::TempDir, Vec<PromptExpectat
     write_llama_fixture(dir.path(), &FixtureSpec::tiny()).expect("the fixture is written");
     export(dir.path(), &[]);
     let with_slots = OrtOptions {
-        max_slots: Some(max_slots),
+        common: EngineOptions {
+            max_slots: Some(max_slots),
+            ..options().common
+        },
         ..options()
     };
     let model = dir.path().to_str().expect("a UTF-8 path");

@@ -102,7 +102,7 @@ pub(crate) fn run(
     policy: ContinuousPolicy,
     interrupt: &Interrupt,
 ) {
-    let Some(engine) = engine.step_engine() else {
+    let Some((engine, text)) = engine.step_engine() else {
         // Refused at load time; answer anything that still arrives.
         while let Ok(batch) = jobs.recv() {
             for pending in batch {
@@ -113,7 +113,7 @@ pub(crate) fn run(
         }
         return;
     };
-    let mut generation: Generation<Waiter> = Generation::new(engine);
+    let mut generation: Generation<Waiter> = Generation::new(engine, text.clone());
     let mut waiting: Vec<Admitted<Waiter>> = Vec::new();
     let mut done: Vec<(Waiter, Result<EngineOutput>)> = Vec::new();
     let mut open = true;
@@ -191,7 +191,7 @@ pub(crate) fn run(
 /// Checks that `engine` can be scheduled continuously.
 pub(crate) fn check_engine(engine: &mut dyn Engine, name: &str) -> Result<()> {
     match engine.step_engine() {
-        Some(step) if step.limits().max_slots > 0 => Ok(()),
+        Some((step, _)) if step.limits().max_slots > 0 => Ok(()),
         Some(_) => Err(Error::InvalidOption {
             context: "backend offline".into(),
             key: "scheduling".into(),

@@ -8,13 +8,13 @@ use std::sync::{Arc, Mutex};
 
 use candle_core::quantized::GgmlDType;
 use guidebench_core::engine::{Engine, EngineRequest};
-use guidebench_core::generation::{StepEngine, StepRunner, first_step_logits};
+use guidebench_core::generation::{StepEngine, first_step_logits};
 use guidebench_core::request::FinishReason;
 use guidebench_core::tokenizer::Tokenizer;
 
 use super::{
     Oracle, Scratch, batched_equals_one_at_a_time_on, generate_ok, greedy, largest_difference,
-    max_tokens_is_respected_on, request, timings_are_one_instant_per_token_on,
+    max_tokens_is_respected_on, request, runner, timings_are_one_instant_per_token_on,
 };
 use crate::error::{Error, Result};
 use crate::expected::{GREEDY_TOKENS, PROMPTS};
@@ -124,10 +124,10 @@ impl GgufSuite {
     }
 
     /// On every GGUF fixture (`tiny`, `qwen2`, `qwen3`, `tied`): the
-    /// engine's vocabulary size is the fixture's and its end-of-sequence
-    /// ids include the GGUF's `eos_token_id`; each prompt of [`PROMPTS`]
-    /// encodes with the engine's tokenizer (built from the GGUF's
-    /// vocabulary) to the ids the fixture's `tokenizer.json` gives; the
+    /// engine's vocabulary size is the fixture's and the end-of-sequence
+    /// ids core reads include the GGUF's `eos_token_id`; each prompt of
+    /// [`PROMPTS`] encodes with the tokenizer core builds from the GGUF's
+    /// vocabulary to the ids the fixture's `tokenizer.json` gives; the
     /// prompts as one batch give [`GREEDY_TOKENS`] greedy tokens each (with
     /// `ignore_eos`), their text is the fixture tokenizer's decoding of
     /// them, and each token is, under the reference teacher-forced on the
@@ -144,17 +144,17 @@ impl GgufSuite {
             let reference = self.reference(name, &spec);
             let fixture = gguf_fixture_name(name, self.ty);
             let dir = Scratch::gguf(&fixture, &spec, self.ty);
-            let mut runner = StepRunner::new(load(dir.path()));
+            let mut runner = runner(dir.path(), &load);
             let limits = runner.engine().limits();
             assert_eq!(
                 limits.vocab_size,
                 reference.model.vocab_size(),
                 "fixture `{fixture}`: the engine's vocab_size"
             );
-            let eos = runner.engine().eos_token_ids();
+            let eos = &runner.text().eos_token_ids;
             assert!(
                 eos.contains(&reference.eos),
-                "fixture `{fixture}`: the engine's eos_token_ids() {eos:?} lack the GGUF's \
+                "fixture `{fixture}`: the end-of-sequence ids {eos:?} lack the GGUF's \
                  tokenizer.ggml.eos_token_id {}",
                 reference.eos
             );
