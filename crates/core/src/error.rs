@@ -155,6 +155,8 @@ pub enum Error {
         label: &'static str,
         /// The original error's message.
         message: String,
+        /// Whether the original error was the user's doing.
+        usage: bool,
     },
 
     /// The request uses an input (image, audio, ...) that the engine does not accept.
@@ -296,27 +298,6 @@ pub enum Error {
     Config(String),
 }
 
-/// Labels of errors that are the user's doing.
-const USAGE_LABELS: &[&str] = &[
-    "malformed_argument",
-    "unknown_option",
-    "invalid_option",
-    "missing_option",
-    "unknown_name",
-    "invalid_request",
-    "template",
-    "io",
-    "not_compiled_in",
-    "model_not_found",
-    "missing_model_file",
-    "invalid_model_config",
-    "unsupported_architecture",
-    "unsupported_rope",
-    "invalid_gguf",
-    "unsupported_dtype",
-    "config",
-];
-
 impl Error {
     /// A stable, machine-readable label for this error, used in reports.
     pub fn label(&self) -> &'static str {
@@ -379,7 +360,40 @@ impl Error {
     /// files, a component not compiled in), as opposed to a failure while
     /// running. A batch failure answers for the error it carries.
     pub fn is_usage(&self) -> bool {
-        USAGE_LABELS.contains(&self.label())
+        match self {
+            Error::MalformedArgument { .. }
+            | Error::UnknownOption { .. }
+            | Error::InvalidOption { .. }
+            | Error::MissingOption { .. }
+            | Error::UnknownName { .. }
+            | Error::InvalidRequest { .. }
+            | Error::Template(_)
+            | Error::Io { .. }
+            | Error::NotCompiledIn { .. }
+            | Error::ModelNotFound { .. }
+            | Error::MissingModelFile { .. }
+            | Error::InvalidModelConfig { .. }
+            | Error::UnsupportedArchitecture { .. }
+            | Error::UnsupportedRope { .. }
+            | Error::InvalidGguf { .. }
+            | Error::UnsupportedDtype { .. }
+            | Error::Config(_) => true,
+            Error::BatchFailed { usage, .. } => *usage,
+            Error::DuplicateName { .. }
+            | Error::Tokenizer(_)
+            | Error::Json { .. }
+            | Error::EngineLoad { .. }
+            | Error::Engine(_)
+            | Error::Backend { .. }
+            | Error::EnginePanic(_)
+            | Error::EngineOutputMismatch { .. }
+            | Error::UnsupportedInput { .. }
+            | Error::EmptyPrompt { .. }
+            | Error::PromptTooLong { .. }
+            | Error::ShuttingDown
+            | Error::Interrupted
+            | Error::NotStarted => false,
+        }
     }
 
     /// A copy of this error that can be handed to every request of a failed
@@ -388,6 +402,7 @@ impl Error {
         Error::BatchFailed {
             label: self.label(),
             message: self.to_string(),
+            usage: self.is_usage(),
         }
     }
 
