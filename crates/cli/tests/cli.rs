@@ -587,9 +587,16 @@ fn sigint_writes_a_valid_partial_report_and_exits_130() {
     );
 }
 
+/// Ctrl-C during a generation that would take 10 s: the run ends with the
+/// interrupt's exit code and a report where the running batch kept the
+/// tokens it had. Nothing here measures how long it took: a mock engine
+/// that did not stop at its next step could not answer within the runner's
+/// short wait for requests in flight, and they would be recorded without
+/// tokens. The wait for the exit is a guard against a hang, not a measure
+/// of speed.
 #[cfg(unix)]
 #[test]
-fn ctrl_c_stops_a_slow_engine_at_its_next_step_and_exits_within_two_seconds() {
+fn ctrl_c_stops_a_slow_engine_at_its_next_step_and_keeps_the_running_batch_tokens() {
     // Batches of 4 requests of 500 tokens at 20 ms a step: 10 s each, so
     // waiting for the requests in flight (the old behaviour, with the
     // default 30 s grace period) would take 20 s.
@@ -610,15 +617,11 @@ fn ctrl_c_stops_a_slow_engine_at_its_next_step_and_exits_within_two_seconds() {
     ]);
     // The engine says (on its own standard error) when a batch started: it
     // then has its first token at least.
-    run.wait_for("mock engine batch 1", 1, std::time::Duration::from_secs(60));
+    let hang_guard = std::time::Duration::from_secs(120);
+    run.wait_for("mock engine batch 1", 1, hang_guard);
     run.interrupt();
-    let (code, took) = run.wait_within(std::time::Duration::from_secs(60));
-    eprintln!("Ctrl-C to exit: {took:?}");
+    let (code, _) = run.wait_within(hang_guard);
     assert_eq!(code, Some(130));
-    assert!(
-        took < std::time::Duration::from_secs(2),
-        "exited {took:?} after Ctrl-C"
-    );
     let report = read_json(&json);
     assert_eq!(report["interrupted"], true);
     let counts = common::accounted(&report, 0);
@@ -629,6 +632,16 @@ fn ctrl_c_stops_a_slow_engine_at_its_next_step_and_exits_within_two_seconds() {
     assert!(
         (1..=4).contains(&counts.incomplete_with_tokens),
         "the running batch keeps its tokens: {counts:?}"
+    );
+    let most_tokens = report["benchmarks"][0]["records"]["records"]
+        .as_array()
+        .expect("records")
+        .iter()
+        .map(|r| r["output_tokens"].as_u64().expect("output_tokens"))
+        .max();
+    assert!(
+        most_tokens.is_some_and(|n| n < 500),
+        "the engine stopped before the end: {most_tokens:?} tokens"
     );
 }
 
