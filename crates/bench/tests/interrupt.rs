@@ -1,14 +1,15 @@
 //! Ctrl-C with a real engine: the runner interrupts the offline backend,
 //! requests not handed to the engine are cancelled, running sequences stop
 //! at their next decoding step with the tokens they have, every request is
-//! recorded exactly once, and the run ends well within 2 s. The engines
-//! here take real time per step (the issue asks for real time); the bounds
-//! are generous and the interrupt is placed by the engine's own step count,
-//! not by sleeping.
+//! recorded exactly once, and the run ends as soon as the engine has
+//! answered. The engines here are held at gates the test opens, so where
+//! the interrupt lands is placed by counted steps, not by sleeping; the
+//! runtime's clock is paused and moves only when a test moves it, so a run
+//! that ends without the clock moving ended without waiting out any bound.
 //!
 //! The runner's own interrupt rules (the wait bound for a backend that
 //! cannot stop, a second interrupt, an interrupt during the grace period)
-//! run against paused time.
+//! run against paused time too.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -29,25 +30,46 @@ use guidebench_core::offline::{
 use guidebench_core::options::parse_kind_args;
 use guidebench_core::request::{GenerationRequest, GenerationResponse, RequestStatus};
 use guidebench_core::sampling::Sampling;
-use guidebench_core::tokenizer::Tokenizer;
-use guidebench_testkit::{MockEngine, MockOptions, MockProbe, MockStepEngine};
+use guidebench_testkit::backend::{MockBackend, Reply};
+use guidebench_testkit::{Gate, MockEngine, MockOptions, MockProbe, MockStepEngine};
 use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
 
-/// How long a test may take before it fails instead of hanging.
-const LIMIT: Duration = Duration::from_secs(60);
+/// How long the runner waits, after an interrupt, for requests the backend
+/// does not give back (the runner's `INTERRUPT_WAIT`).
+const INTERRUPT_WAIT: Duration = Duration::from_secs(1);
 
-/// The issue's bound from the interrupt to the end of the run.
-const WITHIN: Duration = Duration::from_secs(2);
-
-/// The testkit's step engine, with `step` of real time per decoding step
-/// and a count of decoding steps the test can wait on.
-struct SlowSteps {
-    inner: MockStepEngine,
-    step: Duration,
-    decodes: Arc<watch::Sender<usize>>,
+/// Holds tokio's paused clock: while a blocking task runs, paused time
+/// does not move on its own, only when the test advances it. Released when
+/// dropped.
+struct HeldClock {
+    _hold: std::sync::mpsc::Sender<()>,
 }
 
-impl StepEngine for SlowSteps {
+impl HeldClock {
+    fn hold() -> HeldClock {
+        let (hold, held) = std::sync::mpsc::channel::<()>();
+        drop(tokio::task::spawn_blocking(move || held.recv()));
+        HeldClock { _hold: hold }
+    }
+}
+
+/// The testkit's step engine, with a gate each decoding step passes first,
+/// and counts of the decoding steps begun (before the gate) and done.
+struct GatedSteps {
+    inner: MockStepEngine,
+    gate: Arc<Gate>,
+    steps: Arc<Steps>,
+}
+
+/// Decoding steps begun and done.
+#[derive(Default)]
+struct Steps {
+    begun: watch::Sender<usize>,
+    done: watch::Sender<usize>,
+}
+
+impl StepEngine for GatedSteps {
     fn limits(&self) -> StepLimits {
         self.inner.limits()
     }
@@ -55,40 +77,38 @@ impl StepEngine for SlowSteps {
         self.inner.prefill(seqs, logits)
     }
     fn decode(&mut self, seqs: &[Decode], logits: &mut Logits) -> Result<()> {
-        std::thread::sleep(self.step);
+        self.steps.begun.send_modify(|n| *n += 1);
+        self.gate.pass();
         self.inner.decode(seqs, logits)?;
-        self.decodes.send_modify(|n| *n += 1);
+        self.steps.done.send_modify(|n| *n += 1);
         Ok(())
     }
     fn retire(&mut self, slot: usize) {
         self.inner.retire(slot);
-    }
-    fn tokenizer(&self) -> Arc<dyn Tokenizer> {
-        self.inner.tokenizer()
-    }
-    fn eos_token_ids(&self) -> Vec<u32> {
-        self.inner.eos_token_ids()
     }
     fn describe(&self) -> EngineDescription {
         self.inner.describe()
     }
 }
 
-/// An offline backend over a step engine of `slots` slots whose steps take
-/// 20 ms, and the count of its decoding steps.
-fn slow_step_backend(
+/// An offline backend over a step engine of `slots` slots whose decoding
+/// steps wait at `gate`, and the counts of its decoding steps.
+fn gated_step_backend(
     scheduling: Scheduling,
     slots: usize,
-) -> (Arc<OfflineBackend>, watch::Receiver<usize>) {
-    let decodes = Arc::new(watch::channel(0).0);
-    let counter = decodes.subscribe();
+    gate: &Arc<Gate>,
+) -> (Arc<OfflineBackend>, Arc<Steps>) {
+    let steps = Arc::new(Steps::default());
+    let counts = Arc::clone(&steps);
+    let gate = Arc::clone(gate);
     let factory: EngineFactory = Arc::new(move |_: &EngineConfig| {
-        let engine = SlowSteps {
+        let engine = GatedSteps {
             inner: MockStepEngine::new(slots, 4096),
-            step: Duration::from_millis(20),
-            decodes: Arc::clone(&decodes),
+            gate: Arc::clone(&gate),
+            steps: Arc::clone(&counts),
         };
-        Ok(Box::new(StepRunner::new(engine)) as Box<dyn Engine>)
+        let text = engine.inner.text();
+        Ok(Box::new(StepRunner::new(engine, text)) as Box<dyn Engine>)
     });
     let config = OfflineConfig {
         policy: BatchPolicy {
@@ -99,13 +119,57 @@ fn slow_step_backend(
         ..OfflineConfig::default()
     };
     let engine = EngineConfig {
-        engine: "slow-step".into(),
+        engine: "gated-step".into(),
         ..EngineConfig::default()
     };
     (
         Arc::new(OfflineBackend::new(config, engine, factory)),
-        counter,
+        steps,
     )
+}
+
+/// An offline backend, and a signal raised once the runner interrupted it
+/// (after the backend itself was told).
+struct Watched {
+    inner: Arc<OfflineBackend>,
+    interrupted: watch::Sender<bool>,
+}
+
+impl Watched {
+    fn new(inner: Arc<OfflineBackend>) -> Arc<Watched> {
+        Arc::new(Watched {
+            inner,
+            interrupted: watch::channel(false).0,
+        })
+    }
+
+    /// Waits until the runner has interrupted the backend.
+    async fn interrupted(&self) {
+        let _ = self.interrupted.subscribe().wait_for(|&i| i).await;
+    }
+}
+
+#[async_trait]
+impl Backend for Watched {
+    fn kind(&self) -> &'static str {
+        self.inner.kind()
+    }
+    async fn startup(&self) -> Result<()> {
+        self.inner.startup().await
+    }
+    async fn validate(&self) -> Result<ValidationReport> {
+        self.inner.validate().await
+    }
+    async fn resolve(&self, request: GenerationRequest) -> Result<GenerationResponse> {
+        self.inner.resolve(request).await
+    }
+    fn interrupt(&self) {
+        self.inner.interrupt();
+        self.interrupted.send_replace(true);
+    }
+    async fn shutdown(&self) -> Result<()> {
+        self.inner.shutdown().await
+    }
 }
 
 /// Counts the requests the runner sent.
@@ -118,7 +182,7 @@ impl Observer for Sends {
     }
 }
 
-/// `n` requests of `tokens` output tokens each (2 s or more of decoding).
+/// `n` requests of `tokens` output tokens each.
 fn feed(n: u64, tokens: u32) -> mpsc::Receiver<GenerationRequest> {
     let (tx, rx) = mpsc::channel(usize::try_from(n).expect("small"));
     let sampling = Sampling::fixed_length(tokens).expect("valid");
@@ -133,14 +197,10 @@ fn feed(n: u64, tokens: u32) -> mpsc::Receiver<GenerationRequest> {
     rx
 }
 
-/// Runs 64 requests of 400 tokens (8 s of steps each) over 16 streams on
-/// `backend`, interrupts once `steps_before` decoding steps ran, and checks
-/// what the issue asks: every request sent recorded exactly once, the
-/// incomplete ones with their tokens, the run ended within 2 s.
 /// Runs `requests` at `streams` concurrent against `backend` on a task of
 /// its own; returns the task, the send counter and the interrupt switch.
 fn spawn_run(
-    backend: &Arc<OfflineBackend>,
+    backend: &Arc<Watched>,
     mut requests: mpsc::Receiver<GenerationRequest>,
     streams: usize,
 ) -> (
@@ -167,59 +227,11 @@ fn spawn_run(
     (run, sends, cancel_tx)
 }
 
-/// Waits (up to [`LIMIT`]) until the mock engine started a generate,
-/// interrupts the run, and returns its result and when it was interrupted.
-async fn interrupt_once_generating(
-    probe: &MockProbe,
-    cancel_tx: &watch::Sender<bool>,
-    run: tokio::task::JoinHandle<BenchmarkRun>,
-) -> (BenchmarkRun, std::time::Instant) {
-    let deadline = std::time::Instant::now() + LIMIT;
-    while probe.generates_started() == 0 {
-        assert!(std::time::Instant::now() < deadline, "no generate started");
-        tokio::task::yield_now().await;
-    }
-    let interrupted_at = std::time::Instant::now();
-    cancel_tx.send(true).expect("the run listens");
-    let run = tokio::time::timeout(LIMIT, run)
-        .await
-        .expect("the interrupted run ends")
-        .expect("the run task");
-    (run, interrupted_at)
-}
-
-async fn interrupt_while_generating(
-    backend: Arc<OfflineBackend>,
-    mut decodes: watch::Receiver<usize>,
-    steps_before: usize,
-) -> BenchmarkRun {
-    backend.startup().await.expect("startup");
-    backend.validate().await.expect("validate");
-    let (run, sends, cancel_tx) = spawn_run(&backend, feed(64, 400), 16);
-    tokio::time::timeout(LIMIT, decodes.wait_for(|&n| n >= steps_before))
-        .await
-        .expect("the engine steps")
-        .expect("the engine is alive");
-    let interrupted_at = std::time::Instant::now();
-    cancel_tx.send(true).expect("the run listens");
-    let run = tokio::time::timeout(LIMIT, run)
-        .await
-        .expect("the interrupted run ends")
-        .expect("the run task");
-    let ran = interrupted_at.elapsed();
-    // The report is written once the backend is down: that counts too.
-    tokio::time::timeout(LIMIT, backend.shutdown())
-        .await
-        .expect("shutdown ends")
-        .expect("shutdown");
-    let took = interrupted_at.elapsed();
-    eprintln!("interrupt to end of run: {ran:?}, to backend shut down: {took:?}");
-    assert!(
-        took < WITHIN,
-        "the backend was down {took:?} after the interrupt"
-    );
+/// Checks what every interrupted run keeps: it stopped because of the
+/// interrupt, every request sent is recorded exactly once, each incomplete
+/// (none can finish) with one instant per token, in order.
+fn check_interrupted(run: &BenchmarkRun, sends: &Sends) {
     assert_eq!(run.stop_reason, StopReason::Interrupted);
-
     let sent = sends.0.load(Ordering::SeqCst);
     assert_eq!(run.records.len(), sent, "one record per request sent");
     let ids: HashSet<u64> = run.records.iter().map(|r| r.id).collect();
@@ -242,53 +254,108 @@ async fn interrupt_while_generating(
             "token instants in order"
         );
     }
+}
+
+/// Runs 64 requests of 400 tokens over 16 streams on a step engine held at
+/// its decoding gate, lets `steps_before` decoding steps through, and
+/// interrupts while the next one is held. Checks what the issue asks:
+/// exactly one more decoding step (the one in flight) once the gate opens,
+/// every request sent recorded exactly once, the running ones with their
+/// tokens, and the run and the shutdown over without the paused clock
+/// moving (no bound was waited out). Returns the run and the decoding
+/// steps done.
+async fn interrupt_while_generating(
+    scheduling: Scheduling,
+    slots: usize,
+    steps_before: usize,
+) -> (BenchmarkRun, usize) {
+    let _clock = HeldClock::hold();
+    let gate = Arc::new(Gate::default());
+    gate.close();
+    let (offline, steps) = gated_step_backend(scheduling, slots, &gate);
+    let backend = Watched::new(offline);
+    backend.startup().await.expect("startup");
+    backend.validate().await.expect("validate");
+    let (run, sends, cancel_tx) = spawn_run(&backend, feed(64, 400), 16);
+    gate.release(steps_before);
+    // Once the next step has begun, the engine is held inside it.
+    steps
+        .begun
+        .subscribe()
+        .wait_for(|&n| n > steps_before)
+        .await
+        .expect("the engine is alive");
+    let interrupted_at = Instant::now();
+    cancel_tx.send(true).expect("the run listens");
+    backend.interrupted().await;
+    gate.open();
+    let run = run.await.expect("the run task");
+    // The report is written once the backend is down: that counts too.
+    backend.shutdown().await.expect("shutdown");
+    assert_eq!(
+        Instant::now(),
+        interrupted_at,
+        "the run ended on the engine's answer, not on a timer"
+    );
+    let done = *steps.done.borrow();
+    assert_eq!(
+        done,
+        steps_before + 1,
+        "the engine stopped after the step it was in"
+    );
+    check_interrupted(&run, &sends);
     let with_tokens = run.records.iter().filter(|r| r.output_tokens > 0).count();
     assert!(
         with_tokens > 0,
         "the running sequences keep the tokens they had"
     );
-    run
+    (run, done)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn an_interrupt_stops_static_micro_batches_at_the_next_step_with_their_tokens() {
-    let (backend, decodes) = slow_step_backend(Scheduling::Static, 4);
-    let run = interrupt_while_generating(backend, decodes, 3).await;
-    // The running batch (of at most 4) had at least 3 decoding steps after
-    // its prefill; the streams queued behind it got no token.
+    let (run, steps) = interrupt_while_generating(Scheduling::Static, 4, 3).await;
+    // The running batch of 4 (a full batch leaves at once) has its first
+    // token from the prefill and one per decoding step; the streams queued
+    // behind it got no token.
     let with_tokens: Vec<_> = run.records.iter().filter(|r| r.output_tokens > 0).collect();
+    assert_eq!(with_tokens.len(), 4, "one batch was running");
     assert!(
-        (1..=4).contains(&with_tokens.len()),
-        "one batch was running"
+        with_tokens
+            .iter()
+            .all(|r| r.output_tokens as usize == 1 + steps),
+        "{with_tokens:?}"
     );
-    assert!(with_tokens.iter().all(|r| r.output_tokens >= 4));
-    assert!(
-        run.records.len() - with_tokens.len() >= 12,
-        "the rest were queued"
-    );
+    assert_eq!(run.records.len(), 16, "the rest were queued");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn an_interrupt_stops_continuous_batching_at_the_next_step_with_their_tokens() {
     let policy = ContinuousPolicy {
         max_running: 8,
         max_prefill_tokens: 8192,
     };
-    let (backend, decodes) = slow_step_backend(Scheduling::Continuous(policy), 8);
-    let run = interrupt_while_generating(backend, decodes, 3).await;
-    // At most 8 run at once (the rest wait for a slot and get no token).
-    let with_tokens = run.records.iter().filter(|r| r.output_tokens > 0).count();
-    assert!((1..=8).contains(&with_tokens), "{with_tokens} were running");
+    let (run, steps) = interrupt_while_generating(Scheduling::Continuous(policy), 8, 3).await;
+    // At most 8 run at once (the rest wait for a slot and get no token),
+    // none with more tokens than the prefill's and the steps'.
+    let with_tokens: Vec<_> = run.records.iter().filter(|r| r.output_tokens > 0).collect();
+    assert!(
+        (1..=8).contains(&with_tokens.len()),
+        "{} were running",
+        with_tokens.len()
+    );
+    assert!(
+        with_tokens
+            .iter()
+            .all(|r| r.output_tokens as usize <= 1 + steps)
+    );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_interrupt_stops_the_mock_engine_between_its_timed_steps() {
-    let probe = MockProbe::new();
-    let options = MockOptions {
-        token_time: 0.02,
-        ..MockOptions::default()
-    };
-    let backend = Arc::new(OfflineBackend::new(
+/// An offline backend over the mock engine with `options`, its generate
+/// calls held at the probe's gate.
+fn held_mock_backend(options: MockOptions, probe: &MockProbe) -> Arc<Watched> {
+    probe.generate_gate().close();
+    Watched::new(Arc::new(OfflineBackend::new(
         OfflineConfig {
             policy: BatchPolicy {
                 batch_size: 4,
@@ -301,113 +368,93 @@ async fn an_interrupt_stops_the_mock_engine_between_its_timed_steps() {
             ..EngineConfig::default()
         },
         MockEngine::factory(options, probe.clone()),
-    ));
+    )))
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_interrupt_stops_the_mock_engine_between_its_timed_steps() {
+    // 400 tokens of 20 ms each: 8 s per batch, were it not stopped.
+    let _clock = HeldClock::hold();
+    let probe = MockProbe::new();
+    let options = MockOptions {
+        token_time: 0.02,
+        ..MockOptions::default()
+    };
+    let backend = held_mock_backend(options, &probe);
     backend.startup().await.expect("startup");
     backend.validate().await.expect("validate");
     let (run, sends, cancel_tx) = spawn_run(&backend, feed(32, 400), 8);
-    // The first batch is generating (its 400 steps take 8 s).
-    let (run, interrupted_at) = interrupt_once_generating(&probe, &cancel_tx, run).await;
-    let ran = interrupted_at.elapsed();
-    // The report is written once the backend is down: that counts too.
-    tokio::time::timeout(LIMIT, backend.shutdown())
-        .await
-        .expect("shutdown ends")
-        .expect("shutdown");
-    let took = interrupted_at.elapsed();
-    eprintln!("interrupt to end of run: {ran:?}, to backend shut down: {took:?}");
-    assert!(
-        took < WITHIN,
-        "the backend was down {took:?} after the interrupt"
+    // The first batch is generating, held before its first token.
+    probe.wait_generates_started(1).await;
+    let interrupted_at = Instant::now();
+    cancel_tx.send(true).expect("the run listens");
+    backend.interrupted().await;
+    probe.generate_gate().open();
+    let run = run.await.expect("the run task");
+    backend.shutdown().await.expect("shutdown");
+    assert_eq!(
+        Instant::now(),
+        interrupted_at,
+        "the run ended on the engine's answer, not on a timer"
     );
-    let sent = sends.0.load(Ordering::SeqCst);
-    assert_eq!(run.records.len(), sent);
-    let ids: HashSet<u64> = run.records.iter().map(|r| r.id).collect();
-    assert_eq!(ids.len(), sent);
-    for r in &run.records {
-        assert_eq!(r.status, RequestStatus::Incomplete, "{r:?}");
-        assert_eq!(r.timings.tokens.len(), r.output_tokens as usize);
-    }
-    // The batch that started (of at most 4) has its first token at least.
-    let with_tokens = run.records.iter().filter(|r| r.output_tokens > 0).count();
-    assert!((1..=4).contains(&with_tokens), "{with_tokens} with tokens");
+    check_interrupted(&run, &sends);
+    // The batch that started (a full one, of 4) has its first token and
+    // stopped before the first timed step; nothing else reached the engine.
+    let with_tokens: Vec<_> = run.records.iter().filter(|r| r.output_tokens > 0).collect();
+    assert_eq!(with_tokens.len(), 4, "{with_tokens:?}");
+    assert!(with_tokens.iter().all(|r| r.output_tokens == 1));
+    assert_eq!(probe.generates_started(), 1);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn an_engine_inside_one_long_step_holds_neither_the_run_nor_the_shutdown() {
-    // A 30 s prefill cannot be cut: the runner waits its 1 s for it, and the
+    // The engine is held inside its generate (as inside one long prefill,
+    // which cannot be cut): the runner waits its bound for it, and the
     // shutdown (after which the report is written) does not wait at all.
+    let _clock = HeldClock::hold();
     let probe = MockProbe::new();
-    let options = MockOptions {
-        prefill_time: 30.0,
-        ..MockOptions::default()
-    };
-    let backend = Arc::new(OfflineBackend::new(
-        OfflineConfig::default(),
-        EngineConfig {
-            engine: "mock".into(),
-            ..EngineConfig::default()
-        },
-        MockEngine::factory(options, probe.clone()),
-    ));
+    let backend = held_mock_backend(MockOptions::default(), &probe);
     backend.startup().await.expect("startup");
     backend.validate().await.expect("validate");
     let (run, _, cancel_tx) = spawn_run(&backend, feed(8, 4), 4);
-    let (run, interrupted_at) = interrupt_once_generating(&probe, &cancel_tx, run).await;
-    tokio::time::timeout(LIMIT, backend.shutdown())
-        .await
-        .expect("shutdown ends")
-        .expect("shutdown");
-    let took = interrupted_at.elapsed();
-    eprintln!("interrupt to backend shut down, mid-step: {took:?}");
-    assert!(
-        took < WITHIN,
-        "the backend was down {took:?} after the interrupt"
+    probe.wait_generates_started(1).await;
+    let interrupted_at = Instant::now();
+    cancel_tx.send(true).expect("the run listens");
+    backend.interrupted().await;
+    tokio::time::advance(INTERRUPT_WAIT).await;
+    let run = run.await.expect("the run task");
+    assert_eq!(
+        Instant::now() - interrupted_at,
+        INTERRUPT_WAIT,
+        "the run waited its bound, no more"
     );
+    backend.shutdown().await.expect("shutdown");
+    assert_eq!(
+        probe.generates_finished(),
+        0,
+        "the shutdown did not wait for the engine"
+    );
+    assert_eq!(run.stop_reason, StopReason::Interrupted);
     assert_eq!(run.records.len(), 4);
     assert!(
         run.records
             .iter()
             .all(|r| r.status == RequestStatus::Incomplete)
     );
+    probe.generate_gate().open();
 }
 
 // --- The runner's rules, on paused time ------------------------------------
 
-/// A backend whose requests never end and that cannot be interrupted.
-#[derive(Default)]
-struct Deaf {
-    interrupts: AtomicUsize,
-}
-
-#[async_trait]
-impl Backend for Deaf {
-    fn kind(&self) -> &'static str {
-        "deaf"
-    }
-    async fn startup(&self) -> Result<()> {
-        Ok(())
-    }
-    async fn validate(&self) -> Result<ValidationReport> {
-        Ok(ValidationReport::default())
-    }
-    async fn resolve(&self, _request: GenerationRequest) -> Result<GenerationResponse> {
-        std::future::pending().await
-    }
-    fn interrupt(&self) {
-        self.interrupts.fetch_add(1, Ordering::SeqCst);
-    }
-    async fn shutdown(&self) -> Result<()> {
-        Ok(())
-    }
-}
-
-/// Runs 4 streams on a [`Deaf`] backend, with `constraint` and a 30 s
-/// grace period, sending `true` on the cancel channel at each of
-/// `interrupts` (from the start); returns the run and how long it took.
+/// Runs 4 streams on a backend whose requests never end and that cannot
+/// be interrupted (it only counts the interrupts), with `constraint` and a
+/// 30 s grace period, sending `true` on the cancel channel at each of
+/// `interrupts` (from the start); returns the run, how long it took and
+/// the interrupts the backend got.
 async fn deaf_run(constraint: &[&str], interrupts: &[Duration]) -> (BenchmarkRun, Duration, usize) {
-    let backend = Arc::new(Deaf::default());
+    let backend = Arc::new(MockBackend::new(Reply::hang()));
     let (cancel_tx, cancel) = watch::channel(false);
-    let t0 = tokio::time::Instant::now();
+    let t0 = Instant::now();
     let at: Vec<_> = interrupts.iter().map(|d| t0 + *d).collect();
     tokio::spawn(async move {
         for at in at {
@@ -441,7 +488,7 @@ async fn deaf_run(constraint: &[&str], interrupts: &[Duration]) -> (BenchmarkRun
     )
     .await
     .expect("the run ends");
-    (run, t0.elapsed(), backend.interrupts.load(Ordering::SeqCst))
+    (run, Instant::now() - t0, backend.interrupts())
 }
 
 #[tokio::test(start_paused = true)]
