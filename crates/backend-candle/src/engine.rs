@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use candle_core::{DType, Device};
 use guidebench_core::engine::{
-    CheckedEngineOptions, Engine, EngineConfig, EngineDescription, EngineOptions,
+    CheckedEngineOptions, Engine, EngineConfig, EngineDescription, EngineOptions, load_error,
 };
 use guidebench_core::generation::{
     Decode, Logits, ModelText, Prefill, StepEngine, StepLimits, StepRunner,
@@ -222,7 +222,7 @@ impl CandleEngine {
         let options: CandleOptions = config.parse_options()?;
         CandleEngine::runner(config.model.as_deref(), &options)
             .map(|runner| Box::new(runner) as Box<dyn Engine>)
-            .map_err(CandleError::into_load_error)
+            .map_err(|err| load_error(crate::ENGINE_NAME, err))
     }
 
     /// Loads `model` (a folder, `builtin:tiny`, or a hub id in the local

@@ -5,7 +5,9 @@ use std::path::PathBuf;
 /// Everything that can go wrong in the candle engine.
 ///
 /// Converted into [`guidebench_core::Error`] at the `Engine` boundary:
-/// load problems become `EngineLoad`, generation problems `Engine`.
+/// load problems through [`load_error`](guidebench_core::engine::load_error)
+/// (`EngineLoad`, or core's own error for a model folder), generation
+/// problems `Engine`.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum CandleError {
@@ -53,17 +55,13 @@ pub enum CandleError {
     Candle(#[from] candle_core::Error),
 }
 
-impl CandleError {
-    /// This error as a load failure of the `candle` engine; a model-folder
-    /// error stays core's own (it names the file, and a missing model is
-    /// the user's mistake).
-    pub fn into_load_error(self) -> guidebench_core::Error {
+impl guidebench_core::engine::EngineError for CandleError {
+    /// A model-folder error is core's own (it names the file, and a
+    /// missing model is the user's mistake); the rest are this engine's.
+    fn into_core(self) -> std::result::Result<guidebench_core::Error, Self> {
         match self {
-            CandleError::Model(err) => err,
-            other => guidebench_core::Error::EngineLoad {
-                engine: crate::ENGINE_NAME.to_owned(),
-                reason: other.to_string(),
-            },
+            CandleError::Model(err) => Ok(err),
+            other => Err(other),
         }
     }
 }

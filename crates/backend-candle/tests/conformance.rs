@@ -3,7 +3,8 @@
 //! `f32` fixtures (it runs `f32`), and on the same fixtures stored in bf16
 //! and f16 (it runs their stored dtype, and must give what `f32` gives on
 //! the same weights: the exact path); and on GGUF fixtures in F32, Q8_0,
-//! a Q4_K_M mix and Q6_K, with the load errors of broken GGUF files.
+//! a Q4_K_M mix and Q6_K, with the load errors of broken GGUF files; and
+//! the loading checks every safetensors engine shares.
 
 use std::path::Path;
 
@@ -77,4 +78,22 @@ mod gguf_q6_k {
 
 mod gguf_errors {
     guidebench_testkit::conformance_tests!(gguf_load_errors: super::try_load);
+}
+
+/// The engine from `model=` with the shared options given, its own at
+/// their defaults, its error kept.
+fn load_with(model: &str, common: EngineOptions) -> guidebench_candle::error::Result<CandleEngine> {
+    CandleEngine::load(
+        Some(model),
+        &CandleOptions {
+            common,
+            ..CandleOptions::default()
+        },
+    )
+}
+
+// What loading a safetensors folder does: missing and broken files, bad
+// shared options, configs that load to the same or another model.
+mod load {
+    guidebench_testkit::conformance_tests!(load_checks: super::load_with);
 }

@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use guidebench_core::engine::{
-    CheckedEngineOptions, Engine, EngineConfig, EngineDescription, EngineOptions, positive,
+    CheckedEngineOptions, Engine, EngineConfig, EngineDescription, EngineOptions, load_error,
+    positive,
 };
 use guidebench_core::generation::{
     Decode, Logits, ModelText, Prefill, StepEngine, StepLimits, StepRunner,
@@ -224,7 +225,7 @@ impl OrtEngine {
         model
             .and_then(|model| OrtEngine::runner(model, &options))
             .map(|runner| Box::new(runner) as Box<dyn Engine>)
-            .map_err(OrtError::into_load_error)
+            .map_err(|err| load_error(crate::ENGINE_NAME, err))
     }
 
     /// Loads `model` (a folder or a hub id in the local HF cache) with

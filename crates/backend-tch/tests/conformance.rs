@@ -1,6 +1,7 @@
 //! The step-engine conformance suite of `guidebench-testkit`, run against
 //! the tch engine in `f32` on the CPU: the same stored tokens and logits
-//! every engine is checked against.
+//! every engine is checked against, and the loading checks every
+//! safetensors engine shares.
 
 use std::path::Path;
 
@@ -19,3 +20,21 @@ fn load(dir: &Path) -> TchEngine {
 }
 
 guidebench_testkit::conformance_tests!(load);
+
+/// The engine from `model=` with the shared options given, its own at
+/// their defaults, its error kept.
+fn load_with(model: &str, common: EngineOptions) -> guidebench_tch::error::Result<TchEngine> {
+    TchEngine::load(
+        Some(model),
+        &TchOptions {
+            common,
+            ..TchOptions::default()
+        },
+    )
+}
+
+// What loading a safetensors folder does: missing and broken files, bad
+// shared options, configs that load to the same or another model.
+mod load {
+    guidebench_testkit::conformance_tests!(load_checks: super::load_with);
+}

@@ -6,10 +6,7 @@
 use std::path::Path;
 
 use guidebench_core::engine::{Engine, EngineOptions, EngineOutput, EngineRequest};
-use guidebench_core::generation::{
-    Decode, Logits, ModelText, Prefill, StepEngine, StepRunner, first_step_logits,
-};
-use guidebench_core::request::FinishReason;
+use guidebench_core::generation::{Decode, Logits, ModelText, Prefill, StepEngine, StepRunner};
 use guidebench_core::sampling::Sampling;
 use guidebench_tch::{TchEngine, TchError, TchOptions};
 use guidebench_testkit::conformance;
@@ -50,11 +47,6 @@ fn run(engine: &mut StepRunner<TchEngine>, batch: &[EngineRequest]) -> Vec<Engin
         .collect()
 }
 
-fn logits(engine: TchEngine, prompt: &[u32]) -> Vec<Vec<f32>> {
-    let mut engine = engine;
-    first_step_logits(&mut engine, &[prompt.to_vec()]).expect("logits")
-}
-
 fn request(id: u64, prompt: &str, sampling: Sampling) -> EngineRequest {
     EngineRequest {
         id,
@@ -77,23 +69,6 @@ const PROMPTS: [&str; 5] = [
     "",
     "gla mou ten sti fai ba ro ke",
 ];
-
-#[test]
-fn sharded_safetensors_load_to_the_same_model() {
-    let one = fixture(&FixtureSpec::tiny());
-    let sharded = fixture(&FixtureSpec::sharded());
-    assert!(
-        sharded
-            .path()
-            .join("model.safetensors.index.json")
-            .is_file()
-    );
-    let prompt = [5, 6, 7, 8];
-    assert_eq!(
-        logits(engine(one.path()), &prompt),
-        logits(engine(sharded.path()), &prompt)
-    );
-}
 
 // --- the KV cache -------------------------------------------------------
 
@@ -261,43 +236,6 @@ fn a_slot_that_is_taken_or_out_of_range_is_an_error_not_a_panic() {
 }
 
 #[test]
-fn max_seq_len_caps_generation_and_rejects_longer_prompts() {
-    let dir = fixture(&FixtureSpec::tiny());
-    let options = TchOptions {
-        common: EngineOptions {
-            max_seq_len: Some(12),
-            ..options().common
-        },
-        ..options()
-    };
-    let mut engine = TchEngine::runner(dir.path().to_str(), &options).expect("load");
-    let prompt_tokens = guidebench_core::tokenizer::Tokenizer::encode(
-        engine.tokenizer().as_ref(),
-        PROMPTS[0],
-        true,
-    )
-    .expect("encode")
-    .len();
-    assert!(prompt_tokens < 12);
-    let out = run(&mut engine, &[request(0, PROMPTS[0], greedy(100))]).remove(0);
-    assert_eq!(out.token_ids.len(), 12 + 1 - prompt_tokens);
-    assert_eq!(out.finish_reason, FinishReason::Length);
-    let long = "word ".repeat(40);
-    let mut results = engine
-        .generate(&[
-            request(7, &long, greedy(2)),
-            request(8, PROMPTS[0], greedy(2)),
-        ])
-        .expect("batch");
-    assert_eq!(
-        results.pop().expect("second").expect("ok").token_ids.len(),
-        2
-    );
-    let err = results.pop().expect("first").expect_err("too long");
-    assert!(err.to_string().contains("max_seq_len of 12"), "{err}");
-}
-
-#[test]
 fn bf16_and_f16_run_and_mostly_agree_with_f32() {
     let dir = fixture(&FixtureSpec::tiny());
     let reference = run(&mut load(dir.path()), &[request(0, PROMPTS[1], greedy(4))]);
@@ -334,104 +272,12 @@ fn the_engine_describes_libtorch_and_its_threads() {
 
 // --- errors -------------------------------------------------------------
 
-fn load_err(dir: &Path) -> String {
-    TchEngine::load(dir.to_str(), &options())
-        .expect_err("the load fails")
-        .to_string()
-}
-
-#[test]
-fn a_missing_file_is_named_with_its_path() {
-    for file in ["config.json", "tokenizer.json", "model.safetensors"] {
-        let dir = fixture(&FixtureSpec::tiny());
-        std::fs::remove_file(dir.path().join(file)).expect("remove");
-        let err = load_err(dir.path());
-        assert!(
-            err.contains(&dir.path().join(file).display().to_string()),
-            "{err}"
-        );
-    }
-    let dir = fixture(&FixtureSpec::sharded());
-    std::fs::remove_file(dir.path().join("model-00002-of-00003.safetensors")).expect("remove");
-    let err = load_err(dir.path());
-    assert!(err.contains("model-00002-of-00003.safetensors"), "{err}");
-}
-
-#[test]
-fn a_missing_model_folder_is_named() {
-    let err = TchEngine::load(Some("/no/such/model/dir"), &options()).expect_err("missing");
-    assert!(err.to_string().contains("/no/such/model/dir"), "{err}");
-}
-
-#[test]
-fn bad_json_names_the_file() {
-    let dir = fixture(&FixtureSpec::tiny());
-    std::fs::write(dir.path().join("config.json"), "{ not json").expect("write");
-    let err = load_err(dir.path());
-    assert!(err.contains("config.json"), "{err}");
-    assert!(err.contains("invalid JSON"), "{err}");
-}
-
 fn edit_config(dir: &Path, edit: impl FnOnce(&mut serde_json::Value)) {
     let path = dir.join("config.json");
     let mut value: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&path).expect("read")).expect("json");
     edit(&mut value);
     std::fs::write(&path, value.to_string()).expect("write");
-}
-
-#[test]
-fn an_unsupported_architecture_is_named() {
-    let dir = fixture(&FixtureSpec::tiny());
-    edit_config(dir.path(), |c| c["model_type"] = "gpt_neox".into());
-    let err = load_err(dir.path());
-    assert!(
-        err.contains("unsupported model architecture `gpt_neox`"),
-        "{err}"
-    );
-}
-
-#[test]
-fn mistral_configs_run_as_llama() {
-    let dir = fixture(&FixtureSpec::tiny());
-    let llama = logits(engine(dir.path()), &[5, 6, 7]);
-    edit_config(dir.path(), |c| c["model_type"] = "mistral".into());
-    let mistral = logits(engine(dir.path()), &[5, 6, 7]);
-    assert_eq!(llama, mistral);
-}
-
-#[test]
-fn llama3_rope_scaling_is_applied() {
-    let dir = fixture(&FixtureSpec::tiny());
-    let plain = logits(engine(dir.path()), &[5, 6, 7, 8, 9, 10]);
-    edit_config(dir.path(), |c| {
-        c["rope_scaling"] = serde_json::json!({
-            "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-            "high_freq_factor": 4.0, "original_max_position_embeddings": 8
-        });
-    });
-    let scaled = logits(engine(dir.path()), &[5, 6, 7, 8, 9, 10]);
-    assert_ne!(plain, scaled);
-}
-
-#[test]
-fn a_missing_weight_is_named() {
-    let dir = fixture(&FixtureSpec::tiny());
-    // Claim Qwen2: its q/k/v biases are not in a Llama checkpoint.
-    edit_config(dir.path(), |c| {
-        c["model_type"] = "qwen2".into();
-        c["attention_bias"] = true.into();
-    });
-    let err = load_err(dir.path());
-    assert!(
-        err.contains("missing weight `model.layers.0.self_attn.q_proj.bias`"),
-        "{err}"
-    );
-    // And untied without lm_head.
-    let dir = fixture(&FixtureSpec::tied());
-    edit_config(dir.path(), |c| c["tie_word_embeddings"] = false.into());
-    let err = load_err(dir.path());
-    assert!(err.contains("missing weight `lm_head.weight`"), "{err}");
 }
 
 #[test]
@@ -449,52 +295,27 @@ fn a_weight_of_the_wrong_shape_is_named_with_both_shapes() {
     );
 }
 
+// The load errors every safetensors engine shares (a missing folder or
+// file, bad JSON, bad shared options, ...) are the conformance suite's
+// load_checks (tests/conformance.rs); these are tch's own.
+
 #[test]
-fn bad_options_are_clear_errors() {
-    let dir = fixture(&FixtureSpec::tiny());
-    let with = |options: TchOptions| {
-        TchEngine::load(dir.path().to_str(), &options)
-            .expect_err("the load fails")
-            .to_string()
-    };
-    if !tch::Cuda::is_available() {
-        let err = with(TchOptions {
-            common: EngineOptions {
-                device: Some("cuda".into()),
-                ..EngineOptions::default()
-            },
-            ..TchOptions::default()
-        });
-        assert!(err.contains("has no CUDA"), "{err}");
+fn cuda_without_a_cuda_libtorch_is_a_clear_error() {
+    if tch::Cuda::is_available() {
+        return;
     }
-    let err = with(TchOptions {
+    let dir = fixture(&FixtureSpec::tiny());
+    let options = TchOptions {
         common: EngineOptions {
-            device: Some("tpu".into()),
+            device: Some("cuda".into()),
             ..EngineOptions::default()
         },
         ..TchOptions::default()
-    });
-    assert!(err.contains("tpu"), "{err}");
-    let err = with(TchOptions {
-        common: EngineOptions {
-            threads: Some(0),
-            ..EngineOptions::default()
-        },
-        ..TchOptions::default()
-    });
-    assert!(err.contains("threads"), "{err}");
-    let err = with(TchOptions {
-        common: EngineOptions {
-            dtype: Some("f8".into()),
-            ..EngineOptions::default()
-        },
-        ..TchOptions::default()
-    });
-    assert!(err.contains("dtype"), "{err}");
-    let err = TchEngine::load(Some("builtin:huge"), &TchOptions::default())
-        .expect_err("unknown builtin")
+    };
+    let err = TchEngine::load(dir.path().to_str(), &options)
+        .expect_err("the load fails")
         .to_string();
-    assert!(err.contains("builtin model `huge`"), "{err}");
+    assert!(err.contains("has no CUDA"), "{err}");
 }
 
 #[test]

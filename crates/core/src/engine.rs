@@ -192,6 +192,29 @@ impl EngineConfig {
     }
 }
 
+/// An engine crate's own error type, for [`load_error`]: whether it
+/// carries one of core's errors (a model folder that could not be read, an
+/// unknown `builtin:` name), which a load failure keeps as it is.
+pub trait EngineError: std::fmt::Display + Sized {
+    /// Core's error inside, or this error back.
+    fn into_core(self) -> std::result::Result<crate::Error, Self>;
+}
+
+/// A failure to load engine `engine`, as core's error: core's own errors
+/// stay as they are (they name the file, and a missing model is the user's
+/// mistake: `model_not_found`); anything else is
+/// [`Error::EngineLoad`](crate::Error::EngineLoad) with the error's
+/// message.
+pub fn load_error<E: EngineError>(engine: &str, err: E) -> crate::Error {
+    match err.into_core() {
+        Ok(core) => core,
+        Err(own) => crate::Error::EngineLoad {
+            engine: engine.to_owned(),
+            reason: own.to_string(),
+        },
+    }
+}
+
 /// Creates an engine. Runs on the engine thread.
 pub type EngineFactory = Arc<dyn Fn(&EngineConfig) -> Result<Box<dyn Engine>> + Send + Sync>;
 

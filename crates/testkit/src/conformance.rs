@@ -27,6 +27,30 @@
 //! model is `model_not_found`, a usage error naming the path; a broken
 //! weight file is `engine_load`, naming the file).
 //!
+//! # Loading
+//!
+//! Engines that read a safetensors model folder through core's
+//! `ModelFolder` share what loading does, checked with a loader
+//! `Fn(&str, EngineOptions) -> Result<E, impl Display>` (the `model=` text
+//! and the shared options):
+//!
+//! | check | what it guarantees |
+//! |---|---|
+//! | [`a_missing_model_folder_is_named`], [`a_missing_file_is_named_with_its_path`], [`bad_json_names_the_file`] | a folder that is not there, a missing `config.json`, `tokenizer.json`, `model.safetensors` or shard, and a `config.json` that is not JSON fail, naming the path |
+//! | [`an_unsupported_architecture_is_named`], [`an_unsupported_rope_scaling_type_is_named`], [`a_missing_weight_is_named`] | `model_type` `gpt_neox`, `rope_scaling` `yarn`, and a weight the config needs but the checkpoint lacks fail, naming it |
+//! | [`bad_options_are_clear_errors`] | `threads=0`, `max_slots=0`, `max_seq_len=0`, `dtype=f8`, `device=tpu` and `builtin:huge` fail, naming the option or value |
+//! | [`sharded_safetensors_load_to_the_same_model`], [`mistral_configs_run_as_llama`], [`llama3_rope_scaling_is_applied`] | shards load to the model of one file and `mistral` runs as Llama (the same first-step logits); Llama 3 rope scaling changes them |
+//! | [`max_seq_len_caps_generation_and_rejects_longer_prompts`] | `max_seq_len=12` caps prompt + output; a longer prompt fails alone, naming the limit |
+//!
+//! ```ignore
+//! fn try_load(model: &str, common: EngineOptions) -> Result<MyEngine, MyError> {
+//!     MyEngine::load(Some(model), &MyOptions { common, ..MyOptions::default() })
+//! }
+//! mod load {
+//!     guidebench_testkit::conformance_tests!(load_checks: super::try_load);
+//! }
+//! ```
+//!
 //! Run them all with [`run_all`], or one `#[test]` each with
 //! [`conformance_tests!`](crate::conformance_tests) (the nicer failure
 //! report: every check runs and fails under its own name).
@@ -125,11 +149,20 @@ use crate::fixtures::{FixtureDtype, FixtureSpec, write_llama_fixture};
 use crate::gguf::{GgufType, write_gguf_fixture};
 
 mod gguf_suite;
+mod load;
 
 pub use gguf_suite::{
     Follow, GGUF_MIN_EXACT_PROMPTS, GgufReference, GgufSuite,
     a_gguf_of_an_unsupported_architecture_fails_naming_it,
     a_gguf_of_an_unsupported_type_fails_naming_it, a_truncated_gguf_fails_naming_the_file, spread,
+};
+pub use load::{
+    a_missing_file_is_named_with_its_path, a_missing_model_folder_is_named,
+    a_missing_weight_is_named, an_unsupported_architecture_is_named,
+    an_unsupported_rope_scaling_type_is_named, bad_json_names_the_file,
+    bad_options_are_clear_errors, llama3_rope_scaling_is_applied,
+    max_seq_len_caps_generation_and_rejects_longer_prompts, mistral_configs_run_as_llama,
+    sharded_safetensors_load_to_the_same_model,
 };
 
 /// The largest difference allowed between an engine's first-step logit
@@ -165,7 +198,10 @@ pub fn run_all<E: StepEngine>(load: impl Fn(&Path) -> E) {
 /// of [`GgufSuite`] (`gguf_greedy_tokens_follow_the_reference`, ...) on
 /// the GGUF fixtures of that type; `conformance_tests!(gguf_load_errors:
 /// try_load)`, with `try_load: Fn(&Path) -> Result<E, impl Display>`, to
-/// the three GGUF load-error checks.
+/// the three GGUF load-error checks; `conformance_tests!(load_checks:
+/// try_load)`, with `try_load: Fn(&str, EngineOptions) -> Result<E, impl
+/// Display>` (the `model=` text and the shared options), to the loading
+/// checks of safetensors engines (see [Loading](crate::conformance#loading)).
 #[macro_export]
 macro_rules! conformance_tests {
     (@each $load:expr, $dtype:expr; $($check:ident),* $(,)?) => {
@@ -198,6 +234,21 @@ macro_rules! conformance_tests {
             a_truncated_gguf_fails_naming_the_file,
             a_gguf_of_an_unsupported_type_fails_naming_it,
             a_gguf_of_an_unsupported_architecture_fails_naming_it,
+        );
+    };
+    (load_checks: $try_load:expr $(,)?) => {
+        $crate::conformance_tests!(@free $try_load;
+            a_missing_model_folder_is_named,
+            a_missing_file_is_named_with_its_path,
+            bad_json_names_the_file,
+            an_unsupported_architecture_is_named,
+            an_unsupported_rope_scaling_type_is_named,
+            a_missing_weight_is_named,
+            bad_options_are_clear_errors,
+            sharded_safetensors_load_to_the_same_model,
+            mistral_configs_run_as_llama,
+            llama3_rope_scaling_is_applied,
+            max_seq_len_caps_generation_and_rejects_longer_prompts,
         );
     };
     (@free $f:expr; $($check:ident),* $(,)?) => {
