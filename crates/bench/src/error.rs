@@ -64,6 +64,29 @@ pub enum Error {
     #[error("the backend has no tokenizer; give one with --tokenizer PATH")]
     NoTokenizer,
 
+    /// JSON read as a report that is not one (no `schema_version`).
+    #[error("{context} is not a guidebench report: it has no `schema_version`")]
+    NotAReport {
+        /// Where the JSON comes from.
+        context: String,
+    },
+
+    /// A report of a schema version this build does not read.
+    #[error(
+        "{context} is a guidebench report with schema version {found}, but guidebench \
+         {version} reads schema version {reads} only; use a guidebench version that wrote it"
+    )]
+    SchemaVersion {
+        /// Where the report comes from.
+        context: String,
+        /// The version the report has, as written in it.
+        found: String,
+        /// This build's version.
+        version: &'static str,
+        /// The schema version this build reads.
+        reads: u32,
+    },
+
     /// A data file, or a row of one, that cannot be read or cannot become
     /// a request: `data.jsonl, line 3: column `stop`: expected strings`.
     #[error("{}", row_message(.path, .location.as_deref(), .column.as_deref(), .reason))]
@@ -293,6 +316,7 @@ impl Error {
             Error::Flag { .. } | Error::GoodputWithoutSlo => "invalid_option",
             Error::NoSuchFile { .. } => "missing_file",
             Error::NoTokenizer => "no_tokenizer",
+            Error::NotAReport { .. } | Error::SchemaVersion { .. } => "invalid_report",
             Error::Row { .. } => "invalid_data_row",
             Error::DataFormat { .. } => "unknown_data_format",
             Error::NoPromptColumn { .. } => "no_prompt_column",
@@ -321,6 +345,8 @@ impl Error {
             | Error::NoSuchFile { .. }
             | Error::GoodputWithoutSlo
             | Error::NoTokenizer
+            | Error::NotAReport { .. }
+            | Error::SchemaVersion { .. }
             | Error::Row { .. }
             | Error::DataFormat { .. }
             | Error::NoPromptColumn { .. }

@@ -203,7 +203,7 @@ impl Output {
             Output::Html(path) => (path, write_html(report, path)),
             Output::Plot(path) => (path, write_plot(report, path)),
             Output::Yaml(path) => (path, write_yaml(report, path)),
-            Output::Json { path, .. } => (path, report.write_json(path).map_err(Error::from)),
+            Output::Json { path, .. } => (path, report.write_json(path)),
         };
         result.map_err(|source| Error::Output {
             writes: self.kind().writes,

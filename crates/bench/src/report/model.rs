@@ -12,9 +12,10 @@ use crate::record::ClientFootprint;
 use crate::record::CompactRecords;
 use crate::record::Conclusion;
 use crate::slo::{Slo, SloMetrics};
+use crate::{Error, Result};
+use guidebench_core::Error as CoreError;
 use guidebench_core::clock::Timestamp;
 use guidebench_core::request::RequestRecord;
-use guidebench_core::{Error, Result};
 
 /// The JSON schema version this build writes and reads.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -340,20 +341,24 @@ impl Report {
 
     /// The report as compact JSON.
     pub fn to_json_string(&self) -> Result<String> {
-        serde_json::to_string(self).map_err(|source| Error::Json {
-            context: "the report".into(),
-            source,
+        serde_json::to_string(self).map_err(|source| {
+            Error::from(CoreError::Json {
+                context: "the report".into(),
+                source,
+            })
         })
     }
 
     /// A report from JSON text; `context` names the source in errors.
-    /// Fails with [`Error::Config`] on a schema version this build does not
-    /// read. The metrics are recomputed from the records (see
+    /// Fails with [`Error::NotAReport`] or [`Error::SchemaVersion`] on JSON
+    /// that is not a report of the schema version this build reads. The metrics are recomputed from the records (see
     /// [`Report::from_json_value`]).
     pub fn from_json_str(json: &str, context: &str) -> Result<Self> {
-        let value: Value = serde_json::from_str(json).map_err(|source| Error::Json {
-            context: context.to_owned(),
-            source,
+        let value: Value = serde_json::from_str(json).map_err(|source| {
+            Error::from(CoreError::Json {
+                context: context.to_owned(),
+                source,
+            })
         })?;
         Report::from_json_value(value, context)
     }
@@ -366,22 +371,25 @@ impl Report {
     pub fn from_json_value(value: Value, context: &str) -> Result<Self> {
         match value.get("schema_version") {
             None => {
-                return Err(Error::Config(format!(
-                    "{context} is not a guidebench report: it has no `schema_version`"
-                )));
+                return Err(Error::NotAReport {
+                    context: context.to_owned(),
+                });
             }
             Some(v) if v.as_u64() != Some(u64::from(SCHEMA_VERSION)) => {
-                return Err(Error::Config(format!(
-                    "{context} is a guidebench report with schema version {v}, but guidebench \
-                     {GUIDEBENCH_VERSION} reads schema version {SCHEMA_VERSION} only; use a \
-                     guidebench version that wrote it"
-                )));
+                return Err(Error::SchemaVersion {
+                    context: context.to_owned(),
+                    found: v.to_string(),
+                    version: GUIDEBENCH_VERSION,
+                    reads: SCHEMA_VERSION,
+                });
             }
             Some(_) => {}
         }
-        let mut report: Report = serde_json::from_value(value).map_err(|source| Error::Json {
-            context: context.to_owned(),
-            source,
+        let mut report: Report = serde_json::from_value(value).map_err(|source| {
+            Error::from(CoreError::Json {
+                context: context.to_owned(),
+                source,
+            })
         })?;
         for benchmark in &mut report.benchmarks {
             benchmark.recompute();
@@ -392,28 +400,31 @@ impl Report {
     /// Writes the report as JSON to `path`.
     pub fn write_json(&self, path: impl AsRef<Path>) -> Result<()> {
         let path = path.as_ref();
-        let file = File::create(path).map_err(|e| Error::io(path, e))?;
+        let file = File::create(path).map_err(|e| CoreError::io(path, e))?;
         let mut out = BufWriter::new(file);
-        serde_json::to_writer(&mut out, self).map_err(|source| Error::Json {
-            context: format!("`{}`", path.display()),
-            source,
+        serde_json::to_writer(&mut out, self).map_err(|source| {
+            Error::from(CoreError::Json {
+                context: format!("`{}`", path.display()),
+                source,
+            })
         })?;
         out.write_all(b"\n")
             .and_then(|()| out.flush())
-            .map_err(|e| Error::io(path, e))
+            .map_err(|e| Error::from(CoreError::io(path, e)))
     }
 
     /// Reads a report written by [`Report::write_json`], recomputing the
     /// metrics from the records (see [`Report::from_json_value`]).
     pub fn read_json(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
-        let file = File::open(path).map_err(|e| Error::io(path, e))?;
+        let file = File::open(path).map_err(|e| CoreError::io(path, e))?;
         let context = format!("`{}`", path.display());
-        let value: Value =
-            serde_json::from_reader(BufReader::new(file)).map_err(|source| Error::Json {
+        let value: Value = serde_json::from_reader(BufReader::new(file)).map_err(|source| {
+            Error::from(CoreError::Json {
                 context: context.clone(),
                 source,
-            })?;
+            })
+        })?;
         Report::from_json_value(value, &context)
     }
 }
@@ -464,10 +475,16 @@ mod tests {
         value["schema_version"] = Value::from(99);
         let err = Report::from_json_str(&value.to_string(), "`old.json`").expect_err("rejected");
         let message = err.to_string();
-        assert_eq!(err.label(), "config");
+        assert!(
+            matches!(&err, Error::SchemaVersion { found, reads: 1, .. } if found == "99"),
+            "{err:?}"
+        );
+        assert_eq!(err.label(), "invalid_report");
+        assert!(err.is_usage());
         assert!(message.contains("schema version 99"), "{message}");
         assert!(message.contains("reads schema version 1 only"), "{message}");
         let err = Report::from_json_str("{\"x\": 1}", "`other.json`").expect_err("rejected");
+        assert!(matches!(&err, Error::NotAReport { .. }), "{err:?}");
         assert!(err.to_string().contains("not a guidebench report"));
     }
 
