@@ -378,7 +378,7 @@ fn check_data(mut args: KindArgs) -> Result<DataPlan> {
     };
     if let Some(path) = args.options.get("path").and_then(Value::as_str)
         && !std::path::Path::new(path).exists()
-        && !(args.kind == "file" && crate::data::names_a_dataset(path))
+        && !(kind.datasets && crate::data::names_a_dataset(path))
     {
         return Err(Error::NoSuchFile {
             what: "data file",

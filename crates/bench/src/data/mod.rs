@@ -133,6 +133,9 @@ pub struct DataKind {
     pub description: &'static str,
     /// Its option schema, for checking and for help output.
     pub options: &'static [OptionSpec],
+    /// Whether its `path` may name a Hugging Face dataset in the local
+    /// cache (`org/name[@revision]`) instead of a file.
+    pub datasets: bool,
     /// Builds a source from options checked against [`DataKind::options`].
     pub build: BuildSource,
 }
@@ -144,6 +147,7 @@ pub const DATA_KINDS: &[DataKind] = &[
         name: synthetic::KIND,
         description: "reproducible prompts of exact token counts through the model's tokenizer",
         options: SYNTHETIC_TEXT_OPTIONS,
+        datasets: false,
         build: |context, options, tokenizer, seed| {
             Ok(Box::new(SyntheticTextSource::from_options(
                 context, options, tokenizer, seed,
@@ -155,6 +159,7 @@ pub const DATA_KINDS: &[DataKind] = &[
         description: "a local JSONL, JSON, CSV, Parquet or Arrow file, or a Hugging Face \
                       dataset in the local cache, with column mapping",
         options: FILE_OPTIONS,
+        datasets: true,
         build: |context, options, tokenizer, _seed| {
             Ok(Box::new(FileSource::from_options(
                 context, options, tokenizer,
@@ -166,6 +171,7 @@ pub const DATA_KINDS: &[DataKind] = &[
         description: "a recorded request trace (plain or Mooncake), each request at its \
                       recorded send offset, for --profile kind=replay",
         options: TRACE_OPTIONS,
+        datasets: false,
         build: |context, options, tokenizer, seed| {
             Ok(Box::new(TraceSource::from_options(
                 context, options, tokenizer, seed,
@@ -226,8 +232,9 @@ pub fn create_source(
     (kind.build)(&context, &options, tokenizer, default_seed)
 }
 
-/// Whether a `path` of `kind=file` names a Hugging Face dataset
-/// (`org/name[@revision]`, read from the local cache) rather than a file.
+/// Whether a `path` names a Hugging Face dataset (`org/name[@revision]`,
+/// read from the local cache) rather than a file, for the kinds whose
+/// [`DataKind::datasets`] says they read one.
 pub(crate) fn names_a_dataset(path: &str) -> bool {
     hf::DatasetId::parse(path).is_some()
 }
