@@ -452,23 +452,48 @@ async fn a_stream_ending_without_done_fails_with_stream_truncated() {
     assert!(err.to_string().contains("after 4 events"), "{err}");
 }
 
-#[tokio::test]
+/// On a clock that moves only when the test moves it, a millisecond at a
+/// time: the stalled request fails with a timeout exactly when its 200 ms
+/// are up, not before, and does not hang.
+#[tokio::test(start_paused = true)]
 async fn a_stalled_stream_fails_with_timeout_instead_of_hanging() {
+    let _clock = HeldClock::hold();
     let mock = server(MockServerConfig {
         stall_rate: 1.0,
         ..MockServerConfig::default()
     })
     .await;
+    let limit = Duration::from_millis(200);
     for stream in [true, false] {
-        let b = backend(&mock, |c| {
-            c.stream = stream;
-            c.timeout = Duration::from_millis(200);
-        })
-        .await;
-        let started = std::time::Instant::now();
-        let err = failure(&b, 8).await;
+        let b = Arc::new(
+            backend(&mock, |c| {
+                c.stream = stream;
+                c.timeout = limit;
+            })
+            .await,
+        );
+        let arrivals = mock.stats().requests;
+        let started = tokio::time::Instant::now();
+        let client = Arc::clone(&b);
+        let request = tokio::spawn(async move {
+            let err = failure(&client, 8).await;
+            (err, tokio::time::Instant::now())
+        });
+        while mock.stats().requests == arrivals {
+            tokio::task::yield_now().await;
+        }
+        // Each step lets the request run before the next (a yield runs
+        // the tasks its timers woke).
+        for _ in 0..1_000 {
+            if request.is_finished() {
+                break;
+            }
+            tokio::time::advance(Duration::from_millis(1)).await;
+            tokio::task::yield_now().await;
+        }
+        let (err, failed_at) = request.await.expect("the request task");
         assert_eq!(error_label(&err), "timeout", "stream={stream}: {err}");
-        assert!(started.elapsed() < Duration::from_secs(5));
+        assert_eq!(failed_at - started, limit, "stream={stream}");
     }
 }
 

@@ -14,7 +14,7 @@
 
 #![allow(dead_code)] // each test file uses its own part.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use guidebench_core::backend::Backend;
@@ -51,6 +51,14 @@ pub struct StreamEvents {
 impl StreamEvents {
     /// Starts counting.
     pub fn count() -> StreamEvents {
+        // tracing caches, per callsite, whether any subscriber wants its
+        // events. While a single dispatcher is registered, it asks only the
+        // default of the thread that first reaches the callsite, so a
+        // callsite first reached by another test's thread (tests share a
+        // process under `cargo test`) would stay unheard here. A second,
+        // permanent dispatcher makes it ask every registered one.
+        static ANOTHER: OnceLock<tracing::Dispatch> = OnceLock::new();
+        ANOTHER.get_or_init(|| tracing::Dispatch::new(tracing::subscriber::NoSubscriber::new()));
         let (tx, read) = watch::channel(0);
         let guard = tracing::subscriber::set_default(Counter(tx));
         StreamEvents {
