@@ -10,6 +10,9 @@
 //!   deterministic logits that checks every rule of the step contract,
 //!   for tests of the generation loop and of schedulers.
 //! - [`ByteTokenizer`]: a tokenizer with one token per byte.
+//! - [`backend::MockBackend`]: a scripted `Backend` for the runner's
+//!   tests (per request: time to first token, time between tokens,
+//!   tokens, a failure or a hang, a gate), on tokio's clock.
 //!
 //! And the shared test models every engine is checked against:
 //!
