@@ -19,8 +19,8 @@
 
 use tch::{Device, Kind, Tensor};
 
+use crate::dim;
 use crate::error::{Result, TchError};
-use crate::model::dim;
 
 /// What a held sequence occupies.
 #[derive(Debug, Clone, Copy)]

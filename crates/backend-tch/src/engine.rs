@@ -15,8 +15,9 @@ use serde::Deserialize;
 use tch::{Device, Kind, Tensor};
 
 use crate::cache::KvCache;
+use crate::dim;
 use crate::error::{Result, TchError};
-use crate::model::{Decoder, Pass, Weights, dim};
+use crate::model::{Decoder, Pass, Weights};
 
 /// The engine's options (`engine=tch,key=value,...`): the shared ones
 /// ([`EngineOptions`]) and tch's own.

@@ -73,3 +73,9 @@ guidebench_core::register_engine! {
     options: OPTIONS,
     create: TchEngine::create,
 }
+
+/// A dimension as libtorch's `i64`; model dimensions are far below
+/// `i64::MAX`.
+pub(crate) fn dim(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}

@@ -14,13 +14,8 @@ use guidebench_core::model::DecoderConfig;
 use tch::{Device, Kind, Tensor};
 
 use crate::cache::KvCache;
+use crate::dim;
 use crate::error::{Result, TchError};
-
-/// A dimension as libtorch's `i64`; model dimensions are far below
-/// `i64::MAX`.
-pub(crate) fn dim(n: usize) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
-}
 
 /// The checkpoint's tensors by name, read from safetensors files, handed
 /// out converted to the compute dtype on the compute device.

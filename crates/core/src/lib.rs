@@ -38,6 +38,7 @@ pub mod request;
 pub mod rng;
 pub mod sampler;
 pub mod sampling;
+mod split;
 pub mod stdio;
 pub mod template;
 pub mod tokenizer;

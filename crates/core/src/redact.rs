@@ -53,7 +53,7 @@ use std::borrow::Cow;
 
 use serde_json::{Map, Value};
 
-use crate::options::split_outside_json;
+use crate::split::split_outside_json;
 
 /// What a secret value is replaced with.
 pub const REDACTED: &str = "***";

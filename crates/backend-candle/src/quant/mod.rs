@@ -522,13 +522,26 @@ fn dequantize_block(ty: QuantType, block: &[u8], out: &mut [f32]) {
         }
         QuantType::Q6K => {
             let d = f16_at(block, 208);
-            let q = portable::q6k_values(block);
+            let q = q6k_values(block);
             for (v, o) in out.iter_mut().enumerate() {
                 let scale = d * f32::from(block[192 + v / 16] as i8);
                 *o = scale * f32::from(q[v] as i8 - 32);
             }
         }
     }
+}
+
+/// The 256 unsigned 6-bit values of a Q6_K block (the offset of 32 not
+/// removed).
+pub(crate) fn q6k_values(block: &[u8]) -> [u8; QK_K] {
+    let (ql, qh) = (&block[..128], &block[128..192]);
+    std::array::from_fn(|v| {
+        let (h, c, l) = (v / 128, (v % 128) / 32, v % 32);
+        let low = ql[64 * h + 32 * (c % 2) + l];
+        let low = if c < 2 { low & 0x0F } else { low >> 4 };
+        let high = (qh[32 * h + l] >> (2 * c)) & 3;
+        low | (high << 4)
+    })
 }
 
 /// The f16 at `bytes[at..at + 2]` (little-endian) as f32.

@@ -6,7 +6,7 @@
 use super::repack::{GROUP, group_block_bytes, unpack_block};
 use super::{
     ActTile, GroupOut, Q4_0_BYTES, Q5K_BYTES, Q6K_BYTES, QK_K, QuantType, TILE_ROWS, add_block,
-    add_k, add_lanes, f16_at, k_scales, reduce16,
+    add_k, add_lanes, f16_at, k_scales, q6k_values, reduce16,
 };
 
 /// The 32 values of a Q8_0 weight block as i8.
@@ -119,19 +119,6 @@ fn k4_rows<const BYTES: usize, const FIFTH: bool>(
 /// A Q5_K weight row times the tile's rows.
 pub(crate) fn q5k_rows(w: &[u8], t: &ActTile<'_>, out: &mut [f32; TILE_ROWS]) {
     k4_rows::<Q5K_BYTES, true>(w, t, out);
-}
-
-/// The 256 unsigned 6-bit values of a Q6_K block (the offset of 32 not
-/// removed).
-pub(crate) fn q6k_values(block: &[u8]) -> [u8; QK_K] {
-    let (ql, qh) = (&block[..128], &block[128..192]);
-    std::array::from_fn(|v| {
-        let (h, c, l) = (v / 128, (v % 128) / 32, v % 32);
-        let low = ql[64 * h + 32 * (c % 2) + l];
-        let low = if c < 2 { low & 0x0F } else { low >> 4 };
-        let high = (qh[32 * h + l] >> (2 * c)) & 3;
-        low | (high << 4)
-    })
 }
 
 /// The exact sums of a Q4_K or Q5_K block (`q` its unsigned values, `sc`

@@ -28,7 +28,7 @@
 //! Rows past the last whole group stay in ggml's row layout after the
 //! groups; a product packs them into a group (zero rows added) per call.
 
-use super::{Q4K_BYTES, Q5_0_BYTES, Q6K_BYTES, Q8_0_BYTES, QK_K, QuantType, portable};
+use super::{Q4K_BYTES, Q5_0_BYTES, Q6K_BYTES, Q8_0_BYTES, QK_K, QuantType, q6k_values};
 
 /// Weight rows per group.
 pub(crate) const GROUP: usize = 16;
@@ -106,7 +106,7 @@ fn pack_block(ty: QuantType, block: &[u8], r: usize, out: &mut [u8]) {
             for g in 0..16 {
                 out[32 + 16 * g + r] = block[192 + g];
             }
-            let q = portable::q6k_values(block);
+            let q = q6k_values(block);
             for v in 0..32 {
                 for i in 0..4 {
                     let (lo, hi) = (q[4 * v + i] & 0x0F, q[4 * (v + 32) + i] & 0x0F);
@@ -172,7 +172,7 @@ pub(crate) fn unpack_block(ty: QuantType, gb: &[u8], r: usize, out: &mut [u8]) {
                 out[192 + g] = gb[32 + 16 * g + r];
             }
             let q = q6k_group_values(gb, r);
-            // ggml's layout (see `portable::q6k_values`).
+            // ggml's layout (see `q6k_values`).
             out[..192].fill(0);
             for (v, q) in q.iter().enumerate() {
                 let (h, c, l) = (v / 128, (v % 128) / 32, v % 32);

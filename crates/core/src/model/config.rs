@@ -7,6 +7,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::dtype::StoredDtype;
+use super::files::{read_required, token_ids};
 use crate::{Error, Result};
 
 /// The decoder families the engine-neutral description covers: one
@@ -185,28 +186,10 @@ struct RawConfig {
     bos_token_id: Option<Value>,
 }
 
-/// Token ids stated as one number or a list of numbers; anything else
-/// (absent, `null`, ids beyond `u32`) gives no ids.
-pub(crate) fn token_ids(value: Option<&Value>) -> Vec<u32> {
-    match value {
-        Some(Value::Number(n)) => n
-            .as_u64()
-            .and_then(|n| u32::try_from(n).ok())
-            .into_iter()
-            .collect(),
-        Some(Value::Array(list)) => list
-            .iter()
-            .filter_map(Value::as_u64)
-            .filter_map(|n| u32::try_from(n).ok())
-            .collect(),
-        _ => Vec::new(),
-    }
-}
-
 impl DecoderConfig {
     /// Reads and normalises `path` (a `config.json`).
     pub fn from_file(path: &Path) -> Result<Self> {
-        let text = super::files::read_required(path, "the decoder config (config.json)")?;
+        let text = read_required(path, "the decoder config (config.json)")?;
         DecoderConfig::from_json_str(&text, path)
     }
 

@@ -5,7 +5,6 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use super::config::token_ids;
 use crate::tokenizer::{HfTokenizer, SpecialToken, SpecialTokens, parse_tokenizer_json};
 use crate::{Error, Result};
 
@@ -19,6 +18,24 @@ pub(crate) const GENERATION_CONFIG_JSON: &str = "generation_config.json";
 pub(crate) const CHAT_TEMPLATE_JINJA: &str = "chat_template.jinja";
 /// `config.json`.
 pub(crate) const CONFIG_JSON: &str = "config.json";
+
+/// Token ids stated as one number or a list of numbers; anything else
+/// (absent, `null`, ids beyond `u32`) gives no ids.
+pub(crate) fn token_ids(value: Option<&Value>) -> Vec<u32> {
+    match value {
+        Some(Value::Number(n)) => n
+            .as_u64()
+            .and_then(|n| u32::try_from(n).ok())
+            .into_iter()
+            .collect(),
+        Some(Value::Array(list)) => list
+            .iter()
+            .filter_map(Value::as_u64)
+            .filter_map(|n| u32::try_from(n).ok())
+            .collect(),
+        _ => Vec::new(),
+    }
+}
 
 /// A file's text, or a [`Error::MissingModelFile`] naming it and `what`
 /// it is for.

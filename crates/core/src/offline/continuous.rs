@@ -35,7 +35,7 @@ use std::time::Instant;
 
 use tokio::sync::oneshot;
 
-use super::engine_thread::{Generated, Pending, panic_message};
+use super::job::{Generated, Pending, panic_message};
 use crate::engine::{Engine, EngineOutput, Interrupt};
 use crate::generation::{Admitted, Generation};
 use crate::{Error, Result};

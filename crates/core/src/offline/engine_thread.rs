@@ -11,25 +11,13 @@ use tokio::sync::{mpsc as tokio_mpsc, oneshot};
 
 use super::Scheduling;
 use super::continuous;
+use super::job::{Generated, Pending, panic_message};
 use crate::engine::{
     EngineCapabilities, EngineConfig, EngineDescription, EngineFactory, EngineOutput,
     EngineRequest, Interrupt,
 };
 use crate::tokenizer::Tokenizer;
 use crate::{Error, Result};
-
-/// A request waiting for its batch, with where its answer goes.
-pub(crate) struct Pending {
-    pub request: EngineRequest,
-    pub reply: oneshot::Sender<Result<Generated>>,
-}
-
-/// One request's result as the engine thread hands it back.
-#[derive(Debug)]
-pub(crate) struct Generated {
-    pub output: EngineOutput,
-    pub dispatched: Instant,
-}
 
 /// What a freshly loaded engine tells the backend.
 pub(crate) struct EngineReady {
@@ -44,14 +32,6 @@ pub(crate) struct EngineReady {
 pub(crate) struct EngineThread {
     jobs: mpsc::Sender<Vec<Pending>>,
     thread: JoinHandle<()>,
-}
-
-pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    payload
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_owned())
-        .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "unknown panic payload".to_owned())
 }
 
 impl EngineThread {

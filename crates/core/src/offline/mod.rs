@@ -8,6 +8,7 @@
 
 pub mod continuous;
 mod engine_thread;
+mod job;
 pub mod policy;
 
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -32,7 +33,8 @@ use crate::tokenizer::Tokenizer;
 use crate::{Error, Result};
 
 pub use continuous::ContinuousPolicy;
-use engine_thread::{EngineReady, EngineThread, Generated, Pending};
+use engine_thread::{EngineReady, EngineThread};
+use job::{Generated, Pending};
 pub use policy::{BatchPolicy, BatchQueue, Batcher, Step};
 
 /// The options of the `offline` backend kind (the engine's own options are
