@@ -13,8 +13,7 @@ use super::Scheduling;
 use super::continuous;
 use super::job::{Generated, Pending, panic_message};
 use crate::engine::{
-    EngineCapabilities, EngineConfig, EngineDescription, EngineFactory, EngineOutput,
-    EngineRequest, Interrupt,
+    EngineCapabilities, EngineConfig, EngineDescription, EngineFactory, EngineRequest, Interrupt,
 };
 use crate::tokenizer::Tokenizer;
 use crate::{Error, Result};
