@@ -64,6 +64,11 @@ pub struct Reply {
     /// Held here until a permit is available; the request takes one and
     /// keeps it (the test lets `n` through with `add_permits(n)`).
     pub gate: Option<Arc<Semaphore>>,
+    /// Sends lost before the one that succeeded (as a backend that sends
+    /// again on a fresh connection reports them).
+    pub retries: u32,
+    /// The time those lost sends took, before the request's start.
+    pub lost: Duration,
 }
 
 impl Default for Reply {
@@ -75,6 +80,8 @@ impl Default for Reply {
             tokens: 1,
             outcome: Outcome::Answer,
             gate: None,
+            retries: 0,
+            lost: Duration::ZERO,
         }
     }
 }
@@ -113,6 +120,17 @@ impl Reply {
         Reply {
             outcome: Outcome::Hang,
             ..Reply::default()
+        }
+    }
+
+    /// The same reply after `retries` lost sends that took `lost` in all:
+    /// the request starts when they are over.
+    #[must_use]
+    pub fn retried(self, retries: u32, lost: Duration) -> Self {
+        Reply {
+            retries,
+            lost,
+            ..self
         }
     }
 
@@ -263,6 +281,7 @@ impl Backend for MockBackend {
                 .map_err(|_| Error::Interrupted)?
                 .forget();
         }
+        pause(reply.lost).await;
         let start = now();
         if reply.outcome == Outcome::Hang {
             std::future::pending::<()>().await;
@@ -291,6 +310,7 @@ impl Backend for MockBackend {
                 start: Some(start),
                 end: tokens.last().copied(),
                 tokens,
+                retries: reply.retries,
                 ..RequestTimings::default()
             },
         })

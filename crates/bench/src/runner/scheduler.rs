@@ -780,72 +780,24 @@ pub async fn run_benchmark<T: Into<Job> + Send>(
 
 #[cfg(test)]
 mod tests {
-    use async_trait::async_trait;
+    use guidebench_core::sampling::Sampling;
+    use guidebench_testkit::backend::{MockBackend, Reply};
 
     use super::*;
-    use guidebench_core::backend::ValidationReport;
-    use guidebench_core::request::{FinishReason, GenerationResponse, RequestTimings};
-    use guidebench_core::sampling::Sampling;
 
-    /// Loses `lost` on even requests before a send that succeeds (as a
-    /// backend does that sends again on a fresh connection), then answers
-    /// after `service`.
-    struct Retrying {
-        lost: Duration,
-        service: Duration,
-    }
-
-    #[async_trait]
-    impl Backend for Retrying {
-        fn kind(&self) -> &'static str {
-            "retrying"
-        }
-        async fn startup(&self) -> guidebench_core::Result<()> {
-            Ok(())
-        }
-        async fn validate(&self) -> guidebench_core::Result<ValidationReport> {
-            Ok(ValidationReport::default())
-        }
-        async fn resolve(
-            &self,
-            request: GenerationRequest,
-        ) -> guidebench_core::Result<GenerationResponse> {
-            let retries = u32::from(request.id.is_multiple_of(2));
-            if retries > 0 {
-                tokio::time::sleep(self.lost).await;
-            }
-            let clock = Clock::global();
-            let start = clock.wall(std::time::Instant::now());
-            tokio::time::sleep(self.service).await;
-            let end = clock.wall(std::time::Instant::now());
-            Ok(GenerationResponse {
-                id: request.id,
-                text: String::new(),
-                token_ids: Vec::new(),
-                prompt_tokens: 1,
-                output_tokens: 1,
-                finish_reason: FinishReason::Length,
-                timings: RequestTimings {
-                    start: Some(start),
-                    tokens: vec![end],
-                    end: Some(end),
-                    retries,
-                    ..RequestTimings::default()
-                },
-            })
-        }
-        async fn shutdown(&self) -> guidebench_core::Result<()> {
-            Ok(())
-        }
-    }
-
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_retried_request_is_timed_from_the_send_that_succeeded_and_its_lost_time_is_dispatch_delay()
      {
-        let backend = Arc::new(Retrying {
-            lost: Duration::from_millis(40),
-            service: Duration::from_millis(10),
-        });
+        // Even requests lose 40 ms to a send that fails before one that
+        // succeeds; every answer takes 10 ms.
+        let backend = Arc::new(MockBackend::scripted(|request| {
+            let reply = Reply::after(Duration::from_millis(10));
+            if request.id.is_multiple_of(2) {
+                reply.retried(1, Duration::from_millis(40))
+            } else {
+                reply
+            }
+        }));
         let (tx, mut rx) = mpsc::channel(8);
         for id in 0..4 {
             tx.try_send(GenerationRequest::text(
@@ -877,8 +829,11 @@ mod tests {
                     .start
                     .expect("start")
                     .secs_since(t.scheduled.expect("sent"));
-                assert!(lost >= 0.035, "dispatch delay {lost}");
-                assert!(latency < 0.035, "latency {latency} excludes the lost time");
+                assert!((lost - 0.040).abs() < 1e-6, "dispatch delay {lost}");
+                assert!(
+                    (latency - 0.010).abs() < 1e-6,
+                    "latency {latency} excludes the lost time"
+                );
             } else {
                 assert_eq!((t.retries, t.scheduled), (0, None));
             }
