@@ -132,6 +132,7 @@
 //! AVX2 kernel, which [`quant_matmul`] runs for Q5_K on AVX-512 CPUs
 //! too, the AVX-512 one having been slower at 8 and 32 rows).
 
+use std::ops::Range;
 use std::sync::OnceLock;
 
 use crate::cpu::has_avx2_fma;
@@ -968,103 +969,141 @@ pub(crate) fn quant_matmul_with(
         return;
     }
     let ty = w.ty;
-    // Tiles of activation rows of nearly equal size (9 rows: 5 + 4).
-    let groups = m.div_ceil(TILE_ROWS);
-    let (base, extra) = (m / groups, m % groups);
-    let first_row = |g: usize| g * base + g.min(extra);
-    let threads = rayon::current_num_threads().max(1);
     let block = (BLOCK_BYTES / w.row_bytes().max(1)).max(1);
-    let (per_task, band) = if groups <= SMALL_GROUPS {
-        (n.div_ceil(threads * 4).max(1), groups)
-    } else {
-        (block, BAND_GROUPS)
-    };
-    let bands = groups.div_ceil(band);
+    let plan = TaskPlan::new(m, n, block);
     let out = SharedOut {
         ptr: out.as_mut_ptr(),
         len: out.len(),
         ldo,
     };
-    (0..n.div_ceil(per_task) * bands)
-        .into_par_iter()
-        .for_each(|task| {
-            let (task, band_index) = (task / bands, task % bands);
-            let rows = task * per_task..((task + 1) * per_task).min(n);
-            let tiles = band_index * band..((band_index + 1) * band).min(groups);
-            let mut tile_out = [0f32; TILE_ROWS];
-            let mut start = rows.start;
-            while start < rows.end {
-                let end = (start + block).min(rows.end);
-                for g in tiles.clone() {
-                    let (first, count) = (first_row(g), base + usize::from(g < extra));
-                    let t = acts.tile(first, count);
-                    for j in start..end {
-                        row_times_tile(path, ty, w.row(j), &t, &mut tile_out);
-                        for (r, v) in tile_out[..count].iter().enumerate() {
-                            // SAFETY: output column `j` of this band's
-                            // rows is this task's own.
-                            unsafe { out.set(first + r, j, *v) };
-                        }
+    (0..plan.tasks()).into_par_iter().for_each(|task| {
+        let (rows, tiles) = plan.task(task);
+        let mut tile_out = [0f32; TILE_ROWS];
+        for run in plan.runs(rows) {
+            for g in tiles.clone() {
+                let (first, count) = plan.tile(g);
+                let t = acts.tile(first, count);
+                for j in run.clone() {
+                    row_times_tile(path, ty, w.row(j), &t, &mut tile_out);
+                    for (r, v) in tile_out[..count].iter().enumerate() {
+                        // SAFETY: output column `j` of this band's rows is
+                        // this task's own.
+                        unsafe { out.set(first + r, j, *v) };
                     }
                 }
-                start = end;
             }
-        });
+        }
+    });
 }
 
 /// [`quant_matmul_with`] for a repacked weight: tasks over runs of
 /// groups of weight rows (and bands of tiles of activation rows).
 fn grouped_matmul(path: Path, acts: &Acts, m: usize, w: &QuantWeight, out: &mut [f32], ldo: usize) {
     let (n, ty) = (w.n, w.ty);
-    let ng = n.div_ceil(GROUP);
     let full = w.full_groups();
-    let groups = m.div_ceil(TILE_ROWS);
-    let (base, extra) = (m / groups, m % groups);
-    let first_row = |g: usize| g * base + g.min(extra);
-    let threads = rayon::current_num_threads().max(1);
     let run = (BLOCK_BYTES / (w.row_bytes() * GROUP).max(1)).max(1);
-    let (per_task, band) = if groups <= SMALL_GROUPS {
-        (ng.div_ceil(threads * 4).max(1), groups)
-    } else {
-        (run, BAND_GROUPS)
-    };
-    let bands = groups.div_ceil(band);
+    let plan = TaskPlan::new(m, n.div_ceil(GROUP), run);
     let out = SharedOut {
         ptr: out.as_mut_ptr(),
         len: out.len(),
         ldo,
     };
-    (0..ng.div_ceil(per_task) * bands)
-        .into_par_iter()
-        .for_each(|task| {
-            let (task, band_index) = (task / bands, task % bands);
-            let owned = task * per_task..((task + 1) * per_task).min(ng);
-            let tiles = band_index * band..((band_index + 1) * band).min(groups);
-            let mut tile_out = [[0f32; GROUP]; TILE_ROWS];
-            let mut tail = Vec::new();
-            if owned.end > full {
-                w.pack_tail(full, &mut tail);
-            }
-            let mut start = owned.start;
-            while start < owned.end {
-                let end = (start + run).min(owned.end);
-                for g in tiles.clone() {
-                    let (first, count) = (first_row(g), base + usize::from(g < extra));
-                    let t = acts.tile(first, count);
-                    for gi in start..end {
-                        let gb = if gi < full { w.group(gi) } else { &tail[..] };
-                        group_times_tile(path, ty, gb, &t, &mut tile_out);
-                        let cols = (n - gi * GROUP).min(GROUP);
-                        for (r, v) in tile_out[..count].iter().enumerate() {
-                            // SAFETY: output columns of group `gi` of this
-                            // band's rows are this task's own.
-                            unsafe { out.set_run(first + r, gi * GROUP, &v[..cols]) };
-                        }
+    (0..plan.tasks()).into_par_iter().for_each(|task| {
+        let (owned, tiles) = plan.task(task);
+        let mut tile_out = [[0f32; GROUP]; TILE_ROWS];
+        let mut tail = Vec::new();
+        if owned.end > full {
+            w.pack_tail(full, &mut tail);
+        }
+        for run in plan.runs(owned) {
+            for g in tiles.clone() {
+                let (first, count) = plan.tile(g);
+                let t = acts.tile(first, count);
+                for gi in run.clone() {
+                    let gb = if gi < full { w.group(gi) } else { &tail[..] };
+                    group_times_tile(path, ty, gb, &t, &mut tile_out);
+                    let cols = (n - gi * GROUP).min(GROUP);
+                    for (r, v) in tile_out[..count].iter().enumerate() {
+                        // SAFETY: output columns of group `gi` of this
+                        // band's rows are this task's own.
+                        unsafe { out.set_run(first + r, gi * GROUP, &v[..cols]) };
                     }
                 }
-                start = end;
             }
-        });
+        }
+    });
+}
+
+/// How a product is cut into rayon tasks, for both the row-wise and the
+/// repacked kernels: the `m` activation rows into tiles of nearly equal
+/// size (9 rows: 5 + 4), and the weight's `units` (rows, or groups of
+/// rows) into tasks. With few tiles (decoding), a task takes about a
+/// quarter of a thread's share of units for every tile; with more (a
+/// prefill chunk), one run of `run` units for a band of
+/// [`BAND_GROUPS`] tiles. A task walks its units in runs of `run`, each
+/// run against every tile of its band, so a run's weights stay in cache.
+#[derive(Debug, Clone, Copy)]
+struct TaskPlan {
+    units: usize,
+    run: usize,
+    per_task: usize,
+    tiles: usize,
+    base: usize,
+    extra: usize,
+    band: usize,
+    bands: usize,
+}
+
+impl TaskPlan {
+    fn new(m: usize, units: usize, run: usize) -> Self {
+        let tiles = m.div_ceil(TILE_ROWS);
+        let threads = rayon::current_num_threads().max(1);
+        let (per_task, band) = if tiles <= SMALL_GROUPS {
+            (units.div_ceil(threads * 4).max(1), tiles)
+        } else {
+            (run, BAND_GROUPS)
+        };
+        TaskPlan {
+            units,
+            run,
+            per_task,
+            tiles,
+            base: m / tiles,
+            extra: m % tiles,
+            band,
+            bands: tiles.div_ceil(band),
+        }
+    }
+
+    /// How many tasks there are.
+    fn tasks(&self) -> usize {
+        self.units.div_ceil(self.per_task) * self.bands
+    }
+
+    /// The units task `task` owns, and the tiles of its band.
+    fn task(&self, task: usize) -> (Range<usize>, Range<usize>) {
+        let (task, band) = (task / self.bands, task % self.bands);
+        (
+            task * self.per_task..((task + 1) * self.per_task).min(self.units),
+            band * self.band..((band + 1) * self.band).min(self.tiles),
+        )
+    }
+
+    /// `owned` in runs of at most `run` units.
+    fn runs(&self, owned: Range<usize>) -> impl Iterator<Item = Range<usize>> {
+        let (run, end) = (self.run, owned.end);
+        owned
+            .step_by(run)
+            .map(move |start| start..(start + run).min(end))
+    }
+
+    /// The first activation row of tile `g`, and its number of rows.
+    fn tile(&self, g: usize) -> (usize, usize) {
+        (
+            g * self.base + g.min(self.extra),
+            self.base + usize::from(g < self.extra),
+        )
+    }
 }
 
 /// The output, handed to rayon's tasks, which write disjoint elements of
