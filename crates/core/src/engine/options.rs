@@ -39,10 +39,6 @@ use serde::{Deserialize, Serialize};
 use crate::model::DtypeRequest;
 use crate::options::{OptionSpec, OptionType};
 
-/// Default of `max_slots`: the most sequences a step engine's KV cache
-/// holds at once.
-pub const DEFAULT_MAX_SLOTS: usize = 256;
-
 /// Default of `dtype`: the checkpoint's stored dtype where the engine has
 /// a fast path for it ([`DtypeRequest::Auto`]).
 pub const DEFAULT_DTYPE: &str = "auto";
@@ -50,36 +46,23 @@ pub const DEFAULT_DTYPE: &str = "auto";
 /// Default of `device`.
 pub const DEFAULT_DEVICE: &str = "cpu";
 
-/// [`DEFAULT_MAX_SLOTS`] as the text help prints.
-const DEFAULT_MAX_SLOTS_TEXT: &str = match std::str::from_utf8(&MAX_SLOTS_DIGITS) {
-    Ok(text) => text,
-    Err(_) => panic!("decimal digits are UTF-8"),
-};
-
-const MAX_SLOTS_DIGITS: [u8; decimal_len(DEFAULT_MAX_SLOTS)] = decimal(DEFAULT_MAX_SLOTS);
-
-/// How many decimal digits `n` has.
-const fn decimal_len(mut n: usize) -> usize {
-    let mut len = 1;
-    while n >= 10 {
-        n /= 10;
-        len += 1;
-    }
-    len
+/// Defines a number constant and, from the same literal, the text help
+/// prints for it: one source for both.
+macro_rules! number_with_text {
+    ($(#[$doc:meta])* $name:ident, $text:ident = $value:literal) => {
+        $(#[$doc])*
+        pub const $name: usize = $value;
+        /// The text help prints for the constant of the same literal.
+        const $text: &str = stringify!($value);
+    };
 }
 
-/// The decimal digits of `n`, as ASCII, in `N` bytes (`N` from
-/// [`decimal_len`]).
-const fn decimal<const N: usize>(mut n: usize) -> [u8; N] {
-    let mut out = [b'0'; N];
-    let mut i = N;
-    while i > 0 {
-        i -= 1;
-        out[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-    }
-    out
-}
+number_with_text!(
+    /// Default of `max_slots`: the most sequences a step engine's KV cache
+    /// holds at once.
+    DEFAULT_MAX_SLOTS,
+    DEFAULT_MAX_SLOTS_TEXT = 256
+);
 
 /// The options every step engine shares, as `engine=NAME,key=value,...`
 /// gives them; each engine's own options struct holds it under
