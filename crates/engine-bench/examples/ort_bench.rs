@@ -52,7 +52,6 @@ use std::time::Instant;
 
 use guidebench_bench::analysis::stats::quantile_interval;
 use guidebench_bench::metrics::percentile;
-use guidebench_candle::{CandleEngine, CandleOptions};
 use guidebench_core::engine::{Engine, EngineOptions, EngineRequest};
 use guidebench_core::generation::StepRunner;
 use guidebench_core::model::ModelFolder;
@@ -60,7 +59,9 @@ use guidebench_core::sampler::argmax;
 use guidebench_engine_bench::machine::{Bandwidth, MatmulPeak, cpu_name, load_average};
 use guidebench_engine_bench::median;
 use guidebench_engine_bench::roofline::ModelCost;
-use guidebench_engine_bench::workload::{BATCHES, MODEL, OUTPUT, PROMPT, Workload, generate};
+use guidebench_engine_bench::workload::{
+    BATCHES, MODEL, OUTPUT, PROMPT, Workload, candle_beside, generate,
+};
 use guidebench_ort::graph::{find_graph, past_name, present_name};
 use guidebench_ort::{OrtEngine, OrtOptions, RunTimes};
 use ort::session::builder::GraphOptimizationLevel;
@@ -272,19 +273,7 @@ fn main() -> Result<(), BoxError> {
     );
 
     let mut candle = if with_candle {
-        let t = Instant::now();
-        let candle = CandleEngine::runner(
-            Some(&model),
-            &CandleOptions {
-                common: EngineOptions {
-                    threads: Some(threads as i64),
-                    ..EngineOptions::default()
-                },
-                ..CandleOptions::default()
-            },
-        )?;
-        println!("candle engine loaded in {:.2?}", t.elapsed());
-        Some(candle)
+        Some(candle_beside(&model, threads)?)
     } else {
         None
     };

@@ -27,12 +27,11 @@
 
 use std::time::Instant;
 
-use guidebench_candle::{CandleEngine, CandleOptions};
 use guidebench_core::engine::{Engine, EngineOptions, EngineOutput, EngineRequest};
 use guidebench_engine_bench::BoxError;
 use guidebench_engine_bench::machine::{MatmulPeak, cpu_name, load_average};
 use guidebench_engine_bench::roofline::ModelCost;
-use guidebench_engine_bench::workload::{BATCHES, MODEL, OUTPUT, PROMPT, Workload};
+use guidebench_engine_bench::workload::{BATCHES, MODEL, OUTPUT, PROMPT, Workload, candle_beside};
 use guidebench_tch::{TchEngine, TchOptions};
 use tch::{Device, Kind, Tensor};
 
@@ -128,19 +127,7 @@ fn main() -> Result<(), BoxError> {
         None
     };
     let mut candle = if with_candle {
-        let t = Instant::now();
-        let c = CandleEngine::runner(
-            Some(&model),
-            &CandleOptions {
-                common: EngineOptions {
-                    threads: Some(threads as i64),
-                    ..EngineOptions::default()
-                },
-                ..CandleOptions::default()
-            },
-        )?;
-        println!("candle engine loaded in {:.2?}", t.elapsed());
-        Some(c)
+        Some(candle_beside(&model, threads)?)
     } else {
         None
     };

@@ -2,8 +2,12 @@
 //! synthetic text, [`OUTPUT`] output tokens each, in batches of
 //! [`BATCHES`] requests; and running one batch to its outputs.
 
+use std::time::Instant;
+
 use guidebench_bench::data::SyntheticText;
-use guidebench_core::engine::{Engine, EngineOutput, EngineRequest};
+use guidebench_candle::{CandleEngine, CandleError, CandleOptions};
+use guidebench_core::engine::{Engine, EngineOptions, EngineOutput, EngineRequest};
+use guidebench_core::generation::StepRunner;
 use guidebench_core::sampling::Sampling;
 use guidebench_core::tokenizer::Tokenizer;
 
@@ -16,6 +20,23 @@ pub const PROMPT: usize = 128;
 pub const OUTPUT: u32 = 64;
 /// The batch sizes measured.
 pub const BATCHES: [usize; 3] = [1, 8, 32];
+
+/// The candle engine on `model` with `threads` threads, in core's
+/// generation loop, with its load time printed: what the ort and tch
+/// benches run beside their own engine.
+pub fn candle_beside(model: &str, threads: usize) -> Result<StepRunner<CandleEngine>, CandleError> {
+    let t = Instant::now();
+    let options = CandleOptions {
+        common: EngineOptions {
+            threads: i64::try_from(threads).ok(),
+            ..EngineOptions::default()
+        },
+        ..CandleOptions::default()
+    };
+    let candle = CandleEngine::runner(Some(model), &options)?;
+    println!("candle engine loaded in {:.2?}", t.elapsed());
+    Ok(candle)
+}
 
 /// Requests of [`PROMPT`] tokens of synthetic text, seeded, so every
 /// engine of a bench gets the same prompts in the same order.
