@@ -12,9 +12,7 @@ use serde::Serialize;
 
 mod options;
 
-pub use options::{
-    CheckedEngineOptions, DEFAULT_DEVICE, DEFAULT_DTYPE, DEFAULT_MAX_SLOTS, EngineOptions, positive,
-};
+pub use options::{CheckedEngineOptions, DEFAULT_MAX_SLOTS, EngineOptions, positive};
 
 use crate::Result;
 use crate::model::ModelFolder;

@@ -52,6 +52,13 @@ pub enum OptionType {
 }
 
 /// The schema of one option.
+///
+/// Its default is not written here as text: [`default_from`] names the
+/// typed options struct the code reads the option into, and help prints
+/// that struct's `Default`, so the value used and the value shown have one
+/// source.
+///
+/// [`default_from`]: OptionSpec::default_from
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct OptionSpec {
     /// The key.
@@ -60,10 +67,52 @@ pub struct OptionSpec {
     pub ty: OptionType,
     /// One line of help.
     pub description: &'static str,
-    /// The default, as text, for help output.
-    pub default: Option<&'static str>,
+    /// Where the default comes from, if the option has one.
+    pub default: Option<DefaultOf>,
     /// Whether the option must be given.
     pub required: bool,
+}
+
+/// Where an option's default comes from: the field of the option's name in
+/// the serialized `Default` of a typed options struct (see
+/// [`OptionSpec::default_from`]).
+#[derive(Clone, Copy)]
+pub struct DefaultOf {
+    /// The struct's name, for `Debug` and equality.
+    source: fn() -> &'static str,
+    /// The field named `key` of the struct's serialized default.
+    field: fn(&str) -> Option<Value>,
+}
+
+impl DefaultOf {
+    /// The typed default of `key`, serialized; `None` when the struct's
+    /// default leaves it unset (`null`) or has no such field.
+    #[must_use]
+    pub fn value(&self, key: &str) -> Option<Value> {
+        (self.field)(key)
+    }
+}
+
+impl std::fmt::Debug for DefaultOf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "DefaultOf({})", (self.source)())
+    }
+}
+
+impl PartialEq for DefaultOf {
+    fn eq(&self, other: &Self) -> bool {
+        (self.source)() == (other.source)()
+    }
+}
+
+impl Eq for DefaultOf {}
+
+/// The field `key` of `T::default()` serialized, unless it is `null`.
+fn field_of_default<T: serde::Serialize + Default>(key: &str) -> Option<Value> {
+    match serde_json::to_value(T::default()) {
+        Ok(Value::Object(mut fields)) => fields.remove(key).filter(|v| !v.is_null()),
+        _ => None,
+    }
 }
 
 impl OptionSpec {
@@ -79,11 +128,30 @@ impl OptionSpec {
         }
     }
 
-    /// The same option with a default shown in help.
+    /// The same option, whose default is the field of the same name (as
+    /// serialized) in `T::default()`: `T` is the typed options struct the
+    /// code reads the option into and takes its unset values from, so help
+    /// shows the value the code uses. A field left `None` shows no default.
     #[must_use]
-    pub const fn with_default(mut self, default: &'static str) -> Self {
-        self.default = Some(default);
+    pub const fn default_from<T: serde::Serialize + Default>(mut self) -> Self {
+        self.default = Some(DefaultOf {
+            source: std::any::type_name::<T>,
+            field: field_of_default::<T>,
+        });
         self
+    }
+
+    /// The typed default, serialized (`None` when there is none).
+    #[must_use]
+    pub fn default_value(&self) -> Option<Value> {
+        self.default.and_then(|d| d.value(self.name))
+    }
+
+    /// The default as help prints it: text as it is, numbers and booleans
+    /// as written, lists joined with commas; `None` when there is none.
+    #[must_use]
+    pub fn default_text(&self) -> Option<String> {
+        self.default_value().map(|value| value_text(&value))
     }
 
     /// The same option with another line of help (an engine's own words
@@ -99,6 +167,42 @@ impl OptionSpec {
     pub const fn required(mut self) -> Self {
         self.required = true;
         self
+    }
+}
+
+/// A value as help prints it (see [`OptionSpec::default_text`]).
+fn value_text(value: &Value) -> String {
+    match value {
+        Value::String(text) => text.clone(),
+        Value::Array(items) => items.iter().map(value_text).collect::<Vec<_>>().join(","),
+        other => other.to_string(),
+    }
+}
+
+/// Serializes a duration as help and reports show one: whole seconds as
+/// `30s`, whole milliseconds as `10ms`, else seconds (`1.5s`). For a typed
+/// options struct's `Duration` fields (`#[serde(serialize_with = ...)]`),
+/// so their defaults print as a user writes them.
+///
+/// # Errors
+///
+/// Those of the serializer.
+pub fn serialize_duration<S: serde::Serializer>(
+    duration: &std::time::Duration,
+    serializer: S,
+) -> std::result::Result<S::Ok, S::Error> {
+    serializer.serialize_str(&duration_text(*duration))
+}
+
+/// A duration as a user writes it (see [`serialize_duration`]).
+#[must_use]
+pub fn duration_text(duration: std::time::Duration) -> String {
+    if duration.subsec_nanos() == 0 {
+        format!("{}s", duration.as_secs())
+    } else if duration.subsec_nanos() % 1_000_000 == 0 {
+        format!("{}ms", duration.as_millis())
+    } else {
+        format!("{}s", duration.as_secs_f64())
     }
 }
 
@@ -687,7 +791,7 @@ mod tests {
 
     const OFFLINE: &[OptionSpec] = &[
         OptionSpec::optional("engine", OptionType::String, "engine name").required(),
-        OptionSpec::optional("batch_size", OptionType::Int, "max batch").with_default("8"),
+        OptionSpec::optional("batch_size", OptionType::Int, "max batch"),
         OptionSpec::optional("batch_timeout", OptionType::Duration, "max wait"),
         OptionSpec::optional("temperature", OptionType::Float, "sampling"),
         OptionSpec::optional("stream", OptionType::Bool, "stream tokens"),

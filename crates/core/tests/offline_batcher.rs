@@ -792,10 +792,10 @@ mod options {
             options
                 .iter()
                 .find(|spec| spec.name == name)
-                .and_then(|spec| spec.default)
+                .and_then(|spec| spec.default_text())
         };
-        assert_eq!(help("batch_size"), Some("32"));
-        assert_eq!(help("batch_timeout"), Some("10ms"));
+        assert_eq!(help("batch_size").as_deref(), Some("32"));
+        assert_eq!(help("batch_timeout").as_deref(), Some("10ms"));
         assert_eq!(
             (DEFAULT_BATCH_SIZE, DEFAULT_BATCH_TIMEOUT),
             (32, std::time::Duration::from_millis(10))

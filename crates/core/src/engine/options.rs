@@ -31,7 +31,7 @@
 //!     .unwrap();
 //! assert_eq!(checked.threads, Some(2));
 //! assert_eq!(checked.max_slots, guidebench_core::engine::DEFAULT_MAX_SLOTS);
-//! assert_eq!(OPTIONS[2].default, Some("256"));
+//! assert_eq!(OPTIONS[2].default_text().as_deref(), Some("256"));
 //! ```
 
 use serde::{Deserialize, Serialize};
@@ -39,37 +39,16 @@ use serde::{Deserialize, Serialize};
 use crate::model::DtypeRequest;
 use crate::options::{OptionSpec, OptionType};
 
-/// Default of `dtype`: the checkpoint's stored dtype where the engine has
-/// a fast path for it ([`DtypeRequest::Auto`]).
-pub const DEFAULT_DTYPE: &str = "auto";
-
-/// Default of `device`.
-pub const DEFAULT_DEVICE: &str = "cpu";
-
-/// Defines a number constant and, from the same literal, the text help
-/// prints for it: one source for both.
-macro_rules! number_with_text {
-    ($(#[$doc:meta])* $name:ident, $text:ident = $value:literal) => {
-        $(#[$doc])*
-        pub const $name: usize = $value;
-        /// The text help prints for the constant of the same literal.
-        const $text: &str = stringify!($value);
-    };
-}
-
-number_with_text!(
-    /// Default of `max_slots`: the most sequences a step engine's KV cache
-    /// holds at once.
-    DEFAULT_MAX_SLOTS,
-    DEFAULT_MAX_SLOTS_TEXT = 256
-);
+/// Default of `max_slots`: the most sequences a step engine's KV cache
+/// holds at once.
+pub const DEFAULT_MAX_SLOTS: usize = 256;
 
 /// The options every step engine shares, as `engine=NAME,key=value,...`
 /// gives them; each engine's own options struct holds it under
 /// `#[serde(flatten)]` and lists the matching schema entries
 /// ([`EngineOptions::DTYPE`], ...) among its own. Unset fields take the
-/// defaults [`check`](Self::check) applies, which are the ones help
-/// prints.
+/// defaults of [`CheckedEngineOptions::default`], which
+/// [`check`](Self::check) applies and help prints.
 ///
 /// An engine that does not take one of these keys leaves its spec out of
 /// its list (the registry then refuses the key, naming the valid ones) and
@@ -98,8 +77,10 @@ pub struct EngineOptions {
     pub max_slots: Option<i64>,
 }
 
-/// [`EngineOptions`] checked, with their defaults applied.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// [`EngineOptions`] checked, with their defaults applied. Its `Default`
+/// is the one source of those defaults: [`EngineOptions::check`] takes
+/// unset fields from it and the specs' help text prints it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct CheckedEngineOptions {
     /// The compute dtype asked for.
     pub dtype: DtypeRequest,
@@ -113,24 +94,38 @@ pub struct CheckedEngineOptions {
     pub max_slots: usize,
 }
 
+impl Default for CheckedEngineOptions {
+    /// `dtype=auto`, `device=cpu`, `max_slots=`[`DEFAULT_MAX_SLOTS`];
+    /// `threads` and `max_seq_len` left to the engine and the model.
+    fn default() -> Self {
+        CheckedEngineOptions {
+            dtype: DtypeRequest::Auto,
+            device: "cpu".to_owned(),
+            threads: None,
+            max_seq_len: None,
+            max_slots: DEFAULT_MAX_SLOTS,
+        }
+    }
+}
+
 impl EngineOptions {
-    /// `dtype`: one of [`DtypeRequest::CHOICES`], default [`DEFAULT_DTYPE`].
+    /// `dtype`: one of [`DtypeRequest::CHOICES`], default `auto`.
     pub const DTYPE: OptionSpec = OptionSpec::optional(
         "dtype",
         OptionType::Choice(DtypeRequest::CHOICES),
         "compute dtype; auto: the checkpoint's stored dtype (config.json, else the \
          safetensors header) when it is bf16 or f16, else f32",
     )
-    .with_default(DEFAULT_DTYPE);
+    .default_from::<CheckedEngineOptions>();
 
-    /// `device`, default [`DEFAULT_DEVICE`]; engines say where CUDA comes
+    /// `device`, default `cpu`; engines say where CUDA comes
     /// from with [`OptionSpec::with_description`].
     pub const DEVICE: OptionSpec = OptionSpec::optional(
         "device",
         OptionType::String,
         "cpu, or cuda[:N] where the engine has CUDA",
     )
-    .with_default(DEFAULT_DEVICE);
+    .default_from::<CheckedEngineOptions>();
 
     /// `threads`; engines say whose threads and what they default to with
     /// [`OptionSpec::with_description`].
@@ -153,7 +148,7 @@ impl EngineOptions {
         OptionType::Int,
         "the most sequences in the KV cache at once",
     )
-    .with_default(DEFAULT_MAX_SLOTS_TEXT);
+    .default_from::<CheckedEngineOptions>();
 
     /// Every shared key's spec, in the order of the struct's fields.
     pub const SPECS: [OptionSpec; 5] = [
@@ -174,19 +169,24 @@ impl EngineOptions {
         &self,
         invalid: impl Fn(&'static str, String) -> E,
     ) -> Result<CheckedEngineOptions, E> {
-        let dtype = DtypeRequest::parse(self.dtype.as_deref()).map_err(|other| {
-            invalid(
-                "dtype",
-                format!("expected auto, f32, bf16 or f16, got `{other}`"),
-            )
-        })?;
+        let defaults = CheckedEngineOptions::default();
+        let dtype = match self.dtype.as_deref() {
+            None => defaults.dtype,
+            given => DtypeRequest::parse(given).map_err(|other| {
+                invalid(
+                    "dtype",
+                    format!("expected auto, f32, bf16 or f16, got `{other}`"),
+                )
+            })?,
+        };
         Ok(CheckedEngineOptions {
             dtype,
-            device: self.device.as_deref().unwrap_or(DEFAULT_DEVICE).to_owned(),
-            threads: positive(self.threads, "threads", &invalid)?,
-            max_seq_len: positive(self.max_seq_len, "max_seq_len", &invalid)?,
+            device: self.device.clone().unwrap_or(defaults.device),
+            threads: positive(self.threads, "threads", &invalid)?.or(defaults.threads),
+            max_seq_len: positive(self.max_seq_len, "max_seq_len", &invalid)?
+                .or(defaults.max_seq_len),
             max_slots: positive(self.max_slots, "max_slots", &invalid)?
-                .unwrap_or(DEFAULT_MAX_SLOTS),
+                .unwrap_or(defaults.max_slots),
         })
     }
 
@@ -246,15 +246,15 @@ mod tests {
     #[test]
     fn the_defaults_help_prints_are_the_ones_check_applies() {
         let checked = EngineOptions::default().check(invalid).expect("defaults");
-        assert_eq!(
-            EngineOptions::MAX_SLOTS.default,
-            Some(checked.max_slots.to_string().as_str())
-        );
-        assert_eq!(EngineOptions::DEVICE.default, Some(checked.device.as_str()));
-        let dtype = DtypeRequest::parse(EngineOptions::DTYPE.default).expect("a dtype");
-        assert_eq!(dtype, checked.dtype);
-        assert_eq!(EngineOptions::THREADS.default, None);
-        assert_eq!(EngineOptions::MAX_SEQ_LEN.default, None);
+        let shown = |spec: OptionSpec| spec.default_text();
+        assert_eq!(shown(EngineOptions::MAX_SLOTS).as_deref(), Some("256"));
+        assert_eq!(checked.max_slots, 256);
+        assert_eq!(shown(EngineOptions::DEVICE).as_deref(), Some("cpu"));
+        assert_eq!(checked.device, "cpu");
+        assert_eq!(shown(EngineOptions::DTYPE).as_deref(), Some("auto"));
+        assert_eq!(checked.dtype, DtypeRequest::Auto);
+        assert_eq!(shown(EngineOptions::THREADS), None);
+        assert_eq!(shown(EngineOptions::MAX_SEQ_LEN), None);
     }
 
     #[test]

@@ -368,6 +368,23 @@ impl DtypeRequest {
     }
 }
 
+impl fmt::Display for DtypeRequest {
+    /// The option value that asks for it (`auto`, `f32`, `bf16`, `f16`).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DtypeRequest::Auto => f.write_str("auto"),
+            DtypeRequest::Exactly(dtype) => f.write_str(dtype.name()),
+        }
+    }
+}
+
+impl serde::Serialize for DtypeRequest {
+    /// As its option value.
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
 /// The dtype an engine runs and why: the answer to its `dtype` option.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DtypeChoice {

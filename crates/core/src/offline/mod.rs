@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use tokio::sync::{OnceCell, mpsc, oneshot};
 use tokio::task::JoinHandle;
@@ -47,20 +47,20 @@ pub const OPTIONS: &[OptionSpec] = &[
         "the model: a local directory, a hub id, or an engine-specific name",
     ),
     OptionSpec::optional("batch_size", OptionType::Int, "the most requests per batch")
-        .with_default("32"),
+        .default_from::<OfflineDefaults>(),
     OptionSpec::optional(
         "batch_timeout",
         OptionType::Duration,
         "how long a partial batch waits, from its first request (10ms, 0.01)",
     )
-    .with_default("10ms"),
+    .default_from::<OfflineDefaults>(),
     OptionSpec::optional(
         "scheduling",
         OptionType::Choice(&["static", "continuous"]),
         "static: micro-batches generated to their end; continuous: per-iteration admission \
          into the running batch (step engines only)",
     )
-    .with_default("static"),
+    .default_from::<OfflineDefaults>(),
     OptionSpec::optional(
         "max_running",
         OptionType::Int,
@@ -72,26 +72,57 @@ pub const OPTIONS: &[OptionSpec] = &[
         "continuous: the most prompt tokens prefilled in one iteration (a longer prompt is \
          prefilled alone)",
     )
-    .with_default("8192"),
+    .default_from::<OfflineDefaults>(),
     OptionSpec::optional(
         "request_format",
         OptionType::String,
         "plain, default-template, a Jinja file path, or inline Jinja",
     )
-    .with_default("plain"),
+    .default_from::<OfflineDefaults>(),
     OptionSpec::optional(
         "image_placeholder",
         OptionType::String,
         "text written for each image part",
     )
-    .with_default("<image>"),
+    .default_from::<OfflineDefaults>(),
     OptionSpec::optional(
         "audio_placeholder",
         OptionType::String,
         "text written for each audio part",
     )
-    .with_default("<|audio|>"),
+    .default_from::<OfflineDefaults>(),
 ];
+
+/// The defaults of [`OPTIONS`] as the backend applies them, keyed by option
+/// name: help prints this struct, and [`OfflineBackend::from_args`] takes
+/// every unset option from it.
+#[derive(Debug, Serialize)]
+struct OfflineDefaults {
+    batch_size: usize,
+    #[serde(serialize_with = "crate::options::serialize_duration")]
+    batch_timeout: Duration,
+    scheduling: &'static str,
+    max_prefill_tokens: usize,
+    request_format: &'static str,
+    image_placeholder: String,
+    audio_placeholder: String,
+}
+
+impl Default for OfflineDefaults {
+    fn default() -> Self {
+        let policy = BatchPolicy::default();
+        let placeholders = Placeholders::default();
+        OfflineDefaults {
+            batch_size: policy.batch_size,
+            batch_timeout: policy.batch_timeout,
+            scheduling: "static",
+            max_prefill_tokens: continuous::DEFAULT_MAX_PREFILL_TOKENS,
+            request_format: "plain",
+            image_placeholder: placeholders.image,
+            audio_placeholder: placeholders.audio,
+        }
+    }
+}
 
 crate::register_backend! {
     name: "offline",
@@ -232,10 +263,12 @@ impl OfflineBackend {
             .into_iter()
             .partition(|(key, _)| OPTIONS.iter().any(|spec| spec.name == key));
         let args: OfflineArgs = crate::options::from_map("backend offline", &own)?;
+        let defaults = OfflineDefaults::default();
         let policy = BatchPolicy::new(
-            args.batch_size.unwrap_or(policy::DEFAULT_BATCH_SIZE as i64),
+            args.batch_size
+                .unwrap_or(i64::try_from(defaults.batch_size).unwrap_or(i64::MAX)),
             args.batch_timeout
-                .unwrap_or(policy::DEFAULT_BATCH_TIMEOUT.as_secs_f64()),
+                .unwrap_or(defaults.batch_timeout.as_secs_f64()),
         )?;
         let positive = |key: &str, value: i64| {
             usize::try_from(value)
@@ -247,8 +280,8 @@ impl OfflineBackend {
                     reason: format!("must be a positive integer, got {value}"),
                 })
         };
-        let scheduling = match args.scheduling.as_deref() {
-            None | Some("static") => {
+        let scheduling = match args.scheduling.as_deref().unwrap_or(defaults.scheduling) {
+            "static" => {
                 for key in ["max_running", "max_prefill_tokens"] {
                     let given = if key == "max_running" {
                         args.max_running.is_some()
@@ -265,17 +298,17 @@ impl OfflineBackend {
                 }
                 Scheduling::Static
             }
-            Some("continuous") => Scheduling::Continuous(ContinuousPolicy {
+            "continuous" => Scheduling::Continuous(ContinuousPolicy {
                 max_running: match args.max_running {
                     Some(v) => positive("max_running", v)?,
                     None => policy.batch_size,
                 },
                 max_prefill_tokens: match args.max_prefill_tokens {
                     Some(v) => positive("max_prefill_tokens", v)?,
-                    None => continuous::DEFAULT_MAX_PREFILL_TOKENS,
+                    None => defaults.max_prefill_tokens,
                 },
             }),
-            Some(other) => {
+            other => {
                 return Err(Error::InvalidOption {
                     context: "backend offline".into(),
                     key: "scheduling".into(),
@@ -283,18 +316,18 @@ impl OfflineBackend {
                 });
             }
         };
-        let request_format = match &args.request_format {
-            Some(value) => RequestFormat::parse(value)?,
-            None => RequestFormat::Plain,
-        };
-        let defaults = Placeholders::default();
+        let request_format = RequestFormat::parse(
+            args.request_format
+                .as_deref()
+                .unwrap_or(defaults.request_format),
+        )?;
         let config = OfflineConfig {
             policy,
             scheduling,
             request_format,
             placeholders: Placeholders {
-                image: args.image_placeholder.unwrap_or(defaults.image),
-                audio: args.audio_placeholder.unwrap_or(defaults.audio),
+                image: args.image_placeholder.unwrap_or(defaults.image_placeholder),
+                audio: args.audio_placeholder.unwrap_or(defaults.audio_placeholder),
             },
         };
         let engine_config = EngineConfig {
