@@ -2,9 +2,11 @@
 
 use std::time::Duration;
 
-use guidebench_core::options::{KindArgs, OptionSpec, OptionType, check_options, from_map};
+use guidebench_core::options::{
+    KindArgs, OptionSpec, OptionType, check_options, from_map, serialize_duration,
+};
 use guidebench_core::{Error, Result};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 /// The context named in option errors.
@@ -28,13 +30,13 @@ pub const OPTIONS: &[OptionSpec] = &[
         OptionType::Choice(&["chat", "text"]),
         "chat (/v1/chat/completions) or text (/v1/completions)",
     )
-    .with_default("chat"),
+    .default_from::<OpenAiDefaults>(),
     OptionSpec::optional(
         "stream",
         OptionType::Bool,
         "stream tokens as server-sent events (with stream_options.include_usage)",
     )
-    .with_default("true"),
+    .default_from::<OpenAiDefaults>(),
     OptionSpec::optional(
         "api_key",
         OptionType::String,
@@ -55,25 +57,25 @@ pub const OPTIONS: &[OptionSpec] = &[
         OptionType::Duration,
         "the most one request may take, from sending to the last byte",
     )
-    .with_default("300s"),
+    .default_from::<OpenAiDefaults>(),
     OptionSpec::optional(
         "connect_timeout",
         OptionType::Duration,
         "the most connecting may take",
     )
-    .with_default("10s"),
+    .default_from::<OpenAiDefaults>(),
     OptionSpec::optional(
         "http2",
         OptionType::Bool,
         "use HTTP/2 (prior knowledge for http://, ALPN for https://)",
     )
-    .with_default("false"),
+    .default_from::<OpenAiDefaults>(),
     OptionSpec::optional(
         "drain_timeout",
         OptionType::Duration,
         "how long shutdown waits for requests in flight before cancelling them",
     )
-    .with_default("30s"),
+    .default_from::<OpenAiDefaults>(),
     OptionSpec::optional(
         "request_id_header",
         OptionType::String,
@@ -82,8 +84,39 @@ pub const OPTIONS: &[OptionSpec] = &[
     ),
 ];
 
-/// Which endpoint requests go to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// The defaults of [`OPTIONS`] as [`OpenAiConfig::new`] and
+/// [`OpenAiConfig::from_args`] apply them, keyed by option name: what help
+/// prints for an option is what an unset option gets.
+#[derive(Debug, Serialize)]
+struct OpenAiDefaults {
+    request_format: RequestFormat,
+    stream: bool,
+    #[serde(serialize_with = "serialize_duration")]
+    timeout: Duration,
+    #[serde(serialize_with = "serialize_duration")]
+    connect_timeout: Duration,
+    http2: bool,
+    #[serde(serialize_with = "serialize_duration")]
+    drain_timeout: Duration,
+}
+
+impl Default for OpenAiDefaults {
+    fn default() -> Self {
+        OpenAiDefaults {
+            request_format: RequestFormat::default(),
+            stream: true,
+            timeout: Duration::from_secs(300),
+            connect_timeout: Duration::from_secs(10),
+            http2: false,
+            drain_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Which endpoint requests go to; written `chat` or `text` (the
+/// `request_format` option).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum RequestFormat {
     /// `/v1/chat/completions` with `messages`.
     #[default]
@@ -131,18 +164,19 @@ impl OpenAiConfig {
     /// [`Error::InvalidOption`] when `target` is not an `http://` or
     /// `https://` URL.
     pub fn new(target: &str) -> Result<Self> {
+        let defaults = OpenAiDefaults::default();
         Ok(OpenAiConfig {
             base_url: normalise_target(target)?,
             model: None,
-            request_format: RequestFormat::Chat,
-            stream: true,
+            request_format: defaults.request_format,
+            stream: defaults.stream,
             api_key: None,
             headers: Vec::new(),
             extra_body: Map::new(),
-            timeout: Duration::from_secs(300),
-            connect_timeout: Duration::from_secs(10),
-            http2: false,
-            drain_timeout: Duration::from_secs(30),
+            timeout: defaults.timeout,
+            connect_timeout: defaults.connect_timeout,
+            http2: defaults.http2,
+            drain_timeout: defaults.drain_timeout,
             request_id_header: None,
         })
     }
@@ -158,13 +192,11 @@ impl OpenAiConfig {
         let mut options = args.options;
         check_options(CONTEXT, &[OPTIONS], &mut options)?;
         let raw: RawArgs = from_map(CONTEXT, &options)?;
+        let defaults = OpenAiDefaults::default();
         let mut config = OpenAiConfig::new(&raw.target)?;
         config.model = raw.model.filter(|m| !m.trim().is_empty());
-        config.request_format = match raw.request_format.as_deref() {
-            Some("text") => RequestFormat::Text,
-            _ => RequestFormat::Chat,
-        };
-        config.stream = raw.stream.unwrap_or(true);
+        config.request_format = raw.request_format.unwrap_or(defaults.request_format);
+        config.stream = raw.stream.unwrap_or(defaults.stream);
         config.api_key = raw
             .api_key
             .or_else(|| std::env::var("OPENAI_API_KEY").ok())
@@ -188,16 +220,19 @@ impl OpenAiConfig {
             }
         }
         config.extra_body = raw.extra_body.unwrap_or_default();
-        if let Some(t) = raw.timeout {
-            config.timeout = positive("timeout", t)?;
-        }
-        if let Some(t) = raw.connect_timeout {
-            config.connect_timeout = positive("connect_timeout", t)?;
-        }
-        if let Some(t) = raw.drain_timeout {
-            config.drain_timeout = non_negative("drain_timeout", t)?;
-        }
-        config.http2 = raw.http2.unwrap_or(false);
+        config.timeout = match raw.timeout {
+            Some(t) => positive("timeout", t)?,
+            None => defaults.timeout,
+        };
+        config.connect_timeout = match raw.connect_timeout {
+            Some(t) => positive("connect_timeout", t)?,
+            None => defaults.connect_timeout,
+        };
+        config.drain_timeout = match raw.drain_timeout {
+            Some(t) => non_negative("drain_timeout", t)?,
+            None => defaults.drain_timeout,
+        };
+        config.http2 = raw.http2.unwrap_or(defaults.http2);
         if let Some(name) = raw.request_id_header {
             let name = reqwest::header::HeaderName::from_bytes(name.trim().as_bytes())
                 .map_err(|e| invalid("request_id_header", format!("`{name}`: {e}")))?;
@@ -212,7 +247,7 @@ impl OpenAiConfig {
 struct RawArgs {
     target: String,
     model: Option<String>,
-    request_format: Option<String>,
+    request_format: Option<RequestFormat>,
     stream: Option<bool>,
     api_key: Option<String>,
     headers: Option<Map<String, Value>>,
@@ -319,6 +354,43 @@ mod tests {
         let err = OpenAiConfig::from_args(args).expect_err("unknown");
         assert_eq!(err.label(), "unknown_option");
         assert!(err.to_string().contains("request_format"));
+    }
+
+    #[test]
+    fn every_default_help_prints_is_the_one_parsing_applies() {
+        for spec in OPTIONS.iter().filter(|s| s.default.is_some()) {
+            assert!(
+                spec.default_text().is_some(),
+                "`{}` names a default its struct lacks",
+                spec.name
+            );
+        }
+        let text = |name: &str| {
+            OPTIONS
+                .iter()
+                .find(|s| s.name == name)
+                .and_then(OptionSpec::default_text)
+        };
+        assert_eq!(text("request_format").as_deref(), Some("chat"));
+        assert_eq!(text("stream").as_deref(), Some("true"));
+        assert_eq!(text("timeout").as_deref(), Some("300s"));
+        assert_eq!(text("connect_timeout").as_deref(), Some("10s"));
+        assert_eq!(text("http2").as_deref(), Some("false"));
+        assert_eq!(text("drain_timeout").as_deref(), Some("30s"));
+
+        let args = parse_kind_args("kind=openai_http,target=http://x").expect("parse");
+        let c = OpenAiConfig::from_args(args).expect("config");
+        let d = OpenAiDefaults::default();
+        assert_eq!(c.request_format, d.request_format);
+        assert_eq!(c.stream, d.stream);
+        assert_eq!(c.timeout, d.timeout);
+        assert_eq!(c.connect_timeout, d.connect_timeout);
+        assert_eq!(c.http2, d.http2);
+        assert_eq!(c.drain_timeout, d.drain_timeout);
+        // `api_key` may come from the environment; the rest is the defaults.
+        let mut from_new = OpenAiConfig::new("http://x").expect("config");
+        from_new.api_key.clone_from(&c.api_key);
+        assert_eq!(from_new, c);
     }
 
     #[test]

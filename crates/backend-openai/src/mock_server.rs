@@ -107,7 +107,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use guidebench_core::clock::Clock;
-use guidebench_core::options::{OptionSpec, OptionType, check_options, from_map};
+use guidebench_core::options::{
+    OptionSpec, OptionType, check_options, from_map, serialize_duration,
+};
 use guidebench_core::rng::{self, SeededRng};
 use guidebench_core::tokenizer::{HfTokenizer, Tokenizer};
 use guidebench_core::{Error, Result};
@@ -138,23 +140,23 @@ const CONTEXT: &str = "mock-server";
 /// besides where to listen).
 pub const OPTIONS: &[OptionSpec] = &[
     OptionSpec::optional("model", OptionType::String, "the model id the server lists")
-        .with_default("mock-model"),
-    OptionSpec::optional("ttft", OptionType::Duration, "time to the first token").with_default("0"),
+        .default_from::<MockServerConfig>(),
+    OptionSpec::optional("ttft", OptionType::Duration, "time to the first token").default_from::<MockServerConfig>(),
     OptionSpec::optional(
         "ttft_std",
         OptionType::Duration,
         "standard deviation of ttft",
     )
-    .with_default("0"),
+    .default_from::<MockServerConfig>(),
     OptionSpec::optional(
         "ttft_per_request",
         OptionType::Duration,
         "added to ttft for each other request in flight when one arrives (latency that grows with load)",
     )
-    .with_default("0"),
-    OptionSpec::optional("itl", OptionType::Duration, "time between tokens").with_default("0"),
+    .default_from::<MockServerConfig>(),
+    OptionSpec::optional("itl", OptionType::Duration, "time between tokens").default_from::<MockServerConfig>(),
     OptionSpec::optional("itl_std", OptionType::Duration, "standard deviation of itl")
-        .with_default("0"),
+        .default_from::<MockServerConfig>(),
     OptionSpec::optional(
         "output_tokens",
         OptionType::Int,
@@ -165,19 +167,19 @@ pub const OPTIONS: &[OptionSpec] = &[
         OptionType::Float,
         "standard deviation of output_tokens",
     )
-    .with_default("0"),
+    .default_from::<MockServerConfig>(),
     OptionSpec::optional(
         "tokens_per_event",
         OptionType::Int,
         "tokens carried by each streamed event",
     )
-    .with_default("1"),
+    .default_from::<MockServerConfig>(),
     OptionSpec::optional(
         "reasoning_tokens",
         OptionType::Int,
         "leading tokens sent as reasoning_content (chat)",
     )
-    .with_default("0"),
+    .default_from::<MockServerConfig>(),
     OptionSpec::optional(
         "error_after",
         OptionType::Int,
@@ -188,35 +190,35 @@ pub const OPTIONS: &[OptionSpec] = &[
         OptionType::Float,
         "fraction of requests answered with an error status",
     )
-    .with_default("0"),
+    .default_from::<MockServerConfig>(),
     OptionSpec::optional("error_status", OptionType::Int, "the injected error status")
-        .with_default("500"),
+        .default_from::<MockServerConfig>(),
     OptionSpec::optional(
         "reset_rate",
         OptionType::Float,
         "fraction of requests whose connection is closed mid-answer",
     )
-    .with_default("0"),
+    .default_from::<MockServerConfig>(),
     OptionSpec::optional(
         "stall_rate",
         OptionType::Float,
         "fraction of requests that stop answering after the first token",
     )
-    .with_default("0"),
+    .default_from::<MockServerConfig>(),
     OptionSpec::optional(
         "truncate_rate",
         OptionType::Float,
         "fraction of streams that end early without [DONE]",
     )
-    .with_default("0"),
+    .default_from::<MockServerConfig>(),
     OptionSpec::optional(
         "malformed_rate",
         OptionType::Float,
         "fraction of responses with an invalid JSON chunk",
     )
-    .with_default("0"),
+    .default_from::<MockServerConfig>(),
     OptionSpec::optional("seed", OptionType::Int, "seed of latency and fault draws")
-        .with_default("0"),
+        .default_from::<MockServerConfig>(),
     OptionSpec::optional(
         "tokenizer",
         OptionType::String,
@@ -237,44 +239,55 @@ pub const OPTIONS: &[OptionSpec] = &[
         OptionType::Bool,
         "answer every request with `Connection: close` and close the connection",
     )
-    .with_default("false"),
+    .default_from::<MockServerConfig>(),
     OptionSpec::optional(
         "announce_keep_alive",
         OptionType::Bool,
         "announce the limits (`Keep-Alive: timeout=T, max=M`, `Connection: close` on the last \
          response); false closes connections without warning",
     )
-    .with_default("true"),
+    .default_from::<MockServerConfig>(),
     OptionSpec::optional(
         "shutdown_grace",
         OptionType::Duration,
         "how long shutdown lets open responses finish",
     )
-    .with_default("1s"),
+    .default_from::<MockServerConfig>(),
     OptionSpec::optional(
         "record_timings",
         OptionType::Bool,
         "record when each streamed token was written, served at GET /debug/timings",
     )
-    .with_default("false"),
+    .default_from::<MockServerConfig>(),
 ];
 
 /// The mock server's behaviour.
-#[derive(Clone)]
+///
+/// It serializes as the options of [`OPTIONS`] (durations as text such as
+/// `10ms`, which the options accept), leaving out what only code sets (the
+/// tokenizer, `record_requests`, `tokio_timer`): its [`Default`] is what
+/// [`MockServerConfig::from_options`] gives an unset option and what help
+/// prints as the option's default.
+#[derive(Clone, Serialize)]
 pub struct MockServerConfig {
     /// The model id the server lists and echoes.
     pub model: String,
     /// Mean time to the first token.
+    #[serde(serialize_with = "serialize_duration")]
     pub ttft: Duration,
     /// Standard deviation of the time to the first token.
+    #[serde(serialize_with = "serialize_duration")]
     pub ttft_std: Duration,
     /// Added to the time to the first token for each other completion
     /// request in flight when a request arrives: a latency that grows with
     /// load, as a saturated server's does.
+    #[serde(serialize_with = "serialize_duration")]
     pub ttft_per_request: Duration,
     /// Mean time between tokens.
+    #[serde(serialize_with = "serialize_duration")]
     pub itl: Duration,
     /// Standard deviation of the time between tokens.
+    #[serde(serialize_with = "serialize_duration")]
     pub itl_std: Duration,
     /// Mean output tokens per response (capped by `max_tokens`); `None`
     /// produces `max_tokens`.
@@ -302,16 +315,20 @@ pub struct MockServerConfig {
     /// Seed of latency and fault draws.
     pub seed: u64,
     /// Counts prompt tokens; `None` counts whitespace-separated words.
+    #[serde(skip)]
     pub tokenizer: Option<Arc<dyn Tokenizer>>,
     /// Keep every completion request (see [`MockServer::recorded`]).
+    #[serde(skip)]
     pub record_requests: bool,
     /// Record when each streamed token was written (see the module docs,
     /// [`MockServer::timings`] and `GET /debug/timings`).
     pub record_timings: bool,
     /// How long shutdown lets open responses finish before closing them.
+    #[serde(serialize_with = "serialize_duration")]
     pub shutdown_grace: Duration,
     /// Close a connection that has had no response in progress for this
     /// long; `None` keeps idle connections open.
+    #[serde(serialize_with = "serialize_optional_duration")]
     pub keep_alive_timeout: Option<Duration>,
     /// Serve at most this many requests per connection; `None`: no limit.
     pub keep_alive_max: Option<u64>,
@@ -326,7 +343,19 @@ pub struct MockServerConfig {
     /// timer thread: to the millisecond only, but on tokio's clock, so a
     /// test that pauses it gets every event at exactly its planned instant
     /// (see the module docs).
+    #[serde(skip)]
     pub tokio_timer: bool,
+}
+
+/// [`serialize_duration`] for a duration that may be unset (`null`).
+fn serialize_optional_duration<S: serde::Serializer>(
+    duration: &Option<Duration>,
+    serializer: S,
+) -> std::result::Result<S::Ok, S::Error> {
+    match duration {
+        Some(duration) => serialize_duration(duration, serializer),
+        None => serializer.serialize_none(),
+    }
 }
 
 impl std::fmt::Debug for MockServerConfig {
@@ -437,15 +466,16 @@ fn invalid(key: &str, reason: String) -> Error {
 }
 
 fn duration(key: &str, value: Option<f64>, default: Duration) -> Result<Duration> {
-    match value {
-        None => Ok(default),
-        Some(secs) => Duration::try_from_secs_f64(secs)
-            .map_err(|_| invalid(key, format!("must be a duration >= 0, got {secs}s"))),
-    }
+    value.map_or(Ok(default), |secs| seconds(key, secs))
 }
 
-fn rate(key: &str, value: Option<f64>) -> Result<f64> {
-    let p = value.unwrap_or(0.0);
+fn seconds(key: &str, secs: f64) -> Result<Duration> {
+    Duration::try_from_secs_f64(secs)
+        .map_err(|_| invalid(key, format!("must be a duration >= 0, got {secs}s")))
+}
+
+fn rate(key: &str, value: Option<f64>, default: f64) -> Result<f64> {
+    let p = value.unwrap_or(default);
     if (0.0..=1.0).contains(&p) {
         Ok(p)
     } else {
@@ -484,7 +514,7 @@ impl MockServerConfig {
                 Some(Arc::new(tokenizer))
             }
         };
-        let output_tokens_std = raw.output_tokens_std.unwrap_or(0.0);
+        let output_tokens_std = raw.output_tokens_std.unwrap_or(defaults.output_tokens_std);
         if output_tokens_std < 0.0 {
             return Err(invalid(
                 "output_tokens_std",
@@ -493,25 +523,35 @@ impl MockServerConfig {
         }
         Ok(MockServerConfig {
             model: raw.model.unwrap_or(defaults.model),
-            ttft: duration("ttft", raw.ttft, Duration::ZERO)?,
-            ttft_std: duration("ttft_std", raw.ttft_std, Duration::ZERO)?,
-            ttft_per_request: duration("ttft_per_request", raw.ttft_per_request, Duration::ZERO)?,
-            itl: duration("itl", raw.itl, Duration::ZERO)?,
-            itl_std: duration("itl_std", raw.itl_std, Duration::ZERO)?,
-            output_tokens: raw
-                .output_tokens
-                .map(|n| count("output_tokens", n, 1))
-                .transpose()?,
+            ttft: duration("ttft", raw.ttft, defaults.ttft)?,
+            ttft_std: duration("ttft_std", raw.ttft_std, defaults.ttft_std)?,
+            ttft_per_request: duration(
+                "ttft_per_request",
+                raw.ttft_per_request,
+                defaults.ttft_per_request,
+            )?,
+            itl: duration("itl", raw.itl, defaults.itl)?,
+            itl_std: duration("itl_std", raw.itl_std, defaults.itl_std)?,
+            output_tokens: match raw.output_tokens {
+                Some(n) => Some(count("output_tokens", n, 1)?),
+                None => defaults.output_tokens,
+            },
             output_tokens_std,
-            tokens_per_event: count("tokens_per_event", raw.tokens_per_event.unwrap_or(1), 1)?,
-            reasoning_tokens: count("reasoning_tokens", raw.reasoning_tokens.unwrap_or(0), 0)?,
-            error_after: raw
-                .error_after
-                .map(|n| count("error_after", n, 0))
-                .transpose()?,
-            error_rate: rate("error_rate", raw.error_rate)?,
+            tokens_per_event: match raw.tokens_per_event {
+                Some(n) => count("tokens_per_event", n, 1)?,
+                None => defaults.tokens_per_event,
+            },
+            reasoning_tokens: match raw.reasoning_tokens {
+                Some(n) => count("reasoning_tokens", n, 0)?,
+                None => defaults.reasoning_tokens,
+            },
+            error_after: match raw.error_after {
+                Some(n) => Some(count("error_after", n, 0)?),
+                None => defaults.error_after,
+            },
+            error_rate: rate("error_rate", raw.error_rate, defaults.error_rate)?,
             error_status: match raw.error_status {
-                None => 500,
+                None => defaults.error_status,
                 Some(s) if (400..600).contains(&s) => count("error_status", s, 400)?,
                 Some(s) => {
                     return Err(invalid(
@@ -520,24 +560,26 @@ impl MockServerConfig {
                     ));
                 }
             },
-            reset_rate: rate("reset_rate", raw.reset_rate)?,
-            stall_rate: rate("stall_rate", raw.stall_rate)?,
-            truncate_rate: rate("truncate_rate", raw.truncate_rate)?,
-            malformed_rate: rate("malformed_rate", raw.malformed_rate)?,
-            seed: raw.seed.map_or(0, |s| s.cast_unsigned()),
+            reset_rate: rate("reset_rate", raw.reset_rate, defaults.reset_rate)?,
+            stall_rate: rate("stall_rate", raw.stall_rate, defaults.stall_rate)?,
+            truncate_rate: rate("truncate_rate", raw.truncate_rate, defaults.truncate_rate)?,
+            malformed_rate: rate(
+                "malformed_rate",
+                raw.malformed_rate,
+                defaults.malformed_rate,
+            )?,
+            seed: raw.seed.map_or(defaults.seed, i64::cast_unsigned),
             tokenizer,
-            record_requests: false,
-            record_timings: raw.record_timings.unwrap_or(false),
+            record_requests: defaults.record_requests,
+            record_timings: raw.record_timings.unwrap_or(defaults.record_timings),
             shutdown_grace: duration(
                 "shutdown_grace",
                 raw.shutdown_grace,
                 defaults.shutdown_grace,
             )?,
             keep_alive_timeout: match raw.keep_alive_timeout {
-                None => None,
-                Some(secs) if secs > 0.0 => {
-                    Some(duration("keep_alive_timeout", Some(secs), Duration::ZERO)?)
-                }
+                None => defaults.keep_alive_timeout,
+                Some(secs) if secs > 0.0 => Some(seconds("keep_alive_timeout", secs)?),
                 Some(secs) => {
                     return Err(invalid(
                         "keep_alive_timeout",
@@ -545,13 +587,15 @@ impl MockServerConfig {
                     ));
                 }
             },
-            keep_alive_max: raw
-                .keep_alive_max
-                .map(|n| count("keep_alive_max", n, 1))
-                .transpose()?,
-            connection_close: raw.connection_close.unwrap_or(false),
-            announce_keep_alive: raw.announce_keep_alive.unwrap_or(true),
-            tokio_timer: false,
+            keep_alive_max: match raw.keep_alive_max {
+                Some(n) => Some(count("keep_alive_max", n, 1)?),
+                None => defaults.keep_alive_max,
+            },
+            connection_close: raw.connection_close.unwrap_or(defaults.connection_close),
+            announce_keep_alive: raw
+                .announce_keep_alive
+                .unwrap_or(defaults.announce_keep_alive),
+            tokio_timer: defaults.tokio_timer,
         })
     }
 }
@@ -1942,6 +1986,44 @@ mod tests {
         unknown.insert("ttfb".into(), json!(1));
         let err = MockServerConfig::from_options(unknown).expect_err("unknown");
         assert!(err.to_string().contains("ttft"));
+    }
+
+    #[test]
+    fn every_default_help_prints_is_the_one_parsing_applies() {
+        for spec in OPTIONS.iter().filter(|s| s.default.is_some()) {
+            assert!(
+                spec.default_text().is_some(),
+                "`{}` names a default its struct lacks",
+                spec.name
+            );
+        }
+        let text = |name: &str| {
+            OPTIONS
+                .iter()
+                .find(|s| s.name == name)
+                .and_then(OptionSpec::default_text)
+        };
+        assert_eq!(text("model").as_deref(), Some("mock-model"));
+        assert_eq!(text("ttft").as_deref(), Some("0s"));
+        assert_eq!(text("tokens_per_event").as_deref(), Some("1"));
+        assert_eq!(text("error_status").as_deref(), Some("500"));
+        assert_eq!(text("announce_keep_alive").as_deref(), Some("true"));
+        assert_eq!(text("shutdown_grace").as_deref(), Some("1s"));
+        assert_eq!(text("output_tokens"), None);
+        assert_eq!(text("keep_alive_timeout"), None);
+
+        let c = MockServerConfig::from_options(Map::new()).expect("valid");
+        let d = MockServerConfig::default();
+        assert_eq!(c.model, d.model);
+        assert_eq!(c.ttft, d.ttft);
+        assert_eq!(c.itl, d.itl);
+        assert_eq!(c.output_tokens, d.output_tokens);
+        assert_eq!(c.tokens_per_event, d.tokens_per_event);
+        assert_eq!(c.error_status, d.error_status);
+        assert_eq!(c.error_rate.to_bits(), d.error_rate.to_bits());
+        assert_eq!(c.shutdown_grace, d.shutdown_grace);
+        assert_eq!(c.keep_alive_timeout, d.keep_alive_timeout);
+        assert_eq!(c.announce_keep_alive, d.announce_keep_alive);
     }
 
     #[test]
