@@ -11,7 +11,7 @@ use guidebench_core::generation::{
 };
 use guidebench_core::model::{ComputeDtype, DtypeChoice, ModelFolder};
 use guidebench_core::options::{OptionSpec, OptionType};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::error::{CandleError, Result};
 use crate::loader;
@@ -27,14 +27,14 @@ pub const OPTIONS: &[OptionSpec] = &[
         "the KV cache's dtype; auto: the compute dtype (f32 on the CPU, exact); \
          bf16 or f16 halve attention's reads, rounding keys and values",
     )
-    .with_default("auto"),
+    .default_from::<CandleOptions>(),
     OptionSpec::optional(
         "activations",
         OptionType::Choice(&["f32", "bf16"]),
         "bf16: with bf16 weights on a CPU with AVX-512 BF16, round the activations \
          to bf16 too (vdpbf16ps: faster, not exact)",
     )
-    .with_default("f32"),
+    .default_from::<CandleOptions>(),
     OptionSpec::optional(
         "quant_kernels",
         OptionType::Choice(&["own", "candle"]),
@@ -43,7 +43,7 @@ pub const OPTIONS: &[OptionSpec] = &[
          the matrix: its own process-wide thread pool, which ignores threads=, and a \
          repacked copy of those weights)",
     )
-    .with_default("own"),
+    .default_from::<CandleOptions>(),
     EngineOptions::THREADS.with_description("CPU threads (default: all available)"),
     EngineOptions::DEVICE.with_description("cpu, or cuda[:N] with the `cuda` feature"),
     EngineOptions::MAX_SEQ_LEN,
@@ -53,8 +53,9 @@ pub const OPTIONS: &[OptionSpec] = &[
 /// The model when none is given.
 pub const DEFAULT_MODEL: &str = "builtin:tiny";
 
-/// Typed engine options.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+/// Typed engine options; an unset key takes the value of
+/// `CandleOptions::default()`, which is also what help prints.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct CandleOptions {
     /// `dtype` (`auto`: the stored dtype when it is bf16 or f16, else
@@ -63,12 +64,23 @@ pub struct CandleOptions {
     #[serde(flatten)]
     pub common: EngineOptions,
     /// `auto` (default: the compute dtype), `f32`, `bf16` or `f16`.
-    pub kv_dtype: Option<String>,
+    pub kv_dtype: String,
     /// `f32` (default) or `bf16` (bf16 weights, AVX-512 BF16).
-    pub activations: Option<String>,
+    pub activations: String,
     /// GGUF files: `own` (default) or `candle` kernels for quantized
     /// products.
-    pub quant_kernels: Option<String>,
+    pub quant_kernels: String,
+}
+
+impl Default for CandleOptions {
+    fn default() -> Self {
+        CandleOptions {
+            common: EngineOptions::default(),
+            kv_dtype: "auto".into(),
+            activations: "f32".into(),
+            quant_kernels: "own".into(),
+        }
+    }
 }
 
 /// The dtypes `dtype=auto` runs as stored: the engine has a fast path for
@@ -77,8 +89,8 @@ pub const AUTO_DTYPES: &[ComputeDtype] =
     &[ComputeDtype::F32, ComputeDtype::Bf16, ComputeDtype::F16];
 
 /// `kv_dtype`: `None` for `auto`.
-fn parse_kv_dtype(text: Option<&str>) -> Result<Option<DType>> {
-    match text.unwrap_or("auto") {
+fn parse_kv_dtype(text: &str) -> Result<Option<DType>> {
+    match text {
         "auto" => Ok(None),
         "f32" | "float32" => Ok(Some(DType::F32)),
         "bf16" | "bfloat16" => Ok(Some(DType::BF16)),
@@ -92,8 +104,8 @@ fn parse_kv_dtype(text: Option<&str>) -> Result<Option<DType>> {
 
 /// `activations`: whether they are rounded to bf16, which needs bf16
 /// weights and a CPU with AVX-512 BF16.
-fn parse_activations(text: Option<&str>, weights: DType, device: &Device) -> Result<bool> {
-    match text.unwrap_or("f32") {
+fn parse_activations(text: &str, weights: DType, device: &Device) -> Result<bool> {
+    match text {
         "f32" => Ok(false),
         "bf16" if weights != DType::BF16 || !device.is_cpu() => Err(CandleError::InvalidOption {
             key: "activations",
@@ -118,8 +130,8 @@ fn parse_activations(text: Option<&str>, weights: DType, device: &Device) -> Res
 
 /// `quant_kernels`: whether candle's repacked kernels run the quantized
 /// matrices they take.
-fn parse_quant_kernels(text: Option<&str>) -> Result<bool> {
-    match text.unwrap_or("own") {
+fn parse_quant_kernels(text: &str) -> Result<bool> {
+    match text {
         "own" => Ok(false),
         "candle" => Ok(true),
         other => Err(CandleError::InvalidOption {
@@ -254,9 +266,9 @@ impl CandleEngine {
         // On a GGUF file: its own types, any other dtype refused with why.
         let choice = folder.dtype_choice(request, AUTO_DTYPES)?;
         let dtype = candle_dtype(choice.dtype);
-        let kv_dtype = parse_kv_dtype(options.kv_dtype.as_deref())?;
-        let bf16_activations = parse_activations(options.activations.as_deref(), dtype, &device)?;
-        let candle_kernels = parse_quant_kernels(options.quant_kernels.as_deref())?;
+        let kv_dtype = parse_kv_dtype(&options.kv_dtype)?;
+        let bf16_activations = parse_activations(&options.activations, dtype, &device)?;
+        let candle_kernels = parse_quant_kernels(&options.quant_kernels)?;
         // Generation always runs inside the engine's own pool, so that the
         // thread driving a decoding step is one of the pool's workers: with
         // the caller's thread outside the pool, it and the pool's idle

@@ -55,7 +55,7 @@ fn dtype_defaults_to_auto_and_offers_f32_bf16_and_f16() {
         .iter()
         .find(|o| o.name == "dtype")
         .expect("a dtype option");
-    assert_eq!(dtype.default, Some("auto"));
+    assert_eq!(dtype.default_text().as_deref(), Some("auto"));
     assert!(
         matches!(dtype.ty, OptionType::Choice(choices) if choices.to_vec() == ["auto", "f32", "bf16", "f16"]),
         "{:?}",

@@ -84,7 +84,7 @@ fn a_two_byte_kv_cache_is_said_and_generates_and_bf16_activations_need_bf16_weig
                 threads: Some(1),
                 ..EngineOptions::default()
             },
-            kv_dtype: Some(kv.into()),
+            kv_dtype: kv.into(),
             ..CandleOptions::default()
         };
         let mut engine = CandleEngine::runner(dir.path().to_str(), &options).expect("load");
@@ -101,7 +101,7 @@ fn a_two_byte_kv_cache_is_said_and_generates_and_bf16_activations_need_bf16_weig
     let err = CandleEngine::load(
         dir.path().to_str(),
         &CandleOptions {
-            activations: Some("bf16".into()),
+            activations: "bf16".into(),
             ..CandleOptions::default()
         },
     )
@@ -118,7 +118,7 @@ fn a_two_byte_kv_cache_is_said_and_generates_and_bf16_activations_need_bf16_weig
             dtype: Some("bf16".into()),
             ..EngineOptions::default()
         },
-        activations: Some("bf16".into()),
+        activations: "bf16".into(),
         ..CandleOptions::default()
     };
     match CandleEngine::load(dir.path().to_str(), &options) {

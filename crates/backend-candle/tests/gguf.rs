@@ -123,7 +123,7 @@ fn candles_quantized_kernels_give_the_logits_of_the_engines_own() {
     let spec = FixtureSpec::gguf_tiny();
     let [gguf, _] = pair(&spec, GgufType::Q4K);
     let candle = CandleOptions {
-        quant_kernels: Some("candle".into()),
+        quant_kernels: "candle".into(),
         ..CandleOptions::default()
     };
     let own = logits_of(&mut load(gguf.path()), &TEXTS);
@@ -141,7 +141,7 @@ fn candles_quantized_kernels_give_the_logits_of_the_engines_own() {
         );
     }
     let typo = CandleOptions {
-        quant_kernels: Some("candel".into()),
+        quant_kernels: "candel".into(),
         ..CandleOptions::default()
     };
     let err = CandleEngine::load(gguf.path().to_str(), &typo).expect_err("a typo");

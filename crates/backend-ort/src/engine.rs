@@ -17,7 +17,7 @@ use guidebench_core::options::{OptionSpec, OptionType};
 use ort::session::builder::GraphOptimizationLevel;
 use ort::session::{Session, SessionInputValue, SessionOutputs};
 use ort::value::{DynValue, PrimitiveTensorElementType, Tensor, TensorElementType, TensorRef};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::cache::{KvBatch, KvCache, Past, compact_row};
 use crate::error::{OrtError, Result};
@@ -40,13 +40,13 @@ pub const OPTIONS: &[OptionSpec] = &[
         OptionType::Choice(&["disable", "basic", "extended", "all"]),
         "ONNX Runtime graph optimization level",
     )
-    .with_default("all"),
+    .default_from::<OrtOptions>(),
     OptionSpec::optional(
         "execution_provider",
         OptionType::Choice(&["cpu", "cuda"]),
         "cpu, or cuda when the loaded library has the CUDA provider",
     )
-    .with_default("cpu"),
+    .default_from::<OrtOptions>(),
     OptionSpec::optional(
         "ort_library",
         OptionType::String,
@@ -59,8 +59,9 @@ pub const OPTIONS: &[OptionSpec] = &[
 /// The shared keys ([`EngineOptions`]) this engine does not take.
 const NOT_TAKEN: &[&str] = &["dtype", "device"];
 
-/// Typed engine options.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+/// Typed engine options; an unset key takes the value of
+/// `OrtOptions::default()`, which is also what help prints.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct OrtOptions {
     /// `threads` (intra-op; default: ONNX Runtime's own choice),
@@ -71,19 +72,31 @@ pub struct OrtOptions {
     /// Inter-op threads; more than 1 turns on parallel execution.
     pub inter_threads: Option<i64>,
     /// `disable`, `basic`, `extended` or `all` (default).
-    pub graph_optimization: Option<String>,
+    pub graph_optimization: String,
     /// `cpu` (default) or `cuda`.
-    pub execution_provider: Option<String>,
+    pub execution_provider: String,
     /// The library to load (before `ORT_DYLIB_PATH` and `.native/`).
     pub ort_library: Option<String>,
+}
+
+impl Default for OrtOptions {
+    fn default() -> Self {
+        OrtOptions {
+            common: EngineOptions::default(),
+            inter_threads: None,
+            graph_optimization: "all".into(),
+            execution_provider: "cpu".into(),
+            ort_library: None,
+        }
+    }
 }
 
 fn invalid(key: &'static str, reason: String) -> OrtError {
     OrtError::InvalidOption { key, reason }
 }
 
-fn optimization_level(text: Option<&str>) -> Result<GraphOptimizationLevel> {
-    match text.unwrap_or("all") {
+fn optimization_level(text: &str) -> Result<GraphOptimizationLevel> {
+    match text {
         "disable" => Ok(GraphOptimizationLevel::Disable),
         "basic" => Ok(GraphOptimizationLevel::Level1),
         "extended" => Ok(GraphOptimizationLevel::Level2),
@@ -252,8 +265,8 @@ impl OrtEngine {
             ..
         } = options.common.check(invalid)?;
         let inter_threads = positive(options.inter_threads, "inter_threads", invalid)?;
-        let level = optimization_level(options.graph_optimization.as_deref())?;
-        let provider = options.execution_provider.as_deref().unwrap_or("cpu");
+        let level = optimization_level(&options.graph_optimization)?;
+        let provider = options.execution_provider.as_str();
         if provider != "cpu" && provider != "cuda" {
             return Err(OrtError::UnsupportedProvider {
                 provider: provider.to_owned(),

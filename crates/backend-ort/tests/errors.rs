@@ -125,7 +125,7 @@ fn cuda_needs_a_library_with_the_cuda_provider() {
     let dir = fixture();
     common::export(dir.path(), &[]);
     let options = OrtOptions {
-        execution_provider: Some("cuda".into()),
+        execution_provider: "cuda".into(),
         ..common::options()
     };
     match OrtEngine::load(dir.path().to_str().expect("UTF-8"), &options) {

@@ -11,7 +11,7 @@ use guidebench_core::generation::{
 };
 use guidebench_core::model::{ComputeDtype, DtypeChoice, ModelFolder};
 use guidebench_core::options::{OptionSpec, OptionType};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use tch::{Device, Kind, Tensor};
 
 use crate::cache::KvCache;
@@ -34,14 +34,15 @@ pub const OPTIONS: &[OptionSpec] = &[
         "also keep each projection weight as stored (out, in), for decoding steps of 4 to 64 \
          rows, which MKL multiplies faster that way; doubles the projections' memory",
     )
-    .with_default("false"),
+    .default_from::<TchOptions>(),
 ];
 
 /// The model when none is given.
 pub const DEFAULT_MODEL: &str = "builtin:tiny";
 
-/// Typed engine options.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+/// Typed engine options; an unset key takes the value of
+/// `TchOptions::default()`, which is also what help prints.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct TchOptions {
     /// `dtype` (`auto`: the stored dtype when it is bf16 or f16, else
@@ -52,7 +53,7 @@ pub struct TchOptions {
     pub common: EngineOptions,
     /// Also keep each projection weight as `(out, in)` for decoding steps
     /// of 4 to 64 rows; default false.
-    pub dual_layout: Option<bool>,
+    pub dual_layout: bool,
 }
 
 /// The dtypes `dtype=auto` runs as stored: libtorch computes in each, on
@@ -197,7 +198,7 @@ impl TchEngine {
         let decoder = {
             let mut weights = Weights::read(&folder.weight_files()?, kind, device)?;
             let mut decoder = Decoder::load(&mut weights, config, max_seq_len)?;
-            if options.dual_layout == Some(true) {
+            if options.dual_layout {
                 decoder.keep_both_layouts()?;
             }
             decoder

@@ -41,7 +41,7 @@ fn dtype_defaults_to_auto() {
         .iter()
         .find(|o| o.name == "dtype")
         .expect("a dtype option");
-    assert_eq!(dtype.default, Some("auto"));
+    assert_eq!(dtype.default_text().as_deref(), Some("auto"));
 }
 
 #[test]

@@ -393,7 +393,7 @@ fn dual_layout_decoding_steps_give_the_logits_of_the_default_layout() {
     let mut dual = TchEngine::load(
         dir.path().to_str(),
         &TchOptions {
-            dual_layout: Some(true),
+            dual_layout: true,
             ..options()
         },
     )

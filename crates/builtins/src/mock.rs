@@ -11,7 +11,7 @@ use guidebench_core::options::{OptionSpec, OptionType};
 use guidebench_core::request::FinishReason;
 use guidebench_core::tokenizer::Tokenizer;
 use guidebench_core::{Error, Result};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::probe::MockProbe;
 use crate::tokenizer::ByteTokenizer;
@@ -23,20 +23,21 @@ pub const OPTIONS: &[OptionSpec] = &[
         OptionType::Duration,
         "time the engine takes to load",
     )
-    .with_default("0"),
+    .default_from::<MockOptions>(),
     OptionSpec::optional(
         "prefill_time",
         OptionType::Duration,
         "time per batch before the first token",
     )
-    .with_default("0"),
+    .default_from::<MockOptions>(),
     OptionSpec::optional(
         "token_time",
         OptionType::Duration,
         "time per decoding step of the whole batch",
     )
-    .with_default("0"),
-    OptionSpec::optional("fail_load", OptionType::Bool, "fail while loading").with_default("false"),
+    .default_from::<MockOptions>(),
+    OptionSpec::optional("fail_load", OptionType::Bool, "fail while loading")
+        .default_from::<MockOptions>(),
     OptionSpec::optional(
         "fail_on_batch",
         OptionType::Int,
@@ -57,14 +58,15 @@ pub const OPTIONS: &[OptionSpec] = &[
         OptionType::Bool,
         "give the model a ChatML-style chat template",
     )
-    .with_default("true"),
-    OptionSpec::optional("images", OptionType::Bool, "accept image inputs").with_default("false"),
+    .default_from::<MockOptions>(),
+    OptionSpec::optional("images", OptionType::Bool, "accept image inputs")
+        .default_from::<MockOptions>(),
     OptionSpec::optional(
         "stdio_noise",
         OptionType::Bool,
         "write a line to descriptors 1 and 2 at load and in every batch, as native libraries do",
     )
-    .with_default("false"),
+    .default_from::<MockOptions>(),
 ];
 
 guidebench_core::register_engine! {
@@ -75,14 +77,17 @@ guidebench_core::register_engine! {
 }
 
 /// How a mock engine behaves. Durations are in seconds.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct MockOptions {
     /// Seconds the engine takes to load.
+    #[serde(serialize_with = "guidebench_core::options::serialize_seconds")]
     pub load_time: f64,
     /// Seconds per batch before the first token.
+    #[serde(serialize_with = "guidebench_core::options::serialize_seconds")]
     pub prefill_time: f64,
     /// Seconds per decoding step of the whole batch.
+    #[serde(serialize_with = "guidebench_core::options::serialize_seconds")]
     pub token_time: f64,
     /// Fail while loading.
     pub fail_load: bool,
@@ -93,7 +98,7 @@ pub struct MockOptions {
     /// Return one output too few from the Nth batch (1-based).
     pub wrong_outputs_on_batch: Option<u64>,
     /// Whether the model has a chat template (default true).
-    pub chat_template: Option<bool>,
+    pub chat_template: bool,
     /// Accept image inputs.
     pub images: bool,
     /// Write a line straight to file descriptors 1 and 2 (below Rust's
@@ -101,6 +106,25 @@ pub struct MockOptions {
     /// loads and in every batch: `mock engine loaded (fd 1)`, `mock engine
     /// batch N (fd 2)`, ...
     pub stdio_noise: bool,
+}
+
+impl Default for MockOptions {
+    /// No delays, no faults, a chat template, text only: also what help
+    /// prints.
+    fn default() -> Self {
+        MockOptions {
+            load_time: 0.0,
+            prefill_time: 0.0,
+            token_time: 0.0,
+            fail_load: false,
+            fail_on_batch: None,
+            panic_on_batch: None,
+            wrong_outputs_on_batch: None,
+            chat_template: true,
+            images: false,
+            stdio_noise: false,
+        }
+    }
 }
 
 /// The error a mock engine injects with `fail_on_batch`.
@@ -199,7 +223,7 @@ impl MockEngine {
             native_noise("loaded");
         }
         Ok(MockEngine {
-            tokenizer: Arc::new(ByteTokenizer::new(options.chat_template.unwrap_or(true))),
+            tokenizer: Arc::new(ByteTokenizer::new(options.chat_template)),
             options,
             probe,
             batches: 0,

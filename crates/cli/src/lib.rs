@@ -27,6 +27,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use guidebench_bench::outputs::{self, OUTPUT_KINDS, Output};
 use guidebench_bench::report::Report;
+use guidebench_core::options::OptionSpec;
 use guidebench_core::registry;
 
 /// Benchmark LLM inference: TTFT, ITL, TPOT, latency and throughput.
@@ -158,10 +159,10 @@ pub fn main() -> ExitCode {
     }
 }
 
-fn print_options(options: &[guidebench_core::options::OptionSpec]) {
+fn print_options(options: &[OptionSpec]) {
     for spec in options {
         let default = spec
-            .default
+            .default_text()
             .map(|d| format!(" (default {d})"))
             .unwrap_or_default();
         let required = if spec.required { " (required)" } else { "" };
@@ -205,51 +206,115 @@ fn compare(args: &CompareArgs) -> Result<(), Failure> {
     Ok(())
 }
 
-fn list_kinds(title: &str, kinds: &[(&str, &[guidebench_core::options::OptionSpec])]) {
-    println!();
-    println!("{title}");
-    for (name, options) in kinds {
-        println!("  {name}");
-        print_options(options);
-    }
+/// One part of `guidebench backends`: a title, then each kind's name,
+/// one line about it (empty for kinds listed by name only) and its
+/// options.
+struct OptionSection {
+    title: &'static str,
+    kinds: Vec<(&'static str, &'static str, &'static [OptionSpec])>,
+}
+
+/// Every option list a user can set, as `guidebench backends` prints them.
+fn option_sections() -> Result<Vec<OptionSection>, Failure> {
+    let named = |kinds: &[(&'static str, &'static [OptionSpec])]| {
+        kinds
+            .iter()
+            .map(|(name, options)| (*name, "", *options))
+            .collect()
+    };
+    let mut sections = vec![
+        OptionSection {
+            title: "Backend kinds (--backend kind=NAME,...):",
+            kinds: (registry::backends()?.iter())
+                .map(|b| (b.name, b.description, b.options))
+                .collect(),
+        },
+        OptionSection {
+            title: "Engines (--backend kind=offline,engine=NAME,...):",
+            kinds: (registry::engines()?.iter())
+                .map(|e| (e.name, e.description, e.options))
+                .collect(),
+        },
+        OptionSection {
+            title: "Sampling (--backend ...,sampling.KEY=VALUE; a data row's own column wins):",
+            kinds: vec![("", "", guidebench_bench::session::SAMPLING_OPTIONS)],
+        },
+        OptionSection {
+            title: "Data (--data kind=NAME,...):",
+            kinds: (guidebench_bench::data::DATA_KINDS.iter())
+                .map(|k| (k.name, "", k.options))
+                .collect(),
+        },
+        OptionSection {
+            title: "Profiles (--profile kind=NAME,...):",
+            kinds: named(guidebench_bench::runner::PROFILE_KINDS),
+        },
+        OptionSection {
+            title: "Constraints (--constraint kind=NAME,...):",
+            kinds: named(guidebench_bench::runner::CONSTRAINT_KINDS),
+        },
+        OptionSection {
+            title: "Objectives (--slo KEY=VALUE,...):",
+            kinds: vec![("", "", guidebench_bench::slo::SLO_OPTIONS)],
+        },
+        OptionSection {
+            title: "Outputs (--output kind=NAME,...):",
+            kinds: OUTPUT_KINDS
+                .iter()
+                .map(|k| (k.name, "", k.options))
+                .collect(),
+        },
+    ];
+    #[cfg(feature = "openai")]
+    sections.push(OptionSection {
+        title: "Mock server (guidebench mock-server --set KEY=VALUE):",
+        kinds: vec![("mock-server", "", guidebench_openai::mock_server::OPTIONS)],
+    });
+    Ok(sections)
 }
 
 fn list_backends() -> Result<(), Failure> {
-    println!("Backend kinds (--backend kind=NAME,...):");
-    for backend in registry::backends()?.iter() {
-        println!("  {:<14} {}", backend.name, backend.description);
-        print_options(backend.options);
+    for (i, section) in option_sections()?.iter().enumerate() {
+        if i > 0 {
+            println!();
+        }
+        println!("{}", section.title);
+        for (name, description, options) in &section.kinds {
+            match (*name, *description) {
+                ("", _) => {}
+                (name, "") => println!("  {name}"),
+                (name, description) => println!("  {name:<14} {description}"),
+            }
+            print_options(options);
+        }
     }
-    println!();
-    println!("Engines (--backend kind=offline,engine=NAME,...):");
-    for engine in registry::engines()?.iter() {
-        println!("  {:<14} {}", engine.name, engine.description);
-        print_options(engine.options);
-    }
-    println!();
-    println!("Sampling (--backend ...,sampling.KEY=VALUE; a data row's own column wins):");
-    print_options(guidebench_bench::session::SAMPLING_OPTIONS);
-    let data: Vec<_> = (guidebench_bench::data::DATA_KINDS.iter())
-        .map(|k| (k.name, k.options))
-        .collect();
-    list_kinds("Data (--data kind=NAME,...):", &data);
-    list_kinds(
-        "Profiles (--profile kind=NAME,...):",
-        guidebench_bench::runner::PROFILE_KINDS,
-    );
-    list_kinds(
-        "Constraints (--constraint kind=NAME,...):",
-        guidebench_bench::runner::CONSTRAINT_KINDS,
-    );
-    println!();
-    println!("Objectives (--slo KEY=VALUE,...):");
-    print_options(guidebench_bench::slo::SLO_OPTIONS);
-    let outputs: Vec<_> = OUTPUT_KINDS.iter().map(|k| (k.name, k.options)).collect();
-    list_kinds("Outputs (--output kind=NAME,...):", &outputs);
-    #[cfg(feature = "openai")]
-    list_kinds(
-        "Mock server (guidebench mock-server --set KEY=VALUE):",
-        &[("mock-server", guidebench_openai::mock_server::OPTIONS)],
-    );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A spec that names a typed default (`default_from`) whose struct has
+    /// no field of the spec's name would print no default at all: every
+    /// such spec, in every list `guidebench backends` prints, resolves.
+    #[test]
+    fn every_default_help_prints_comes_from_a_field_of_its_typed_struct() {
+        let mut checked = 0;
+        for section in option_sections().expect("the registries load") {
+            for (kind, _, options) in &section.kinds {
+                for spec in options.iter().filter(|spec| spec.default.is_some()) {
+                    assert!(
+                        spec.default_text().is_some(),
+                        "{} {kind}: `{}` names {:?}, which has no such field",
+                        section.title,
+                        spec.name,
+                        spec.default,
+                    );
+                    checked += 1;
+                }
+            }
+        }
+        assert!(checked > 50, "only {checked} defaults were checked");
+    }
 }

@@ -180,7 +180,8 @@ fn value_text(value: &Value) -> String {
 }
 
 /// Serializes a duration as help and reports show one: whole seconds as
-/// `30s`, whole milliseconds as `10ms`, else seconds (`1.5s`). For a typed
+/// `30s`, whole milliseconds below a second as `10ms`, else seconds
+/// (`1.5s`). For a typed
 /// options struct's `Duration` fields (`#[serde(serialize_with = ...)]`),
 /// so their defaults print as a user writes them.
 ///
@@ -194,12 +195,30 @@ pub fn serialize_duration<S: serde::Serializer>(
     serializer.serialize_str(&duration_text(*duration))
 }
 
+/// Serializes seconds held as a number the way [`serialize_duration`]
+/// does (`0s`, `10ms`, `1.5s`), for typed options that keep a duration as
+/// `f64` seconds. A value that is not a finite, non-negative duration is
+/// serialized as the number.
+///
+/// # Errors
+///
+/// Those of the serializer.
+pub fn serialize_seconds<S: serde::Serializer>(
+    seconds: &f64,
+    serializer: S,
+) -> std::result::Result<S::Ok, S::Error> {
+    match std::time::Duration::try_from_secs_f64(*seconds) {
+        Ok(duration) => serializer.serialize_str(&duration_text(duration)),
+        Err(_) => serializer.serialize_f64(*seconds),
+    }
+}
+
 /// A duration as a user writes it (see [`serialize_duration`]).
 #[must_use]
 pub fn duration_text(duration: std::time::Duration) -> String {
     if duration.subsec_nanos() == 0 {
         format!("{}s", duration.as_secs())
-    } else if duration.subsec_nanos() % 1_000_000 == 0 {
+    } else if duration.as_secs() == 0 && duration.subsec_nanos() % 1_000_000 == 0 {
         format!("{}ms", duration.as_millis())
     } else {
         format!("{}s", duration.as_secs_f64())
@@ -1266,6 +1285,71 @@ mod tests {
         match value {
             Value::String(s) => s.clone(),
             other => other.to_string(),
+        }
+    }
+
+    #[derive(serde::Serialize)]
+    struct Shown {
+        count: usize,
+        #[serde(serialize_with = "serialize_duration")]
+        wait: std::time::Duration,
+        #[serde(serialize_with = "serialize_seconds")]
+        delay: f64,
+        mode: &'static str,
+        stop: Vec<&'static str>,
+        limit: Option<usize>,
+        on: bool,
+    }
+
+    impl Default for Shown {
+        fn default() -> Self {
+            Shown {
+                count: 256,
+                wait: std::time::Duration::from_millis(10),
+                delay: 1.5,
+                mode: "constant",
+                stop: vec!["a", "b"],
+                limit: None,
+                on: false,
+            }
+        }
+    }
+
+    #[test]
+    fn help_prints_the_typed_default_as_a_user_writes_it() {
+        let shown = |name: &'static str| {
+            OptionSpec::optional(name, OptionType::Any, "")
+                .default_from::<Shown>()
+                .default_text()
+        };
+        assert_eq!(shown("count").as_deref(), Some("256"));
+        assert_eq!(shown("wait").as_deref(), Some("10ms"));
+        assert_eq!(shown("delay").as_deref(), Some("1.5s"));
+        assert_eq!(shown("mode").as_deref(), Some("constant"));
+        assert_eq!(shown("stop").as_deref(), Some("a,b"));
+        assert_eq!(shown("on").as_deref(), Some("false"));
+        // Unset, and a key the struct does not have: no default to print.
+        assert_eq!(shown("limit"), None);
+        assert_eq!(shown("nonesuch"), None);
+        let plain = OptionSpec::optional("count", OptionType::Int, "");
+        assert_eq!(plain.default_text(), None);
+    }
+
+    #[test]
+    fn durations_print_in_whole_seconds_milliseconds_or_decimal_seconds() {
+        let text = |seconds: f64| duration_text(std::time::Duration::from_secs_f64(seconds));
+        assert_eq!(text(0.0), "0s");
+        assert_eq!(text(30.0), "30s");
+        assert_eq!(text(0.25), "250ms");
+        assert_eq!(text(1.5), "1.5s");
+        assert_eq!(text(0.000_001), "0.000001s");
+        for seconds in [0.0, 30.0, 0.25, 1.5, 0.000_001] {
+            let shown = Value::String(text(seconds));
+            let back = parse_seconds(&shown).expect("help's text parses");
+            assert!(
+                (back - seconds).abs() < 1e-12,
+                "{seconds} -> {shown} -> {back}"
+            );
         }
     }
 
