@@ -9,6 +9,7 @@
 use std::path::PathBuf;
 
 use guidebench_core::options::{KindArgs, OptionSpec, OptionType, check_options, parse_kind_args};
+use serde::Serialize;
 use serde_json::{Map, Value};
 
 use crate::report::{Report, console_summary, write_csv, write_html, write_plot, write_yaml};
@@ -72,16 +73,23 @@ const JSON: OutputKind = OutputKind {
             OptionType::Bool,
             "keep each request's generated text",
         )
-        .with_default("false"),
+        .default_from::<JsonDefaults>(),
     ],
     build: |options| Output::Json {
         path: path(options),
         include_text: options
             .get("include_text")
             .and_then(Value::as_bool)
-            .unwrap_or(false),
+            .unwrap_or(JsonDefaults::default().include_text),
     },
 };
+
+/// The defaults of `kind=json`'s options, as [`Output::parse`] applies
+/// them; keyed by option name.
+#[derive(Debug, Default, Serialize)]
+struct JsonDefaults {
+    include_text: bool,
+}
 
 /// `kind=plot`.
 const PLOT: OutputKind = OutputKind {
@@ -286,5 +294,30 @@ mod tests {
             "{plain:?} {text:?}"
         );
         assert_eq!(parse_all(&[]).expect("default"), [Output::Console]);
+    }
+
+    #[test]
+    fn every_output_default_help_prints_is_the_one_parsing_applies() {
+        for kind in OUTPUT_KINDS {
+            for spec in kind.options.iter().filter(|o| o.default.is_some()) {
+                assert!(
+                    spec.default_text().is_some(),
+                    "`{}` of kind={} names a default its struct does not have",
+                    spec.name,
+                    kind.name
+                );
+            }
+        }
+        let include_text = JSON.options.iter().find(|o| o.name == "include_text");
+        assert_eq!(
+            include_text.and_then(OptionSpec::default_text).as_deref(),
+            Some("false")
+        );
+        let plain = Output::parse("kind=json,path=r.json").expect("json");
+        assert_eq!(
+            plain.wants_text(),
+            JsonDefaults::default().include_text,
+            "{plain:?}"
+        );
     }
 }

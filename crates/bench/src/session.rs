@@ -22,6 +22,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use serde::Serialize;
 use serde_json::{Map, Value, json};
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -35,7 +36,7 @@ use guidebench_core::request::{ChatMessage, GenerationRequest, RequestInput, Req
 use guidebench_core::sampling::SamplingParams;
 use guidebench_core::tokenizer::{HfTokenizer, Tokenizer};
 
-use crate::data::{DataItem, DataSource, create_source, data_kind};
+use crate::data::{DataDefaults, DataItem, DataSource, create_source, data_kind};
 use crate::planner::{Finished, Planner};
 use crate::report::{BenchmarkReport, Report, client_saturation};
 use crate::runner::{
@@ -70,19 +71,19 @@ pub const SAMPLING_OPTIONS: &[OptionSpec] = &[
         OptionType::Float,
         "softmax temperature, >= 0; 0 is greedy",
     )
-    .with_default("0"),
+    .default_from::<SamplingDefaults>(),
     OptionSpec::optional(
         "top_p",
         OptionType::Float,
         "nucleus mass in (0, 1]; 1 is off",
     )
-    .with_default("1"),
+    .default_from::<SamplingDefaults>(),
     OptionSpec::optional(
         "top_k",
         OptionType::Int,
         "keep the k most likely tokens; 0 is off",
     )
-    .with_default("0"),
+    .default_from::<SamplingDefaults>(),
     OptionSpec::optional(
         "seed",
         OptionType::Int,
@@ -94,13 +95,49 @@ pub const SAMPLING_OPTIONS: &[OptionSpec] = &[
         OptionType::Int,
         "tokens to generate when the data does not fix the length",
     )
-    .with_default("256"),
+    .default_from::<SamplingDefaults>(),
     OptionSpec::optional(
         "ignore_eos",
         OptionType::Bool,
         "generate past end-of-sequence (default: true when the data fixes the length)",
     ),
 ];
+
+/// The defaults of [`SAMPLING_OPTIONS`] as a request gets them, keyed by
+/// option name: `max_tokens` is what [`to_request`] gives an item whose
+/// length neither the data nor the run fixes, and the others are what
+/// [`SamplingParams::validate`] fills in for a field nobody set.
+#[derive(Debug, Serialize)]
+struct SamplingDefaults {
+    #[serde(serialize_with = "crate::data::serialize_number")]
+    temperature: f64,
+    #[serde(serialize_with = "crate::data::serialize_number")]
+    top_p: f64,
+    top_k: u32,
+    max_tokens: u32,
+}
+
+impl Default for SamplingDefaults {
+    fn default() -> Self {
+        let max_tokens = DEFAULT_MAX_TOKENS;
+        // A request that sets nothing but its length, as validation fills
+        // it in (it cannot fail: the length is at least 1).
+        let filled = SamplingParams {
+            max_tokens: Some(max_tokens),
+            ..SamplingParams::default()
+        }
+        .validate();
+        let (temperature, top_p, top_k) = filled.map_or((f32::NAN, f32::NAN, 0), |s| {
+            (s.temperature, s.top_p, s.top_k)
+        });
+        SamplingDefaults {
+            temperature: f64::from(temperature),
+            top_p: f64::from(top_p),
+            top_k,
+            max_tokens,
+        }
+    }
+}
 
 /// A run as the user wrote it: every field is text or absent, defaults are
 /// filled in by [`Plan::new`].
@@ -374,7 +411,8 @@ fn check_data(mut args: KindArgs) -> Result<DataPlan> {
     check_options(&format!("data {}", kind.name), &[kind.options], &mut probe)?;
     let on_error = match args.options.remove("on_error") {
         Some(Value::String(s)) if s == "skip" => OnError::Skip,
-        _ => OnError::Fail,
+        Some(_) => OnError::Fail,
+        None => DataDefaults::default().on_error,
     };
     if let Some(path) = args.options.get("path").and_then(Value::as_str)
         && !std::path::Path::new(path).exists()
@@ -730,7 +768,9 @@ pub fn to_request(id: u64, item: DataItem, run: &SamplingParams) -> Result<Gener
             params.ignore_eos.get_or_insert(true);
         }
         None => {
-            params.max_tokens.get_or_insert(DEFAULT_MAX_TOKENS);
+            params
+                .max_tokens
+                .get_or_insert(SamplingDefaults::default().max_tokens);
         }
     }
     let sampling = params
@@ -1015,7 +1055,42 @@ mod tests {
             .iter()
             .find(|o| o.name == "max_tokens")
             .expect("listed");
-        assert_eq!(spec.default, Some(DEFAULT_MAX_TOKENS.to_string().as_str()));
+        assert_eq!(
+            spec.default_text(),
+            Some(DEFAULT_MAX_TOKENS.to_string()),
+            "the help text"
+        );
+    }
+
+    #[test]
+    fn every_sampling_default_help_prints_is_the_one_a_request_gets() {
+        let shown = |name: &str| {
+            SAMPLING_OPTIONS
+                .iter()
+                .find(|o| o.name == name)
+                .and_then(OptionSpec::default_text)
+        };
+        for spec in SAMPLING_OPTIONS.iter().filter(|o| o.default.is_some()) {
+            assert!(
+                spec.default_text().is_some(),
+                "`sampling.{}` names a default its struct does not have",
+                spec.name
+            );
+        }
+        assert_eq!(shown("temperature").as_deref(), Some("0"));
+        assert_eq!(shown("top_p").as_deref(), Some("1"));
+        assert_eq!(shown("top_k").as_deref(), Some("0"));
+        assert_eq!(shown("max_tokens").as_deref(), Some("256"));
+
+        // A run and an item that set nothing get the struct's values.
+        let mut backend = parse_kind_args("kind=offline,engine=mock").expect("parses");
+        let run = take_sampling(&mut backend).expect("no sampling group");
+        let request = to_request(1, item(SamplingParams::default(), None), &run).expect("valid");
+        let d = SamplingDefaults::default();
+        assert_eq!(f64::from(request.sampling.temperature), d.temperature);
+        assert_eq!(f64::from(request.sampling.top_p), d.top_p);
+        assert_eq!(request.sampling.top_k, d.top_k);
+        assert_eq!(request.sampling.max_tokens, d.max_tokens);
     }
 
     #[test]

@@ -57,6 +57,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use serde::Serialize;
 use serde_json::{Map, Value};
 
 use super::open::read_rows;
@@ -85,7 +86,7 @@ pub const FILE_OPTIONS: &[OptionSpec] = &[
         OptionType::String,
         "the split of a Hugging Face dataset",
     )
-    .with_default("train"),
+    .default_from::<FileDefaults>(),
     OptionSpec::optional(
         "config",
         OptionType::String,
@@ -107,19 +108,19 @@ pub const FILE_OPTIONS: &[OptionSpec] = &[
         OptionType::String,
         "the prompt's column (text, a list of chat messages, or a ShareGPT conversation)",
     )
-    .with_default("prompt|text|input|question|instruction|content|messages|conversations"),
+    .default_from::<FileDefaults>(),
     OptionSpec::optional(
         "output_tokens_column",
         OptionType::String,
         "the column of how many tokens to generate",
     )
-    .with_default("output_tokens|output_tokens_count|max_tokens"),
+    .default_from::<FileDefaults>(),
     OptionSpec::optional(
         "prompt_tokens_column",
         OptionType::String,
         "the column of the prompt's token count (default: counted by the tokenizer)",
     )
-    .with_default("prompt_tokens|prompt_tokens_count"),
+    .default_from::<FileDefaults>(),
     OptionSpec::optional(
         "image_column",
         OptionType::String,
@@ -140,32 +141,32 @@ pub const FILE_OPTIONS: &[OptionSpec] = &[
         OptionType::String,
         "the column of conversation ids: rows of one id are the turns of one conversation",
     )
-    .with_default("conversation_id"),
+    .default_from::<FileDefaults>(),
     OptionSpec::optional(
         "turn_column",
         OptionType::String,
         "the column of turn indexes within a conversation (default: file order)",
     )
-    .with_default("turn"),
+    .default_from::<FileDefaults>(),
     OptionSpec::optional(
         "chat_turns",
         OptionType::Choice(&["split", "whole"]),
         "a chat with several user messages: one turn per user message (recorded answers not \
          sent), or the whole chat as one request",
     )
-    .with_default("split"),
+    .default_from::<FileDefaults>(),
     OptionSpec::optional(
         "turn_delay",
         OptionType::Float,
         "think time in seconds between an answer and the next turn",
     )
-    .with_default("0"),
+    .default_from::<FileDefaults>(),
     OptionSpec::optional(
         "history",
         OptionType::Choice(History::CHOICES),
         "what later turns send: every earlier message, the last exchange, or none",
     )
-    .with_default("full"),
+    .default_from::<FileDefaults>(),
     OptionSpec::optional(
         "count",
         OptionType::Int,
@@ -186,6 +187,59 @@ const PROMPT_COLUMNS: &[&str] = &[
 ];
 const OUTPUT_TOKENS_COLUMNS: &[&str] = &["output_tokens", "output_tokens_count", "max_tokens"];
 const PROMPT_TOKENS_COLUMNS: &[&str] = &["prompt_tokens", "prompt_tokens_count"];
+
+/// The defaults of [`FILE_OPTIONS`] as [`FileSource`] applies them (and,
+/// for `split`, the dataset reader); keyed by option name. A column list
+/// is the names tried in order, the first present used; help prints it
+/// joined with `|`.
+#[derive(Debug, Serialize)]
+pub(super) struct FileDefaults {
+    pub(super) split: &'static str,
+    #[serde(serialize_with = "serialize_columns")]
+    prompt_column: &'static [&'static str],
+    #[serde(serialize_with = "serialize_columns")]
+    output_tokens_column: &'static [&'static str],
+    #[serde(serialize_with = "serialize_columns")]
+    prompt_tokens_column: &'static [&'static str],
+    conversation_column: &'static str,
+    turn_column: &'static str,
+    chat_turns: &'static str,
+    #[serde(serialize_with = "serialize_seconds")]
+    turn_delay: Duration,
+    history: History,
+}
+
+impl Default for FileDefaults {
+    fn default() -> Self {
+        FileDefaults {
+            split: "train",
+            prompt_column: PROMPT_COLUMNS,
+            output_tokens_column: OUTPUT_TOKENS_COLUMNS,
+            prompt_tokens_column: PROMPT_TOKENS_COLUMNS,
+            conversation_column: "conversation_id",
+            turn_column: "turn",
+            chat_turns: "split",
+            turn_delay: Duration::ZERO,
+            history: History::default(),
+        }
+    }
+}
+
+/// Column names tried in order, as help prints them: `prompt|text|...`.
+fn serialize_columns<S: serde::Serializer>(
+    columns: &&'static [&'static str],
+    serializer: S,
+) -> std::result::Result<S::Ok, S::Error> {
+    serializer.serialize_str(&columns.join("|"))
+}
+
+/// A time as the `Float` seconds the option takes (`0`, `1.5`).
+fn serialize_seconds<S: serde::Serializer>(
+    duration: &Duration,
+    serializer: S,
+) -> std::result::Result<S::Ok, S::Error> {
+    super::serialize_number(&duration.as_secs_f64(), serializer)
+}
 
 /// The columns used, resolved against the file's columns.
 #[derive(Debug, Default)]
@@ -219,6 +273,7 @@ impl FileSource {
         options: &Map<String, Value>,
         tokenizer: Arc<dyn Tokenizer>,
     ) -> Result<Self> {
+        let d = FileDefaults::default();
         let count = u32_option(context, options, "count", 0)?.map(|n| n as usize);
         let (path, mut rows, present) = read_rows(context, options)?;
         let path = path.as_path();
@@ -242,23 +297,23 @@ impl FileSource {
             }
         };
         let prompt =
-            find("prompt_column", PROMPT_COLUMNS)?.ok_or_else(|| Error::NoPromptColumn {
+            find("prompt_column", d.prompt_column)?.ok_or_else(|| Error::NoPromptColumn {
                 context: context.to_string(),
                 path: path.to_path_buf(),
-                tried: PROMPT_COLUMNS,
+                tried: d.prompt_column,
                 present: list(&present),
             })?;
         let columns = Columns {
             prompt,
-            output_tokens: find("output_tokens_column", OUTPUT_TOKENS_COLUMNS)?,
-            prompt_tokens: find("prompt_tokens_column", PROMPT_TOKENS_COLUMNS)?,
+            output_tokens: find("output_tokens_column", d.output_tokens_column)?,
+            prompt_tokens: find("prompt_tokens_column", d.prompt_tokens_column)?,
             image: find("image_column", &[])?,
             audio: find("audio_column", &[])?,
             system: find("system_column", &[])?,
         };
 
-        let conversation = find("conversation_column", &["conversation_id"])?;
-        let turn = find("turn_column", &["turn"])?.filter(|_| conversation.is_some());
+        let conversation = find("conversation_column", &[d.conversation_column])?;
+        let turn = find("turn_column", &[d.turn_column])?.filter(|_| conversation.is_some());
         if conversation.is_none() && string_option(options, "turn_column").is_some() {
             return Err(Error::from(CoreError::InvalidOption {
                 context: context.to_string(),
@@ -270,11 +325,11 @@ impl FileSource {
             }));
         }
         let plan = TurnPlan {
-            think: turn_delay(context, options)?,
+            think: turn_delay(context, options, d.turn_delay)?,
             history: string_option(options, "history")
                 .and_then(History::parse)
-                .unwrap_or_default(),
-            split: string_option(options, "chat_turns") != Some("whole"),
+                .unwrap_or(d.history),
+            split: string_option(options, "chat_turns").unwrap_or(d.chat_turns) != "whole",
         };
         if conversation.is_none()
             && let Some(count) = count
@@ -381,10 +436,10 @@ impl TurnPlan {
     }
 }
 
-/// The `turn_delay` option as a duration.
-fn turn_delay(context: &str, options: &Map<String, Value>) -> Result<Duration> {
+/// The `turn_delay` option as a duration (`default` when it is absent).
+fn turn_delay(context: &str, options: &Map<String, Value>, default: Duration) -> Result<Duration> {
     let Some(value) = options.get("turn_delay") else {
-        return Ok(Duration::ZERO);
+        return Ok(default);
     };
     value
         .as_f64()
@@ -957,6 +1012,50 @@ mod tests {
             Err(e) => e.to_string(),
             Ok(source) => panic!("should fail, got {source:?}"),
         }
+    }
+
+    #[test]
+    fn every_file_default_help_prints_is_the_one_parsing_applies() {
+        let shown = |name: &str| {
+            FILE_OPTIONS
+                .iter()
+                .find(|o| o.name == name)
+                .and_then(OptionSpec::default_text)
+        };
+        for spec in FILE_OPTIONS.iter().filter(|o| o.default.is_some()) {
+            assert!(
+                spec.default_text().is_some(),
+                "`{}` names a default its struct does not have",
+                spec.name
+            );
+        }
+        assert_eq!(
+            shown("prompt_column").as_deref(),
+            Some("prompt|text|input|question|instruction|content|messages|conversations")
+        );
+        assert_eq!(shown("split").as_deref(), Some("train"));
+        assert_eq!(shown("turn_delay").as_deref(), Some("0"));
+        assert_eq!(shown("history").as_deref(), Some("full"));
+
+        // Rows under the columns help names, read with no options: one
+        // conversation of two turns, in turn order.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = write(
+            dir.path(),
+            "chat.jsonl",
+            "{\"conversation_id\": \"a\", \"turn\": 2, \"text\": \"second\", \"output_tokens_count\": 3}\n\
+             {\"conversation_id\": \"a\", \"turn\": 1, \"text\": \"first\", \"output_tokens_count\": 4}\n",
+        );
+        let items = all(&mut open(&path, "").expect("source"));
+        let d = FileDefaults::default();
+        let mut first = text("first", Some(5), Some(4));
+        first.turns = vec![Turn {
+            input: RequestInput::Text("second".into()),
+            output_tokens: Some(3),
+            think: d.turn_delay,
+        }];
+        first.history = d.history;
+        assert_eq!(items, vec![first]);
     }
 
     #[test]

@@ -29,8 +29,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use serde::Serialize;
 use serde_json::{Map, Value};
 
+use crate::session::OnError;
 use crate::{Error, Result};
 use guidebench_core::Error as CoreError;
 use guidebench_core::options::{KindArgs, OptionSpec, OptionType, check_options};
@@ -116,7 +118,30 @@ pub const ON_ERROR: OptionSpec = OptionSpec::optional(
     OptionType::Choice(&["fail", "skip"]),
     "an item that cannot become a request: fail the run, or skip it (counted and reported)",
 )
-.with_default("fail");
+.default_from::<DataDefaults>();
+
+/// The defaults of the options every data kind takes ([`ON_ERROR`]), as
+/// the session applies them; keyed by option name.
+#[derive(Debug, Default, Serialize)]
+pub(crate) struct DataDefaults {
+    /// What to do with an item that cannot become a request.
+    pub(crate) on_error: OnError,
+}
+
+/// Serializes a number of a typed defaults struct as help prints it: a
+/// whole number without a fraction (`0`, `1`), anything else as it is
+/// (`0.5`), so that a `Float` option's default reads as a user writes it.
+pub(crate) fn serialize_number<S: serde::Serializer>(
+    value: &f64,
+    serializer: S,
+) -> std::result::Result<S::Ok, S::Error> {
+    // Exact as an integer below 2^53.
+    if value.fract() == 0.0 && value.abs() < 9_007_199_254_740_992.0 {
+        serializer.serialize_i64(*value as i64)
+    } else {
+        serializer.serialize_f64(*value)
+    }
+}
 
 /// Builds a source from a kind's checked options: the context for error
 /// messages (`data file`), the options, the model's tokenizer and the seed
@@ -353,6 +378,30 @@ mod tests {
                 assert!(!spec.description.is_empty(), "{}.{}", kind.name, spec.name);
             }
         }
+    }
+
+    #[test]
+    fn every_data_default_help_prints_is_the_one_parsing_applies() {
+        for kind in DATA_KINDS {
+            for spec in kind.options.iter().filter(|o| o.default.is_some()) {
+                assert!(
+                    spec.default_text().is_some(),
+                    "`{}` of kind={} names a default its struct does not have",
+                    spec.name,
+                    kind.name
+                );
+            }
+        }
+        assert_eq!(ON_ERROR.default_text().as_deref(), Some("fail"));
+
+        // A data source that says nothing of on_error gets the struct's.
+        let plan = crate::session::Plan::new(crate::session::PlanArgs {
+            backend: "kind=offline,engine=mock".into(),
+            data: vec!["kind=synthetic_text,prompt_tokens=4,output_tokens=2".into()],
+            ..crate::session::PlanArgs::default()
+        })
+        .expect("plan");
+        assert_eq!(plan.data[0].on_error, DataDefaults::default().on_error);
     }
 
     #[test]

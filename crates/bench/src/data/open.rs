@@ -29,7 +29,7 @@ pub(super) fn read_rows(
     {
         let (snapshot, files) = hf::resolve(
             &id,
-            string_option(options, "split").unwrap_or("train"),
+            string_option(options, "split").unwrap_or(super::file::FileDefaults::default().split),
             string_option(options, "config"),
             string_option(options, "hub_cache").map(PathBuf::from),
         )?;

@@ -25,6 +25,7 @@ use guidebench_core::rng::{self, SeededRng};
 use rand::RngExt;
 use rand::distr::weighted::WeightedIndex;
 use rand_distr::{Distribution, Normal};
+use serde::Serialize;
 use serde_json::{Map, Value};
 
 use super::{DataItem, DataSource, History, Turn, int_option, string_option, u32_option};
@@ -51,13 +52,13 @@ pub const SYNTHETIC_TEXT_OPTIONS: &[OptionSpec] = &[
         OptionType::Float,
         "standard deviation of the prompt length (normal distribution)",
     )
-    .with_default("0"),
+    .default_from::<SyntheticTextDefaults>(),
     OptionSpec::optional(
         "prompt_tokens_min",
         OptionType::Int,
         "shortest prompt length in tokens",
     )
-    .with_default("1"),
+    .default_from::<SyntheticTextDefaults>(),
     OptionSpec::optional(
         "prompt_tokens_max",
         OptionType::Int,
@@ -74,13 +75,13 @@ pub const SYNTHETIC_TEXT_OPTIONS: &[OptionSpec] = &[
         OptionType::Float,
         "standard deviation of the output length (normal distribution)",
     )
-    .with_default("0"),
+    .default_from::<SyntheticTextDefaults>(),
     OptionSpec::optional(
         "output_tokens_min",
         OptionType::Int,
         "fewest tokens to generate",
     )
-    .with_default("1"),
+    .default_from::<SyntheticTextDefaults>(),
     OptionSpec::optional(
         "output_tokens_max",
         OptionType::Int,
@@ -91,7 +92,7 @@ pub const SYNTHETIC_TEXT_OPTIONS: &[OptionSpec] = &[
         OptionType::Int,
         "a prefix of this many tokens shared by every prompt, added to prompt_tokens",
     )
-    .with_default("0"),
+    .default_from::<SyntheticTextDefaults>(),
     OptionSpec::optional(
         "prefix_buckets",
         OptionType::Any,
@@ -105,25 +106,25 @@ pub const SYNTHETIC_TEXT_OPTIONS: &[OptionSpec] = &[
         "turns per conversation: each later turn is sent after the previous answer plus turn_delay, \
          with the history as answered",
     )
-    .with_default("1"),
+    .default_from::<SyntheticTextDefaults>(),
     OptionSpec::optional(
         "turn_delay",
         OptionType::Float,
         "mean think time in seconds between an answer and the next turn",
     )
-    .with_default("0"),
+    .default_from::<SyntheticTextDefaults>(),
     OptionSpec::optional(
         "turn_delay_stdev",
         OptionType::Float,
         "standard deviation of the think time (normal distribution)",
     )
-    .with_default("0"),
+    .default_from::<SyntheticTextDefaults>(),
     OptionSpec::optional(
         "turn_delay_min",
         OptionType::Float,
         "shortest think time in seconds",
     )
-    .with_default("0"),
+    .default_from::<SyntheticTextDefaults>(),
     OptionSpec::optional(
         "turn_delay_max",
         OptionType::Float,
@@ -139,7 +140,7 @@ pub const SYNTHETIC_TEXT_OPTIONS: &[OptionSpec] = &[
         OptionType::Choice(History::CHOICES),
         "what later turns send: every earlier message, the last exchange, or none",
     )
-    .with_default("full"),
+    .default_from::<SyntheticTextDefaults>(),
     OptionSpec::optional(
         "count",
         OptionType::Int,
@@ -152,6 +153,46 @@ pub const SYNTHETIC_TEXT_OPTIONS: &[OptionSpec] = &[
     ),
     super::ON_ERROR,
 ];
+
+/// The defaults of [`SYNTHETIC_TEXT_OPTIONS`] as
+/// [`SyntheticTextSource`] applies them; keyed by option name. The upper
+/// bounds (`prompt_tokens_max`, `output_tokens_max`, `turn_delay_max`)
+/// have none: absent, a length or a time is not bounded above.
+#[derive(Debug, Serialize)]
+struct SyntheticTextDefaults {
+    #[serde(serialize_with = "super::serialize_number")]
+    prompt_tokens_stdev: f64,
+    prompt_tokens_min: u32,
+    #[serde(serialize_with = "super::serialize_number")]
+    output_tokens_stdev: f64,
+    output_tokens_min: u32,
+    prefix_tokens: u32,
+    turns: u32,
+    #[serde(serialize_with = "super::serialize_number")]
+    turn_delay: f64,
+    #[serde(serialize_with = "super::serialize_number")]
+    turn_delay_stdev: f64,
+    #[serde(serialize_with = "super::serialize_number")]
+    turn_delay_min: f64,
+    history: History,
+}
+
+impl Default for SyntheticTextDefaults {
+    fn default() -> Self {
+        SyntheticTextDefaults {
+            prompt_tokens_stdev: 0.0,
+            prompt_tokens_min: 1,
+            output_tokens_stdev: 0.0,
+            output_tokens_min: 1,
+            prefix_tokens: 0,
+            turns: 1,
+            turn_delay: DelayDistribution::NONE.mean,
+            turn_delay_stdev: DelayDistribution::NONE.stdev,
+            turn_delay_min: DelayDistribution::NONE.min,
+            history: History::default(),
+        }
+    }
+}
 
 const ONSETS: [&str; 16] = [
     "b", "c", "d", "f", "g", "l", "m", "n", "p", "r", "s", "t", "v", "st", "tr", "pl",
@@ -651,8 +692,15 @@ impl LengthDistribution {
     }
 
     /// Reads `{name}`, `{name}_stdev`, `{name}_min` and `{name}_max` from
-    /// checked options.
-    fn from_options(context: &str, options: &Map<String, Value>, name: &str) -> Result<Self> {
+    /// checked options; an absent `_stdev` or `_min` is `default_stdev` or
+    /// `default_min`, an absent `_max` no bound.
+    fn from_options(
+        context: &str,
+        options: &Map<String, Value>,
+        name: &str,
+        default_stdev: f64,
+        default_min: u32,
+    ) -> Result<Self> {
         let key = |suffix: &str| format!("{name}{suffix}");
         let invalid = |key: String, reason: String| {
             Error::from(CoreError::InvalidOption {
@@ -668,7 +716,7 @@ impl LengthDistribution {
             })
         })?;
         let stdev = match options.get(&key("_stdev")) {
-            None => 0.0,
+            None => default_stdev,
             Some(value) => {
                 let stdev = value.as_f64().unwrap_or(f64::NAN);
                 if !(stdev.is_finite() && stdev >= 0.0) {
@@ -680,7 +728,7 @@ impl LengthDistribution {
                 stdev
             }
         };
-        let min = u32_option(context, options, &key("_min"), 1)?.unwrap_or(1);
+        let min = u32_option(context, options, &key("_min"), 1)?.unwrap_or(default_min);
         let max = u32_option(context, options, &key("_max"), 1)?.unwrap_or(u32::MAX);
         if max < min {
             return Err(invalid(
@@ -819,8 +867,13 @@ impl DelayDistribution {
         Duration::try_from_secs_f64(value.clamp(self.min, self.max)).unwrap_or(Duration::ZERO)
     }
 
-    /// Reads `turn_delay`, `turn_delay_stdev`, `_min` and `_max`.
-    fn from_options(context: &str, options: &Map<String, Value>) -> Result<Self> {
+    /// Reads `turn_delay`, `turn_delay_stdev`, `_min` and `_max`; an
+    /// absent one is `defaults`' (an absent `_max` no bound).
+    fn from_options(
+        context: &str,
+        options: &Map<String, Value>,
+        defaults: &SyntheticTextDefaults,
+    ) -> Result<Self> {
         let seconds = |key: &str, default: f64| -> Result<f64> {
             match options.get(key) {
                 None => Ok(default),
@@ -839,10 +892,10 @@ impl DelayDistribution {
             }
         };
         let delay = DelayDistribution {
-            mean: seconds("turn_delay", 0.0)?,
-            stdev: seconds("turn_delay_stdev", 0.0)?,
-            min: seconds("turn_delay_min", 0.0)?,
-            max: seconds("turn_delay_max", f64::INFINITY)?,
+            mean: seconds("turn_delay", defaults.turn_delay)?,
+            stdev: seconds("turn_delay_stdev", defaults.turn_delay_stdev)?,
+            min: seconds("turn_delay_min", defaults.turn_delay_min)?,
+            max: seconds("turn_delay_max", DelayDistribution::NONE.max)?,
         };
         if delay.max < delay.min {
             return Err(Error::from(CoreError::InvalidOption {
@@ -964,7 +1017,9 @@ impl SyntheticTextSource {
             .get("seed")
             .and_then(|v| v.as_u64().or_else(|| v.as_i64().map(|n| n as u64)))
             .unwrap_or(default_seed);
-        let prefix_tokens = u32_option(context, options, "prefix_tokens", 0)?.unwrap_or(0);
+        let d = SyntheticTextDefaults::default();
+        let prefix_tokens =
+            u32_option(context, options, "prefix_tokens", 0)?.unwrap_or(d.prefix_tokens);
         let prefix_buckets = match options.get("prefix_buckets") {
             None => Vec::new(),
             Some(value) => {
@@ -981,16 +1036,28 @@ impl SyntheticTextSource {
             }
         };
         let config = SyntheticTextConfig {
-            prompt_tokens: LengthDistribution::from_options(context, options, "prompt_tokens")?,
-            output_tokens: LengthDistribution::from_options(context, options, "output_tokens")?,
+            prompt_tokens: LengthDistribution::from_options(
+                context,
+                options,
+                "prompt_tokens",
+                d.prompt_tokens_stdev,
+                d.prompt_tokens_min,
+            )?,
+            output_tokens: LengthDistribution::from_options(
+                context,
+                options,
+                "output_tokens",
+                d.output_tokens_stdev,
+                d.output_tokens_min,
+            )?,
             prefix_tokens,
             prefix_buckets,
-            turns: u32_option(context, options, "turns", 1)?.unwrap_or(1),
-            turn_delay: DelayDistribution::from_options(context, options)?,
+            turns: u32_option(context, options, "turns", 1)?.unwrap_or(d.turns),
+            turn_delay: DelayDistribution::from_options(context, options, &d)?,
             first_turn_prompt_tokens: u32_option(context, options, "first_turn_prompt_tokens", 1)?,
             history: string_option(options, "history")
                 .and_then(History::parse)
-                .unwrap_or_default(),
+                .unwrap_or(d.history),
             count: int_option(context, options, "count", 0, i64::MAX)?
                 .and_then(|n| u64::try_from(n).ok()),
             seed,
@@ -1133,6 +1200,55 @@ mod tests {
                 },
             )
             .collect()
+    }
+
+    #[test]
+    fn every_synthetic_default_help_prints_is_the_one_parsing_applies() {
+        let shown = |name: &str| {
+            SYNTHETIC_TEXT_OPTIONS
+                .iter()
+                .find(|o| o.name == name)
+                .and_then(OptionSpec::default_text)
+        };
+        for spec in SYNTHETIC_TEXT_OPTIONS
+            .iter()
+            .filter(|o| o.default.is_some())
+        {
+            assert!(
+                spec.default_text().is_some(),
+                "`{}` names a default its struct does not have",
+                spec.name
+            );
+        }
+        assert_eq!(shown("prompt_tokens_stdev").as_deref(), Some("0"));
+        assert_eq!(shown("output_tokens_min").as_deref(), Some("1"));
+        assert_eq!(shown("turns").as_deref(), Some("1"));
+        assert_eq!(shown("turn_delay").as_deref(), Some("0"));
+        assert_eq!(shown("history").as_deref(), Some("full"));
+
+        // Only the required options: every other value is the struct's.
+        let source = source(
+            "kind=synthetic_text,prompt_tokens=8,output_tokens=4",
+            Arc::new(ByteTokenizer::default()),
+        )
+        .expect("source");
+        let d = SyntheticTextDefaults::default();
+        let config = &source.config;
+        assert_eq!(config.prompt_tokens.stdev, d.prompt_tokens_stdev);
+        assert_eq!(config.prompt_tokens.min, d.prompt_tokens_min);
+        assert_eq!(config.output_tokens.stdev, d.output_tokens_stdev);
+        assert_eq!(config.output_tokens.min, d.output_tokens_min);
+        assert_eq!(config.prefix_tokens, d.prefix_tokens);
+        assert_eq!(config.turns, d.turns);
+        assert_eq!(
+            (
+                config.turn_delay.mean,
+                config.turn_delay.stdev,
+                config.turn_delay.min
+            ),
+            (d.turn_delay, d.turn_delay_stdev, d.turn_delay_min)
+        );
+        assert_eq!(config.history, d.history);
     }
 
     #[test]

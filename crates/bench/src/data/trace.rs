@@ -34,6 +34,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
+use serde::Serialize;
 use serde_json::{Map, Value};
 
 use super::open::read_rows;
@@ -71,7 +72,7 @@ pub const TRACE_OPTIONS: &[OptionSpec] = &[
         OptionType::String,
         "when the request was sent",
     )
-    .with_default("timestamp"),
+    .default_from::<TraceDefaults>(),
     OptionSpec::optional(
         "timestamp_unit",
         OptionType::Choice(&["s", "ms"]),
@@ -82,20 +83,21 @@ pub const TRACE_OPTIONS: &[OptionSpec] = &[
         OptionType::String,
         "the prompt length in tokens",
     )
-    .with_default("input_length"),
+    .default_from::<TraceDefaults>(),
     OptionSpec::optional(
         "output_length_column",
         OptionType::String,
         "the number of tokens generated",
     )
-    .with_default("output_length"),
+    .default_from::<TraceDefaults>(),
     OptionSpec::optional(
         "hash_ids_column",
         OptionType::String,
         "Mooncake block hash ids: each one block of block_size tokens, equal ids equal text",
     )
-    .with_default("hash_ids"),
-    OptionSpec::optional("block_size", OptionType::Int, "tokens per hash id").with_default("512"),
+    .default_from::<TraceDefaults>(),
+    OptionSpec::optional("block_size", OptionType::Int, "tokens per hash id")
+        .default_from::<TraceDefaults>(),
     OptionSpec::optional(
         "count",
         OptionType::Int,
@@ -108,6 +110,29 @@ pub const TRACE_OPTIONS: &[OptionSpec] = &[
     ),
     super::ON_ERROR,
 ];
+
+/// The defaults of [`TRACE_OPTIONS`] as [`TraceSource`] applies them;
+/// keyed by option name.
+#[derive(Debug, Serialize)]
+struct TraceDefaults {
+    timestamp_column: &'static str,
+    input_length_column: &'static str,
+    output_length_column: &'static str,
+    hash_ids_column: &'static str,
+    block_size: u32,
+}
+
+impl Default for TraceDefaults {
+    fn default() -> Self {
+        TraceDefaults {
+            timestamp_column: "timestamp",
+            input_length_column: "input_length",
+            output_length_column: "output_length",
+            hash_ids_column: "hash_ids",
+            block_size: DEFAULT_BLOCK_SIZE,
+        }
+    }
+}
 
 /// One request of the trace, before its prompt is made.
 #[derive(Debug, Clone)]
@@ -219,15 +244,15 @@ impl TraceSource {
         default_seed: u64,
     ) -> Result<Self> {
         let (path, rows, _) = read_rows(context, options)?;
+        let d = TraceDefaults::default();
         let column = |key: &str, default: &'static str| {
             string_option(options, key).unwrap_or(default).to_string()
         };
-        let timestamp = column("timestamp_column", "timestamp");
-        let input = column("input_length_column", "input_length");
-        let output = column("output_length_column", "output_length");
-        let hashes = column("hash_ids_column", "hash_ids");
-        let block_size =
-            u32_option(context, options, "block_size", 1)?.unwrap_or(DEFAULT_BLOCK_SIZE);
+        let timestamp = column("timestamp_column", d.timestamp_column);
+        let input = column("input_length_column", d.input_length_column);
+        let output = column("output_length_column", d.output_length_column);
+        let hashes = column("hash_ids_column", d.hash_ids_column);
+        let block_size = u32_option(context, options, "block_size", 1)?.unwrap_or(d.block_size);
         let seed = options
             .get("seed")
             .and_then(|v| v.as_u64().or_else(|| v.as_i64().map(|n| n.cast_unsigned())))
@@ -446,6 +471,50 @@ mod tests {
         // The same trace gives the same text again.
         let again = all(open(&path, "").expect("source").as_mut());
         assert_eq!(text(&again[1]), b);
+    }
+
+    #[test]
+    fn every_trace_default_help_prints_is_the_one_parsing_applies() {
+        let shown = |name: &str| {
+            TRACE_OPTIONS
+                .iter()
+                .find(|o| o.name == name)
+                .and_then(OptionSpec::default_text)
+        };
+        for spec in TRACE_OPTIONS.iter().filter(|o| o.default.is_some()) {
+            assert!(
+                spec.default_text().is_some(),
+                "`{}` names a default its struct does not have",
+                spec.name
+            );
+        }
+        assert_eq!(shown("timestamp_column").as_deref(), Some("timestamp"));
+        assert_eq!(shown("block_size").as_deref(), Some("512"));
+
+        // Rows under the columns help names, read with no options.
+        let dir = tempfile::tempdir().expect("dir");
+        let path = write(
+            dir.path(),
+            "t.jsonl",
+            "{\"timestamp\": 5, \"input_length\": 9, \"output_length\": 2, \"hash_ids\": [7]}\n",
+        );
+        let mut options = Map::new();
+        options.insert("path".into(), Value::from(path.display().to_string()));
+        let source = TraceSource::from_options(
+            "data trace",
+            &options,
+            Arc::new(ByteTokenizer::default()),
+            7,
+        )
+        .expect("source");
+        let d = TraceDefaults::default();
+        assert_eq!(source.blocks.size, d.block_size as usize);
+        let row = source.rows.front().expect("one row");
+        assert_eq!(
+            (row.timestamp, row.input_length, row.output_length),
+            (5.0, 9, 2)
+        );
+        assert_eq!(row.hash_ids.as_deref(), Some(&[7][..]));
     }
 
     #[test]
