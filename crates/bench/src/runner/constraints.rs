@@ -114,43 +114,99 @@ struct SaturationWatch {
     fired: Option<SaturationVerdict>,
 }
 
+/// The defaults of the `over_saturation` constraint's options, keyed by
+/// option name: enforce mode and the detector's [`SaturationOptions`],
+/// which [`over_saturation`] applies.
+#[derive(Debug, Serialize)]
+struct OverSaturationDefaults {
+    mode: SaturationMode,
+    #[serde(serialize_with = "guidebench_core::options::serialize_seconds")]
+    min_duration: f64,
+    #[serde(serialize_with = "guidebench_core::options::serialize_seconds")]
+    window: f64,
+    #[serde(serialize_with = "guidebench_core::options::serialize_seconds")]
+    bin: f64,
+    min_bins: usize,
+    confidence: f64,
+}
+
+impl Default for OverSaturationDefaults {
+    fn default() -> Self {
+        let detector = SaturationOptions::default();
+        OverSaturationDefaults {
+            mode: SaturationMode::Enforce,
+            min_duration: detector.min_duration_s,
+            window: detector.window_s,
+            bin: detector.bin_s,
+            min_bins: detector.min_bins,
+            confidence: detector.confidence,
+        }
+    }
+}
+
+/// The defaults of the `max_error_rate` constraint's options, as
+/// [`Constraints::from_args`] applies them; keyed by option name.
+#[derive(Debug, Serialize)]
+struct ErrorRateDefaults {
+    window: usize,
+}
+
+impl Default for ErrorRateDefaults {
+    fn default() -> Self {
+        ErrorRateDefaults { window: 30 }
+    }
+}
+
+/// The defaults of the `max_global_error_rate` constraint's options, as
+/// [`Constraints::from_args`] applies them; keyed by option name.
+#[derive(Debug, Serialize)]
+struct GlobalErrorRateDefaults {
+    min_requests: u64,
+}
+
+impl Default for GlobalErrorRateDefaults {
+    fn default() -> Self {
+        GlobalErrorRateDefaults { min_requests: 30 }
+    }
+}
+
 const OVER_SATURATION: &[OptionSpec] = &[
     OptionSpec::optional(
         "mode",
         OptionType::Choice(&["monitor", "enforce"]),
         "monitor reports when it fired; enforce also stops sending",
     )
-    .with_default("enforce"),
+    .default_from::<OverSaturationDefaults>(),
     OptionSpec::optional(
         "min_duration",
         OptionType::Duration,
         "no verdict before this long into a benchmark",
     )
-    .with_default("30s"),
+    .default_from::<OverSaturationDefaults>(),
     OptionSpec::optional(
         "window",
         OptionType::Duration,
         "the latest stretch of the run the slopes are fitted over",
     )
-    .with_default("60s"),
+    .default_from::<OverSaturationDefaults>(),
     OptionSpec::optional(
         "bin",
         OptionType::Duration,
         "samples are averaged per bin; the tests count bins, not requests",
     )
-    .with_default("1s"),
+    .default_from::<OverSaturationDefaults>(),
     OptionSpec::optional(
         "min_bins",
         OptionType::Int,
         "bins needed before a slope is tested",
     )
-    .with_default("10"),
+    .default_from::<OverSaturationDefaults>(),
     OptionSpec::optional(
         "confidence",
         OptionType::Float,
         "confidence that both slopes are positive",
     )
-    .with_default("0.95"),
+    .default_from::<OverSaturationDefaults>(),
 ];
 const MAX_REQUESTS: &[OptionSpec] = &[OptionSpec::optional(
     "count",
@@ -188,7 +244,7 @@ const MAX_GLOBAL_ERROR_RATE: &[OptionSpec] = &[
         OptionType::Int,
         "requests completed in the run before the rate is judged",
     )
-    .with_default("30"),
+    .default_from::<GlobalErrorRateDefaults>(),
 ];
 const MAX_ERROR_RATE: &[OptionSpec] = &[
     OptionSpec::optional(
@@ -202,7 +258,7 @@ const MAX_ERROR_RATE: &[OptionSpec] = &[
         OptionType::Int,
         "latest requests the rate is taken over",
     )
-    .with_default("30"),
+    .default_from::<ErrorRateDefaults>(),
 ];
 
 /// Every constraint kind with its options, for help output.
@@ -234,7 +290,7 @@ fn over_saturation(
     context: &str,
     o: &serde_json::Map<String, serde_json::Value>,
 ) -> Result<OverSaturation> {
-    let d = SaturationOptions::default();
+    let d = OverSaturationDefaults::default();
     let invalid = |key: &str, reason: String| Error::InvalidOption {
         context: context.into(),
         key: key.into(),
@@ -250,9 +306,9 @@ fn over_saturation(
             .ok_or_else(|| invalid(key, format!("must be a positive time, got {value}")))
     };
     let options = SaturationOptions {
-        min_duration_s: seconds("min_duration", d.min_duration_s, false)?,
-        window_s: seconds("window", d.window_s, true)?,
-        bin_s: seconds("bin", d.bin_s, true)?,
+        min_duration_s: seconds("min_duration", d.min_duration, false)?,
+        window_s: seconds("window", d.window, true)?,
+        bin_s: seconds("bin", d.bin, true)?,
         min_bins: match o.get("min_bins") {
             Some(v) => v
                 .as_u64()
@@ -282,7 +338,8 @@ fn over_saturation(
     }
     let mode = match o.get("mode").and_then(serde_json::Value::as_str) {
         Some("monitor") => SaturationMode::Monitor,
-        _ => SaturationMode::Enforce,
+        Some(_) => SaturationMode::Enforce,
+        None => d.mode,
     };
     Ok(OverSaturation { mode, options })
 }
@@ -484,7 +541,7 @@ impl Constraints {
                                 key: "min_requests".into(),
                                 reason: format!("must be a whole number, got {v}"),
                             })?,
-                            None => 30,
+                            None => GlobalErrorRateDefaults::default().min_requests,
                         };
                         constraints.max_global_error_rate = Some(GlobalErrorRate {
                             rate,
@@ -497,7 +554,7 @@ impl Constraints {
                             Some(v) => {
                                 usize::try_from(count(&context, Some(v))?).unwrap_or(usize::MAX)
                             }
-                            None => 30,
+                            None => ErrorRateDefaults::default().window,
                         };
                         constraints.max_error_rate = Some(ErrorRate { rate, window });
                     }
@@ -809,5 +866,66 @@ mod tests {
         assert!(global.exceeded(8, 3));
         let c = constraints(&["kind=max_global_error_rate,rate=0.1"]).expect("valid");
         assert_eq!(c.max_global_error_rate.map(|g| g.min_requests), Some(30));
+    }
+
+    #[test]
+    fn every_constraint_default_help_prints_is_the_one_parsing_applies() {
+        for (kind, specs) in CONSTRAINT_KINDS {
+            for spec in *specs {
+                if spec.default.is_some() {
+                    assert!(
+                        spec.default_text().is_some(),
+                        "constraint {kind}: `{}` names a defaults struct without that key",
+                        spec.name
+                    );
+                }
+            }
+        }
+        let c = constraints(&["kind=over_saturation"]).expect("valid");
+        let d = OverSaturationDefaults::default();
+        let watch = c.over_saturation.expect("set");
+        assert_eq!(watch.mode, d.mode);
+        assert_eq!(
+            (
+                watch.options.min_duration_s,
+                watch.options.window_s,
+                watch.options.bin_s,
+                watch.options.min_bins,
+                watch.options.confidence
+            ),
+            (d.min_duration, d.window, d.bin, d.min_bins, d.confidence)
+        );
+        let c = constraints(&["kind=max_error_rate,rate=0.5"]).expect("valid");
+        assert_eq!(
+            c.max_error_rate.map(|r| r.window),
+            Some(ErrorRateDefaults::default().window)
+        );
+        let c = constraints(&["kind=max_global_error_rate,rate=0.5"]).expect("valid");
+        assert_eq!(
+            c.max_global_error_rate.map(|g| g.min_requests),
+            Some(GlobalErrorRateDefaults::default().min_requests)
+        );
+        let text = |kind: &str, key: &str| {
+            CONSTRAINT_KINDS
+                .iter()
+                .find(|(k, _)| *k == kind)
+                .and_then(|(_, specs)| specs.iter().find(|s| s.name == key))
+                .and_then(OptionSpec::default_text)
+        };
+        assert_eq!(text("over_saturation", "mode").as_deref(), Some("enforce"));
+        assert_eq!(
+            text("over_saturation", "min_duration").as_deref(),
+            Some("30s")
+        );
+        assert_eq!(text("over_saturation", "bin").as_deref(), Some("1s"));
+        assert_eq!(
+            text("over_saturation", "confidence").as_deref(),
+            Some("0.95")
+        );
+        assert_eq!(text("max_error_rate", "window").as_deref(), Some("30"));
+        assert_eq!(
+            text("max_global_error_rate", "min_requests").as_deref(),
+            Some("30")
+        );
     }
 }

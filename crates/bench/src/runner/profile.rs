@@ -307,18 +307,148 @@ fn each(value: Option<&serde_json::Value>) -> Vec<Option<&serde_json::Value>> {
     }
 }
 
+/// The default of `rampup` (none), the same for every kind that has the
+/// option: help prints it and [`rampup`] applies it.
+#[derive(Debug, Serialize)]
+struct RampupDefaults {
+    #[serde(serialize_with = "guidebench_core::options::serialize_duration")]
+    rampup: Duration,
+}
+
+impl Default for RampupDefaults {
+    fn default() -> Self {
+        RampupDefaults {
+            rampup: Duration::ZERO,
+        }
+    }
+}
+
+/// The defaults of the `throughput` profile's options (besides `rampup`),
+/// as [`Profile::from_args`] applies them; keyed by option name.
+#[derive(Debug, Serialize)]
+struct ThroughputDefaults {
+    max_concurrency: usize,
+}
+
+impl Default for ThroughputDefaults {
+    fn default() -> Self {
+        ThroughputDefaults {
+            max_concurrency: 256,
+        }
+    }
+}
+
+/// The defaults of the `async` profile's options (besides `rampup`), as
+/// [`Profile::from_args`] applies them; keyed by option name.
+#[derive(Debug, Serialize)]
+struct AsyncDefaults {
+    strategy: RateKind,
+}
+
+impl Default for AsyncDefaults {
+    fn default() -> Self {
+        AsyncDefaults {
+            strategy: RateKind::Constant,
+        }
+    }
+}
+
+/// The defaults of the `sweep` profile's options (besides `rampup`), as
+/// [`Profile::from_args`] applies them; keyed by option name. Its
+/// throughput run has the `throughput` profile's concurrency.
+#[derive(Debug, Serialize)]
+struct SweepDefaults {
+    sweep_size: usize,
+    max_concurrency: usize,
+    strategy: RateKind,
+}
+
+impl Default for SweepDefaults {
+    fn default() -> Self {
+        SweepDefaults {
+            sweep_size: 10,
+            max_concurrency: ThroughputDefaults::default().max_concurrency,
+            strategy: RateKind::Constant,
+        }
+    }
+}
+
+/// The defaults of the `replay` profile's options, as
+/// [`Profile::from_args`] applies them; keyed by option name.
+#[derive(Debug, Serialize)]
+struct ReplayDefaults {
+    time_scale: f64,
+}
+
+impl Default for ReplayDefaults {
+    fn default() -> Self {
+        ReplayDefaults { time_scale: 1.0 }
+    }
+}
+
+/// The defaults of the `goodput` profile's options, keyed by option name:
+/// those of [`GoodputOptions`], which [`goodput`] applies.
+#[derive(Debug, Serialize)]
+struct GoodputDefaults {
+    target: f64,
+    confidence: f64,
+    initial_streams: usize,
+    max_streams: usize,
+    tolerance: f64,
+    max_probes: usize,
+    max_extensions: usize,
+}
+
+impl Default for GoodputDefaults {
+    fn default() -> Self {
+        let search = GoodputOptions::default();
+        GoodputDefaults {
+            target: search.target,
+            confidence: search.confidence,
+            initial_streams: search.initial,
+            max_streams: search.max_level,
+            tolerance: search.tolerance,
+            max_probes: search.max_probes,
+            max_extensions: search.max_extensions,
+        }
+    }
+}
+
+/// The defaults of the `knee` profile's options, as [`knee`] applies them;
+/// keyed by option name.
+#[derive(Debug, Serialize)]
+struct KneeDefaults {
+    min_streams: usize,
+    count: usize,
+    refine: bool,
+    points_each_side: usize,
+    max_step: usize,
+}
+
+impl Default for KneeDefaults {
+    fn default() -> Self {
+        KneeDefaults {
+            min_streams: 1,
+            count: 8,
+            refine: false,
+            points_each_side: 5,
+            max_step: 5,
+        }
+    }
+}
+
 const RAMPUP_STREAMS: OptionSpec = OptionSpec::optional(
     "rampup",
     OptionType::Duration,
     "the streams start spread evenly over this long instead of all at once",
 )
-.with_default("0s");
+.default_from::<RampupDefaults>();
 const RAMPUP_RATE: OptionSpec = OptionSpec::optional(
     "rampup",
     OptionType::Duration,
     "the rate grows linearly from 0 to its target over this long",
 )
-.with_default("0s");
+.default_from::<RampupDefaults>();
 const SYNCHRONOUS: &[OptionSpec] = &[];
 const CONCURRENT: &[OptionSpec] = &[
     OptionSpec::optional(
@@ -335,7 +465,7 @@ const THROUGHPUT: &[OptionSpec] = &[
         OptionType::Any,
         "the most requests in flight",
     )
-    .with_default("256"),
+    .default_from::<ThroughputDefaults>(),
     RAMPUP_STREAMS,
 ];
 const CONSTANT: &[OptionSpec] = &[
@@ -364,7 +494,7 @@ const ASYNC: &[OptionSpec] = &[
         OptionType::Choice(&["constant", "poisson"]),
         "evenly spaced sends, or exponential gaps (GuideLLM's asynchronous profile)",
     )
-    .with_default("constant"),
+    .default_from::<AsyncDefaults>(),
     OptionSpec::optional(
         "max_concurrency",
         OptionType::Int,
@@ -380,11 +510,15 @@ const ASYNC: &[OptionSpec] = &[
         OptionType::Duration,
         "constant only: the rate grows linearly from 0 to its target over this long",
     )
-    .with_default("0s"),
+    .default_from::<RampupDefaults>(),
 ];
 const POISSON: &[OptionSpec] = &[
     OptionSpec::optional("rate", OptionType::Any, "mean requests per second").required(),
-    OptionSpec::optional("seed", OptionType::Int, "seed of the arrival process").with_default("42"),
+    OptionSpec::optional(
+        "seed",
+        OptionType::Int,
+        "seed of the arrival process (default: the run's seed)",
+    ),
     OptionSpec::optional(
         "max_concurrency",
         OptionType::Int,
@@ -397,19 +531,19 @@ const SWEEP: &[OptionSpec] = &[
         OptionType::Int,
         "benchmarks in all: synchronous, throughput, and constant rates between",
     )
-    .with_default("10"),
+    .default_from::<SweepDefaults>(),
     OptionSpec::optional(
         "max_concurrency",
         OptionType::Int,
         "the throughput run's concurrency",
     )
-    .with_default("256"),
+    .default_from::<SweepDefaults>(),
     OptionSpec::optional(
         "strategy",
         OptionType::Choice(&["constant", "poisson"]),
         "how the rates between are sent: evenly spaced, or exponential gaps",
     )
-    .with_default("constant"),
+    .default_from::<SweepDefaults>(),
     OptionSpec::optional(
         "seed",
         OptionType::Int,
@@ -420,7 +554,7 @@ const SWEEP: &[OptionSpec] = &[
         OptionType::Duration,
         "the throughput run's slots start spread evenly over this long",
     )
-    .with_default("0s"),
+    .default_from::<RampupDefaults>(),
 ];
 
 const REPLAY: &[OptionSpec] = &[
@@ -429,7 +563,7 @@ const REPLAY: &[OptionSpec] = &[
         OptionType::Float,
         "factor on the trace's recorded offsets: 0.01 replays it 100 times faster",
     )
-    .with_default("1"),
+    .default_from::<ReplayDefaults>(),
     OptionSpec::optional(
         "max_concurrency",
         OptionType::Int,
@@ -443,35 +577,35 @@ const GOODPUT: &[OptionSpec] = &[
         OptionType::Float,
         "fraction of requests that must meet every objective (--slo), in (0, 1)",
     )
-    .with_default("0.95"),
+    .default_from::<GoodputDefaults>(),
     OptionSpec::optional(
         "confidence",
         OptionType::Float,
         "confidence of the attainment interval that decides a level",
     )
-    .with_default("0.95"),
+    .default_from::<GoodputDefaults>(),
     OptionSpec::optional("initial_streams", OptionType::Int, "the first level probed")
-        .with_default("1"),
+        .default_from::<GoodputDefaults>(),
     OptionSpec::optional("max_streams", OptionType::Int, "the highest level probed")
-        .with_default("1024"),
+        .default_from::<GoodputDefaults>(),
     OptionSpec::optional(
         "tolerance",
         OptionType::Float,
         "stop once the bracket is within this fraction of the passing level",
     )
-    .with_default("0.1"),
+    .default_from::<GoodputDefaults>(),
     OptionSpec::optional(
         "max_probes",
         OptionType::Int,
         "benchmarks the search may run, re-runs included",
     )
-    .with_default("15"),
+    .default_from::<GoodputDefaults>(),
     OptionSpec::optional(
         "max_extensions",
         OptionType::Int,
         "re-runs of a level whose interval straddles the target",
     )
-    .with_default("2"),
+    .default_from::<GoodputDefaults>(),
 ];
 const KNEE: &[OptionSpec] = &[
     OptionSpec::optional(
@@ -480,28 +614,28 @@ const KNEE: &[OptionSpec] = &[
         "the concurrency grid, at least 5 levels (or min_streams, max_streams, count)",
     ),
     OptionSpec::optional("min_streams", OptionType::Int, "the grid's lowest level")
-        .with_default("1"),
+        .default_from::<KneeDefaults>(),
     OptionSpec::optional("max_streams", OptionType::Int, "the grid's highest level"),
     OptionSpec::optional("count", OptionType::Int, "levels in the grid, at least 5")
-        .with_default("8"),
+        .default_from::<KneeDefaults>(),
     OptionSpec::optional(
         "refine",
         OptionType::Bool,
         "run a finer grid around the knee found",
     )
-    .with_default("false"),
+    .default_from::<KneeDefaults>(),
     OptionSpec::optional(
         "points_each_side",
         OptionType::Int,
         "refinement levels on each side of the knee",
     )
-    .with_default("5"),
+    .default_from::<KneeDefaults>(),
     OptionSpec::optional(
         "max_step",
         OptionType::Int,
         "largest spacing of the refinement levels",
     )
-    .with_default("5"),
+    .default_from::<KneeDefaults>(),
 ];
 
 /// Every profile kind with its options, for help output.
@@ -641,7 +775,7 @@ impl Profile {
                     Ok(Strategy::Throughput {
                         max_concurrency: match v {
                             Some(v) => positive_int(&context, "max_concurrency", v)?,
-                            None => 256,
+                            None => ThroughputDefaults::default().max_concurrency,
                         },
                         rampup,
                     })
@@ -649,11 +783,9 @@ impl Profile {
                 .collect::<Result<_>>()?,
             "constant" | "async" | "poisson" => {
                 let limit = opt_limit("max_concurrency")?;
-                let kind = match (
-                    args.kind.as_str(),
-                    o.get("strategy").and_then(|v| v.as_str()),
-                ) {
-                    ("poisson", _) | ("async", Some("poisson")) => RateKind::Poisson,
+                let kind = match args.kind.as_str() {
+                    "poisson" => RateKind::Poisson,
+                    "async" => rate_kind(o.get("strategy"), AsyncDefaults::default().strategy),
                     _ => RateKind::Constant,
                 };
                 if kind == RateKind::Poisson && !rampup.is_zero() {
@@ -678,7 +810,7 @@ impl Profile {
             }
             "replay" => {
                 let time_scale = match o.get("time_scale") {
-                    None => 1.0,
+                    None => ReplayDefaults::default().time_scale,
                     Some(v) => v
                         .as_f64()
                         .filter(|t| t.is_finite() && *t > 0.0)
@@ -694,7 +826,8 @@ impl Profile {
                 }]
             }
             "sweep" => {
-                let sweep_size = opt_limit("sweep_size")?.unwrap_or(10);
+                let d = SweepDefaults::default();
+                let sweep_size = opt_limit("sweep_size")?.unwrap_or(d.sweep_size);
                 if sweep_size < 2 {
                     return Err(Error::InvalidOption {
                         context,
@@ -704,11 +837,8 @@ impl Profile {
                 }
                 return Ok(Profile::Sweep {
                     sweep_size,
-                    max_concurrency: opt_limit("max_concurrency")?.unwrap_or(256),
-                    strategy: match o.get("strategy").and_then(|v| v.as_str()) {
-                        Some("poisson") => RateKind::Poisson,
-                        _ => RateKind::Constant,
-                    },
+                    max_concurrency: opt_limit("max_concurrency")?.unwrap_or(d.max_concurrency),
+                    strategy: rate_kind(o.get("strategy"), d.strategy),
                     seed,
                     rampup,
                 });
@@ -721,10 +851,20 @@ impl Profile {
     }
 }
 
-/// The `rampup` option: a non-negative time (zero when absent).
+/// The `strategy` option (`constant` or `poisson`, checked against the
+/// spec's choices), or `default` when absent.
+fn rate_kind(value: Option<&serde_json::Value>, default: RateKind) -> RateKind {
+    match value.and_then(serde_json::Value::as_str) {
+        Some("poisson") => RateKind::Poisson,
+        Some(_) => RateKind::Constant,
+        None => default,
+    }
+}
+
+/// The `rampup` option: a non-negative time ([`RampupDefaults`] when absent).
 fn rampup(context: &str, value: Option<&serde_json::Value>) -> Result<Duration> {
     let Some(value) = value else {
-        return Ok(Duration::ZERO);
+        return Ok(RampupDefaults::default().rampup);
     };
     value
         .as_f64()
@@ -768,7 +908,7 @@ fn fraction(
 }
 
 fn goodput(context: &str, o: &serde_json::Map<String, serde_json::Value>) -> Result<Profile> {
-    let d = GoodputOptions::default();
+    let d = GoodputDefaults::default();
     let int = |key: &str, default: usize| -> Result<usize> {
         o.get(key)
             .map_or(Ok(default), |v| positive_int(context, key, v))
@@ -776,8 +916,8 @@ fn goodput(context: &str, o: &serde_json::Map<String, serde_json::Value>) -> Res
     let search = GoodputOptions {
         target: fraction(context, "target", o.get("target"), d.target)?,
         confidence: fraction(context, "confidence", o.get("confidence"), d.confidence)?,
-        initial: int("initial_streams", d.initial)?,
-        max_level: int("max_streams", d.max_level)?,
+        initial: int("initial_streams", d.initial_streams)?,
+        max_level: int("max_streams", d.max_streams)?,
         tolerance: match o.get("tolerance") {
             Some(v) => v
                 .as_f64()
@@ -816,11 +956,11 @@ fn goodput(context: &str, o: &serde_json::Map<String, serde_json::Value>) -> Res
 }
 
 fn knee(context: &str, o: &serde_json::Map<String, serde_json::Value>) -> Result<Profile> {
-    let int = |key: &str, default: Option<usize>| -> Result<Option<usize>> {
+    let d = KneeDefaults::default();
+    let int = |key: &str| -> Result<Option<usize>> {
         o.get(key)
             .map(|v| positive_int(context, key, v))
             .transpose()
-            .map(|v| v.or(default))
     };
     let streams = match o.get("streams") {
         Some(value) => {
@@ -833,7 +973,7 @@ fn knee(context: &str, o: &serde_json::Map<String, serde_json::Value>) -> Result
             levels
         }
         None => {
-            let Some(max) = int("max_streams", None)? else {
+            let Some(max) = int("max_streams")? else {
                 return Err(Error::InvalidOption {
                     context: context.into(),
                     key: "streams".into(),
@@ -842,8 +982,8 @@ fn knee(context: &str, o: &serde_json::Map<String, serde_json::Value>) -> Result
                         .into(),
                 });
             };
-            let min = int("min_streams", Some(1))?.unwrap_or(1);
-            let count = int("count", Some(8))?.unwrap_or(8);
+            let min = int("min_streams")?.unwrap_or(d.min_streams);
+            let count = int("count")?.unwrap_or(d.count);
             if min >= max {
                 return Err(Error::InvalidOption {
                     context: context.into(),
@@ -869,9 +1009,9 @@ fn knee(context: &str, o: &serde_json::Map<String, serde_json::Value>) -> Result
         refine: o
             .get("refine")
             .and_then(serde_json::Value::as_bool)
-            .unwrap_or(false),
-        points_each_side: int("points_each_side", Some(5))?.unwrap_or(5),
-        max_step: int("max_step", Some(5))?.unwrap_or(5),
+            .unwrap_or(d.refine),
+        points_each_side: int("points_each_side")?.unwrap_or(d.points_each_side),
+        max_step: int("max_step")?.unwrap_or(d.max_step),
     })
 }
 
@@ -1139,5 +1279,115 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn every_profile_default_help_prints_is_the_one_parsing_applies() {
+        for (kind, specs) in PROFILE_KINDS {
+            for spec in *specs {
+                if spec.default.is_some() {
+                    assert!(
+                        spec.default_text().is_some(),
+                        "profile {kind}: `{}` names a defaults struct without that key",
+                        spec.name
+                    );
+                }
+            }
+        }
+        let rampup = RampupDefaults::default().rampup;
+        let throughput = ThroughputDefaults::default();
+        assert_eq!(
+            profile("kind=throughput").expect("valid"),
+            Profile::Fixed {
+                strategies: vec![Strategy::Throughput {
+                    max_concurrency: throughput.max_concurrency,
+                    rampup,
+                }]
+            }
+        );
+        assert_eq!(
+            profile("kind=async,rate=2").expect("valid"),
+            Profile::Fixed {
+                strategies: vec![AsyncDefaults::default().strategy.strategy(2.0, 7, None)]
+            }
+        );
+        let sweep = SweepDefaults::default();
+        assert_eq!(
+            profile("kind=sweep").expect("valid"),
+            Profile::Sweep {
+                sweep_size: sweep.sweep_size,
+                max_concurrency: sweep.max_concurrency,
+                strategy: sweep.strategy,
+                seed: 7,
+                rampup,
+            }
+        );
+        assert_eq!(
+            profile("kind=replay").expect("valid"),
+            Profile::Fixed {
+                strategies: vec![Strategy::Replay {
+                    time_scale: ReplayDefaults::default().time_scale,
+                    max_concurrency: None,
+                }]
+            }
+        );
+        let goodput = GoodputDefaults::default();
+        let Profile::Goodput { search } = profile("kind=goodput").expect("valid") else {
+            panic!("a goodput search");
+        };
+        assert_eq!(
+            (
+                search.target,
+                search.initial,
+                search.max_level,
+                search.max_probes
+            ),
+            (
+                goodput.target,
+                goodput.initial_streams,
+                goodput.max_streams,
+                goodput.max_probes
+            )
+        );
+        let knee = KneeDefaults::default();
+        let p = profile("kind=knee,max_streams=64").expect("valid");
+        let Profile::Knee {
+            streams,
+            refine,
+            points_each_side,
+            max_step,
+        } = p
+        else {
+            panic!("a knee grid");
+        };
+        assert_eq!(streams.first(), Some(&knee.min_streams));
+        assert_eq!(
+            streams,
+            crate::analysis::knee::grid(knee.min_streams, 64, knee.count)
+        );
+        assert_eq!(
+            (refine, points_each_side, max_step),
+            (knee.refine, knee.points_each_side, knee.max_step)
+        );
+        let text = |kind: &str, key: &str| {
+            PROFILE_KINDS
+                .iter()
+                .find(|(k, _)| *k == kind)
+                .and_then(|(_, specs)| specs.iter().find(|s| s.name == key))
+                .and_then(OptionSpec::default_text)
+        };
+        assert_eq!(
+            text("throughput", "max_concurrency").as_deref(),
+            Some("256")
+        );
+        assert_eq!(text("sweep", "strategy").as_deref(), Some("constant"));
+        assert_eq!(text("constant", "rampup").as_deref(), Some("0s"));
+        assert_eq!(text("goodput", "max_streams").as_deref(), Some("1024"));
+        assert_eq!(text("knee", "refine").as_deref(), Some("false"));
+        assert_eq!(
+            text("poisson", "seed"),
+            None,
+            "the run's seed, not a fixed one"
+        );
     }
 }
