@@ -121,7 +121,9 @@ impl Default for SamplingDefaults {
     fn default() -> Self {
         let max_tokens = DEFAULT_MAX_TOKENS;
         // A request that sets nothing but its length, as validation fills
-        // it in (it cannot fail: the length is at least 1).
+        // it in. It cannot fail (the length is at least 1); if it did, NaN
+        // would serialize as null, help would print no default, and the
+        // test of these defaults would fail.
         let filled = SamplingParams {
             max_tokens: Some(max_tokens),
             ..SamplingParams::default()
