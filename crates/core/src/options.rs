@@ -218,7 +218,7 @@ pub fn serialize_seconds<S: serde::Serializer>(
 pub fn duration_text(duration: std::time::Duration) -> String {
     if duration.subsec_nanos() == 0 {
         format!("{}s", duration.as_secs())
-    } else if duration.as_secs() == 0 && duration.subsec_nanos() % 1_000_000 == 0 {
+    } else if duration.as_secs() == 0 && duration.subsec_nanos().is_multiple_of(1_000_000) {
         format!("{}ms", duration.as_millis())
     } else {
         format!("{}s", duration.as_secs_f64())
