@@ -147,6 +147,7 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
         .collect::<Result<Vec<_>, _>>()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        .thread_name(guidebench_bench::record::CLIENT_THREAD_NAME)
         .build()
         .map_err(|e| Failure::Run(anyhow!("cannot start the async runtime: {e}")))?;
     let mut report = runtime.block_on(async {

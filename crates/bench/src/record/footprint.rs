@@ -4,9 +4,14 @@
 //! A server on the same machine shares its cores and memory bandwidth with
 //! the client, so what the client uses is what the server may have lost.
 //! The numbers are the whole process's (`getrusage(RUSAGE_SELF)`, every
-//! thread): for an HTTP backend that is the client; for an in-process engine
-//! it includes the engine.
+//! thread): for an HTTP backend that is the client. With an in-process
+//! engine (its thread is named [`ENGINE_THREAD_NAME`]), on Linux the CPU
+//! time of every thread that is not the client's ([`CLIENT_THREAD_NAME`],
+//! the main thread) is read apart from `/proc/self/task`, so the footprint
+//! says what the engine and its pools used and what the client used, and
+//! the client-saturation check judges the client's alone.
 
+use guidebench_core::offline::ENGINE_THREAD_NAME;
 use serde::{Deserialize, Serialize};
 
 /// The process's resource usage at one instant.
@@ -18,6 +23,10 @@ pub struct ProcessUsage {
     pub system_s: f64,
     /// The peak resident set size since the process started, in bytes.
     pub peak_rss_bytes: u64,
+    /// User + system CPU time of an in-process engine's live threads (every
+    /// thread but the client's), in seconds; `None` where no engine thread
+    /// runs or threads cannot be read.
+    pub engine_s: Option<f64>,
 }
 
 impl ProcessUsage {
@@ -45,6 +54,7 @@ impl ProcessUsage {
             peak_rss_bytes: u64::try_from(usage.max_rss())
                 .unwrap_or(0)
                 .saturating_mul(unit),
+            engine_s: engine_threads_cpu_s(),
         })
     }
 
@@ -56,6 +66,75 @@ impl ProcessUsage {
     }
 }
 
+/// The name the benchmark's async runtime gives its threads; with the
+/// process's main thread and tokio's default-named workers, these are the
+/// client's threads. Every other thread of a process that runs an
+/// in-process engine is counted as the engine's.
+pub const CLIENT_THREAD_NAME: &str = "guidebench-client";
+
+/// The start of tokio's default thread name, as the kernel keeps it.
+const TOKIO_THREAD_NAME: &str = "tokio-runtime-w";
+
+/// A thread name as the kernel keeps it: its first 15 bytes.
+fn kernel_name(name: &str) -> &[u8] {
+    &name.as_bytes()[..name.len().min(15)]
+}
+
+/// With an in-process engine running (a live thread named
+/// [`ENGINE_THREAD_NAME`]), the CPU seconds of every live thread that is
+/// not the client's (not the main thread, not named [`CLIENT_THREAD_NAME`]
+/// or as tokio's workers): the engine thread and the pools it started,
+/// whatever they are called. From `/proc/self/task/*/stat`; `None` off
+/// Linux or without an engine thread.
+#[cfg(target_os = "linux")]
+fn engine_threads_cpu_s() -> Option<f64> {
+    let ticks_per_s = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK).ok()??;
+    let main = std::process::id().to_string();
+    let is_client = |name: &str| {
+        let name = name.as_bytes();
+        name.starts_with(kernel_name(CLIENT_THREAD_NAME))
+            || name.starts_with(TOKIO_THREAD_NAME.as_bytes())
+    };
+    let mut ticks = 0u64;
+    let mut engine_running = false;
+    for task in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
+        let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else {
+            continue; // the thread has just ended
+        };
+        let Some((name, user, system)) = parse_task_stat(&stat) else {
+            continue;
+        };
+        engine_running |= name.as_bytes().starts_with(kernel_name(ENGINE_THREAD_NAME));
+        if task.file_name().to_str() != Some(main.as_str()) && !is_client(name) {
+            ticks += user + system;
+        }
+    }
+    // Clock ticks: whole numbers far below 2^53.
+    #[allow(clippy::cast_precision_loss)]
+    engine_running.then(|| ticks as f64 / ticks_per_s as f64)
+}
+
+/// CPU seconds of the engine's threads; `None` off Linux.
+#[cfg(not(target_os = "linux"))]
+fn engine_threads_cpu_s() -> Option<f64> {
+    None
+}
+
+/// A thread's name and its user and system CPU time in clock ticks, from
+/// the text of `/proc/PID/task/TID/stat`: `tid (name) state ...`, where the
+/// name may hold spaces and parentheses (so it ends at the last `)`), and
+/// user and system time are the 12th and 13th fields after it.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+fn parse_task_stat(stat: &str) -> Option<(&str, u64, u64)> {
+    let open = stat.find('(')?;
+    let close = stat.rfind(')')?;
+    let name = stat.get(open + 1..close)?;
+    let mut fields = stat.get(close + 1..)?.split_whitespace().skip(11);
+    let user = fields.next()?.parse().ok()?;
+    let system = fields.next()?.parse().ok()?;
+    Some((name, user, system))
+}
+
 /// What the client process used during one benchmark (warm-up and
 /// cool-down included).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -64,9 +143,15 @@ pub struct ClientFootprint {
     pub cpu_user_s: f64,
     /// System CPU time, in seconds.
     pub cpu_system_s: f64,
-    /// User + system CPU time, in seconds.
+    /// User + system CPU time, in seconds: the whole process's, an
+    /// in-process engine's included.
     pub cpu_s: f64,
-    /// CPU time per request sent, in milliseconds; absent without requests.
+    /// Of `cpu_s`, what an in-process engine's threads used, in seconds;
+    /// absent for a backend without one (or where threads cannot be read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine_cpu_s: Option<f64>,
+    /// The client's CPU time (`cpu_s` less `engine_cpu_s`) per request
+    /// sent, in milliseconds; absent without requests.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_per_request_ms: Option<f64>,
     /// The process's peak resident set size since it started, read at the
@@ -80,16 +165,30 @@ impl ClientFootprint {
         let cpu_user_s = (end.user_s - start.user_s).max(0.0);
         let cpu_system_s = (end.system_s - start.system_s).max(0.0);
         let cpu_s = cpu_user_s + cpu_system_s;
+        let engine_cpu_s = end
+            .engine_s
+            .map(|at_end| (at_end - start.engine_s.unwrap_or(0.0)).clamp(0.0, cpu_s));
+        let client_s = cpu_s - engine_cpu_s.unwrap_or(0.0);
         ClientFootprint {
             cpu_user_s,
             cpu_system_s,
             cpu_s,
-            cpu_per_request_ms: (requests > 0).then(|| cpu_s * 1e3 / super::count_as_f64(requests)),
+            engine_cpu_s,
+            cpu_per_request_ms: (requests > 0)
+                .then(|| client_s * 1e3 / super::count_as_f64(requests)),
             peak_rss_bytes: end.peak_rss_bytes,
         }
     }
 
-    /// One line for the console: CPU time, per request, peak memory.
+    /// The client's CPU time, in seconds: the process's less an in-process
+    /// engine's.
+    #[must_use]
+    pub fn client_cpu_s(&self) -> f64 {
+        (self.cpu_s - self.engine_cpu_s.unwrap_or(0.0)).max(0.0)
+    }
+
+    /// One line for the console: CPU time, per request, peak memory; with
+    /// an in-process engine, the client's CPU and the engine's apart.
     pub fn summary(&self) -> String {
         let per_request = self
             .cpu_per_request_ms
@@ -97,10 +196,17 @@ impl ClientFootprint {
         // Bytes as MiB for display only.
         #[allow(clippy::cast_precision_loss)]
         let mib = self.peak_rss_bytes as f64 / (1024.0 * 1024.0);
-        format!(
-            "CPU {:.3} s (user {:.3} s, system {:.3} s{per_request}), peak RSS {mib:.1} MiB",
-            self.cpu_s, self.cpu_user_s, self.cpu_system_s
-        )
+        match self.engine_cpu_s {
+            None => format!(
+                "CPU {:.3} s (user {:.3} s, system {:.3} s{per_request}), peak RSS {mib:.1} MiB",
+                self.cpu_s, self.cpu_user_s, self.cpu_system_s
+            ),
+            Some(engine) => format!(
+                "CPU {:.3} s{per_request}; in-process engine threads CPU {engine:.3} s; \
+                 process peak RSS {mib:.1} MiB (engine included)",
+                self.client_cpu_s()
+            ),
+        }
     }
 }
 
@@ -114,11 +220,13 @@ mod tests {
             user_s: 1.0,
             system_s: 0.5,
             peak_rss_bytes: 10 << 20,
+            engine_s: None,
         };
         let end = ProcessUsage {
             user_s: 1.75,
             system_s: 0.75,
             peak_rss_bytes: 12 << 20,
+            engine_s: None,
         };
         let f = ClientFootprint::between(&start, &end, 100);
         assert_eq!((f.cpu_user_s, f.cpu_system_s, f.cpu_s), (0.75, 0.25, 1.0));
@@ -132,6 +240,102 @@ mod tests {
             f.summary(),
             "CPU 1.000 s (user 0.750 s, system 0.250 s, 10.000 ms per request), peak RSS 12.0 MiB"
         );
+    }
+
+    #[test]
+    fn an_in_process_engine_s_cpu_is_counted_apart_from_the_client_s() {
+        let usage = |cpu_s: f64, engine_s: Option<f64>| ProcessUsage {
+            user_s: cpu_s,
+            system_s: 0.0,
+            peak_rss_bytes: 100 << 20,
+            engine_s,
+        };
+        // The engine started during the benchmark: all its time counts.
+        let f = ClientFootprint::between(&usage(1.0, None), &usage(5.0, Some(3.5)), 10);
+        assert_eq!(f.cpu_s, 4.0);
+        assert_eq!(f.engine_cpu_s, Some(3.5));
+        assert_eq!(f.client_cpu_s(), 0.5);
+        assert_eq!(f.cpu_per_request_ms, Some(50.0));
+        assert_eq!(
+            f.summary(),
+            "CPU 0.500 s, 50.000 ms per request; in-process engine threads CPU 3.500 s; \
+             process peak RSS 100.0 MiB (engine included)"
+        );
+        // Only the benchmark's share of an engine that ran before it.
+        let f = ClientFootprint::between(&usage(10.0, Some(8.0)), &usage(12.0, Some(9.5)), 1);
+        assert_eq!((f.engine_cpu_s, f.client_cpu_s()), (Some(1.5), 0.5));
+    }
+
+    #[test]
+    fn a_thread_s_name_and_cpu_ticks_are_read_from_its_stat_line() {
+        let stat = "4242 (guidebench-engi) S 1 2 3 0 -1 4194368 100 0 0 0 250 17 0 0 20 0 9 0";
+        assert_eq!(parse_task_stat(stat), Some(("guidebench-engi", 250, 17)));
+        // A name with spaces and a parenthesis ends at the last `)`.
+        let odd = "7 (a) b) R 1 2 3 0 -1 0 0 0 0 0 5 6 0 0 20 0 1 0";
+        assert_eq!(parse_task_stat(odd), Some(("a) b", 5, 6)));
+        assert_eq!(parse_task_stat("garbage"), None);
+    }
+
+    /// Spins for a few clock ticks of CPU time on a thread named `name`.
+    fn spin_on(name: &str) {
+        std::thread::Builder::new()
+            .name(name.into())
+            .spawn(|| {
+                let mut x = 0u64;
+                for i in 0..50_000_000u64 {
+                    x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(i));
+                }
+                x
+            })
+            .expect("spawn")
+            .join()
+            .expect("join");
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn an_engine_s_threads_are_counted_as_the_engine_and_the_client_s_are_not() {
+        // No engine thread: nothing is the engine's.
+        spin_on("a-pool-thread");
+        assert_eq!(engine_threads_cpu_s(), None);
+        // An engine thread starts a pool thread of another name and waits.
+        let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<()>();
+        let engine = std::thread::Builder::new()
+            .name(format!("{ENGINE_THREAD_NAME}test"))
+            .spawn(move || {
+                let (pool_tx, pool_rx) = std::sync::mpsc::channel::<()>();
+                let pool = std::thread::Builder::new()
+                    .name("candle-0".into())
+                    .spawn(move || {
+                        let mut x = 0u64;
+                        for i in 0..50_000_000u64 {
+                            x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(i));
+                        }
+                        let _ = pool_tx.send(());
+                        // Stay alive (idle) until the engine stops.
+                        let _ = stop_rx.recv();
+                        x
+                    })
+                    .expect("spawn the pool");
+                pool_rx.recv().expect("the pool worked");
+                ready_tx.send(()).expect("ready");
+                pool.join().expect("join the pool");
+            })
+            .expect("spawn the engine");
+        ready_rx.recv().expect("the engine's pool worked");
+        let with_pool = engine_threads_cpu_s().expect("an engine thread runs");
+        assert!(with_pool > 0.0, "{with_pool}");
+        // The client's threads working add nothing to the engine's time.
+        spin_on(CLIENT_THREAD_NAME);
+        spin_on("tokio-runtime-worker");
+        let after_client = engine_threads_cpu_s().expect("an engine thread runs");
+        assert!(
+            after_client - with_pool < 0.02,
+            "{with_pool} -> {after_client}"
+        );
+        drop(stop_tx);
+        engine.join().expect("join the engine");
     }
 
     #[cfg(unix)]

@@ -23,7 +23,7 @@ pub mod saturation;
 
 pub use compact::{CompactRecord, CompactRecords, CompactTurn, Excluded, round_to_micros};
 pub use conclusion::{Conclusion, KneeConclusion};
-pub use footprint::{ClientFootprint, ProcessUsage};
+pub use footprint::{CLIENT_THREAD_NAME, ClientFootprint, ProcessUsage};
 pub use saturation::{SaturationMode, SaturationReport};
 
 /// A count as `f64`.

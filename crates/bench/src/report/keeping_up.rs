@@ -9,11 +9,15 @@
 //!   [`MIN_DISPATCH_BOUND_S`] — the client is more than a whole gap late for
 //!   one request in twenty, so the arrival process it claims is not the one
 //!   the server saw (judged with at least [`MIN_PLANNED`] planned sends);
-//! * **CPU**: the process used at least [`CPU_SHARE`] of every available
+//! * **CPU**: the client used at least [`CPU_SHARE`] of every available
 //!   core over a benchmark of at least [`MIN_CPU_WALL_S`] (CPU time ÷ wall
 //!   time ÷ available cores) —
 //!   timings then include waiting for a core. With an in-process engine the
-//!   CPU time includes the engine's.
+//!   engine's threads are left out ([`ClientFootprint::engine_cpu_s`]): an
+//!   engine that keeps every core busy is doing its job, not slowing the
+//!   client.
+//!
+//! [`ClientFootprint::engine_cpu_s`]: crate::record::ClientFootprint::engine_cpu_s
 //!
 //! The flag is kept in the benchmark's `extra.client_saturated` and printed
 //! as one console line.
@@ -49,7 +53,8 @@ pub struct ClientSaturation {
     /// The bound it was held to, in seconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dispatch_bound_s: Option<f64>,
-    /// Cores the process kept busy on average (CPU time ÷ wall time).
+    /// Cores the client kept busy on average (its CPU time ÷ wall time; an
+    /// in-process engine's threads left out).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_cores_used: Option<f64>,
     /// The cores available to the process.
@@ -104,11 +109,16 @@ pub fn client_saturation(
         && wall_s >= MIN_CPU_WALL_S
         && available_cores > 0
     {
-        let cores = client.cpu_s / wall_s;
+        let cores = client.client_cpu_s() / wall_s;
         flag.cpu_cores_used = Some(cores);
         if cores >= CPU_SHARE * count_as_f64(available_cores) {
+            let who = if client.engine_cpu_s.is_some() {
+                "the client's threads (the in-process engine's left out)"
+            } else {
+                "the process"
+            };
             flag.reasons.push(format!(
-                "the process kept {cores:.2} of {available_cores} available cores busy \
+                "{who} kept {cores:.2} of {available_cores} available cores busy \
                  (at least {:.0} %)",
                 CPU_SHARE * 100.0
             ));
@@ -166,6 +176,7 @@ mod tests {
             cpu_user_s: cpu_s,
             cpu_system_s: 0.0,
             cpu_s,
+            engine_cpu_s: None,
             cpu_per_request_ms: None,
             peak_rss_bytes: 0,
         });
@@ -220,5 +231,25 @@ mod tests {
         // Under a second, CPU time is too coarse to judge.
         let short = benchmark(10, &[0; 40], Some(0.5));
         assert_eq!(client_saturation(&short, 0.5, 1), None);
+    }
+
+    #[test]
+    fn an_in_process_engine_busy_on_every_core_does_not_flag_the_client() {
+        let mut report = benchmark(10, &[0; 40], Some(3.9));
+        if let Some(client) = report.client.as_mut() {
+            client.engine_cpu_s = Some(3.8);
+        }
+        assert_eq!(client_saturation(&report, 1.0, 4), None);
+        // The client's own threads on every core still are flagged.
+        if let Some(client) = report.client.as_mut() {
+            client.engine_cpu_s = Some(0.2);
+        }
+        let flag = client_saturation(&report, 1.0, 4).expect("flagged");
+        assert!(
+            flag.reasons[0].starts_with(
+                "the client's threads (the in-process engine's left out) kept 3.70 of 4"
+            ),
+            "{flag:?}"
+        );
     }
 }

@@ -150,6 +150,7 @@ pub(crate) mod tests {
             cpu_user_s: 0.25,
             cpu_system_s: 0.125,
             cpu_s: 0.375,
+            engine_cpu_s: None,
             cpu_per_request_ms: Some(37.5),
             peak_rss_bytes: 48 << 20,
         });

@@ -9,9 +9,9 @@ use std::time::Instant;
 
 use tokio::sync::{mpsc as tokio_mpsc, oneshot};
 
-use super::Scheduling;
 use super::continuous;
 use super::job::{Generated, Pending, panic_message};
+use super::{ENGINE_THREAD_NAME, Scheduling};
 use crate::engine::{
     EngineCapabilities, EngineConfig, EngineDescription, EngineFactory, EngineRequest, Interrupt,
 };
@@ -49,7 +49,7 @@ impl EngineThread {
         let (jobs_tx, jobs_rx) = mpsc::channel::<Vec<Pending>>();
         let engine_name = config.engine.clone();
         let thread = std::thread::Builder::new()
-            .name(format!("guidebench-engine-{engine_name}"))
+            .name(format!("{ENGINE_THREAD_NAME}{engine_name}"))
             .spawn(move || {
                 engine_main(
                     &factory, &config, scheduling, ready_tx, &jobs_rx, &done, &interrupt,

@@ -33,6 +33,13 @@ use crate::tokenizer::Tokenizer;
 use crate::{Error, Result};
 
 pub use continuous::ContinuousPolicy;
+
+/// The start of the name of the thread an offline backend runs its engine
+/// on (then the engine's name). Threads an engine starts from it (its
+/// compute pool, a runtime's intra-op threads) inherit the name on Linux,
+/// which is how a client footprint tells the engine's CPU time from the
+/// client's.
+pub const ENGINE_THREAD_NAME: &str = "guidebench-engine-";
 use engine_thread::{EngineReady, EngineThread};
 use job::{Generated, Pending};
 pub use policy::{BatchPolicy, BatchQueue, Batcher, Step};
