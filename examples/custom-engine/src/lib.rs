@@ -51,7 +51,7 @@ use guidebench_core::generation::{
 use guidebench_core::model::{DecoderConfig, ModelFolder};
 use guidebench_core::options::{OptionSpec, OptionType};
 use guidebench_core::{Error, Result};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// The engine's name in the registry (`engine=reference`).
 pub const ENGINE_NAME: &str = "reference";
@@ -63,7 +63,7 @@ pub const OPTIONS: &[OptionSpec] = &[
         OptionType::Int,
         "the most sequences in the KV cache at once",
     )
-    .with_default("8"),
+    .default_from::<ReferenceOptions>(),
     OptionSpec::optional(
         "max_seq_len",
         OptionType::Int,
@@ -78,14 +78,24 @@ guidebench_core::register_engine! {
     create: ReferenceEngine::create,
 }
 
-/// Typed options (`engine=reference,max_slots=4,...`).
-#[derive(Debug, Clone, Default, Deserialize)]
+/// Typed options (`engine=reference,max_slots=4,...`); an unset key takes
+/// the value of `ReferenceOptions::default()`, which help prints.
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ReferenceOptions {
     /// The most sequences held at once; default 8.
-    pub max_slots: Option<usize>,
+    pub max_slots: usize,
     /// Longest sequence; default: the model's `max_position_embeddings`.
     pub max_seq_len: Option<usize>,
+}
+
+impl Default for ReferenceOptions {
+    fn default() -> Self {
+        ReferenceOptions {
+            max_slots: 8,
+            max_seq_len: None,
+        }
+    }
 }
 
 /// The step engine: see the crate docs.
@@ -142,7 +152,7 @@ impl ReferenceEngine {
         };
         let mut tensors = read_f32_tensors(&folder.weight_files()?).map_err(load_error)?;
         let model_weights = Model::from_tensors(&config, &mut tensors).map_err(load_error)?;
-        let max_slots = options.max_slots.unwrap_or(8).max(1);
+        let max_slots = options.max_slots.max(1);
         Ok(ReferenceEngine {
             model: model_weights,
             slots: (0..max_slots).map(|_| None).collect(),
