@@ -148,7 +148,8 @@ impl OptionSpec {
     }
 
     /// The default as help prints it: text as it is, numbers and booleans
-    /// as written, lists joined with commas; `None` when there is none.
+    /// as written (a whole float without `.0`), lists joined with commas;
+    /// `None` when there is none.
     #[must_use]
     pub fn default_text(&self) -> Option<String> {
         self.default_value().map(|value| value_text(&value))
@@ -174,6 +175,11 @@ impl OptionSpec {
 fn value_text(value: &Value) -> String {
     match value {
         Value::String(text) => text.clone(),
+        // A whole float as a user writes it: `0`, not `0.0`.
+        Value::Number(n) if !n.is_i64() && !n.is_u64() => match n.as_f64() {
+            Some(x) if x.fract() == 0.0 && x.abs() < 1e15 => format!("{x:.0}"),
+            _ => n.to_string(),
+        },
         Value::Array(items) => items.iter().map(value_text).collect::<Vec<_>>().join(","),
         other => other.to_string(),
     }
@@ -1299,6 +1305,8 @@ mod tests {
         stop: Vec<&'static str>,
         limit: Option<usize>,
         on: bool,
+        scale: f64,
+        share: f64,
     }
 
     impl Default for Shown {
@@ -1311,6 +1319,8 @@ mod tests {
                 stop: vec!["a", "b"],
                 limit: None,
                 on: false,
+                scale: 1.0,
+                share: 0.95,
             }
         }
     }
@@ -1328,6 +1338,8 @@ mod tests {
         assert_eq!(shown("mode").as_deref(), Some("constant"));
         assert_eq!(shown("stop").as_deref(), Some("a,b"));
         assert_eq!(shown("on").as_deref(), Some("false"));
+        assert_eq!(shown("scale").as_deref(), Some("1"));
+        assert_eq!(shown("share").as_deref(), Some("0.95"));
         // Unset, and a key the struct does not have: no default to print.
         assert_eq!(shown("limit"), None);
         assert_eq!(shown("nonesuch"), None);
