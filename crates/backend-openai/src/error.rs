@@ -79,9 +79,10 @@ pub enum OpenAiError {
         reason: String,
     },
 
-    /// The mock server could not accept connections.
+    /// The mock server could not accept connections. (The I/O error is the
+    /// message, not also the source, so that it is not printed twice.)
     #[error("{0}")]
-    MockServer(#[source] std::io::Error),
+    MockServer(std::io::Error),
 }
 
 impl OpenAiError {
@@ -105,16 +106,29 @@ impl OpenAiError {
     /// The crate's own error inside a core error, if it holds one.
     pub fn from_core(error: &guidebench_core::Error) -> Option<&OpenAiError> {
         match error {
-            guidebench_core::Error::Backend { source, .. }
-            | guidebench_core::Error::Engine(source) => source.downcast_ref::<OpenAiError>(),
+            guidebench_core::Error::Backend { error, .. }
+            | guidebench_core::Error::Engine(error) => error.downcast_ref::<OpenAiError>(),
             _ => None,
+        }
+    }
+
+    /// What the server answered, for an error it answered: the HTTP status
+    /// of an error status, and the server's own message on one line.
+    pub fn server_answer(&self) -> (Option<u16>, Option<String>) {
+        match self {
+            OpenAiError::HttpStatus {
+                status, message, ..
+            } => (Some(*status), Some(first_line(message))),
+            OpenAiError::ServerError { message, .. } => (None, Some(first_line(message))),
+            _ => (None, None),
         }
     }
 }
 
 impl From<OpenAiError> for guidebench_core::Error {
     fn from(error: OpenAiError) -> Self {
-        guidebench_core::Error::backend(error.label(), error)
+        let (status, server_message) = error.server_answer();
+        guidebench_core::Error::backend_answer(error.label(), status, server_message, error)
     }
 }
 
@@ -145,4 +159,14 @@ pub(crate) fn snippet(text: &str, max: usize) -> String {
         out.push('…');
     }
     out
+}
+
+/// The first non-empty line of `text`, trimmed, at most 200 characters.
+pub(crate) fn first_line(text: &str) -> String {
+    let line = text
+        .lines()
+        .map(str::trim)
+        .find(|line| !line.is_empty())
+        .unwrap_or("");
+    snippet(line, 200)
 }

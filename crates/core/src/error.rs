@@ -119,19 +119,27 @@ pub enum Error {
         reason: String,
     },
 
-    /// The engine failed while generating.
+    /// The engine failed while generating. The engine's error is shown in
+    /// the message, not returned again as the source, so that printing the
+    /// chain of causes does not repeat it.
     #[error("engine error: {0}")]
-    Engine(#[source] Box<dyn std::error::Error + Send + Sync + 'static>),
+    Engine(Box<dyn std::error::Error + Send + Sync + 'static>),
 
     /// A backend's own failure (an HTTP status, a timeout, a truncated
-    /// stream, ...), carrying the backend's stable label.
-    #[error("{source}")]
+    /// stream, ...), carrying the backend's stable label and, when a
+    /// server answered, its status and message. The backend's error is the
+    /// message, not also the source, so that printing the chain of causes
+    /// does not repeat it.
+    #[error("{error}")]
     Backend {
         /// The stable label (`http_status`, `timeout`, ...).
         label: &'static str,
         /// The backend's error.
-        #[source]
-        source: Box<dyn std::error::Error + Send + Sync + 'static>,
+        error: Box<dyn std::error::Error + Send + Sync + 'static>,
+        /// The HTTP status the server answered, for an error status.
+        status: Option<u16>,
+        /// The server's own message, on one line, when it sent one.
+        server_message: Option<String>,
     },
 
     /// The engine panicked; the panic was caught at the engine thread.
@@ -352,7 +360,42 @@ impl Error {
     {
         Error::Backend {
             label,
-            source: Box::new(source),
+            error: Box::new(source),
+            status: None,
+            server_message: None,
+        }
+    }
+
+    /// Wraps a backend's own error under the backend's stable label, with
+    /// what the server answered: its HTTP status (for an error status) and
+    /// its own message on one line. Reports group errors by them.
+    pub fn backend_answer<E>(
+        label: &'static str,
+        status: Option<u16>,
+        server_message: Option<String>,
+        source: E,
+    ) -> Self
+    where
+        E: std::error::Error + Send + Sync + 'static,
+    {
+        Error::Backend {
+            label,
+            error: Box::new(source),
+            status,
+            server_message,
+        }
+    }
+
+    /// What a server answered, for a backend error that carries it: the
+    /// HTTP status and the server's own message (each `None` when absent).
+    pub fn server_answer(&self) -> (Option<u16>, Option<&str>) {
+        match self {
+            Error::Backend {
+                status,
+                server_message,
+                ..
+            } => (*status, server_message.as_deref()),
+            _ => (None, None),
         }
     }
 
@@ -418,6 +461,31 @@ impl Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The error and its causes as `{:#}` (anyhow) prints them: each
+    /// message, joined by `: `.
+    fn chain_text(error: &(dyn std::error::Error + 'static)) -> String {
+        let mut parts = vec![error.to_string()];
+        let mut cause = error.source();
+        while let Some(c) = cause {
+            parts.push(c.to_string());
+            cause = c.source();
+        }
+        parts.join(": ")
+    }
+
+    #[test]
+    fn a_backend_or_engine_error_is_printed_once_with_its_causes() {
+        let inner = || std::io::Error::other("the server at http://h/health is not ready");
+        for error in [
+            Error::backend("unreachable", inner()),
+            Error::backend_answer("http_status", Some(503), None, inner()),
+            Error::engine(inner()),
+        ] {
+            let text = chain_text(&error);
+            assert_eq!(text.matches("is not ready").count(), 1, "{text}");
+        }
+    }
 
     #[test]
     fn batch_failure_keeps_label_and_message() {

@@ -259,13 +259,45 @@ pub enum RequestStatus {
     Incomplete,
 }
 
-/// Why a request failed: a stable label and a message.
+/// Why a request failed: a stable label and a message, and what the
+/// server answered when it answered (its HTTP status, its own message).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RequestError {
     /// The stable label of the error (see [`crate::Error::label`]).
     pub label: String,
     /// The error's message.
     pub message: String,
+    /// The HTTP status the server answered, for an error status (see
+    /// [`crate::Error::server_answer`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<u16>,
+    /// The server's own message, on one line, when it sent one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_message: Option<String>,
+}
+
+impl RequestError {
+    /// An error with a label and a message and no server answer.
+    pub fn new(label: impl Into<String>, message: impl Into<String>) -> Self {
+        RequestError {
+            label: label.into(),
+            message: message.into(),
+            status: None,
+            server_message: None,
+        }
+    }
+
+    /// The error of `error`: its label, its message and what the server
+    /// answered, if it carries that.
+    pub fn of(error: &crate::Error) -> Self {
+        let (status, server_message) = error.server_answer();
+        RequestError {
+            label: error.label().to_owned(),
+            message: error.to_string(),
+            status,
+            server_message: server_message.map(str::to_owned),
+        }
+    }
 }
 
 /// One request's outcome, whatever it was: what metrics are computed from.
@@ -309,10 +341,7 @@ impl RequestRecord {
         RequestRecord {
             id,
             status: RequestStatus::Error,
-            error: Some(RequestError {
-                label: error.label().to_owned(),
-                message: error.to_string(),
-            }),
+            error: Some(RequestError::of(error)),
             prompt_tokens: None,
             output_tokens: 0,
             finish_reason: None,
@@ -412,5 +441,28 @@ mod tests {
         assert_eq!(detail.label, "shutting_down");
         assert_eq!(detail.message, err.to_string());
         assert!((record.timings.latency().expect("latency") - 0.002).abs() < 1e-12);
+    }
+
+    #[test]
+    fn an_error_record_keeps_the_status_and_message_a_server_answered() {
+        let err = crate::Error::backend_answer(
+            "http_status",
+            Some(503),
+            Some("model overloaded".into()),
+            std::io::Error::other("http://h/v1/chat/completions answered HTTP 503"),
+        );
+        let detail = RequestRecord::error(1, &err, ts(1), ts(2))
+            .error
+            .expect("error detail");
+        assert_eq!(detail.status, Some(503));
+        assert_eq!(detail.server_message.as_deref(), Some("model overloaded"));
+        // Absent fields are left out of the JSON, and old records read.
+        let json = serde_json::to_value(RequestError::new("timeout", "slow")).expect("json");
+        assert_eq!(
+            json,
+            serde_json::json!({"label": "timeout", "message": "slow"})
+        );
+        let back: RequestError = serde_json::from_value(json).expect("reads");
+        assert_eq!(back, RequestError::new("timeout", "slow"));
     }
 }

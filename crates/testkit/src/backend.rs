@@ -288,10 +288,7 @@ impl Backend for MockBackend {
         }
         pause(reply.ttft).await;
         if let Outcome::Fail { label, message } = reply.outcome {
-            return Err(Error::Backend {
-                label,
-                source: message.into(),
-            });
+            return Err(Error::backend(label, std::io::Error::other(message)));
         }
         let mut tokens = vec![now()];
         for _ in 1..reply.tokens {

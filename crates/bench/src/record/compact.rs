@@ -556,7 +556,7 @@ mod tests {
                 let record = RequestRecord {
                     id: 1,
                     status: if failed { RequestStatus::Error } else { RequestStatus::Success },
-                    error: failed.then(|| RequestError { label: "engine".into(), message: "boom".into() }),
+                    error: failed.then(|| RequestError::new("engine", "boom")),
                     prompt_tokens: Some(3),
                     output_tokens: u32::try_from(tokens.len()).unwrap_or(0),
                     finish_reason: None,
