@@ -19,6 +19,7 @@ mod chart;
 mod compare;
 mod console;
 mod csv;
+pub mod guidellm;
 mod html;
 mod keeping_up;
 mod metrics;

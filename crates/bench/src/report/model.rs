@@ -367,8 +367,12 @@ impl Report {
     ///
     /// The metrics are recomputed from the records rather than taken from
     /// the JSON, so they are bit-identical to the metrics computed before
-    /// saving (`serde_json` parses a float to within one ulp only).
+    /// saving (`serde_json` parses a float to within one ulp only). A
+    /// GuideLLM report is converted (see [`super::guidellm`]).
     pub fn from_json_value(value: Value, context: &str) -> Result<Self> {
+        if super::guidellm::is_guidellm_report(&value) {
+            return super::guidellm::from_guidellm(value, context);
+        }
         match value.get("schema_version") {
             None => {
                 return Err(Error::NotAReport {
