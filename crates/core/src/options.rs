@@ -295,14 +295,91 @@ fn parse_json_form(text: &str) -> std::result::Result<KindArgs, String> {
     Ok(KindArgs { kind, options })
 }
 
+/// One part of a key: a name (`streams`), or an index into a list
+/// (`streams[0]` is the name `streams`, then the index 0).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Part<'a> {
+    Name(&'a str),
+    Index(usize),
+}
+
+/// The largest list index a key may give (`streams[9999]`): an index sizes
+/// the list, so it must stay small.
+const MAX_INDEX: usize = 9_999;
+
+/// Splits a dotted key into its parts: `items[0].weight` is `items`, 0,
+/// `weight`. A dotted part that is not `name[digits]` is a name as written.
+fn key_parts(key: &str) -> std::result::Result<Vec<Part<'_>>, String> {
+    let mut parts = Vec::new();
+    for part in key.split('.').map(str::trim) {
+        if part.is_empty() {
+            return Err(format!("key `{key}` has an empty part between dots"));
+        }
+        let indexed = part
+            .strip_suffix(']')
+            .and_then(|p| p.split_once('['))
+            .filter(|(name, index)| {
+                !name.is_empty()
+                    && !name.contains(['[', ']'])
+                    && !index.is_empty()
+                    && index.bytes().all(|b| b.is_ascii_digit())
+            });
+        match indexed {
+            Some((name, index)) => {
+                let index = index
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|i| *i <= MAX_INDEX)
+                    .ok_or_else(|| {
+                        format!("key `{key}`: a list index must be at most {MAX_INDEX}")
+                    })?;
+                parts.push(Part::Name(name.trim()));
+                parts.push(Part::Index(index));
+            }
+            None => parts.push(Part::Name(part)),
+        }
+    }
+    Ok(parts)
+}
+
+/// The key that `parts` spell, as a user would write it (`items[0].weight`).
+fn key_text(parts: &[Part<'_>]) -> String {
+    let mut text = String::new();
+    for part in parts {
+        match part {
+            Part::Name(name) => {
+                if !text.is_empty() {
+                    text.push('.');
+                }
+                text.push_str(name);
+            }
+            Part::Index(i) => {
+                let _ = std::fmt::Write::write_fmt(&mut text, format_args!("[{i}]"));
+            }
+        }
+    }
+    text
+}
+
 /// Parses the `kind=NAME,key=value,...` form of an argument.
+///
+/// Besides `key=value` pairs, two spellings make lists (as GuideLLM users
+/// write them): a segment without `=` after a key continues that key's
+/// list (`streams=1,2,4` is `streams=1;2;4`), and indexed keys give the
+/// items one by one (`streams[0]=1,streams[1]=2`, from 0, without gaps).
 fn parse_pairs_form(text: &str) -> std::result::Result<KindArgs, String> {
     let segments = split_top_level(text, ',')?;
     let mut kind: Option<String> = None;
     let mut options = Map::new();
-    // Full dotted paths given a value, and paths that are parents of others.
+    // Full keys given a value, and keys that are parents of others.
     let mut leaves: HashSet<String> = HashSet::new();
     let mut parents: HashSet<String> = HashSet::new();
+    // The key the latest `key=value` segment set (not `kind`): a segment
+    // without `=` continues its list.
+    let mut last: Option<String> = None;
+    // Each list given by index: the items given.
+    let mut indexed: std::collections::BTreeMap<String, HashSet<usize>> =
+        std::collections::BTreeMap::new();
 
     for (index, segment) in segments.iter().enumerate() {
         let segment = segment.trim();
@@ -313,6 +390,10 @@ fn parse_pairs_form(text: &str) -> std::result::Result<KindArgs, String> {
             ));
         }
         let Some((raw_key, raw_value)) = segment.split_once('=') else {
+            if let Some(key) = &last {
+                continue_list(&mut options, key, segment)?;
+                continue;
+            }
             let hint = if index == 0 {
                 format!(" (did you mean `kind={segment}`?)")
             } else {
@@ -322,17 +403,15 @@ fn parse_pairs_form(text: &str) -> std::result::Result<KindArgs, String> {
                 "segment `{segment}` has no `=`; expected `key=value`{hint}"
             ));
         };
+        last = None;
         let key = raw_key.trim();
         if key.is_empty() {
             return Err(format!("segment `{segment}` has an empty key"));
         }
-        let path: Vec<&str> = key.split('.').map(str::trim).collect();
-        if path.iter().any(|part| part.is_empty()) {
-            return Err(format!("key `{key}` has an empty part between dots"));
-        }
-        let key = path.join(".");
+        let path = key_parts(key)?;
+        let key = key_text(&path);
 
-        if path[0] == KIND {
+        if path[0] == Part::Name(KIND) {
             if path.len() > 1 {
                 return Err(format!("key `{key}`: `kind` cannot have sub-keys"));
             }
@@ -352,7 +431,7 @@ fn parse_pairs_form(text: &str) -> std::result::Result<KindArgs, String> {
             ));
         }
         for end in 1..path.len() {
-            let prefix = path[..end].join(".");
+            let prefix = key_text(&path[..end]);
             if leaves.contains(&prefix) {
                 return Err(format!(
                     "key `{prefix}` is given both as a value and as the parent of `{key}`"
@@ -365,13 +444,69 @@ fn parse_pairs_form(text: &str) -> std::result::Result<KindArgs, String> {
             format!("key `{prefix}` is given both as a value and as the parent of `{key}`")
         })?;
         for end in 1..path.len() {
-            parents.insert(path[..end].join("."));
+            parents.insert(key_text(&path[..end]));
+            if let Part::Index(i) = path[end] {
+                indexed.entry(key_text(&path[..end])).or_default().insert(i);
+            }
         }
-        leaves.insert(key);
+        leaves.insert(key.clone());
+        last = Some(key);
     }
 
+    for (list, given) in &indexed {
+        if let Some(missing) = (0..given.len()).find(|i| !given.contains(i)) {
+            return Err(format!(
+                "`{list}[{missing}]` is missing: a list given by index needs every item from \
+                 `{list}[0]` on"
+            ));
+        }
+    }
     let kind = kind.ok_or_else(|| MISSING_KIND.to_string())?;
     Ok(KindArgs { kind, options })
+}
+
+/// Appends the item `segment` (typed, or the items of a `;` list) to the
+/// value of `key`, making it a list if it was one value.
+fn continue_list(
+    options: &mut Map<String, Value>,
+    key: &str,
+    segment: &str,
+) -> std::result::Result<(), String> {
+    let item = type_value(key, segment)?;
+    let parts = key_parts(key)?;
+    let slot = value_at(options, &parts)
+        .ok_or_else(|| format!("segment `{segment}` has no `=`; expected `key=value`"))?;
+    let mut items = match std::mem::take(slot) {
+        Value::Array(items) => items,
+        Value::Object(_) => {
+            return Err(format!(
+                "segment `{segment}` has no `=`, and `{key}` is an object, not a list"
+            ));
+        }
+        one => vec![one],
+    };
+    match item {
+        Value::Array(more) if !segment.trim_start().starts_with('[') => items.extend(more),
+        other => items.push(other),
+    }
+    *slot = Value::Array(items);
+    Ok(())
+}
+
+/// The value at `parts`, if there is one.
+fn value_at<'m>(map: &'m mut Map<String, Value>, parts: &[Part<'_>]) -> Option<&'m mut Value> {
+    let (Part::Name(first), rest) = parts.split_first()? else {
+        return None;
+    };
+    let mut current = map.get_mut(*first)?;
+    for part in rest {
+        current = match (part, current) {
+            (Part::Name(name), Value::Object(inner)) => inner.get_mut(*name)?,
+            (Part::Index(i), Value::Array(items)) => items.get_mut(*i)?,
+            _ => return None,
+        };
+    }
+    Some(current)
 }
 
 /// Reads the value of `kind=...`: a non-empty name.
@@ -385,29 +520,62 @@ fn parse_kind_value(raw: &str) -> std::result::Result<String, String> {
     }
 }
 
-/// Inserts `value` at the dotted `path`, creating intermediate objects.
+/// Inserts `value` at `path`, creating intermediate objects and lists
+/// (a list grows to the index given; items not yet given are `null`).
 ///
-/// Fails with the dotted prefix that already holds a non-object value.
+/// Fails with the key of the prefix that already holds a value of another
+/// shape.
 fn insert_nested(
     map: &mut Map<String, Value>,
-    path: &[&str],
+    path: &[Part<'_>],
     value: Value,
 ) -> std::result::Result<(), String> {
-    let mut current = map;
-    for (depth, part) in path.iter().enumerate() {
-        if depth + 1 == path.len() {
-            current.insert((*part).to_string(), value);
-            return Ok(());
-        }
-        let entry = current
-            .entry((*part).to_string())
-            .or_insert_with(|| Value::Object(Map::new()));
-        match entry {
-            Value::Object(inner) => current = inner,
-            _ => return Err(path[..=depth].join(".")),
-        }
+    let mut root = Value::Object(std::mem::take(map));
+    let result = insert_in(&mut root, path, value, 0).map_err(|depth| key_text(&path[..depth]));
+    if let Value::Object(inner) = root {
+        *map = inner;
     }
-    Ok(())
+    result
+}
+
+/// See [`insert_nested`]; fails with how many parts lead to the value in
+/// the way.
+fn insert_in(
+    node: &mut Value,
+    path: &[Part<'_>],
+    value: Value,
+    depth: usize,
+) -> std::result::Result<(), usize> {
+    let Some((first, rest)) = path[depth..].split_first() else {
+        *node = value;
+        return Ok(());
+    };
+    let empty = |next: Option<&Part<'_>>| match next {
+        Some(Part::Index(_)) => Value::Array(Vec::new()),
+        _ => Value::Object(Map::new()),
+    };
+    let child = match (first, node) {
+        (Part::Name(name), Value::Object(inner)) => {
+            if rest.is_empty() {
+                inner.insert((*name).to_string(), value);
+                return Ok(());
+            }
+            inner
+                .entry((*name).to_string())
+                .or_insert_with(|| empty(rest.first()))
+        }
+        (Part::Index(i), Value::Array(items)) => {
+            if items.len() <= *i {
+                items.resize(*i + 1, Value::Null);
+            }
+            if items[*i].is_null() && !rest.is_empty() {
+                items[*i] = empty(rest.first());
+            }
+            &mut items[*i]
+        }
+        _ => return Err(depth),
+    };
+    insert_in(child, path, value, depth + 1)
 }
 
 /// Splits `text` on `sep`, except inside JSON brackets, braces and
@@ -1023,6 +1191,56 @@ mod tests {
     }
 
     #[test]
+    fn items_without_equals_after_a_key_continue_its_list() {
+        let args = parse("kind=concurrent,streams=1,2,4,rampup=5s");
+        assert_eq!(args.options["streams"], json!([1, 2, 4]));
+        assert_eq!(args.options["rampup"], "5s");
+        // The same as the `;` list, with which it mixes.
+        assert_eq!(
+            parse("kind=concurrent,streams=1;2,4").options,
+            parse("kind=concurrent,streams=1;2;4").options
+        );
+        assert_eq!(parse("kind=x,stop=a,b").options["stop"], json!(["a", "b"]));
+        assert_eq!(parse("kind=x,a.b=1,2").options["a"], json!({"b": [1, 2]}));
+        // Nothing to continue after `kind`, nor a JSON object.
+        let reason = malformed_reason("kind=concurrent,4");
+        assert!(reason.contains("segment `4` has no `=`"), "{reason}");
+        let reason = malformed_reason(r#"kind=x,o={"a":1},2"#);
+        assert!(reason.contains("is an object"), "{reason}");
+    }
+
+    #[test]
+    fn indexed_keys_give_list_items_in_order_from_zero() {
+        let args = parse("kind=concurrent,streams[1]=2,streams[0]=1,streams[2]=4");
+        assert_eq!(args.options["streams"], json!([1, 2, 4]));
+        let args = parse("kind=x,items[0].weight=10,items[0].count=5,items[1].weight=3");
+        assert_eq!(
+            args.options["items"],
+            json!([{"weight": 10, "count": 5}, {"weight": 3}])
+        );
+        let reason = malformed_reason("kind=x,streams[0]=1,streams[2]=4");
+        assert!(reason.contains("`streams[1]` is missing"), "{reason}");
+        let reason = malformed_reason("kind=x,streams[0]=1,streams[0]=2");
+        assert!(reason.contains("`streams[0]` is given twice"), "{reason}");
+        let reason = malformed_reason("kind=x,streams=1,streams[0]=2");
+        assert!(
+            reason.contains("both as a value and as the parent"),
+            "{reason}"
+        );
+        let reason = malformed_reason("kind=x,streams[0]=2,streams=1");
+        assert!(
+            reason.contains("both as a value and as the parent"),
+            "{reason}"
+        );
+        let reason = malformed_reason("kind=x,streams[100000]=1");
+        assert!(reason.contains("at most 9999"), "{reason}");
+        let reason = malformed_reason("kind[0]=x");
+        assert!(reason.contains("sub-keys"), "{reason}");
+        // Brackets that are not an index stay part of the name.
+        assert_eq!(parse("kind=x,a[b]=1").options["a[b]"], 1);
+    }
+
+    #[test]
     fn empty_keys_are_malformed() {
         assert!(malformed_reason("kind=x,=1").contains("empty key"));
         assert!(malformed_reason("kind=x,a..b=1").contains("`a..b`"));
@@ -1385,6 +1603,22 @@ mod tests {
                 let expected: Map<String, Value> = map.into_iter().collect();
                 prop_assert_eq!(args.options, expected);
             }
+        }
+
+        #[test]
+        fn comma_and_indexed_lists_parse_as_semicolon_lists(
+            items in proptest::collection::vec(any::<i64>(), 2..6)
+        ) {
+            let text: Vec<String> = items.iter().map(ToString::to_string).collect();
+            let semicolons = parse_kind_args(&format!("kind=x,n={},m=1", text.join(";")));
+            let commas = parse_kind_args(&format!("kind=x,n={},m=1", text.join(",")));
+            let indexed: Vec<String> =
+                text.iter().enumerate().rev().map(|(i, v)| format!("n[{i}]={v}")).collect();
+            let indexed = parse_kind_args(&format!("kind=x,{},m=1", indexed.join(",")));
+            prop_assert!(semicolons.is_ok());
+            let semicolons = semicolons.map(|a| a.options).ok();
+            prop_assert_eq!(&commas.map(|a| a.options).ok(), &semicolons);
+            prop_assert_eq!(&indexed.map(|a| a.options).ok(), &semicolons);
         }
 
         #[test]

@@ -235,7 +235,18 @@ pub fn redact_kind_arg(text: &str) -> String {
         return redact_json_text(text).into_owned();
     }
     let (segments, _) = split_outside_json(text, ',');
-    let redacted: Vec<Cow<'_, str>> = segments.into_iter().map(redact_pair).collect();
+    // Segments without `=` continue the list of the key before them: after
+    // a secret, they are part of it and hidden with it.
+    let mut in_secret = false;
+    let mut redacted: Vec<Cow<'_, str>> = Vec::new();
+    for segment in segments {
+        match segment.split_once('=') {
+            None if in_secret => continue,
+            None => {}
+            Some((key, _)) => in_secret = !matches!(judge(key.trim()), Verdict::Plain),
+        }
+        redacted.push(redact_pair(segment));
+    }
     redacted.join(",")
 }
 
@@ -456,6 +467,7 @@ mod tests {
                 "backend.headers.X-Api-Key=***",
             ),
             ("api_key=a;b", "api_key=***"),
+            ("api_key=a,b,kind=x,c", "api_key=***,kind=x,c"),
             // Malformed: what follows a secret name in JSON that does not
             // parse cannot be told, so the value is hidden whole.
             (
