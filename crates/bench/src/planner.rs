@@ -20,7 +20,9 @@ pub struct Finished<'a> {
     pub strategy: &'a Strategy,
     /// What it measured.
     pub report: &'a BenchmarkReport,
-    /// Successful requests per second, as the sweep measures rates.
+    /// Successful requests per second over the whole run, warm-up and
+    /// cool-down included: the sweep's fallback where the measured window
+    /// holds no successful request.
     pub success_rate: f64,
     /// Why it stopped sending.
     pub stop: StopReason,
@@ -117,7 +119,7 @@ impl Planner {
                 rates,
             } => {
                 if let Some(done) = finished {
-                    rates.push(done.success_rate);
+                    rates.push(measured_rate(&done));
                     if let [synchronous, throughput] = rates[..] {
                         queue.extend(
                             sweep_rates(synchronous, throughput, *sweep_size)
@@ -171,6 +173,19 @@ impl Planner {
     }
 }
 
+/// The rate a sweep spaces its rates from: successful requests per second
+/// over the measured window, the one the report shows, so that warm-up
+/// and cool-down, left out of the report, do not move the sweep past the
+/// maximum it reports; the whole run's rate where the window holds none.
+fn measured_rate(done: &Finished<'_>) -> f64 {
+    let windowed = done.report.metrics.requests_per_s;
+    if windowed.is_finite() && windowed > 0.0 {
+        windowed
+    } else {
+        done.success_rate
+    }
+}
+
 impl KneeState {
     fn next(&mut self, finished: Option<Finished<'_>>) -> Option<Strategy> {
         if let Some(done) = finished
@@ -192,5 +207,100 @@ impl KneeState {
             }
         }
         self.queue.pop_front().map(Strategy::concurrent)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use guidebench_core::clock::Timestamp;
+
+    use crate::record::CompactRecords;
+
+    /// A finished benchmark whose window measured `windowed` successful
+    /// requests per second and whose whole run sent `whole` per second.
+    fn finished<'a>(
+        strategy: &'a Strategy,
+        report: &'a mut BenchmarkReport,
+        windowed: f64,
+        whole: f64,
+    ) -> Finished<'a> {
+        report.metrics.requests_per_s = windowed;
+        Finished {
+            strategy,
+            report,
+            success_rate: whole,
+            stop: StopReason::MaxRequests,
+        }
+    }
+
+    fn empty_report() -> BenchmarkReport {
+        BenchmarkReport::new(
+            "b",
+            serde_json::Value::Null,
+            Timestamp(0),
+            Timestamp(1),
+            CompactRecords::new(Timestamp(0)),
+        )
+    }
+
+    fn rates(strategies: &[Strategy]) -> Vec<f64> {
+        strategies
+            .iter()
+            .map(|s| match s {
+                Strategy::Constant { rate, .. } => *rate,
+                other => panic!("not a rate: {other:?}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_sweep_spaces_its_rates_from_the_measured_window_not_the_whole_run() {
+        let profile = Profile::Sweep {
+            sweep_size: 4,
+            max_concurrency: 8,
+            strategy: RateKind::Constant,
+            seed: 1,
+            rampup: std::time::Duration::ZERO,
+        };
+        let mut planner = Planner::new(&profile);
+        let synchronous = planner.next(None).expect("synchronous");
+        // Warm-up and cool-down cut, the window measured 2/s and 11/s; the
+        // whole runs, slow edges included, 1/s and 5/s.
+        let mut report = empty_report();
+        let throughput = planner
+            .next(Some(finished(&synchronous, &mut report, 2.0, 1.0)))
+            .expect("throughput");
+        let mut report = empty_report();
+        let first = planner
+            .next(Some(finished(&throughput, &mut report, 11.0, 5.0)))
+            .expect("a rate");
+        let mut between = vec![first];
+        while let Some(next) =
+            planner.next(Some(finished(&throughput, &mut empty_report(), 1.0, 1.0)))
+        {
+            between.push(next);
+        }
+        assert_eq!(rates(&between), vec![5.0, 8.0]);
+    }
+
+    #[test]
+    fn a_sweep_whose_window_measured_nothing_falls_back_to_the_whole_run() {
+        let profile = Profile::Sweep {
+            sweep_size: 3,
+            max_concurrency: 8,
+            strategy: RateKind::Constant,
+            seed: 1,
+            rampup: std::time::Duration::ZERO,
+        };
+        let mut planner = Planner::new(&profile);
+        let synchronous = planner.next(None).expect("synchronous");
+        let throughput = planner
+            .next(Some(finished(&synchronous, &mut empty_report(), 0.0, 2.0)))
+            .expect("throughput");
+        let rate = planner
+            .next(Some(finished(&throughput, &mut empty_report(), 6.0, 3.0)))
+            .expect("a rate");
+        assert_eq!(rates(&[rate]), vec![4.0]);
     }
 }

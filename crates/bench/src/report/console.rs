@@ -483,6 +483,14 @@ pub fn console_summary(report: &Report) -> String {
         }
     }
     for b in &report.benchmarks {
+        let (warmup, cooldown) = (b.warmup_excluded, b.cooldown_excluded);
+        if let Some(warning) =
+            crate::runner::nothing_measured(warmup, cooldown, b.metrics.all.count)
+        {
+            let _ = writeln!(out, "warning: in {}: {warning}", b.label());
+        }
+    }
+    for b in &report.benchmarks {
         if let Some(client) = &b.client {
             let _ = writeln!(out, "client in {}: {}", b.label(), client.summary());
         }

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use guidebench_core::options::{KindArgs, OptionSpec, OptionType, check_options};
 use guidebench_core::{Error, Result};
 
+use super::aliases::{self, Component};
 use crate::analysis::saturation::{SaturationDetector, SaturationOptions, SaturationVerdict};
 pub use crate::record::{SaturationMode, SaturationReport};
 
@@ -409,14 +410,18 @@ impl Serialize for ConstraintPlan {
 }
 
 impl ConstraintPlan {
-    /// Parses every `--constraint kind=…`, list values included.
+    /// Parses every `--constraint kind=…`, list values included, and
+    /// GuideLLM's option names as [`super::aliases`] says.
     ///
     /// # Errors
     ///
     /// An unknown kind or option, or a value out of range, naming the
     /// constraint and the key.
     pub fn from_args(args: impl IntoIterator<Item = KindArgs>) -> Result<Self> {
-        let args: Vec<KindArgs> = args.into_iter().collect();
+        let mut args: Vec<KindArgs> = args.into_iter().collect();
+        for arg in &mut args {
+            aliases::apply(Component::Constraint, &arg.kind, &mut arg.options)?;
+        }
         let mut lists = Vec::new();
         for arg in &args {
             let (_, longest) = at_index(&format!("constraint {}", arg.kind), &arg.options, 0)?;

@@ -1,6 +1,7 @@
 //! The benchmark runner: load profiles, constraints, and the scheduler that
 //! sends requests and records what happened to each.
 
+pub mod aliases;
 pub mod constraints;
 pub mod conversation;
 pub mod phases;
@@ -12,6 +13,6 @@ pub use constraints::{
     OverSaturation, SaturationMode, SaturationReport, StopReason,
 };
 pub use conversation::{Conversation, History, PlannedTurn, TurnRecord};
-pub use phases::{Compacted, Measured, Phase, compact_measured, measured};
+pub use phases::{Compacted, Measured, Phase, compact_measured, measured, nothing_measured};
 pub use profile::{PROFILE_KINDS, Profile, RateKind, Schedule, Strategy, sweep_rates};
 pub use scheduler::{BenchmarkRun, Job, NoObserver, Observer, RunOptions, run_benchmark};

@@ -29,12 +29,23 @@ pub enum Phase {
 
 impl Phase {
     /// Parses `--warmup` / `--cooldown`: a whole number is a request count
-    /// (`20`); a number with a unit or a fraction is a time (`10s`, `500ms`,
-    /// `2.5`); a percentage is a fraction of the benchmark (`10%`).
+    /// (`20`); a bare number below 1 is a fraction of the benchmark (`0.1`,
+    /// as GuideLLM reads it); a percentage is a fraction too (`10%`); any
+    /// other number is a time in seconds (`2.5`), and so is a number with a
+    /// unit (`10s`, `500ms`).
+    ///
+    /// GuideLLM reads a bare number of at least 1 as seconds where the
+    /// benchmark has a duration: here a whole number stays a request count,
+    /// so write `20s` for a time.
     pub fn parse(flag: &str, value: &str) -> Result<Self> {
         let value = value.trim();
         if let Ok(count) = value.parse::<u64>() {
             return Ok(Phase::Requests(count));
+        }
+        if let Ok(number) = value.parse::<f64>()
+            && (0.0..1.0).contains(&number)
+        {
+            return Ok(Phase::Fraction(number));
         }
         if let Some(percent) = value.strip_suffix('%') {
             return percent
@@ -87,6 +98,28 @@ impl Phase {
             (phase, _, _) => phase,
         }
     }
+}
+
+/// The warning for a benchmark whose warm-up and cool-down left no request
+/// to measure, given how many each left out (`None` where it was not set)
+/// and how many requests the window kept: `None` when something was
+/// measured or nothing was left out. A run that measures nothing is not an
+/// error (its requests are kept in the report), but its table of zeros
+/// must not pass for a result.
+pub fn nothing_measured(
+    warmup_excluded: Option<u64>,
+    cooldown_excluded: Option<u64>,
+    measured: usize,
+) -> Option<String> {
+    let (warmup, cooldown) = (warmup_excluded.unwrap_or(0), cooldown_excluded.unwrap_or(0));
+    if measured > 0 || warmup + cooldown == 0 {
+        return None;
+    }
+    Some(format!(
+        "warm-up and cool-down left out all {} requests sent (warm-up {warmup}, cool-down \
+         {cooldown}): nothing was measured; shorten --warmup/--cooldown or lengthen the benchmark",
+        warmup + cooldown
+    ))
 }
 
 /// The part of a benchmark that its metrics are computed over.
@@ -431,14 +464,61 @@ mod tests {
             Phase::parse("warmup", "10").expect("count"),
             Phase::Requests(10)
         );
-        assert_eq!(
-            Phase::parse("warmup", "0.1").expect("time"),
-            Phase::Seconds(0.1)
-        );
         let err = Phase::parse("cooldown", "100%").expect_err("all of it");
         assert!(err.to_string().contains("cooldown"), "{err}");
         assert!(Phase::parse("warmup", "-5%").is_err());
         assert!(Phase::parse("warmup", "x%").is_err());
+    }
+
+    #[test]
+    fn phases_that_leave_out_every_request_are_warned_about() {
+        let run = run_with_sends(&[0, 100, 200]);
+        let m = measured(&run, Some(Phase::Fraction(0.9)), Some(Phase::Seconds(2.5)));
+        assert!(m.records.is_empty());
+        let warning = nothing_measured(
+            Some(m.warmup_excluded),
+            Some(m.cooldown_excluded),
+            m.records.len(),
+        )
+        .expect("a warning");
+        assert!(warning.contains("all 3 requests"), "{warning}");
+        assert!(warning.contains("--warmup"), "{warning}");
+        // Something measured, or nothing sent at all: no warning.
+        assert_eq!(nothing_measured(Some(2), None, 1), None);
+        assert_eq!(nothing_measured(Some(0), Some(0), 0), None);
+        assert_eq!(nothing_measured(None, None, 0), None);
+    }
+
+    #[test]
+    fn a_bare_number_below_one_is_a_fraction_as_guidellm_reads_it() {
+        for (text, fraction) in [("0.1", 0.1), ("0.05", 0.05), (" 0.5 ", 0.5), ("0.0", 0.0)] {
+            assert_eq!(
+                Phase::parse("warmup", text).expect("fraction"),
+                Phase::Fraction(fraction),
+                "{text}"
+            );
+        }
+        // Units, percentages and whole numbers stay explicit.
+        assert_eq!(
+            Phase::parse("warmup", "0.1s").expect("time"),
+            Phase::Seconds(0.1)
+        );
+        assert_eq!(
+            Phase::parse("cooldown", "2.5").expect("time"),
+            Phase::Seconds(2.5)
+        );
+        assert_eq!(
+            Phase::parse("warmup", "1").expect("count"),
+            Phase::Requests(1)
+        );
+        assert!(Phase::parse("warmup", "-0.1").is_err());
+        // A tenth of a benchmark of 50 requests is 5 of them, not 0.1 s.
+        assert_eq!(
+            Phase::parse("warmup", "0.1")
+                .expect("fraction")
+                .resolve(Some(50), None),
+            Phase::Requests(5)
+        );
     }
 
     #[test]

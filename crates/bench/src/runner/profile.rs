@@ -9,6 +9,7 @@ use serde::Serialize;
 use guidebench_core::options::{KindArgs, OptionSpec, OptionType, check_options};
 use guidebench_core::{Error, Result};
 
+use super::aliases::{self, Component};
 use crate::analysis::goodput::GoodputOptions;
 
 /// How one benchmark sends its requests.
@@ -726,7 +727,8 @@ pub enum Profile {
 
 impl Profile {
     /// Parses `--profile kind=…`; list values (`streams=1;4;16`) give one
-    /// benchmark per value.
+    /// benchmark per value. GuideLLM's option names are read as
+    /// [`super::aliases`] says.
     pub fn from_args(mut args: KindArgs, default_seed: u64) -> Result<Self> {
         let Some((_, specs)) = PROFILE_KINDS.iter().find(|(k, _)| *k == args.kind) else {
             return Err(Error::UnknownName {
@@ -736,6 +738,7 @@ impl Profile {
             });
         };
         let context = format!("profile {}", args.kind);
+        aliases::apply(Component::Profile, &args.kind, &mut args.options)?;
         check_options(&context, &[specs], &mut args.options)?;
         let o = &args.options;
         let opt_limit = |key: &str| -> Result<Option<usize>> {

@@ -4,9 +4,13 @@
 //! Every field is either mapped or named in the error: nothing is dropped
 //! silently. Options inside `backend`, `profile`, `data` and `constraints`
 //! objects are passed on under their guidebench names, where the usual
-//! checks name any that guidebench does not know.
+//! checks name any that guidebench does not know; profile and constraint
+//! options are renamed by the same table as the command line's
+//! ([`crate::runner::aliases`]).
 
 use serde_json::{Map, Value, json};
+
+use crate::runner::aliases::{self, Component};
 
 /// Whether a scenario file is in GuideLLM's format: an object with a
 /// `spec`, `metadata` or `benchmarks` field.
@@ -331,28 +335,57 @@ fn map_profile(
     let mut ours = Map::new();
     for (key, value) in profile {
         match key.as_str() {
-            "rampup_duration" => {
-                ours.insert("rampup".into(), value.clone());
-            }
-            "strategy_type" => {
-                ours.insert("strategy".into(), value.clone());
-            }
-            "random_seed" => {
-                ours.insert("seed".into(), value.clone());
-            }
             "warmup" | "cooldown" => {
                 if let Some(phase) = map_phase(&format!("{path}.{key}"), value, problems) {
                     out.insert(key.clone(), Value::String(phase));
                 }
             }
-            // Options under their own names; the profile's checks name
+            // Options under their own names or GuideLLM's, which the
+            // command line's table renames; the profile's checks name
             // those guidebench does not know.
             _ => {
                 ours.insert(key.clone(), value.clone());
             }
         }
     }
+    rename(path, Component::Profile, &mut ours, problems);
     out.insert("profile".into(), Value::Object(ours));
+}
+
+/// Renames GuideLLM's option names in `options` (of a profile or a
+/// constraint at `path`) as the command line does ([`aliases::apply`]),
+/// naming in `problems` any that guidebench refuses.
+fn rename(
+    path: &str,
+    component: Component,
+    options: &mut Map<String, Value>,
+    problems: &mut Problems,
+) {
+    let kind = options
+        .get("kind")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_owned();
+    let mut left = options.clone();
+    // One refusal at a time: each is named, then dropped, and the rest
+    // renamed.
+    loop {
+        match aliases::apply(component, &kind, &mut left) {
+            Ok(()) => break,
+            Err(guidebench_core::Error::InvalidOption { key, reason, .. }) => {
+                problems.unsupported(&format!("{path}.{key}"), &reason);
+                if options.remove(&key).is_none() {
+                    break;
+                }
+                left = options.clone();
+            }
+            Err(other) => {
+                problems.unsupported(path, &other.to_string());
+                break;
+            }
+        }
+    }
+    *options = left;
 }
 
 /// A GuideLLM transient phase: a number below 1 is a fraction, otherwise
@@ -406,24 +439,8 @@ fn map_constraint(path: &str, value: &Value, problems: &mut Problems) -> Value {
         problems.unsupported(path, "must be an object");
         return Value::Null;
     };
-    let kind = o.get("kind").and_then(Value::as_str).unwrap_or("");
-    let mut ours = Map::new();
-    for (key, value) in o {
-        match (kind, key.as_str(), value.as_str()) {
-            (_, "stopping_scope", Some("current"))
-            | ("max_global_error_rate", "stopping_scope", Some("all")) => {}
-            (_, "stopping_scope", _) => problems.unsupported(
-                &format!("{path}.stopping_scope"),
-                "only `current` (and `all` for max_global_error_rate)",
-            ),
-            ("max_global_error_rate", "minimum", _) => {
-                ours.insert("min_requests".into(), value.clone());
-            }
-            _ => {
-                ours.insert(key.clone(), value.clone());
-            }
-        }
-    }
+    let mut ours = o.clone();
+    rename(path, Component::Constraint, &mut ours, problems);
     Value::Object(ours)
 }
 
