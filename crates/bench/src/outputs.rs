@@ -5,8 +5,19 @@
 //! [`Output`]. Help, checks and construction all come from it; an unknown
 //! kind is a usage error that lists the known ones, and nothing falls back
 //! to a default kind.
+//!
+//! Guarantees, each held by a test below:
+//!
+//! * `--output FILE.json` (`.csv`, `.html`, `.yaml`, `.png`) picks the
+//!   kind from the extension, and a file kind without `path` writes
+//!   `benchmarks.<ext>` in the current folder, as GuideLLM does
+//!   (`a_file_name_picks_its_kind_and_a_kind_alone_writes_benchmarks_in_the_current_folder`);
+//! * every file output is checked before anything runs: its folder exists
+//!   and takes a new file (`an_output_in_a_missing_or_read_only_folder_is_refused_before_the_run`);
+//! * a report whose outputs could not be written still lands in a
+//!   fallback file (`the_fallback_file_holds_the_whole_report`).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use guidebench_core::options::{KindArgs, OptionSpec, OptionType, check_options, parse_kind_args};
 use serde::Serialize;
@@ -31,8 +42,31 @@ pub struct OutputKind {
     build: fn(&Map<String, Value>) -> Output,
 }
 
-const PATH: OptionSpec =
-    OptionSpec::optional("path", OptionType::String, "file to write").required();
+/// The `path` of a file kind; its default comes from the kind's defaults
+/// struct (`benchmarks.<ext>` in the current folder).
+const PATH: OptionSpec = OptionSpec::optional("path", OptionType::String, "file to write");
+
+/// The defaults of a file kind that has no other option: `path`.
+macro_rules! file_defaults {
+    ($name:ident, $file:literal, $kind:literal) => {
+        #[doc = concat!("The defaults of `kind=", $kind, "`: the file it writes.")]
+        #[derive(Debug, Serialize)]
+        struct $name {
+            path: &'static str,
+        }
+
+        impl Default for $name {
+            fn default() -> Self {
+                $name { path: $file }
+            }
+        }
+    };
+}
+
+file_defaults!(CsvDefaults, "benchmarks.csv", "csv");
+file_defaults!(HtmlDefaults, "benchmarks.html", "html");
+file_defaults!(PlotDefaults, "benchmarks.png", "plot");
+file_defaults!(YamlDefaults, "benchmarks.yaml", "yaml");
 
 /// `kind=console`.
 const CONSOLE: OutputKind = OutputKind {
@@ -48,8 +82,8 @@ const CSV: OutputKind = OutputKind {
     name: "csv",
     description: "one CSV row per benchmark",
     writes: "the CSV report",
-    options: &[PATH],
-    build: |options| Output::Csv(path(options)),
+    options: &[PATH.default_from::<CsvDefaults>()],
+    build: |options| Output::Csv(path(options, CsvDefaults::default().path)),
 };
 
 /// `kind=html`.
@@ -57,8 +91,8 @@ const HTML: OutputKind = OutputKind {
     name: "html",
     description: "a self-contained HTML page",
     writes: "the HTML report",
-    options: &[PATH],
-    build: |options| Output::Html(path(options)),
+    options: &[PATH.default_from::<HtmlDefaults>()],
+    build: |options| Output::Html(path(options, HtmlDefaults::default().path)),
 };
 
 /// `kind=json`.
@@ -67,7 +101,7 @@ const JSON: OutputKind = OutputKind {
     description: "the whole report, per-request records included",
     writes: "the JSON report",
     options: &[
-        PATH,
+        PATH.default_from::<JsonDefaults>(),
         OptionSpec::optional(
             "include_text",
             OptionType::Bool,
@@ -76,7 +110,7 @@ const JSON: OutputKind = OutputKind {
         .default_from::<JsonDefaults>(),
     ],
     build: |options| Output::Json {
-        path: path(options),
+        path: path(options, JsonDefaults::default().path),
         include_text: options
             .get("include_text")
             .and_then(Value::as_bool)
@@ -86,9 +120,19 @@ const JSON: OutputKind = OutputKind {
 
 /// The defaults of `kind=json`'s options, as [`Output::parse`] applies
 /// them; keyed by option name.
-#[derive(Debug, Default, Serialize)]
+#[derive(Debug, Serialize)]
 struct JsonDefaults {
+    path: &'static str,
     include_text: bool,
+}
+
+impl Default for JsonDefaults {
+    fn default() -> Self {
+        JsonDefaults {
+            path: "benchmarks.json",
+            include_text: false,
+        }
+    }
 }
 
 /// `kind=plot`.
@@ -96,8 +140,11 @@ const PLOT: OutputKind = OutputKind {
     name: "plot",
     description: "the main charts as a PNG image",
     writes: "the chart image",
-    options: &[OptionSpec::optional("path", OptionType::String, "PNG file to write").required()],
-    build: |options| Output::Plot(path(options)),
+    options: &[
+        OptionSpec::optional("path", OptionType::String, "PNG file to write")
+            .default_from::<PlotDefaults>(),
+    ],
+    build: |options| Output::Plot(path(options, PlotDefaults::default().path)),
 };
 
 /// `kind=yaml`.
@@ -105,22 +152,34 @@ const YAML: OutputKind = OutputKind {
     name: "yaml",
     description: "the JSON report as YAML",
     writes: "the YAML report",
-    options: &[PATH],
-    build: |options| Output::Yaml(path(options)),
+    options: &[PATH.default_from::<YamlDefaults>()],
+    build: |options| Output::Yaml(path(options, YamlDefaults::default().path)),
 };
 
 /// Every output kind, sorted by name.
 pub const OUTPUT_KINDS: &[OutputKind] = &[CONSOLE, CSV, HTML, JSON, PLOT, YAML];
 
-/// The `path` option, which the checks made present for every kind that
-/// requires it.
-fn path(options: &Map<String, Value>) -> PathBuf {
+/// The `path` option, or the kind's default file in the current folder.
+fn path(options: &Map<String, Value>, default: &str) -> PathBuf {
     PathBuf::from(
         options
             .get("path")
             .and_then(Value::as_str)
-            .unwrap_or_default(),
+            .unwrap_or(default),
     )
+}
+
+/// The kind a file name's extension picks (`--output out.json`).
+fn kind_of_extension(path: &Path) -> Option<&'static OutputKind> {
+    let extension = path.extension()?.to_str()?.to_ascii_lowercase();
+    Some(match extension.as_str() {
+        "json" => &JSON,
+        "csv" => &CSV,
+        "html" | "htm" => &HTML,
+        "yaml" | "yml" => &YAML,
+        "png" => &PLOT,
+        _ => return None,
+    })
 }
 
 /// One parsed `--output`.
@@ -146,13 +205,41 @@ pub enum Output {
 }
 
 impl Output {
-    /// Parses one `--output` argument.
+    /// Parses one `--output` argument: `kind=NAME,key=value,...`, a JSON
+    /// object, a kind's name alone (`json`: its default file), or a file
+    /// name whose extension picks the kind (`out.json`, `out.csv`,
+    /// `out.html`, `out.yaml`, `out.png`).
     ///
     /// # Errors
     ///
     /// A malformed argument, an unknown kind (the error lists the known
-    /// ones), or an unknown, missing or mistyped key.
+    /// ones), an extension that names no kind, or an unknown, missing or
+    /// mistyped key.
     pub fn parse(arg: &str) -> Result<Output> {
+        let trimmed = arg.trim();
+        if !trimmed.is_empty() && !trimmed.starts_with('{') && !trimmed.contains('=') {
+            if let Some(kind) = OUTPUT_KINDS.iter().find(|k| k.name == trimmed) {
+                return Output::from_args(parse_kind_args(&format!("kind={}", kind.name))?);
+            }
+            let path = Path::new(trimmed);
+            let Some(kind) = kind_of_extension(path) else {
+                return Err(Error::Flag {
+                    flag: "--output",
+                    reason: format!(
+                        "`{trimmed}`: a file name's extension picks the kind (.json, .csv, \
+                         .html, .yaml, .png), or write kind=NAME,path={trimmed} with NAME one \
+                         of {}",
+                        kind_names()
+                    ),
+                });
+            };
+            let mut options = Map::new();
+            options.insert("path".into(), Value::String(trimmed.to_owned()));
+            return Output::from_args(KindArgs {
+                kind: kind.name.to_owned(),
+                options,
+            });
+        }
         Output::from_args(parse_kind_args(arg)?)
     }
 
@@ -183,6 +270,35 @@ impl Output {
             Output::Yaml(_) => &YAML,
             Output::Json { .. } => &JSON,
         }
+    }
+
+    /// The file this output writes; `None` for the console.
+    pub fn path(&self) -> Option<&Path> {
+        match self {
+            Output::Console => None,
+            Output::Csv(path)
+            | Output::Html(path)
+            | Output::Plot(path)
+            | Output::Yaml(path)
+            | Output::Json { path, .. } => Some(path),
+        }
+    }
+
+    /// Checks, before anything runs, that the file can be written: its
+    /// folder exists and takes a new file (a probe file is created and
+    /// removed), or the file exists and opens for writing (unchanged).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Flag`] (a usage error) naming the path and what is wrong.
+    pub fn check_writable(&self) -> Result<()> {
+        let Some(path) = self.path() else {
+            return Ok(());
+        };
+        writable(path).map_err(|why| Error::Flag {
+            flag: "--output",
+            reason: format!("`{}`: {why}", path.display()),
+        })
     }
 
     /// Whether the records must keep generated text.
@@ -221,6 +337,58 @@ impl Output {
     }
 }
 
+/// Why `path` cannot be written, if it cannot.
+fn writable(path: &Path) -> std::result::Result<(), String> {
+    let folder = match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
+    };
+    match std::fs::metadata(folder) {
+        Err(_) => return Err(format!("the folder `{}` does not exist", folder.display())),
+        Ok(meta) if !meta.is_dir() => {
+            return Err(format!("`{}` is not a folder", folder.display()));
+        }
+        Ok(_) => {}
+    }
+    if let Ok(meta) = std::fs::metadata(path) {
+        if meta.is_dir() {
+            return Err("it is a folder; name a file".to_owned());
+        }
+        // Opened to append and closed at once: the file is not changed.
+        return std::fs::OpenOptions::new()
+            .append(true)
+            .open(path)
+            .map(drop)
+            .map_err(|e| format!("the file cannot be written: {e}"));
+    }
+    let probe = folder.join(format!(".guidebench-probe-{}", std::process::id()));
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&probe)
+    {
+        Ok(file) => {
+            drop(file);
+            let _ = std::fs::remove_file(&probe);
+            Ok(())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(format!(
+            "the folder `{}` does not take a new file: {e}",
+            folder.display()
+        )),
+    }
+}
+
+/// Every kind's name, joined with commas.
+fn kind_names() -> String {
+    OUTPUT_KINDS
+        .iter()
+        .map(|k| k.name)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// Parses every `--output`, defaulting to the console.
 ///
 /// # Errors
@@ -231,6 +399,113 @@ pub fn parse_all(args: &[String]) -> Result<Vec<Output>> {
         return Ok(vec![Output::Console]);
     }
     args.iter().map(|a| Output::parse(a)).collect()
+}
+
+/// Checks every output before anything runs (see
+/// [`Output::check_writable`]).
+///
+/// # Errors
+///
+/// The first output that cannot be written.
+pub fn check_all(outputs: &[Output]) -> Result<()> {
+    outputs.iter().try_for_each(Output::check_writable)
+}
+
+/// What went wrong writing a run's outputs, and where the report went
+/// instead.
+#[derive(Debug)]
+pub struct WriteFailed {
+    /// Each output that could not be written, in order.
+    pub failures: Vec<Error>,
+    /// When no JSON output holds the report: the fallback file it was
+    /// written to instead, or why that failed too.
+    pub fallback: Option<Result<PathBuf>>,
+}
+
+/// Writes the report to every output, each tried even when one before it
+/// failed; when a file could not be written and no JSON output holds the
+/// report, the report goes to a fallback file ([`write_fallback`]), so
+/// that a run is never lost to its outputs.
+///
+/// # Errors
+///
+/// Every failure, and the fallback's outcome.
+pub fn write_all_keeping(outputs: &[Output], report: &Report) -> Result<(), Box<WriteFailed>> {
+    let here = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+    write_all_keeping_in(outputs, report, &[here, std::env::temp_dir()])
+}
+
+/// [`write_all_keeping`] with the fallback in the first of `folders` that
+/// takes it.
+fn write_all_keeping_in(
+    outputs: &[Output],
+    report: &Report,
+    folders: &[PathBuf],
+) -> Result<(), Box<WriteFailed>> {
+    let mut failures = Vec::new();
+    let mut json_written = false;
+    for output in outputs {
+        match output.write(report) {
+            Ok(()) => json_written |= matches!(output, Output::Json { .. }),
+            Err(err) => failures.push(err),
+        }
+    }
+    if failures.is_empty() {
+        return Ok(());
+    }
+    let fallback = (!json_written).then(|| write_fallback_in(report, folders));
+    Err(Box::new(WriteFailed { failures, fallback }))
+}
+
+/// Writes the report as JSON to a file of its own,
+/// `guidebench-report-<UTC time>.json`, in the current folder or, when that
+/// fails, in the temporary folder; returns its path.
+///
+/// # Errors
+///
+/// [`Error::Output`] for the last place tried.
+pub fn write_fallback(report: &Report) -> Result<PathBuf> {
+    let here = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+    write_fallback_in(report, &[here, std::env::temp_dir()])
+}
+
+/// [`write_fallback`] into the first of `folders` that takes it.
+fn write_fallback_in(report: &Report, folders: &[PathBuf]) -> Result<PathBuf> {
+    let stamp = jiff::Timestamp::now()
+        .strftime("%Y%m%dT%H%M%SZ")
+        .to_string();
+    let name = format!("guidebench-report-{stamp}-{}.json", std::process::id());
+    let mut failed = Error::NoReport;
+    for folder in folders {
+        let path = folder.join(&name);
+        match report.write_json(&path) {
+            Ok(()) => return Ok(path),
+            Err(source) => {
+                failed = Error::Output {
+                    writes: JSON.writes,
+                    path,
+                    source: Box::new(source),
+                };
+            }
+        }
+    }
+    Err(failed)
+}
+
+/// A write failure as one line: what could not be written where, and the
+/// operating system's reason (the innermost cause), without the framing of
+/// the errors in between.
+pub fn failure_message(err: &Error) -> String {
+    let mut innermost: Option<&dyn std::error::Error> = None;
+    let mut next = std::error::Error::source(err);
+    while let Some(source) = next {
+        innermost = Some(source);
+        next = source.source();
+    }
+    match innermost {
+        Some(cause) => format!("{err}: {cause}"),
+        None => err.to_string(),
+    }
 }
 
 /// Writes the report to every output, each tried even when one before it
@@ -294,6 +569,140 @@ mod tests {
             "{plain:?} {text:?}"
         );
         assert_eq!(parse_all(&[]).expect("default"), [Output::Console]);
+    }
+
+    #[test]
+    fn a_file_name_picks_its_kind_and_a_kind_alone_writes_benchmarks_in_the_current_folder() {
+        for (arg, kind) in [
+            ("out.json", "json"),
+            ("dir/out.CSV", "csv"),
+            ("out.htm", "html"),
+            ("out.yml", "yaml"),
+            ("charts.png", "plot"),
+        ] {
+            let output = Output::parse(arg).expect(arg);
+            assert_eq!(output.kind().name, kind, "{arg}");
+            assert_eq!(output.path(), Some(Path::new(arg)), "{arg}");
+        }
+        for (arg, file) in [
+            ("kind=json", "benchmarks.json"),
+            ("json", "benchmarks.json"),
+            ("kind=csv", "benchmarks.csv"),
+            ("kind=html", "benchmarks.html"),
+            ("kind=yaml", "benchmarks.yaml"),
+            ("kind=plot", "benchmarks.png"),
+        ] {
+            let output = Output::parse(arg).expect(arg);
+            assert_eq!(output.path(), Some(Path::new(file)), "{arg}");
+        }
+        assert_eq!(Output::parse("console").expect("console"), Output::Console);
+        let err = Output::parse("out.json5").expect_err("no kind");
+        assert!(err.is_usage(), "{err}");
+        let err = err.to_string();
+        assert!(!err.contains("kind=out.json5`?"), "{err}");
+        assert!(err.contains("kind=NAME,path=out.json5"), "{err}");
+    }
+
+    #[test]
+    fn an_output_in_a_missing_or_read_only_folder_is_refused_before_the_run() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let fine = Output::parse(&format!("{}/r.json", dir.path().display())).expect("json");
+        fine.check_writable().expect("a folder that exists");
+        assert_eq!(
+            std::fs::read_dir(dir.path()).expect("list").count(),
+            0,
+            "the probe is removed"
+        );
+        let missing = dir.path().join("nodir").join("r.json");
+        let err = Output::parse(&missing.display().to_string())
+            .expect("json")
+            .check_writable()
+            .expect_err("no folder");
+        assert!(err.is_usage(), "{err}");
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "--output `{}`: the folder `{}` does not exist",
+                missing.display(),
+                dir.path().join("nodir").display()
+            )
+        );
+        let folder = Output::Csv(dir.path().to_owned())
+            .check_writable()
+            .expect_err("a folder");
+        assert!(folder.to_string().contains("it is a folder"), "{folder}");
+        assert!(Output::Console.check_writable().is_ok());
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let locked = dir.path().join("locked");
+            std::fs::create_dir(&locked).expect("mkdir");
+            std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o500))
+                .expect("chmod");
+            // Root writes anywhere: the check is only meaningful for others.
+            let writable_anyway = std::fs::write(locked.join("x"), b"").is_ok();
+            let result = Output::Json {
+                path: locked.join("r.json"),
+                include_text: false,
+            }
+            .check_writable();
+            if writable_anyway {
+                assert!(result.is_ok());
+            } else {
+                let err = result.expect_err("read-only folder");
+                assert!(
+                    err.to_string().contains("does not take a new file"),
+                    "{err}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_fallback_file_holds_the_whole_report() {
+        let report = crate::report::tests::sample_report();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let missing = dir.path().join("gone");
+        let outputs = [
+            Output::Csv(missing.join("r.csv")),
+            Output::Json {
+                path: missing.join("r.json"),
+                include_text: false,
+            },
+        ];
+        let failed =
+            write_all_keeping_in(&outputs, &report, &[missing.clone(), dir.path().to_owned()])
+                .expect_err("the folder is gone");
+        assert_eq!(failed.failures.len(), 2);
+        let message = failure_message(&failed.failures[1]);
+        assert!(
+            message.starts_with(&format!(
+                "cannot write the JSON report to {}: ",
+                missing.join("r.json").display()
+            )) && !message.contains("cannot read"),
+            "{message}"
+        );
+        let kept = failed
+            .fallback
+            .expect("no JSON was written")
+            .expect("written");
+        assert_eq!(kept.parent(), Some(dir.path()), "the second folder");
+        let back = Report::read_json(&kept).expect("a report");
+        assert_eq!(back.benchmarks.len(), report.benchmarks.len());
+
+        // A JSON output that was written holds the report: no fallback.
+        let json = dir.path().join("r.json");
+        let outputs = [
+            Output::Csv(missing.join("r.csv")),
+            Output::Json {
+                path: json.clone(),
+                include_text: false,
+            },
+        ];
+        let failed = write_all_keeping_in(&outputs, &report, &[dir.path().to_owned()])
+            .expect_err("the CSV fails");
+        assert!(failed.fallback.is_none());
+        assert!(json.exists());
     }
 
     #[test]

@@ -93,10 +93,13 @@ pub struct Counters {
     output_tokens: AtomicU64,
 }
 
-/// Where progress goes: a live bar on the terminal, or nothing.
+/// Where progress goes: a live bar on the terminal, lines on standard
+/// error, or (with `--disable-console`) nothing.
 pub struct Display {
     live: Option<Live>,
     counters: Arc<Counters>,
+    /// No lines at all but notes of failures.
+    quiet: bool,
 }
 
 struct Live {
@@ -155,13 +158,15 @@ impl Observer for DisplayObserver {
 }
 
 impl Display {
-    /// A live display if `enabled` and the terminal can take one; else quiet.
-    pub fn start(enabled: bool) -> Display {
+    /// A live display if `enabled` and the terminal can take one; else
+    /// lines on standard error, or nothing when `quiet`.
+    pub fn start(enabled: bool, quiet: bool) -> Display {
         let counters = Arc::new(Counters::default());
-        if !enabled {
+        if !enabled || quiet {
             return Display {
                 live: None,
                 counters,
+                quiet,
             };
         }
         // The bars fill their lines to this width and count on it to find
@@ -184,12 +189,16 @@ impl Display {
                 bar: None,
             })
         });
-        Display { live, counters }
+        Display {
+            live,
+            counters,
+            quiet,
+        }
     }
 
     /// Shows a phase without a count (loading the model, ...).
     pub fn phase(&mut self, message: &str) {
-        if self.live.is_none() {
+        if self.live.is_none() && !self.quiet {
             eprintln!("{message}");
         }
         if let Some(live) = &mut self.live {
@@ -208,7 +217,7 @@ impl Display {
     /// Starts a benchmark's bar; the observer updates it.
     pub fn benchmark(&mut self, name: &str, total: Option<u64>) -> DisplayObserver {
         self.counters = Arc::new(Counters::default());
-        if self.live.is_none() {
+        if self.live.is_none() && !self.quiet {
             match total {
                 Some(n) => eprintln!("benchmark {name}: sending up to {n} requests"),
                 None => eprintln!("benchmark {name}: sending"),
@@ -241,6 +250,9 @@ impl Display {
     /// Says how a benchmark ended: a line that stays, above the next
     /// benchmark's bar when the display is live.
     pub fn benchmark_done(&mut self, name: &str, seconds: f64) {
+        if self.quiet {
+            return;
+        }
         let c = &self.counters;
         let line = format!(
             "benchmark {name}: {} requests done, {} errors, in {seconds:.1} s",

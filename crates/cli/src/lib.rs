@@ -22,9 +22,10 @@ mod engines;
 mod mock_server;
 mod run;
 
+use std::io::Write;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use guidebench_bench::outputs::{self, OUTPUT_KINDS, Output};
 use guidebench_bench::report::Report;
 use guidebench_core::options::OptionSpec;
@@ -126,13 +127,17 @@ impl From<guidebench_core::Error> for Failure {
 /// Runs the command line with the process's arguments and returns the
 /// exit code.
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let command = Cli::command().mut_subcommand("run", run::kinds_help);
+    let cli = match Cli::from_arg_matches(&command.get_matches()) {
+        Ok(cli) => cli,
+        Err(err) => err.exit(),
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("GUIDEBENCH_LOG")
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
-        .with_writer(std::io::stderr)
+        .with_writer(|| PlainUnlessTerminal)
         .init();
     let result = match cli.command {
         Command::Backends => list_backends(),
@@ -183,18 +188,91 @@ fn export(args: &ExportArgs) -> Result<(), Failure> {
     write_outputs(&outputs, &report)
 }
 
-/// Writes the report to every output; each failure is shown, and the
-/// first one is the run's failure.
+/// Writes the report to every output; the failures are the run's failure,
+/// one line each, printed once (by [`main`]).
 pub(crate) fn write_outputs(outputs: &[Output], report: &Report) -> Result<(), Failure> {
     let Err(failures) = outputs::write_all(outputs, report) else {
         return Ok(());
     };
-    let mut first = None;
-    for err in failures.into_iter().map(anyhow::Error::from) {
-        eprintln!("error: {err:#}");
-        first.get_or_insert(err);
+    Err(Failure::Run(anyhow::anyhow!(
+        "{}",
+        failure_lines(&failures, None)
+    )))
+}
+
+/// Writes a run's report to every output; when a file could not be written
+/// and no JSON output holds the report, the report goes to a fallback file
+/// whose path ends the message.
+pub(crate) fn write_run_outputs(outputs: &[Output], report: &Report) -> Result<(), Failure> {
+    let Err(failed) = outputs::write_all_keeping(outputs, report) else {
+        return Ok(());
+    };
+    Err(Failure::Run(anyhow::anyhow!(
+        "{}",
+        failure_lines(&failed.failures, failed.fallback.as_ref())
+    )))
+}
+
+/// Each failure on its own line (the first follows `error: `), then where
+/// the report went instead.
+fn failure_lines(
+    failures: &[guidebench_bench::Error],
+    fallback: Option<&Result<std::path::PathBuf, guidebench_bench::Error>>,
+) -> String {
+    let mut lines: Vec<String> = failures.iter().map(outputs::failure_message).collect();
+    match fallback {
+        Some(Ok(path)) => lines.push(format!(
+            "the report was written to {} instead",
+            path.display()
+        )),
+        Some(Err(err)) => lines.push(format!(
+            "the report could not be kept either: {}",
+            outputs::failure_message(err)
+        )),
+        None => {}
     }
-    first.map_or(Ok(()), |err| Err(Failure::Run(err)))
+    lines.join("\nerror: ")
+}
+
+/// Standard error for logs, with the colour codes taken out whenever it is
+/// not a terminal: a log file (the live display sends standard error to
+/// one while it is on screen) or a pipe gets plain text.
+struct PlainUnlessTerminal;
+
+impl Write for PlainUnlessTerminal {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let mut stderr = std::io::stderr().lock();
+        if std::io::IsTerminal::is_terminal(&stderr) {
+            stderr.write_all(buf)?;
+        } else {
+            stderr.write_all(&strip_ansi(buf))?;
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::stderr().flush()
+    }
+}
+
+/// `text` without its ANSI escape sequences (`ESC [ ... letter`).
+fn strip_ansi(text: &[u8]) -> Vec<u8> {
+    let mut plain = Vec::with_capacity(text.len());
+    let mut bytes = text.iter().copied().peekable();
+    while let Some(byte) = bytes.next() {
+        if byte == 0x1b && bytes.peek() == Some(&b'[') {
+            bytes.next();
+            // Parameters and intermediates, up to the final byte.
+            for b in bytes.by_ref() {
+                if (0x40..=0x7e).contains(&b) {
+                    break;
+                }
+            }
+        } else {
+            plain.push(byte);
+        }
+    }
+    plain
 }
 
 fn compare(args: &CompareArgs) -> Result<(), Failure> {

@@ -11,7 +11,11 @@ use serde_json::{Map, Value};
 
 use crate::Failure;
 
-/// Arguments of `guidebench mock-server`.
+/// Arguments of `guidebench mock-server`. GuideLLM 0.8.1's flags in
+/// milliseconds (`--ttft-ms 50`) are accepted beside the ones that take a
+/// duration with its unit (`--ttft 50ms`); a bare number there is refused,
+/// since GuideLLM's users mean milliseconds and guidebench's durations
+/// would read seconds.
 #[derive(Debug, Args)]
 pub struct MockServerArgs {
     /// Address to listen on.
@@ -23,18 +27,41 @@ pub struct MockServerArgs {
     /// The model id the server lists.
     #[arg(long)]
     model: Option<String>,
-    /// Time to the first token (`50ms`).
-    #[arg(long)]
+    /// Time to the first token, with its unit (`50ms`).
+    #[arg(long, conflicts_with = "ttft_ms")]
     ttft: Option<String>,
-    /// Time between tokens (`10ms`).
+    /// Time to the first token in milliseconds, as GuideLLM writes it.
     #[arg(long)]
+    ttft_ms: Option<f64>,
+    /// Standard deviation of the time to the first token in milliseconds.
+    #[arg(long)]
+    ttft_ms_std: Option<f64>,
+    /// Time between tokens, with its unit (`10ms`).
+    #[arg(long, conflicts_with = "itl_ms")]
     itl: Option<String>,
+    /// Time between tokens in milliseconds, as GuideLLM writes it.
+    #[arg(long)]
+    itl_ms: Option<f64>,
+    /// Standard deviation of the time between tokens in milliseconds.
+    #[arg(long)]
+    itl_ms_std: Option<f64>,
     /// Tokens per answer, unless the request asks for fewer.
     #[arg(long)]
     output_tokens: Option<u64>,
-    /// A tokenizer.json or model folder for prompt token counts.
+    /// Standard deviation of the tokens per answer.
     #[arg(long)]
+    output_tokens_std: Option<f64>,
+    /// A tokenizer.json or model folder for prompt token counts.
+    #[arg(long, visible_alias = "processor")]
     tokenizer: Option<PathBuf>,
+    /// Answer HTTP 500 to every completion request after the first N (GuideLLM's flag;
+    /// `--set error_after=N` too).
+    #[arg(long)]
+    fail_after_requests: Option<u64>,
+    /// GuideLLM's worker processes: accepted and without effect, since one server here
+    /// serves any number of connections on every core.
+    #[arg(long)]
+    workers: Option<u64>,
     /// Close connections idle for this long (`5s`), announced as
     /// `Keep-Alive: timeout=N` like llama.cpp's server.
     #[arg(long)]
@@ -49,23 +76,114 @@ pub struct MockServerArgs {
     /// Any other option, `KEY=VALUE` (`guidebench backends` lists them).
     #[arg(long = "set")]
     set: Vec<String>,
+    /// GuideLLM's flags that have no meaning here, refused with what to
+    /// write instead.
+    #[command(flatten)]
+    refused: RefusedGuideLlmFlags,
+}
+
+/// GuideLLM 0.8.1 mock-server flags without a guidebench meaning: each is
+/// refused with what to write instead.
+#[derive(Debug, Args)]
+struct RefusedGuideLlmFlags {
+    #[arg(long, hide = true)]
+    request_latency: Option<String>,
+    #[arg(long, hide = true)]
+    request_latency_std: Option<String>,
+    #[arg(long, hide = true)]
+    max_concurrent_requests: Option<String>,
+    #[arg(long, hide = true)]
+    image_tokens: Option<String>,
+    #[arg(long, hide = true)]
+    video_tokens: Option<String>,
+    #[arg(long, hide = true)]
+    audio_tokens_per_second: Option<String>,
+    #[arg(long, hide = true)]
+    log_request_received: bool,
+}
+
+impl RefusedGuideLlmFlags {
+    /// The first GuideLLM flag given that has no meaning here, as an error
+    /// that says what to write instead.
+    fn check(&self) -> Result<(), Failure> {
+        let refused = [
+            (
+                self.request_latency.is_some() || self.request_latency_std.is_some(),
+                "--request-latency",
+                "a non-streamed answer takes the same time as a streamed one here: \
+                 --ttft-ms plus --itl-ms per token",
+            ),
+            (
+                self.max_concurrent_requests.is_some(),
+                "--max-concurrent-requests",
+                "this server does not queue requests; make the latency grow with load with \
+                 --set ttft_per_request=5ms",
+            ),
+            (
+                self.image_tokens.is_some()
+                    || self.video_tokens.is_some()
+                    || self.audio_tokens_per_second.is_some(),
+                "--image-tokens, --video-tokens and --audio-tokens-per-second",
+                "this server counts the prompt's text tokens only",
+            ),
+            (
+                self.log_request_received,
+                "--log-request-received",
+                "set GUIDEBENCH_LOG=debug to log the server's requests",
+            ),
+        ];
+        match refused.iter().find(|(given, ..)| *given) {
+            Some((_, flag, instead)) => Err(Failure::Usage(anyhow!(
+                "{flag} (GuideLLM's mock server) has no meaning here: {instead}"
+            ))),
+            None => Ok(()),
+        }
+    }
+}
+
+/// A `--ttft`/`--itl` value: a duration with its unit. A bare number is
+/// refused, since GuideLLM's users mean milliseconds and a duration reads
+/// seconds.
+fn duration_flag(flag: &str, value: Option<&String>) -> Result<Option<Value>, Failure> {
+    let Some(value) = value else {
+        return Ok(None);
+    };
+    if value.trim().parse::<f64>().is_ok() {
+        return Err(Failure::Usage(anyhow!(
+            "--{flag} {value}: give the unit (--{flag} {value}ms) or write \
+             --{flag}-ms {value} as GuideLLM does"
+        )));
+    }
+    Ok(Some(Value::String(value.clone())))
+}
+
+/// Milliseconds as a duration option's value.
+fn milliseconds(ms: Option<f64>) -> Option<Value> {
+    ms.map(|ms| Value::String(format!("{ms}ms")))
 }
 
 fn options(args: &MockServerArgs) -> Result<Map<String, Value>, Failure> {
+    args.refused.check()?;
     let mut options = Map::new();
     for pair in &args.set {
         let parsed = parse_kind_args(&format!("kind=mock-server,{pair}"))?;
         options.extend(parsed.options);
     }
+    let ttft = duration_flag("ttft", args.ttft.as_ref())?;
+    let itl = duration_flag("itl", args.itl.as_ref())?;
     let mut put = |key: &str, value: Option<Value>| {
         if let Some(value) = value {
             options.insert(key.to_owned(), value);
         }
     };
     put("model", args.model.clone().map(Value::String));
-    put("ttft", args.ttft.clone().map(Value::String));
-    put("itl", args.itl.clone().map(Value::String));
+    put("ttft", ttft.or_else(|| milliseconds(args.ttft_ms)));
+    put("ttft_std", milliseconds(args.ttft_ms_std));
+    put("itl", itl.or_else(|| milliseconds(args.itl_ms)));
+    put("itl_std", milliseconds(args.itl_ms_std));
     put("output_tokens", args.output_tokens.map(Value::from));
+    put("output_tokens_std", args.output_tokens_std.map(Value::from));
+    put("error_after", args.fail_after_requests.map(Value::from));
     put(
         "keep_alive_timeout",
         args.keep_alive_timeout.clone().map(Value::String),

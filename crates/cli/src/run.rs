@@ -24,12 +24,16 @@ pub const DEFAULT_BACKEND: &str = "kind=offline,engine=candle,model=builtin:tiny
 #[cfg(not(feature = "candle"))]
 pub const DEFAULT_BACKEND: &str = "kind=offline,engine=mock";
 
-/// Arguments of `guidebench run`.
+/// Arguments of `guidebench run`. GuideLLM 0.8.1's spellings are accepted
+/// where they mean the same (`--config`/`-c`, `-l`, `--disable-console`,
+/// `--disable-console-interactive`, `--metrics`, `--override KEY VALUES`,
+/// `--seed kind=static,value=N`, `--tokenizer kind=hf_auto,model=NAME`);
+/// see docs/command-line.md.
 #[derive(Debug, Args, Default)]
 pub struct RunArgs {
     /// A JSON or YAML file with the same fields as these flags, or a GuideLLM scenario
     /// (metadata, spec, benchmarks); flags win.
-    #[arg(long)]
+    #[arg(long, short = 'c', visible_alias = "config")]
     scenario: Option<PathBuf>,
     /// The backend: `kind=NAME,key=value,...` (see `guidebench backends`), with the
     /// requests' sampling as `sampling.temperature=0.7,sampling.top_p=0.9,sampling.top_k=50,
@@ -38,32 +42,37 @@ pub struct RunArgs {
     /// loaded before its own benchmarks and unloaded after) into one report.
     #[arg(long)]
     backend: Vec<String>,
-    /// The data: `kind=synthetic_text,...` or `kind=file,path=...` (repeatable).
+    /// The data: `kind=NAME,key=value,...` (repeatable); the kinds are listed in help.
     #[arg(long)]
     data: Vec<String>,
-    /// The load profile: synchronous, concurrent, throughput, constant, async, poisson, sweep,
-    /// goodput, knee, replay (the sends of a `kind=trace` data file, time-scaled).
+    /// The load profile: `kind=NAME,key=value,...`; the kinds are listed in help.
     #[arg(long)]
     profile: Option<String>,
     /// Per-request latency objectives: `ttft=200ms,itl=50ms,itl_p95=80ms,tpot=60ms,latency=5s`
     /// (any subset); reports attainment and goodput, and the goodput profile searches by them.
     #[arg(long)]
     slo: Option<String>,
+    /// GuideLLM's metrics options: `kind=generative,slo.ttft_ms=200,slo.tpot_ms=50`; its
+    /// latency objectives become --slo (ttft_ms: ttft, tpot_ms: itl, e2el_ms: latency).
+    #[arg(long)]
+    metrics: Option<String>,
     /// When a benchmark stops: max_requests, min_requests, max_duration, max_errors,
     /// max_error_rate, max_global_error_rate, over_saturation (repeatable; a list value
     /// gives one value per benchmark).
     #[arg(long)]
     constraint: Vec<String>,
-    /// Where the report goes: console, json, csv, html, yaml, plot (repeatable; default
-    /// console).
+    /// Where the report goes besides the console table (repeatable): `kind=NAME,path=FILE`,
+    /// or a file name whose extension picks the kind.
     #[arg(long)]
     output: Vec<String>,
-    /// A tokenizer.json (or a model folder) for synthetic data, instead of the backend's.
+    /// A tokenizer.json (or a model folder) for synthetic data, instead of the backend's;
+    /// GuideLLM's `kind=hf_auto,model=PATH` too.
     #[arg(long)]
-    tokenizer: Option<PathBuf>,
-    /// Seed of the synthetic data and of Poisson arrivals.
+    tokenizer: Option<String>,
+    /// Seed of the synthetic data and of Poisson arrivals: `N`, or GuideLLM's
+    /// `kind=static,value=N`.
     #[arg(long)]
-    seed: Option<u64>,
+    seed: Option<String>,
     /// Left out of the metrics at the start: a request count (20), a time (10s) or a
     /// fraction of the benchmark (10%).
     #[arg(long)]
@@ -77,37 +86,114 @@ pub struct RunArgs {
     #[arg(long)]
     grace_period: Option<String>,
     /// A label for the report: `key=value` (repeatable).
-    #[arg(long)]
+    #[arg(long, short = 'l')]
     label: Vec<String>,
     /// No live progress display (it is also off when standard error is not a terminal).
-    #[arg(long)]
+    #[arg(long, visible_alias = "disable-console-interactive")]
     disable_progress: bool,
+    /// Nothing on the console but errors: no summary table, no progress, no updates.
+    #[arg(long, visible_alias = "disable-console-outputs")]
+    disable_console: bool,
     /// Sets one field on top of the scenario and the flags (repeatable):
     /// `profile.streams=1;2;4`, `constraint.max_requests.count=50`,
-    /// `backend.KEY=V`, `data.KEY=V`, `slo.KEY=V`, `warmup=10%`, `seed=N`.
-    #[arg(long = "override", value_name = "KEY=VALUE")]
+    /// `backend.KEY=V`, `data.KEY=V`, `slo.KEY=V`, `warmup=10%`, `seed=N`; or, as
+    /// GuideLLM writes it, `--override profile.streams 1,2,4` (one benchmark per value).
+    #[arg(long = "override", value_names = ["KEY=VALUE", "VALUES"], num_args = 1..=2)]
     overrides: Vec<String>,
 }
 
-impl From<RunArgs> for Flags {
-    fn from(args: RunArgs) -> Flags {
-        Flags {
-            scenario: args.scenario,
-            backend: args.backend,
-            data: args.data,
-            profile: args.profile,
-            slo: args.slo,
-            constraint: args.constraint,
-            output: args.output,
-            tokenizer: args.tokenizer,
-            seed: args.seed,
-            warmup: args.warmup,
-            cooldown: args.cooldown,
-            grace_period: args.grace_period,
-            label: args.label,
-            disable_progress: args.disable_progress,
-            overrides: args.overrides,
+impl RunArgs {
+    /// Each `--override` as `KEY=VALUE`: GuideLLM's two-argument form (a
+    /// key, which has no `=`, then its values) is turned into it.
+    fn overrides(&self) -> Result<Vec<String>, Failure> {
+        let mut overrides = Vec::new();
+        let mut items = self.overrides.iter();
+        while let Some(item) = items.next() {
+            if item.contains('=') {
+                overrides.push(item.clone());
+                continue;
+            }
+            let Some(values) = items.next() else {
+                return Err(Failure::Usage(anyhow!(
+                    "--override takes KEY=VALUE or KEY VALUES, got `{item}` alone"
+                )));
+            };
+            overrides.push(guidebench_bench::scenario::override_from_pair(item, values));
         }
+        Ok(overrides)
+    }
+}
+
+/// The help of `--data`, `--profile` and `--output`, listing every kind
+/// from the registries, so that help never lags behind them.
+pub fn kinds_help(cmd: clap::Command) -> clap::Command {
+    let names = |names: Vec<&str>| names.join(", ");
+    let data = names(
+        guidebench_bench::data::DATA_KINDS
+            .iter()
+            .map(|k| k.name)
+            .collect(),
+    );
+    let profiles = names(
+        guidebench_bench::runner::PROFILE_KINDS
+            .iter()
+            .map(|(name, _)| *name)
+            .collect(),
+    );
+    let outputs = names(
+        guidebench_bench::outputs::OUTPUT_KINDS
+            .iter()
+            .map(|k| k.name)
+            .collect(),
+    );
+    let help = |text: String| move |arg: clap::Arg| arg.help(text.clone()).long_help(text);
+    cmd.mut_arg(
+        "data",
+        help(format!(
+            "The data: `kind=NAME,key=value,...` (repeatable; several take turns), NAME one \
+             of {data}; `guidebench backends` lists their options"
+        )),
+    )
+    .mut_arg(
+        "profile",
+        help(format!(
+            "The load profile: `kind=NAME,key=value,...`, NAME one of {profiles}"
+        )),
+    )
+    .mut_arg(
+        "output",
+        help(format!(
+            "Where the report goes besides the console table (repeatable): \
+             `kind=NAME,path=FILE` with NAME one of {outputs} (a file kind without path \
+             writes benchmarks.EXT here), or a file name whose extension picks the kind \
+             (out.json, .csv, .html, .yaml, .png)"
+        )),
+    )
+}
+
+impl RunArgs {
+    /// The flags as bench takes them.
+    fn into_flags(self) -> Result<Flags, Failure> {
+        let overrides = self.overrides()?;
+        Ok(Flags {
+            scenario: self.scenario,
+            backend: self.backend,
+            data: self.data,
+            profile: self.profile,
+            slo: self.slo,
+            constraint: self.constraint,
+            output: self.output,
+            tokenizer: self.tokenizer,
+            seed: self.seed,
+            warmup: self.warmup,
+            cooldown: self.cooldown,
+            grace_period: self.grace_period,
+            label: self.label,
+            disable_progress: self.disable_progress,
+            disable_console: self.disable_console,
+            metrics: self.metrics,
+            overrides,
+        })
     }
 }
 
@@ -134,7 +220,8 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
         plans,
         outputs,
         progress,
-    } = Flags::from(args).plan(DEFAULT_BACKEND)?;
+        quiet,
+    } = args.into_flags()?.plan(DEFAULT_BACKEND)?;
     let progress = progress && std::io::IsTerminal::is_terminal(&std::io::stderr());
     // Every backend's options are checked before the first one starts.
     let plans = plans
@@ -152,7 +239,7 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
         .map_err(|e| Failure::Run(anyhow!("cannot start the async runtime: {e}")))?;
     let mut report = runtime.block_on(async {
         let cancel = watch_interrupts();
-        let mut display = Display::start(progress);
+        let mut display = Display::start(progress, quiet);
         let report = side_by_side::run(plans, backends, &mut display, cancel).await;
         display.finish();
         report
@@ -161,7 +248,7 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
         config.insert("command".into(), command_line().into());
     }
 
-    crate::write_outputs(&outputs, &report)?;
+    crate::write_run_outputs(&outputs, &report)?;
     if report.interrupted {
         return Err(Failure::Interrupted);
     }

@@ -1,9 +1,19 @@
 //! The flags of a run and its scenario file merged into plans: a flag given
 //! wins over the file's field, and `--override` applies on top of both.
+//!
+//! GuideLLM 0.8.1's spellings of the same flags are read here too, where
+//! the meaning is the same: `--seed kind=static,value=N`,
+//! `--tokenizer kind=hf_auto,model=NAME`, `--metrics
+//! kind=generative,slo.ttft_ms=200` and `--disable-console`. Each is held
+//! by a test below; an option whose meaning differs is refused with what to
+//! write instead.
 
 use std::path::PathBuf;
 
-use super::{Scenario, apply_overrides};
+use guidebench_core::options::parse_kind_args;
+use serde_json::{Value, json};
+
+use super::{Scenario, apply_overrides, guidellm};
 use crate::outputs::{self, Output};
 use crate::session::PlanArgs;
 use crate::{Error, Result};
@@ -26,10 +36,10 @@ pub struct Flags {
     pub constraint: Vec<String>,
     /// `--output` (repeatable).
     pub output: Vec<String>,
-    /// `--tokenizer`.
-    pub tokenizer: Option<PathBuf>,
-    /// `--seed`.
-    pub seed: Option<u64>,
+    /// `--tokenizer`: a path, or GuideLLM's `kind=hf_auto,model=NAME`.
+    pub tokenizer: Option<String>,
+    /// `--seed`: a number, or GuideLLM's `kind=static,value=N`.
+    pub seed: Option<String>,
     /// `--warmup`.
     pub warmup: Option<String>,
     /// `--cooldown`.
@@ -40,6 +50,11 @@ pub struct Flags {
     pub label: Vec<String>,
     /// `--disable-progress`.
     pub disable_progress: bool,
+    /// `--disable-console`: no summary table, progress or updates on the
+    /// console.
+    pub disable_console: bool,
+    /// `--metrics`: GuideLLM's metrics options (its `slo` becomes `--slo`).
+    pub metrics: Option<String>,
     /// `--override KEY=VALUE` (repeatable).
     pub overrides: Vec<String>,
 }
@@ -50,10 +65,13 @@ pub struct Flags {
 pub struct RunPlan {
     /// One per backend, in the order given; several run side by side.
     pub plans: Vec<PlanArgs>,
-    /// Where the report goes.
+    /// Where the report goes: the console first, unless the console is
+    /// off; every file checked writable.
     pub outputs: Vec<Output>,
     /// Neither the flag nor the file turned the live progress display off.
     pub progress: bool,
+    /// `--disable-console`: nothing on the console but errors.
+    pub quiet: bool,
 }
 
 impl Flags {
@@ -64,7 +82,8 @@ impl Flags {
     /// # Errors
     ///
     /// A scenario file that cannot be read or mapped, a malformed
-    /// `--label`, `--output` or `--override`.
+    /// `--label`, `--output`, `--seed`, `--tokenizer`, `--metrics` or
+    /// `--override`, or an output file that cannot be written.
     pub fn plan(self, default_backend: &str) -> Result<RunPlan> {
         let scenario = match &self.scenario {
             Some(path) => Scenario::read(path)?,
@@ -78,7 +97,32 @@ impl Flags {
             }
         };
         let output = pick(self.output, scenario.output.as_ref().map(|o| o.to_args()));
-        let outputs = outputs::parse_all(&output)?;
+        let quiet = self.disable_console || scenario.disable_console == Some(true);
+        let mut outputs = outputs::parse_all(&output)?;
+        if quiet {
+            outputs.retain(|o| *o != Output::Console);
+        } else if !outputs.contains(&Output::Console) {
+            outputs.insert(0, Output::Console);
+        }
+        // Before anything runs: no run is lost to a path.
+        outputs::check_all(&outputs)?;
+        let seed = self.seed.as_deref().map(parse_seed).transpose()?;
+        let tokenizer = match self.tokenizer.as_deref() {
+            Some(arg) => parse_tokenizer(arg)?,
+            None => None,
+        };
+        let metrics_slo = match self.metrics.as_deref() {
+            Some(arg) => parse_metrics(arg)?,
+            None => None,
+        };
+        if metrics_slo.is_some() && self.slo.is_some() {
+            return Err(Error::Flag {
+                flag: "--metrics",
+                reason: "sets latency objectives and so does --slo: give them once, \
+                         as --slo ttft=200ms,itl=50ms"
+                    .to_owned(),
+            });
+        }
         let mut labels = scenario.label.clone().unwrap_or_default();
         for label in &self.label {
             let (key, value) = label
@@ -107,8 +151,8 @@ impl Flags {
                 self.constraint,
                 scenario.constraint.as_ref().map(|c| c.to_args()),
             ),
-            tokenizer: self.tokenizer.or(scenario.tokenizer.map(PathBuf::from)),
-            seed: self.seed.or(scenario.seed),
+            tokenizer: tokenizer.or(scenario.tokenizer.map(PathBuf::from)),
+            seed: seed.or(scenario.seed),
             warmup: self
                 .warmup
                 .or_else(|| scenario.warmup.as_ref().map(|w| w.to_arg())),
@@ -123,6 +167,7 @@ impl Flags {
             keep_text: side_by_side || outputs.iter().any(Output::wants_text),
             slo: self
                 .slo
+                .or(metrics_slo)
                 .or_else(|| scenario.slo.as_ref().map(|s| s.to_arg())),
         };
         let plans = backends
@@ -136,13 +181,126 @@ impl Flags {
                 Ok(plan)
             })
             .collect::<Result<Vec<_>>>()?;
-        let progress = !(self.disable_progress || scenario.disable_progress == Some(true));
+        let progress = !(quiet || self.disable_progress || scenario.disable_progress == Some(true));
         Ok(RunPlan {
             plans,
             outputs,
             progress,
+            quiet,
         })
     }
+}
+
+/// `--seed`: a whole number, or GuideLLM's `kind=static,value=N` (its
+/// `value` defaults to 42, as in GuideLLM).
+fn parse_seed(arg: &str) -> Result<u64> {
+    let bad = |why: String| Error::Flag {
+        flag: "--seed",
+        reason: format!("{why}; write a whole number (--seed 42) or kind=static,value=42"),
+    };
+    let arg = arg.trim();
+    if let Ok(seed) = arg.parse() {
+        return Ok(seed);
+    }
+    if !arg.starts_with('{') && !arg.contains('=') {
+        return Err(bad(format!("`{arg}` is not a whole number")));
+    }
+    let args = parse_kind_args(arg)?;
+    if args.kind != "static" {
+        return Err(bad(format!(
+            "GuideLLM's seed kind `{}` has no guidebench meaning",
+            args.kind
+        )));
+    }
+    let mut seed = 42;
+    for (key, value) in &args.options {
+        match (key.as_str(), value.as_u64()) {
+            ("value", Some(value)) => seed = value,
+            ("value", None) => {
+                return Err(bad(format!("`value` must be a whole number, got {value}")));
+            }
+            (key, _) => {
+                return Err(bad(format!(
+                    "unknown option `{key}` (kind=static takes value)"
+                )));
+            }
+        }
+    }
+    Ok(seed)
+}
+
+/// `--tokenizer`: a path (a `tokenizer.json` or a model folder, or a model
+/// id in the local Hugging Face cache), or GuideLLM's
+/// `kind=huggingface_auto|hf_auto,model=NAME`; without `model` the
+/// backend's own tokenizer is used, as in GuideLLM.
+fn parse_tokenizer(arg: &str) -> Result<Option<PathBuf>> {
+    let trimmed = arg.trim();
+    if !(trimmed.starts_with('{') || trimmed.starts_with("kind=")) {
+        return Ok(Some(PathBuf::from(arg)));
+    }
+    let bad = |why: String| Error::Flag {
+        flag: "--tokenizer",
+        reason: format!("{why}; write a path (--tokenizer PATH) or kind=hf_auto,model=PATH"),
+    };
+    let args = parse_kind_args(trimmed)?;
+    if !matches!(args.kind.as_str(), "huggingface_auto" | "hf_auto") {
+        return Err(bad(format!(
+            "GuideLLM's tokenizer kind `{}` has no guidebench meaning",
+            args.kind
+        )));
+    }
+    let mut model = None;
+    for (key, value) in &args.options {
+        match (key.as_str(), value) {
+            ("model" | "source" | "path", Value::String(name)) => model = Some(PathBuf::from(name)),
+            ("model" | "source" | "path", Value::Null) => model = None,
+            ("load_kwargs", Value::Object(kwargs)) if kwargs.is_empty() => {}
+            ("load_kwargs", _) => {
+                return Err(bad(
+                    "`load_kwargs` is not supported: guidebench reads tokenizer.json as it is"
+                        .to_owned(),
+                ));
+            }
+            (key, _) => {
+                return Err(bad(format!(
+                    "unknown option `{key}` (kind=hf_auto takes model, load_kwargs)"
+                )));
+            }
+        }
+    }
+    Ok(model)
+}
+
+/// `--metrics`: GuideLLM's metrics options, mapped as a GuideLLM scenario's
+/// `spec.metrics` is: `slo.ttft_ms`, `slo.tpot_ms` and `slo.e2el_ms`
+/// become `--slo` objectives; anything else is refused, naming it. `kind`
+/// may be left out (GuideLLM's only kind is `generative`).
+fn parse_metrics(arg: &str) -> Result<Option<String>> {
+    let trimmed = arg.trim();
+    let arg = if trimmed.starts_with('{') || trimmed.contains("kind=") {
+        trimmed.to_owned()
+    } else {
+        format!("kind=generative,{trimmed}")
+    };
+    let args = parse_kind_args(&arg)?;
+    let mut metrics = args.options;
+    metrics.insert("kind".into(), Value::String(args.kind));
+    let converted =
+        guidellm::convert(&json!({"spec": {"metrics": metrics}})).map_err(|fields| {
+            Error::Flag {
+                flag: "--metrics",
+                reason: format!(
+                    "has options guidebench cannot map: {}; guidebench reads only latency \
+                 objectives from it (slo.ttft_ms, slo.tpot_ms, slo.e2el_ms), or write them as \
+                 --slo ttft=200ms,itl=50ms,latency=5s",
+                    fields.replace("spec.metrics.", "")
+                ),
+            }
+        })?;
+    Ok(converted
+        .get("slo")
+        .and_then(Value::as_str)
+        .map(str::to_owned))
 }
 
 #[cfg(test)]
@@ -165,7 +323,7 @@ mod tests {
                 "kind=offline,engine=mock".into(),
                 "kind=offline,engine=mock,batch_size=2".into(),
             ],
-            seed: Some(7),
+            seed: Some("7".into()),
             label: vec!["run=b".into()],
             overrides: vec!["warmup=2".into()],
             ..Flags::default()
@@ -184,6 +342,123 @@ mod tests {
             assert_eq!(plan.labels.len(), 2);
         }
         assert_eq!((run.outputs, run.progress), (vec![Output::Console], false));
+    }
+
+    #[test]
+    fn the_console_table_comes_with_every_file_output_unless_the_console_is_off() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let json = dir.path().join("r.json").display().to_string();
+        let run = Flags {
+            output: vec![json.clone()],
+            ..Flags::default()
+        }
+        .plan("kind=offline,engine=mock")
+        .expect("plans");
+        assert_eq!(run.outputs.len(), 2);
+        assert_eq!(run.outputs[0], Output::Console);
+        assert!(run.progress && !run.quiet);
+        let run = Flags {
+            output: vec![json, "kind=console".into()],
+            disable_console: true,
+            ..Flags::default()
+        }
+        .plan("kind=offline,engine=mock")
+        .expect("plans");
+        assert_eq!(run.outputs.len(), 1);
+        assert_eq!(run.outputs[0].kind().name, "json");
+        assert!(!run.progress && run.quiet);
+        let err = Flags {
+            output: vec![dir.path().join("no/r.csv").display().to_string()],
+            ..Flags::default()
+        }
+        .plan("kind=offline,engine=mock")
+        .expect_err("no folder");
+        assert!(
+            err.is_usage() && err.to_string().contains("does not exist"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn guidellm_spellings_of_seed_tokenizer_and_metrics_mean_the_same_here() {
+        let plan = |flags: Flags| {
+            flags
+                .plan("kind=offline,engine=mock")
+                .map(|mut run| run.plans.remove(0))
+        };
+        let p = plan(Flags {
+            seed: Some("kind=static,value=7".into()),
+            tokenizer: Some("kind=hf_auto,model=my/tokenizer".into()),
+            metrics: Some("kind=generative,slo.ttft_ms=200,slo.e2el_ms=5000".into()),
+            ..Flags::default()
+        })
+        .expect("plans");
+        assert_eq!(p.seed, Some(7));
+        assert_eq!(p.tokenizer, Some(PathBuf::from("my/tokenizer")));
+        assert_eq!(p.slo.as_deref(), Some("ttft=200ms,latency=5000ms"));
+        let p = plan(Flags {
+            seed: Some("kind=static".into()),
+            tokenizer: Some("kind=huggingface_auto".into()),
+            metrics: Some("slo.tpot_ms=50".into()),
+            ..Flags::default()
+        })
+        .expect("plans");
+        assert_eq!(p.seed, Some(42), "GuideLLM's default value");
+        assert_eq!(p.tokenizer, None, "the backend's own, as in GuideLLM");
+        assert_eq!(p.slo.as_deref(), Some("itl=50ms"));
+        let p = plan(Flags {
+            seed: Some("9".into()),
+            tokenizer: Some("tok.json".into()),
+            ..Flags::default()
+        })
+        .expect("plans");
+        assert_eq!(
+            (p.seed, p.tokenizer),
+            (Some(9), Some(PathBuf::from("tok.json")))
+        );
+
+        for (flags, needle) in [
+            (
+                Flags {
+                    seed: Some("kind=random".into()),
+                    ..Flags::default()
+                },
+                "kind=static,value=42",
+            ),
+            (
+                Flags {
+                    seed: Some("soon".into()),
+                    ..Flags::default()
+                },
+                "whole number",
+            ),
+            (
+                Flags {
+                    tokenizer: Some("kind=tiktoken".into()),
+                    ..Flags::default()
+                },
+                "--tokenizer PATH",
+            ),
+            (
+                Flags {
+                    metrics: Some("kind=generative,sample_size=10".into()),
+                    ..Flags::default()
+                },
+                "`sample_size`",
+            ),
+            (
+                Flags {
+                    metrics: Some("slo.ttft_ms=200".into()),
+                    slo: Some("ttft=100ms".into()),
+                    ..Flags::default()
+                },
+                "give them once",
+            ),
+        ] {
+            let err = plan(flags).expect_err(needle);
+            assert!(err.is_usage(), "{err}");
+            assert!(err.to_string().contains(needle), "`{needle}` in {err}");
+        }
     }
 
     #[test]

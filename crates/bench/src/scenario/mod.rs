@@ -109,6 +109,8 @@ pub struct Scenario {
     pub grace_period: Option<PhaseValue>,
     /// `--disable-progress`
     pub disable_progress: Option<bool>,
+    /// `--disable-console`
+    pub disable_console: Option<bool>,
     /// `--slo`
     pub slo: Option<KindValue>,
 }
@@ -179,8 +181,30 @@ fn set_in_kind_arg(arg: &str, path: &str, value: &str) -> Result<String, guidebe
 }
 
 /// The roots an `--override` path may start with.
-const OVERRIDE_ROOTS: &str = "profile.KEY, backend.KEY, data.KEY (data.N.KEY with several \
-     sources), constraint.KIND.KEY, slo.KEY, warmup, cooldown, seed, grace_period, tokenizer";
+const OVERRIDE_ROOTS: &str = "profile.KEY, backend.KEY, data.KEY (data.N.KEY or data[N].KEY \
+     with several sources), constraint.KIND.KEY (or constraints[N].KEY), slo.KEY, warmup, \
+     cooldown, seed, grace_period, tokenizer";
+
+/// GuideLLM's two-argument `--override KEY VALUES` as guidebench's
+/// `KEY=VALUE`: GuideLLM's comma-separated values (one per benchmark:
+/// `--override profile.streams 1,2,4`) become a `;` list, which runs one
+/// benchmark per value in the same way; a JSON value is kept as it is.
+pub fn override_from_pair(key: &str, value: &str) -> String {
+    let value = value.trim();
+    if value.starts_with(['[', '{', '"']) {
+        format!("{key}={value}")
+    } else {
+        format!("{key}={}", value.replace(',', ";"))
+    }
+}
+
+/// A GuideLLM path's indexed root (`constraints[0].seconds`,
+/// `data[1].prompt_tokens`) as its root, index and rest.
+fn indexed_root(path: &str) -> Option<(&str, usize, &str)> {
+    let (head, rest) = path.split_once('.')?;
+    let (root, index) = head.strip_suffix(']')?.split_once('[')?;
+    Some((root, index.trim().parse().ok()?, rest))
+}
 
 /// Applies every `--override KEY=VALUE`, in order, on top of the scenario
 /// and the flags: `profile.streams=1;2;4`, `constraint.max_requests.count=50`,
@@ -205,8 +229,28 @@ pub fn apply_overrides(plan: &mut PlanArgs, overrides: &[String]) -> Result<()> 
                 "unknown path; it starts with one of {OVERRIDE_ROOTS}"
             ))
         };
-        let (root, rest) = path.split_once('.').unwrap_or((path, ""));
         let context = |e: guidebench_core::Error| fails(e.to_string());
+        // GuideLLM's indexed paths: `constraints[N].KEY`, `data[N].KEY`.
+        let indexed = indexed_root(path);
+        if let Some(("constraint" | "constraints", index, key)) = indexed {
+            let Some(constraint) = plan.constraints.get_mut(index) else {
+                return Err(fails(format!(
+                    "there is no constraint {index} (there are {})",
+                    plan.constraints.len()
+                )));
+            };
+            *constraint = set_in_kind_arg(constraint, key, value).map_err(context)?;
+            continue;
+        }
+        let data_path;
+        let path = match indexed {
+            Some(("data", index, key)) => {
+                data_path = format!("data.{index}.{key}");
+                data_path.as_str()
+            }
+            _ => path,
+        };
+        let (root, rest) = path.split_once('.').unwrap_or((path, ""));
         match (root, rest) {
             ("profile", rest) if !rest.is_empty() => {
                 let current = plan.profile.as_deref().unwrap_or(DEFAULT_PROFILE);
@@ -331,6 +375,39 @@ mod tests {
             (p.warmup.as_deref(), p.seed, p.slo.as_deref()),
             (Some("10%"), Some(9), Some("ttft=200ms"))
         );
+    }
+
+    #[test]
+    fn guidellm_two_argument_overrides_and_indexed_paths_apply() {
+        assert_eq!(
+            override_from_pair("profile.streams", "1,2,4"),
+            "profile.streams=1;2;4"
+        );
+        assert_eq!(
+            override_from_pair("profile.rate", "[1, 2]"),
+            "profile.rate=[1, 2]"
+        );
+        let mut p = plan();
+        p.data = vec!["kind=synthetic_text,prompt_tokens=8,output_tokens=2".into()];
+        apply_overrides(
+            &mut p,
+            &[
+                override_from_pair("profile.streams", "1,2,4"),
+                override_from_pair("constraints[0].count", "5,6,7"),
+                override_from_pair("data[0].prompt_tokens", "16"),
+            ],
+        )
+        .expect("valid");
+        let profile = args(p.profile.as_deref().expect("set"));
+        assert_eq!(profile["streams"], serde_json::json!([1, 2, 4]));
+        assert_eq!(
+            args(&p.constraints[0])["count"],
+            serde_json::json!([5, 6, 7])
+        );
+        assert_eq!(args(&p.data[0])["prompt_tokens"], 16);
+        let err = apply_overrides(&mut plan(), &["constraints[3].count=1".into()])
+            .expect_err("no such constraint");
+        assert!(err.to_string().contains("no constraint 3"), "{err}");
     }
 
     #[test]
