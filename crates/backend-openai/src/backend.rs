@@ -707,8 +707,9 @@ impl Output {
     }
 }
 
-/// The message of an error body: `error.message`, `message`, `detail`, or
-/// the start of the text.
+/// The message of an error body: `error.message`, `message`, `detail`; for
+/// an HTML page its title, else its first line of text (a page is never
+/// quoted whole); else the start of the text.
 fn error_message(body: &[u8]) -> String {
     if let Ok(value) = serde_json::from_slice::<Value>(body) {
         let found = value
@@ -726,10 +727,89 @@ fn error_message(body: &[u8]) -> String {
     let text = String::from_utf8_lossy(body);
     let text = text.trim();
     if text.is_empty() {
-        "(empty body)".to_string()
-    } else {
-        snippet(text, SNIPPET_CHARS)
+        return "(empty body)".to_string();
     }
+    if let Some(page) = html_summary(text) {
+        return snippet(&page, SNIPPET_CHARS);
+    }
+    snippet(text, SNIPPET_CHARS)
+}
+
+/// What an HTML page says in one line: its `<title>`, else its first line
+/// of text outside tags; `None` for text that is not HTML.
+fn html_summary(text: &str) -> Option<String> {
+    let lower = text.to_ascii_lowercase();
+    let is_html = lower.starts_with("<!doctype html")
+        || lower.starts_with("<html")
+        || lower.contains("<body")
+        || lower.contains("<head");
+    if !is_html {
+        return None;
+    }
+    let squeeze = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
+    // ASCII lower-casing keeps byte offsets, so they index `text` too.
+    if let Some(open) = lower.find("<title")
+        && let Some(start) = lower[open..].find('>').map(|i| open + i + 1)
+        && let Some(len) = lower[start..].find("</title")
+    {
+        let title = squeeze(&text[start..start + len]);
+        if !title.is_empty() {
+            return Some(title);
+        }
+    }
+    // The first line of text outside tags (and outside script and style).
+    let mut out = String::new();
+    let mut rest = text;
+    let mut skip_until: Option<&str> = None;
+    while !rest.is_empty() {
+        if let Some(end) = skip_until {
+            match rest.to_ascii_lowercase().find(end) {
+                Some(i) => rest = &rest[i + end.len()..],
+                None => break,
+            }
+            skip_until = None;
+            continue;
+        }
+        match rest.find('<') {
+            Some(i) => {
+                out.push_str(&rest[..i]);
+                let tag = rest[i..].to_ascii_lowercase();
+                if tag.starts_with("<script") {
+                    skip_until = Some("</script>");
+                } else if tag.starts_with("<style") {
+                    skip_until = Some("</style>");
+                }
+                let name: String = tag
+                    .trim_start_matches(['<', '/'])
+                    .chars()
+                    .take_while(char::is_ascii_alphanumeric)
+                    .collect();
+                match rest[i..].find('>') {
+                    Some(j) => rest = &rest[i + j + 1..],
+                    None => break,
+                }
+                // Inline tags (b, i, a, span, ...) join words; the rest end a line.
+                let inline = matches!(
+                    name.as_str(),
+                    "a" | "b" | "i" | "em" | "strong" | "span" | "code" | "small" | "u"
+                );
+                out.push(if inline { ' ' } else { '\n' });
+            }
+            None => {
+                out.push_str(rest);
+                break;
+            }
+        }
+        if let Some(line) = out.lines().map(squeeze).find(|l| !l.is_empty())
+            && out.ends_with('\n')
+        {
+            return Some(line);
+        }
+    }
+    out.lines()
+        .map(squeeze)
+        .find(|l| !l.is_empty())
+        .or_else(|| Some("(an HTML page without text)".to_string()))
 }
 
 /// The JSON body of a completion request.
@@ -932,40 +1012,50 @@ impl Backend for OpenAiHttpBackend {
         Ok(())
     }
 
+    /// Makes the backend ready for the run: unless `validate=false`,
+    /// `GET /health` must answer (a 404 or 405 counts as a server without
+    /// the route); without a `model`, `GET /v1/models` names the first
+    /// model. With both `validate=false` and `model=`, nothing is sent.
     async fn validate(&self) -> Result<ValidationReport> {
         let running = self.running()?;
         let limit = self.config.timeout.min(Duration::from_secs(60));
-        let health_url = self.url("/health")?;
-        let (health, _) = Self::probe(&running, &health_url, limit).await?;
-        // Servers without /health (OpenAI itself) answer 404 or 405.
-        if !((200..300).contains(&health) || health == 404 || health == 405) {
-            return Err(OpenAiError::NotReady {
-                url: shown(&health_url),
-                reason: format!("HTTP {health}"),
+        let mut info = Map::new();
+        if self.config.validate {
+            let health_url = self.url("/health")?;
+            let (health, body) = Self::probe(&running, &health_url, limit).await?;
+            // Servers without /health (OpenAI itself) answer 404 or 405.
+            if !((200..300).contains(&health) || health == 404 || health == 405) {
+                return Err(OpenAiError::NotReady {
+                    url: shown(&health_url),
+                    reason: format!(
+                        "HTTP {health}: {} (validate=false skips this check)",
+                        error_message(&body)
+                    ),
+                }
+                .into());
             }
-            .into());
+            info.insert("health_status".into(), json!(health));
         }
-        let models_url = self.url("/v1/models")?;
-        let models = Self::list_models(&running, &models_url, limit).await?;
         let model = match &self.config.model {
             Some(model) => model.clone(),
-            None => models.first().cloned().ok_or_else(|| {
-                Error::from(OpenAiError::NotReady {
-                    url: shown(&models_url),
-                    reason: "the server lists no models; set `model=`".into(),
-                })
-            })?,
+            None => {
+                let models_url = self.url("/v1/models")?;
+                let models = Self::list_models(&running, &models_url, limit).await?;
+                let first = models.first().cloned().ok_or_else(|| {
+                    Error::from(OpenAiError::NotReady {
+                        url: shown(&models_url),
+                        reason: "the server lists no models; set `model=`".into(),
+                    })
+                })?;
+                info.insert("models".into(), json!(models));
+                first
+            }
         };
-        if !models.is_empty() && !models.contains(&model) {
-            tracing::warn!(%model, ?models, "the requested model is not listed by the server");
-        }
         let _ = running.model.set(Arc::from(model.as_str()));
-        let mut info = Map::new();
         info.insert("target".into(), json!(redact_urls(&self.config.base_url)));
         info.insert("endpoint".into(), json!(running.completions_label));
         info.insert("model".into(), json!(model));
-        info.insert("models".into(), json!(models));
-        info.insert("health_status".into(), json!(health));
+        info.insert("validated".into(), json!(self.config.validate));
         info.insert(
             "request_format".into(),
             json!(match self.config.request_format {
@@ -1218,5 +1308,19 @@ mod tests {
         assert_eq!(error_message(br#"{"detail":"nope"}"#), "nope");
         assert_eq!(error_message(b"plain text"), "plain text");
         assert_eq!(error_message(b""), "(empty body)");
+    }
+
+    #[test]
+    fn an_html_error_body_is_reduced_to_its_title_or_first_line_of_text() {
+        let page = b"<!DOCTYPE html>\n<html>\n<head><title>\n  503 Service\n Unavailable</title>\
+            <style>p { x: y }</style></head><body><h1>Sorry</h1><p>long text</p></body></html>";
+        assert_eq!(error_message(page), "503 Service Unavailable");
+        let untitled = b"<html><head><script>var a = '<b>';</script></head>\
+            <body>\n<h1>Upstream <b>timed</b> out</h1><p>more</p></body></html>";
+        assert_eq!(error_message(untitled), "Upstream timed out");
+        let empty = b"<html><body></body></html>";
+        assert_eq!(error_message(empty), "(an HTML page without text)");
+        // Text that merely mentions a tag is not a page.
+        assert_eq!(error_message(b"bad <input> field"), "bad <input> field");
     }
 }

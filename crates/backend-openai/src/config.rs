@@ -23,12 +23,21 @@ pub const OPTIONS: &[OptionSpec] = &[
     OptionSpec::optional(
         "model",
         OptionType::String,
-        "the model to request; default: the first id of GET /v1/models",
+        "the model to request (then GET /v1/models is never called); default: the first id \
+         GET /v1/models lists, asked once before the run",
     ),
     OptionSpec::optional(
         "request_format",
         OptionType::Choice(&["chat", "text"]),
-        "chat (/v1/chat/completions) or text (/v1/completions)",
+        "chat (/v1/chat/completions) or text (/v1/completions); GuideLLM's spellings \
+         /v1/chat/completions and /v1/completions are accepted",
+    )
+    .default_from::<OpenAiDefaults>(),
+    OptionSpec::optional(
+        "validate",
+        OptionType::Bool,
+        "check the server before the run (GET /health); false skips it (GuideLLM's \
+         validate_backend is accepted)",
     )
     .default_from::<OpenAiDefaults>(),
     OptionSpec::optional(
@@ -61,7 +70,7 @@ pub const OPTIONS: &[OptionSpec] = &[
     OptionSpec::optional(
         "connect_timeout",
         OptionType::Duration,
-        "the most connecting may take",
+        "the most connecting may take (GuideLLM's timeout_connect is accepted)",
     )
     .default_from::<OpenAiDefaults>(),
     OptionSpec::optional(
@@ -90,6 +99,7 @@ pub const OPTIONS: &[OptionSpec] = &[
 #[derive(Debug, Serialize)]
 struct OpenAiDefaults {
     request_format: RequestFormat,
+    validate: bool,
     stream: bool,
     #[serde(serialize_with = "serialize_duration")]
     timeout: Duration,
@@ -104,6 +114,7 @@ impl Default for OpenAiDefaults {
     fn default() -> Self {
         OpenAiDefaults {
             request_format: RequestFormat::default(),
+            validate: true,
             stream: true,
             timeout: Duration::from_secs(300),
             connect_timeout: Duration::from_secs(10),
@@ -114,7 +125,8 @@ impl Default for OpenAiDefaults {
 }
 
 /// Which endpoint requests go to; written `chat` or `text` (the
-/// `request_format` option).
+/// `request_format` option), or as GuideLLM writes them,
+/// `/v1/chat/completions` or `/v1/completions`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum RequestFormat {
@@ -123,6 +135,110 @@ pub enum RequestFormat {
     Chat,
     /// `/v1/completions` with `prompt`.
     Text,
+}
+
+/// GuideLLM 0.8.1's names of `openai_http` options whose meaning is ours,
+/// and the name they stand for here.
+const ALIASES: &[(&str, &str)] = &[
+    ("validate_backend", "validate"),
+    ("timeout_connect", "connect_timeout"),
+];
+
+/// GuideLLM 0.8.1's `request_format` values that mean one of ours.
+const FORMAT_ALIASES: &[(&str, &str)] = &[
+    ("/v1/chat/completions", "chat"),
+    ("/v1/completions", "text"),
+];
+
+/// GuideLLM 0.8.1's `openai_http` options that have no equal here, and
+/// what to write instead.
+const REFUSED: &[(&str, &str)] = &[
+    (
+        "max_tokens",
+        "the output length comes from the data (output_tokens) or from \
+         `sampling.max_tokens=N` on --backend",
+    ),
+    (
+        "extras",
+        "write `extra_body.KEY=VALUE` for the request body and `headers.NAME=VALUE` for headers",
+    ),
+    (
+        "api_routes",
+        "routes are fixed (/health, /v1/models, /v1/chat/completions, /v1/completions) under \
+         `target`; put a path prefix in `target`",
+    ),
+];
+
+/// GuideLLM 0.8.1's `openai_http` switches that guidebench always has on:
+/// `true` is accepted (and changes nothing), `false` is refused with the
+/// reason.
+const ALWAYS_ON: &[(&str, &str)] = &[
+    (
+        "verify",
+        "TLS certificates are always verified; use http:// or a trusted certificate",
+    ),
+    (
+        "follow_redirects",
+        "redirects are always followed (up to 10)",
+    ),
+];
+
+/// Renames GuideLLM's spellings of our options to ours, in place.
+///
+/// # Errors
+///
+/// [`Error::InvalidOption`] for a GuideLLM option with no equal here
+/// (saying what to write instead), or one given under both names.
+fn accept_guidellm_spellings(options: &mut Map<String, Value>) -> Result<()> {
+    for (theirs, ours) in ALIASES {
+        if let Some(value) = options.remove(*theirs) {
+            if options.contains_key(*ours) {
+                return Err(invalid(
+                    theirs,
+                    format!("`{theirs}` is GuideLLM's name for `{ours}`: give one of them"),
+                ));
+            }
+            options.insert((*ours).to_owned(), value);
+        }
+    }
+    for (theirs, instead) in REFUSED {
+        if options.contains_key(*theirs) {
+            return Err(invalid(
+                theirs,
+                format!("GuideLLM's `{theirs}` has no equal in guidebench: {instead}"),
+            ));
+        }
+    }
+    for (theirs, reason) in ALWAYS_ON {
+        if let Some(value) = options.remove(*theirs) {
+            let on = match &value {
+                Value::Bool(b) => Some(*b),
+                Value::String(s) => s.trim().parse::<bool>().ok(),
+                _ => None,
+            };
+            if on != Some(true) {
+                return Err(invalid(
+                    theirs,
+                    format!("GuideLLM's `{theirs}={value}` cannot be followed: {reason}"),
+                ));
+            }
+        }
+    }
+    if let Some(Value::String(format)) = options.get_mut("request_format") {
+        let trimmed = format.trim().trim_end_matches('/');
+        if let Some((_, ours)) = FORMAT_ALIASES.iter().find(|(theirs, _)| *theirs == trimmed) {
+            *format = (*ours).to_owned();
+        } else if trimmed.starts_with('/') {
+            return Err(invalid(
+                "request_format",
+                format!(
+                    "`{format}`: only /v1/chat/completions (chat) and /v1/completions (text) \
+                     are supported"
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The configuration of an [`OpenAiHttpBackend`](crate::OpenAiHttpBackend).
@@ -134,6 +250,10 @@ pub struct OpenAiConfig {
     pub model: Option<String>,
     /// Which endpoint requests go to.
     pub request_format: RequestFormat,
+    /// Whether `validate` checks the server (`GET /health`) before the run.
+    /// Without a `model`, the models are listed once before the run
+    /// either way.
+    pub validate: bool,
     /// Whether to stream.
     pub stream: bool,
     /// The bearer token, if any.
@@ -169,6 +289,7 @@ impl OpenAiConfig {
             base_url: normalise_target(target)?,
             model: None,
             request_format: defaults.request_format,
+            validate: defaults.validate,
             stream: defaults.stream,
             api_key: None,
             headers: Vec::new(),
@@ -190,12 +311,14 @@ impl OpenAiConfig {
     /// of the wrong type, a missing `target`.
     pub fn from_args(args: KindArgs) -> Result<Self> {
         let mut options = args.options;
+        accept_guidellm_spellings(&mut options)?;
         check_options(CONTEXT, &[OPTIONS], &mut options)?;
         let raw: RawArgs = from_map(CONTEXT, &options)?;
         let defaults = OpenAiDefaults::default();
         let mut config = OpenAiConfig::new(&raw.target)?;
         config.model = raw.model.filter(|m| !m.trim().is_empty());
         config.request_format = raw.request_format.unwrap_or(defaults.request_format);
+        config.validate = raw.validate.unwrap_or(defaults.validate);
         config.stream = raw.stream.unwrap_or(defaults.stream);
         config.api_key = raw
             .api_key
@@ -248,6 +371,7 @@ struct RawArgs {
     target: String,
     model: Option<String>,
     request_format: Option<RequestFormat>,
+    validate: Option<bool>,
     stream: Option<bool>,
     api_key: Option<String>,
     headers: Option<Map<String, Value>>,
@@ -372,6 +496,7 @@ mod tests {
                 .and_then(OptionSpec::default_text)
         };
         assert_eq!(text("request_format").as_deref(), Some("chat"));
+        assert_eq!(text("validate").as_deref(), Some("true"));
         assert_eq!(text("stream").as_deref(), Some("true"));
         assert_eq!(text("timeout").as_deref(), Some("300s"));
         assert_eq!(text("connect_timeout").as_deref(), Some("10s"));
@@ -382,6 +507,7 @@ mod tests {
         let c = OpenAiConfig::from_args(args).expect("config");
         let d = OpenAiDefaults::default();
         assert_eq!(c.request_format, d.request_format);
+        assert_eq!(c.validate, d.validate);
         assert_eq!(c.stream, d.stream);
         assert_eq!(c.timeout, d.timeout);
         assert_eq!(c.connect_timeout, d.connect_timeout);
@@ -391,6 +517,31 @@ mod tests {
         let mut from_new = OpenAiConfig::new("http://x").expect("config");
         from_new.api_key.clone_from(&c.api_key);
         assert_eq!(from_new, c);
+    }
+
+    #[test]
+    fn guidellm_options_that_differ_are_refused_saying_what_to_write() {
+        let refused = |extra: &str| {
+            let args = parse_kind_args(&format!("kind=openai_http,target=http://x,{extra}"))
+                .expect("parse");
+            OpenAiConfig::from_args(args)
+                .expect_err("refused")
+                .to_string()
+        };
+        assert!(refused("max_tokens=64").contains("sampling.max_tokens"));
+        assert!(refused("extras.body.a=1").contains("extra_body"));
+        assert!(refused("verify=false").contains("always verified"));
+        assert!(refused("request_format=/v1/embeddings").contains("only /v1/chat/completions"));
+        assert!(refused("validate=true,validate_backend=true").contains("give one of them"));
+        // What guidebench always does is accepted.
+        let args = parse_kind_args(
+            "kind=openai_http,target=http://x,verify=true,follow_redirects=true,\
+             request_format=/v1/chat/completions",
+        )
+        .expect("parse");
+        let c = OpenAiConfig::from_args(args).expect("accepted");
+        assert_eq!(c.request_format, RequestFormat::Chat);
+        assert!(c.validate);
     }
 
     #[test]

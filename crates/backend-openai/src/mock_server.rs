@@ -194,6 +194,12 @@ pub const OPTIONS: &[OptionSpec] = &[
     OptionSpec::optional("error_status", OptionType::Int, "the injected error status")
         .default_from::<MockServerConfig>(),
     OptionSpec::optional(
+        "error_message",
+        OptionType::String,
+        "the message of injected errors (the body's error.message)",
+    )
+    .default_from::<MockServerConfig>(),
+    OptionSpec::optional(
         "reset_rate",
         OptionType::Float,
         "fraction of requests whose connection is closed mid-answer",
@@ -304,6 +310,8 @@ pub struct MockServerConfig {
     pub error_rate: f64,
     /// The status of injected errors.
     pub error_status: u16,
+    /// The message of injected errors (`error.message` of the body).
+    pub error_message: String,
     /// Fraction of requests whose connection is closed mid-answer.
     pub reset_rate: f64,
     /// Fraction of requests that stop answering after the first token.
@@ -374,6 +382,7 @@ impl std::fmt::Debug for MockServerConfig {
             .field("error_after", &self.error_after)
             .field("error_rate", &self.error_rate)
             .field("error_status", &self.error_status)
+            .field("error_message", &self.error_message)
             .field("reset_rate", &self.reset_rate)
             .field("stall_rate", &self.stall_rate)
             .field("truncate_rate", &self.truncate_rate)
@@ -409,6 +418,7 @@ impl Default for MockServerConfig {
             error_after: None,
             error_rate: 0.0,
             error_status: 500,
+            error_message: "mock: injected error".into(),
             reset_rate: 0.0,
             stall_rate: 0.0,
             truncate_rate: 0.0,
@@ -443,6 +453,7 @@ struct RawOptions {
     error_after: Option<i64>,
     error_rate: Option<f64>,
     error_status: Option<i64>,
+    error_message: Option<String>,
     reset_rate: Option<f64>,
     stall_rate: Option<f64>,
     truncate_rate: Option<f64>,
@@ -560,6 +571,7 @@ impl MockServerConfig {
                     ));
                 }
             },
+            error_message: raw.error_message.unwrap_or(defaults.error_message),
             reset_rate: rate("reset_rate", raw.reset_rate, defaults.reset_rate)?,
             stall_rate: rate("stall_rate", raw.stall_rate, defaults.stall_rate)?,
             truncate_rate: rate("truncate_rate", raw.truncate_rate, defaults.truncate_rate)?,
@@ -667,6 +679,10 @@ pub struct MockStats {
     /// Requests whose connection the server closed unread, past an
     /// unannounced `keep_alive_max`.
     pub closed_unanswered: u64,
+    /// `GET /health` requests received.
+    pub health_checks: u64,
+    /// `GET /v1/models` requests received.
+    pub model_listings: u64,
 }
 
 /// State shared by every connection.
@@ -677,6 +693,8 @@ struct Shared {
     completed: AtomicU64,
     connections: AtomicU64,
     closed_unanswered: AtomicU64,
+    health_checks: AtomicU64,
+    model_listings: AtomicU64,
     /// Completion requests in flight.
     active: AtomicU64,
     recorded: Mutex<Vec<RecordedRequest>>,
@@ -713,6 +731,8 @@ impl Shared {
             completed: AtomicU64::new(0),
             connections: AtomicU64::new(0),
             closed_unanswered: AtomicU64::new(0),
+            health_checks: AtomicU64::new(0),
+            model_listings: AtomicU64::new(0),
             active: AtomicU64::new(0),
             recorded: Mutex::new(Vec::new()),
             timings: Mutex::new(Vec::new()),
@@ -735,6 +755,8 @@ impl Shared {
             completed: self.completed.load(Ordering::Relaxed),
             connections: self.connections.load(Ordering::Relaxed),
             closed_unanswered: self.closed_unanswered.load(Ordering::Relaxed),
+            health_checks: self.health_checks.load(Ordering::Relaxed),
+            model_listings: self.model_listings.load(Ordering::Relaxed),
         }
     }
 }
@@ -1424,8 +1446,12 @@ async fn handle(
 ) -> std::result::Result<Response<MockBody>, Abort> {
     let path = request.uri().path().to_owned();
     match (request.method(), path.as_str()) {
-        (&Method::GET, "/health") => full(StatusCode::OK, "text/plain", ""),
+        (&Method::GET, "/health") => {
+            shared.health_checks.fetch_add(1, Ordering::Relaxed);
+            full(StatusCode::OK, "text/plain", "")
+        }
         (&Method::GET, "/v1/models" | "/models") => {
+            shared.model_listings.fetch_add(1, Ordering::Relaxed);
             let body = format!(
                 r#"{{"object":"list","data":[{{"id":{},"object":"model","created":0,"owned_by":"guidebench"}}]}}"#,
                 shared.model_json
@@ -1642,11 +1668,7 @@ async fn completion(
     if fault == Fault::Status {
         let status =
             StatusCode::from_u16(config.error_status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        return error_body(
-            status,
-            &format!("mock: injected error for request {index}"),
-            "server_error",
-        );
+        return error_body(status, &config.error_message, "server_error");
     }
 
     let limit = parsed.max_tokens.or(parsed.max_completion_tokens);

@@ -651,6 +651,123 @@ async fn validate_picks_the_first_listed_model_and_reports_it() {
 }
 
 #[tokio::test]
+async fn with_a_model_given_validate_never_lists_the_models() {
+    let mock = server(MockServerConfig {
+        record_requests: true,
+        ..MockServerConfig::default()
+    })
+    .await;
+    let b = backend(&mock, |c| c.model = Some("asked-for".into())).await;
+    let report = b.validate().await.expect("ready");
+    assert_eq!(report.info["model"], "asked-for");
+    b.resolve(request(1, 1)).await.expect("served");
+    let stats = mock.stats();
+    assert_eq!(stats.model_listings, 0, "model= given: no GET /v1/models");
+    assert_eq!(stats.health_checks, 1);
+    assert_eq!(mock.recorded()[0].body["model"], "asked-for");
+}
+
+#[tokio::test]
+async fn validate_false_sends_nothing_before_the_run_and_guidellm_spellings_are_accepted() {
+    let mock = server(MockServerConfig::default()).await;
+    // GuideLLM 0.8.1 writes validate_backend, timeout_connect and the
+    // endpoint's path as the request format.
+    let args = parse_kind_args(&format!(
+        "kind=openai_http,target={},model=m,validate_backend=false,timeout_connect=2s,\
+         request_format=/v1/completions",
+        mock.url()
+    ))
+    .expect("parse");
+    let config = OpenAiConfig::from_args(args).expect("GuideLLM's spellings are accepted");
+    assert!(!config.validate);
+    assert_eq!(config.request_format, RequestFormat::Text);
+    assert_eq!(config.connect_timeout, Duration::from_secs(2));
+    let b = OpenAiHttpBackend::new(config);
+    b.startup().await.expect("startup");
+    let report = b.validate().await.expect("ready without asking the server");
+    assert_eq!(report.info["validated"], false);
+    let stats = mock.stats();
+    assert_eq!((stats.health_checks, stats.model_listings), (0, 0));
+    b.resolve(request(1, 2)).await.expect("served");
+    // Without a model, the models are listed once, before the run.
+    let b = backend(&mock, |c| c.validate = false).await;
+    b.validate().await.expect("ready");
+    let stats = mock.stats();
+    assert_eq!((stats.health_checks, stats.model_listings), (0, 1));
+}
+
+#[tokio::test]
+async fn an_error_status_is_recorded_with_its_status_and_the_servers_message_once() {
+    let mock = server(MockServerConfig {
+        error_rate: 1.0,
+        error_status: 503,
+        error_message: "model overloaded\nretry later".into(),
+        ..MockServerConfig::default()
+    })
+    .await;
+    let b = backend(&mock, |_| {}).await;
+    let err = failure(&b, 2).await;
+    let ts = guidebench_core::clock::Timestamp(0);
+    let record = guidebench_core::request::RequestRecord::error(1, &err, ts, ts);
+    let detail = record.error.expect("error detail");
+    assert_eq!(detail.label, "http_status");
+    assert_eq!(detail.status, Some(503));
+    assert_eq!(detail.server_message.as_deref(), Some("model overloaded"));
+    // The message, with its causes as a log or the command line prints
+    // them, says it once.
+    let mut chain = vec![err.to_string()];
+    let mut cause = std::error::Error::source(&err);
+    while let Some(c) = cause {
+        chain.push(c.to_string());
+        cause = c.source();
+    }
+    let chain = chain.join(": ");
+    assert_eq!(chain.matches("model overloaded").count(), 1, "{chain}");
+}
+
+#[tokio::test]
+async fn an_html_error_page_is_reduced_to_its_title() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let task = tokio::spawn(async move {
+        let (mut socket, _) = listener.accept().await.expect("accept");
+        let mut buf = [0u8; 4096];
+        let mut seen = Vec::new();
+        while !String::from_utf8_lossy(&seen).contains("\r\n\r\n{") {
+            let n = socket.read(&mut buf).await.expect("read");
+            seen.extend_from_slice(&buf[..n]);
+        }
+        let body = "<!DOCTYPE html>\n<html><head><title>502 Bad Gateway</title>\
+                    <style>body { color: red }</style></head>\n<body><center><h1>502 Bad \
+                    Gateway</h1></center><hr><center>nginx/1.25.3</center>\n</body></html>\n";
+        let response = format!(
+            "HTTP/1.1 502 Bad Gateway\r\ncontent-type: text/html\r\ncontent-length: {}\r\n\
+             connection: close\r\n\r\n{body}",
+            body.len()
+        );
+        socket.write_all(response.as_bytes()).await.expect("write");
+    });
+    let mut config = OpenAiConfig::new(&format!("http://{addr}")).expect("config");
+    config.model = Some("m".into());
+    let b = OpenAiHttpBackend::new(config);
+    b.startup().await.expect("startup");
+    let err = failure(&b, 2).await;
+    let message = err.to_string();
+    assert!(
+        message.ends_with("answered HTTP 502: 502 Bad Gateway"),
+        "{message}"
+    );
+    assert!(!message.contains('<'), "{message}");
+    let (status, server_message) = err.server_answer();
+    assert_eq!(status, Some(502));
+    assert_eq!(server_message, Some("502 Bad Gateway"));
+    task.await.expect("server task");
+}
+
+#[tokio::test]
 async fn requests_carry_ignore_eos_the_api_key_headers_and_extra_body() {
     let mock = server(MockServerConfig {
         record_requests: true,
