@@ -87,6 +87,16 @@ pub enum Error {
         reads: u32,
     },
 
+    /// A GuideLLM report this build cannot read: another GuideLLM schema
+    /// version, or fields without GuideLLM 0.8.1's shape.
+    #[error("{context} is a GuideLLM report guidebench cannot read: {reason}")]
+    GuideLlmReport {
+        /// Where the report comes from.
+        context: String,
+        /// What is wrong, and what to do.
+        reason: String,
+    },
+
     /// A data file, or a row of one, that cannot be read or cannot become
     /// a request: `data.jsonl, line 3: column `stop`: expected strings`.
     #[error("{}", row_message(.path, .location.as_deref(), .column.as_deref(), .reason))]
@@ -316,7 +326,9 @@ impl Error {
             Error::Flag { .. } | Error::GoodputWithoutSlo => "invalid_option",
             Error::NoSuchFile { .. } => "missing_file",
             Error::NoTokenizer => "no_tokenizer",
-            Error::NotAReport { .. } | Error::SchemaVersion { .. } => "invalid_report",
+            Error::NotAReport { .. }
+            | Error::SchemaVersion { .. }
+            | Error::GuideLlmReport { .. } => "invalid_report",
             Error::Row { .. } => "invalid_data_row",
             Error::DataFormat { .. } => "unknown_data_format",
             Error::NoPromptColumn { .. } => "no_prompt_column",
@@ -347,6 +359,7 @@ impl Error {
             | Error::NoTokenizer
             | Error::NotAReport { .. }
             | Error::SchemaVersion { .. }
+            | Error::GuideLlmReport { .. }
             | Error::Row { .. }
             | Error::DataFormat { .. }
             | Error::NoPromptColumn { .. }

@@ -39,7 +39,6 @@
 use std::collections::{BTreeMap, HashMap};
 
 use serde::Deserialize;
-use serde::de::Error as _;
 use serde_json::{Map, Value, json};
 
 use super::metrics::{BenchmarkMetrics, StatusMetrics};
@@ -48,7 +47,6 @@ use crate::analysis::stats::Interval;
 use crate::metrics::{CONFIDENCE, Distribution};
 use crate::record::{CompactRecords, CompactTurn, Excluded};
 use crate::{Error, Result};
-use guidebench_core::Error as CoreError;
 use guidebench_core::clock::Timestamp;
 use guidebench_core::request::{RequestError, RequestRecord, RequestStatus, RequestTimings};
 
@@ -89,16 +87,14 @@ pub fn is_guidellm_report(value: &Value) -> bool {
 ///
 /// # Errors
 ///
-/// A GuideLLM report of another schema version than
+/// [`Error::GuideLlmReport`], naming `context` and what is wrong: a
+/// GuideLLM report of another schema version than
 /// [`GUIDELLM_SCHEMA_VERSION`], or one whose fields do not have GuideLLM
-/// 0.8.1's shape, is a JSON error naming `context` and what is wrong.
+/// 0.8.1's shape.
 pub fn from_guidellm(value: Value, context: &str) -> Result<Report> {
-    let context = format!("{context} (a GuideLLM report)");
-    let invalid = |source: serde_json::Error| {
-        Error::from(CoreError::Json {
-            context: context.clone(),
-            source,
-        })
+    let refuse = |reason: String| Error::GuideLlmReport {
+        context: context.to_owned(),
+        reason,
     };
     let version = value
         .get("metadata")
@@ -117,13 +113,14 @@ pub fn from_guidellm(value: Value, context: &str) -> Result<Report> {
             || "no schema version".to_owned(),
             |v| format!("schema version {v}"),
         );
-        return Err(invalid(serde_json::Error::custom(format!(
-            "it has {found} (written by {written_by}); guidebench reads GuideLLM's report \
-             schema version {GUIDELLM_SCHEMA_VERSION}, the one GuideLLM 0.8.1 writes: \
+        return Err(refuse(format!(
+            "it has {found} (written by {written_by}), and guidebench reads GuideLLM's report \
+             schema version {GUIDELLM_SCHEMA_VERSION} only, the one GuideLLM 0.8.1 writes; \
              re-export it with GuideLLM 0.8.1 (`guidellm export`)"
-        ))));
+        )));
     }
-    let file: File = serde_json::from_value(value).map_err(invalid)?;
+    let file: File = serde_json::from_value(value)
+        .map_err(|e| refuse(format!("{e} (not the shape of GuideLLM 0.8.1's report)")))?;
     Ok(convert(file))
 }
 
@@ -1008,14 +1005,29 @@ mod tests {
         .expect_err("refused");
         let message = err.to_string();
         assert!(
-            message.contains("`old.json` (a GuideLLM report)"),
+            message.starts_with("`old.json` is a GuideLLM report"),
             "{message}"
         );
+        assert_eq!(err.label(), "invalid_report");
         assert!(
             message.contains("schema version 1 (written by GuideLLM 0.4.0)"),
             "{message}"
         );
         assert!(message.contains("guidellm export"), "{message}");
+        assert!(err.is_usage());
+        let err = from_guidellm(
+            json!({
+                "metadata": {"version": 2, "guidellm_version": "0.8.1"},
+                "benchmarks": [{"config": {"strategy": {"type_": "synchronous"}}}]
+            }),
+            "`cut.json`",
+        )
+        .expect_err("refused");
+        let message = err.to_string();
+        assert!(
+            message.contains("missing field `scheduler_metrics`"),
+            "{message}"
+        );
         assert!(err.is_usage());
     }
 }
