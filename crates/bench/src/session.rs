@@ -36,7 +36,9 @@ use guidebench_core::request::{ChatMessage, GenerationRequest, RequestInput, Req
 use guidebench_core::sampling::SamplingParams;
 use guidebench_core::tokenizer::{HfTokenizer, Tokenizer};
 
-use crate::data::{DataDefaults, DataItem, DataSource, create_source, data_kind};
+use crate::data::{
+    DataDefaults, DataItem, DataSource, PreparedSource, is_item_error, resolve_kind,
+};
 use crate::planner::{Finished, Planner};
 use crate::report::{BenchmarkReport, Report, client_saturation};
 use crate::runner::{
@@ -406,9 +408,11 @@ fn take_sampling(backend: &mut KindArgs) -> Result<SamplingParams> {
 }
 
 /// Checks one `--data` argument against its kind's options, without
-/// reading anything but whether a named file exists.
-fn check_data(mut args: KindArgs) -> Result<DataPlan> {
-    let kind = data_kind(&args.kind)?;
+/// reading anything but whether a named file exists. A GuideLLM name of a
+/// kind (`csv_file`) is kept as the kind it stands for (`file`,
+/// `format=csv`).
+fn check_data(args: KindArgs) -> Result<DataPlan> {
+    let (kind, mut args) = resolve_kind(args)?;
     let mut probe = args.options.clone();
     check_options(&format!("data {}", kind.name), &[kind.options], &mut probe)?;
     let on_error = match args.options.remove("on_error") {
@@ -459,6 +463,25 @@ pub struct Quiet;
 
 impl Progress for Quiet {}
 
+/// What a session reads and checks before the backend starts
+/// ([`Session::prepare`]).
+pub struct PreparedData {
+    /// The `--tokenizer`, loaded (once the backend is up, the backend's
+    /// where there is no `--tokenizer`).
+    tokenizer: Option<Arc<dyn Tokenizer>>,
+    /// Each data source's data, with what to do with a bad item.
+    sources: Vec<(PreparedSource, OnError)>,
+}
+
+impl std::fmt::Debug for PreparedData {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PreparedData")
+            .field("tokenizer", &self.tokenizer.is_some())
+            .field("sources", &self.sources)
+            .finish()
+    }
+}
+
 /// A checked plan, ready to run.
 #[derive(Debug)]
 pub struct Session {
@@ -486,43 +509,100 @@ impl Session {
     /// [`Report::failure`] says why (with `on_error=skip` the item is
     /// counted instead).
     ///
+    /// Everything that can fail without the backend is checked first
+    /// ([`Session::prepare`]): a bad data file or row, a dataset missing
+    /// from the cache or a tokenizer that cannot be loaded fails before the
+    /// backend starts, so before a model loads.
+    ///
     /// # Errors
     ///
-    /// The backend failing to start or validate, no tokenizer for the
-    /// data, or a data source or item that fails before the first request
-    /// is sent.
+    /// The data or tokenizer failing their checks (a usage error,
+    /// [`Error::is_usage`]), the backend failing to start or validate, no
+    /// tokenizer for data that needs one (synthetic prompts), or a data
+    /// source or item that fails before the first request is sent.
     pub async fn run(
         &self,
         backend: Arc<dyn Backend>,
         progress: &mut dyn Progress,
         cancel: watch::Receiver<bool>,
     ) -> Result<Report> {
+        progress.phase("reading the data");
+        let prepared = self.prepare()?;
         progress.phase("starting the backend and loading the model");
-        let result = self.measure(&backend, progress, cancel).await;
+        let result = self.measure(&backend, prepared, progress, cancel).await;
         let shutdown = backend.shutdown().await;
         let report = result?;
         shutdown?;
         Ok(report)
     }
 
+    /// Everything that can be read and checked without the backend, done
+    /// before it starts (so before a model loads): the `--tokenizer` file
+    /// loaded, and every data source's data read and checked (a file's
+    /// rows parsed, a dataset found in the cache).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Flag`] for a `--tokenizer` that cannot be loaded; a data
+    /// file, dataset or row that fails (see [`PreparedSource::new`]); all
+    /// usage errors.
+    pub fn prepare(&self) -> Result<PreparedData> {
+        let plan = &self.plan;
+        let tokenizer: Option<Arc<dyn Tokenizer>> = match &plan.tokenizer {
+            Some(path) => {
+                let loaded = if path.is_dir() {
+                    HfTokenizer::from_dir(path)
+                } else {
+                    HfTokenizer::from_file(path)
+                };
+                Some(Arc::new(loaded.map_err(|e| Error::Flag {
+                    flag: "--tokenizer",
+                    reason: format!("cannot load `{}`: {e}", path.display()),
+                })?))
+            }
+            None => None,
+        };
+        let sources = plan
+            .data
+            .iter()
+            .map(|data| {
+                Ok((
+                    PreparedSource::new(data.args.clone(), data.on_error, plan.seed)?,
+                    data.on_error,
+                ))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(PreparedData { tokenizer, sources })
+    }
+
     async fn measure(
         &self,
         backend: &Arc<dyn Backend>,
+        prepared: PreparedData,
         progress: &mut dyn Progress,
         cancel: watch::Receiver<bool>,
     ) -> Result<Report> {
         let plan = &self.plan;
         backend.startup().await?;
         let validation = backend.validate().await?;
-        let tokenizer: Arc<dyn Tokenizer> = match &plan.tokenizer {
-            Some(path) if path.is_dir() => Arc::new(HfTokenizer::from_dir(path)?),
-            Some(path) => Arc::new(HfTokenizer::from_file(path)?),
-            None => backend.tokenizer().ok_or(Error::NoTokenizer)?,
-        };
-        // Build every source once before the first benchmark: a bad file
-        // fails before anything is sent.
-        for data in &plan.data {
-            create_source(data.args.clone(), Arc::clone(&tokenizer), plan.seed)?;
+        let mut data = prepared;
+        if data.tokenizer.is_none() {
+            data.tokenizer = backend.tokenizer();
+        }
+        // A tokenizer is needed only to cut synthetic prompts to exact
+        // counts; file prompts are counted by the backend without one.
+        if data.tokenizer.is_none()
+            && data
+                .sources
+                .iter()
+                .any(|(source, _)| source.needs_tokenizer())
+        {
+            return Err(Error::NoTokenizer);
+        }
+        // Make every source once before the first benchmark: a failure
+        // comes before anything is sent.
+        for (source, _) in &data.sources {
+            source.source(data.tokenizer.clone())?;
         }
 
         let mut report = Report::new(plan.config());
@@ -560,7 +640,7 @@ impl Session {
             let (mut run, fed, constraints) = self
                 .one_benchmark(
                     backend,
-                    &tokenizer,
+                    &data,
                     &strategy,
                     constraints,
                     progress,
@@ -678,21 +758,21 @@ impl Session {
     async fn one_benchmark(
         &self,
         backend: &Arc<dyn Backend>,
-        tokenizer: &Arc<dyn Tokenizer>,
+        data: &PreparedData,
         strategy: &Strategy,
         mut constraints: Constraints,
         progress: &mut dyn Progress,
         cancel: watch::Receiver<bool>,
     ) -> Result<(BenchmarkRun, Fed, Constraints)> {
         let plan = &self.plan;
-        let sources = plan
-            .data
+        let sources = data
+            .sources
             .iter()
-            .map(|d| {
+            .map(|(source, on_error)| {
                 Ok(FeedSource {
-                    kind: d.args.kind.clone(),
-                    on_error: d.on_error,
-                    source: create_source(d.args.clone(), Arc::clone(tokenizer), plan.seed)?,
+                    kind: source.kind().to_owned(),
+                    on_error: *on_error,
+                    source: source.source(data.tokenizer.clone())?,
                 })
             })
             .collect::<Result<Vec<_>>>()?;
@@ -886,6 +966,12 @@ fn feed_items(
             Ok(Some(item)) => item,
             Ok(None) => {
                 sources.remove(index);
+                continue;
+            }
+            Err(err) if feed.on_error == OnError::Skip && is_item_error(&err) => {
+                tracing::warn!(error = %err, "data item skipped");
+                skipped.fetch_add(1, Ordering::Relaxed);
+                turn += 1;
                 continue;
             }
             Err(source) => {

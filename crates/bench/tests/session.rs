@@ -5,12 +5,15 @@
 
 use std::io::Write;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use guidebench_bench::report::{Excluded, Report};
 use guidebench_bench::session::{Plan, PlanArgs, Quiet, Session};
 use guidebench_bench::{Error, Result};
-use guidebench_testkit as _;
+use guidebench_core::backend::{Backend, ValidationReport};
+use guidebench_core::request::{GenerationRequest, GenerationResponse};
+use guidebench_testkit::backend::{MockBackend, Reply};
 use tokio::sync::watch;
 
 /// The mock engine (instant, with the byte tokenizer).
@@ -350,4 +353,189 @@ async fn once_the_global_error_rate_is_exceeded_no_further_benchmark_starts() {
     assert_eq!(b.extra["stop_reason"], "max_global_error_rate");
     let why = b.extra["run_stopped"].as_str().expect("why");
     assert!(why.contains("max_global_error_rate"), "{why}");
+}
+
+/// A backend without a tokenizer that answers every request at once and
+/// records whether it was started.
+struct Watched {
+    started: std::sync::atomic::AtomicBool,
+    inner: MockBackend,
+}
+
+impl Watched {
+    fn new() -> Self {
+        Watched {
+            started: std::sync::atomic::AtomicBool::new(false),
+            inner: MockBackend::new(Reply::default()),
+        }
+    }
+
+    fn started(&self) -> bool {
+        self.started.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+#[async_trait::async_trait]
+impl Backend for Watched {
+    fn kind(&self) -> &'static str {
+        "watched"
+    }
+
+    async fn startup(&self) -> guidebench_core::Result<()> {
+        self.started
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.inner.startup().await
+    }
+
+    async fn validate(&self) -> guidebench_core::Result<ValidationReport> {
+        self.inner.validate().await
+    }
+
+    async fn resolve(
+        &self,
+        request: GenerationRequest,
+    ) -> guidebench_core::Result<GenerationResponse> {
+        self.inner.resolve(request).await
+    }
+
+    async fn shutdown(&self) -> guidebench_core::Result<()> {
+        self.inner.shutdown().await
+    }
+}
+
+/// Runs `plan` on a [`Watched`] backend; the result and whether the
+/// backend was started.
+async fn run_watched(plan: Plan) -> (Result<Report>, bool) {
+    let backend = Arc::new(Watched::new());
+    let (_tx, cancel) = watch::channel(false);
+    let result = limited(Session::new(plan).run(
+        Arc::clone(&backend) as Arc<dyn Backend>,
+        &mut Quiet,
+        cancel,
+    ))
+    .await;
+    (result, backend.started())
+}
+
+#[tokio::test]
+async fn a_malformed_data_line_is_a_usage_error_raised_before_the_backend_starts() {
+    let dir = tempfile::tempdir().expect("dir");
+    let plan = file_plan(
+        dir.path(),
+        &[
+            r#"{"prompt": "a", "output_tokens": 2}"#,
+            r#"{"prompt": "b", "output_tokens": 2"#,
+        ],
+        "",
+    );
+    let (result, started) = run_watched(plan).await;
+    let err = result.expect_err("line 2 is malformed");
+    assert!(err.is_usage(), "exit 2, not 1: {err:?}");
+    let message = err.to_string();
+    assert!(message.contains("data.jsonl, line 2"), "{message}");
+    assert!(!started, "the backend was started before the data was read");
+}
+
+#[tokio::test]
+async fn with_on_error_skip_a_zero_length_row_and_a_malformed_line_are_counted() {
+    let dir = tempfile::tempdir().expect("dir");
+    let plan = file_plan(
+        dir.path(),
+        &[
+            r#"{"prompt": "a", "output_tokens": 2}"#,
+            r#"{"prompt": "b", "output_tokens": 0}"#,
+            r#"{"prompt": "c", output_tokens: 2}"#,
+            r#"{"prompt": "d", "output_tokens": 2}"#,
+        ],
+        ",on_error=skip",
+    );
+    let (result, _) = run_watched(plan).await;
+    let report = result.expect("the bad rows are skipped");
+    let b = &report.benchmarks[0];
+    assert_eq!(b.metrics.successful.count, 2);
+    assert_eq!(b.extra["data_skipped"], 2);
+    assert!(report.failure.is_none());
+}
+
+#[tokio::test]
+async fn a_dataset_missing_from_the_cache_fails_before_the_backend_starts() {
+    let cache = tempfile::tempdir().expect("dir");
+    let data = format!(
+        "kind=file,path=someone/absent,hub_cache={}",
+        cache.path().display()
+    );
+    let plan = plan(MOCK, &[&data], "kind=synchronous", &[]).expect("plan");
+    let (result, started) = run_watched(plan).await;
+    let err = result.expect_err("not cached");
+    assert!(matches!(err, Error::DatasetNotCached { .. }), "{err:?}");
+    assert!(
+        !started,
+        "the backend was started before the dataset was found"
+    );
+}
+
+#[tokio::test]
+async fn a_tokenizer_that_cannot_be_loaded_fails_before_the_backend_starts() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("tokenizer.json");
+    std::fs::write(&path, "not a tokenizer").expect("write");
+    let plan = Plan::new(PlanArgs {
+        backend: MOCK.to_owned(),
+        data: vec![SHORT.to_owned()],
+        tokenizer: Some(path),
+        ..PlanArgs::default()
+    })
+    .expect("plan");
+    let (result, started) = run_watched(plan).await;
+    let err = result.expect_err("the tokenizer is not one");
+    assert!(err.is_usage(), "{err:?}");
+    assert!(err.to_string().contains("tokenizer.json"), "{err}");
+    assert!(
+        !started,
+        "the backend was started before the tokenizer loaded"
+    );
+}
+
+#[tokio::test]
+async fn a_file_of_text_prompts_needs_no_tokenizer_but_synthetic_prompts_do() {
+    let dir = tempfile::tempdir().expect("dir");
+    let plan = file_plan(
+        dir.path(),
+        &[
+            r#"{"prompt": "a", "output_tokens": 2}"#,
+            r#"{"prompt": "b", "output_tokens": 2}"#,
+        ],
+        "",
+    );
+    let (result, _) = run_watched(plan).await;
+    let report = result.expect("no tokenizer is needed");
+    assert_eq!(report.benchmarks[0].metrics.successful.count, 2);
+
+    let synthetic = plan_of(SHORT);
+    let (result, _) = run_watched(synthetic).await;
+    let err = result.expect_err("synthetic prompts need a tokenizer");
+    assert!(matches!(err, Error::NoTokenizer), "{err:?}");
+}
+
+#[tokio::test]
+async fn guidellm_data_kind_names_run_as_the_kinds_they_stand_for() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("rows.csv");
+    std::fs::write(&path, "prompt,output_tokens\na,2\nb,2\nc,2\n").expect("write");
+    let data = format!("kind=csv_file,path={}", path.display());
+    let plan = plan(MOCK, &[&data], "kind=synchronous", &[]).expect("plan");
+    assert_eq!(plan.data[0].args.kind, "file");
+    let report = limited(run(plan)).await.expect("run");
+    assert_eq!(report.benchmarks[0].metrics.successful.count, 3);
+}
+
+/// A synchronous plan of `data` on the mock engine.
+fn plan_of(data: &str) -> Plan {
+    plan(
+        MOCK,
+        &[data],
+        "kind=synchronous",
+        &["kind=max_requests,count=2"],
+    )
+    .expect("plan")
 }

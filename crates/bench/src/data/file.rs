@@ -6,9 +6,9 @@
 //! when no such file exists, reads the split `split` (default `train`) of
 //! a dataset in the Hugging Face hub cache, offline (`hf`).
 //!
-//! The file is read and checked when the source is built, so a bad file
-//! fails before the benchmark starts; items are then handed out in file
-//! order.
+//! The file is read and checked once, before the backend starts
+//! ([`FileItems`]), so a bad file or row fails before a model loads; each
+//! benchmark's [`FileSource`] then hands the items out in file order.
 //!
 //! Columns are mapped by name, with defaults:
 //!
@@ -32,7 +32,13 @@
 //!   where present, set the row's own sampling, which wins over the run's
 //!   `sampling.*` options.
 //!
-//! A row whose output length is 0 is an error that names the row.
+//! A row whose output length is 0 is an error that names the row, and so
+//! is a row whose output-length column is empty (an empty CSV cell, a
+//! null): it would otherwise be an open-ended request among measured ones.
+//! (A JSON row without the key says nothing of its length, and is open.) A line that cannot be read (a
+//! malformed JSONL line) is an error that names it too. With
+//! `on_error=skip` such rows are left out and counted instead; either way
+//! the whole file is read and checked before the backend starts.
 //!
 //! Conversations (each turn one request, sent after the previous answer
 //! plus `turn_delay`, with the history as the backend answered it; see
@@ -52,7 +58,7 @@
 //! backend answered (`chat_turns=whole` sends a chat as one request
 //! instead, recorded answers included). `count` counts conversations.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -62,7 +68,8 @@ use serde_json::{Map, Value};
 
 use super::open::read_rows;
 use super::rows::{FORMATS, Row, json_in_cell};
-use super::{DataItem, DataSource, History, Turn, string_option, u32_option};
+use super::{DataItem, DataSource, History, RowFault, Turn, string_option, u32_option};
+use crate::session::OnError;
 use crate::{Error, Result};
 use guidebench_core::Error as CoreError;
 use guidebench_core::options::{OptionSpec, OptionType};
@@ -157,8 +164,8 @@ pub const FILE_OPTIONS: &[OptionSpec] = &[
     .default_from::<FileDefaults>(),
     OptionSpec::optional(
         "turn_delay",
-        OptionType::Float,
-        "think time in seconds between an answer and the next turn",
+        OptionType::Duration,
+        "think time between an answer and the next turn (seconds, or with a unit: 10ms)",
     )
     .default_from::<FileDefaults>(),
     OptionSpec::optional(
@@ -252,26 +259,27 @@ struct Columns {
     system: Option<String>,
 }
 
-/// `--data kind=file`: the items of a local JSONL, JSON or CSV file, in order.
-pub struct FileSource {
-    items: VecDeque<DataItem>,
-    tokenizer: Arc<dyn Tokenizer>,
+/// The items of a data file, read and checked once, before the backend
+/// starts: each row as an item, or as the fault that keeps it from being
+/// one (kept only under `on_error=skip`; otherwise the first fault is the
+/// error).
+#[derive(Debug)]
+pub(super) struct FileItems {
+    entries: Vec<std::result::Result<DataItem, RowFault>>,
 }
 
-impl std::fmt::Debug for FileSource {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FileSource")
-            .field("items", &self.items)
-            .finish_non_exhaustive()
-    }
-}
-
-impl FileSource {
-    /// The source described by checked options (see [`FILE_OPTIONS`]).
-    pub(super) fn from_options(
+impl FileItems {
+    /// Reads the file described by checked options (see [`FILE_OPTIONS`]).
+    ///
+    /// # Errors
+    ///
+    /// A file that cannot be read, options that do not fit it, and with
+    /// `on_error=fail` the first row that cannot become an item (named by
+    /// file, line and column).
+    pub(super) fn read(
         context: &str,
         options: &Map<String, Value>,
-        tokenizer: Arc<dyn Tokenizer>,
+        on_error: OnError,
     ) -> Result<Self> {
         let d = FileDefaults::default();
         let count = u32_option(context, options, "count", 0)?.map(|n| n as usize);
@@ -338,13 +346,16 @@ impl FileSource {
         }
 
         let base = path.parent().unwrap_or(Path::new(""));
-        let fault = |row: &Row, Fault { column, reason }| Error::Row {
+        let fault = |row: &Row, Fault { column, reason }| RowFault {
             path: path.to_path_buf(),
-            location: Some(row.location.clone()),
+            location: row.location.clone(),
             column,
             reason,
         };
         let item = |row: &Row| {
+            if let Some(reason) = &row.bad {
+                return Err(fault(row, Fault::from(reason.clone())));
+            }
             item_from_row(row, &columns, base)
                 .map(|item| DataItem {
                     origin: format!("{}, {}", path.display(), row.location),
@@ -352,40 +363,91 @@ impl FileSource {
                 })
                 .map_err(|f| fault(row, f))
         };
-        let mut items = match &conversation {
+        let mut entries: Vec<std::result::Result<DataItem, RowFault>> = match &conversation {
             None => rows
                 .iter()
                 .map(|row| item(row).map(|item| plan.split_chat(item)))
-                .collect::<Result<VecDeque<_>>>()?,
+                .collect(),
             Some(id_column) => {
-                let groups = group_rows(&rows, id_column, turn.as_deref())
-                    .map_err(|(row, f)| fault(&rows[row], f))?;
-                groups
+                let (groups, faults) = group_rows(&rows, id_column, turn.as_deref());
+                let mut entries: Vec<_> = faults
                     .into_iter()
-                    .filter_map(|group| {
-                        let (first, later) = group.split_first()?;
-                        Some((*first, later.to_vec()))
-                    })
-                    .map(|(first, later)| {
-                        let mut first = item(&rows[first])?;
-                        for row in later {
-                            let later = item(&rows[row])?;
-                            first.turns.push(Turn {
-                                input: later.input,
-                                output_tokens: later.output_tokens,
-                                think: plan.think,
-                            });
-                        }
-                        first.history = plan.history;
-                        Ok(first)
-                    })
-                    .collect::<Result<VecDeque<_>>>()?
+                    .map(|(row, f)| Err(fault(&rows[row], f)))
+                    .collect();
+                entries.extend(
+                    groups
+                        .into_iter()
+                        .filter_map(|group| {
+                            let (first, later) = group.split_first()?;
+                            Some((*first, later.to_vec()))
+                        })
+                        .map(|(first, later)| {
+                            let mut first = item(&rows[first])?;
+                            for row in later {
+                                let later = item(&rows[row])?;
+                                first.turns.push(Turn {
+                                    input: later.input,
+                                    output_tokens: later.output_tokens,
+                                    think: plan.think,
+                                });
+                            }
+                            first.history = plan.history;
+                            Ok(first)
+                        }),
+                );
+                entries
             }
         };
         if let Some(count) = count {
-            items.truncate(count);
+            entries.truncate(count);
         }
-        Ok(FileSource { items, tokenizer })
+        if on_error == OnError::Fail
+            && let Some(Err(fault)) = entries.iter().find(|entry| entry.is_err())
+        {
+            return Err(fault.error());
+        }
+        Ok(FileItems { entries })
+    }
+}
+
+/// `--data kind=file`: the items of a data file, in order, each prompt's
+/// tokens counted through the tokenizer when there is one and the file
+/// does not give the count (without one the count is left to the backend:
+/// a server's usage, for instance).
+pub struct FileSource {
+    items: Arc<FileItems>,
+    next: usize,
+    tokenizer: Option<Arc<dyn Tokenizer>>,
+}
+
+impl std::fmt::Debug for FileSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FileSource")
+            .field("items", &self.items)
+            .field("next", &self.next)
+            .finish_non_exhaustive()
+    }
+}
+
+impl FileSource {
+    /// A source over items read by [`FileItems::read`].
+    pub(super) fn new(items: Arc<FileItems>, tokenizer: Option<Arc<dyn Tokenizer>>) -> Self {
+        FileSource {
+            items,
+            next: 0,
+            tokenizer,
+        }
+    }
+
+    /// The source described by checked options, failing on a bad row.
+    #[cfg(test)]
+    fn from_options(
+        context: &str,
+        options: &Map<String, Value>,
+        tokenizer: Arc<dyn Tokenizer>,
+    ) -> Result<Self> {
+        let items = FileItems::read(context, options, OnError::Fail)?;
+        Ok(FileSource::new(Arc::new(items), Some(tokenizer)))
     }
 }
 
@@ -455,20 +517,25 @@ fn turn_delay(context: &str, options: &Map<String, Value>, default: Duration) ->
 
 /// The rows of each conversation (indexes into `rows`), conversations in
 /// the order of their first row, turns by their index (file order without
-/// a turn column). The error is the row at fault and why.
+/// a turn column), and the rows left out, each with why (in file order).
 fn group_rows(
     rows: &[Row],
     id_column: &str,
     turn_column: Option<&str>,
-) -> std::result::Result<Vec<Vec<usize>>, (usize, Fault)> {
+) -> (Vec<Vec<usize>>, Vec<(usize, Fault)>) {
     let mut groups: Vec<Vec<(u64, usize)>> = Vec::new();
     let mut by_id: HashMap<String, usize> = HashMap::new();
+    let mut faults = Vec::new();
     for (index, row) in rows.iter().enumerate() {
+        if let Some(reason) = &row.bad {
+            faults.push((index, Fault::from(reason.clone())));
+            continue;
+        }
         let id = match row.fields.get(id_column) {
             Some(Value::String(text)) if !text.trim().is_empty() => text.trim().to_string(),
             Some(Value::Number(n)) => n.to_string(),
             other => {
-                return Err((
+                faults.push((
                     index,
                     Fault::at(
                         id_column,
@@ -478,14 +545,13 @@ fn group_rows(
                         ),
                     ),
                 ));
+                continue;
             }
         };
-        let group = *by_id.entry(id.clone()).or_insert_with(|| {
-            groups.push(Vec::new());
-            groups.len() - 1
-        });
         let turn = match turn_column {
-            None => groups[group].len() as u64,
+            None => by_id
+                .get(&id)
+                .map_or(0, |group| groups[*group].len() as u64),
             Some(column) => {
                 let value = row.fields.get(column).unwrap_or(&Value::Null);
                 let turn = match value {
@@ -493,14 +559,18 @@ fn group_rows(
                     Value::String(text) => text.trim().parse::<u64>().ok(),
                     _ => None,
                 };
-                let turn = turn.ok_or_else(|| {
-                    (
+                let Some(turn) = turn else {
+                    faults.push((
                         index,
                         Fault::at(column, format!("expected a turn index >= 0, got {value}")),
-                    )
-                })?;
-                if let Some((_, other)) = groups[group].iter().find(|(t, _)| *t == turn) {
-                    return Err((
+                    ));
+                    continue;
+                };
+                let taken = by_id
+                    .get(&id)
+                    .and_then(|group| groups[*group].iter().find(|(t, _)| *t == turn));
+                if let Some((_, other)) = taken {
+                    faults.push((
                         index,
                         Fault::at(
                             column,
@@ -510,37 +580,53 @@ fn group_rows(
                             ),
                         ),
                     ));
+                    continue;
                 }
                 turn
             }
         };
+        let group = *by_id.entry(id).or_insert_with(|| {
+            groups.push(Vec::new());
+            groups.len() - 1
+        });
         groups[group].push((turn, index));
     }
-    Ok(groups
+    let groups = groups
         .into_iter()
         .map(|mut turns| {
             turns.sort_by_key(|(turn, _)| *turn);
             turns.into_iter().map(|(_, row)| row).collect()
         })
-        .collect())
+        .collect();
+    (groups, faults)
 }
 
 impl DataSource for FileSource {
     fn next_item(&mut self) -> Result<Option<DataItem>> {
-        let Some(mut item) = self.items.pop_front() else {
+        let Some(entry) = self.items.entries.get(self.next) else {
             return Ok(None);
+        };
+        self.next += 1;
+        let mut item = match entry {
+            Ok(item) => item.clone(),
+            Err(fault) => return Err(fault.error()),
         };
         if item.prompt_tokens.is_none()
             && let RequestInput::Text(text) = &item.input
+            && let Some(tokenizer) = &self.tokenizer
         {
-            item.prompt_tokens =
-                Some(u32::try_from(self.tokenizer.count(text)?).unwrap_or(u32::MAX));
+            let count = tokenizer.count(text).map_err(|source| Error::Item {
+                origin: item.origin.clone(),
+                source,
+            })?;
+            item.prompt_tokens = Some(u32::try_from(count).unwrap_or(u32::MAX));
         }
         Ok(Some(item))
     }
 
     fn len_hint(&self) -> Option<usize> {
-        Some(self.items.len())
+        let left = self.items.entries.get(self.next..).unwrap_or_default();
+        Some(left.iter().filter(|entry| entry.is_ok()).count())
     }
 }
 
@@ -687,6 +773,20 @@ fn item_from_row(
         })
     };
     let output_tokens = count(&columns.output_tokens)?;
+    // A row that has the column but no value in it (an empty CSV cell, a
+    // null) is not silently an open-ended request; a JSON row without the
+    // key says nothing of its length and is open, as a file without the
+    // column is.
+    if let Some(column) = &columns.output_tokens
+        && output_tokens.is_none()
+        && row.fields.contains_key(column)
+    {
+        return Err(Fault::at(
+            column,
+            "empty: a row without an output length would generate for as long as the run's \
+             max_tokens allows; give this row a length",
+        ));
+    }
     if output_tokens == Some(0) {
         return Err(Fault::at(
             columns.output_tokens.as_deref().unwrap_or_default(),
@@ -1105,13 +1205,13 @@ mod tests {
         let path = write(
             dir.path(),
             "data.csv",
-            "\u{feff}id,text,output_tokens_count\n1,\"a, b and c\",4\n2,plain,\n",
+            "\u{feff}id,text,output_tokens_count\n1,\"a, b and c\",4\n2,plain,2\n",
         );
         assert_eq!(
             all(&mut open(&path, "").expect("source")),
             vec![
                 text("a, b and c", Some(10), Some(4)),
-                text("plain", Some(5), None),
+                text("plain", Some(5), Some(2)),
             ]
         );
     }
@@ -1572,5 +1672,177 @@ mod tests {
         let message = error_of(open(&bad, ""));
         assert!(message.contains("bad.jsonl, line 1"), "{message}");
         assert!(message.contains("`robot`"), "{message}");
+    }
+
+    /// The rows of a source read with `on_error=skip`: each item's text, or
+    /// the error that names a skipped row.
+    fn skipping(path: &Path, extra: &str) -> Vec<std::result::Result<String, String>> {
+        let input = format!("kind=file,path=\"{}\"{extra}", path.display());
+        let mut options = parse_kind_args(&input).expect("parses").options;
+        check_options(KIND, &[FILE_OPTIONS], &mut options).expect("options");
+        let items = FileItems::read("data file", &options, OnError::Skip).expect("read");
+        let mut source = FileSource::new(Arc::new(items), None);
+        std::iter::from_fn(|| match source.next_item() {
+            Ok(Some(item)) => Some(Ok(said(&item.input)[0].1.clone())),
+            Ok(None) => None,
+            Err(err) => {
+                assert!(crate::data::is_item_error(&err), "{err}");
+                Some(Err(err.to_string()))
+            }
+        })
+        .collect()
+    }
+
+    #[test]
+    fn a_malformed_jsonl_line_is_a_usage_error_naming_the_file_and_line() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = write(
+            dir.path(),
+            "data.jsonl",
+            "{\"prompt\": \"a\", \"output_tokens\": 1}\n{\"prompt\": \"b\", output_tokens: 1}\n",
+        );
+        let err = open(&path, "").expect_err("line 2 is not JSON");
+        assert!(err.is_usage(), "{err:?}");
+        let message = err.to_string();
+        assert!(
+            message.contains(&format!("{}, line 2", path.display())),
+            "{message}"
+        );
+        assert!(message.contains("invalid JSON at column"), "{message}");
+        assert!(!message.contains("line 1 column"), "{message}");
+
+        let json = write(dir.path(), "data.json", "[{\"prompt\": \"a\"},\n oops]");
+        let err = open(&json, "").expect_err("not JSON");
+        assert!(err.is_usage(), "{err:?}");
+        assert!(err.to_string().contains("line 2"), "{err}");
+    }
+
+    #[test]
+    fn with_on_error_skip_a_malformed_line_and_a_zero_length_row_are_skipped() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = write(
+            dir.path(),
+            "data.jsonl",
+            "{\"prompt\": \"a\", \"output_tokens\": 2}\n\
+             {\"prompt\": \"b\", output_tokens: 2}\n\
+             {\"prompt\": \"c\", \"output_tokens\": 0}\n\
+             [1, 2]\n\
+             {\"prompt\": \"e\", \"output_tokens\": 2}\n",
+        );
+        let rows = skipping(&path, "");
+        assert_eq!(rows.len(), 5, "{rows:?}");
+        assert_eq!(rows[0], Ok("a".to_string()));
+        assert!(
+            matches!(&rows[1], Err(e) if e.contains("line 2")),
+            "{rows:?}"
+        );
+        assert!(
+            matches!(&rows[2], Err(e) if e.contains("line 3") && e.contains("output_tokens")),
+            "{rows:?}"
+        );
+        assert!(
+            matches!(&rows[3], Err(e) if e.contains("line 4")),
+            "{rows:?}"
+        );
+        assert_eq!(rows[4], Ok("e".to_string()));
+
+        // Without skip, the first of them fails the read.
+        let message = error_of(open(&path, ""));
+        assert!(message.contains("line 2"), "{message}");
+    }
+
+    #[test]
+    fn an_empty_output_length_cell_is_an_error_naming_the_row_not_an_open_request() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = write(
+            dir.path(),
+            "data.csv",
+            "prompt,output_tokens\na,4\nb,\nc,3\n",
+        );
+        match open(&path, "") {
+            Err(Error::Row {
+                location, column, ..
+            }) => {
+                assert_eq!(location.as_deref(), Some("line 3"));
+                assert_eq!(column.as_deref(), Some("output_tokens"));
+            }
+            other => panic!("expected a row error, got {other:?}"),
+        }
+        let missing = write(
+            dir.path(),
+            "data.jsonl",
+            "{\"prompt\": \"a\", \"output_tokens\": 4}\n{\"prompt\": \"b\", \"output_tokens\": null}\n",
+        );
+        let message = error_of(open(&missing, ""));
+        assert!(message.contains("line 2"), "{message}");
+        assert!(message.contains("empty"), "{message}");
+        // Skipped under on_error=skip; a row or file without the column
+        // stays open.
+        let rows = skipping(&path, "");
+        assert_eq!(rows.iter().filter(|r| r.is_ok()).count(), 2, "{rows:?}");
+        let open_file = write(
+            dir.path(),
+            "open.jsonl",
+            "{\"prompt\": \"a\"}\n{\"prompt\": \"b\", \"output_tokens\": 1}\n",
+        );
+        assert_eq!(
+            all(&mut open(&open_file, "").expect("source")),
+            vec![text("a", Some(1), None), text("b", Some(1), Some(1))]
+        );
+    }
+
+    #[test]
+    fn turn_delay_takes_a_unit_and_bare_numbers_are_seconds() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = write(
+            dir.path(),
+            "chats.jsonl",
+            "{\"conversation_id\": 1, \"prompt\": \"a\"}\n{\"conversation_id\": 1, \"prompt\": \"b\"}\n",
+        );
+        for (delay, expected) in [
+            ("10ms", Duration::from_millis(10)),
+            ("1.5s", Duration::from_millis(1500)),
+            ("2", Duration::from_secs(2)),
+        ] {
+            let items = all(&mut open(&path, &format!(",turn_delay={delay}")).expect("source"));
+            assert_eq!(items[0].turns[0].think, expected, "turn_delay={delay}");
+        }
+    }
+
+    #[test]
+    fn a_text_file_is_one_prompt_per_line() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = write(
+            dir.path(),
+            "prompts.txt",
+            "first prompt\n\nsecond, with a comma\n",
+        );
+        assert_eq!(
+            all(&mut open(&path, ",format=text").expect("source")),
+            vec![
+                text("first prompt", Some(12), None),
+                text("second, with a comma", Some(20), None)
+            ]
+        );
+    }
+
+    #[test]
+    fn without_a_tokenizer_text_prompts_are_left_uncounted() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = write(
+            dir.path(),
+            "data.jsonl",
+            "{\"prompt\": \"hello\", \"prompt_tokens\": 3}\n{\"prompt\": \"bye\"}\n",
+        );
+        let mut options = parse_kind_args(&format!("kind=file,path=\"{}\"", path.display()))
+            .expect("parses")
+            .options;
+        check_options(KIND, &[FILE_OPTIONS], &mut options).expect("options");
+        let items = FileItems::read("data file", &options, OnError::Fail).expect("read");
+        let mut source = FileSource::new(Arc::new(items), None);
+        assert_eq!(
+            all(&mut source),
+            vec![text("hello", Some(3), None), text("bye", None, None)]
+        );
     }
 }

@@ -10,16 +10,33 @@
 //!
 //! * `synthetic_text` ([`SyntheticTextSource`]): reproducible prompts of
 //!   exact token counts through the model's tokenizer;
-//! * `file` ([`FileSource`]): a local JSONL, JSON, CSV, Parquet or Arrow
-//!   file, or a Hugging Face dataset in the local cache, with column
-//!   mapping, chat conversations (also multi-turn: conversation ids and
-//!   turn indexes, `messages`, ShareGPT) and image and audio columns;
+//! * `file` ([`FileSource`]): a local JSONL, JSON, CSV, Parquet, Arrow or
+//!   plain text file, or a Hugging Face dataset in the local cache, with
+//!   column mapping, chat conversations (also multi-turn: conversation ids
+//!   and turn indexes, `messages`, ShareGPT) and image and audio columns;
 //! * `trace` ([`TraceSource`]): a recorded request trace (plain or
 //!   Mooncake), each item with its recorded send offset, for
 //!   `--profile kind=replay`.
 //!
-//! Inside, the layers are: `rows` (JSONL, JSON, CSV, Parquet and Arrow
-//! files read into rows, and the table of formats and extensions; it
+//! GuideLLM 0.8.1's names of the same kinds are in [`DATA_KINDS`] too, each
+//! with its [`Alias`]: `json_file`, `csv_file`, `text_file`,
+//! `parquet_file`, `arrow_file` and `hf` are `file` (with the format they
+//! name), `mooncake` is `trace` with Mooncake's millisecond timestamps and
+//! GuideLLM's option names. [`resolve_kind`] turns them into ours.
+//!
+//! A kind's data is read and checked in two steps: [`PreparedSource::new`]
+//! reads everything it can without a tokenizer or a backend (a file's rows
+//! parsed and checked, a dataset found in the cache, synthetic settings
+//! checked), so that a session does it before the backend starts and a bad
+//! row never costs a model load; [`PreparedSource::source`] then makes each
+//! benchmark's [`DataSource`], with the model's tokenizer where the kind
+//! needs one ([`PreparedSource::needs_tokenizer`]: synthetic prompts and
+//! traces do, a file of text prompts does not). Under `on_error=skip` a row
+//! that cannot become a request is kept as an error the source yields in
+//! its turn ([`is_item_error`]), which the session counts and skips.
+//!
+//! Inside, the layers are: `rows` (JSONL, JSON, CSV, Parquet, Arrow and
+//! text files read into rows, and the table of formats and extensions; it
 //! imports nothing else of this module), `hf` (datasets in the local
 //! Hugging Face cache), `open` (a kind's `path` option: a file or a
 //! dataset, read into rows), then the kinds that map rows or options to
@@ -52,7 +69,9 @@ mod testing;
 pub mod trace;
 
 pub use file::{FILE_OPTIONS, FileSource};
-pub use synthetic::{SYNTHETIC_TEXT_OPTIONS, SyntheticText, SyntheticTextSource};
+pub use synthetic::{
+    SYNTHETIC_TEXT_OPTIONS, SyntheticText, SyntheticTextConfig, SyntheticTextSource,
+};
 pub use trace::{TRACE_OPTIONS, TraceSource};
 
 /// One item of benchmark data.
@@ -143,11 +162,42 @@ pub(crate) fn serialize_number<S: serde::Serializer>(
     }
 }
 
-/// Builds a source from a kind's checked options: the context for error
-/// messages (`data file`), the options, the model's tokenizer and the seed
-/// for sources whose `seed` option is absent.
-pub type BuildSource =
-    fn(&str, &Map<String, Value>, Arc<dyn Tokenizer>, u64) -> Result<Box<dyn DataSource>>;
+/// Reads and checks a kind's data from its checked options, without a
+/// tokenizer and before the backend starts: the context for error messages
+/// (`data file`), the options, what to do with a row that cannot become a
+/// request, and the seed for sources whose `seed` option is absent.
+pub type PrepareSource = fn(&str, &Map<String, Value>, OnError, u64) -> Result<Arc<dyn Prepared>>;
+
+/// A data source's data, read and checked before the backend starts (a
+/// file's rows parsed, a dataset found, options resolved), from which
+/// each benchmark makes its own [`DataSource`].
+pub trait Prepared: Send + Sync + std::fmt::Debug {
+    /// Whether the source needs a tokenizer: to cut synthetic prompts to
+    /// exact token counts. A file of text prompts does not (without one,
+    /// prompt tokens are counted by the backend).
+    fn needs_tokenizer(&self) -> bool;
+
+    /// A fresh source over the data.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NoTokenizer`] when [`Prepared::needs_tokenizer`] and
+    /// `tokenizer` is `None`; a tokenizer failure.
+    fn source(&self, tokenizer: Option<Arc<dyn Tokenizer>>) -> Result<Box<dyn DataSource>>;
+}
+
+/// A GuideLLM data kind's name for one of ours: what it stands for.
+#[derive(Debug, Clone, Copy)]
+pub struct Alias {
+    /// The kind it stands for.
+    pub of: &'static str,
+    /// Options it sets (`format=csv`): given with another value, they are
+    /// an error that says what to write instead.
+    pub sets: &'static [(&'static str, &'static str)],
+    /// GuideLLM's option names, each with ours (`hash_id_block_size` is
+    /// `block_size`).
+    pub renames: &'static [(&'static str, &'static str)],
+}
 
 /// One data kind: what `--data kind=NAME` names.
 #[derive(Debug, Clone, Copy)]
@@ -156,40 +206,80 @@ pub struct DataKind {
     pub name: &'static str,
     /// What it reads, in one line.
     pub description: &'static str,
-    /// Its option schema, for checking and for help output.
+    /// Its option schema, for checking and for help output (an alias's
+    /// are the kind's it stands for).
     pub options: &'static [OptionSpec],
     /// Whether its `path` may name a Hugging Face dataset in the local
     /// cache (`org/name[@revision]`) instead of a file.
     pub datasets: bool,
-    /// Builds a source from options checked against [`DataKind::options`].
-    pub build: BuildSource,
+    /// For GuideLLM's names of our kinds: the kind it stands for.
+    pub alias: Option<Alias>,
+    /// Reads and checks the data from options checked against
+    /// [`DataKind::options`].
+    pub prepare: PrepareSource,
 }
 
-/// Every data kind: the one list from which help output, option checks and
-/// [`create_source`] all come.
+/// GuideLLM's option names of its `mooncake` kind, with ours.
+const MOONCAKE_RENAMES: &[(&str, &str)] = &[
+    ("prompt_tokens_column", "input_length_column"),
+    ("output_tokens_column", "output_length_column"),
+    ("hash_id_block_size", "block_size"),
+];
+
+/// An alias of `kind=file` that sets `format` (GuideLLM's `csv_file`, ...).
+const fn file_alias(
+    name: &'static str,
+    description: &'static str,
+    sets: &'static [(&'static str, &'static str)],
+) -> DataKind {
+    DataKind {
+        name,
+        description,
+        options: FILE_OPTIONS,
+        datasets: false,
+        alias: Some(Alias {
+            of: file::KIND,
+            sets,
+            renames: &[],
+        }),
+        prepare: prepare_file,
+    }
+}
+
+fn prepare_file(
+    context: &str,
+    options: &Map<String, Value>,
+    on_error: OnError,
+    _seed: u64,
+) -> Result<Arc<dyn Prepared>> {
+    Ok(Arc::new(PreparedFile(Arc::new(file::FileItems::read(
+        context, options, on_error,
+    )?))))
+}
+
+/// Every data kind, GuideLLM's names of them included: the one list from
+/// which help output, option checks and [`create_source`] all come.
 pub const DATA_KINDS: &[DataKind] = &[
     DataKind {
         name: synthetic::KIND,
         description: "reproducible prompts of exact token counts through the model's tokenizer",
         options: SYNTHETIC_TEXT_OPTIONS,
         datasets: false,
-        build: |context, options, tokenizer, seed| {
-            Ok(Box::new(SyntheticTextSource::from_options(
-                context, options, tokenizer, seed,
-            )?))
+        alias: None,
+        prepare: |context, options, _on_error, seed| {
+            Ok(Arc::new(PreparedSynthetic(
+                SyntheticTextConfig::from_options(context, options, seed)?,
+            )))
         },
     },
     DataKind {
         name: file::KIND,
-        description: "a local JSONL, JSON, CSV, Parquet or Arrow file, or a Hugging Face \
+        description: "a local JSONL, JSON, CSV, Parquet, Arrow or text file, or a Hugging Face \
                       dataset in the local cache, with column mapping",
         options: FILE_OPTIONS,
         datasets: true,
-        build: |context, options, tokenizer, _seed| {
-            Ok(Box::new(FileSource::from_options(
-                context, options, tokenizer,
-            )?))
-        },
+        alias: None,
+        prepare: prepare_file,
     },
     DataKind {
         name: trace::KIND,
@@ -197,15 +287,119 @@ pub const DATA_KINDS: &[DataKind] = &[
                       recorded send offset, for --profile kind=replay",
         options: TRACE_OPTIONS,
         datasets: false,
-        build: |context, options, tokenizer, seed| {
-            Ok(Box::new(TraceSource::from_options(
-                context, options, tokenizer, seed,
-            )?))
+        alias: None,
+        prepare: |context, options, on_error, seed| {
+            Ok(Arc::new(PreparedTrace(Arc::new(trace::TraceRows::read(
+                context, options, on_error, seed,
+            )?))))
+        },
+    },
+    file_alias(
+        "json_file",
+        "GuideLLM's name: kind=file with a .json or .jsonl file",
+        &[],
+    ),
+    file_alias(
+        "csv_file",
+        "GuideLLM's name: kind=file with format=csv",
+        &[("format", "csv")],
+    ),
+    file_alias(
+        "text_file",
+        "GuideLLM's name: kind=file with format=text (one prompt per line)",
+        &[("format", "text")],
+    ),
+    file_alias(
+        "parquet_file",
+        "GuideLLM's name: kind=file with format=parquet",
+        &[("format", "parquet")],
+    ),
+    file_alias(
+        "arrow_file",
+        "GuideLLM's name: kind=file with format=arrow",
+        &[("format", "arrow")],
+    ),
+    DataKind {
+        name: "hf",
+        description: "GuideLLM's name: kind=file with path=org/name, a Hugging Face dataset \
+                      in the local cache",
+        options: FILE_OPTIONS,
+        datasets: true,
+        alias: Some(Alias {
+            of: file::KIND,
+            sets: &[],
+            renames: &[],
+        }),
+        prepare: prepare_file,
+    },
+    DataKind {
+        name: "mooncake",
+        description: "GuideLLM's name: kind=trace with timestamp_unit=ms (Mooncake's); \
+                      prompt_tokens_column, output_tokens_column and hash_id_block_size are \
+                      input_length_column, output_length_column and block_size",
+        options: TRACE_OPTIONS,
+        datasets: false,
+        alias: Some(Alias {
+            of: trace::KIND,
+            sets: &[("timestamp_unit", "ms")],
+            renames: MOONCAKE_RENAMES,
+        }),
+        prepare: |context, options, on_error, seed| {
+            Ok(Arc::new(PreparedTrace(Arc::new(trace::TraceRows::read(
+                context, options, on_error, seed,
+            )?))))
         },
     },
 ];
 
-/// The data kind named `name`.
+/// Synthetic text, its settings checked.
+#[derive(Debug)]
+struct PreparedSynthetic(SyntheticTextConfig);
+
+impl Prepared for PreparedSynthetic {
+    fn needs_tokenizer(&self) -> bool {
+        true
+    }
+
+    fn source(&self, tokenizer: Option<Arc<dyn Tokenizer>>) -> Result<Box<dyn DataSource>> {
+        let tokenizer = tokenizer.ok_or(Error::NoTokenizer)?;
+        Ok(Box::new(SyntheticTextSource::new(
+            tokenizer,
+            self.0.clone(),
+        )?))
+    }
+}
+
+/// A data file's items.
+#[derive(Debug)]
+struct PreparedFile(Arc<file::FileItems>);
+
+impl Prepared for PreparedFile {
+    fn needs_tokenizer(&self) -> bool {
+        false
+    }
+
+    fn source(&self, tokenizer: Option<Arc<dyn Tokenizer>>) -> Result<Box<dyn DataSource>> {
+        Ok(Box::new(FileSource::new(Arc::clone(&self.0), tokenizer)))
+    }
+}
+
+/// A trace's rows.
+#[derive(Debug)]
+struct PreparedTrace(Arc<trace::TraceRows>);
+
+impl Prepared for PreparedTrace {
+    fn needs_tokenizer(&self) -> bool {
+        true
+    }
+
+    fn source(&self, tokenizer: Option<Arc<dyn Tokenizer>>) -> Result<Box<dyn DataSource>> {
+        let tokenizer = tokenizer.ok_or(Error::NoTokenizer)?;
+        Ok(Box::new(TraceSource::new(Arc::clone(&self.0), tokenizer)))
+    }
+}
+
+/// The data kind named `name` (GuideLLM's names included).
 ///
 /// # Errors
 ///
@@ -228,12 +422,122 @@ pub fn data_kind(name: &str) -> Result<&'static DataKind> {
         })
 }
 
+/// A `--data` argument in our own words: a GuideLLM name of a kind
+/// becomes the kind it stands for, with the options it sets and GuideLLM's
+/// option names renamed to ours; other arguments are returned as they are.
+///
+/// # Errors
+///
+/// An unknown kind (listing the known ones); an option the alias sets given
+/// with another value, or one given under both names, saying what to write.
+pub fn resolve_kind(args: KindArgs) -> Result<(&'static DataKind, KindArgs)> {
+    let kind = data_kind(&args.kind)?;
+    let Some(alias) = kind.alias else {
+        return Ok((kind, args));
+    };
+    let target = data_kind(alias.of)?;
+    let KindArgs { mut options, .. } = args;
+    let context = format!("data {}", kind.name);
+    for (theirs, ours) in alias.renames {
+        if let Some(value) = options.remove(*theirs) {
+            if options.contains_key(*ours) {
+                return Err(CoreError::InvalidOption {
+                    context,
+                    key: (*theirs).to_owned(),
+                    reason: format!("is `{ours}`, which is given too; give one of them"),
+                }
+                .into());
+            }
+            options.insert((*ours).to_owned(), value);
+        }
+    }
+    for (key, value) in alias.sets {
+        match options.get(*key) {
+            None => {
+                options.insert((*key).to_owned(), Value::String((*value).to_owned()));
+            }
+            Some(Value::String(given)) if given == value => {}
+            Some(given) => {
+                return Err(CoreError::InvalidOption {
+                    context,
+                    key: (*key).to_owned(),
+                    reason: format!(
+                        "kind={} reads {key}={value}, got {given}; for another, write \
+                         kind={}",
+                        kind.name, alias.of
+                    ),
+                }
+                .into());
+            }
+        }
+    }
+    Ok((
+        target,
+        KindArgs {
+            kind: target.name.to_owned(),
+            options,
+        },
+    ))
+}
+
+/// A `--data` argument's data, read and checked, ready to make a source
+/// for each benchmark.
+#[derive(Debug, Clone)]
+pub struct PreparedSource {
+    kind: &'static str,
+    prepared: Arc<dyn Prepared>,
+}
+
+impl PreparedSource {
+    /// Resolves, checks and reads a `--data kind=NAME,...` argument (its
+    /// `on_error` option taken out, given here): a file's rows are parsed
+    /// and checked, a dataset found in the cache, synthetic settings
+    /// checked, all without a tokenizer or a backend.
+    ///
+    /// # Errors
+    ///
+    /// Those of [`create_source`], raised before anything starts.
+    pub fn new(args: KindArgs, on_error: OnError, default_seed: u64) -> Result<Self> {
+        let (kind, KindArgs { mut options, .. }) = resolve_kind(args)?;
+        let context = format!("data {}", kind.name);
+        options.remove(ON_ERROR.name);
+        check_options(&context, &[kind.options], &mut options)?;
+        Ok(PreparedSource {
+            kind: kind.name,
+            prepared: (kind.prepare)(&context, &options, on_error, default_seed)?,
+        })
+    }
+
+    /// The data kind (ours, after resolving a GuideLLM name).
+    pub fn kind(&self) -> &'static str {
+        self.kind
+    }
+
+    /// Whether making the source needs a tokenizer (see
+    /// [`Prepared::needs_tokenizer`]).
+    pub fn needs_tokenizer(&self) -> bool {
+        self.prepared.needs_tokenizer()
+    }
+
+    /// A fresh source over the data.
+    ///
+    /// # Errors
+    ///
+    /// See [`Prepared::source`].
+    pub fn source(&self, tokenizer: Option<Arc<dyn Tokenizer>>) -> Result<Box<dyn DataSource>> {
+        self.prepared.source(tokenizer)
+    }
+}
+
 /// Builds a source from a `--data kind=NAME,...` argument.
 ///
-/// The options are checked against the kind's schema first. `tokenizer` is
-/// the model's: synthetic prompts are cut to exact counts through it, and
-/// file prompts are counted with it. `default_seed` seeds sources whose
-/// `seed` option is absent.
+/// The options are checked against the kind's schema first (a GuideLLM
+/// name of a kind is resolved to ours). `tokenizer` is the model's:
+/// synthetic prompts are cut to exact counts through it, and file prompts
+/// are counted with it. `default_seed` seeds sources whose `seed` option
+/// is absent. An `on_error=skip` option keeps rows that cannot become a
+/// request, which the source then yields as errors
+/// ([`is_item_error`]); without it the first such row is the error.
 ///
 /// # Errors
 ///
@@ -244,17 +548,57 @@ pub fn data_kind(name: &str) -> Result<&'static DataKind> {
 /// * [`Error::Row`], [`Error::DataFormat`], [`Error::NoPromptColumn`] and
 ///   the dataset errors for a file that cannot be read or a row that
 ///   cannot become a request; [`Error::Core`] for a file that cannot be
-///   opened or parsed.
+///   opened.
 pub fn create_source(
     args: KindArgs,
     tokenizer: Arc<dyn Tokenizer>,
     default_seed: u64,
 ) -> Result<Box<dyn DataSource>> {
-    let KindArgs { kind, mut options } = args;
-    let kind = data_kind(&kind)?;
-    let context = format!("data {}", kind.name);
-    check_options(&context, &[kind.options], &mut options)?;
-    (kind.build)(&context, &options, tokenizer, default_seed)
+    let on_error = match args.options.get(ON_ERROR.name).and_then(Value::as_str) {
+        Some("skip") => OnError::Skip,
+        _ => OnError::Fail,
+    };
+    PreparedSource::new(args, on_error, default_seed)?.source(Some(tokenizer))
+}
+
+/// Whether an error a [`DataSource`] yields is about one item only (a row
+/// that cannot become a request, a prompt the tokenizer fails on), so that
+/// `on_error=skip` counts it and goes on, rather than about the source.
+pub fn is_item_error(error: &Error) -> bool {
+    matches!(
+        error,
+        Error::Item { .. }
+            | Error::Row {
+                location: Some(_),
+                ..
+            }
+    )
+}
+
+/// A row that cannot become an item: where it is and why, kept (under
+/// `on_error=skip`) until its turn comes, then yielded as [`Error::Row`].
+#[derive(Debug, Clone)]
+pub(crate) struct RowFault {
+    /// The data file.
+    pub(crate) path: std::path::PathBuf,
+    /// Where the row is (`line 3`).
+    pub(crate) location: String,
+    /// The column at fault, when one is.
+    pub(crate) column: Option<String>,
+    /// What is wrong.
+    pub(crate) reason: String,
+}
+
+impl RowFault {
+    /// The error that names the row.
+    pub(crate) fn error(&self) -> Error {
+        Error::Row {
+            path: self.path.clone(),
+            location: Some(self.location.clone()),
+            column: self.column.clone(),
+            reason: self.reason.clone(),
+        }
+    }
 }
 
 /// Whether a `path` names a Hugging Face dataset (`org/name[@revision]`,
@@ -374,6 +718,17 @@ mod tests {
         for kind in DATA_KINDS {
             assert!(!kind.description.is_empty(), "{}", kind.name);
             assert!(!kind.options.is_empty(), "{}", kind.name);
+            if let Some(alias) = kind.alias {
+                let target = data_kind(alias.of).expect("an alias names a kind");
+                assert!(target.alias.is_none(), "{} names an alias", kind.name);
+                assert_eq!(kind.options, target.options, "{}", kind.name);
+                for (key, _) in alias.sets {
+                    assert!(kind.options.iter().any(|o| o.name == *key), "{key}");
+                }
+                for (_, ours) in alias.renames {
+                    assert!(kind.options.iter().any(|o| o.name == *ours), "{ours}");
+                }
+            }
             for spec in kind.options {
                 assert!(!spec.description.is_empty(), "{}.{}", kind.name, spec.name);
             }
@@ -416,5 +771,69 @@ mod tests {
             RequestInput::Text(text) => assert_eq!(text.len(), 12, "{text:?}"),
             other => panic!("expected text, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn guidellm_data_kind_names_are_aliases_of_ours() {
+        let dir = tempfile::tempdir().expect("dir");
+        let write = |name: &str, text: &str| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, text).expect("write");
+            path.display().to_string()
+        };
+        let prompts = |source: &mut Box<dyn DataSource>| {
+            std::iter::from_fn(|| source.next_item().expect("item"))
+                .map(|item| match item.input {
+                    RequestInput::Text(text) => text,
+                    other => panic!("text, got {other:?}"),
+                })
+                .collect::<Vec<_>>()
+        };
+        let csv = write("rows.data", "prompt,output_tokens\nfrom csv,2\n");
+        let mut source = create(&format!("kind=csv_file,path={csv}")).expect("csv_file");
+        assert_eq!(prompts(&mut source), ["from csv"]);
+        let text = write("prompts.txt", "one\ntwo\n");
+        let mut source = create(&format!("kind=text_file,path={text}")).expect("text_file");
+        assert_eq!(prompts(&mut source), ["one", "two"]);
+        let jsonl = write("rows.jsonl", "{\"prompt\": \"from jsonl\"}\n");
+        let mut source = create(&format!("kind=json_file,path={jsonl}")).expect("json_file");
+        assert_eq!(prompts(&mut source), ["from jsonl"]);
+
+        // The kind each stands for, with what it sets.
+        let resolved = |input: &str| {
+            let (kind, args) = resolve_kind(parse_kind_args(input).expect("parses"))?;
+            Ok::<_, Error>((kind.name, args.options))
+        };
+        for (alias, format) in [
+            ("csv_file", Some("csv")),
+            ("parquet_file", Some("parquet")),
+            ("arrow_file", Some("arrow")),
+            ("text_file", Some("text")),
+            ("json_file", None),
+            ("hf", None),
+        ] {
+            let (kind, options) = resolved(&format!("kind={alias},path=x")).expect(alias);
+            assert_eq!(kind, "file", "{alias}");
+            assert_eq!(
+                options.get("format").and_then(Value::as_str),
+                format,
+                "{alias}"
+            );
+        }
+        let (kind, options) =
+            resolved("kind=mooncake,path=t.jsonl,prompt_tokens_column=in,hash_id_block_size=16")
+                .expect("mooncake");
+        assert_eq!(kind, "trace");
+        assert_eq!(options["input_length_column"], "in");
+        assert_eq!(options["block_size"], 16);
+        assert_eq!(options["timestamp_unit"], "ms");
+
+        // A meaning the alias cannot keep is refused, saying what to write.
+        let err = resolved("kind=csv_file,path=x,format=json").expect_err("not CSV");
+        assert!(err.is_usage(), "{err:?}");
+        assert!(err.to_string().contains("kind=file"), "{err}");
+        // The unknown-kind message lists GuideLLM's names too.
+        let err = create("kind=jsonfile,path=x").err().expect("unknown");
+        assert!(err.to_string().contains("json_file"), "{err}");
     }
 }

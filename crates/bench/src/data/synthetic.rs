@@ -109,26 +109,26 @@ pub const SYNTHETIC_TEXT_OPTIONS: &[OptionSpec] = &[
     .default_from::<SyntheticTextDefaults>(),
     OptionSpec::optional(
         "turn_delay",
-        OptionType::Float,
-        "mean think time in seconds between an answer and the next turn",
+        OptionType::Duration,
+        "mean think time between an answer and the next turn (seconds, or with a unit: 10ms)",
     )
     .default_from::<SyntheticTextDefaults>(),
     OptionSpec::optional(
         "turn_delay_stdev",
-        OptionType::Float,
-        "standard deviation of the think time (normal distribution)",
+        OptionType::Duration,
+        "standard deviation of the think time (normal distribution; seconds, or with a unit)",
     )
     .default_from::<SyntheticTextDefaults>(),
     OptionSpec::optional(
         "turn_delay_min",
-        OptionType::Float,
-        "shortest think time in seconds",
+        OptionType::Duration,
+        "shortest think time (seconds, or with a unit)",
     )
     .default_from::<SyntheticTextDefaults>(),
     OptionSpec::optional(
         "turn_delay_max",
-        OptionType::Float,
-        "longest think time in seconds",
+        OptionType::Duration,
+        "longest think time (seconds, or with a unit)",
     ),
     OptionSpec::optional(
         "first_turn_prompt_tokens",
@@ -935,6 +935,71 @@ pub struct SyntheticTextConfig {
     pub seed: u64,
 }
 
+impl SyntheticTextConfig {
+    /// The settings described by checked options (see
+    /// [`SYNTHETIC_TEXT_OPTIONS`]); `default_seed` where `seed` is absent.
+    ///
+    /// # Errors
+    ///
+    /// An option out of its range, or one that contradicts another.
+    pub fn from_options(
+        context: &str,
+        options: &Map<String, Value>,
+        default_seed: u64,
+    ) -> Result<Self> {
+        let seed = options
+            .get("seed")
+            .and_then(|v| v.as_u64().or_else(|| v.as_i64().map(|n| n as u64)))
+            .unwrap_or(default_seed);
+        let d = SyntheticTextDefaults::default();
+        let prefix_tokens =
+            u32_option(context, options, "prefix_tokens", 0)?.unwrap_or(d.prefix_tokens);
+        let prefix_buckets = match options.get("prefix_buckets") {
+            None => Vec::new(),
+            Some(value) => {
+                if prefix_tokens > 0 {
+                    return Err(Error::from(CoreError::InvalidOption {
+                        context: context.to_string(),
+                        key: "prefix_buckets".to_string(),
+                        reason: "give prefix_tokens or prefix_buckets, not both \
+                                 (prefix_tokens=N is prefix_buckets=[{\"tokens\": N}])"
+                            .to_string(),
+                    }));
+                }
+                PrefixBucket::from_option(context, value)?
+            }
+        };
+        let config = SyntheticTextConfig {
+            prompt_tokens: LengthDistribution::from_options(
+                context,
+                options,
+                "prompt_tokens",
+                d.prompt_tokens_stdev,
+                d.prompt_tokens_min,
+            )?,
+            output_tokens: LengthDistribution::from_options(
+                context,
+                options,
+                "output_tokens",
+                d.output_tokens_stdev,
+                d.output_tokens_min,
+            )?,
+            prefix_tokens,
+            prefix_buckets,
+            turns: u32_option(context, options, "turns", 1)?.unwrap_or(d.turns),
+            turn_delay: DelayDistribution::from_options(context, options, &d)?,
+            first_turn_prompt_tokens: u32_option(context, options, "first_turn_prompt_tokens", 1)?,
+            history: string_option(options, "history")
+                .and_then(History::parse)
+                .unwrap_or(d.history),
+            count: int_option(context, options, "count", 0, i64::MAX)?
+                .and_then(|n| u64::try_from(n).ok()),
+            seed,
+        };
+        Ok(config)
+    }
+}
+
 /// `--data kind=synthetic_text`: prompts of exact token counts.
 ///
 /// Every prompt is the shared prefix (if any), a space, and a window of the
@@ -1007,61 +1072,14 @@ impl SyntheticTextSource {
     }
 
     /// The source described by checked options (see [`SYNTHETIC_TEXT_OPTIONS`]).
+    #[cfg(test)]
     pub(super) fn from_options(
         context: &str,
         options: &Map<String, Value>,
         tokenizer: Arc<dyn Tokenizer>,
         default_seed: u64,
     ) -> Result<Self> {
-        let seed = options
-            .get("seed")
-            .and_then(|v| v.as_u64().or_else(|| v.as_i64().map(|n| n as u64)))
-            .unwrap_or(default_seed);
-        let d = SyntheticTextDefaults::default();
-        let prefix_tokens =
-            u32_option(context, options, "prefix_tokens", 0)?.unwrap_or(d.prefix_tokens);
-        let prefix_buckets = match options.get("prefix_buckets") {
-            None => Vec::new(),
-            Some(value) => {
-                if prefix_tokens > 0 {
-                    return Err(Error::from(CoreError::InvalidOption {
-                        context: context.to_string(),
-                        key: "prefix_buckets".to_string(),
-                        reason: "give prefix_tokens or prefix_buckets, not both \
-                                 (prefix_tokens=N is prefix_buckets=[{\"tokens\": N}])"
-                            .to_string(),
-                    }));
-                }
-                PrefixBucket::from_option(context, value)?
-            }
-        };
-        let config = SyntheticTextConfig {
-            prompt_tokens: LengthDistribution::from_options(
-                context,
-                options,
-                "prompt_tokens",
-                d.prompt_tokens_stdev,
-                d.prompt_tokens_min,
-            )?,
-            output_tokens: LengthDistribution::from_options(
-                context,
-                options,
-                "output_tokens",
-                d.output_tokens_stdev,
-                d.output_tokens_min,
-            )?,
-            prefix_tokens,
-            prefix_buckets,
-            turns: u32_option(context, options, "turns", 1)?.unwrap_or(d.turns),
-            turn_delay: DelayDistribution::from_options(context, options, &d)?,
-            first_turn_prompt_tokens: u32_option(context, options, "first_turn_prompt_tokens", 1)?,
-            history: string_option(options, "history")
-                .and_then(History::parse)
-                .unwrap_or(d.history),
-            count: int_option(context, options, "count", 0, i64::MAX)?
-                .and_then(|n| u64::try_from(n).ok()),
-            seed,
-        };
+        let config = SyntheticTextConfig::from_options(context, options, default_seed)?;
         SyntheticTextSource::new(tokenizer, config)
     }
 
@@ -1647,5 +1665,29 @@ mod tests {
             source.corpus.ids.len()
         );
         assert_eq!(total, 256_000);
+    }
+
+    #[test]
+    fn turn_delay_takes_a_unit_and_bare_numbers_are_seconds() {
+        let base = "kind=synthetic_text,prompt_tokens=4,output_tokens=2,turns=2";
+        for (extra, mean, stdev, min) in [
+            (",turn_delay=10ms", 0.01, 0.0, 0.0),
+            (
+                ",turn_delay=2,turn_delay_stdev=500ms,turn_delay_min=1s",
+                2.0,
+                0.5,
+                1.0,
+            ),
+        ] {
+            let source = source(
+                &format!("{base}{extra}"),
+                Arc::new(ByteTokenizer::default()),
+            )
+            .unwrap_or_else(|e| panic!("{extra}: {e}"));
+            let delay = &source.config.turn_delay;
+            for (got, want) in [(delay.mean, mean), (delay.stdev, stdev), (delay.min, min)] {
+                assert!((got - want).abs() < 1e-9, "{extra}: {got} != {want}");
+            }
+        }
     }
 }

@@ -30,7 +30,7 @@
 //! * a row without a timestamp or a length is an error that names its line
 //!   (`a_row_without_a_timestamp_names_its_line`).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -40,8 +40,9 @@ use serde_json::{Map, Value};
 use super::open::read_rows;
 use super::rows::{Row, json_in_cell};
 use super::synthetic::{Prompts, pseudo_word};
-use super::{DataItem, DataSource, string_option, u32_option};
-use crate::{Error, Result};
+use super::{DataItem, DataSource, RowFault, string_option, u32_option};
+use crate::Result;
+use crate::session::OnError;
 use guidebench_core::options::{OptionSpec, OptionType};
 use guidebench_core::request::RequestInput;
 use guidebench_core::rng;
@@ -182,12 +183,23 @@ impl Blocks {
     }
 }
 
+/// The rows of a trace, read and checked once, before the backend starts:
+/// the rows that cannot be replayed first (kept only under
+/// `on_error=skip`), then the others in time order.
+#[derive(Debug)]
+pub(super) struct TraceRows {
+    entries: Vec<std::result::Result<TraceRow, RowFault>>,
+    first: f64,
+    unit_s: f64,
+    block_size: u32,
+    seed: u64,
+}
+
 /// `--data kind=trace`: the rows of a recorded trace, in time order, each
 /// with its send offset.
 pub struct TraceSource {
-    rows: VecDeque<TraceRow>,
-    first: f64,
-    unit_s: f64,
+    rows: Arc<TraceRows>,
+    next: usize,
     tokenizer: Arc<dyn Tokenizer>,
     prompts: Prompts,
     blocks: Blocks,
@@ -196,7 +208,8 @@ pub struct TraceSource {
 impl std::fmt::Debug for TraceSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TraceSource")
-            .field("rows", &self.rows.len())
+            .field("rows", &self.rows.entries.len())
+            .field("next", &self.next)
             .finish_non_exhaustive()
     }
 }
@@ -230,17 +243,18 @@ fn hash_ids(row: &Row, column: &str) -> std::result::Result<Option<Vec<u64>>, St
         .map(Some)
 }
 
-impl TraceSource {
-    /// The source described by checked options (see [`TRACE_OPTIONS`]).
+impl TraceRows {
+    /// Reads the trace described by checked options (see
+    /// [`TRACE_OPTIONS`]); `default_seed` where `seed` is absent.
     ///
     /// # Errors
     ///
-    /// A file that cannot be read, and rows without a timestamp or a
-    /// length (the message names the row).
-    pub(super) fn from_options(
+    /// A file that cannot be read, and with `on_error=fail` the first row
+    /// without a timestamp or a length (the message names the row).
+    pub(super) fn read(
         context: &str,
         options: &Map<String, Value>,
-        tokenizer: Arc<dyn Tokenizer>,
+        on_error: OnError,
         default_seed: u64,
     ) -> Result<Self> {
         let (path, rows, _) = read_rows(context, options)?;
@@ -257,16 +271,19 @@ impl TraceSource {
             .get("seed")
             .and_then(|v| v.as_u64().or_else(|| v.as_i64().map(|n| n.cast_unsigned())))
             .unwrap_or(default_seed);
-        let mut trace = rows
-            .iter()
-            .map(|row| {
-                let origin = format!("{}, {}", path.display(), row.location);
-                let invalid = |reason: String| Error::Row {
-                    path: path.clone(),
-                    location: Some(row.location.clone()),
-                    column: None,
-                    reason,
-                };
+        let (mut trace, mut faults) = (Vec::new(), Vec::new());
+        for row in &rows {
+            let origin = format!("{}, {}", path.display(), row.location);
+            let invalid = |reason: String| RowFault {
+                path: path.clone(),
+                location: row.location.clone(),
+                column: None,
+                reason,
+            };
+            let parsed = (|| {
+                if let Some(reason) = &row.bad {
+                    return Err(invalid(reason.clone()));
+                }
                 let length = |name: &str| {
                     number(row, name)
                         .filter(|n| n.fract() == 0.0 && *n >= 0.0 && *n <= f64::from(u32::MAX))
@@ -282,8 +299,13 @@ impl TraceSource {
                     hash_ids: hash_ids(row, &hashes).map_err(invalid)?,
                     origin,
                 })
-            })
-            .collect::<Result<Vec<_>>>()?;
+            })();
+            match parsed {
+                Ok(row) => trace.push(row),
+                Err(fault) if on_error == OnError::Skip => faults.push(fault),
+                Err(fault) => return Err(fault.error()),
+            }
+        }
         // In time order; rows recorded at the same time keep theirs.
         trace.sort_by(|a, b| a.timestamp.total_cmp(&b.timestamp));
         if let Some(count) = u32_option(context, options, "count", 0)? {
@@ -296,18 +318,37 @@ impl TraceSource {
             None if mooncake => 1e-3,
             None => 1.0,
         };
-        Ok(TraceSource {
-            first: trace.first().map_or(0.0, |row| row.timestamp),
-            rows: trace.into(),
+        let first = trace.first().map_or(0.0, |row| row.timestamp);
+        let entries = faults
+            .into_iter()
+            .map(Err)
+            .chain(trace.into_iter().map(Ok))
+            .collect();
+        Ok(TraceRows {
+            entries,
+            first,
             unit_s,
-            prompts: Prompts::new(Arc::clone(&tokenizer), seed),
-            tokenizer,
+            block_size,
+            seed,
+        })
+    }
+}
+
+impl TraceSource {
+    /// A source over rows read by [`TraceRows::read`], making prompts
+    /// through `tokenizer`.
+    pub(super) fn new(rows: Arc<TraceRows>, tokenizer: Arc<dyn Tokenizer>) -> Self {
+        TraceSource {
+            prompts: Prompts::new(Arc::clone(&tokenizer), rows.seed),
             blocks: Blocks {
-                seed,
-                size: block_size as usize,
+                seed: rows.seed,
+                size: rows.block_size as usize,
                 made: HashMap::new(),
             },
-        })
+            rows,
+            next: 0,
+            tokenizer,
+        }
     }
 
     /// The prompt of a Mooncake row: its blocks in order, cut at `tokens`,
@@ -334,8 +375,14 @@ impl TraceSource {
 
 impl DataSource for TraceSource {
     fn next_item(&mut self) -> Result<Option<DataItem>> {
-        let Some(row) = self.rows.pop_front() else {
+        let rows = Arc::clone(&self.rows);
+        let Some(entry) = rows.entries.get(self.next) else {
             return Ok(None);
+        };
+        self.next += 1;
+        let row = match entry {
+            Ok(row) => row,
+            Err(fault) => return Err(fault.error()),
         };
         let tokens = row.input_length as usize;
         let text = match &row.hash_ids {
@@ -343,14 +390,14 @@ impl DataSource for TraceSource {
             None => self.prompts.prompt(tokens.max(1))?,
         };
         let count = self.tokenizer.count(&text)?;
-        let at = Duration::try_from_secs_f64((row.timestamp - self.first) * self.unit_s)
+        let at = Duration::try_from_secs_f64((row.timestamp - rows.first) * rows.unit_s)
             .unwrap_or(Duration::ZERO);
         Ok(Some(DataItem {
             input: RequestInput::Text(text),
             prompt_tokens: Some(u32::try_from(count).unwrap_or(u32::MAX)),
             output_tokens: Some(row.output_length),
             sampling: SamplingParams::default(),
-            origin: row.origin,
+            origin: row.origin.clone(),
             at: Some(at),
             turns: Vec::new(),
             history: super::History::Full,
@@ -358,7 +405,8 @@ impl DataSource for TraceSource {
     }
 
     fn len_hint(&self) -> Option<usize> {
-        Some(self.rows.len())
+        let left = self.rows.entries.get(self.next..).unwrap_or_default();
+        Some(left.iter().filter(|entry| entry.is_ok()).count())
     }
 }
 
@@ -500,16 +548,11 @@ mod tests {
         );
         let mut options = Map::new();
         options.insert("path".into(), Value::from(path.display().to_string()));
-        let source = TraceSource::from_options(
-            "data trace",
-            &options,
-            Arc::new(ByteTokenizer::default()),
-            7,
-        )
-        .expect("source");
+        let rows = TraceRows::read("data trace", &options, OnError::Fail, 7).expect("rows");
+        let source = TraceSource::new(Arc::new(rows), Arc::new(ByteTokenizer::default()));
         let d = TraceDefaults::default();
         assert_eq!(source.blocks.size, d.block_size as usize);
-        let row = source.rows.front().expect("one row");
+        let row = source.rows.entries[0].as_ref().expect("one row");
         assert_eq!(
             (row.timestamp, row.input_length, row.output_length),
             (5.0, 9, 2)

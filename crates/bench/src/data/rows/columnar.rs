@@ -120,6 +120,7 @@ fn push_batch(
                 None => format!("row {number}"),
             },
             fields,
+            bad: None,
             csv: false,
         });
     }

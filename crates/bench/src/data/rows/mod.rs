@@ -2,10 +2,16 @@
 //! files (`file`, `trace`), which map rows to requests.
 //!
 //! A [`Row`] is one record with its fields as JSON values and where it is
-//! (`line 3`, `item 2`, `row 7`) for error messages. JSONL, JSON and CSV
-//! files are read by `text`, Parquet and Arrow IPC files by `columnar`;
-//! [`Format`] is the table of formats and file extensions. Nothing here
-//! knows what a column means.
+//! (`line 3`, `item 2`, `row 7`) for error messages. JSONL, JSON, CSV and
+//! plain text files are read by `text`, Parquet and Arrow IPC files by
+//! `columnar`; [`Format`] is the table of formats and file extensions.
+//! Nothing here knows what a column means.
+//!
+//! A record that cannot be read (a malformed JSONL line, a CSV record with
+//! the wrong number of cells) is a [`Row`] too, with [`Row::bad`] saying
+//! why, so that the kinds above can fail on it naming the line, or skip it
+//! under `on_error=skip`; only a file that cannot be read as a whole (a
+//! malformed JSON document, a CSV header) is an error here.
 
 use std::path::Path;
 
@@ -18,7 +24,7 @@ mod columnar;
 mod text;
 
 /// The formats a data file may have.
-pub(crate) const FORMATS: &[&str] = &["jsonl", "json", "csv", "parquet", "arrow"];
+pub(crate) const FORMATS: &[&str] = &["jsonl", "json", "csv", "parquet", "arrow", "text"];
 
 /// The extensions of data files (a `path` with one is never a dataset id).
 pub(crate) const EXTENSIONS: &[&str] = &[
@@ -38,6 +44,9 @@ pub(crate) enum Format {
     Parquet,
     /// Arrow IPC, file (Feather v2) or stream format.
     Arrow,
+    /// Plain text, one prompt per non-blank line (in column `text`), as
+    /// GuideLLM's `text_file` reads it; chosen with `format=text` only.
+    Text,
 }
 
 impl Format {
@@ -49,6 +58,7 @@ impl Format {
             "csv" => Some(Format::Csv),
             "parquet" => Some(Format::Parquet),
             "arrow" => Some(Format::Arrow),
+            "text" => Some(Format::Text),
             _ => None,
         }
     }
@@ -78,8 +88,11 @@ impl Format {
 pub(crate) struct Row {
     /// `line 3` or `item 2`.
     pub(crate) location: String,
-    /// The record's fields.
+    /// The record's fields (none when the record is [`Row::bad`]).
     pub(crate) fields: Map<String, Value>,
+    /// Why the record could not be read, when it could not (its fields are
+    /// then empty).
+    pub(crate) bad: Option<String>,
     /// Whether the values are CSV text (JSON is then looked for in cells).
     pub(crate) csv: bool,
 }
@@ -97,12 +110,13 @@ pub(crate) fn read_into(
     let (read, columns) = match format {
         Format::Parquet => return columnar::read_parquet(path, label, rows, present),
         Format::Arrow => return columnar::read_arrow(path, label, rows, present),
-        Format::Jsonl | Format::Json | Format::Csv => {
+        Format::Jsonl | Format::Json | Format::Csv | Format::Text => {
             let text = std::fs::read_to_string(path).map_err(|e| CoreError::io(path, e))?;
             let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
             match format {
-                Format::Jsonl => text::read_jsonl(path, text)?,
+                Format::Jsonl => text::read_jsonl(text),
                 Format::Json => text::read_json(path, text)?,
+                Format::Text => text::read_text(text),
                 _ => text::read_csv(path, text)?,
             }
         }
