@@ -111,6 +111,15 @@ pub const ALIASES: &[Alias] = &[
     ),
     alias(
         Component::Profile,
+        &["replay"],
+        "schedule_turn",
+        Ours::Refused(
+            "guidebench's replay schedules requests by their trace offsets times time_scale \
+             and has no choice of turn scheduling; leave schedule_turn out",
+        ),
+    ),
+    alias(
+        Component::Profile,
         &[],
         "warmup",
         Ours::Refused("guidebench takes the warm-up as its own flag: write --warmup VALUE"),
@@ -322,5 +331,12 @@ mod tests {
         )
         .expect_err("both");
         assert!(err.to_string().contains("given too"), "{err}");
+        let err = applied(
+            Component::Profile,
+            "replay",
+            json!({"schedule_turn": "idle_gap"}),
+        )
+        .expect_err("refused");
+        assert!(err.to_string().contains("leave schedule_turn out"), "{err}");
     }
 }
