@@ -429,6 +429,63 @@ fn summary_tables(report: &Report) -> String {
     out
 }
 
+/// The most distinct answers shown per error label.
+const ANSWERS_SHOWN: usize = 3;
+
+/// The most characters of one error message shown.
+const MESSAGE_CHARS: usize = 80;
+
+/// The errors of a benchmark, by label, each with its status codes and the
+/// first line of each distinct message, with counts:
+/// `errors in B: http_status (10): 503 ×7 "model overloaded", 429 ×3 "rate
+/// limited"`; one line for one label, else a line per label under the
+/// heading. Empty without errors.
+fn error_lines(b: &super::model::BenchmarkReport) -> String {
+    if b.metrics.errors_by_label.is_empty() {
+        return String::new();
+    }
+    let answers = super::metrics::errors_by_answer(&b.records);
+    let entries: Vec<String> = b
+        .metrics
+        .errors_by_label
+        .iter()
+        .map(|(label, n)| {
+            let Some(list) = answers.get(label).filter(|list| !list.is_empty()) else {
+                return format!("{label} ({n})");
+            };
+            let mut shown: Vec<String> = list
+                .iter()
+                .take(ANSWERS_SHOWN)
+                .map(|a| {
+                    let mut message: String = a.message.chars().take(MESSAGE_CHARS).collect();
+                    if a.message.chars().count() > MESSAGE_CHARS {
+                        message.push('…');
+                    }
+                    match a.status {
+                        Some(status) => format!("{status} ×{} \"{message}\"", a.count),
+                        None => format!("×{} \"{message}\"", a.count),
+                    }
+                })
+                .collect();
+            if list.len() > ANSWERS_SHOWN {
+                shown.push(format!("{} more", list.len() - ANSWERS_SHOWN));
+            }
+            format!("{label} ({n}): {}", shown.join(", "))
+        })
+        .collect();
+    // Writing to a String cannot fail.
+    let mut out = String::new();
+    if let [one] = entries.as_slice() {
+        let _ = writeln!(out, "errors in {}: {one}", b.label());
+    } else {
+        let _ = writeln!(out, "errors in {}:", b.label());
+        for entry in &entries {
+            let _ = writeln!(out, "  {entry}");
+        }
+    }
+    out
+}
+
 /// The console summary of a report: what ran (backend, engine, model,
 /// device, threads, load time, machine, data, profile), then one row per
 /// benchmark with median and p95 latency, TTFT, ITL (per gap) and TPOT of
@@ -447,17 +504,7 @@ pub fn console_summary(report: &Report) -> String {
     out.push_str(&summary_tables(report));
     out.push_str(&agreement_lines(report));
     for b in &report.benchmarks {
-        if b.metrics.errors_by_label.is_empty() {
-            continue;
-        }
-        let list: Vec<String> = b
-            .metrics
-            .errors_by_label
-            .iter()
-            .map(|(label, n)| format!("{label} ({n})"))
-            .collect();
-        // Writing to a String cannot fail.
-        let _ = writeln!(out, "errors in {}: {}", b.label(), list.join(", "));
+        out.push_str(&error_lines(b));
     }
     for b in &report.benchmarks {
         if b.metrics.retries > 0 {
@@ -788,6 +835,77 @@ mod tests {
             lines[1].find("out tok/s").expect("column") + "out tok/s".len() + GAP.len();
         assert_eq!(lines[0].find("Latency ms"), Some(latency_column));
         assert!(text.contains("errors in <script>alert(1)</script>: engine_panic (1)"));
+    }
+
+    /// A benchmark whose failed requests carry these answers: (label,
+    /// status, server message, count).
+    fn failing(answers: &[(&'static str, Option<u16>, &str, u64)]) -> Report {
+        use guidebench_core::clock::Timestamp;
+        use guidebench_core::request::RequestRecord;
+        let at = |ms: i64| Timestamp(ms * 1_000_000);
+        let mut records = Vec::new();
+        for &(label, status, message, count) in answers {
+            for _ in 0..count {
+                let id = records.len() as u64;
+                let error = guidebench_core::Error::backend_answer(
+                    label,
+                    status,
+                    Some(message.to_owned()),
+                    std::io::Error::other(format!(
+                        "http://h/v1/chat/completions answered HTTP {}: {message}\n<more>",
+                        status.unwrap_or(0)
+                    )),
+                );
+                records.push(RequestRecord::error(id, &error, at(1), at(2)));
+            }
+        }
+        let mut report = Report::new(serde_json::json!({}));
+        report
+            .benchmarks
+            .push(super::super::model::BenchmarkReport::from_records(
+                "synchronous",
+                "synchronous".into(),
+                at(0),
+                at(1_000),
+                &records,
+            ));
+        report
+    }
+
+    #[test]
+    fn errors_show_their_status_codes_and_each_distinct_server_message_once() {
+        let report = failing(&[
+            ("http_status", Some(429), "rate limited", 3),
+            ("http_status", Some(503), "model overloaded", 7),
+        ]);
+        let text = console_summary(&report);
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("errors in"))
+            .expect("an errors line");
+        assert_eq!(
+            line,
+            "errors in synchronous: http_status (10): 503 ×7 \"model overloaded\", \
+             429 ×3 \"rate limited\""
+        );
+        // Several labels: a line each; a message without status keeps no code.
+        let report = failing(&[
+            ("http_status", Some(500), "a", 1),
+            ("http_status", Some(500), "b", 1),
+            ("http_status", Some(500), "c", 1),
+            ("http_status", Some(502), "Bad Gateway", 2),
+            ("server_error", None, "out of memory", 1),
+        ]);
+        let text = console_summary(&report);
+        let at = text.find("errors in synchronous:\n").expect("a heading");
+        let lines: Vec<&str> = text[at..].lines().skip(1).take(2).collect();
+        assert_eq!(
+            lines,
+            [
+                "  http_status (5): 502 ×2 \"Bad Gateway\", 500 ×1 \"a\", 500 ×1 \"b\", 1 more",
+                "  server_error (1): ×1 \"out of memory\""
+            ]
+        );
     }
 
     #[test]

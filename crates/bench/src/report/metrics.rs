@@ -266,6 +266,66 @@ impl BenchmarkMetrics {
     }
 }
 
+/// One distinct answer behind an error label: the HTTP status the server
+/// answered (if any), the message (the server's own first line, else the
+/// first line of the error's message) and how many failed requests had it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ErrorAnswer {
+    /// The HTTP status, for an error status.
+    pub status: Option<u16>,
+    /// The server's message, else the error's, on one line.
+    pub message: String,
+    /// The measured failed requests with this status and message.
+    pub count: usize,
+}
+
+/// The measured failed requests of `records`, by error label (sorted), each
+/// label's distinct answers with their counts, most frequent first (then
+/// by status and message). Computed from the records' error table, which
+/// keeps each distinct error's status and server message (see
+/// [`RequestError`](guidebench_core::request::RequestError)).
+pub fn errors_by_answer(records: &CompactRecords) -> BTreeMap<String, Vec<ErrorAnswer>> {
+    let mut counts: BTreeMap<String, BTreeMap<(Option<u16>, String), usize>> = BTreeMap::new();
+    for r in records.measured() {
+        if r.status != RequestStatus::Error {
+            continue;
+        }
+        let Some(error) = records.error_of(r) else {
+            continue;
+        };
+        let message = error
+            .server_message
+            .as_deref()
+            .unwrap_or(&error.message)
+            .lines()
+            .map(str::trim)
+            .find(|line| !line.is_empty())
+            .unwrap_or("")
+            .to_owned();
+        *counts
+            .entry(error.label.clone())
+            .or_default()
+            .entry((error.status, message))
+            .or_insert(0) += 1;
+    }
+    counts
+        .into_iter()
+        .map(|(label, answers)| {
+            let mut answers: Vec<ErrorAnswer> = answers
+                .into_iter()
+                .map(|((status, message), count)| ErrorAnswer {
+                    status,
+                    message,
+                    count,
+                })
+                .collect();
+            // Stable: equal counts stay in (status, message) order.
+            answers.sort_by_key(|a| std::cmp::Reverse(a.count));
+            (label, answers)
+        })
+        .collect()
+}
+
 #[allow(clippy::cast_precision_loss)] // token totals are far below 2^53.
 fn tokens_as_f64(n: u64) -> f64 {
     n as f64
