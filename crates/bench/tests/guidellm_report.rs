@@ -299,3 +299,43 @@ async fn a_guidellm_run_compares_beside_a_guidebench_run() {
             .contains("concurrent@1")
     );
 }
+
+#[test]
+fn requests_outside_guidellm_s_window_are_kept_as_warmup_and_cooldown() {
+    let mut raw = raw();
+    let b = &mut raw["benchmarks"][0];
+    let mut ends: Vec<f64> = b["requests"]["successful"]
+        .as_array()
+        .expect("requests")
+        .iter()
+        .map(|r| r["info"]["timings"]["request_end"].as_f64().expect("end"))
+        .collect();
+    ends.sort_by(f64::total_cmp);
+    // A window that starts after the first request ended and ends before
+    // the last one started, as a warm-up and a cool-down would leave it.
+    b["scheduler_metrics"]["measure_start_time"] = (ends[0] + 1e-4).into();
+    let last_start = b["requests"]["successful"]
+        .as_array()
+        .expect("requests")
+        .iter()
+        .map(|r| {
+            r["info"]["timings"]["request_start"]
+                .as_f64()
+                .expect("start")
+        })
+        .fold(f64::MIN, f64::max);
+    b["scheduler_metrics"]["measure_end_time"] = (last_start - 1e-4).into();
+    b["config"]["sample_size"] = 5.into();
+    let report = Report::from_json_value(raw, "the edited fixture").expect("open");
+    let b = &report.benchmarks[0];
+    assert_eq!(b.warmup_excluded, Some(1));
+    assert_eq!(b.cooldown_excluded, Some(1));
+    assert_eq!(b.records.measured().count(), 3);
+    let notes = &report.environment.backend["guidellm"]["notes"];
+    assert!(
+        notes["concurrent@1.records"]
+            .as_str()
+            .is_some_and(|n| n.contains("sample_size") && n.contains("hold 5 of the 5")),
+        "{notes}"
+    );
+}
