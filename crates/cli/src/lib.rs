@@ -320,7 +320,10 @@ fn option_sections() -> Result<Vec<OptionSection>, Failure> {
         OptionSection {
             title: "Data (--data kind=NAME,...):",
             kinds: (guidebench_bench::data::DATA_KINDS.iter())
-                .map(|k| (k.name, "", k.options))
+                .map(|k| match k.alias {
+                    Some(_) => (k.name, k.description, &[][..]),
+                    None => (k.name, "", k.options),
+                })
                 .collect(),
         },
         OptionSection {

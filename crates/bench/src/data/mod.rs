@@ -296,33 +296,33 @@ pub const DATA_KINDS: &[DataKind] = &[
     },
     file_alias(
         "json_file",
-        "GuideLLM's name: kind=file with a .json or .jsonl file",
+        "alias of kind=file for a .json or .jsonl file (GuideLLM's name)",
         &[],
     ),
     file_alias(
         "csv_file",
-        "GuideLLM's name: kind=file with format=csv",
+        "alias of kind=file,format=csv (GuideLLM's name)",
         &[("format", "csv")],
     ),
     file_alias(
         "text_file",
-        "GuideLLM's name: kind=file with format=text (one prompt per line)",
+        "alias of kind=file,format=text: one prompt per line (GuideLLM's name)",
         &[("format", "text")],
     ),
     file_alias(
         "parquet_file",
-        "GuideLLM's name: kind=file with format=parquet",
+        "alias of kind=file,format=parquet (GuideLLM's name)",
         &[("format", "parquet")],
     ),
     file_alias(
         "arrow_file",
-        "GuideLLM's name: kind=file with format=arrow",
+        "alias of kind=file,format=arrow (GuideLLM's name)",
         &[("format", "arrow")],
     ),
     DataKind {
         name: "hf",
-        description: "GuideLLM's name: kind=file with path=org/name, a Hugging Face dataset \
-                      in the local cache",
+        description: "alias of kind=file,path=org/name: a Hugging Face dataset in the local \
+                      cache (GuideLLM's name)",
         options: FILE_OPTIONS,
         datasets: true,
         alias: Some(Alias {
@@ -334,7 +334,7 @@ pub const DATA_KINDS: &[DataKind] = &[
     },
     DataKind {
         name: "mooncake",
-        description: "GuideLLM's name: kind=trace with timestamp_unit=ms (Mooncake's); \
+        description: "alias of kind=trace,timestamp_unit=ms (GuideLLM's name); its \
                       prompt_tokens_column, output_tokens_column and hash_id_block_size are \
                       input_length_column, output_length_column and block_size",
         options: TRACE_OPTIONS,
