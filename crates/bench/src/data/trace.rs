@@ -580,4 +580,35 @@ mod tests {
             "{err}"
         );
     }
+
+    #[test]
+    fn with_on_error_skip_a_bad_trace_row_is_yielded_as_its_error_and_the_rest_replay() {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = write(
+            dir.path(),
+            "t.jsonl",
+            "{\"timestamp\": 0, \"input_length\": 5, \"output_length\": 3}\n\
+             {\"input_length\": 5, \"output_length\": 3}\n\
+             {\"timestamp\": 1, oops}\n\
+             {\"timestamp\": 2, \"input_length\": 4, \"output_length\": 2}\n",
+        );
+        let mut source = open(&path, ",on_error=skip").expect("skip keeps the bad rows");
+        assert_eq!(source.len_hint(), Some(2), "two rows replay");
+        let mut errors = Vec::new();
+        let mut lengths = Vec::new();
+        loop {
+            match source.next_item() {
+                Ok(Some(item)) => lengths.push(item.prompt_tokens),
+                Ok(None) => break,
+                Err(err) => {
+                    assert!(crate::data::is_item_error(&err), "{err}");
+                    errors.push(err.to_string());
+                }
+            }
+        }
+        assert_eq!(lengths, [Some(5), Some(4)]);
+        assert_eq!(errors.len(), 2, "{errors:?}");
+        assert!(errors[0].contains("line 2"), "{errors:?}");
+        assert!(errors[1].contains("line 3"), "{errors:?}");
+    }
 }
