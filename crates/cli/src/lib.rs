@@ -58,7 +58,10 @@ enum Command {
 /// Arguments of `guidebench export`.
 #[derive(Debug, clap::Args)]
 struct ExportArgs {
-    /// A report written by `--output kind=json,path=FILE`.
+    /// A report written by `--output kind=json,path=FILE`, or GuideLLM
+    /// 0.8.1's `benchmarks.json` (default: `benchmarks.json` here, as in
+    /// GuideLLM).
+    #[arg(default_value = "benchmarks.json")]
     file: std::path::PathBuf,
     /// Where it goes: console, json, yaml, csv, html, plot (repeatable;
     /// default console).
@@ -150,11 +153,11 @@ pub fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(Failure::Usage(err)) => {
-            eprintln!("error: {err:#}");
+            eprintln!("error: {}", one_line(&err));
             ExitCode::from(EXIT_USAGE)
         }
         Err(Failure::Run(err)) => {
-            eprintln!("error: {err:#}");
+            eprintln!("error: {}", one_line(&err));
             ExitCode::from(EXIT_FAILURE)
         }
         Err(Failure::Interrupted) => {
@@ -162,6 +165,24 @@ pub fn main() -> ExitCode {
             ExitCode::from(EXIT_INTERRUPTED)
         }
     }
+}
+
+/// An error and its causes on one line, joined by `: `, each said once: a
+/// cause whose text the line already holds (an error whose message shows
+/// its source, and which also returns it as its source) is left out.
+fn one_line(err: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in err.chain() {
+        let cause = cause.to_string();
+        if text.contains(&cause) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&cause);
+    }
+    text
 }
 
 fn print_options(options: &[OptionSpec]) {
@@ -375,6 +396,18 @@ fn list_backends() -> Result<(), Failure> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_error_that_shows_its_source_prints_it_once() {
+        let io = std::io::Error::new(std::io::ErrorKind::NotFound, "No such file");
+        let err = anyhow::Error::from(guidebench_core::Error::Io {
+            path: "r.json".into(),
+            source: io,
+        });
+        assert_eq!(one_line(&err), "cannot read `r.json`: No such file");
+        let err = anyhow::anyhow!("inner cause").context("outer");
+        assert_eq!(one_line(&err), "outer: inner cause");
+    }
 
     /// A spec that names a typed default (`default_from`) whose struct has
     /// no field of the spec's name would print no default at all: every
