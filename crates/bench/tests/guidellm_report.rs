@@ -147,6 +147,12 @@ fn a_guidellm_report_opens_with_guidellm_s_own_numbers() {
         error.message.contains("500 Internal Server Error"),
         "{error:?}"
     );
+    let strategies = &report.config["profile"]["strategies"];
+    assert_eq!(
+        strategies[1]["streams"], 2,
+        "the profile as it ran: {strategies}"
+    );
+    assert_eq!(report.config["guidellm_profile"]["kind"], "concurrent");
     let guidellm = &report.environment.backend["guidellm"];
     assert_eq!(guidellm["version"], "0.8.1");
     assert!(

@@ -382,6 +382,18 @@ fn convert(file: File) -> Report {
         Value::Object(map) => Value::Object(map),
         _ => Value::Object(Map::new()),
     };
+    // The profile as the benchmarks ran it (GuideLLM's own `profile` does
+    // not show `--override`'s values), GuideLLM's kept beside it.
+    if let Some(theirs) = config.get("profile").cloned() {
+        config["guidellm_profile"] = theirs;
+    }
+    config["profile"] = match benchmarks.as_slice() {
+        [one] => one.profile.clone(),
+        many => json!({
+            "kind": "fixed",
+            "strategies": many.iter().map(|b| b.profile.clone()).collect::<Vec<_>>(),
+        }),
+    };
     if let Some(labels) = file
         .config
         .get("metadata")
