@@ -190,6 +190,23 @@ const ALWAYS_ON: &[(&str, &str)] = &[
 /// [`Error::InvalidOption`] for a GuideLLM option with no equal here
 /// (saying what to write instead), or one given under both names.
 fn accept_guidellm_spellings(options: &mut Map<String, Value>) -> Result<()> {
+    // GuideLLM's validate_backend may also name a route, a URL or a request
+    // to send; only its true/false form means ours.
+    if let Some(value) = options.get("validate_backend")
+        && !matches!(value, Value::Bool(_))
+        && value
+            .as_str()
+            .and_then(|s| s.trim().parse::<bool>().ok())
+            .is_none()
+    {
+        return Err(invalid(
+            "validate_backend",
+            format!(
+                "GuideLLM's `validate_backend={value}` (a route, URL or request) has no equal: \
+                 write validate=true (GET /health) or validate=false"
+            ),
+        ));
+    }
     for (theirs, ours) in ALIASES {
         if let Some(value) = options.remove(*theirs) {
             if options.contains_key(*ours) {
@@ -533,6 +550,7 @@ mod tests {
         assert!(refused("verify=false").contains("always verified"));
         assert!(refused("request_format=/v1/embeddings").contains("only /v1/chat/completions"));
         assert!(refused("validate=true,validate_backend=true").contains("give one of them"));
+        assert!(refused("validate_backend=/v1/models").contains("validate=false"));
         // What guidebench always does is accepted.
         let args = parse_kind_args(
             "kind=openai_http,target=http://x,verify=true,follow_redirects=true,\
