@@ -100,6 +100,72 @@ pub struct RunArgs {
     /// GuideLLM writes it, `--override profile.streams 1,2,4` (one benchmark per value).
     #[arg(long = "override", value_names = ["KEY=VALUE", "VALUES"], num_args = 1..=2)]
     overrides: Vec<String>,
+    /// GuideLLM's data pipeline flags: their defaults are what guidebench
+    /// does; anything else is refused with what to write instead.
+    #[command(flatten)]
+    pipeline: GuideLlmPipeline,
+}
+
+/// GuideLLM 0.8.1's data pipeline flags. Its defaults describe what
+/// guidebench does anyway and are accepted; any other value is refused,
+/// saying how guidebench does the same.
+#[derive(Debug, Args, Default)]
+struct GuideLlmPipeline {
+    #[arg(long, hide = true)]
+    data_column_mapper: Option<String>,
+    #[arg(long = "data-preprocessor", hide = true)]
+    data_preprocessors: Vec<String>,
+    #[arg(long, hide = true)]
+    data_finalizer: Option<String>,
+    #[arg(long, hide = true)]
+    data_loader: Option<String>,
+}
+
+impl GuideLlmPipeline {
+    /// The first flag given with other than GuideLLM's default, as an
+    /// error that says what to write instead.
+    fn check(&self) -> Result<(), Failure> {
+        let flags = [
+            (
+                "--data-column-mapper",
+                self.data_column_mapper.as_slice(),
+                "generative_column_mapper",
+                "name the columns in --data: prompt_column=, output_tokens_column=, \
+                 prompt_tokens_column=, image_column=, system_column=",
+            ),
+            (
+                "--data-preprocessor",
+                self.data_preprocessors.as_slice(),
+                "encode_media",
+                "media columns are encoded as they are read (image_column=, audio_column=)",
+            ),
+            (
+                "--data-finalizer",
+                self.data_finalizer.as_slice(),
+                "generative",
+                "every data row becomes a generation request",
+            ),
+            (
+                "--data-loader",
+                self.data_loader.as_slice(),
+                "pytorch",
+                "data is read by guidebench itself, whole and checked before the run",
+            ),
+        ];
+        for (flag, values, default, instead) in flags {
+            for value in values {
+                let kind = guidebench_core::options::parse_kind_args(value)
+                    .map(|args| (args.kind, args.options.is_empty()));
+                if !matches!(kind, Ok((ref kind, true)) if kind == default) {
+                    return Err(Failure::Usage(anyhow!(
+                        "{flag} {value}: guidebench has only GuideLLM's default \
+                         (kind={default}); {instead}"
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 impl RunArgs {
@@ -174,6 +240,7 @@ pub fn kinds_help(cmd: clap::Command) -> clap::Command {
 impl RunArgs {
     /// The flags as bench takes them.
     fn into_flags(self) -> Result<Flags, Failure> {
+        self.pipeline.check()?;
         let overrides = self.overrides()?;
         Ok(Flags {
             scenario: self.scenario,

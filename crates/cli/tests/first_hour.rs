@@ -157,6 +157,14 @@ fn a_file_name_picks_its_kind_and_a_kind_alone_writes_benchmarks_here() {
     assert_eq!(csv.lines().count(), 2, "a header and one benchmark: {csv}");
     let report = read_json(&dir.path().join("benchmarks.json"));
     assert_eq!(report["benchmarks"][0]["metrics"]["successful"]["count"], 4);
+    // `export` alone reads benchmarks.json here, as GuideLLM's does.
+    let export = guidebench_in(dir.path(), &["export"]);
+    assert_eq!(export.status.code(), Some(0), "{}", text(&export.stderr));
+    assert!(
+        text(&export.stdout).contains("TTFT ms"),
+        "{}",
+        text(&export.stdout)
+    );
 
     let out = guidebench_in(dir.path(), &["run", "--output", "out.txt"]);
     let stderr = text(&out.stderr);
@@ -195,6 +203,8 @@ fn guidellm_spellings_of_run_flags_are_accepted() {
             "-l",
             "team=a",
             "--disable-console-interactive",
+            "--data-loader",
+            "kind=pytorch",
             "--output",
             json.to_str().expect("utf-8 path"),
         ]);
@@ -237,6 +247,11 @@ fn guidellm_options_with_another_meaning_are_refused_saying_what_to_write() {
             "load_kwargs",
         ),
         (&["run", "--override", "profile.streams"], "KEY VALUES"),
+        (&["run", "--data-loader", "kind=custom"], "kind=pytorch"),
+        (
+            &["run", "--data-column-mapper", "kind=mine"],
+            "prompt_column=",
+        ),
         (&["mock-server", "--ttft", "50"], "--ttft 50ms"),
         (&["mock-server", "--itl", "10"], "--itl-ms 10"),
         (
