@@ -244,10 +244,10 @@ impl Plan {
             data.push(check_data(parse_kind_args(text)?)?);
         }
         let seed = args.seed.unwrap_or(DEFAULT_SEED);
-        let profile = Profile::from_args(
-            parse_kind_args(args.profile.as_deref().unwrap_or(DEFAULT_PROFILE))?,
-            seed,
-        )?;
+        let mut profile_args = parse_kind_args(args.profile.as_deref().unwrap_or(DEFAULT_PROFILE))?;
+        // GuideLLM gives warm-up and cool-down in the profile; the flags win.
+        let (profile_warmup, profile_cooldown) = Phase::take_from_profile(&mut profile_args)?;
+        let profile = Profile::from_args(profile_args, seed)?;
         let constraints = ConstraintPlan::from_args(
             args.constraints
                 .iter()
@@ -294,8 +294,8 @@ impl Plan {
             constraints,
             tokenizer: args.tokenizer,
             seed,
-            warmup: phase("warmup", &args.warmup)?,
-            cooldown: phase("cooldown", &args.cooldown)?,
+            warmup: phase("warmup", &args.warmup)?.or(profile_warmup),
+            cooldown: phase("cooldown", &args.cooldown)?.or(profile_cooldown),
             options: RunOptions {
                 grace_period,
                 keep_text: args.keep_text,
@@ -539,13 +539,15 @@ impl Session {
     /// Everything that can be read and checked without the backend, done
     /// before it starts (so before a model loads): the `--tokenizer` file
     /// loaded, and every data source's data read and checked (a file's
-    /// rows parsed, a dataset found in the cache).
+    /// rows parsed and each made into a request, a dataset found in the
+    /// cache).
     ///
     /// # Errors
     ///
     /// [`Error::Flag`] for a `--tokenizer` that cannot be loaded; a data
-    /// file, dataset or row that fails (see [`PreparedSource::new`]); all
-    /// usage errors.
+    /// file, dataset or row that fails (see [`PreparedSource::new`]), or a
+    /// row that cannot become a request ([`Error::Item`]); all usage
+    /// errors.
     pub fn prepare(&self) -> Result<PreparedData> {
         let plan = &self.plan;
         let tokenizer: Option<Arc<dyn Tokenizer>> = match &plan.tokenizer {
@@ -572,6 +574,18 @@ impl Session {
                 ))
             })
             .collect::<Result<Vec<_>>>()?;
+        // Data that needs no tokenizer (a file's rows, in memory) is made
+        // into requests once here, so that a row the run cannot send (a
+        // `top_p` above 1) fails before the backend starts too.
+        for (source, on_error) in &sources {
+            if *on_error == OnError::Skip || source.needs_tokenizer() {
+                continue;
+            }
+            let mut items = source.source(None)?;
+            while let Some(item) = items.next_item()? {
+                to_job(0, item, &plan.sampling)?;
+            }
+        }
         Ok(PreparedData { tokenizer, sources })
     }
 

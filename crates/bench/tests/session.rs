@@ -437,6 +437,28 @@ async fn a_malformed_data_line_is_a_usage_error_raised_before_the_backend_starts
 }
 
 #[tokio::test]
+async fn a_row_with_invalid_sampling_fails_before_the_backend_starts() {
+    let dir = tempfile::tempdir().expect("dir");
+    let plan = file_plan(
+        dir.path(),
+        &[
+            r#"{"prompt": "a", "output_tokens": 2}"#,
+            r#"{"prompt": "b", "output_tokens": 2, "top_p": 1.5}"#,
+        ],
+        "",
+    );
+    let (result, started) = run_watched(plan).await;
+    let err = result.expect_err("row 2 cannot be sent");
+    assert!(matches!(err, Error::Item { .. }), "{err:?}");
+    assert!(err.is_usage(), "{err:?}");
+    assert!(err.to_string().contains("line 2"), "{err}");
+    assert!(
+        !started,
+        "the backend was started before the rows were checked"
+    );
+}
+
+#[tokio::test]
 async fn with_on_error_skip_a_zero_length_row_and_a_malformed_line_are_counted() {
     let dir = tempfile::tempdir().expect("dir");
     let plan = file_plan(

@@ -226,6 +226,12 @@ const MOONCAKE_RENAMES: &[(&str, &str)] = &[
     ("hash_id_block_size", "block_size"),
 ];
 
+/// GuideLLM's names of the file kinds' column options, with ours.
+const FILE_RENAMES: &[(&str, &str)] = &[
+    ("prompt_tokens_count_column", "prompt_tokens_column"),
+    ("output_tokens_count_column", "output_tokens_column"),
+];
+
 /// An alias of `kind=file` that sets `format` (GuideLLM's `csv_file`, ...).
 const fn file_alias(
     name: &'static str,
@@ -240,7 +246,7 @@ const fn file_alias(
         alias: Some(Alias {
             of: file::KIND,
             sets,
-            renames: &[],
+            renames: FILE_RENAMES,
         }),
         prepare: prepare_file,
     }
@@ -328,7 +334,7 @@ pub const DATA_KINDS: &[DataKind] = &[
         alias: Some(Alias {
             of: file::KIND,
             sets: &[],
-            renames: &[],
+            renames: FILE_RENAMES,
         }),
         prepare: prepare_file,
     },
@@ -827,6 +833,9 @@ mod tests {
         assert_eq!(options["input_length_column"], "in");
         assert_eq!(options["block_size"], 16);
         assert_eq!(options["timestamp_unit"], "ms");
+        let (_, options) =
+            resolved("kind=csv_file,path=x,output_tokens_count_column=n").expect("renamed");
+        assert_eq!(options["output_tokens_column"], "n");
 
         // A meaning the alias cannot keep is refused, saying what to write.
         let err = resolved("kind=csv_file,path=x,format=json").expect_err("not CSV");
