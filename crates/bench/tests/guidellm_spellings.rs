@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use guidebench_bench::Result;
 use guidebench_bench::report::{Report, console_summary};
-use guidebench_bench::runner::{Profile, RateKind, Strategy};
+use guidebench_bench::runner::{Phase, Profile, RateKind, Strategy};
 use guidebench_bench::session::{Plan, PlanArgs, Quiet, Session};
 use guidebench_core::options::parse_kind_args;
 use guidebench_testkit as _;
@@ -138,9 +138,6 @@ fn guidellm_names_whose_meaning_differs_are_refused_with_what_to_write() {
     )
     .expect_err("another detector's setting");
     assert!(err.to_string().contains("min_bins"), "{err}");
-
-    let err = plan("kind=constant,rate=2,warmup=0.1", &[]).expect_err("warm-up in the profile");
-    assert!(err.to_string().contains("--warmup"), "{err}");
 }
 
 #[tokio::test]
@@ -184,4 +181,36 @@ async fn phases_that_leave_no_request_to_measure_are_warned_about_on_the_console
         console.contains("warning: in synchronous: warm-up and cool-down left out all 6 requests"),
         "{console}"
     );
+}
+
+#[tokio::test]
+async fn a_warmup_inside_the_profile_is_read_as_guidellm_reads_it() {
+    let args = PlanArgs {
+        backend: MOCK.to_owned(),
+        data: vec![SHORT.to_owned()],
+        // GuideLLM 0.8.1's spelling: a fraction, and a number that is a
+        // request count where only a count bounds the benchmark.
+        profile: Some("kind=synchronous,warmup=0.1,cooldown=3".to_owned()),
+        constraints: vec!["kind=max_requests,count=20".to_owned()],
+        ..PlanArgs::default()
+    };
+    let planned = Plan::new(args.clone()).expect("plan");
+    assert_eq!(planned.warmup, Some(Phase::Fraction(0.1)));
+    assert_eq!(planned.cooldown, Some(Phase::SecondsOrRequests(3.0)));
+    let report = run(planned).await;
+    let b = &report.benchmarks[0];
+    assert_eq!((b.warmup_excluded, b.cooldown_excluded), (Some(2), Some(3)));
+
+    // The flag wins over the profile's.
+    let planned = Plan::new(PlanArgs {
+        warmup: Some("5".to_owned()),
+        ..args
+    })
+    .expect("plan");
+    assert_eq!(planned.warmup, Some(Phase::Requests(5)));
+    let err =
+        plan(r#"kind=synchronous,warmup={"mode":"both","value":2}"#, &[]).expect_err("mode both");
+    let message = err.to_string();
+    assert!(message.contains("profile synchronous"), "{message}");
+    assert!(message.contains("warmup"), "{message}");
 }

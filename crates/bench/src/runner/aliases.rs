@@ -3,6 +3,9 @@
 //! [`super::ConstraintPlan::from_args`]) and by the GuideLLM scenario
 //! translator, so that a command line and a scenario file agree.
 //!
+//! A profile's `warmup` and `cooldown` (where GuideLLM gives them) are
+//! taken out before, by [`super::Phase::take_from_profile`].
+//!
 //! A GuideLLM name is accepted where its meaning is guidebench's
 //! ([`Ours::Rename`]), accepted only with the values whose behaviour
 //! guidebench has anyway ([`Ours::Implied`]), or refused with what to write
@@ -117,18 +120,6 @@ pub const ALIASES: &[Alias] = &[
             "guidebench's replay schedules requests by their trace offsets times time_scale \
              and has no choice of turn scheduling; leave schedule_turn out",
         ),
-    ),
-    alias(
-        Component::Profile,
-        &[],
-        "warmup",
-        Ours::Refused("guidebench takes the warm-up as its own flag: write --warmup VALUE"),
-    ),
-    alias(
-        Component::Profile,
-        &[],
-        "cooldown",
-        Ours::Refused("guidebench takes the cool-down as its own flag: write --cooldown VALUE"),
     ),
     // Constraints.
     alias(
@@ -297,9 +288,6 @@ mod tests {
 
     #[test]
     fn guidellm_names_whose_meaning_differs_are_refused_with_what_to_write() {
-        let err =
-            applied(Component::Profile, "constant", json!({"warmup": 0.1})).expect_err("refused");
-        assert!(err.to_string().contains("--warmup"), "{err}");
         let err = applied(
             Component::Constraint,
             "max_requests",

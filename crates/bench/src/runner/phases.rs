@@ -5,8 +5,10 @@ use std::borrow::Borrow;
 use std::time::Duration;
 
 use serde::Serialize;
+use serde_json::Value;
 
 use guidebench_core::clock::Timestamp;
+use guidebench_core::options::KindArgs;
 use guidebench_core::request::RequestRecord;
 use guidebench_core::{Error, Result};
 
@@ -25,6 +27,11 @@ pub enum Phase {
     /// that is known, otherwise of its duration (`max_duration`, or how
     /// long it ran). Written `10%`.
     Fraction(f64),
+    /// GuideLLM's bare number of at least 1 (its `prefer_duration` mode):
+    /// seconds when the benchmark has a `max_duration`, otherwise a request
+    /// count (rounded down) when it has a `max_requests`, otherwise seconds.
+    /// Given as `warmup=5` inside `--profile`, as GuideLLM writes it.
+    SecondsOrRequests(f64),
 }
 
 impl Phase {
@@ -81,11 +88,107 @@ impl Phase {
 }
 
 impl Phase {
+    /// Reads a GuideLLM 0.8.1 transient phase (a profile's `warmup` or
+    /// `cooldown`) as GuideLLM does: `0` or `null` is none; a number below
+    /// 1 a fraction; a larger one [`Phase::SecondsOrRequests`];
+    /// `{percent}` a fraction; `{value, mode}` seconds (`duration`),
+    /// a request count (`requests`, `prefer_requests`) or
+    /// [`Phase::SecondsOrRequests`] (`prefer_duration`, the default). Text
+    /// is read as `--warmup` reads it (`10s`, `10%`).
+    ///
+    /// # Errors
+    ///
+    /// Why the value is not one of those, in words.
+    pub fn from_guidellm(value: &Value) -> std::result::Result<Option<Phase>, String> {
+        let number = |value: &Value, what: &str| {
+            value
+                .as_f64()
+                .filter(|v| v.is_finite() && *v >= 0.0)
+                .ok_or_else(|| format!("{what} must be a number of at least 0, got {value}"))
+        };
+        match value {
+            Value::Null => Ok(None),
+            Value::Number(_) => {
+                let n = number(value, "a warm-up or cool-down")?;
+                Ok(if n == 0.0 {
+                    None
+                } else if n < 1.0 {
+                    Some(Phase::Fraction(n))
+                } else {
+                    Some(Phase::SecondsOrRequests(n))
+                })
+            }
+            Value::String(text) => Phase::parse("warmup", text)
+                .map(Some)
+                .map_err(|e| e.to_string()),
+            Value::Object(o) => {
+                if let Some(key) = o
+                    .keys()
+                    .find(|k| !["percent", "value", "mode"].contains(&k.as_str()))
+                {
+                    return Err(format!("`{key}` is not a field (percent, value or mode)"));
+                }
+                if let Some(p) = o.get("percent").filter(|p| !p.is_null()) {
+                    let p = number(p, "`percent`")?;
+                    if p >= 1.0 {
+                        return Err(format!("`percent` is a fraction below 1, got {p}"));
+                    }
+                    return Ok((p > 0.0).then_some(Phase::Fraction(p)));
+                }
+                let Some(v) = o.get("value").filter(|v| !v.is_null()) else {
+                    return Ok(None);
+                };
+                let v = number(v, "`value`")?;
+                #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+                // a non-negative count, far below 2^52.
+                match o
+                    .get("mode")
+                    .and_then(Value::as_str)
+                    .unwrap_or("prefer_duration")
+                {
+                    "duration" => Ok(Some(Phase::Seconds(v))),
+                    "requests" | "prefer_requests" => Ok(Some(Phase::Requests(v.floor() as u64))),
+                    "prefer_duration" => Ok(Some(Phase::SecondsOrRequests(v))),
+                    other => Err(format!(
+                        "mode `{other}` is not taken: give duration, requests, prefer_duration \
+                         or prefer_requests"
+                    )),
+                }
+            }
+            other => Err(format!("must be a number or an object, got {other}")),
+        }
+    }
+
+    /// Takes GuideLLM's `warmup` and `cooldown` out of a `--profile`
+    /// argument (GuideLLM 0.8.1 gives them there), read by
+    /// [`Phase::from_guidellm`]. `--warmup` and `--cooldown`, when given,
+    /// win over them.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidOption`] naming the profile and the key.
+    pub fn take_from_profile(profile: &mut KindArgs) -> Result<(Option<Phase>, Option<Phase>)> {
+        let mut take = |key: &str| -> Result<Option<Phase>> {
+            match profile.options.remove(key) {
+                None => Ok(None),
+                Some(value) => {
+                    Phase::from_guidellm(&value).map_err(|reason| Error::InvalidOption {
+                        context: format!("profile {}", profile.kind),
+                        key: key.to_owned(),
+                        reason,
+                    })
+                }
+            }
+        };
+        Ok((take("warmup")?, take("cooldown")?))
+    }
+
     /// A fraction made concrete for a benchmark bounded by `max_requests`
     /// (preferred) or `max_duration`: a request count (rounded down) or a
     /// time. Counts and times are returned as they are, and so is a
     /// fraction of a benchmark bounded by neither (it is then taken of how
-    /// long the benchmark ran).
+    /// long the benchmark ran). [`Phase::SecondsOrRequests`] becomes a time
+    /// or a count as it says.
     #[allow(
         clippy::cast_precision_loss,
         clippy::cast_possible_truncation,
@@ -95,6 +198,8 @@ impl Phase {
         match (self, max_requests, max_duration) {
             (Phase::Fraction(f), Some(n), _) => Phase::Requests((f * n as f64).floor() as u64),
             (Phase::Fraction(f), None, Some(d)) => Phase::Seconds(f * d.as_secs_f64()),
+            (Phase::SecondsOrRequests(v), Some(_), None) => Phase::Requests(v.floor() as u64),
+            (Phase::SecondsOrRequests(v), _, _) => Phase::Seconds(v),
             (phase, _, _) => phase,
         }
     }
@@ -167,7 +272,7 @@ fn split<R: Borrow<RequestRecord>>(
     let head = match warmup {
         None => 0,
         Some(Phase::Requests(n)) => usize::try_from(n).unwrap_or(usize::MAX).min(total),
-        Some(Phase::Seconds(s)) => {
+        Some(Phase::Seconds(s) | Phase::SecondsOrRequests(s)) => {
             let until = seconds_after(run_start, s);
             records.iter().take_while(|r| sent(r) < until).count()
         }
@@ -188,7 +293,7 @@ fn split<R: Borrow<RequestRecord>>(
                 .take_while(|r| sent(r) > from)
                 .count()
         }
-        Some(Phase::Seconds(s)) => {
+        Some(Phase::Seconds(s) | Phase::SecondsOrRequests(s)) => {
             let from = seconds_after(last_send, -s);
             records[head..]
                 .iter()
@@ -519,6 +624,45 @@ mod tests {
                 .resolve(Some(50), None),
             Phase::Requests(5)
         );
+    }
+
+    #[test]
+    fn a_guidellm_phase_reads_as_guidellm_reads_it() {
+        let read = |v: serde_json::Value| Phase::from_guidellm(&v);
+        assert_eq!(read(serde_json::json!(0.1)), Ok(Some(Phase::Fraction(0.1))));
+        assert_eq!(read(serde_json::json!(0)), Ok(None));
+        assert_eq!(read(serde_json::Value::Null), Ok(None));
+        assert_eq!(
+            read(serde_json::json!(5)),
+            Ok(Some(Phase::SecondsOrRequests(5.0)))
+        );
+        assert_eq!(
+            read(serde_json::json!({"percent": 0.2})),
+            Ok(Some(Phase::Fraction(0.2)))
+        );
+        assert_eq!(
+            read(serde_json::json!({"value": 3, "mode": "requests"})),
+            Ok(Some(Phase::Requests(3)))
+        );
+        assert_eq!(
+            read(serde_json::json!({"value": 3, "mode": "duration"})),
+            Ok(Some(Phase::Seconds(3.0)))
+        );
+        assert_eq!(
+            read(serde_json::json!("10s")),
+            Ok(Some(Phase::Seconds(10.0)))
+        );
+        assert!(read(serde_json::json!(-1)).is_err());
+        assert!(read(serde_json::json!({"value": 3, "mode": "both"})).is_err());
+        assert!(read(serde_json::json!({"percent": 1.5})).is_err());
+        assert!(read(serde_json::json!({"seconds": 1})).is_err());
+        // Seconds where the benchmark has a duration, else a request count
+        // where it has a count, else seconds.
+        let five = Phase::SecondsOrRequests(5.0);
+        let minute = Some(Duration::from_secs(60));
+        assert_eq!(five.resolve(Some(100), minute), Phase::Seconds(5.0));
+        assert_eq!(five.resolve(Some(100), None), Phase::Requests(5));
+        assert_eq!(five.resolve(None, None), Phase::Seconds(5.0));
     }
 
     #[test]

@@ -62,6 +62,10 @@ pub const INTERRUPT_WAIT: Duration = Duration::from_secs(1);
 pub trait Observer: Send + Sync {
     /// A request was sent.
     fn on_send(&self) {}
+    /// The request just sent is a later turn of a conversation: one more
+    /// request than the benchmark's total, which counts a conversation
+    /// once (as `max_requests` does).
+    fn on_later_turn(&self) {}
     /// A request ended (successfully, with an error, or incomplete).
     fn on_record(&self, record: &RequestRecord) {
         let _ = record;
@@ -490,6 +494,9 @@ async fn slot_worker(
             break;
         }
         observer.on_send();
+        if job.conversation.as_ref().is_some_and(|c| c.turn > 0) {
+            observer.on_later_turn();
+        }
         run.execute(job, None).await;
     }
 }
@@ -700,6 +707,9 @@ pub async fn run_benchmark<T: Into<Job> + Send>(
                 state.on_send();
             }
             observer.on_send();
+            if job.conversation.as_ref().is_some_and(|c| c.turn > 0) {
+                observer.on_later_turn();
+            }
             let run = execution.clone();
             let scheduled = Some(clock.wall(due.into_std()));
             tasks.spawn(async move {

@@ -10,6 +10,7 @@
 
 use serde_json::{Map, Value, json};
 
+use crate::runner::Phase;
 use crate::runner::aliases::{self, Component};
 
 /// Whether a scenario file is in GuideLLM's format: an object with a
@@ -335,11 +336,15 @@ fn map_profile(
     let mut ours = Map::new();
     for (key, value) in profile {
         match key.as_str() {
-            "warmup" | "cooldown" => {
-                if let Some(phase) = map_phase(&format!("{path}.{key}"), value, problems) {
-                    out.insert(key.clone(), Value::String(phase));
+            // Kept in the profile, where `--profile` reads them as GuideLLM
+            // does ([`Phase::take_from_profile`]); checked here to name the
+            // field.
+            "warmup" | "cooldown" => match Phase::from_guidellm(value) {
+                Ok(_) => {
+                    ours.insert(key.clone(), value.clone());
                 }
-            }
+                Err(reason) => problems.unsupported(&format!("{path}.{key}"), &reason),
+            },
             // Options under their own names or GuideLLM's, which the
             // command line's table renames; the profile's checks name
             // those guidebench does not know.
@@ -386,52 +391,6 @@ fn rename(
         }
     }
     *options = left;
-}
-
-/// A GuideLLM transient phase: a number below 1 is a fraction, otherwise
-/// a count of seconds (GuideLLM's default `prefer_duration` mode); or
-/// `{percent}` / `{value, mode}`.
-fn map_phase(path: &str, value: &Value, problems: &mut Problems) -> Option<String> {
-    let percent = |p: f64| format!("{}%", p * 100.0);
-    match value {
-        Value::Number(n) => {
-            let n = n.as_f64()?;
-            if n == 0.0 {
-                None
-            } else if n < 1.0 {
-                Some(percent(n))
-            } else {
-                Some(format!("{n}s"))
-            }
-        }
-        Value::Object(o) => {
-            let mode = o
-                .get("mode")
-                .and_then(Value::as_str)
-                .unwrap_or("prefer_duration");
-            for key in o.keys() {
-                if !["percent", "value", "mode"].contains(&key.as_str()) {
-                    problems.unknown(&format!("{path}.{key}"));
-                }
-            }
-            if let Some(p) = o.get("percent").and_then(Value::as_f64) {
-                return Some(percent(p));
-            }
-            let v = o.get("value").and_then(Value::as_f64)?;
-            match mode {
-                "duration" | "prefer_duration" => Some(format!("{v}s")),
-                "requests" | "prefer_requests" => Some(format!("{}", v.floor())),
-                _ => {
-                    problems.unsupported(&format!("{path}.mode"), "only duration or requests");
-                    None
-                }
-            }
-        }
-        _ => {
-            problems.unsupported(path, "must be a number or an object");
-            None
-        }
-    }
 }
 
 fn map_constraint(path: &str, value: &Value, problems: &mut Problems) -> Value {
@@ -555,10 +514,9 @@ mod tests {
         let ours = convert(&scenario).expect("maps");
         assert_eq!(
             ours["profile"],
-            json!({"kind": "constant", "rampup": 5, "rate": [10.0, 20.0]})
+            json!({"kind": "constant", "rampup": 5, "rate": [10.0, 20.0], "warmup": 0.1})
         );
         assert_eq!(ours["constraint"][0]["seconds"], json!([10, 20]));
-        assert_eq!(ours["warmup"], "10%");
         assert_eq!(ours["slo"], "ttft=200ms,itl=50ms");
         assert_eq!(ours["seed"], 3);
         assert_eq!(
