@@ -435,6 +435,20 @@ const ANSWERS_SHOWN: usize = 3;
 /// The most characters of one error message shown.
 const MESSAGE_CHARS: usize = 80;
 
+/// `text` in at most `max` characters: a longer one keeps its start and
+/// its end (where a chain of causes says what failed) around a `…`.
+fn shorten(text: &str, max: usize) -> String {
+    let count = text.chars().count();
+    if count <= max {
+        return text.to_owned();
+    }
+    let head = max / 3;
+    let tail = max - head - 1;
+    let start: String = text.chars().take(head).collect();
+    let end: String = text.chars().skip(count - tail).collect();
+    format!("{start}…{end}")
+}
+
 /// The errors of a benchmark, by label, each with its status codes and the
 /// first line of each distinct message, with counts:
 /// `errors in B: http_status (10): 503 ×7 "model overloaded", 429 ×3 "rate
@@ -457,10 +471,7 @@ fn error_lines(b: &super::model::BenchmarkReport) -> String {
                 .iter()
                 .take(ANSWERS_SHOWN)
                 .map(|a| {
-                    let mut message: String = a.message.chars().take(MESSAGE_CHARS).collect();
-                    if a.message.chars().count() > MESSAGE_CHARS {
-                        message.push('…');
-                    }
+                    let message = shorten(&a.message, MESSAGE_CHARS);
                     match a.status {
                         Some(status) => format!("{status} ×{} \"{message}\"", a.count),
                         None => format!("×{} \"{message}\"", a.count),
@@ -905,6 +916,16 @@ mod tests {
                 "  http_status (5): 502 ×2 \"Bad Gateway\", 500 ×1 \"a\", 500 ×1 \"b\", 1 more",
                 "  server_error (1): ×1 \"out of memory\""
             ]
+        );
+        // A long message keeps its start and its end, where the cause is.
+        let long = "http://127.0.0.1:8000/v1/chat/completions: sending the request: error \
+                    sending request: client error (Connect): Connection refused (os error 111)";
+        let short = shorten(long, MESSAGE_CHARS);
+        assert_eq!(short.chars().count(), MESSAGE_CHARS);
+        assert!(short.starts_with("http://127.0.0.1:8000"), "{short}");
+        assert!(
+            short.ends_with("Connection refused (os error 111)"),
+            "{short}"
         );
     }
 
