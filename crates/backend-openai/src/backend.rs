@@ -85,10 +85,14 @@ pub const STREAM_EVENTS: &str = "guidebench_openai::stream_events";
 ///
 /// # Errors
 ///
-/// Failures of one request are returned as [`Error::Engine`] wrapping an
+/// Failures of one request are returned as [`Error::Backend`] wrapping an
 /// [`OpenAiError`] whose [`label`](OpenAiError::label) is one of
 /// `http_status`, `timeout`, `connection`, `stream_truncated`,
-/// `malformed_response`, `server_error`; the run goes on.
+/// `malformed_response`, `server_error`; the run goes on. An error the
+/// server answered (an error status, an error event) also carries the
+/// status and the first line of the server's message apart
+/// ([`guidebench_core::Error::server_answer`]), which the request's record
+/// keeps; an HTML error page is reduced to its title.
 pub struct OpenAiHttpBackend {
     config: Arc<OpenAiConfig>,
     state: Mutex<Option<Arc<Running>>>,
