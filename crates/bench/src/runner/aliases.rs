@@ -83,7 +83,7 @@ pub const ALIASES: &[Alias] = &[
     // Profiles.
     alias(
         Component::Profile,
-        &[],
+        &["async", "concurrent", "constant", "sweep", "throughput"],
         "rampup_duration",
         Ours::Rename("rampup"),
     ),
@@ -93,7 +93,12 @@ pub const ALIASES: &[Alias] = &[
         "strategy_type",
         Ours::Rename("strategy"),
     ),
-    alias(Component::Profile, &[], "random_seed", Ours::Rename("seed")),
+    alias(
+        Component::Profile,
+        &["async", "poisson", "sweep"],
+        "random_seed",
+        Ours::Rename("seed"),
+    ),
     alias(
         Component::Profile,
         &["goodput"],
@@ -280,10 +285,16 @@ mod tests {
             json!({"min_duration": 10, "window": 60})
         );
         // A name of another kind is left for that kind's checks to name.
-        assert_eq!(
-            applied(Component::Profile, "concurrent", json!({"adaptive": true})).expect("kept"),
-            json!({"adaptive": true})
-        );
+        for (kind, options) in [
+            ("concurrent", json!({"adaptive": true})),
+            ("synchronous", json!({"rampup_duration": 5})),
+            ("concurrent", json!({"random_seed": 5})),
+        ] {
+            assert_eq!(
+                applied(Component::Profile, kind, options.clone()).expect("kept"),
+                options
+            );
+        }
     }
 
     #[test]
