@@ -526,7 +526,6 @@ impl Session {
         progress: &mut dyn Progress,
         cancel: watch::Receiver<bool>,
     ) -> Result<Report> {
-        progress.phase("reading the data");
         let prepared = self.prepare()?;
         progress.phase("starting the backend and loading the model");
         let result = self.measure(&backend, prepared, progress, cancel).await;

@@ -506,8 +506,8 @@ impl PreparedSource {
     pub fn new(args: KindArgs, on_error: OnError, default_seed: u64) -> Result<Self> {
         let (kind, KindArgs { mut options, .. }) = resolve_kind(args)?;
         let context = format!("data {}", kind.name);
-        options.remove(ON_ERROR.name);
         check_options(&context, &[kind.options], &mut options)?;
+        options.remove(ON_ERROR.name);
         Ok(PreparedSource {
             kind: kind.name,
             prepared: (kind.prepare)(&context, &options, on_error, default_seed)?,
