@@ -88,6 +88,10 @@ impl TermLike for Terminal {
 #[derive(Debug, Default)]
 pub struct Counters {
     sent: AtomicU64,
+    /// Requests sent that were later turns of conversations: the
+    /// benchmark's total counts a conversation once, its requests are one
+    /// per turn.
+    later_turns: AtomicU64,
     done: AtomicU64,
     errors: AtomicU64,
     output_tokens: AtomicU64,
@@ -130,6 +134,16 @@ pub struct DisplayObserver {
 impl Observer for DisplayObserver {
     fn on_send(&self) {
         self.counters.sent.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn on_later_turn(&self) {
+        self.counters.later_turns.fetch_add(1, Ordering::Relaxed);
+        // The bar counts requests: each later turn is one more to wait for.
+        if let Some(bar) = &self.bar
+            && bar.length().is_some()
+        {
+            bar.inc_length(1);
+        }
     }
 
     fn on_record(&self, record: &RequestRecord) {
@@ -253,12 +267,7 @@ impl Display {
         if self.quiet {
             return;
         }
-        let c = &self.counters;
-        let line = format!(
-            "benchmark {name}: {} requests done, {} errors, in {seconds:.1} s",
-            c.done.load(Ordering::Relaxed),
-            c.errors.load(Ordering::Relaxed),
-        );
+        let line = done_line(name, &self.counters, seconds);
         self.note(&line);
     }
 
@@ -295,6 +304,26 @@ impl Display {
     }
 }
 
+/// How a benchmark ended, in one line. With conversations, the requests
+/// done are split into those that started something (what the benchmark's
+/// total counted) and later turns, so that they add up.
+fn done_line(name: &str, counters: &Counters, seconds: f64) -> String {
+    let done = counters.done.load(Ordering::Relaxed);
+    let later = counters.later_turns.load(Ordering::Relaxed);
+    let requests = if later == 0 {
+        format!("{done} requests done")
+    } else {
+        format!(
+            "{done} requests done ({} first and {later} later turns of conversations)",
+            done.saturating_sub(later)
+        )
+    };
+    format!(
+        "benchmark {name}: {requests}, {} errors, in {seconds:.1} s",
+        counters.errors.load(Ordering::Relaxed),
+    )
+}
+
 /// A draw target on the saved terminal; each bar gets its own handle to it.
 fn draw_target(terminal: &Terminal) -> ProgressDrawTarget {
     match terminal.file.try_clone() {
@@ -306,5 +335,36 @@ fn draw_target(terminal: &Terminal) -> ProgressDrawTarget {
             10,
         ),
         Err(_) => ProgressDrawTarget::hidden(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_conversations_later_turns_add_up_with_the_requests_it_started() {
+        let display = Display::start(false, true);
+        let observer = DisplayObserver {
+            counters: Arc::clone(&display.counters),
+            bar: None,
+        };
+        let plain = done_line("b", &display.counters, 1.0);
+        assert_eq!(plain, "benchmark b: 0 requests done, 0 errors, in 1.0 s");
+        // Four conversations of three turns.
+        for turn in 0..12 {
+            observer.on_send();
+            if turn % 3 != 0 {
+                observer.on_later_turn();
+            }
+        }
+        for _ in 0..12 {
+            display.counters.done.fetch_add(1, Ordering::Relaxed);
+        }
+        assert_eq!(
+            done_line("b", &display.counters, 1.0),
+            "benchmark b: 12 requests done (4 first and 8 later turns of conversations), \
+             0 errors, in 1.0 s"
+        );
     }
 }

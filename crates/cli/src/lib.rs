@@ -52,7 +52,7 @@ enum Command {
     Compare(CompareArgs),
     /// Serve an OpenAI-compatible mock server with configurable latencies and faults.
     #[cfg(feature = "openai")]
-    MockServer(mock_server::MockServerArgs),
+    MockServer(Box<mock_server::MockServerArgs>),
 }
 
 /// Arguments of `guidebench export`.

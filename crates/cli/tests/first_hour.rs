@@ -337,3 +337,28 @@ fn the_readme_first_run_on_the_mock_engine_prints_no_saturation_warning() {
         assert!(!shown.contains("client saturated"), "{shown}");
     }
 }
+
+/// Four conversations of three turns: the total counts a conversation once
+/// (as `max_requests` does), the requests are one per turn, and the line
+/// that ends the benchmark says how they add up.
+#[test]
+fn conversations_progress_adds_later_turns_to_the_requests_it_announced() {
+    let out = guidebench(&[
+        "run",
+        "--backend",
+        MOCK,
+        "--data",
+        "kind=synthetic_text,prompt_tokens=8,output_tokens=2,turns=3,count=4",
+        "--disable-progress",
+    ]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("sending up to 4 requests"),
+        "the total: {stderr}"
+    );
+    assert!(
+        stderr.contains("12 requests done (4 first and 8 later turns of conversations)"),
+        "{stderr}"
+    );
+}
