@@ -14,7 +14,21 @@
 //! Nothing is dropped silently: a data item that cannot become a request
 //! fails the run with an error naming the item and the field, unless its
 //! data source says `on_error=skip`, in which case it is counted in the
-//! benchmark's `extra.data_skipped` and reported.
+//! benchmark's `extra.data_skipped` and reported
+//! (`with_on_error_skip_a_zero_length_row_and_a_malformed_line_are_counted`).
+//!
+//! No run is lost to what could be checked first: before the backend
+//! starts, [`Session::prepare`] loads `--tokenizer`, reads every data
+//! source (a file's rows parsed and made into requests, a dataset found in
+//! the cache), so that a malformed line, a row the run cannot send, a
+//! missing dataset or a bad tokenizer is a usage error with no model
+//! loaded (`a_malformed_data_line_is_a_usage_error_raised_before_the_backend_starts`,
+//! `a_row_with_invalid_sampling_fails_before_the_backend_starts`,
+//! `a_dataset_missing_from_the_cache_fails_before_the_backend_starts`,
+//! `a_tokenizer_that_cannot_be_loaded_fails_before_the_backend_starts`).
+//! A tokenizer is required only by data that cuts synthetic prompts to
+//! exact counts
+//! (`a_file_of_text_prompts_needs_no_tokenizer_but_synthetic_prompts_do`).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -6,9 +6,10 @@
 //! when no such file exists, reads the split `split` (default `train`) of
 //! a dataset in the Hugging Face hub cache, offline (`hf`).
 //!
-//! The file is read and checked once, before the backend starts
-//! ([`FileItems`]), so a bad file or row fails before a model loads; each
-//! benchmark's [`FileSource`] then hands the items out in file order.
+//! The file is read and checked once, before the backend starts (through
+//! [`PreparedSource`](super::PreparedSource)), so a bad file or row fails
+//! before a model loads; each benchmark's [`FileSource`] then hands the
+//! items out in file order.
 //!
 //! Columns are mapped by name, with defaults:
 //!
@@ -38,7 +39,15 @@
 //! (A JSON row without the key says nothing of its length, and is open.) A line that cannot be read (a
 //! malformed JSONL line) is an error that names it too. With
 //! `on_error=skip` such rows are left out and counted instead; either way
-//! the whole file is read and checked before the backend starts.
+//! the whole file is read and checked before the backend starts. Held by
+//! `a_malformed_jsonl_line_is_a_usage_error_naming_the_file_and_line`,
+//! `with_on_error_skip_a_malformed_line_and_a_zero_length_row_are_skipped`
+//! and `an_empty_output_length_cell_is_an_error_naming_the_row_not_an_open_request`
+//! here, and by
+//! `a_malformed_data_line_is_a_usage_error_raised_before_the_backend_starts`
+//! in `tests/session.rs`. Without a tokenizer, text prompts are left
+//! uncounted for the backend to count
+//! (`without_a_tokenizer_text_prompts_are_left_uncounted`).
 //!
 //! Conversations (each turn one request, sent after the previous answer
 //! plus `turn_delay`, with the history as the backend answered it; see
