@@ -104,6 +104,9 @@ pub struct Display {
     counters: Arc<Counters>,
     /// No lines at all but notes of failures.
     quiet: bool,
+    /// The failures noted while the run went on, so that the final error
+    /// does not say them again.
+    failures: Vec<String>,
 }
 
 struct Live {
@@ -181,6 +184,7 @@ impl Display {
                 live: None,
                 counters,
                 quiet,
+                failures: Vec::new(),
             };
         }
         // The bars fill their lines to this width and count on it to find
@@ -207,6 +211,7 @@ impl Display {
             live,
             counters,
             quiet,
+            failures: Vec::new(),
         }
     }
 
@@ -284,8 +289,17 @@ impl Display {
         }
     }
 
-    /// Ends the display: restores the terminal and says where engine output went.
-    pub fn finish(self) {
+    /// A failure while the run goes on (a backend of several that could
+    /// not run): a line that stays, remembered so that the run's final
+    /// error does not repeat it.
+    pub fn failure(&mut self, line: &str) {
+        self.note(line);
+        self.failures.push(line.to_owned());
+    }
+
+    /// Ends the display: restores the terminal and says where engine
+    /// output went; returns the failures it showed.
+    pub fn finish(self) -> Vec<String> {
         if let Some(live) = self.live {
             if let Some(bar) = live.bar {
                 bar.finish_and_clear();
@@ -301,6 +315,7 @@ impl Display {
                 }
             }
         }
+        self.failures
     }
 }
 

@@ -304,13 +304,13 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
         .thread_name(guidebench_bench::record::CLIENT_THREAD_NAME)
         .build()
         .map_err(|e| Failure::Run(anyhow!("cannot start the async runtime: {e}")))?;
-    let mut report = runtime.block_on(async {
+    let (report, said) = runtime.block_on(async {
         let cancel = watch_interrupts();
         let mut display = Display::start(progress, quiet);
         let report = side_by_side::run(plans, backends, &mut display, cancel).await;
-        display.finish();
-        report
-    })?;
+        (report, display.finish())
+    });
+    let mut report = report?;
     if let Some(config) = report.config.as_object_mut() {
         config.insert("command".into(), command_line().into());
     }
@@ -320,6 +320,13 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
         return Err(Failure::Interrupted);
     }
     if let Some(failure) = &report.failure {
+        // Said once: a failure the display showed as it happened is not
+        // repeated.
+        if said.iter().any(|line| line == failure) {
+            return Err(Failure::Run(anyhow!(
+                "the run failed; the reason is printed above"
+            )));
+        }
         return Err(Failure::Run(anyhow!("{failure}")));
     }
     if !report.any_success() {
@@ -377,6 +384,6 @@ impl Progress for Display {
 
 impl RunProgress for Display {
     fn note(&mut self, line: &str) {
-        Display::note(self, line);
+        Display::failure(self, line);
     }
 }

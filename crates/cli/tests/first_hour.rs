@@ -362,3 +362,30 @@ fn conversations_progress_adds_later_turns_to_the_requests_it_announced() {
         "{stderr}"
     );
 }
+
+/// Side by side, a backend that cannot load is said as it happens, and the
+/// run's final error does not say it again.
+#[test]
+fn a_backend_that_fails_beside_another_is_said_once() {
+    let out = guidebench(&[
+        "run",
+        "--backend",
+        "kind=offline,engine=mock,fail_load=true",
+        "--backend",
+        MOCK,
+        "--constraint",
+        FOUR,
+        "--disable-console",
+    ]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(
+        stderr.matches("injected load failure").count(),
+        1,
+        "{stderr}"
+    );
+    assert_eq!(
+        error_lines(&out),
+        ["error: the run failed; the reason is printed above"]
+    );
+}
