@@ -396,6 +396,20 @@ mod tests {
         assert_eq!(p.seed, Some(7));
         assert_eq!(p.tokenizer, Some(PathBuf::from("my/tokenizer")));
         assert_eq!(p.slo.as_deref(), Some("ttft=200ms,latency=5000ms"));
+        // A GuideLLM scenario's `spec.tokenizer` reads the same.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let scenario = dir.path().join("guidellm.json");
+        std::fs::write(
+            &scenario,
+            r#"{"spec": {"tokenizer": {"kind": "hf_auto", "model": "my/tokenizer"}}}"#,
+        )
+        .expect("write");
+        let p = plan(Flags {
+            scenario: Some(scenario),
+            ..Flags::default()
+        })
+        .expect("plans");
+        assert_eq!(p.tokenizer, Some(PathBuf::from("my/tokenizer")));
         let p = plan(Flags {
             seed: Some("kind=static".into()),
             tokenizer: Some("kind=huggingface_auto".into()),

@@ -411,7 +411,8 @@ fn map_tokenizer(path: &str, value: &Value, out: &mut Map<String, Value>, proble
     for (key, value) in o {
         match key.as_str() {
             "kind" if matches!(value.as_str(), Some("huggingface_auto" | "hf_auto")) => {}
-            "source" | "path" => {
+            // GuideLLM 0.8.1's field is `model`.
+            "model" | "source" | "path" => {
                 out.insert("tokenizer".into(), value.clone());
             }
             "load_kwargs" if value.as_object().is_some_and(Map::is_empty) => {}
