@@ -88,6 +88,12 @@ fn kernel_name(name: &str) -> &[u8] {
 /// Linux or without an engine thread.
 #[cfg(target_os = "linux")]
 fn engine_threads_cpu_s() -> Option<f64> {
+    engine_cpu_s_among(|_| true)
+}
+
+/// [`engine_threads_cpu_s`] over the threads whose id `select` keeps.
+#[cfg(target_os = "linux")]
+fn engine_cpu_s_among(select: impl Fn(&str) -> bool) -> Option<f64> {
     let ticks_per_s = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK).ok()??;
     let main = std::process::id().to_string();
     let is_client = |name: &str| {
@@ -98,6 +104,9 @@ fn engine_threads_cpu_s() -> Option<f64> {
     let mut ticks = 0u64;
     let mut engine_running = false;
     for task in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
+        if !task.file_name().to_str().is_some_and(&select) {
+            continue;
+        }
         let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else {
             continue; // the thread has just ended
         };
@@ -276,78 +285,60 @@ mod tests {
         assert_eq!(parse_task_stat("garbage"), None);
     }
 
-    /// Spins for a few clock ticks of CPU time on a thread named `name`.
-    fn spin_on(name: &str) {
-        std::thread::Builder::new()
+    /// A thread named `name` that spins for a few clock ticks of CPU time,
+    /// then idles until `stop` is dropped; its thread id.
+    #[cfg(target_os = "linux")]
+    fn worker(
+        name: &str,
+        stop: &std::sync::Arc<std::sync::Mutex<()>>,
+        threads: &mut Vec<std::thread::JoinHandle<()>>,
+    ) -> String {
+        let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+        let stop = std::sync::Arc::clone(stop);
+        let handle = std::thread::Builder::new()
             .name(name.into())
-            .spawn(|| {
+            .spawn(move || {
                 let mut x = 0u64;
                 for i in 0..50_000_000u64 {
                     x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(i));
                 }
-                x
+                let tid = std::fs::read_link("/proc/thread-self").expect("thread-self");
+                let tid = tid.file_name().and_then(|t| t.to_str()).map(str::to_owned);
+                tid_tx.send(tid.expect("a thread id")).expect("send");
+                // Idle until the test ends.
+                drop(stop.lock());
             })
-            .expect("spawn")
-            .join()
-            .expect("join");
+            .expect("spawn");
+        threads.push(handle);
+        tid_rx.recv().expect("the worker spun")
     }
 
     #[cfg(target_os = "linux")]
     #[test]
     fn an_engine_s_threads_are_counted_as_the_engine_and_the_client_s_are_not() {
-        // Measured from a client thread: the test harness's own thread is
-        // neither the main thread nor the client's, and would count.
-        std::thread::Builder::new()
-            .name(CLIENT_THREAD_NAME.into())
-            .spawn(engine_and_client_threads_apart)
-            .expect("spawn")
-            .join()
-            .expect("the checks pass");
-    }
-
-    #[cfg(target_os = "linux")]
-    fn engine_and_client_threads_apart() {
-        // No engine thread: nothing is the engine's.
-        spin_on("a-pool-thread");
-        assert_eq!(engine_threads_cpu_s(), None);
-        // An engine thread starts a pool thread of another name and waits.
-        let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<()>();
-        let engine = std::thread::Builder::new()
-            .name(format!("{ENGINE_THREAD_NAME}test"))
-            .spawn(move || {
-                let (pool_tx, pool_rx) = std::sync::mpsc::channel::<()>();
-                let pool = std::thread::Builder::new()
-                    .name("candle-0".into())
-                    .spawn(move || {
-                        let mut x = 0u64;
-                        for i in 0..50_000_000u64 {
-                            x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(i));
-                        }
-                        let _ = pool_tx.send(());
-                        // Stay alive (idle) until the engine stops.
-                        let _ = stop_rx.recv();
-                        x
-                    })
-                    .expect("spawn the pool");
-                pool_rx.recv().expect("the pool worked");
-                ready_tx.send(()).expect("ready");
-                pool.join().expect("join the pool");
-            })
-            .expect("spawn the engine");
-        ready_rx.recv().expect("the engine's pool worked");
-        let with_pool = engine_threads_cpu_s().expect("an engine thread runs");
-        assert!(with_pool > 0.0, "{with_pool}");
-        // The client's threads working add nothing to the engine's time.
-        spin_on(CLIENT_THREAD_NAME);
-        spin_on("tokio-runtime-worker");
-        let after_client = engine_threads_cpu_s().expect("an engine thread runs");
-        assert!(
-            after_client - with_pool < 0.02,
-            "{with_pool} -> {after_client}"
-        );
-        drop(stop_tx);
-        engine.join().expect("join the engine");
+        // Only this test's own threads are read (the harness may run other
+        // tests, and engines, in this process).
+        let stop = std::sync::Arc::new(std::sync::Mutex::new(()));
+        let held = stop.lock().expect("lock");
+        let mut threads = Vec::new();
+        let client = worker(CLIENT_THREAD_NAME, &stop, &mut threads);
+        let tokio = worker("tokio-runtime-worker", &stop, &mut threads);
+        let pool = worker("candle-0", &stop, &mut threads);
+        let among = |ids: &[&String]| engine_cpu_s_among(|tid| ids.iter().any(|id| *id == tid));
+        // No engine thread among them: nothing is the engine's.
+        assert_eq!(among(&[&client, &tokio, &pool]), None);
+        let engine = worker(&format!("{ENGINE_THREAD_NAME}test"), &stop, &mut threads);
+        // With one, every thread but the client's counts: the engine's and
+        // its pool's, whatever the pool is called.
+        let with_client = among(&[&client, &tokio, &pool, &engine]).expect("an engine runs");
+        let without = among(&[&pool, &engine]).expect("an engine runs");
+        assert!(without > 0.0, "{without}");
+        assert_eq!(with_client, without);
+        assert_eq!(among(&[&client, &tokio, &engine]), among(&[&engine]));
+        drop(held);
+        for thread in threads {
+            thread.join().expect("join");
+        }
     }
 
     #[cfg(unix)]
