@@ -776,6 +776,36 @@ mod options {
         }
     }
 
+    /// GuideLLM's `engine_args` object reaches the engine as its own
+    /// options: the documented `engine_args.threads=2` spelling works.
+    #[tokio::test]
+    async fn engine_args_are_the_engine_s_options() {
+        let backend = create("kind=offline,engine=mock,engine_args.fail_load=true")
+            .expect("engine_args is an option");
+        backend.startup().await.expect("startup");
+        let err = backend
+            .validate()
+            .await
+            .err()
+            .expect("the engine was told to fail");
+        assert!(err.to_string().contains("injected"), "{err}");
+        backend.shutdown().await.expect("shutdown");
+
+        let err = create("kind=offline,engine=mock,engine_args.nonesuch=1")
+            .err()
+            .expect("checked as the engine's");
+        assert!(err.to_string().contains("nonesuch"), "{err}");
+        let err = create("kind=offline,engine=mock,images=true,engine_args.images=false")
+            .err()
+            .expect("given twice");
+        assert!(err.to_string().contains("give it once"), "{err}");
+        assert!(err.is_usage());
+        let err = create("kind=offline,engine=mock,engine_args=2")
+            .err()
+            .expect("an object");
+        assert!(err.to_string().contains("engine_args"), "{err}");
+    }
+
     /// The defaults a user gets without setting anything are the ones
     /// `guidebench backends` shows them (its help is the option list).
     #[tokio::test]

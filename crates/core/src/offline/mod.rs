@@ -93,12 +93,51 @@ pub const OPTIONS: &[OptionSpec] = &[
     )
     .default_from::<OfflineDefaults>(),
     OptionSpec::optional(
+        "engine_args",
+        OptionType::Object,
+        "the engine's options as one object, GuideLLM's spelling: engine_args.threads=2 is \
+         threads=2",
+    ),
+    OptionSpec::optional(
         "audio_placeholder",
         OptionType::String,
         "text written for each audio part",
     )
     .default_from::<OfflineDefaults>(),
 ];
+
+/// Moves the keys of `engine_args` (GuideLLM's object of engine options)
+/// beside the others, where the engine's options are checked: a key given
+/// both ways with two values is refused, naming it.
+fn lift_engine_args(options: &mut Map<String, Value>) -> Result<()> {
+    let Some(args) = options.remove("engine_args") else {
+        return Ok(());
+    };
+    let Value::Object(args) = args else {
+        return Err(Error::InvalidOption {
+            context: "backend offline".into(),
+            key: "engine_args".into(),
+            reason: format!(
+                "expected an object of engine options (engine_args.threads=2), got {args}"
+            ),
+        });
+    };
+    for (key, value) in args {
+        match options.get(&key) {
+            Some(given) if *given != value => {
+                return Err(Error::InvalidOption {
+                    context: "backend offline".into(),
+                    key: format!("engine_args.{key}"),
+                    reason: format!("`{key}` is also given as {given}; give it once"),
+                });
+            }
+            _ => {
+                options.insert(key, value);
+            }
+        }
+    }
+    Ok(())
+}
 
 /// The defaults of [`OPTIONS`] as the backend applies them, keyed by option
 /// name: help prints this struct, and [`OfflineBackend::from_args`] takes
@@ -261,6 +300,7 @@ impl OfflineBackend {
             }
         };
         let registration = registry::engines()?.get(&engine_name)?;
+        lift_engine_args(&mut options)?;
         check_options(
             &format!("backend offline with engine {engine_name}"),
             &[OPTIONS, registration.options],
