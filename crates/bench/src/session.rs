@@ -188,16 +188,7 @@ pub struct PlanArgs {
     pub slo: Option<String>,
 }
 
-/// What a run does with a data item that cannot become a request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum OnError {
-    /// Stop the run with an error naming the item and the field.
-    #[default]
-    Fail,
-    /// Count it, report it, and go on.
-    Skip,
-}
+pub use crate::data::OnError;
 
 /// One `--data` source, checked.
 #[derive(Debug, Clone)]

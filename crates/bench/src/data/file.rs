@@ -75,10 +75,10 @@ use std::time::Duration;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
+use super::OnError;
 use super::open::read_rows;
 use super::rows::{FORMATS, Row, json_in_cell};
 use super::{DataItem, DataSource, History, RowFault, Turn, string_option, u32_option};
-use crate::session::OnError;
 use crate::{Error, Result};
 use guidebench_core::Error as CoreError;
 use guidebench_core::options::{OptionSpec, OptionType};
@@ -228,7 +228,7 @@ pub(super) struct FileDefaults {
 impl Default for FileDefaults {
     fn default() -> Self {
         FileDefaults {
-            split: "train",
+            split: super::open::DEFAULT_SPLIT,
             prompt_column: PROMPT_COLUMNS,
             output_tokens_column: OUTPUT_TOKENS_COLUMNS,
             prompt_tokens_column: PROMPT_TOKENS_COLUMNS,

@@ -49,7 +49,6 @@ use std::time::Duration;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use crate::session::OnError;
 use crate::{Error, Result};
 use guidebench_core::Error as CoreError;
 use guidebench_core::options::{KindArgs, OptionSpec, OptionType, check_options};
@@ -73,6 +72,17 @@ pub use synthetic::{
     SYNTHETIC_TEXT_OPTIONS, SyntheticText, SyntheticTextConfig, SyntheticTextSource,
 };
 pub use trace::{TRACE_OPTIONS, TraceSource};
+
+/// What a run does with a data item that cannot become a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnError {
+    /// Stop the run with an error naming the item and the field.
+    #[default]
+    Fail,
+    /// Count it, report it, and go on.
+    Skip,
+}
 
 /// One item of benchmark data.
 #[derive(Debug, Clone, PartialEq)]

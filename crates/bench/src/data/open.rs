@@ -10,6 +10,9 @@ use super::{hf, string_option};
 use crate::{Error, Result};
 use guidebench_core::Error as CoreError;
 
+/// The split of a Hugging Face dataset read when `split` is not given.
+pub(super) const DEFAULT_SPLIT: &str = "train";
+
 /// The rows of the file named by the `path` option, in the format of the
 /// `format` option or of its extension, and the columns present (in order
 /// of appearance).
@@ -29,7 +32,7 @@ pub(super) fn read_rows(
     {
         let (snapshot, files) = hf::resolve(
             &id,
-            string_option(options, "split").unwrap_or(super::file::FileDefaults::default().split),
+            string_option(options, "split").unwrap_or(DEFAULT_SPLIT),
             string_option(options, "config"),
             string_option(options, "hub_cache").map(PathBuf::from),
         )?;

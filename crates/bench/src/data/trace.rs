@@ -37,12 +37,12 @@ use std::time::Duration;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
+use super::OnError;
 use super::open::read_rows;
 use super::rows::{Row, json_in_cell};
 use super::synthetic::{Prompts, pseudo_word};
 use super::{DataItem, DataSource, RowFault, string_option, u32_option};
 use crate::Result;
-use crate::session::OnError;
 use guidebench_core::options::{OptionSpec, OptionType};
 use guidebench_core::request::RequestInput;
 use guidebench_core::rng;

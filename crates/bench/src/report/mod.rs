@@ -25,6 +25,7 @@ mod keeping_up;
 mod metrics;
 mod model;
 mod plot;
+mod read;
 mod side_by_side;
 mod yaml;
 

@@ -1,7 +1,7 @@
 //! The report model and its versioned JSON form.
 
 use std::fs::File;
-use std::io::{BufReader, BufWriter, Write};
+use std::io::{BufWriter, Write};
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
@@ -349,58 +349,6 @@ impl Report {
         })
     }
 
-    /// A report from JSON text; `context` names the source in errors.
-    /// Fails with [`Error::NotAReport`] or [`Error::SchemaVersion`] on JSON
-    /// that is not a report of the schema version this build reads. The metrics are recomputed from the records (see
-    /// [`Report::from_json_value`]).
-    pub fn from_json_str(json: &str, context: &str) -> Result<Self> {
-        let value: Value = serde_json::from_str(json).map_err(|source| {
-            Error::from(CoreError::Json {
-                context: context.to_owned(),
-                source,
-            })
-        })?;
-        Report::from_json_value(value, context)
-    }
-
-    /// A report from a parsed JSON value; see [`Report::from_json_str`].
-    ///
-    /// The metrics are recomputed from the records rather than taken from
-    /// the JSON, so they are bit-identical to the metrics computed before
-    /// saving (`serde_json` parses a float to within one ulp only). A
-    /// GuideLLM report is converted (see [`super::guidellm`]).
-    pub fn from_json_value(value: Value, context: &str) -> Result<Self> {
-        if super::guidellm::is_guidellm_report(&value) {
-            return super::guidellm::from_guidellm(value, context);
-        }
-        match value.get("schema_version") {
-            None => {
-                return Err(Error::NotAReport {
-                    context: context.to_owned(),
-                });
-            }
-            Some(v) if v.as_u64() != Some(u64::from(SCHEMA_VERSION)) => {
-                return Err(Error::SchemaVersion {
-                    context: context.to_owned(),
-                    found: v.to_string(),
-                    version: GUIDEBENCH_VERSION,
-                    reads: SCHEMA_VERSION,
-                });
-            }
-            Some(_) => {}
-        }
-        let mut report: Report = serde_json::from_value(value).map_err(|source| {
-            Error::from(CoreError::Json {
-                context: context.to_owned(),
-                source,
-            })
-        })?;
-        for benchmark in &mut report.benchmarks {
-            benchmark.recompute();
-        }
-        Ok(report)
-    }
-
     /// Writes the report as JSON to `path`.
     pub fn write_json(&self, path: impl AsRef<Path>) -> Result<()> {
         let path = path.as_ref();
@@ -415,21 +363,6 @@ impl Report {
         out.write_all(b"\n")
             .and_then(|()| out.flush())
             .map_err(|e| Error::from(CoreError::io(path, e)))
-    }
-
-    /// Reads a report written by [`Report::write_json`], recomputing the
-    /// metrics from the records (see [`Report::from_json_value`]).
-    pub fn read_json(path: impl AsRef<Path>) -> Result<Self> {
-        let path = path.as_ref();
-        let file = File::open(path).map_err(|e| CoreError::io(path, e))?;
-        let context = format!("`{}`", path.display());
-        let value: Value = serde_json::from_reader(BufReader::new(file)).map_err(|source| {
-            Error::from(CoreError::Json {
-                context: context.clone(),
-                source,
-            })
-        })?;
-        Report::from_json_value(value, &context)
     }
 }
 
