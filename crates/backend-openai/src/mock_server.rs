@@ -501,6 +501,71 @@ fn count<T: TryFrom<i64>>(key: &str, value: i64, min: i64) -> Result<T> {
     T::try_from(value).map_err(|_| invalid(key, format!("{value} is too large")))
 }
 
+/// GuideLLM 0.8.1's mock-server flags without a meaning here, with what
+/// to write instead (see [`refuse_guidellm_flag`]).
+pub const REFUSED_GUIDELLM_FLAGS: &[(&str, &str)] = &[
+    (
+        "--request-latency",
+        "a non-streamed answer takes the same time as a streamed one here: \
+         --ttft-ms plus --itl-ms per token",
+    ),
+    (
+        "--max-concurrent-requests",
+        "this server does not queue requests; make the latency grow with load with \
+         --set ttft_per_request=5ms",
+    ),
+    (
+        "--image-tokens, --video-tokens and --audio-tokens-per-second",
+        "this server counts the prompt's text tokens only",
+    ),
+    (
+        "--log-request-received",
+        "set GUIDEBENCH_LOG=debug to log the server's requests",
+    ),
+];
+
+/// Refuses the first of GuideLLM's mock-server flags given (by its entry in
+/// [`REFUSED_GUIDELLM_FLAGS`]), saying what to write instead.
+///
+/// # Errors
+///
+/// [`Error::InvalidOption`] naming the flag.
+pub fn refuse_guidellm_flag(given: &[&str]) -> Result<()> {
+    match REFUSED_GUIDELLM_FLAGS
+        .iter()
+        .find(|(flag, _)| given.contains(flag))
+    {
+        Some((flag, instead)) => Err(Error::InvalidOption {
+            context: "mock-server (GuideLLM's flag has no meaning here)".into(),
+            key: (*flag).to_owned(),
+            reason: (*instead).to_owned(),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// A latency flag's value as the option takes it: `--ttft 50ms` (a
+/// duration with its unit) or GuideLLM's `--ttft-ms 50`. A bare number in
+/// the first is refused, since GuideLLM's users mean milliseconds and a
+/// duration reads seconds.
+///
+/// # Errors
+///
+/// [`Error::InvalidOption`] for a bare number, saying what to write.
+pub fn latency_flag(flag: &str, with_unit: Option<&str>, ms: Option<f64>) -> Result<Option<Value>> {
+    match (with_unit, ms) {
+        (Some(value), _) if value.trim().parse::<f64>().is_ok() => Err(Error::InvalidOption {
+            context: "mock-server".into(),
+            key: format!("--{flag}"),
+            reason: format!(
+                "give the unit (--{flag} {value}ms) or write --{flag}-ms {value} as GuideLLM does"
+            ),
+        }),
+        (Some(value), _) => Ok(Some(Value::String(value.to_owned()))),
+        (None, ms) => Ok(ms.map(|ms| Value::String(format!("{ms}ms")))),
+    }
+}
+
 impl MockServerConfig {
     /// The configuration from options checked against [`OPTIONS`]
     /// (durations as seconds or text such as `50ms`).

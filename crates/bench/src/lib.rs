@@ -35,6 +35,7 @@ pub mod analysis;
 pub mod compare;
 pub mod data;
 pub mod error;
+pub mod help;
 pub mod metrics;
 pub mod outputs;
 pub mod planner;

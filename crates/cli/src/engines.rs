@@ -17,52 +17,9 @@ use guidebench_tch as _;
 // without a model and runs without `model=`.
 use guidebench_builtins as _;
 
-#[cfg(any(not(feature = "candle"), not(feature = "ort"), not(feature = "tch")))]
-mod absent {
-    use guidebench_core::Error;
-    use guidebench_core::engine::{Engine, EngineConfig};
-    use guidebench_core::options::{OptionSpec, OptionType};
-
-    /// Stand-ins accept any option, so the "not compiled in" error is what
-    /// the user sees, not a complaint about a key.
-    pub const ANY: &[OptionSpec] = &[OptionSpec::optional(
-        "model",
-        OptionType::Any,
-        "(this engine is not compiled in)",
-    )];
-
-    pub fn not_compiled_in(config: &EngineConfig) -> guidebench_core::Result<Box<dyn Engine>> {
-        Err(Error::NotCompiledIn {
-            name: format!("engine `{}`", config.engine),
-            feature: match config.engine.as_str() {
-                "ort" => "ort",
-                "tch" => "tch",
-                _ => "candle",
-            },
-        })
-    }
-
-    #[cfg(not(feature = "candle"))]
-    guidebench_core::register_engine! {
-        name: "candle",
-        description: "(not compiled in: rebuild with --features candle)",
-        options: ANY,
-        create: not_compiled_in,
-    }
-
-    #[cfg(not(feature = "ort"))]
-    guidebench_core::register_engine! {
-        name: "ort",
-        description: "(not compiled in: rebuild with --features ort)",
-        options: ANY,
-        create: not_compiled_in,
-    }
-
-    #[cfg(not(feature = "tch"))]
-    guidebench_core::register_engine! {
-        name: "tch",
-        description: "(not compiled in: rebuild with --features tch)",
-        options: ANY,
-        create: not_compiled_in,
-    }
-}
+#[cfg(not(feature = "candle"))]
+guidebench_core::register_absent_engine! { name: "candle", feature: "candle" }
+#[cfg(not(feature = "ort"))]
+guidebench_core::register_absent_engine! { name: "ort", feature: "ort" }
+#[cfg(not(feature = "tch"))]
+guidebench_core::register_absent_engine! { name: "tch", feature: "tch" }

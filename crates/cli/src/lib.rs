@@ -26,10 +26,8 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
-use guidebench_bench::outputs::{self, OUTPUT_KINDS, Output};
+use guidebench_bench::outputs::{self, Output};
 use guidebench_bench::report::Report;
-use guidebench_core::options::OptionSpec;
-use guidebench_core::registry;
 
 /// Benchmark LLM inference: TTFT, ITL, TPOT, latency and throughput.
 #[derive(Debug, Parser)]
@@ -185,24 +183,6 @@ fn one_line(err: &anyhow::Error) -> String {
     text
 }
 
-fn print_options(options: &[OptionSpec]) {
-    for spec in options {
-        let default = spec
-            .default_text()
-            .map(|d| format!(" (default {d})"))
-            .unwrap_or_default();
-        let required = if spec.required { " (required)" } else { "" };
-        println!(
-            "      {:<22} {:<9} {}{}{}",
-            spec.name,
-            guidebench_core::options::describe_type(spec.ty),
-            spec.description,
-            default,
-            required
-        );
-    }
-}
-
 fn export(args: &ExportArgs) -> Result<(), Failure> {
     let report = Report::read_json(&args.file)?;
     let outputs = outputs::parse_all(&args.output)?;
@@ -266,7 +246,7 @@ impl Write for PlainUnlessTerminal {
         if std::io::IsTerminal::is_terminal(&stderr) {
             stderr.write_all(buf)?;
         } else {
-            stderr.write_all(&strip_ansi(buf))?;
+            stderr.write_all(&anstream::adapter::strip_bytes(buf).into_vec())?;
         }
         Ok(buf.len())
     }
@@ -274,26 +254,6 @@ impl Write for PlainUnlessTerminal {
     fn flush(&mut self) -> std::io::Result<()> {
         std::io::stderr().flush()
     }
-}
-
-/// `text` without its ANSI escape sequences (`ESC [ ... letter`).
-fn strip_ansi(text: &[u8]) -> Vec<u8> {
-    let mut plain = Vec::with_capacity(text.len());
-    let mut bytes = text.iter().copied().peekable();
-    while let Some(byte) = bytes.next() {
-        if byte == 0x1b && bytes.peek() == Some(&b'[') {
-            bytes.next();
-            // Parameters and intermediates, up to the final byte.
-            for b in bytes.by_ref() {
-                if (0x40..=0x7e).contains(&b) {
-                    break;
-                }
-            }
-        } else {
-            plain.push(byte);
-        }
-    }
-    plain
 }
 
 fn compare(args: &CompareArgs) -> Result<(), Failure> {
@@ -305,91 +265,17 @@ fn compare(args: &CompareArgs) -> Result<(), Failure> {
     Ok(())
 }
 
-/// One part of `guidebench backends`: a title, then each kind's name,
-/// one line about it (empty for kinds listed by name only) and its
-/// options.
-struct OptionSection {
-    title: &'static str,
-    kinds: Vec<(&'static str, &'static str, &'static [OptionSpec])>,
-}
-
-/// Every option list a user can set, as `guidebench backends` prints them.
-fn option_sections() -> Result<Vec<OptionSection>, Failure> {
-    let named = |kinds: &[(&'static str, &'static [OptionSpec])]| {
-        kinds
-            .iter()
-            .map(|(name, options)| (*name, "", *options))
-            .collect()
-    };
-    let mut sections = vec![
-        OptionSection {
-            title: "Backend kinds (--backend kind=NAME,...):",
-            kinds: (registry::backends()?.iter())
-                .map(|b| (b.name, b.description, b.options))
-                .collect(),
-        },
-        OptionSection {
-            title: "Engines (--backend kind=offline,engine=NAME,...):",
-            kinds: (registry::engines()?.iter())
-                .map(|e| (e.name, e.description, e.options))
-                .collect(),
-        },
-        OptionSection {
-            title: "Sampling (--backend ...,sampling.KEY=VALUE; a data row's own column wins):",
-            kinds: vec![("", "", guidebench_bench::session::SAMPLING_OPTIONS)],
-        },
-        OptionSection {
-            title: "Data (--data kind=NAME,...):",
-            kinds: (guidebench_bench::data::DATA_KINDS.iter())
-                .map(|k| match k.alias {
-                    Some(_) => (k.name, k.description, &[][..]),
-                    None => (k.name, "", k.options),
-                })
-                .collect(),
-        },
-        OptionSection {
-            title: "Profiles (--profile kind=NAME,...):",
-            kinds: named(guidebench_bench::runner::PROFILE_KINDS),
-        },
-        OptionSection {
-            title: "Constraints (--constraint kind=NAME,...):",
-            kinds: named(guidebench_bench::runner::CONSTRAINT_KINDS),
-        },
-        OptionSection {
-            title: "Objectives (--slo KEY=VALUE,...):",
-            kinds: vec![("", "", guidebench_bench::slo::SLO_OPTIONS)],
-        },
-        OptionSection {
-            title: "Outputs (--output kind=NAME,...):",
-            kinds: OUTPUT_KINDS
-                .iter()
-                .map(|k| (k.name, "", k.options))
-                .collect(),
+fn list_backends() -> Result<(), Failure> {
+    // The mock server's options come with the openai feature.
+    let extra: &[guidebench_bench::help::OptionSection] = &[
+        #[cfg(feature = "openai")]
+        guidebench_bench::help::OptionSection {
+            title: "Mock server (guidebench mock-server --set KEY=VALUE):",
+            kinds: vec![("mock-server", "", guidebench_openai::mock_server::OPTIONS)],
         },
     ];
-    #[cfg(feature = "openai")]
-    sections.push(OptionSection {
-        title: "Mock server (guidebench mock-server --set KEY=VALUE):",
-        kinds: vec![("mock-server", "", guidebench_openai::mock_server::OPTIONS)],
-    });
-    Ok(sections)
-}
-
-fn list_backends() -> Result<(), Failure> {
-    for (i, section) in option_sections()?.iter().enumerate() {
-        if i > 0 {
-            println!();
-        }
-        println!("{}", section.title);
-        for (name, description, options) in &section.kinds {
-            match (*name, *description) {
-                ("", _) => {}
-                (name, "") => println!("  {name}"),
-                (name, description) => println!("  {name:<14} {description}"),
-            }
-            print_options(options);
-        }
-    }
+    let sections = guidebench_bench::help::option_sections(extra.to_vec())?;
+    print!("{}", guidebench_bench::help::options_text(&sections));
     Ok(())
 }
 
@@ -407,31 +293,5 @@ mod tests {
         assert_eq!(one_line(&err), "cannot read `r.json`: No such file");
         let err = anyhow::anyhow!("inner cause").context("outer");
         assert_eq!(one_line(&err), "outer: inner cause");
-    }
-
-    /// A spec that names a typed default (`default_from`) whose struct has
-    /// no field of the spec's name would print no default at all: every
-    /// such spec, in every list `guidebench backends` prints, resolves.
-    #[test]
-    fn every_default_help_prints_comes_from_a_field_of_its_typed_struct() {
-        let mut checked = 0;
-        let Ok(sections) = option_sections() else {
-            panic!("the registries do not load");
-        };
-        for section in sections {
-            for (kind, _, options) in &section.kinds {
-                for spec in options.iter().filter(|spec| spec.default.is_some()) {
-                    assert!(
-                        spec.default_text().is_some(),
-                        "{} {kind}: `{}` names {:?}, which has no such field",
-                        section.title,
-                        spec.name,
-                        spec.default,
-                    );
-                    checked += 1;
-                }
-            }
-        }
-        assert!(checked > 50, "only {checked} defaults were checked");
     }
 }

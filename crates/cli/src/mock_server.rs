@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use anyhow::anyhow;
 use clap::Args;
 use guidebench_core::options::parse_kind_args;
-use guidebench_openai::mock_server::{MockServerConfig, serve};
+use guidebench_openai::mock_server::{MockServerConfig, latency_flag, refuse_guidellm_flag, serve};
 use serde_json::{Map, Value};
 
 use crate::Failure;
@@ -102,85 +102,41 @@ struct RefusedGuideLlmFlags {
     log_request_received: bool,
 }
 
-impl RefusedGuideLlmFlags {
-    /// The first GuideLLM flag given that has no meaning here, as an error
-    /// that says what to write instead.
-    fn check(&self) -> Result<(), Failure> {
-        let refused = [
-            (
-                self.request_latency.is_some() || self.request_latency_std.is_some(),
-                "--request-latency",
-                "a non-streamed answer takes the same time as a streamed one here: \
-                 --ttft-ms plus --itl-ms per token",
-            ),
-            (
-                self.max_concurrent_requests.is_some(),
-                "--max-concurrent-requests",
-                "this server does not queue requests; make the latency grow with load with \
-                 --set ttft_per_request=5ms",
-            ),
-            (
-                self.image_tokens.is_some()
-                    || self.video_tokens.is_some()
-                    || self.audio_tokens_per_second.is_some(),
-                "--image-tokens, --video-tokens and --audio-tokens-per-second",
-                "this server counts the prompt's text tokens only",
-            ),
-            (
-                self.log_request_received,
-                "--log-request-received",
-                "set GUIDEBENCH_LOG=debug to log the server's requests",
-            ),
-        ];
-        match refused.iter().find(|(given, ..)| *given) {
-            Some((_, flag, instead)) => Err(Failure::Usage(anyhow!(
-                "{flag} (GuideLLM's mock server) has no meaning here: {instead}"
-            ))),
-            None => Ok(()),
-        }
-    }
-}
-
-/// A `--ttft`/`--itl` value: a duration with its unit. A bare number is
-/// refused, since GuideLLM's users mean milliseconds and a duration reads
-/// seconds.
-fn duration_flag(flag: &str, value: Option<&String>) -> Result<Option<Value>, Failure> {
-    let Some(value) = value else {
-        return Ok(None);
-    };
-    if value.trim().parse::<f64>().is_ok() {
-        return Err(Failure::Usage(anyhow!(
-            "--{flag} {value}: give the unit (--{flag} {value}ms) or write \
-             --{flag}-ms {value} as GuideLLM does"
-        )));
-    }
-    Ok(Some(Value::String(value.clone())))
-}
-
-/// Milliseconds as a duration option's value.
-fn milliseconds(ms: Option<f64>) -> Option<Value> {
-    ms.map(|ms| Value::String(format!("{ms}ms")))
-}
-
 fn options(args: &MockServerArgs) -> Result<Map<String, Value>, Failure> {
-    args.refused.check()?;
+    let r = &args.refused;
+    let given = [
+        (r.request_latency.is_some() || r.request_latency_std.is_some())
+            .then_some("--request-latency"),
+        r.max_concurrent_requests
+            .is_some()
+            .then_some("--max-concurrent-requests"),
+        (r.image_tokens.is_some()
+            || r.video_tokens.is_some()
+            || r.audio_tokens_per_second.is_some())
+        .then_some("--image-tokens, --video-tokens and --audio-tokens-per-second"),
+        r.log_request_received.then_some("--log-request-received"),
+    ];
+    refuse_guidellm_flag(&given.into_iter().flatten().collect::<Vec<_>>())?;
     let mut options = Map::new();
     for pair in &args.set {
         let parsed = parse_kind_args(&format!("kind=mock-server,{pair}"))?;
         options.extend(parsed.options);
     }
-    let ttft = duration_flag("ttft", args.ttft.as_ref())?;
-    let itl = duration_flag("itl", args.itl.as_ref())?;
+    let ttft = latency_flag("ttft", args.ttft.as_deref(), args.ttft_ms)?;
+    let itl = latency_flag("itl", args.itl.as_deref(), args.itl_ms)?;
     let mut put = |key: &str, value: Option<Value>| {
         if let Some(value) = value {
             options.insert(key.to_owned(), value);
         }
     };
     put("model", args.model.clone().map(Value::String));
-    put("ttft", ttft.or_else(|| milliseconds(args.ttft_ms)));
-    put("ttft_std", milliseconds(args.ttft_ms_std));
-    put("itl", itl.or_else(|| milliseconds(args.itl_ms)));
-    put("itl_std", milliseconds(args.itl_ms_std));
+    put("ttft", ttft);
+    put(
+        "ttft_std",
+        latency_flag("ttft_std", None, args.ttft_ms_std)?,
+    );
+    put("itl", itl);
+    put("itl_std", latency_flag("itl_std", None, args.itl_ms_std)?);
     put("output_tokens", args.output_tokens.map(Value::from));
     put("output_tokens_std", args.output_tokens_std.map(Value::from));
     put("error_after", args.fail_after_requests.map(Value::from));

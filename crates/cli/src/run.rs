@@ -121,97 +121,10 @@ struct GuideLlmPipeline {
     data_loader: Option<String>,
 }
 
-impl GuideLlmPipeline {
-    /// The first flag given with other than GuideLLM's default, as an
-    /// error that says what to write instead.
-    fn check(&self) -> Result<(), Failure> {
-        let flags = [
-            (
-                "--data-column-mapper",
-                self.data_column_mapper.as_slice(),
-                "generative_column_mapper",
-                "name the columns in --data: prompt_column=, output_tokens_column=, \
-                 prompt_tokens_column=, image_column=, system_column=",
-            ),
-            (
-                "--data-preprocessor",
-                self.data_preprocessors.as_slice(),
-                "encode_media",
-                "media columns are encoded as they are read (image_column=, audio_column=)",
-            ),
-            (
-                "--data-finalizer",
-                self.data_finalizer.as_slice(),
-                "generative",
-                "every data row becomes a generation request",
-            ),
-            (
-                "--data-loader",
-                self.data_loader.as_slice(),
-                "pytorch",
-                "data is read by guidebench itself, whole and checked before the run",
-            ),
-        ];
-        for (flag, values, default, instead) in flags {
-            for value in values {
-                let kind = guidebench_core::options::parse_kind_args(value)
-                    .map(|args| (args.kind, args.options.is_empty()));
-                if !matches!(kind, Ok((ref kind, true)) if kind == default) {
-                    return Err(Failure::Usage(anyhow!(
-                        "{flag} {value}: guidebench has only GuideLLM's default \
-                         (kind={default}); {instead}"
-                    )));
-                }
-            }
-        }
-        Ok(())
-    }
-}
-
-impl RunArgs {
-    /// Each `--override` as `KEY=VALUE`: GuideLLM's two-argument form (a
-    /// key, which has no `=`, then its values) is turned into it.
-    fn overrides(&self) -> Result<Vec<String>, Failure> {
-        let mut overrides = Vec::new();
-        let mut items = self.overrides.iter();
-        while let Some(item) = items.next() {
-            if item.contains('=') {
-                overrides.push(item.clone());
-                continue;
-            }
-            let Some(values) = items.next() else {
-                return Err(Failure::Usage(anyhow!(
-                    "--override takes KEY=VALUE or KEY VALUES, got `{item}` alone"
-                )));
-            };
-            overrides.push(guidebench_bench::scenario::override_from_pair(item, values));
-        }
-        Ok(overrides)
-    }
-}
-
 /// The help of `--data`, `--profile` and `--output`, listing every kind
 /// from the registries, so that help never lags behind them.
 pub fn kinds_help(cmd: clap::Command) -> clap::Command {
-    let names = |names: Vec<&str>| names.join(", ");
-    let data = names(
-        guidebench_bench::data::DATA_KINDS
-            .iter()
-            .map(|k| k.name)
-            .collect(),
-    );
-    let profiles = names(
-        guidebench_bench::runner::PROFILE_KINDS
-            .iter()
-            .map(|(name, _)| *name)
-            .collect(),
-    );
-    let outputs = names(
-        guidebench_bench::outputs::OUTPUT_KINDS
-            .iter()
-            .map(|k| k.name)
-            .collect(),
-    );
+    let (data, profiles, outputs) = guidebench_bench::help::kind_names();
     let help = |text: String| move |arg: clap::Arg| arg.help(text.clone()).long_help(text);
     cmd.mut_arg(
         "data",
@@ -240,8 +153,20 @@ pub fn kinds_help(cmd: clap::Command) -> clap::Command {
 impl RunArgs {
     /// The flags as bench takes them.
     fn into_flags(self) -> Result<Flags, Failure> {
-        self.pipeline.check()?;
-        let overrides = self.overrides()?;
+        let pipeline = &self.pipeline;
+        guidebench_bench::scenario::check_guidellm_pipeline(&[
+            (
+                "--data-column-mapper",
+                pipeline.data_column_mapper.as_slice(),
+            ),
+            (
+                "--data-preprocessor",
+                pipeline.data_preprocessors.as_slice(),
+            ),
+            ("--data-finalizer", pipeline.data_finalizer.as_slice()),
+            ("--data-loader", pipeline.data_loader.as_slice()),
+        ])?;
+        let overrides = guidebench_bench::scenario::overrides_from_args(&self.overrides)?;
         Ok(Flags {
             scenario: self.scenario,
             backend: self.backend,
@@ -262,21 +187,6 @@ impl RunArgs {
             overrides,
         })
     }
-}
-
-/// The command line as one shell-quoted string, for the report: the
-/// program by its file name, then every argument as given, its secrets
-/// redacted here, before it is kept anywhere (see
-/// [`guidebench_core::redact`]).
-fn command_line() -> String {
-    let mut args: Vec<String> = std::env::args().collect();
-    if let Some(program) = args.first_mut()
-        && let Some(name) = std::path::Path::new(program.as_str()).file_name()
-    {
-        *program = name.to_string_lossy().into_owned();
-    }
-    let args = guidebench_core::redact::redact_command_line(&args);
-    shlex::try_join(args.iter().map(String::as_str)).unwrap_or_else(|_| args.join(" "))
 }
 
 /// Runs `guidebench run`: every option is checked before the backend
@@ -312,7 +222,8 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
     });
     let mut report = report?;
     if let Some(config) = report.config.as_object_mut() {
-        config.insert("command".into(), command_line().into());
+        let command = guidebench_bench::scenario::command_line(std::env::args().collect());
+        config.insert("command".into(), command.into());
     }
 
     crate::write_run_outputs(&outputs, &report)?;

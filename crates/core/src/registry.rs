@@ -205,6 +205,43 @@ macro_rules! register_engine {
     };
 }
 
+/// The options an engine registered by [`register_absent_engine!`] lists.
+pub const ABSENT_ENGINE_OPTIONS: &[OptionSpec] = &[OptionSpec::optional(
+    "model",
+    crate::options::OptionType::Any,
+    "(this engine is not compiled in)",
+)];
+
+/// Registers a stand-in for an engine whose cargo feature is off: it is
+/// listed, and using it fails with [`Error::NotCompiledIn`] naming the
+/// feature, so `engine=tch` in a build without `tch` says how to get it.
+///
+/// ```ignore
+/// #[cfg(not(feature = "tch"))]
+/// guidebench_core::register_absent_engine! { name: "tch", feature: "tch" }
+/// ```
+#[macro_export]
+macro_rules! register_absent_engine {
+    (name: $name:literal, feature: $feature:literal $(,)?) => {
+        const _: () = {
+            fn not_compiled_in(
+                _: &$crate::engine::EngineConfig,
+            ) -> $crate::Result<::std::boxed::Box<dyn $crate::engine::Engine>> {
+                Err($crate::Error::NotCompiledIn {
+                    name: concat!("engine `", $name, "`").into(),
+                    feature: $feature,
+                })
+            }
+            $crate::register_engine! {
+                name: $name,
+                description: concat!("(not compiled in: rebuild with --features ", $feature, ")"),
+                options: $crate::registry::ABSENT_ENGINE_OPTIONS,
+                create: not_compiled_in,
+            }
+        };
+    };
+}
+
 /// Registers a backend kind.
 ///
 /// ```ignore

@@ -786,8 +786,7 @@ mod options {
         let err = backend
             .validate()
             .await
-            .err()
-            .expect("the engine was told to fail");
+            .expect_err("the engine was told to fail");
         assert!(err.to_string().contains("injected"), "{err}");
         backend.shutdown().await.expect("shutdown");
 

@@ -191,6 +191,103 @@ impl Flags {
     }
 }
 
+/// The command line as one shell-quoted string, for the report: the
+/// program by its file name, then every argument as given, its secrets
+/// redacted before it is kept anywhere (see [`guidebench_core::redact`]).
+#[must_use]
+pub fn command_line(mut args: Vec<String>) -> String {
+    if let Some(program) = args.first_mut()
+        && let Some(name) = std::path::Path::new(program.as_str()).file_name()
+    {
+        *program = name.to_string_lossy().into_owned();
+    }
+    let args = guidebench_core::redact::redact_command_line(&args);
+    shlex::try_join(args.iter().map(String::as_str)).unwrap_or_else(|_| args.join(" "))
+}
+
+/// GuideLLM 0.8.1's data pipeline flags, with the one value (its default)
+/// that describes what guidebench does, and what to write instead of any
+/// other: `(flag, default kind, instead)`.
+const GUIDELLM_PIPELINE: &[(&str, &str, &str)] = &[
+    (
+        "--data-column-mapper",
+        "generative_column_mapper",
+        "name the columns in --data: prompt_column=, output_tokens_column=, \
+         prompt_tokens_column=, image_column=, system_column=",
+    ),
+    (
+        "--data-preprocessor",
+        "encode_media",
+        "media columns are encoded as they are read (image_column=, audio_column=)",
+    ),
+    (
+        "--data-finalizer",
+        "generative",
+        "every data row becomes a generation request",
+    ),
+    (
+        "--data-loader",
+        "pytorch",
+        "data is read by guidebench itself, whole and checked before the run",
+    ),
+];
+
+/// Checks GuideLLM's data pipeline flags (`--data-column-mapper`, ...,
+/// each with the values given): GuideLLM's default is accepted, since it
+/// is what guidebench does; anything else is refused saying what to write
+/// instead.
+///
+/// # Errors
+///
+/// [`Error::Flag`] for the first value that is not the flag's default.
+pub fn check_guidellm_pipeline(given: &[(&str, &[String])]) -> Result<()> {
+    for (flag, values) in given {
+        let Some((flag, default, instead)) = GUIDELLM_PIPELINE.iter().find(|(f, ..)| f == flag)
+        else {
+            continue;
+        };
+        for value in *values {
+            let kind = parse_kind_args(value).map(|args| (args.kind, args.options.is_empty()));
+            if !matches!(kind, Ok((ref kind, true)) if kind == default) {
+                return Err(Error::Flag {
+                    flag,
+                    reason: format!(
+                        "{value}: guidebench has only GuideLLM's default (kind={default}); \
+                         {instead}"
+                    ),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Each `--override` as `KEY=VALUE`: GuideLLM's two-argument form (a key,
+/// which has no `=`, then its values) is turned into it (see
+/// [`super::override_from_pair`]).
+///
+/// # Errors
+///
+/// [`Error::Flag`] for a key given without its values.
+pub fn overrides_from_args(items: &[String]) -> Result<Vec<String>> {
+    let mut overrides = Vec::new();
+    let mut items = items.iter();
+    while let Some(item) = items.next() {
+        if item.contains('=') {
+            overrides.push(item.clone());
+            continue;
+        }
+        let Some(values) = items.next() else {
+            return Err(Error::Flag {
+                flag: "--override",
+                reason: format!("takes KEY=VALUE or KEY VALUES, got `{item}` alone"),
+            });
+        };
+        overrides.push(super::override_from_pair(item, values));
+    }
+    Ok(overrides)
+}
+
 /// `--seed`: a whole number, or GuideLLM's `kind=static,value=N` (its
 /// `value` defaults to 42, as in GuideLLM).
 fn parse_seed(arg: &str) -> Result<u64> {

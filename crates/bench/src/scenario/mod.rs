@@ -12,7 +12,7 @@ use guidebench_core::options::parse_kind_args;
 use serde::Deserialize;
 use serde_json::Value;
 
-pub use flags::{Flags, RunPlan};
+pub use flags::{Flags, RunPlan, check_guidellm_pipeline, command_line, overrides_from_args};
 
 use crate::session::{DEFAULT_DATA, DEFAULT_PROFILE, PlanArgs};
 use crate::{Error, Result};
