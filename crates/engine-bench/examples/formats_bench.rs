@@ -121,11 +121,11 @@ struct ChildReport {
 fn child(args: &[String]) -> Result<(), BoxError> {
     let mut dtype = "f32".to_owned();
     let mut model = MODEL.to_owned();
-    let mut quant_kernels = None;
+    let mut quant_kernels = CandleOptions::default().quant_kernels;
     for (key, value) in key_values(args, &["dtype", "model", "quant_kernels"])? {
         match key {
             "dtype" => dtype = value.to_owned(),
-            "quant_kernels" => quant_kernels = Some(value.to_owned()),
+            "quant_kernels" => value.clone_into(&mut quant_kernels),
             _ => model = value.to_owned(),
         }
     }
@@ -183,7 +183,7 @@ fn greedy(args: &[String]) -> Result<(), BoxError> {
     for (key, value) in key_values(args, &["model", "n", "kv_dtype"])? {
         match key {
             "model" => model = value.to_owned(),
-            "kv_dtype" => options.kv_dtype = Some(value.to_owned()),
+            "kv_dtype" => value.clone_into(&mut options.kv_dtype),
             _ => n = value.parse()?,
         }
     }

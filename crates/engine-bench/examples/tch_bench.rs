@@ -114,7 +114,7 @@ fn main() -> Result<(), BoxError> {
         let d = TchEngine::runner(
             Some(&model),
             &TchOptions {
-                dual_layout: Some(true),
+                dual_layout: true,
                 ..options.clone()
             },
         )?;
