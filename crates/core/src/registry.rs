@@ -205,7 +205,8 @@ macro_rules! register_engine {
     };
 }
 
-/// The options an engine registered by [`register_absent_engine!`] lists.
+/// The options an engine registered by
+/// [`register_absent_engine!`](crate::register_absent_engine) lists.
 pub const ABSENT_ENGINE_OPTIONS: &[OptionSpec] = &[OptionSpec::optional(
     "model",
     crate::options::OptionType::Any,
