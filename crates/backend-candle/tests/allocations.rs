@@ -69,6 +69,7 @@ fn steady_state_decoding_steps_allocate_nothing() {
             .iter()
             .enumerate()
             .map(|(slot, tokens)| Prefill {
+                images: &[],
                 slot,
                 tokens,
                 max_len: 160,

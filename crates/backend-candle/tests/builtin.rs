@@ -50,6 +50,7 @@ fn builtin_tiny_is_generated_once_into_the_cache_and_generates() {
     let mut engine = CandleEngine::runner(dir.to_str(), &CandleOptions::default()).expect("load");
     assert!(engine.chat_template().is_some());
     let request = |id| EngineRequest {
+        prepared_images: Vec::new(),
         id,
         prompt: "stai glouck".into(),
         add_special_tokens: true,

@@ -207,6 +207,7 @@ fn greedy_tokens(engine: CandleEngine, max_tokens: u32) -> Vec<Vec<u32>> {
         .iter()
         .enumerate()
         .map(|(i, prompt)| EngineRequest {
+            prepared_images: Vec::new(),
             id: i as u64,
             prompt: (*prompt).to_owned(),
             add_special_tokens: true,

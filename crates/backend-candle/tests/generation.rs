@@ -32,6 +32,7 @@ fn run(engine: &mut StepRunner<CandleEngine>, batch: &[EngineRequest]) -> Vec<En
 
 fn request(id: u64, prompt: &str, sampling: Sampling) -> EngineRequest {
     EngineRequest {
+        prepared_images: Vec::new(),
         id,
         prompt: prompt.to_owned(),
         add_special_tokens: true,

@@ -491,6 +491,7 @@ impl OpenAiHttpBackend {
             None => FinishReason::Eos,
         };
         Ok(GenerationResponse {
+            images: None,
             id: request.id,
             text: output.text,
             token_ids: Vec::new(),

@@ -86,6 +86,7 @@ fn a_float16_graph_generates_a_mixed_batch_with_slots_reused() {
         .zip(limits)
         .enumerate()
         .map(|(i, (p, n))| EngineRequest {
+            prepared_images: Vec::new(),
             id: i as u64,
             prompt: p.text.clone(),
             add_special_tokens: true,

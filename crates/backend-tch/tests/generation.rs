@@ -49,6 +49,7 @@ fn run(engine: &mut StepRunner<TchEngine>, batch: &[EngineRequest]) -> Vec<Engin
 
 fn request(id: u64, prompt: &str, sampling: Sampling) -> EngineRequest {
     EngineRequest {
+        prepared_images: Vec::new(),
         id,
         prompt: prompt.to_owned(),
         add_special_tokens: true,
@@ -88,6 +89,7 @@ fn drive(
         .iter()
         .enumerate()
         .map(|(slot, tokens)| Prefill {
+            images: &[],
             slot,
             tokens,
             max_len: tokens.len() + budgets[slot],
@@ -169,11 +171,13 @@ fn a_decoding_step_that_names_some_rows_leaves_the_others_untouched() {
     // Together with prompt 2, which then sits out two steps.
     let seqs = [
         Prefill {
+            images: &[],
             slot: 4,
             tokens: &prompts[1],
             max_len: prompts[1].len() + 3,
         },
         Prefill {
+            images: &[],
             slot: 2,
             tokens: &prompts[2],
             max_len: prompts[2].len() + 3,
@@ -207,6 +211,7 @@ fn a_slot_that_is_taken_or_out_of_range_is_an_error_not_a_panic() {
     let mut logits = Logits::new(e.limits().vocab_size);
     let tokens = [5u32, 6, 7];
     let seq = |slot| Prefill {
+        images: &[],
         slot,
         tokens: &tokens,
         max_len: 8,
@@ -227,6 +232,7 @@ fn a_slot_that_is_taken_or_out_of_range_is_an_error_not_a_panic() {
         "{err}"
     );
     let none = Prefill {
+        images: &[],
         slot: 1,
         tokens: &[],
         max_len: 4,
@@ -366,6 +372,7 @@ fn decode_step_logits(engine: &mut TchEngine, rows: usize) -> Vec<Vec<f32>> {
         .iter()
         .enumerate()
         .map(|(slot, tokens)| Prefill {
+            images: &[],
             slot,
             tokens,
             max_len: tokens.len() + 2,

@@ -99,6 +99,7 @@ fn memory(records: u64) {
             .collect();
         let record = RequestRecord::success(
             GenerationResponse {
+                images: None,
                 id,
                 text: String::new(),
                 token_ids: Vec::new(),

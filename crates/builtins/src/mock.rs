@@ -356,6 +356,7 @@ impl Engine for MockEngine {
                 .encode(&request.prompt, request.add_special_tokens)?
                 .len();
             outputs.push(Ok(EngineOutput {
+                images: None,
                 text: self.tokenizer.decode(&ids, true)?,
                 token_ids: ids,
                 prompt_tokens: u32::try_from(prompt_tokens).unwrap_or(u32::MAX),

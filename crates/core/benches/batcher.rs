@@ -30,6 +30,7 @@ impl Engine for ZeroCost {
             .iter()
             .map(|_| {
                 Ok(EngineOutput {
+                    images: None,
                     token_ids: vec![97],
                     text: String::from("a"),
                     prompt_tokens: 8,

@@ -19,6 +19,7 @@ use crate::model::ModelFolder;
 use crate::request::{FinishReason, MediaSource};
 use crate::sampling::Sampling;
 use crate::tokenizer::Tokenizer;
+use crate::vision::{ImageProcessor, ImageStats, PreparedImage};
 
 /// One request of a batch, already formatted: the engine tokenizes and
 /// generates, nothing else.
@@ -33,6 +34,11 @@ pub struct EngineRequest {
     pub add_special_tokens: bool,
     /// Images, in the order of their placeholders in `prompt`.
     pub images: Vec<MediaSource>,
+    /// The images already prepared by the engine's
+    /// [`ImageProcessor`] (one per entry of `images`, in order), when the
+    /// caller prepared them ahead of the engine thread; empty otherwise
+    /// (the generation loop prepares them then).
+    pub prepared_images: Vec<Arc<PreparedImage>>,
     /// Audio clips, in the order of their placeholders in `prompt`.
     pub audio: Vec<MediaSource>,
     /// Validated sampling parameters.
@@ -53,6 +59,10 @@ pub struct EngineOutput {
     /// The monotonic instant of every generated token, first token first
     /// (the first at the end of prefill). One per entry of `token_ids`.
     pub token_instants: Vec<Instant>,
+    /// For a request with images: how many, the prompt tokens they took
+    /// (counted in `prompt_tokens`) and the time spent preparing and
+    /// encoding them.
+    pub images: Option<ImageStats>,
 }
 
 /// What an engine can take.
@@ -143,6 +153,13 @@ pub trait Engine {
     /// What inputs the engine accepts.
     fn capabilities(&self) -> EngineCapabilities {
         EngineCapabilities::default()
+    }
+
+    /// The processor that prepares images for this engine's model, for
+    /// callers that prepare them ahead of the engine thread; `None` for an
+    /// engine that takes no images.
+    fn image_processor(&self) -> Option<Arc<dyn ImageProcessor>> {
+        None
     }
 
     /// Facts about the engine for reports.
@@ -238,6 +255,11 @@ pub struct Prefill<'a> {
     /// that will be fed back), at most the engine's `max_seq_len`: an
     /// engine may reserve its cache for this up front.
     pub max_len: usize,
+    /// Its images, in the order of their image-token runs in `tokens`
+    /// (each run is `images[i].tokens` long); empty for a text-only
+    /// prompt. An engine writes each image's projected features over its
+    /// run of image-token positions.
+    pub images: &'a [Arc<PreparedImage>],
 }
 
 /// One running sequence's next input token.
@@ -396,6 +418,19 @@ pub trait StepEngine {
     fn capabilities(&self) -> EngineCapabilities {
         EngineCapabilities::default()
     }
+
+    /// For an engine that takes images: the processor that prepares them
+    /// (see [`crate::vision`]). `None` by default.
+    fn image_processor(&self) -> Option<Arc<dyn ImageProcessor>> {
+        None
+    }
+
+    /// The wall time the last [`prefill`](StepEngine::prefill) spent in
+    /// its vision encoder (zero when it had no images), taken once: the
+    /// loop asks after each prefill.
+    fn take_vision_time(&mut self) -> Duration {
+        Duration::ZERO
+    }
 }
 
 impl<E: StepEngine + ?Sized> StepEngine for Box<E> {
@@ -416,5 +451,11 @@ impl<E: StepEngine + ?Sized> StepEngine for Box<E> {
     }
     fn capabilities(&self) -> EngineCapabilities {
         (**self).capabilities()
+    }
+    fn image_processor(&self) -> Option<Arc<dyn ImageProcessor>> {
+        (**self).image_processor()
+    }
+    fn take_vision_time(&mut self) -> Duration {
+        (**self).take_vision_time()
     }
 }

@@ -167,13 +167,44 @@ pub enum Error {
         usage: bool,
     },
 
-    /// The request uses an input (image, audio, ...) that the engine does not accept.
-    #[error("engine `{engine}` does not accept {input} inputs")]
+    /// The request uses an input (image, audio, ...) that the engine does
+    /// not accept; the message names where such inputs do run.
+    #[error(
+        "engine `{engine}` does not accept {input} inputs{}",
+        input_hint(input)
+    )]
     UnsupportedInput {
         /// The engine's registered name.
         engine: String,
         /// The kind of input (`image`, `audio`).
         input: &'static str,
+    },
+
+    /// An image (or audio clip) that could not be read or decoded.
+    #[error("cannot read media {media}: {reason}")]
+    Media {
+        /// The file or URL it came from.
+        media: String,
+        /// What went wrong.
+        reason: String,
+    },
+
+    /// A request whose prompt does not hold exactly one image token per
+    /// image.
+    #[error(
+        "request {request} has {images} image(s) but its prompt has {placeholders} `{token}` token(s); \
+         each image needs one placeholder the tokenizer reads as the model's image token \
+         (the offline backend's image_placeholder=)"
+    )]
+    ImagePlaceholders {
+        /// The request's id.
+        request: u64,
+        /// Images in the request.
+        images: usize,
+        /// Image tokens in its tokenized prompt.
+        placeholders: usize,
+        /// The model's image token, as text.
+        token: String,
     },
 
     /// A request whose prompt is empty, for a model without a
@@ -328,6 +359,8 @@ impl Error {
             Error::EngineOutputMismatch { .. } => "engine_output_mismatch",
             Error::BatchFailed { label, .. } => label,
             Error::UnsupportedInput { .. } => "unsupported_input",
+            Error::Media { .. } => "media",
+            Error::ImagePlaceholders { .. } => "image_placeholders",
             Error::EmptyPrompt { .. } => "empty_prompt",
             Error::PromptTooLong { .. } => "prompt_too_long",
             Error::ShuttingDown => "shutting_down",
@@ -431,6 +464,8 @@ impl Error {
             | Error::EnginePanic(_)
             | Error::EngineOutputMismatch { .. }
             | Error::UnsupportedInput { .. }
+            | Error::Media { .. }
+            | Error::ImagePlaceholders { .. }
             | Error::EmptyPrompt { .. }
             | Error::PromptTooLong { .. }
             | Error::ShuttingDown
@@ -455,6 +490,19 @@ impl Error {
             path: path.into(),
             source,
         }
+    }
+}
+
+/// Where inputs an engine refused do run, for
+/// [`Error::UnsupportedInput`]'s message.
+fn input_hint(input: &str) -> &'static str {
+    match input {
+        "image" => {
+            "; images run in process on engine=candle with a LLaVA-style model folder, \
+             or on a server with --backend kind=openai_http"
+        }
+        "audio" => "; audio runs on a server with --backend kind=openai_http",
+        _ => "",
     }
 }
 

@@ -42,6 +42,7 @@ use crate::engine::{
 use crate::request::FinishReason;
 use crate::sampler::Sampler;
 use crate::tokenizer::{DecodeStream, Tokenizer};
+use crate::vision::{ImageProcessor, ImageStats, PreparedImage, expand_image_tokens};
 use crate::{Error, Result};
 
 /// Finds stop strings in text that grows a chunk at a time, looking only
@@ -108,6 +109,8 @@ struct Sequence<K> {
     finish: Option<FinishReason>,
     /// The sequence's own failure (its stop-string decoding failed).
     failed: Option<Error>,
+    /// What its images cost, for a prompt with images.
+    images: Option<ImageStats>,
 }
 
 /// A prompt that passed validation, waiting for a slot.
@@ -116,6 +119,7 @@ pub struct Admitted<K> {
     key: K,
     request: EngineRequest,
     tokens: Vec<u32>,
+    images: Vec<Arc<PreparedImage>>,
 }
 
 impl<K> Admitted<K> {
@@ -152,6 +156,7 @@ pub struct Generation<K> {
     eos: Vec<u32>,
     limits: StepLimits,
     capabilities: EngineCapabilities,
+    image_processor: Option<Arc<dyn ImageProcessor>>,
     engine_name: String,
     running: Vec<Sequence<K>>,
     free: Vec<usize>,
@@ -178,6 +183,7 @@ impl<K> Generation<K> {
             tokenizer: text.tokenizer,
             eos: text.eos_token_ids,
             capabilities: engine.capabilities(),
+            image_processor: engine.image_processor(),
             engine_name: engine.describe().engine,
             running: Vec::with_capacity(limits.max_slots),
             // Lowest slot first.
@@ -216,16 +222,42 @@ impl<K> Generation<K> {
         request: EngineRequest,
     ) -> std::result::Result<Admitted<K>, (K, Error)> {
         match self.tokenize(&request) {
-            Ok(tokens) => Ok(Admitted {
+            Ok((tokens, images)) => Ok(Admitted {
                 key,
                 request,
                 tokens,
+                images,
             }),
             Err(err) => Err((key, err)),
         }
     }
 
-    fn tokenize(&self, request: &EngineRequest) -> Result<Vec<u32>> {
+    /// The request's images, prepared: the ones the caller prepared, else
+    /// prepared here with the engine's processor.
+    fn prepare_images(&self, request: &EngineRequest) -> Result<Vec<Arc<PreparedImage>>> {
+        if request.images.is_empty() {
+            return Ok(Vec::new());
+        }
+        let processor = match &self.image_processor {
+            Some(processor) if self.capabilities.images => processor,
+            _ => {
+                return Err(Error::UnsupportedInput {
+                    engine: self.engine_name.clone(),
+                    input: "image",
+                });
+            }
+        };
+        if request.prepared_images.len() == request.images.len() {
+            return Ok(request.prepared_images.clone());
+        }
+        request
+            .images
+            .iter()
+            .map(|source| processor.prepare(source).map(Arc::new))
+            .collect()
+    }
+
+    fn tokenize(&self, request: &EngineRequest) -> Result<(Vec<u32>, Vec<Arc<PreparedImage>>)> {
         if !request.images.is_empty() && !self.capabilities.images {
             return Err(Error::UnsupportedInput {
                 engine: self.engine_name.clone(),
@@ -238,9 +270,21 @@ impl<K> Generation<K> {
                 input: "audio",
             });
         }
+        let images = self.prepare_images(request)?;
         let mut tokens = self
             .tokenizer
             .encode(&request.prompt, request.add_special_tokens)?;
+        if let Some(processor) = &self.image_processor
+            && !images.is_empty()
+        {
+            tokens = expand_image_tokens(
+                request.id,
+                &tokens,
+                processor.image_token_id(),
+                &processor.image_token(),
+                &images,
+            )?;
+        }
         if tokens.is_empty() {
             match &self.tokenizer.special_tokens().bos {
                 Some(bos) => tokens.push(bos.id),
@@ -259,7 +303,7 @@ impl<K> Generation<K> {
                 max,
             });
         }
-        Ok(tokens)
+        Ok((tokens, images))
     }
 
     /// Prefills as many of `waiting` (from the front) as there are free
@@ -292,6 +336,7 @@ impl<K> Generation<K> {
         }
         let first = self.running.len();
         let mut prompts = Vec::with_capacity(n);
+        let mut prompt_images = Vec::with_capacity(n);
         // Lowest free slots first (`free` is kept highest first).
         let slots = self.free.split_off(self.free.len() - n);
         for (admitted, slot) in waiting.drain(..n).zip(slots.into_iter().rev()) {
@@ -299,6 +344,7 @@ impl<K> Generation<K> {
                 key,
                 request,
                 tokens,
+                images,
             } = admitted;
             let prompt_len = tokens.len();
             // The last generated token is never fed back, so a sequence
@@ -321,20 +367,35 @@ impl<K> Generation<K> {
                 stop_at: None,
                 finish: None,
                 failed: None,
+                images: (!images.is_empty()).then(|| ImageStats {
+                    images: u32::try_from(images.len()).unwrap_or(u32::MAX),
+                    image_tokens: u32::try_from(images.iter().map(|i| i.tokens).sum::<usize>())
+                        .unwrap_or(u32::MAX),
+                    prepare: images.iter().map(|i| i.prepare_time).sum(),
+                    encode: std::time::Duration::ZERO,
+                }),
             });
             prompts.push(tokens);
+            prompt_images.push(images);
         }
         let seqs: Vec<Prefill<'_>> = self.running[first..]
             .iter()
-            .zip(&prompts)
-            .map(|(seq, tokens)| Prefill {
+            .zip(prompts.iter().zip(&prompt_images))
+            .map(|(seq, (tokens, images))| Prefill {
                 slot: seq.slot,
                 tokens,
                 max_len: (seq.prompt_len + seq.limit - 1).min(self.limits.max_seq_len),
+                images,
             })
             .collect();
         let result = engine.prefill(&seqs, &mut self.logits);
         let now = Instant::now();
+        let vision = engine.take_vision_time();
+        for seq in &mut self.running[first..] {
+            if let Some(stats) = &mut seq.images {
+                stats.encode = vision;
+            }
+        }
         if let Err(err) = result {
             self.fail_from(engine, first, &err, done);
             return;
@@ -420,7 +481,8 @@ impl<K> Generation<K> {
                     None,
                     None,
                     self.tokenizer.as_ref(),
-                ),
+                )
+                .map(|out| with_images(out, seq.images)),
             };
             done.push((seq.key, output));
         }
@@ -464,7 +526,8 @@ impl<K> Generation<K> {
                     seq.stop,
                     seq.stop_at,
                     self.tokenizer.as_ref(),
-                ),
+                )
+                .map(|out| with_images(out, seq.images)),
             };
             done.push((seq.key, output));
         }
@@ -520,7 +583,14 @@ fn finish(
         prompt_tokens: u32::try_from(prompt_len).unwrap_or(u32::MAX),
         finish_reason: reason.unwrap_or(FinishReason::Length),
         token_instants: instants,
+        images: None,
     })
+}
+
+/// `output` with what its images cost.
+fn with_images(mut output: EngineOutput, images: Option<ImageStats>) -> EngineOutput {
+    output.images = images;
+    output
 }
 
 /// Any [`StepEngine`] as a whole-batch [`Engine`]: each `generate` call
@@ -641,6 +711,10 @@ impl<E: StepEngine> Engine for StepRunner<E> {
         self.engine.capabilities()
     }
 
+    fn image_processor(&self) -> Option<Arc<dyn ImageProcessor>> {
+        self.engine.image_processor()
+    }
+
     fn describe(&self) -> EngineDescription {
         self.engine.describe()
     }
@@ -661,6 +735,7 @@ pub fn first_step_logits(
             slot,
             tokens,
             max_len: tokens.len(),
+            images: &[],
         })
         .collect();
     let mut logits = Logits::new(limits.vocab_size);

@@ -42,6 +42,7 @@ mod split;
 pub mod stdio;
 pub mod template;
 pub mod tokenizer;
+pub mod vision;
 
 pub use error::{Error, Result};
 

@@ -245,6 +245,11 @@ pub struct GenerationResponse {
     pub finish_reason: FinishReason,
     /// The request's timings.
     pub timings: RequestTimings,
+    /// For a request with images served by an in-process engine: how
+    /// many, the prompt tokens they took (counted in `prompt_tokens`) and
+    /// the time spent preparing and encoding them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub images: Option<crate::vision::ImageStats>,
 }
 
 /// How a request ended.

@@ -231,6 +231,7 @@ async fn greedy_outputs_equal_static_scheduling_and_running_each_request_alone()
         let mut sampling = Sampling::fixed_length(tokens).expect("sampling");
         sampling.ignore_eos = id % 2 == 0;
         let engine_request = guidebench_core::engine::EngineRequest {
+            prepared_images: Vec::new(),
             id: id as u64,
             prompt: (*prompt).to_owned(),
             add_special_tokens: true,

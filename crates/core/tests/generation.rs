@@ -12,6 +12,7 @@ use guidebench_testkit::MockStepEngine;
 
 fn request(id: u64, prompt: &str, sampling: Sampling) -> EngineRequest {
     EngineRequest {
+        prepared_images: Vec::new(),
         id,
         prompt: prompt.to_owned(),
         add_special_tokens: false,

@@ -460,6 +460,7 @@ async fn outputs_through_the_batcher_equal_direct_engine_outputs() {
     let mut expected = Vec::new();
     for (i, prompt) in prompts.iter().enumerate() {
         let request = EngineRequest {
+            prepared_images: Vec::new(),
             id: i as u64,
             prompt: prompt.clone(),
             add_special_tokens: true,
@@ -555,6 +556,7 @@ mod custom {
 
     fn output(token_instants: Vec<Instant>) -> EngineOutput {
         EngineOutput {
+            images: None,
             token_ids: vec![1; token_instants.len()],
             text: "a".repeat(token_instants.len()),
             prompt_tokens: 1,

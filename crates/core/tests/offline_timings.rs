@@ -49,6 +49,7 @@ impl Engine for Scripted {
             .iter()
             .map(|r| {
                 Ok(EngineOutput {
+                    images: None,
                     token_ids: vec![1, 2, 3, 4, 5],
                     text: "abcde".into(),
                     prompt_tokens: u32::try_from(r.prompt.len()).unwrap_or(0) + 7,

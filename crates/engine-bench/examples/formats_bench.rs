@@ -194,6 +194,7 @@ fn greedy(args: &[String]) -> Result<(), BoxError> {
         .enumerate()
         .map(|(i, prompt)| {
             Ok(EngineRequest {
+                prepared_images: Vec::new(),
                 id: i as u64,
                 prompt: prompt.clone(),
                 add_special_tokens: true,

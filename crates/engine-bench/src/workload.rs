@@ -63,6 +63,7 @@ impl<'a> Workload<'a> {
         (0..n)
             .map(|i| {
                 Ok(EngineRequest {
+                    prepared_images: Vec::new(),
                     id: first_id + i as u64,
                     prompt: self.text.prompt(PROMPT)?,
                     add_special_tokens: true,

@@ -48,6 +48,7 @@ fn greedy_tokens(engine: impl StepEngine, dir: &Path) -> Vec<Vec<u32>> {
         .iter()
         .enumerate()
         .map(|(i, prompt)| EngineRequest {
+            prepared_images: Vec::new(),
             id: i as u64,
             prompt: (*prompt).to_owned(),
             add_special_tokens: true,

@@ -1015,6 +1015,7 @@ fn greedy(max_tokens: u32) -> Sampling {
 
 fn request(id: u64, prompt: &str, sampling: Sampling) -> EngineRequest {
     EngineRequest {
+        prepared_images: Vec::new(),
         id,
         prompt: prompt.to_owned(),
         // As the stored prompt tokens were encoded.

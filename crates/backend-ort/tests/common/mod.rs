@@ -122,6 +122,7 @@ pub fn tiny_with_slots(max_slots: i64) -> (tempfile::TempDir, Vec<PromptExpectat
 /// A request for `prompt` generating exactly `max_tokens` tokens.
 pub fn request(id: usize, prompt: &PromptExpectation, max_tokens: u32) -> EngineRequest {
     EngineRequest {
+        prepared_images: Vec::new(),
         id: id as u64,
         prompt: prompt.text.clone(),
         add_special_tokens: true,

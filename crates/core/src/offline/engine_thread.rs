@@ -1,6 +1,7 @@
 //! The thread that owns an engine: created on it, fed one batch at a time,
 //! dropped on it.
 
+use crate::vision::ImageProcessor;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::mpsc;
@@ -23,6 +24,7 @@ pub(crate) struct EngineReady {
     pub tokenizer: Arc<dyn Tokenizer>,
     pub chat_template: Option<String>,
     pub capabilities: EngineCapabilities,
+    pub image_processor: Option<Arc<dyn ImageProcessor>>,
     pub description: EngineDescription,
     pub load_time: std::time::Duration,
 }
@@ -144,6 +146,7 @@ fn engine_main(
         tokenizer: engine.tokenizer(),
         chat_template: engine.chat_template(),
         capabilities: engine.capabilities(),
+        image_processor: engine.image_processor(),
         description: engine.describe(),
         load_time: started.elapsed(),
     };

@@ -30,6 +30,7 @@ use crate::registry;
 use crate::request::{GenerationRequest, GenerationResponse, RequestTimings};
 use crate::template::{Placeholders, PromptFormatter, RequestFormat};
 use crate::tokenizer::Tokenizer;
+use crate::vision::ImageProcessor;
 use crate::{Error, Result};
 
 pub use continuous::ContinuousPolicy;
@@ -221,6 +222,8 @@ struct Loaded {
     thread: Mutex<Option<EngineThread>>,
     tokenizer: Arc<dyn Tokenizer>,
     capabilities: EngineCapabilities,
+    /// Prepares a request's images ahead of the engine thread.
+    image_processor: Option<Arc<dyn ImageProcessor>>,
     description: EngineDescription,
     formatter: PromptFormatter,
     load_time: Duration,
@@ -430,6 +433,7 @@ impl OfflineBackend {
             tokenizer,
             chat_template,
             capabilities,
+            image_processor,
             description,
             load_time,
         } = ready;
@@ -450,6 +454,7 @@ impl OfflineBackend {
             thread: Mutex::new(Some(thread)),
             tokenizer,
             capabilities,
+            image_processor,
             description,
             formatter,
             load_time,
@@ -615,6 +620,23 @@ impl Backend for OfflineBackend {
                 input: "audio",
             });
         }
+        // Images are read and prepared here, on a blocking thread of their
+        // own, so the engine thread only encodes them.
+        let prepared_images = match &loaded.image_processor {
+            Some(processor) if !prompt.images.is_empty() => {
+                let processor = Arc::clone(processor);
+                let images = prompt.images.clone();
+                tokio::task::spawn_blocking(move || {
+                    images
+                        .iter()
+                        .map(|image| processor.prepare(image).map(Arc::new))
+                        .collect::<Result<Vec<_>>>()
+                })
+                .await
+                .map_err(|err| Error::EnginePanic(format!("preparing images: {err}")))??
+            }
+            _ => Vec::new(),
+        };
         let (reply_tx, reply_rx) = oneshot::channel();
         let pending = Pending {
             request: EngineRequest {
@@ -622,6 +644,7 @@ impl Backend for OfflineBackend {
                 prompt: prompt.text,
                 add_special_tokens: prompt.add_special_tokens,
                 images: prompt.images,
+                prepared_images,
                 audio: prompt.audio,
                 sampling: request.sampling,
             },
@@ -672,6 +695,7 @@ impl Backend for OfflineBackend {
                 first_content: None,
                 reasoning_tokens: None,
             },
+            images: output.images,
         })
     }
 
