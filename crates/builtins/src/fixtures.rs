@@ -359,13 +359,15 @@ pub fn fixture_tokenizer(vocab_size: usize) -> Result<HfTokenizer> {
 /// Standard normal numbers from a seeded generator: SplitMix64 for the
 /// uniforms (cheap, so that generating the 25M-parameter builtin model
 /// stays fast even in debug builds) and Box–Muller for the normals.
-struct Normal {
+#[derive(Debug, Clone)]
+pub struct Normal {
     state: u64,
     spare: Option<f32>,
 }
 
 impl Normal {
-    fn new(seed: u64) -> Self {
+    /// A generator seeded with `seed`.
+    pub fn new(seed: u64) -> Self {
         Normal {
             state: seed,
             spare: None,
@@ -394,7 +396,8 @@ impl Normal {
         (r * theta.cos()) as f32
     }
 
-    fn tensor(&mut self, shape: &[usize], mean: f32, std: f32) -> Weight {
+    /// An `f32` tensor of `shape` with normal values of `mean` and `std`.
+    pub fn tensor(&mut self, shape: &[usize], mean: f32, std: f32) -> Weight {
         let n: usize = shape.iter().product();
         let mut data = Vec::with_capacity(n);
         for _ in 0..n {
@@ -441,7 +444,7 @@ impl safetensors::View for &Weight {
 /// Writes `tensors` to one safetensors file, with no metadata. The
 /// `safetensors` crate orders tensors by dtype, then name, whatever order
 /// they are given in.
-fn save(tensors: &[(String, Weight)], path: &Path) -> Result<()> {
+pub fn save(tensors: &[(String, Weight)], path: &Path) -> Result<()> {
     safetensors::serialize_to_file(tensors.iter().map(|(n, w)| (n.as_str(), w)), None, path)
         .map_err(|source| Error::Safetensors {
             path: path.to_owned(),
@@ -543,7 +546,9 @@ pub fn weights(spec: &FixtureSpec, vocab: usize) -> Vec<(String, Weight)> {
     out
 }
 
-fn config_json(spec: &FixtureSpec, vocab: usize, bos: u32, eos: u32) -> serde_json::Value {
+/// The `config.json` of a model of `spec` with `vocab` entries and these
+/// special ids (a composite model's `text_config` too).
+pub fn config_json(spec: &FixtureSpec, vocab: usize, bos: u32, eos: u32) -> serde_json::Value {
     let mut config = json!({
         "architectures": [match spec.model_type.as_str() {
             "qwen2" => "Qwen2ForCausalLM",
@@ -594,11 +599,13 @@ fn config_json(spec: &FixtureSpec, vocab: usize, bos: u32, eos: u32) -> serde_js
     config
 }
 
-fn write(path: &Path, contents: impl AsRef<[u8]>) -> Result<()> {
+/// Writes `contents` to `path`, an error naming it.
+pub fn write(path: &Path, contents: impl AsRef<[u8]>) -> Result<()> {
     std::fs::write(path, contents).map_err(|e| Error::io(path, e))
 }
 
-fn pretty(value: &serde_json::Value) -> String {
+/// `value` as indented JSON.
+pub fn pretty(value: &serde_json::Value) -> String {
     serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string())
 }
 

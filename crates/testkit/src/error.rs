@@ -87,6 +87,13 @@ pub enum Error {
     /// (`guidebench-builtins`).
     #[error(transparent)]
     Fixture(#[from] guidebench_builtins::Error),
+
+    /// A fixture image could not be encoded or decoded.
+    #[error("fixture image: {reason}")]
+    Image {
+        /// What went wrong.
+        reason: String,
+    },
 }
 
 /// The result type of this crate's fixture, reference and expectation
@@ -94,6 +101,12 @@ pub enum Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
+    pub(crate) fn image(err: image::ImageError) -> Self {
+        Error::Image {
+            reason: err.to_string(),
+        }
+    }
+
     pub(crate) fn io(path: &Path, source: std::io::Error) -> Self {
         Error::Io {
             path: path.to_owned(),

@@ -40,6 +40,7 @@ pub mod conformance;
 mod error;
 pub mod expected;
 pub mod gguf;
+pub mod llava;
 pub mod reference;
 mod step;
 

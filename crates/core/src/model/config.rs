@@ -205,6 +205,16 @@ impl DecoderConfig {
             source,
         };
         let value: Value = serde_json::from_str(text).map_err(json)?;
+        DecoderConfig::from_value(value, path)
+    }
+
+    /// [`from_json_str`](Self::from_json_str) on parsed JSON (a whole
+    /// `config.json`, or a composite model's `text_config`).
+    pub(crate) fn from_value(value: Value, path: &Path) -> Result<Self> {
+        let json = |source| Error::Json {
+            context: path.display().to_string(),
+            source,
+        };
         let raw: RawConfig = serde_json::from_value(value).map_err(json)?;
         let invalid = |reason: String| Error::InvalidModelConfig {
             path: path.to_owned(),

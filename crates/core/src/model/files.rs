@@ -16,6 +16,8 @@ pub(crate) const TOKENIZER_CONFIG_JSON: &str = "tokenizer_config.json";
 pub(crate) const GENERATION_CONFIG_JSON: &str = "generation_config.json";
 /// `chat_template.jinja`.
 pub(crate) const CHAT_TEMPLATE_JINJA: &str = "chat_template.jinja";
+/// `chat_template.json`: a processor's template (`{"chat_template": ...}`).
+pub(crate) const CHAT_TEMPLATE_JSON: &str = "chat_template.json";
 /// `config.json`.
 pub(crate) const CONFIG_JSON: &str = "config.json";
 
@@ -103,6 +105,8 @@ pub(crate) struct FolderFiles {
     pub generation_config: Option<Value>,
     /// `chat_template.jinja`, if present.
     pub chat_template_jinja: Option<String>,
+    /// `chat_template.json` (a processor's), if present.
+    pub chat_template_json: Option<Value>,
 }
 
 impl FolderFiles {
@@ -122,6 +126,7 @@ impl FolderFiles {
             tokenizer_config: read_optional_json(&dir.join(TOKENIZER_CONFIG_JSON))?,
             generation_config: read_optional_json(&dir.join(GENERATION_CONFIG_JSON))?,
             chat_template_jinja: read_optional(&dir.join(CHAT_TEMPLATE_JINJA))?,
+            chat_template_json: read_optional_json(&dir.join(CHAT_TEMPLATE_JSON))?,
         })
     }
 
@@ -129,14 +134,21 @@ impl FolderFiles {
     /// `chat_template.jinja` wins if present; otherwise
     /// `tokenizer_config.json`'s `chat_template`, either a string or a list
     /// of `{"name", "template"}` objects (the one named `default`, else the
-    /// first). `None` when there is none; a `chat_template` of another
+    /// first); otherwise a processor's `chat_template.json`. `None` when there is none; a `chat_template` of another
     /// shape is an [`Error::Template`] naming the file.
     pub fn chat_template(&self) -> Result<Option<String>> {
         if let Some(template) = &self.chat_template_jinja {
             return Ok(Some(template.clone()));
         }
+        let processor_template = || {
+            self.chat_template_json
+                .as_ref()
+                .and_then(|t| t.get("chat_template"))
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        };
         let Some(config) = &self.tokenizer_config else {
-            return Ok(None);
+            return Ok(processor_template());
         };
         let malformed = || {
             Error::Template(format!(
@@ -146,7 +158,7 @@ impl FolderFiles {
             ))
         };
         match config.get("chat_template") {
-            None | Some(Value::Null) => Ok(None),
+            None | Some(Value::Null) => Ok(processor_template()),
             Some(Value::String(template)) => Ok(Some(template.clone())),
             Some(Value::Array(named)) => {
                 let chosen = named
@@ -503,6 +515,18 @@ mod tests {
         assert_eq!(
             chat_template(dir.path()).expect("load").as_deref(),
             Some("FROM JINJA\n")
+        );
+    }
+
+    #[test]
+    fn a_processors_chat_template_json_serves_when_the_tokenizer_has_none() {
+        let dir = folder_with_tokenizer(&[(
+            "chat_template.json",
+            r#"{"chat_template": "USER: {{ messages[0]['content'] }}"}"#,
+        )]);
+        assert_eq!(
+            chat_template(dir.path()).expect("load").as_deref(),
+            Some("USER: {{ messages[0]['content'] }}")
         );
     }
 

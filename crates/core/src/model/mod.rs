@@ -117,8 +117,10 @@ pub use weights::{SafetensorsEntry, safetensors_header, weight_files};
 
 pub use crate::registry::BuiltinModel;
 use crate::tokenizer::{HfTokenizer, Tokenizer};
+use crate::vision::{ClipImageProcessor, VisionLanguageConfig, VisionWeightNames};
 use crate::{Error, Result};
 use files::{CONFIG_JSON, FolderFiles, require_dir};
+pub(crate) use files::{parse_json as parse_model_json, read_required as read_model_file};
 
 /// A model folder (or a GGUF file), read once: the decoder description,
 /// the generation defaults, the tokenizer with its special tokens, and the
@@ -131,6 +133,8 @@ pub struct ModelFolder {
     generation: GenerationConfig,
     tokenizer: Arc<HfTokenizer>,
     eos_token_ids: Vec<u32>,
+    /// A LLaVA-style folder's vision side and image processor.
+    vision: Option<(Arc<VisionLanguageConfig>, Arc<ClipImageProcessor>)>,
 }
 
 impl ModelFolder {
@@ -199,6 +203,7 @@ impl ModelFolder {
             generation,
             tokenizer: Arc::new(tokenizer),
             eos_token_ids,
+            vision: None,
         }
     }
 
@@ -226,17 +231,58 @@ impl ModelFolder {
             return ModelFolder::from_gguf(file);
         }
         // The only read of config.json.
-        let config = DecoderConfig::from_file(&dir.join(CONFIG_JSON))?;
+        let config_path = dir.join(CONFIG_JSON);
+        let text = read_model_file(&config_path, "the decoder config (config.json)")?;
+        let value = parse_model_json(&text, &config_path)?;
+        let (config, vision) = if crate::vision::is_llava(&value) {
+            let names = vision_weight_names(dir)?;
+            let (text_config, vision) = crate::vision::split_llava(&value, &config_path, names)?;
+            (
+                DecoderConfig::from_value(text_config, &config_path)?,
+                Some(vision),
+            )
+        } else {
+            (DecoderConfig::from_value(value, &config_path)?, None)
+        };
         // The only read of each tokenizer-side file.
         let files = FolderFiles::read(dir)?;
         let (tokenizer, generation) = files.tokenizer_and_generation(&config.eos_token_ids)?;
-        Ok(ModelFolder::assemble(
-            dir.to_owned(),
-            None,
-            config,
-            generation,
-            tokenizer,
-        ))
+        let vision = match vision {
+            Some(vision) => {
+                let token = tokenizer.inner().id_to_token(vision.image_token_id);
+                if token.is_none() || vision.image_token_id as usize >= config.vocab_size {
+                    return Err(Error::InvalidModelConfig {
+                        path: config_path,
+                        reason: format!(
+                            "image_token_index {} is not a token of the tokenizer and the \
+                             text model's vocabulary ({} entries)",
+                            vision.image_token_id, config.vocab_size
+                        ),
+                    });
+                }
+                let processor = ClipImageProcessor::from_dir(dir, &vision, token)?;
+                Some((Arc::new(vision), Arc::new(processor)))
+            }
+            None => None,
+        };
+        let mut folder = ModelFolder::assemble(dir.to_owned(), None, config, generation, tokenizer);
+        folder.vision = vision;
+        Ok(folder)
+    }
+
+    /// A LLaVA-style folder's vision side (`LlavaForConditionalGeneration`:
+    /// the CLIP tower, the selected states, the projector, the image token
+    /// and where each part's weights are named); `None` for a text model.
+    /// [`config`](Self::config) is then its `text_config`.
+    pub fn vision(&self) -> Option<&Arc<VisionLanguageConfig>> {
+        self.vision.as_ref().map(|(vision, _)| vision)
+    }
+
+    /// The image processor of a LLaVA-style folder, read from its
+    /// `preprocessor_config.json` (and checked against
+    /// `processor_config.json`); `None` for a text model.
+    pub fn image_processor(&self) -> Option<&Arc<ClipImageProcessor>> {
+        self.vision.as_ref().map(|(_, processor)| processor)
     }
 
     /// The folder (for a GGUF file, the folder holding it).
@@ -365,6 +411,24 @@ impl ModelFolder {
             None => weight_files(&self.dir),
         }
     }
+}
+
+/// Where a LLaVA folder's weights are named, from its safetensors
+/// headers: transformers 4's layout or 5's.
+fn vision_weight_names(dir: &Path) -> Result<VisionWeightNames> {
+    let files = weight_files(dir)?;
+    let mut names = Vec::new();
+    for file in &files {
+        names.extend(safetensors_header(file)?.into_iter().map(|e| e.name));
+    }
+    VisionWeightNames::detect(names.iter().map(String::as_str)).ok_or_else(|| {
+        Error::InvalidModelConfig {
+            path: dir.to_owned(),
+            reason: "a LLaVA folder whose weights hold neither `language_model.model.*` \
+                     (transformers 4) nor `model.language_model.*` (transformers 5)"
+                .into(),
+        }
+    })
 }
 
 #[cfg(test)]

@@ -29,6 +29,9 @@
 //! [`StepEngine::take_vision_time`]: crate::engine::StepEngine::take_vision_time
 //! [`Prefill::images`]: crate::engine::Prefill::images
 
+mod clip;
+mod config;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -36,6 +39,15 @@ use serde::{Deserialize, Serialize};
 
 use crate::request::MediaSource;
 use crate::{Error, Result};
+
+pub use clip::{
+    ClipImageProcessor, PREPROCESSOR_CONFIG_JSON, PROCESSOR_CONFIG_JSON, Resample, ResizeTo,
+    center_crop, output_size,
+};
+pub use config::{
+    ClipVisionConfig, FeatureSelect, VisionActivation, VisionLanguageConfig, VisionWeightNames,
+};
+pub(crate) use config::{is_llava, split_llava};
 
 /// One image as the model takes it: normalized pixel values and the number
 /// of prompt positions it fills.
@@ -126,6 +138,16 @@ pub fn read_media(source: &MediaSource) -> Result<Arc<[u8]>> {
                 Ok(Arc::from(payload.as_bytes()))
             }
         }
+    }
+}
+
+/// How `source` is named in messages: the path, the URL (a data URL cut
+/// short) or the bytes' MIME type.
+pub fn media_name(source: &MediaSource) -> String {
+    match source {
+        MediaSource::Path(path) => path.display().to_string(),
+        MediaSource::Url(url) => shorten(url),
+        MediaSource::Bytes { mime, data } => format!("{} bytes of {mime}", data.len()),
     }
 }
 

@@ -41,6 +41,9 @@ use serde_json::Value;
 
 use crate::error::{Error, Result};
 
+mod llava;
+pub use llava::{ReferenceLlava, ReferenceVision};
+
 /// A decoder-only transformer held as plain `f32` vectors, computing
 /// logits with simple loops. See the [module docs](self).
 #[derive(Debug, Clone)]
@@ -73,9 +76,9 @@ pub struct GreedyStep {
 
 /// A weight matrix `[rows, cols]` (row-major) with an optional bias.
 #[derive(Debug, Clone)]
-struct Linear {
-    weight: Vec<f32>,
-    bias: Option<Vec<f32>>,
+pub(crate) struct Linear {
+    pub(crate) weight: Vec<f32>,
+    pub(crate) bias: Option<Vec<f32>>,
 }
 
 #[derive(Debug, Clone)]
@@ -100,19 +103,27 @@ impl ReferenceModel {
     /// field, asks for something the reference does not implement, or a
     /// weight is missing, has the wrong shape or is not F32, BF16 or F16.
     pub fn load(dir: &Path) -> Result<Self> {
-        let config_path = dir.join("config.json");
-        let text = std::fs::read_to_string(&config_path).map_err(|e| Error::io(&config_path, e))?;
-        let config: Value =
-            serde_json::from_str(&text).map_err(|e| Error::json(config_path.display(), e))?;
-        let c = Config::read(&config, &config_path)?;
+        let (config, config_path) = read_config(dir)?;
         let mut weights = Weights::read(dir)?;
+        ReferenceModel::from_parts(&config, &config_path, &mut weights, "model", "lm_head")
+    }
 
+    /// The decoder of `config` from `weights`, its body under `body`
+    /// (`model`) and its head named `head` (`lm_head`).
+    pub(crate) fn from_parts(
+        config: &Value,
+        config_path: &Path,
+        weights: &mut Weights,
+        body: &str,
+        head: &str,
+    ) -> Result<Self> {
+        let c = Config::read(config, config_path)?;
         let (h, hd, inter) = (c.hidden, c.head_dim, c.inter);
         let (q_rows, kv_rows) = (c.heads * hd, c.kv_heads * hd);
-        let embed = weights.take("model.embed_tokens.weight", &[c.vocab, h])?;
+        let embed = weights.take(&format!("{body}.embed_tokens.weight"), &[c.vocab, h])?;
         let mut layers = Vec::with_capacity(c.layers);
         for l in 0..c.layers {
-            let p = format!("model.layers.{l}");
+            let p = format!("{body}.layers.{l}");
             let mut linear = |name: &str, rows, cols, bias| {
                 weights.linear(&format!("{p}.{name}"), rows, cols, bias)
             };
@@ -144,11 +155,11 @@ impl ReferenceModel {
                 down,
             });
         }
-        let norm = weights.take("model.norm.weight", &[h])?;
+        let norm = weights.take(&format!("{body}.norm.weight"), &[h])?;
         let lm_head = if c.tied {
             None
         } else {
-            Some(weights.take("lm_head.weight", &[c.vocab, h])?)
+            Some(weights.take(&format!("{head}.weight"), &[c.vocab, h])?)
         };
         Ok(ReferenceModel {
             hidden: h,
@@ -230,18 +241,50 @@ impl ReferenceModel {
         self.project(head, None, &x)
     }
 
+    /// The embedding row of `token`.
+    ///
+    /// # Panics
+    ///
+    /// If `token >= vocab_size()`.
+    pub fn embedding(&self, token: u32) -> Vec<f32> {
+        let (t, h) = (token as usize, self.hidden);
+        assert!(t < self.vocab, "token {t} is outside the vocabulary");
+        self.embed[t * h..(t + 1) * h].to_vec()
+    }
+
+    /// The model width.
+    pub fn hidden_size(&self) -> usize {
+        self.hidden
+    }
+
     /// The hidden state of every position after the last layer.
     fn hidden_states(&self, tokens: &[u32]) -> Vec<Vec<f32>> {
         assert!(!tokens.is_empty(), "the reference needs at least one token");
-        let (h, hd) = (self.hidden, self.head_dim);
-        let mut xs: Vec<Vec<f32>> = tokens
-            .iter()
-            .map(|&t| {
-                let t = t as usize;
-                assert!(t < self.vocab, "token {t} is outside the vocabulary");
-                self.embed[t * h..(t + 1) * h].to_vec()
-            })
-            .collect();
+        let xs = tokens.iter().map(|&t| self.embedding(t)).collect();
+        self.hidden_states_of(xs)
+    }
+
+    /// The logits of the next token after a prompt given as its input
+    /// rows (embeddings, or features in their place).
+    ///
+    /// # Panics
+    ///
+    /// If `rows` is empty or a row is not `hidden_size()` wide.
+    pub fn logits_of_rows(&self, rows: Vec<Vec<f32>>) -> Vec<f32> {
+        let states = self.hidden_states_of(rows);
+        let last = states.last().map(Vec::as_slice).unwrap_or_default();
+        self.head(last)
+    }
+
+    /// The hidden state of every position after the last layer, from the
+    /// input rows.
+    fn hidden_states_of(&self, mut xs: Vec<Vec<f32>>) -> Vec<Vec<f32>> {
+        assert!(!xs.is_empty(), "the reference needs at least one position");
+        assert!(
+            xs.iter().all(|x| x.len() == self.hidden),
+            "every input row is hidden_size wide"
+        );
+        let hd = self.head_dim;
         let group = self.heads / self.kv_heads;
         for layer in &self.layers {
             // queries, keys and values of every position, RoPE applied
@@ -392,7 +435,7 @@ pub fn top_two_gap(logits: &[f32]) -> Option<f32> {
     Some(first - second)
 }
 
-fn dot(a: &[f32], b: &[f32]) -> f64 {
+pub(crate) fn dot(a: &[f32], b: &[f32]) -> f64 {
     a.iter()
         .zip(b)
         .map(|(a, b)| f64::from(*a) * f64::from(*b))
@@ -419,7 +462,7 @@ fn round_blocks(x: &[f32], block: usize) -> Vec<f32> {
     out
 }
 
-fn matvec_rows(weight: &[f32], bias: Option<&[f32]>, x: &[f32]) -> Vec<f32> {
+pub(crate) fn matvec_rows(weight: &[f32], bias: Option<&[f32]>, x: &[f32]) -> Vec<f32> {
     let mut y: Vec<f32> = weight
         .chunks_exact(x.len())
         .map(|row| dot(row, x) as f32)
@@ -554,8 +597,17 @@ impl Config {
     }
 }
 
+/// `dir/config.json`, parsed, and its path.
+pub(crate) fn read_config(dir: &Path) -> Result<(Value, PathBuf)> {
+    let config_path = dir.join("config.json");
+    let text = std::fs::read_to_string(&config_path).map_err(|e| Error::io(&config_path, e))?;
+    let config: Value =
+        serde_json::from_str(&text).map_err(|e| Error::json(config_path.display(), e))?;
+    Ok((config, config_path))
+}
+
 /// Every tensor of the model's safetensors files, as `f32`, with its shape.
-struct Weights {
+pub(crate) struct Weights {
     dir: PathBuf,
     tensors: HashMap<String, (Vec<usize>, Vec<f32>)>,
 }
@@ -563,7 +615,7 @@ struct Weights {
 impl Weights {
     /// Reads `model.safetensors`, or every shard that
     /// `model.safetensors.index.json` names.
-    fn read(dir: &Path) -> Result<Self> {
+    pub(crate) fn read(dir: &Path) -> Result<Self> {
         let index_path = dir.join("model.safetensors.index.json");
         let files: BTreeSet<String> = if index_path.is_file() {
             let text =
@@ -637,7 +689,13 @@ impl Weights {
 
     /// Removes and returns `NAME.weight` `[rows, cols]` and, if `bias`,
     /// `NAME.bias` `[rows]`.
-    fn linear(&mut self, name: &str, rows: usize, cols: usize, bias: bool) -> Result<Linear> {
+    pub(crate) fn linear(
+        &mut self,
+        name: &str,
+        rows: usize,
+        cols: usize,
+        bias: bool,
+    ) -> Result<Linear> {
         Ok(Linear {
             weight: self.take(&format!("{name}.weight"), &[rows, cols])?,
             bias: if bias {
@@ -648,8 +706,13 @@ impl Weights {
         })
     }
 
+    /// Whether the tensor `name` is (still) there.
+    pub(crate) fn contains(&self, name: &str) -> bool {
+        self.tensors.contains_key(name)
+    }
+
     /// Removes and returns the tensor `name`, checking its shape.
-    fn take(&mut self, name: &str, shape: &[usize]) -> Result<Vec<f32>> {
+    pub(crate) fn take(&mut self, name: &str, shape: &[usize]) -> Result<Vec<f32>> {
         let invalid = |reason: String| Error::InvalidWeight {
             dir: self.dir.clone(),
             name: name.to_owned(),
