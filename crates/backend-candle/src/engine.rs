@@ -1,8 +1,11 @@
 //! The `candle` engine: batched generation over [`Decoder`].
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use candle_core::{DType, Device};
+use guidebench_core::engine::EngineCapabilities;
 use guidebench_core::engine::{
     CheckedEngineOptions, Engine, EngineConfig, EngineDescription, EngineOptions, load_error,
 };
@@ -11,11 +14,13 @@ use guidebench_core::generation::{
 };
 use guidebench_core::model::{ComputeDtype, DtypeChoice, ModelFolder};
 use guidebench_core::options::{OptionSpec, OptionType};
+use guidebench_core::vision::{ClipImageProcessor, ImageProcessor};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{CandleError, Result};
 use crate::loader;
-use crate::model::{Decoder, SlotCache, Weights};
+use crate::model::{Decoder, PrefillImages, SlotCache, Weights};
+use crate::vision::VisionTower;
 
 /// The engine's options (`engine=candle,key=value,...`): the shared ones
 /// ([`EngineOptions`]) and candle's own.
@@ -210,6 +215,17 @@ pub struct CandleEngine {
     /// Scratch for the decoding step's slots and tokens.
     slots: Vec<usize>,
     tokens: Vec<u32>,
+    /// A LLaVA-style model's vision tower, projector and image processor.
+    vision: Option<Vision>,
+}
+
+/// The vision side of a loaded vision-language model.
+struct Vision {
+    tower: VisionTower,
+    processor: Arc<ClipImageProcessor>,
+    image_token: u32,
+    /// The encoder's wall time in the last prefill.
+    last_time: Duration,
 }
 
 impl std::fmt::Debug for CandleEngine {
@@ -282,7 +298,8 @@ impl CandleEngine {
                 key: "threads",
                 reason: e.to_string(),
             })?;
-        let decoder = pool.install(|| -> Result<Decoder> {
+        let vision_config = folder.vision().cloned();
+        let (decoder, tower) = pool.install(|| -> Result<(Decoder, Option<VisionTower>)> {
             let config = folder.config();
             // Each tensor is read as the decoder asks for it, packed (or,
             // quantized, kept as stored) and dropped: no whole copy of the
@@ -300,16 +317,36 @@ impl CandleEngine {
             }
             .with_bf16_activations(bf16_activations)
             .with_candle_quant_kernels(candle_kernels);
-            let decoder = Decoder::load(
-                &weights,
-                config,
-                max_seq_len.unwrap_or(config.max_position_embeddings),
-            )?;
-            match kv_dtype {
-                Some(kv) => decoder.with_kv_dtype(kv),
-                None => Ok(decoder),
-            }
+            let max_seq_len = max_seq_len.unwrap_or(config.max_position_embeddings);
+            let (decoder, tower) = match &vision_config {
+                Some(vision) => {
+                    let names = &vision.weight_names;
+                    let decoder = Decoder::load_named(
+                        &weights,
+                        config,
+                        max_seq_len,
+                        &names.text_model,
+                        &names.lm_head,
+                    )?;
+                    (decoder, Some(VisionTower::load(&weights, vision)?))
+                }
+                None => (Decoder::load(&weights, config, max_seq_len)?, None),
+            };
+            let decoder = match kv_dtype {
+                Some(kv) => decoder.with_kv_dtype(kv)?,
+                None => decoder,
+            };
+            Ok((decoder, tower))
         })?;
+        let vision = match (tower, folder.image_processor(), &vision_config) {
+            (Some(tower), Some(processor), Some(config)) => Some(Vision {
+                tower,
+                processor: Arc::clone(processor),
+                image_token: config.image_token_id,
+                last_time: Duration::ZERO,
+            }),
+            _ => None,
+        };
         let device_name = match device.location() {
             candle_core::DeviceLocation::Cpu => "cpu".to_owned(),
             candle_core::DeviceLocation::Cuda { gpu_id } => format!("cuda:{gpu_id}"),
@@ -327,6 +364,7 @@ impl CandleEngine {
             pool,
             slots: Vec::with_capacity(max_slots),
             tokens: Vec::with_capacity(max_slots),
+            vision,
         };
         Ok((engine, ModelText::from_folder(&folder)))
     }
@@ -371,8 +409,45 @@ impl CandleEngine {
             seqs.iter().map(|s| (s.slot, s.tokens, s.max_len)).collect();
         let (decoder, cache, pad_id) = (&self.decoder, &mut self.cache, self.pad_id);
         let out = logits.rows_mut(seqs.len());
+        if let Some(vision) = &mut self.vision {
+            vision.last_time = Duration::ZERO;
+        }
+        if seqs.iter().all(|s| s.images.is_empty()) {
+            return self
+                .pool
+                .install(|| decoder.prefill_into(&rows, pad_id, cache, out));
+        }
+        let Some(vision) = &mut self.vision else {
+            return Err(CandleError::InvalidOption {
+                key: "model",
+                reason: "images reached a model without a vision tower".into(),
+            });
+        };
+        // Every image of the group through the tower at once; each
+        // sequence's image tokens take its images' rows, in order.
+        let images: Vec<_> = seqs
+            .iter()
+            .flat_map(|s| s.images.iter().map(|i| &**i))
+            .collect();
+        let per_image = vision.tower.tokens_per_image();
+        let mut ranges = Vec::with_capacity(seqs.len());
+        let mut at = 0;
+        for seq in seqs {
+            let n = seq.images.len() * per_image;
+            ranges.push(at..at + n);
+            at += n;
+        }
+        let tower = &vision.tower;
+        let started = Instant::now();
+        let features = self.pool.install(|| tower.encode(&images))?;
+        vision.last_time = started.elapsed();
+        let images = PrefillImages {
+            token: vision.image_token,
+            features: &features,
+            rows: &ranges,
+        };
         self.pool
-            .install(|| decoder.prefill_into(&rows, pad_id, cache, out))
+            .install(|| decoder.prefill_images_into(&rows, &images, pad_id, cache, out))
     }
 
     fn run_decode(&mut self, seqs: &[Decode], logits: &mut Logits) -> Result<()> {
@@ -415,6 +490,25 @@ impl StepEngine for CandleEngine {
 
     fn retire(&mut self, slot: usize) {
         self.cache.retire(slot);
+    }
+
+    fn capabilities(&self) -> EngineCapabilities {
+        EngineCapabilities {
+            images: self.vision.is_some(),
+            ..EngineCapabilities::default()
+        }
+    }
+
+    fn image_processor(&self) -> Option<Arc<dyn ImageProcessor>> {
+        self.vision
+            .as_ref()
+            .map(|v| Arc::clone(&v.processor) as Arc<dyn ImageProcessor>)
+    }
+
+    fn take_vision_time(&mut self) -> Duration {
+        self.vision
+            .as_mut()
+            .map_or(Duration::ZERO, |v| std::mem::take(&mut v.last_time))
     }
 
     fn describe(&self) -> EngineDescription {

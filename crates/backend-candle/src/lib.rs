@@ -67,6 +67,7 @@ pub mod model;
 mod packed;
 mod proj;
 pub mod quant;
+pub mod vision;
 
 pub use engine::{CandleEngine, CandleOptions, OPTIONS};
 pub use error::CandleError;

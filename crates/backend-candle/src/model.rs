@@ -715,6 +715,9 @@ struct HostToken {
     /// Its sequence's index in the call, when it is the sequence's last
     /// token (whose logits come back).
     last_of: Option<usize>,
+    /// The row of the image features that takes the place of its
+    /// embedding (an image token of a prompt with images).
+    feature: Option<usize>,
 }
 
 /// Room for the layers' activations, one row per token.
@@ -1579,6 +1582,20 @@ enum Embeddings {
     Quant(Arc<QuantWeight>),
 }
 
+/// Image features for a prefill: rows of `hidden_size` values (the
+/// projected features of every image of the call, one row per image
+/// token), and which rows each sequence's image tokens take, in order.
+#[derive(Debug, Clone, Copy)]
+pub struct PrefillImages<'a> {
+    /// The image token's id.
+    pub token: u32,
+    /// The feature rows, back to back.
+    pub features: &'a [f32],
+    /// Per sequence of the call, the range of its rows (empty for a
+    /// prompt without images).
+    pub rows: &'a [std::ops::Range<usize>],
+}
+
 /// The decoder: embeddings, blocks, final norm and LM head.
 #[derive(Debug, Clone)]
 pub struct Decoder {
@@ -1607,7 +1624,20 @@ impl Decoder {
     /// Builds the decoder from checkpoint weights, with rotary tables for
     /// `max_seq_len` positions.
     pub fn load(w: &Weights, cfg: &DecoderConfig, max_seq_len: usize) -> Result<Self> {
-        let m = w.pp("model");
+        Decoder::load_named(w, cfg, max_seq_len, "model", "lm_head")
+    }
+
+    /// [`Decoder::load`] with the body's tensors under `body` (`model`)
+    /// and the LM head named `head` (`lm_head`): a composite model's text
+    /// model (`language_model.model`, `language_model.lm_head`).
+    pub fn load_named(
+        w: &Weights,
+        cfg: &DecoderConfig,
+        max_seq_len: usize,
+        body: &str,
+        head: &str,
+    ) -> Result<Self> {
+        let m = w.pp(body);
         let (lm_head, embed_tokens) =
             match m
                 .pp("embed_tokens")
@@ -1629,12 +1659,12 @@ impl Decoder {
                         (Proj::quant(vec![head], None)?, Embeddings::Quant(table))
                     } else {
                         (
-                            linear(&w.pp("lm_head"), cfg.hidden_size, cfg.vocab_size, false)?,
+                            linear(&w.pp(head), cfg.hidden_size, cfg.vocab_size, false)?,
                             Embeddings::Quant(table),
                         )
                     }
                 }
-                None => Self::float_embeddings(w, &m, cfg)?,
+                None => Self::float_embeddings(w, &m, head, cfg)?,
             };
         let layers = (0..cfg.num_hidden_layers)
             .map(|i| DecoderLayer::load(&m.pp("layers").pp(i), cfg))
@@ -1663,6 +1693,7 @@ impl Decoder {
     fn float_embeddings(
         w: &Weights,
         m: &Weights,
+        head: &str,
         cfg: &DecoderConfig,
     ) -> Result<(Proj, Embeddings)> {
         let embeddings = m
@@ -1688,7 +1719,7 @@ impl Decoder {
                 Embeddings::Table(Embedding::new(embeddings, cfg.hidden_size)),
             ),
             (false, half) => (
-                linear(&w.pp("lm_head"), cfg.hidden_size, cfg.vocab_size, false)?,
+                linear(&w.pp(head), cfg.hidden_size, cfg.vocab_size, false)?,
                 match half {
                     true => Embeddings::Half(embeddings),
                     false => Embeddings::Table(Embedding::new(embeddings, cfg.hidden_size)),
@@ -2019,12 +2050,13 @@ impl Decoder {
                 slot,
                 pos: s.len,
                 last_of: Some(row),
+                feature: None,
             });
         }
         let mut acts = activations.get(&self.config, m, m, room);
         let last = last.get(m * h);
         let pass = self.clock.start();
-        self.blocks_host(HostPass::Decoding, step, kv, kv_dtype, &mut acts, last)?;
+        self.blocks_host(HostPass::Decoding, step, kv, kv_dtype, &[], &mut acts, last)?;
         let since = self.clock.start();
         self.lm_head.forward_rows(last, m, acts.out_t, out)?;
         self.clock
@@ -2039,7 +2071,26 @@ impl Decoder {
     /// The embedding row of each token of `part` into the rows of `x`
     /// (`hidden` values each), widened to f32 where the table is kept at
     /// two bytes.
-    fn embed_rows(&self, part: &[HostToken], x: &mut [f32]) -> Result<()> {
+    fn embed_rows(&self, part: &[HostToken], features: &[f32], x: &mut [f32]) -> Result<()> {
+        let h = self.config.hidden_size;
+        self.embed_token_rows(part, x)?;
+        // Image features over their tokens' embeddings.
+        for (row, token) in x.chunks_exact_mut(h).zip(part) {
+            if let Some(at) = token.feature {
+                let src = features.get(at * h..(at + 1) * h).ok_or_else(|| {
+                    candle_core::Error::Msg(format!(
+                        "image feature row {at} is past the {} rows encoded",
+                        features.len() / h
+                    ))
+                })?;
+                row.copy_from_slice(src);
+            }
+        }
+        Ok(())
+    }
+
+    /// The embedding row of each token of `part`, from the table.
+    fn embed_token_rows(&self, part: &[HostToken], x: &mut [f32]) -> Result<()> {
         let h = self.config.hidden_size;
         let outside =
             |id: u32| candle_core::Error::Msg(format!("token {id} is outside the vocabulary"));
@@ -2102,12 +2153,16 @@ impl Decoder {
     /// token that ends its sequence into row `last_of` of `last`. The
     /// tensor path's operations, in its order; the phase clock counts
     /// them under `kind`.
+    // The pass, its tokens and image features, the cache and the scratch:
+    // one call per chunk on the hot path, no struct to fill per call.
+    #[allow(clippy::too_many_arguments)]
     fn blocks_host(
         &self,
         kind: HostPass,
         part: &[HostToken],
         kv: &mut [Option<SlotKv>],
         kv_dtype: DType,
+        features: &[f32],
         acts: &mut Activations<'_>,
         last: &mut [f32],
     ) -> Result<()> {
@@ -2131,7 +2186,7 @@ impl Decoder {
             &mut acts.act[..t * inter],
         );
         let (out_t, scores) = (&mut *acts.out_t, &mut *acts.scores);
-        self.embed_rows(part, x)?;
+        self.embed_rows(part, features, x)?;
         let (cos_storage, cos_layout) = self.rope.cos.storage_and_layout();
         let (sin_storage, sin_layout) = self.rope.sin.storage_and_layout();
         let cos = cpu_f32_slice(&cos_storage, cos_layout)?;
@@ -2243,13 +2298,32 @@ impl Decoder {
         cache: &mut SlotCache,
         out: &mut [f32],
     ) -> Result<()> {
-        self.prefill_into_chunks(seqs, pad_id, cache, out, PREFILL_CHUNK_TOKENS)
+        self.prefill_into_chunks(seqs, None, pad_id, cache, out, PREFILL_CHUNK_TOKENS)
+    }
+
+    /// [`Decoder::prefill_into`] with image features over the prompts'
+    /// image tokens (host buffers only: on other paths an error).
+    pub fn prefill_images_into(
+        &self,
+        seqs: &[(usize, &[u32], usize)],
+        images: &PrefillImages<'_>,
+        pad_id: u32,
+        cache: &mut SlotCache,
+        out: &mut [f32],
+    ) -> Result<()> {
+        if !cache.is_host() {
+            return Err(
+                candle_core::Error::Msg("images run on the CPU (device=cpu) only".into()).into(),
+            );
+        }
+        self.prefill_into_chunks(seqs, Some(images), pad_id, cache, out, PREFILL_CHUNK_TOKENS)
     }
 
     /// [`Decoder::prefill_into`] with chunks of at most `chunk_tokens`.
     fn prefill_into_chunks(
         &self,
         seqs: &[(usize, &[u32], usize)],
+        images: Option<&PrefillImages<'_>>,
         pad_id: u32,
         cache: &mut SlotCache,
         out: &mut [f32],
@@ -2266,7 +2340,7 @@ impl Decoder {
                     return Err(err);
                 }
             }
-            let result = self.prefill_host(seqs, cache, out, chunk_tokens);
+            let result = self.prefill_host(seqs, images, cache, out, chunk_tokens);
             for &(slot, prompt, _) in seqs {
                 match &result {
                     Ok(()) => cache.advance(slot, prompt.len())?,
@@ -2285,6 +2359,7 @@ impl Decoder {
     fn prefill_host(
         &self,
         seqs: &[(usize, &[u32], usize)],
+        images: Option<&PrefillImages<'_>>,
         cache: &mut SlotCache,
         out: &mut [f32],
         chunk_tokens: usize,
@@ -2320,13 +2395,35 @@ impl Decoder {
             }
             room = room.max(slot_of(kv, slot)?.capacity);
             let n = prompt.len();
-            tokens.extend(prompt.iter().enumerate().map(|(pos, &id)| HostToken {
-                id,
-                slot,
-                pos,
-                last_of: (pos + 1 == n).then_some(row),
-            }));
+            // The sequence's image tokens take its feature rows in order.
+            let (mut next, end) = images
+                .and_then(|i| i.rows.get(row))
+                .map_or((0, 0), |r| (r.start, r.end));
+            let start = next;
+            let image_token = images.map(|i| i.token);
+            for (pos, &id) in prompt.iter().enumerate() {
+                let feature = (Some(id) == image_token && next < end).then(|| {
+                    next += 1;
+                    next - 1
+                });
+                tokens.push(HostToken {
+                    id,
+                    slot,
+                    pos,
+                    last_of: (pos + 1 == n).then_some(row),
+                    feature,
+                });
+            }
+            if next != end {
+                return Err(candle_core::Error::Msg(format!(
+                    "sequence {row} has {} image feature rows and {} image tokens",
+                    end - start,
+                    next - start
+                ))
+                .into());
+            }
         }
+        let features = images.map_or(&[][..], |i| i.features);
         // Chunks small enough that their activations stay in the caches
         // and their attention scores within the budget.
         let per_token_scores = self.config.num_attention_heads * room * std::mem::size_of::<f32>();
@@ -2339,7 +2436,15 @@ impl Decoder {
         let last = last.get(b * h);
         let pass = self.clock.start();
         for part in tokens.chunks(chunk) {
-            self.blocks_host(HostPass::Prefill, part, kv, kv_dtype, &mut acts, last)?;
+            self.blocks_host(
+                HostPass::Prefill,
+                part,
+                kv,
+                kv_dtype,
+                features,
+                &mut acts,
+                last,
+            )?;
         }
         let since = self.clock.start();
         self.lm_head.forward_rows(last, b, acts.out_t, out)?;
@@ -2832,7 +2937,7 @@ mod tests {
                 let mut host = decoder.new_cache(seqs.len());
                 let mut got = vec![f32::NAN; seqs.len() * vocab];
                 decoder
-                    .prefill_into_chunks(&seqs, 2, &mut host, &mut got, chunk)
+                    .prefill_into_chunks(&seqs, None, 2, &mut host, &mut got, chunk)
                     .expect("host prefill");
                 let mut got_next = vec![f32::NAN; seqs.len() * vocab];
                 decoder

@@ -97,3 +97,9 @@ fn load_with(model: &str, common: EngineOptions) -> guidebench_candle::error::Re
 mod load {
     guidebench_testkit::conformance_tests!(load_checks: super::load_with);
 }
+
+// The tiny LLaVA fixture: images through the CLIP tower and the projector,
+// against transformers' tokens.
+mod images {
+    guidebench_testkit::conformance_tests!(images: super::load);
+}

@@ -274,8 +274,10 @@ impl<K> Generation<K> {
         let mut tokens = self
             .tokenizer
             .encode(&request.prompt, request.add_special_tokens)?;
+        // With a vision model, every image token of the prompt must be an
+        // image's placeholder (transformers refuses the same mismatch).
         if let Some(processor) = &self.image_processor
-            && !images.is_empty()
+            && self.capabilities.images
         {
             tokens = expand_image_tokens(
                 request.id,

@@ -149,12 +149,18 @@ use crate::fixtures::{FixtureDtype, FixtureSpec, write_llama_fixture};
 use crate::gguf::{GgufType, write_gguf_fixture};
 
 mod gguf_suite;
+mod images;
 mod load;
 
 pub use gguf_suite::{
     Follow, GGUF_MIN_EXACT_PROMPTS, GgufReference, GgufSuite,
     a_gguf_of_an_unsupported_architecture_fails_naming_it,
     a_gguf_of_an_unsupported_type_fails_naming_it, a_truncated_gguf_fails_naming_the_file, spread,
+};
+pub use images::{
+    a_prompt_without_one_placeholder_per_image_fails_alone,
+    an_image_requests_vision_time_is_reported, image_first_step_logits_match_transformers,
+    image_greedy_tokens_match_transformers, images_batch_with_text_only_rows,
 };
 pub use load::{
     a_missing_file_is_named_with_its_path, a_missing_model_folder_is_named,
@@ -234,6 +240,15 @@ macro_rules! conformance_tests {
             a_truncated_gguf_fails_naming_the_file,
             a_gguf_of_an_unsupported_type_fails_naming_it,
             a_gguf_of_an_unsupported_architecture_fails_naming_it,
+        );
+    };
+    (images: $load:expr $(,)?) => {
+        $crate::conformance_tests!(@free $load;
+            image_greedy_tokens_match_transformers,
+            image_first_step_logits_match_transformers,
+            images_batch_with_text_only_rows,
+            a_prompt_without_one_placeholder_per_image_fails_alone,
+            an_image_requests_vision_time_is_reported,
         );
     };
     (load_checks: $try_load:expr $(,)?) => {

@@ -1,0 +1,266 @@
+//! The vision side of a LLaVA-style model: a CLIP vision tower and the
+//! projector, batched over the images of a prefill.
+//!
+//! Every image of a prefill group goes through the tower in one batch
+//! (`[images, positions, width]`): the patch convolution as one matrix
+//! product over all patches (a stride-`p` convolution with a `p × p`
+//! kernel is a product of the flattened patches by the flattened kernel),
+//! the class and position embeddings, `pre_layrnorm`, then the encoder
+//! layers up to the deepest selected state (pre-norm attention over all
+//! positions, no mask, and the MLP), the class token dropped under the
+//! `default` strategy, the selected states concatenated, and the
+//! projector `linear_2(act(linear_1(x)))`. It runs in `f32` on the
+//! engine's device whatever the checkpoint's dtype (2-byte weights are
+//! widened once at load): the tower is a small part of a VLM's weights,
+//! and this keeps its features exact. The features come back as rows of
+//! the text model's width, in image order, for the decoder to write over
+//! the image tokens' embeddings.
+
+use candle_core::{D, DType, Device, Tensor};
+use guidebench_core::vision::{
+    FeatureSelect, PreparedImage, VisionActivation, VisionLanguageConfig,
+};
+
+use crate::error::{CandleError, Result};
+use crate::model::Weights;
+
+/// A linear layer in `f32`: `x W^T + b` on rows.
+#[derive(Debug, Clone)]
+struct Linear {
+    /// `(in, out)`: the weight transposed once, contiguous.
+    weight_t: Tensor,
+    bias: Option<Tensor>,
+}
+
+impl Linear {
+    fn load(w: &Weights, rows: usize, cols: usize, bias: bool) -> Result<Self> {
+        let weight = w.get((rows, cols), "weight")?.to_dtype(DType::F32)?;
+        Ok(Linear {
+            weight_t: weight.t()?.contiguous()?,
+            bias: match bias {
+                true => Some(w.get(rows, "bias")?.to_dtype(DType::F32)?),
+                false => None,
+            },
+        })
+    }
+
+    /// `x`: `(rows, in)`.
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let y = x.matmul(&self.weight_t)?;
+        Ok(match &self.bias {
+            Some(b) => y.broadcast_add(b)?,
+            None => y,
+        })
+    }
+}
+
+/// A layer norm with its weight and bias in `f32`.
+#[derive(Debug, Clone)]
+struct LayerNorm {
+    weight: Tensor,
+    bias: Tensor,
+    eps: f32,
+}
+
+impl LayerNorm {
+    fn load(w: &Weights, d: usize, eps: f64) -> Result<Self> {
+        Ok(LayerNorm {
+            weight: w.get(d, "weight")?.to_dtype(DType::F32)?,
+            bias: w.get(d, "bias")?.to_dtype(DType::F32)?,
+            eps: eps as f32,
+        })
+    }
+
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        Ok(candle_nn::ops::layer_norm(
+            x,
+            &self.weight,
+            &self.bias,
+            self.eps,
+        )?)
+    }
+}
+
+fn activate(act: VisionActivation, x: &Tensor) -> Result<Tensor> {
+    Ok(match act {
+        VisionActivation::QuickGelu => (x * candle_nn::ops::sigmoid(&(x * 1.702)?)?)?,
+        VisionActivation::Gelu => x.gelu_erf()?,
+        VisionActivation::GeluTanh => x.gelu()?,
+        other => {
+            return Err(CandleError::InvalidOption {
+                key: "model",
+                reason: format!("vision activation {other:?} is not implemented"),
+            });
+        }
+    })
+}
+
+/// One CLIP encoder layer.
+#[derive(Debug, Clone)]
+struct EncoderLayer {
+    norm1: LayerNorm,
+    q: Linear,
+    k: Linear,
+    v: Linear,
+    out: Linear,
+    norm2: LayerNorm,
+    fc1: Linear,
+    fc2: Linear,
+}
+
+/// A CLIP vision tower and a LLaVA projector. See the [module docs](self).
+#[derive(Debug, Clone)]
+pub struct VisionTower {
+    /// The flattened patch kernel, transposed: `(3 p p, width)`.
+    patch_t: Tensor,
+    /// `(1, 1, width)`.
+    class: Tensor,
+    /// `(1, positions, width)`.
+    positions: Tensor,
+    pre_norm: LayerNorm,
+    layers: Vec<EncoderLayer>,
+    proj1: Linear,
+    proj2: Linear,
+    config: VisionLanguageConfig,
+    device: Device,
+}
+
+impl VisionTower {
+    /// Loads the tower's layers up to the deepest selected state and the
+    /// projector, named as `config.weight_names` says.
+    pub fn load(w: &Weights, config: &VisionLanguageConfig) -> Result<Self> {
+        let c = &config.vision;
+        let (d, p, eps) = (c.hidden_size, c.patch_size, c.layer_norm_eps);
+        let v = w.pp(&config.weight_names.vision_model);
+        let e = v.pp("embeddings");
+        let patch = e
+            .pp("patch_embedding")
+            .get((d, c.num_channels, p, p), "weight")?
+            .to_dtype(DType::F32)?
+            .reshape((d, c.num_channels * p * p))?;
+        let layers = (0..config.layers_to_run())
+            .map(|i| {
+                let l = v.pp("encoder.layers").pp(i);
+                let a = l.pp("self_attn");
+                let linear = |name: &str, rows, cols| Linear::load(&a.pp(name), rows, cols, true);
+                Ok(EncoderLayer {
+                    norm1: LayerNorm::load(&l.pp("layer_norm1"), d, eps)?,
+                    q: linear("q_proj", d, d)?,
+                    k: linear("k_proj", d, d)?,
+                    v: linear("v_proj", d, d)?,
+                    out: linear("out_proj", d, d)?,
+                    norm2: LayerNorm::load(&l.pp("layer_norm2"), d, eps)?,
+                    fc1: Linear::load(&l.pp("mlp.fc1"), c.intermediate_size, d, true)?,
+                    fc2: Linear::load(&l.pp("mlp.fc2"), d, c.intermediate_size, true)?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let projector = w.pp(&config.weight_names.projector);
+        let t = config.text_hidden_size;
+        Ok(VisionTower {
+            patch_t: patch.t()?.contiguous()?,
+            class: e
+                .get(d, "class_embedding")?
+                .to_dtype(DType::F32)?
+                .reshape((1, 1, d))?,
+            positions: e
+                .pp("position_embedding")
+                .get((c.positions(), d), "weight")?
+                .to_dtype(DType::F32)?
+                .unsqueeze(0)?,
+            pre_norm: LayerNorm::load(&v.pp("pre_layrnorm"), d, eps)?,
+            layers,
+            proj1: Linear::load(
+                &projector.pp("linear_1"),
+                t,
+                config.projector_in(),
+                config.projector_bias,
+            )?,
+            proj2: Linear::load(&projector.pp("linear_2"), t, t, config.projector_bias)?,
+            config: config.clone(),
+            device: w.device().clone(),
+        })
+    }
+
+    /// Image tokens per image.
+    pub fn tokens_per_image(&self) -> usize {
+        self.config.image_tokens()
+    }
+
+    /// The projected features of `images`, batched: one row of the text
+    /// model's width per image token, image after image, as `f32` values
+    /// back to back.
+    pub fn encode(&self, images: &[&PreparedImage]) -> Result<Vec<f32>> {
+        if images.is_empty() {
+            return Ok(Vec::new());
+        }
+        let c = &self.config.vision;
+        let (n, s, p, d) = (images.len(), c.image_size, c.patch_size, c.hidden_size);
+        let mut pixels = Vec::with_capacity(n * 3 * s * s);
+        for image in images {
+            if (image.channels, image.height, image.width) != (3, s, s) {
+                return Err(candle_core::Error::Msg(format!(
+                    "an image of {}×{}×{} for a tower taking 3×{s}×{s}",
+                    image.channels, image.height, image.width
+                ))
+                .into());
+            }
+            pixels.extend_from_slice(&image.pixels);
+        }
+        let side = s / p;
+        let patches = side * side;
+        // (n, 3, side, p, side, p) -> (n, side, side, 3, p, p): each patch's
+        // values in the kernel's (channel, row, column) order.
+        let x = Tensor::from_vec(pixels, (n, 3, side, p, side, p), &self.device)?
+            .permute((0, 2, 4, 1, 3, 5))?
+            .contiguous()?
+            .reshape((n * patches, 3 * p * p))?
+            .matmul(&self.patch_t)?
+            .reshape((n, patches, d))?;
+        let class = self.class.broadcast_as((n, 1, d))?;
+        let x = Tensor::cat(&[&class, &x], 1)?.broadcast_add(&self.positions)?;
+        let t = patches + 1;
+        let mut x = self.pre_norm.forward(&x.reshape((n * t, d))?)?;
+        let mut states = vec![x.clone()];
+        for layer in &self.layers {
+            x = self.layer(layer, &x, n, t)?;
+            states.push(x.clone());
+        }
+        let skip = usize::from(self.config.feature_select == FeatureSelect::Patches);
+        let tokens = t - skip;
+        let selected = self
+            .config
+            .feature_layers
+            .iter()
+            .map(|&i| states[i].reshape((n, t, d))?.narrow(1, skip, tokens))
+            .collect::<candle_core::Result<Vec<_>>>()?;
+        let x =
+            Tensor::cat(&selected, D::Minus1)?.reshape((n * tokens, self.config.projector_in()))?;
+        let x = activate(self.config.projector_act, &self.proj1.forward(&x)?)?;
+        let x = self.proj2.forward(&x)?;
+        Ok(x.flatten_all()?.to_vec1::<f32>()?)
+    }
+
+    /// One encoder layer on `(n t, width)` rows of `n` images.
+    fn layer(&self, l: &EncoderLayer, x: &Tensor, n: usize, t: usize) -> Result<Tensor> {
+        let c = &self.config.vision;
+        let (heads, hd) = (c.num_attention_heads, c.head_dim());
+        let h = l.norm1.forward(x)?;
+        let split = |y: Tensor| -> candle_core::Result<Tensor> {
+            y.reshape((n, t, heads, hd))?.transpose(1, 2)?.contiguous()
+        };
+        let q = split((l.q.forward(&h)? * (1.0 / (hd as f64).sqrt()))?)?;
+        let k = split(l.k.forward(&h)?)?;
+        let v = split(l.v.forward(&h)?)?;
+        let scores = q.matmul(&k.t()?.contiguous()?)?;
+        let weights = candle_nn::ops::softmax_last_dim(&scores)?;
+        let attn = weights
+            .matmul(&v)?
+            .transpose(1, 2)?
+            .contiguous()?
+            .reshape((n * t, heads * hd))?;
+        let x = (x + l.out.forward(&attn)?)?;
+        let h = activate(c.hidden_act, &l.fc1.forward(&l.norm2.forward(&x)?)?)?;
+        Ok((x + l.fc2.forward(&h)?)?)
+    }
+}

@@ -1,0 +1,258 @@
+//! The image checks of the conformance suite: what a vision-language step
+//! engine must do on the tiny LLaVA fixture ([`crate::llava`]) against
+//! what transformers computed on it (`expected/llava.json`).
+//!
+//! | check | what it guarantees |
+//! |---|---|
+//! | [`image_greedy_tokens_match_transformers`] | each stored case alone (one image at the crop size, one with an alpha channel, one downscaled, one JPEG upscaled, two images in one prompt, no image): the prompt-token count is transformers' expanded input length, the 16 greedy tokens equal transformers' exactly, and the output reports its images and image tokens |
+//! | [`image_first_step_logits_match_transformers`] | every case prefilled in one group (images batched through the tower, mixed with the text-only case): each row's logits within [`LOGITS_TOLERANCE`](super::LOGITS_TOLERANCE) of transformers' where core's pixels are transformers' (no resampling), and of the [`ReferenceLlava`] on core's own pixels where they are resampled |
+//! | [`images_batch_with_text_only_rows`] | every case in one batch with two text-only prompts of the shared fixture's prompts: each request gives what it gives alone |
+//! | [`a_prompt_without_one_placeholder_per_image_fails_alone`] | an image without a placeholder, and a placeholder without an image, fail with `image_placeholders`; an unreadable image fails with `media`, naming the file; the rest of the batch succeeds |
+//! | [`an_image_requests_vision_time_is_reported`] | an image request's output carries the encoder's time, non-zero and below the time to its first token |
+//!
+//! ```ignore
+//! mod images {
+//!     guidebench_testkit::conformance_tests!(images: super::load);
+//! }
+//! ```
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+use guidebench_core::engine::{Engine, EngineRequest};
+use guidebench_core::generation::{Logits, Prefill, StepEngine, StepRunner};
+use guidebench_core::model::ModelFolder;
+use guidebench_core::request::MediaSource;
+use guidebench_core::vision::{ImageProcessor, PreparedImage};
+
+use crate::reference::ReferenceLlava;
+
+use super::{LOGITS_TOLERANCE, Scratch, generate_ok, greedy, largest_difference, request, runner};
+use crate::llava::{LlavaCase, LlavaExpected, LlavaSpec, stored_llava};
+
+/// Writes the tiny LLaVA fixture and its images into a scratch folder.
+fn llava_fixture() -> Scratch {
+    let dir = Scratch::empty("llava");
+    let spec = LlavaSpec::tiny();
+    crate::llava::write_llava_fixture(dir.path(), &spec).expect("write the LLaVA fixture");
+    crate::llava::write_fixture_images(dir.path(), &spec).expect("write its images");
+    dir
+}
+
+fn expected() -> LlavaExpected {
+    stored_llava().expect("expected/llava.json parses")
+}
+
+/// A greedy request for `case` with its images read from `dir/images`.
+fn image_request(id: u64, dir: &Path, case: &LlavaCase) -> EngineRequest {
+    let mut req = request(id, &case.prompt, greedy(case.greedy.len() as u32));
+    req.images = case
+        .images
+        .iter()
+        .map(|name| MediaSource::Path(dir.join("images").join(name)))
+        .collect();
+    req
+}
+
+fn llava_runner<E: StepEngine>(dir: &Path, load: impl Fn(&Path) -> E) -> StepRunner<E> {
+    let runner = runner(dir, load);
+    assert!(
+        runner.capabilities().images,
+        "the engine says it takes no images on a LLaVA folder"
+    );
+    runner
+}
+
+/// Each stored case alone gives transformers' greedy tokens and counts.
+pub fn image_greedy_tokens_match_transformers<E: StepEngine>(load: impl Fn(&Path) -> E) {
+    let dir = llava_fixture();
+    let mut runner = llava_runner(dir.path(), load);
+    for case in &expected().cases {
+        let req = image_request(0, dir.path(), case);
+        let out = generate_ok(&mut runner, &[req], &format!("case {}", case.name)).remove(0);
+        assert_eq!(
+            out.prompt_tokens as usize,
+            case.input_ids.len(),
+            "case {}: prompt tokens (image tokens included)",
+            case.name
+        );
+        assert_eq!(
+            out.token_ids, case.greedy,
+            "case {}: greedy tokens",
+            case.name
+        );
+        match (&out.images, case.images.len()) {
+            (None, 0) => {}
+            (Some(stats), n) => {
+                assert_eq!(stats.images as usize, n, "case {}", case.name);
+                assert_eq!(stats.image_tokens as usize, 16 * n, "case {}", case.name);
+            }
+            (None, n) => panic!("case {}: {n} images and no image stats", case.name),
+        }
+    }
+}
+
+/// Every case prefilled in one group: logits as transformers' (or the
+/// reference's on core's pixels where they are resampled).
+pub fn image_first_step_logits_match_transformers<E: StepEngine>(load: impl Fn(&Path) -> E) {
+    let dir = llava_fixture();
+    let folder = ModelFolder::from_dir(dir.path()).expect("core opens the fixture");
+    let processor = folder.image_processor().expect("an image processor");
+    let reference = ReferenceLlava::load(dir.path()).expect("the reference loads");
+    let mut engine = load(dir.path());
+    let expected = expected();
+    let images: Vec<Vec<Arc<PreparedImage>>> = expected
+        .cases
+        .iter()
+        .map(|case| {
+            case.images
+                .iter()
+                .map(|name| {
+                    let source = MediaSource::Path(dir.path().join("images").join(name));
+                    Arc::new(processor.prepare(&source).expect("the image prepares"))
+                })
+                .collect()
+        })
+        .collect();
+    let seqs: Vec<Prefill<'_>> = expected
+        .cases
+        .iter()
+        .zip(&images)
+        .enumerate()
+        .map(|(slot, (case, images))| Prefill {
+            slot,
+            tokens: &case.input_ids,
+            max_len: case.input_ids.len() + 1,
+            images,
+        })
+        .collect();
+    let mut logits = Logits::new(engine.limits().vocab_size);
+    engine
+        .prefill(&seqs, &mut logits)
+        .expect("the group prefills");
+    for (row, (case, images)) in expected.cases.iter().zip(&images).enumerate() {
+        let resampled = images
+            .iter()
+            .zip(&case.images)
+            .any(|(image, name)| image.pixels != expected.pixels[name]);
+        let want = if resampled {
+            let pixels: Vec<&[f32]> = images.iter().map(|i| i.pixels.as_slice()).collect();
+            reference.logits(&case.input_ids, &pixels)
+        } else {
+            case.first_logits.clone()
+        };
+        let (at, diff) = largest_difference(&want, logits.row(row));
+        assert!(
+            diff <= LOGITS_TOLERANCE,
+            "case {} (resampled: {resampled}): logit {at} differs by {diff}",
+            case.name
+        );
+    }
+}
+
+/// Every case in one batch with text-only rows: each as alone.
+pub fn images_batch_with_text_only_rows<E: StepEngine>(load: impl Fn(&Path) -> E) {
+    let dir = llava_fixture();
+    let mut runner = llava_runner(dir.path(), load);
+    let expected = expected();
+    let mut batch: Vec<EngineRequest> = expected
+        .cases
+        .iter()
+        .enumerate()
+        .map(|(i, case)| image_request(i as u64, dir.path(), case))
+        .collect();
+    let text_prompts = [super::PROMPTS[1], super::PROMPTS[3]];
+    for (i, prompt) in text_prompts.iter().enumerate() {
+        batch.insert(2 * i + 1, request(100 + i as u64, prompt, greedy(12)));
+    }
+    let alone: Vec<Vec<u32>> = batch
+        .iter()
+        .map(|req| {
+            generate_ok(&mut runner, std::slice::from_ref(req), "alone")
+                .remove(0)
+                .token_ids
+        })
+        .collect();
+    let together = generate_ok(&mut runner, &batch, "the mixed batch");
+    for ((req, out), alone) in batch.iter().zip(&together).zip(&alone) {
+        assert_eq!(
+            &out.token_ids,
+            alone,
+            "request {} ({:?}, {} images): batched and alone differ",
+            req.id,
+            req.prompt,
+            req.images.len()
+        );
+    }
+    for (req, out) in batch.iter().zip(&together) {
+        if let Some(case) = expected.cases.get(req.id as usize) {
+            assert_eq!(
+                out.token_ids, case.greedy,
+                "case {} in the batch",
+                case.name
+            );
+        }
+    }
+}
+
+/// Placeholder mismatches and unreadable images fail alone.
+pub fn a_prompt_without_one_placeholder_per_image_fails_alone<E: StepEngine>(
+    load: impl Fn(&Path) -> E,
+) {
+    let dir = llava_fixture();
+    let mut runner = llava_runner(dir.path(), load);
+    let expected = expected();
+    let square = expected.case("square").expect("the square case");
+    let good = image_request(0, dir.path(), square);
+    let mut no_placeholder = image_request(1, dir.path(), square);
+    no_placeholder.prompt = "tr sonys".into();
+    let mut no_image = image_request(2, dir.path(), square);
+    no_image.images.clear();
+    let mut missing = image_request(3, dir.path(), square);
+    let absent = dir.path().join("images").join("absent.png");
+    missing.images = vec![MediaSource::Path(absent.clone())];
+    let results = runner
+        .generate(&[good, no_placeholder, no_image, missing])
+        .expect("the batch runs");
+    let ok = results[0]
+        .as_ref()
+        .unwrap_or_else(|e| panic!("the good request failed: {e}"));
+    assert_eq!(ok.token_ids, square.greedy, "the good request's tokens");
+    for (i, label) in [
+        (1, "image_placeholders"),
+        (2, "image_placeholders"),
+        (3, "media"),
+    ] {
+        let err = results[i]
+            .as_ref()
+            .err()
+            .unwrap_or_else(|| panic!("request {i} should fail with {label}"));
+        assert_eq!(err.label(), label, "request {i}: {err}");
+    }
+    let message = results[3].as_ref().err().map(ToString::to_string);
+    assert!(
+        message
+            .as_deref()
+            .is_some_and(|m| m.contains(&absent.display().to_string())),
+        "the unreadable image is named: {message:?}"
+    );
+}
+
+/// An image request's vision time is reported within its TTFT.
+pub fn an_image_requests_vision_time_is_reported<E: StepEngine>(load: impl Fn(&Path) -> E) {
+    let dir = llava_fixture();
+    let mut runner = llava_runner(dir.path(), load);
+    let expected = expected();
+    let case = expected.case("two").expect("the two-image case");
+    let started = Instant::now();
+    let out = generate_ok(&mut runner, &[image_request(0, dir.path(), case)], "two").remove(0);
+    let stats = out.images.expect("image stats");
+    let first = out.token_instants[0].duration_since(started);
+    assert!(!stats.encode.is_zero(), "the encoder's time is measured");
+    assert!(
+        stats.encode < first,
+        "the encoder ran before the first token ({:?} vs {first:?})",
+        stats.encode
+    );
+}
