@@ -322,6 +322,10 @@ pub struct RequestRecord {
     pub finish_reason: Option<FinishReason>,
     /// The generated text, when kept.
     pub text: Option<String>,
+    /// What its images cost, for a request with images served by an
+    /// in-process engine ([`GenerationResponse::images`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub images: Option<crate::vision::ImageStats>,
     /// Timings; for an error, at least the start and end the caller saw.
     pub timings: RequestTimings,
 }
@@ -337,6 +341,7 @@ impl RequestRecord {
             output_tokens: response.output_tokens,
             finish_reason: Some(response.finish_reason),
             text: keep_text.then_some(response.text),
+            images: response.images,
             timings: response.timings,
         }
     }
@@ -351,6 +356,7 @@ impl RequestRecord {
             output_tokens: 0,
             finish_reason: None,
             text: None,
+            images: None,
             timings: RequestTimings {
                 start: Some(start),
                 end: Some(end),
@@ -369,6 +375,7 @@ impl RequestRecord {
             output_tokens: 0,
             finish_reason: None,
             text: None,
+            images: None,
             timings: RequestTimings {
                 start: Some(start),
                 ..RequestTimings::default()
@@ -388,6 +395,7 @@ impl RequestRecord {
             output_tokens: response.output_tokens,
             finish_reason: None,
             text: keep_text.then_some(response.text),
+            images: response.images,
             timings: response.timings,
         }
     }

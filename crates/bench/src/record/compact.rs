@@ -89,6 +89,48 @@ pub struct CompactRecord {
     /// otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reasoning: Option<Box<CompactReasoning>>,
+    /// Its images, for a request with images served by an in-process
+    /// engine; absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub images: Option<CompactImages>,
+}
+
+/// What a record keeps of a request's images
+/// ([`ImageStats`](guidebench_core::vision::ImageStats)), times in whole
+/// microseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompactImages {
+    /// Images in the request.
+    pub count: u32,
+    /// Prompt tokens they took (part of `prompt_tokens`).
+    pub tokens: u32,
+    /// µs spent reading, decoding and preparing them (before the request
+    /// reached the engine).
+    pub prepare_us: u64,
+    /// µs of the vision encoder in the prefill that took the request (part
+    /// of its time to first token).
+    pub encode_us: u64,
+}
+
+impl CompactImages {
+    fn of(stats: guidebench_core::vision::ImageStats) -> Self {
+        let us = |d: std::time::Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+        CompactImages {
+            count: stats.images,
+            tokens: stats.image_tokens,
+            prepare_us: us(stats.prepare),
+            encode_us: us(stats.encode),
+        }
+    }
+
+    fn stats(self) -> guidebench_core::vision::ImageStats {
+        guidebench_core::vision::ImageStats {
+            images: self.count,
+            image_tokens: self.tokens,
+            prepare: std::time::Duration::from_micros(self.prepare_us),
+            encode: std::time::Duration::from_micros(self.encode_us),
+        }
+    }
 }
 
 /// What a record keeps of a response's reasoning (see
@@ -324,6 +366,7 @@ impl CompactRecords {
                     tokens: t.reasoning_tokens,
                 })
             }),
+            images: record.images.map(CompactImages::of),
         };
         self.records.push(compact);
     }
@@ -339,6 +382,7 @@ impl CompactRecords {
             output_tokens: record.output_tokens,
             finish_reason: record.finish_reason,
             text: record.text.as_deref().map(String::from),
+            images: record.images.map(CompactImages::stats),
             timings: RequestTimings {
                 scheduled: at(record.scheduled),
                 start: at(record.start),
@@ -425,6 +469,7 @@ mod tests {
             output_tokens: 16,
             finish_reason: Some(FinishReason::Length),
             text: None,
+            images: None,
             timings: RequestTimings {
                 scheduled: Some(at_us(990)),
                 start: Some(at_us(1_000)),
@@ -454,6 +499,39 @@ mod tests {
         assert_eq!(compact.to_records(), records);
         let again = CompactRecords::from_records(origin, &compact.to_records());
         assert_eq!(again, compact);
+    }
+
+    #[test]
+    fn a_requests_images_survive_the_compact_form_and_give_their_metrics() {
+        let stats = guidebench_core::vision::ImageStats {
+            images: 2,
+            image_tokens: 392,
+            prepare: std::time::Duration::from_micros(1_250),
+            encode: std::time::Duration::from_micros(8_000),
+        };
+        let mut with = sixteen_token_record(1);
+        with.images = Some(stats);
+        let records = vec![with, sixteen_token_record(2)];
+        let compact = CompactRecords::from_records(at_us(0), &records);
+        assert_eq!(compact.to_records(), records);
+        let json = serde_json::to_value(&compact.records[0]).expect("json");
+        assert_eq!(
+            json["images"],
+            serde_json::json!({"count": 2, "tokens": 392, "prepare_us": 1250, "encode_us": 8000})
+        );
+        assert!(
+            serde_json::to_value(&compact.records[1])
+                .expect("json")
+                .get("images")
+                .is_none()
+        );
+        let metrics = crate::report::StatusMetrics::compute(&compact.records);
+        let images = metrics.images.expect("image metrics");
+        assert_eq!((images.count, images.mean), (1, 2.0));
+        assert_eq!(metrics.image_tokens.expect("image tokens").mean, 392.0);
+        assert!((metrics.vision_encode.expect("vision").mean - 0.008).abs() < 1e-12);
+        let none = crate::report::StatusMetrics::compute(&compact.records[1..]);
+        assert!(none.images.is_none() && none.vision_encode.is_none());
     }
 
     #[test]
@@ -561,6 +639,7 @@ mod tests {
                     output_tokens: u32::try_from(tokens.len()).unwrap_or(0),
                     finish_reason: None,
                     text: None,
+                    images: None,
                     timings: RequestTimings {
                         scheduled: delay.map(|d| at(start - d)),
                         start: Some(at(start)),

@@ -21,7 +21,9 @@ pub mod conclusion;
 pub mod footprint;
 pub mod saturation;
 
-pub use compact::{CompactRecord, CompactRecords, CompactTurn, Excluded, round_to_micros};
+pub use compact::{
+    CompactImages, CompactRecord, CompactRecords, CompactTurn, Excluded, round_to_micros,
+};
 pub use conclusion::{Conclusion, KneeConclusion};
 pub use footprint::{CLIENT_THREAD_NAME, ClientFootprint, ProcessUsage};
 pub use saturation::{SaturationMode, SaturationReport};
@@ -62,6 +64,7 @@ pub(crate) mod testing {
             output_tokens: u32::try_from(tokens.len()).expect("few tokens"),
             finish_reason: Some(FinishReason::Length),
             text: None,
+            images: None,
             timings: RequestTimings {
                 start: Some(ms(start)),
                 tokens: tokens.iter().map(|&t| ms(t)).collect(),

@@ -528,6 +528,9 @@ pub fn console_summary(report: &Report) -> String {
         }
     }
     for b in &report.benchmarks {
+        out.push_str(&image_line(b));
+    }
+    for b in &report.benchmarks {
         if let Some(skipped) = b
             .extra
             .get("data_skipped")
@@ -574,6 +577,31 @@ pub fn console_summary(report: &Report) -> String {
         }
     }
     out
+}
+
+/// What a benchmark's images cost, for one whose requests an in-process
+/// vision engine served with images: how many per request, the image
+/// tokens among the prompt tokens, and the vision encoder's share of TTFT.
+fn image_line(b: &super::model::BenchmarkReport) -> String {
+    let m = &b.metrics.successful;
+    let (Some(images), Some(tokens), Some(encode)) = (&m.images, &m.image_tokens, &m.vision_encode)
+    else {
+        return String::new();
+    };
+    let ms = |s: f64| format!("{:.1}", s * 1e3);
+    format!(
+        "images in {}: {} requests with images, {:.1} per request, {:.0} image tokens per \
+         request (counted in prompt tokens, mean {:.0}); vision encoder p50 {} ms, p95 {} ms \
+         (inside TTFT p50 {} ms)\n",
+        b.label(),
+        images.count,
+        images.mean,
+        tokens.mean,
+        m.prompt_tokens.mean,
+        ms(encode.median),
+        ms(encode.at(95.0).unwrap_or(encode.max)),
+        ms(m.ttft.median),
+    )
 }
 
 /// Whether side-by-side backends gave the same outputs, a line per

@@ -660,6 +660,7 @@ fn record(id: u64, status: RequestStatus, request: &Request) -> RequestRecord {
         output_tokens,
         finish_reason: None,
         text: request.output.clone(),
+        images: None,
         timings: RequestTimings {
             scheduled: t.targeted_start.and_then(timestamp),
             start: t.request_start.or(t.resolve_start).and_then(timestamp),
@@ -798,6 +799,9 @@ fn metrics(
             total_tokens: d(&m.total_token_count, 1.0),
             ttfot: None,
             reasoning_tokens: None,
+            images: None,
+            image_tokens: None,
+            vision_encode: None,
         }
     };
     let totals = m.request_totals;

@@ -154,6 +154,7 @@ mod tests {
                     output_tokens: 1,
                     finish_reason: None,
                     text: None,
+                    images: None,
                     timings: RequestTimings {
                         scheduled: Some(Timestamp(planned)),
                         start: Some(Timestamp(planned + late * MS)),

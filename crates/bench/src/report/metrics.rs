@@ -56,6 +56,18 @@ pub struct StatusMetrics {
     /// absent when none did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reasoning_tokens: Option<Distribution>,
+    /// Images per request, over the requests an in-process vision engine
+    /// served with images; absent when none had any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub images: Option<Distribution>,
+    /// Image tokens per request (part of `prompt_tokens`), over the same
+    /// requests.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_tokens: Option<Distribution>,
+    /// Vision encoder time in seconds (part of TTFT), over the same
+    /// requests: the encoder's wall time in the prefill that took each.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vision_encode: Option<Distribution>,
 }
 
 impl StatusMetrics {
@@ -72,8 +84,16 @@ impl StatusMetrics {
         let mut total = Vec::new();
         let mut ttfot = Vec::new();
         let mut reasoning = Vec::new();
+        let (mut images, mut image_tokens, mut vision) = (Vec::new(), Vec::new(), Vec::new());
         for r in records {
             count += 1;
+            if let Some(seen) = &r.images {
+                images.push(f64::from(seen.count));
+                image_tokens.push(f64::from(seen.tokens));
+                vision.push(micros_as_secs(
+                    i64::try_from(seen.encode_us).unwrap_or(i64::MAX),
+                ));
+            }
             if let Some(thought) = &r.reasoning {
                 if let (Some(first), Some(start)) = (thought.first_content, r.start) {
                     ttfot.push(micros_as_secs(first.saturating_sub(start)));
@@ -115,6 +135,10 @@ impl StatusMetrics {
             total_tokens: Distribution::from_values(total),
             ttfot: (!ttfot.is_empty()).then(|| Distribution::from_values(ttfot)),
             reasoning_tokens: (!reasoning.is_empty()).then(|| Distribution::from_values(reasoning)),
+            images: (!images.is_empty()).then(|| Distribution::from_values(images)),
+            image_tokens: (!image_tokens.is_empty())
+                .then(|| Distribution::from_values(image_tokens)),
+            vision_encode: (!vision.is_empty()).then(|| Distribution::from_values(vision)),
         }
     }
 }

@@ -109,6 +109,7 @@ pub(crate) mod tests {
             output_tokens: 6,
             finish_reason: Some(FinishReason::Length),
             text: Some(format!("answer {id}")),
+            images: None,
             timings: RequestTimings {
                 scheduled: Some(ms(start - 1)),
                 start: Some(ms(start)),

@@ -278,6 +278,7 @@ mod tests {
             output_tokens: 1,
             finish_reason: None,
             text: Some(text.into()),
+            images: None,
             timings: RequestTimings {
                 scheduled: None,
                 start: Some(at),
