@@ -817,6 +817,64 @@ async fn requests_carry_ignore_eos_the_api_key_headers_and_extra_body() {
 }
 
 #[tokio::test]
+async fn image_bytes_reach_the_server_as_a_base64_data_url_before_the_text() {
+    use base64::Engine as _;
+    let mock = server(MockServerConfig {
+        record_requests: true,
+        ..MockServerConfig::default()
+    })
+    .await;
+    let b = backend(&mock, |_| {}).await;
+    // As `--data kind=synthetic_image` makes them: images, then the text.
+    let jpeg: Arc<[u8]> = Arc::from(&[0xFF, 0xD8, 0xFF, 0xE0, 0x00, 0x10, b'J', b'F'][..]);
+    let png: Arc<[u8]> = Arc::from(&b"\x89PNG\r\n\x1a\n"[..]);
+    let messages = vec![ChatMessage {
+        role: "user".into(),
+        content: vec![
+            ContentPart::Image {
+                source: MediaSource::Bytes {
+                    mime: "image/jpeg".into(),
+                    data: Arc::clone(&jpeg),
+                },
+            },
+            ContentPart::Image {
+                source: MediaSource::Bytes {
+                    mime: "image/png".into(),
+                    data: Arc::clone(&png),
+                },
+            },
+            ContentPart::text("Describe the image."),
+        ],
+    }];
+    let chat = GenerationRequest::new(
+        1,
+        RequestInput::Chat(messages),
+        Sampling::fixed_length(2).expect("valid"),
+    );
+    b.resolve(chat).await.expect("served");
+    let recorded = mock.recorded();
+    let parts = &recorded[0].body["messages"][0]["content"];
+    for (i, (mime, data)) in [("image/jpeg", &jpeg), ("image/png", &png)]
+        .into_iter()
+        .enumerate()
+    {
+        assert_eq!(parts[i]["type"], "image_url", "{parts}");
+        let url = parts[i]["image_url"]["url"].as_str().expect("a URL");
+        let encoded = url
+            .strip_prefix(&format!("data:{mime};base64,"))
+            .unwrap_or_else(|| panic!("a {mime} data URL, got {url}"));
+        let decoded = base64::engine::general_purpose::STANDARD
+            .decode(encoded)
+            .expect("base64");
+        assert_eq!(decoded, data.as_ref());
+    }
+    assert_eq!(
+        parts[2],
+        serde_json::json!({"type": "text", "text": "Describe the image."})
+    );
+}
+
+#[tokio::test]
 async fn the_registered_kind_is_created_from_its_arguments() {
     let mock = server(MockServerConfig::default()).await;
     let args = parse_kind_args(&format!(

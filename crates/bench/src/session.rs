@@ -578,11 +578,11 @@ impl Session {
                 ))
             })
             .collect::<Result<Vec<_>>>()?;
-        // Data that needs no tokenizer (a file's rows, in memory) is made
-        // into requests once here, so that a row the run cannot send (a
-        // `top_p` above 1) fails before the backend starts too.
+        // Data read into memory (a file's rows) is made into requests once
+        // here, so that a row the run cannot send (a `top_p` above 1)
+        // fails before the backend starts too.
         for (source, on_error) in &sources {
-            if *on_error == OnError::Skip || source.needs_tokenizer() {
+            if *on_error == OnError::Skip || !source.checked_before_the_run() {
                 continue;
             }
             let mut items = source.source(None)?;

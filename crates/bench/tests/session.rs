@@ -69,7 +69,10 @@ async fn an_unknown_data_kind_is_refused_before_the_backend_exists() {
     .expect_err("unknown data kind");
     let message = err.to_string();
     assert!(message.contains("unknown data kind `nope`"), "{message}");
-    assert!(message.contains("file, synthetic_text"), "{message}");
+    assert!(
+        message.contains("file, hf") && message.contains("synthetic_text"),
+        "{message}"
+    );
     assert!(err.is_usage());
 }
 

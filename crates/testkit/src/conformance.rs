@@ -17,6 +17,7 @@
 //! | [`a_stop_string_ends_generation`] | a stop string ends generation (`stop`), is cut from the text with everything after it, and the tokens are a prefix of the free run's |
 //! | [`seeded_sampling_is_reproducible`] | sampling with temperature 0.8, top-k 50 and a seed gives the same tokens twice, and the same batched as alone |
 //! | [`a_too_long_prompt_fails_alone`] | a prompt longer than the engine's `limits().max_seq_len` fails with `prompt_too_long`; the rest of its batch succeeds with the stored tokens |
+//! | [`an_image_to_a_text_model_is_refused_naming_where_images_run`] | an image request to a text model fails alone with `unsupported_input`, naming `engine=candle` and LLaVA-style folders; the text-only request beside it succeeds |
 //! | [`timings_are_one_instant_per_token`] | every output has exactly one instant per generated token, non-decreasing, the first at or after the call started and the last before it returned |
 //!
 //! Two more checks take the engine's registered name, for engines linked
@@ -288,6 +289,7 @@ macro_rules! conformance_tests {
             seeded_sampling_is_reproducible,
             a_too_long_prompt_fails_alone,
             timings_are_one_instant_per_token,
+            an_image_to_a_text_model_is_refused_naming_where_images_run,
         );
     };
 }
@@ -691,6 +693,42 @@ impl Suite {
         let (_, dir) = self.tiny();
         timings_are_one_instant_per_token_on(dir.path(), load);
     }
+
+    /// See [`an_image_to_a_text_model_is_refused_naming_where_images_run`].
+    pub fn an_image_to_a_text_model_is_refused_naming_where_images_run<E: StepEngine>(
+        &self,
+        load: impl Fn(&Path) -> E,
+    ) {
+        let (prompts, dir) = self.tiny();
+        let mut runner = runner(dir.path(), load);
+        assert!(!runner.capabilities().images, "a text model takes images");
+        let prompt = &prompts[1];
+        let mut with_image = request(0, &format!("<image>{}", prompt.text), greedy(4));
+        with_image.images = vec![guidebench_core::request::MediaSource::Path(
+            "cat.png".into(),
+        )];
+        let text_only = request(1, &prompt.text, greedy(4));
+        let results = runner
+            .generate(&[with_image, text_only])
+            .expect("the batch runs");
+        let err = results[0]
+            .as_ref()
+            .expect_err("an image to a text model fails");
+        assert_eq!(err.label(), "unsupported_input", "{err}");
+        let message = err.to_string();
+        assert!(
+            message.contains("image") && message.contains("engine=candle"),
+            "the refusal names where images run: {message}"
+        );
+        let out = results[1]
+            .as_ref()
+            .unwrap_or_else(|e| panic!("the text-only request failed: {e}"));
+        assert_eq!(
+            out.token_ids,
+            prompt.greedy[..4],
+            "the text-only request's tokens"
+        );
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -853,6 +891,17 @@ pub fn a_too_long_prompt_fails_alone<E: StepEngine>(load: impl Fn(&Path) -> E) {
 /// [`Suite::timings_are_one_instant_per_token`] on the `f32` fixtures.
 pub fn timings_are_one_instant_per_token<E: StepEngine>(load: impl Fn(&Path) -> E) {
     Suite::default().timings_are_one_instant_per_token(load);
+}
+
+/// A request with an image, to an engine on a text model (the shared
+/// `tiny`), fails alone with `unsupported_input`, its message naming the
+/// engine and model kind that take images (`engine=candle` with a
+/// LLaVA-style folder) and the server backend; the text-only request
+/// beside it gets its stored tokens.
+pub fn an_image_to_a_text_model_is_refused_naming_where_images_run<E: StepEngine>(
+    load: impl Fn(&Path) -> E,
+) {
+    Suite::default().an_image_to_a_text_model_is_refused_naming_where_images_run(load);
 }
 
 /// Through the registry's `kind=offline,engine=NAME` with the engine's own

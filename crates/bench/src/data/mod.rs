@@ -6,10 +6,12 @@
 //! parsed argument through it, and an unknown kind is an error that lists
 //! the known ones.
 //!
-//! Three kinds exist:
+//! Four kinds exist:
 //!
 //! * `synthetic_text` ([`SyntheticTextSource`]): reproducible prompts of
 //!   exact token counts through the model's tokenizer;
+//! * `synthetic_image` ([`SyntheticImageSource`]): requests of synthetic
+//!   JPEG or PNG pictures followed by a line of text, GuideLLM's kind;
 //! * `file` ([`FileSource`]): a local JSONL, JSON, CSV, Parquet, Arrow or
 //!   plain text file, or a Hugging Face dataset in the local cache, with
 //!   column mapping, chat conversations (also multi-turn: conversation ids
@@ -40,8 +42,8 @@
 //! imports nothing else of this module), `hf` (datasets in the local
 //! Hugging Face cache), `open` (a kind's `path` option: a file or a
 //! dataset, read into rows), then the kinds that map rows or options to
-//! items ([`file`](mod@file), [`trace`], [`synthetic`]), and this module's registry
-//! on top.
+//! items ([`file`](mod@file), [`trace`], [`synthetic`], [`synthetic_image`],
+//! whose pictures come from `pixels`), and this module's registry on top.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -61,16 +63,20 @@ pub use crate::runner::History;
 pub mod file;
 mod hf;
 mod open;
+mod pixels;
 mod rows;
 pub mod synthetic;
+pub mod synthetic_image;
 #[cfg(test)]
 mod testing;
 pub mod trace;
 
 pub use file::{FILE_OPTIONS, FileSource};
+pub use pixels::{Content as ImageContent, Format as ImageFormat};
 pub use synthetic::{
     SYNTHETIC_TEXT_OPTIONS, SyntheticText, SyntheticTextConfig, SyntheticTextSource,
 };
+pub use synthetic_image::{SYNTHETIC_IMAGE_OPTIONS, SyntheticImageConfig, SyntheticImageSource};
 pub use trace::{TRACE_OPTIONS, TraceSource};
 
 /// What a run does with a data item that cannot become a request.
@@ -187,6 +193,14 @@ pub trait Prepared: Send + Sync + std::fmt::Debug {
     /// prompt tokens are counted by the backend).
     fn needs_tokenizer(&self) -> bool;
 
+    /// Whether its items are a finite list read before the run (a file's
+    /// rows) that the session makes into requests once before the backend
+    /// starts, so that an item the run cannot send fails first. Generated
+    /// items (synthetic images, unlimited) are not.
+    fn checked_before_the_run(&self) -> bool {
+        false
+    }
+
     /// A fresh source over the data.
     ///
     /// # Errors
@@ -289,6 +303,19 @@ pub const DATA_KINDS: &[DataKind] = &[
         },
     },
     DataKind {
+        name: synthetic_image::KIND,
+        description: "requests of synthetic JPEG or PNG images followed by a line of text \
+                      (GuideLLM's kind)",
+        options: SYNTHETIC_IMAGE_OPTIONS,
+        datasets: false,
+        alias: None,
+        prepare: |context, options, _on_error, seed| {
+            Ok(Arc::new(PreparedSyntheticImage(Arc::new(
+                SyntheticImageConfig::from_options(context, options, seed)?,
+            ))))
+        },
+    },
+    DataKind {
         name: file::KIND,
         description: "a local JSONL, JSON, CSV, Parquet, Arrow or text file, or a Hugging Face \
                       dataset in the local cache, with column mapping",
@@ -386,6 +413,20 @@ impl Prepared for PreparedSynthetic {
     }
 }
 
+/// Synthetic images, their settings checked.
+#[derive(Debug)]
+struct PreparedSyntheticImage(Arc<SyntheticImageConfig>);
+
+impl Prepared for PreparedSyntheticImage {
+    fn needs_tokenizer(&self) -> bool {
+        false
+    }
+
+    fn source(&self, _tokenizer: Option<Arc<dyn Tokenizer>>) -> Result<Box<dyn DataSource>> {
+        Ok(Box::new(SyntheticImageSource::new(Arc::clone(&self.0))))
+    }
+}
+
 /// A data file's items.
 #[derive(Debug)]
 struct PreparedFile(Arc<file::FileItems>);
@@ -393,6 +434,11 @@ struct PreparedFile(Arc<file::FileItems>);
 impl Prepared for PreparedFile {
     fn needs_tokenizer(&self) -> bool {
         false
+    }
+
+    fn checked_before_the_run(&self) -> bool {
+        // Its rows, read and parsed: a finite list in memory.
+        true
     }
 
     fn source(&self, tokenizer: Option<Arc<dyn Tokenizer>>) -> Result<Box<dyn DataSource>> {
@@ -533,6 +579,12 @@ impl PreparedSource {
     /// [`Prepared::needs_tokenizer`]).
     pub fn needs_tokenizer(&self) -> bool {
         self.prepared.needs_tokenizer()
+    }
+
+    /// Whether the session makes its items into requests once before the
+    /// backend starts (see [`Prepared::checked_before_the_run`]).
+    pub fn checked_before_the_run(&self) -> bool {
+        self.prepared.checked_before_the_run()
     }
 
     /// A fresh source over the data.

@@ -694,7 +694,7 @@ impl LengthDistribution {
     /// Reads `{name}`, `{name}_stdev`, `{name}_min` and `{name}_max` from
     /// checked options; an absent `_stdev` or `_min` is `default_stdev` or
     /// `default_min`, an absent `_max` no bound.
-    fn from_options(
+    pub(super) fn from_options(
         context: &str,
         options: &Map<String, Value>,
         name: &str,
