@@ -103,3 +103,12 @@ mod load {
 mod images {
     guidebench_testkit::conformance_tests!(images: super::load);
 }
+
+#[test]
+fn images_through_the_offline_backend_match_direct_calls() {
+    guidebench_testkit::conformance::images_through_the_offline_backend_match_direct_calls(
+        "candle",
+        "threads=2",
+        load,
+    );
+}

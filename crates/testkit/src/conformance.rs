@@ -162,6 +162,7 @@ pub use images::{
     a_prompt_without_one_placeholder_per_image_fails_alone,
     an_image_requests_vision_time_is_reported, image_first_step_logits_match_transformers,
     image_greedy_tokens_match_transformers, images_batch_with_text_only_rows,
+    images_through_the_offline_backend_match_direct_calls,
 };
 pub use load::{
     a_missing_file_is_named_with_its_path, a_missing_model_folder_is_named,

@@ -8,6 +8,7 @@
 //! | [`image_first_step_logits_match_transformers`] | every case prefilled in one group (images batched through the tower, mixed with the text-only case): each row's logits within [`LOGITS_TOLERANCE`](super::LOGITS_TOLERANCE) of transformers' where core's pixels are transformers' (no resampling), and of the [`ReferenceLlava`] on core's own pixels where they are resampled |
 //! | [`images_batch_with_text_only_rows`] | every case in one batch with two text-only prompts of the shared fixture's prompts: each request gives what it gives alone |
 //! | [`a_prompt_without_one_placeholder_per_image_fails_alone`] | an image without a placeholder, and a placeholder without an image, fail with `image_placeholders`; an unreadable image fails with `media`, naming the file; the rest of the batch succeeds |
+//! | [`images_through_the_offline_backend_match_direct_calls`] | every case sent at once as a chat message of image and text parts through `kind=offline,engine=NAME`, under static micro-batches and continuous batching: each response's tokens equal the engine's alone on the formatted prompt, its prompt tokens count the image tokens, its images are reported |
 //! | [`an_image_requests_vision_time_is_reported`] | an image request's output carries the encoder's time, non-zero and below the time to its first token |
 //!
 //! ```ignore
@@ -237,6 +238,117 @@ pub fn a_prompt_without_one_placeholder_per_image_fails_alone<E: StepEngine>(
             .is_some_and(|m| m.contains(&absent.display().to_string())),
         "the unreadable image is named: {message:?}"
     );
+}
+
+/// The stored cases as chat messages of image and text parts, sent at
+/// once through `kind=offline,engine=NAME` under static and continuous
+/// scheduling: each as the engine gives it alone.
+pub fn images_through_the_offline_backend_match_direct_calls<E: StepEngine>(
+    engine: &str,
+    options: &str,
+    load: impl Fn(&Path) -> E,
+) {
+    use guidebench_core::backend::Backend;
+    use guidebench_core::request::{ChatMessage, ContentPart, GenerationRequest, RequestInput};
+    use guidebench_core::template::{Placeholders, PromptFormatter, RequestFormat};
+    use guidebench_core::tokenizer::Tokenizer;
+
+    let dir = llava_fixture();
+    let expected = expected();
+    let image = |name: &str| MediaSource::Path(dir.path().join("images").join(name));
+    // Each `<image>` of a stored prompt becomes an image part.
+    let inputs: Vec<RequestInput> = expected
+        .cases
+        .iter()
+        .map(|case| {
+            let mut content = Vec::new();
+            let mut names = case.images.iter();
+            for (i, piece) in case.prompt.split("<image>").enumerate() {
+                if i > 0 {
+                    let name = names.next().expect("one image per placeholder");
+                    content.push(ContentPart::Image {
+                        source: image(name),
+                    });
+                }
+                if !piece.trim().is_empty() {
+                    content.push(ContentPart::text(piece.trim()));
+                }
+            }
+            RequestInput::Chat(vec![ChatMessage {
+                role: "user".into(),
+                content,
+            }])
+        })
+        .collect();
+    let folder = ModelFolder::from_dir(dir.path()).expect("core opens the fixture");
+    let formatter = PromptFormatter::new(
+        &RequestFormat::Plain,
+        None,
+        folder.tokenizer().special_tokens(),
+        Placeholders::default(),
+    )
+    .expect("the plain format");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let mut runner = llava_runner(dir.path(), &load);
+    for scheduling in [
+        "scheduling=static,batch_size=4,batch_timeout=50ms",
+        "scheduling=continuous,max_running=3,max_prefill_tokens=64",
+    ] {
+        let text = format!(
+            "kind=offline,engine={engine},model={},{scheduling},{options}",
+            dir.path().display()
+        );
+        let responses = runtime.block_on(async {
+            let args = guidebench_core::options::parse_kind_args(&text).expect("parses");
+            let backend: Arc<dyn Backend> = guidebench_core::registry::create_backend(args)
+                .unwrap_or_else(|e| panic!("{text}: {e}"))
+                .into();
+            backend.startup().await.expect("startup");
+            backend.validate().await.expect("validate");
+            let handles: Vec<_> = inputs
+                .iter()
+                .enumerate()
+                .map(|(i, input)| {
+                    let backend = Arc::clone(&backend);
+                    let request = GenerationRequest::new(i as u64, input.clone(), greedy(12));
+                    tokio::spawn(async move { backend.resolve(request).await })
+                })
+                .collect();
+            let mut responses = Vec::new();
+            for handle in handles {
+                responses.push(handle.await.expect("join").expect("resolve"));
+            }
+            backend.shutdown().await.expect("shutdown");
+            responses
+        });
+        for ((case, input), response) in expected.cases.iter().zip(&inputs).zip(&responses) {
+            let what = format!("{scheduling}: case {}", case.name);
+            let prompt = formatter.format(input).expect("formats");
+            let mut alone = request(0, &prompt.text, greedy(12));
+            alone.images = prompt.images;
+            let alone = generate_ok(&mut runner, &[alone], &what).remove(0);
+            assert_eq!(response.token_ids, alone.token_ids, "{what}");
+            assert_eq!(response.prompt_tokens, alone.prompt_tokens, "{what}");
+            let tokens = folder
+                .tokenizer()
+                .encode(&prompt.text, true)
+                .expect("encode");
+            assert_eq!(
+                response.prompt_tokens as usize,
+                tokens.len() + 15 * case.images.len(),
+                "{what}: each image's 16 tokens counted"
+            );
+            assert_eq!(
+                response.images.map(|i| i.images as usize),
+                (!case.images.is_empty()).then_some(case.images.len()),
+                "{what}: images reported"
+            );
+        }
+    }
 }
 
 /// An image request's vision time is reported within its TTFT.
