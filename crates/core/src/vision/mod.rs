@@ -42,7 +42,7 @@ use crate::{Error, Result};
 
 pub use clip::{
     ClipImageProcessor, PREPROCESSOR_CONFIG_JSON, PROCESSOR_CONFIG_JSON, Resample, ResizeTo,
-    center_crop, output_size,
+    center_crop, output_size, to_rgb,
 };
 pub use config::{
     ClipVisionConfig, FeatureSelect, VisionActivation, VisionLanguageConfig, VisionWeightNames,
