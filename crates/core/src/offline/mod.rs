@@ -41,6 +41,22 @@ pub use continuous::ContinuousPolicy;
 /// which is how a client footprint tells the engine's CPU time from the
 /// client's.
 pub const ENGINE_THREAD_NAME: &str = "guidebench-engine-";
+
+/// The name of the threads that prepare requests' images (decode, resize,
+/// normalize) beside the engine thread: under [`ENGINE_THREAD_NAME`], so
+/// a footprint counts their CPU time as the engine's, as a server's own
+/// image decoding is the server's.
+pub const IMAGE_THREAD_NAME: &str = "guidebench-engine-images";
+
+/// The pool that prepares images for an engine that takes them: one
+/// thread per available core, named [`IMAGE_THREAD_NAME`].
+fn image_pool() -> Result<rayon::ThreadPool> {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(std::thread::available_parallelism().map_or(1, usize::from))
+        .thread_name(|i| format!("{IMAGE_THREAD_NAME}-{i}"))
+        .build()
+        .map_err(|err| Error::EnginePanic(format!("starting the image threads: {err}")))
+}
 use engine_thread::{EngineReady, EngineThread};
 use job::{Generated, Pending};
 pub use policy::{BatchPolicy, BatchQueue, Batcher, Step};
@@ -222,8 +238,9 @@ struct Loaded {
     thread: Mutex<Option<EngineThread>>,
     tokenizer: Arc<dyn Tokenizer>,
     capabilities: EngineCapabilities,
-    /// Prepares a request's images ahead of the engine thread.
-    image_processor: Option<Arc<dyn ImageProcessor>>,
+    /// Prepares a request's images ahead of the engine thread, on
+    /// `image_pool`.
+    image_processor: Option<(Arc<dyn ImageProcessor>, Arc<rayon::ThreadPool>)>,
     description: EngineDescription,
     formatter: PromptFormatter,
     load_time: Duration,
@@ -454,7 +471,10 @@ impl OfflineBackend {
             thread: Mutex::new(Some(thread)),
             tokenizer,
             capabilities,
-            image_processor,
+            image_processor: match image_processor {
+                Some(processor) => Some((processor, Arc::new(image_pool()?))),
+                None => None,
+            },
             description,
             formatter,
             load_time,
@@ -620,20 +640,31 @@ impl Backend for OfflineBackend {
                 input: "audio",
             });
         }
-        // Images are read and prepared here, on a blocking thread of their
-        // own, so the engine thread only encodes them.
+        // Images are read and prepared here, on the image threads, so the
+        // engine thread only encodes them.
         let prepared_images = match &loaded.image_processor {
-            Some(processor) if !prompt.images.is_empty() => {
+            Some((processor, pool)) if !prompt.images.is_empty() => {
                 let processor = Arc::clone(processor);
                 let images = prompt.images.clone();
-                tokio::task::spawn_blocking(move || {
-                    images
-                        .iter()
-                        .map(|image| processor.prepare(image).map(Arc::new))
-                        .collect::<Result<Vec<_>>>()
-                })
-                .await
-                .map_err(|err| Error::EnginePanic(format!("preparing images: {err}")))??
+                let (done, prepared) = oneshot::channel();
+                pool.spawn(move || {
+                    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        images
+                            .iter()
+                            .map(|image| processor.prepare(image).map(Arc::new))
+                            .collect::<Result<Vec<_>>>()
+                    }))
+                    .unwrap_or_else(|panic| {
+                        Err(Error::EnginePanic(format!(
+                            "preparing an image: {}",
+                            job::panic_message(panic.as_ref())
+                        )))
+                    });
+                    let _ = done.send(result);
+                });
+                prepared.await.map_err(|_| {
+                    Error::EnginePanic("the image threads ended before the images".into())
+                })??
             }
             _ => Vec::new(),
         };
@@ -751,5 +782,19 @@ impl Backend for OfflineBackend {
         let running = lock(&self.state).clone()?;
         let loaded = running.engine.get()?.as_ref().ok()?;
         Some(Arc::clone(&loaded.tokenizer))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn image_threads_are_named_under_the_engine_thread_so_footprints_count_them_as_the_engine() {
+        let pool = image_pool().expect("the image threads start");
+        let name = pool.install(|| std::thread::current().name().map(str::to_owned));
+        let name = name.expect("a named thread");
+        assert!(name.starts_with(ENGINE_THREAD_NAME), "{name}");
+        assert!(name.starts_with(IMAGE_THREAD_NAME), "{name}");
     }
 }

@@ -10,9 +10,10 @@
 //!    nothing) and prepared by the processor into a [`PreparedImage`]:
 //!    pixel values exactly as the model's processor config says, and the
 //!    number of prompt positions (image tokens) it takes. The offline
-//!    backend prepares images on a blocking thread of its own before the
-//!    request reaches the engine thread; the loop prepares the ones that
-//!    arrive unprepared;
+//!    backend prepares images on its image threads
+//!    ([`IMAGE_THREAD_NAME`](crate::offline::IMAGE_THREAD_NAME), counted
+//!    as the engine's CPU) before the request reaches the engine thread;
+//!    the loop prepares the ones that arrive unprepared;
 //! 2. the prompt is tokenized and each occurrence of the model's image
 //!    token (the placeholder `<image>` written by the request format) is
 //!    expanded into that image's token count ([`expand_image_tokens`]), as
