@@ -1,23 +1,4 @@
-//! `CLIPImageProcessor`, as a model folder's `preprocessor_config.json`
-//! configures it: convert to RGB (an alpha channel composited over white,
-//! as transformers does), resize (the shortest edge to
-//! `size.shortest_edge`, or to `size.height` × `size.width`) with the
-//! configured resampling, center crop to `crop_size`, rescale, normalize,
-//! channels first.
-//!
-//! Every step but the resampling is transformers' arithmetic to the bit:
-//! the output size of a shortest-edge resize (`int(edge * long / short)`),
-//! the crop's offsets (`(size - crop) // 2`, zero padding where the crop is
-//! larger), the rescale in `f64` rounded to `f32`, and the normalization
-//! in `f32`. An image that needs no resize (its shortest edge already the
-//! target) therefore gives exactly transformers' pixel values. Resizing
-//! uses the `image` crate's filters (bicubic is Catmull-Rom, as Pillow's
-//! `a = -0.5` cubic; bilinear is its triangle filter; Lanczos its
-//! 3-lobe), which compute in floating point where Pillow uses fixed-point
-//! coefficients on 8-bit values, so a resized pixel can differ from
-//! Pillow's by a few levels (see `docs/multimodal.md` for the measured
-//! difference). Pillow's box and Hamming filters have no `image`
-//! counterpart and are refused at load.
+//! `CLIPImageProcessor`: see [`ClipImageProcessor`].
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -86,7 +67,28 @@ impl Resample {
 }
 
 /// A CLIP image processor: one model's preprocessing, read from its
-/// folder. See the [module docs](self).
+/// folder.
+///
+/// `CLIPImageProcessor`, as a model folder's `preprocessor_config.json`
+/// configures it: convert to RGB (an alpha channel composited over white,
+/// as transformers does), resize (the shortest edge to
+/// `size.shortest_edge`, or to `size.height` × `size.width`) with the
+/// configured resampling, center crop to `crop_size`, rescale, normalize,
+/// channels first.
+///
+/// Every step but the resampling is transformers' arithmetic to the bit:
+/// the output size of a shortest-edge resize (`int(edge * long / short)`),
+/// the crop's offsets (`(size - crop) // 2`, zero padding where the crop is
+/// larger), the rescale in `f64` rounded to `f32`, and the normalization
+/// in `f32`. An image that needs no resize (its shortest edge already the
+/// target) therefore gives exactly transformers' pixel values. Resizing
+/// uses the `image` crate's filters (bicubic is Catmull-Rom, as Pillow's
+/// `a = -0.5` cubic; bilinear is its triangle filter; Lanczos its
+/// 3-lobe), which compute in floating point where Pillow uses fixed-point
+/// coefficients on 8-bit values, so a resized pixel can differ from
+/// Pillow's by a few levels (see `docs/multimodal.md` for the measured
+/// difference). Pillow's box and Hamming filters have no `image`
+/// counterpart and are refused at load.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ClipImageProcessor {
     image_token_id: u32,

@@ -41,7 +41,7 @@ use serde_json::Value;
 
 use crate::error::{Error, Result};
 
-mod llava;
+pub mod llava;
 pub use llava::{ReferenceLlava, ReferenceVision};
 
 /// A decoder-only transformer held as plain `f32` vectors, computing
