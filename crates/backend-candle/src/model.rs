@@ -231,6 +231,18 @@ fn linear(w: &Weights, in_dim: usize, out_dim: usize, bias: bool) -> Result<Proj
     }
 }
 
+/// The float linear layer `w` holds (`weight` `(out_dim, in_dim)`, and
+/// `bias` when asked), on the engine's packed kernels with `f32`
+/// activations: a vision tower's projections.
+pub(crate) fn float_linear(w: &Weights, in_dim: usize, out_dim: usize, bias: bool) -> Result<Proj> {
+    let weight = w.get((out_dim, in_dim), "weight")?;
+    let bias = match bias {
+        true => Some(w.get(out_dim, "bias")?),
+        false => None,
+    };
+    Ok(Proj::new(weight, bias, &w.arena)?)
+}
+
 /// A quantized matrix with the kernel `w` asks for.
 fn quant_part(w: &Weights, raw: RawQuant) -> Result<QuantPart> {
     Ok(QuantPart::new(
