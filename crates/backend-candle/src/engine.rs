@@ -223,7 +223,6 @@ pub struct CandleEngine {
 struct Vision {
     tower: VisionTower,
     processor: Arc<ClipImageProcessor>,
-    image_token: u32,
     /// The encoder's wall time in the last prefill.
     last_time: Duration,
 }
@@ -338,11 +337,10 @@ impl CandleEngine {
             };
             Ok((decoder, tower))
         })?;
-        let vision = match (tower, folder.image_processor(), &vision_config) {
-            (Some(tower), Some(processor), Some(config)) => Some(Vision {
+        let vision = match (tower, folder.image_processor()) {
+            (Some(tower), Some(processor)) => Some(Vision {
                 tower,
                 processor: Arc::clone(processor),
-                image_token: config.image_token_id,
                 last_time: Duration::ZERO,
             }),
             _ => None,
@@ -442,7 +440,7 @@ impl CandleEngine {
         let features = self.pool.install(|| tower.encode(&images))?;
         vision.last_time = started.elapsed();
         let images = PrefillImages {
-            token: vision.image_token,
+            token: vision.processor.image_token_id(),
             features: &features,
             rows: &ranges,
         };

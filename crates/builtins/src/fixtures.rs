@@ -349,11 +349,18 @@ pub fn fixture_tokenizer(vocab_size: usize) -> Result<HfTokenizer> {
     if let Some((_, tok)) = cache.iter().find(|(v, _)| *v == vocab_size) {
         return Ok(tok.clone());
     }
-    let lines = (vocab_size / 2).clamp(200, 4096);
-    let tok = train_byte_level_bpe(&corpus(lines, 0x5eed), vocab_size, &SPECIAL_TOKENS)
-        .map_err(Error::Tokenizer)?;
+    let tok = train_fixture_tokenizer(vocab_size, &SPECIAL_TOKENS)?;
     cache.push((vocab_size, tok.clone()));
     Ok(tok)
+}
+
+/// A byte-level BPE of `vocab_size` ids trained on [`corpus`] as
+/// [`fixture_tokenizer`] trains it, with `special_tokens` (ids 0, 1, ...)
+/// in place of [`SPECIAL_TOKENS`]. Not cached.
+pub fn train_fixture_tokenizer(vocab_size: usize, special_tokens: &[&str]) -> Result<HfTokenizer> {
+    let lines = (vocab_size / 2).clamp(200, 4096);
+    train_byte_level_bpe(&corpus(lines, 0x5eed), vocab_size, special_tokens)
+        .map_err(Error::Tokenizer)
 }
 
 /// Standard normal numbers from a seeded generator: SplitMix64 for the

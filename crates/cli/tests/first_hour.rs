@@ -6,18 +6,9 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
-use common::{guidebench, read_json, text};
-
-/// The binary run in `dir` as its current folder.
-fn guidebench_in(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_guidebench"))
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("the binary runs")
-}
+use common::{guidebench, guidebench_in, read_json, text};
 
 /// The lines of standard error that report an error.
 fn error_lines(out: &Output) -> Vec<String> {

@@ -5,18 +5,9 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Command, Output};
 
-use common::{read_json, text};
+use common::{guidebench_in, read_json, text};
 use guidebench_testkit::llava::{LlavaSpec, write_fixture_images, write_llava_fixture};
-
-fn guidebench_in(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_guidebench"))
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("the binary runs")
-}
 
 /// The fixture in `dir/llava`, its images in `dir/llava/images`.
 fn llava(dir: &Path) -> String {

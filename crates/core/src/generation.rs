@@ -156,6 +156,7 @@ pub struct Generation<K> {
     eos: Vec<u32>,
     limits: StepLimits,
     capabilities: EngineCapabilities,
+    /// The engine's image processor, when it takes images.
     image_processor: Option<Arc<dyn ImageProcessor>>,
     engine_name: String,
     running: Vec<Sequence<K>>,
@@ -183,7 +184,11 @@ impl<K> Generation<K> {
             tokenizer: text.tokenizer,
             eos: text.eos_token_ids,
             capabilities: engine.capabilities(),
-            image_processor: engine.image_processor(),
+            image_processor: engine
+                .capabilities()
+                .images
+                .then(|| engine.image_processor())
+                .flatten(),
             engine_name: engine.describe().engine,
             running: Vec::with_capacity(limits.max_slots),
             // Lowest slot first.
@@ -234,19 +239,10 @@ impl<K> Generation<K> {
 
     /// The request's images, prepared: the ones the caller prepared, else
     /// prepared here with the engine's processor.
-    fn prepare_images(&self, request: &EngineRequest) -> Result<Vec<Arc<PreparedImage>>> {
-        if request.images.is_empty() {
-            return Ok(Vec::new());
-        }
-        let processor = match &self.image_processor {
-            Some(processor) if self.capabilities.images => processor,
-            _ => {
-                return Err(Error::UnsupportedInput {
-                    engine: self.engine_name.clone(),
-                    input: "image",
-                });
-            }
-        };
+    fn prepare_images(
+        processor: &dyn ImageProcessor,
+        request: &EngineRequest,
+    ) -> Result<Vec<Arc<PreparedImage>>> {
         if request.prepared_images.len() == request.images.len() {
             return Ok(request.prepared_images.clone());
         }
@@ -258,7 +254,7 @@ impl<K> Generation<K> {
     }
 
     fn tokenize(&self, request: &EngineRequest) -> Result<(Vec<u32>, Vec<Arc<PreparedImage>>)> {
-        if !request.images.is_empty() && !self.capabilities.images {
+        if !request.images.is_empty() && self.image_processor.is_none() {
             return Err(Error::UnsupportedInput {
                 engine: self.engine_name.clone(),
                 input: "image",
@@ -270,14 +266,20 @@ impl<K> Generation<K> {
                 input: "audio",
             });
         }
-        let images = self.prepare_images(request)?;
+        let images = match &self.image_processor {
+            Some(processor) if !request.images.is_empty() => {
+                Self::prepare_images(processor.as_ref(), request)?
+            }
+            _ => Vec::new(),
+        };
         let mut tokens = self
             .tokenizer
             .encode(&request.prompt, request.add_special_tokens)?;
         // With a vision model, every image token of the prompt must be an
-        // image's placeholder (transformers refuses the same mismatch).
+        // image's placeholder (transformers refuses the same mismatch); a
+        // text-only prompt without one is left as it is.
         if let Some(processor) = &self.image_processor
-            && self.capabilities.images
+            && (!images.is_empty() || tokens.contains(&processor.image_token_id()))
         {
             tokens = expand_image_tokens(
                 request.id,

@@ -142,7 +142,7 @@ use guidebench_core::generation::{ModelText, StepEngine, StepRunner, first_step_
 use guidebench_core::options::parse_kind_args;
 use guidebench_core::registry;
 use guidebench_core::request::FinishReason;
-use guidebench_core::request::GenerationRequest;
+use guidebench_core::request::{GenerationRequest, GenerationResponse};
 use guidebench_core::sampling::{Sampling, SamplingParams};
 
 use crate::expected::{self, Expectations, GREEDY_TOKENS, PROMPTS, PromptExpectation};
@@ -917,11 +917,6 @@ pub fn offline_backend_matches_direct_calls<E: StepEngine>(
     load: impl Fn(&Path) -> E,
 ) {
     let dir = Scratch::fixture("tiny", &FixtureSpec::tiny());
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a runtime");
     let tokens = |i: usize| 3 + 2 * i as u32;
     for scheduling in [
         "scheduling=static,batch_size=4,batch_timeout=50ms",
@@ -931,30 +926,12 @@ pub fn offline_backend_matches_direct_calls<E: StepEngine>(
             "kind=offline,engine={engine},model={},{scheduling},{options}",
             dir.path().display()
         );
-        let responses = runtime.block_on(async {
-            let args = parse_kind_args(&text).expect("the backend argument parses");
-            let backend: Arc<dyn Backend> = registry::create_backend(args)
-                .unwrap_or_else(|e| panic!("{text}: {e}"))
-                .into();
-            backend.startup().await.expect("startup");
-            let report = backend.validate().await.expect("validate");
-            assert!(report.load_time.is_some(), "{text}: no load time");
-            let handles: Vec<_> = PROMPTS
-                .iter()
-                .enumerate()
-                .map(|(i, prompt)| {
-                    let backend = Arc::clone(&backend);
-                    let request = GenerationRequest::text(i as u64, *prompt, greedy(tokens(i)));
-                    tokio::spawn(async move { backend.resolve(request).await })
-                })
-                .collect();
-            let mut responses = Vec::new();
-            for handle in handles {
-                responses.push(handle.await.expect("join").expect("resolve"));
-            }
-            backend.shutdown().await.expect("shutdown");
-            responses
-        });
+        let requests = PROMPTS
+            .iter()
+            .enumerate()
+            .map(|(i, prompt)| GenerationRequest::text(i as u64, *prompt, greedy(tokens(i))))
+            .collect();
+        let responses = resolve_all(&text, requests);
         let mut runner = runner(dir.path(), &load);
         for (i, response) in responses.iter().enumerate() {
             let what = format!("{scheduling}: request {i}");
@@ -1011,6 +988,40 @@ pub fn load_errors_reach_the_registry_with_their_own_labels(engine: &str, weight
 
 // ---------------------------------------------------------------------------
 // Helpers
+
+/// `requests` sent at once through the backend `text` describes
+/// (`kind=offline,engine=...`), started, validated (a load time reported)
+/// and shut down around them; every response, in request order.
+fn resolve_all(text: &str, requests: Vec<GenerationRequest>) -> Vec<GenerationResponse> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    runtime.block_on(async {
+        let args = parse_kind_args(text).expect("the backend argument parses");
+        let backend: Arc<dyn Backend> = registry::create_backend(args)
+            .unwrap_or_else(|e| panic!("{text}: {e}"))
+            .into();
+        backend.startup().await.expect("startup");
+        let report = backend.validate().await.expect("validate");
+        assert!(report.load_time.is_some(), "{text}: no load time");
+        let handles: Vec<_> = requests
+            .into_iter()
+            .map(|request| {
+                let backend = Arc::clone(&backend);
+                tokio::spawn(async move { backend.resolve(request).await })
+            })
+            .collect();
+        let mut responses = Vec::new();
+        for handle in handles {
+            let response = handle.await.expect("join");
+            responses.push(response.unwrap_or_else(|e| panic!("{text}: {e}")));
+        }
+        backend.shutdown().await.expect("shutdown");
+        responses
+    })
+}
 
 /// The engine `load` makes of `dir`, in core's generation loop with the
 /// tokenizer and end-of-sequence ids core reads from the same folder, as

@@ -23,14 +23,14 @@
 
 use std::path::{Path, PathBuf};
 
-use guidebench_core::tokenizer::{Tokenizer, train_byte_level_bpe};
+use guidebench_core::tokenizer::Tokenizer;
 use image::{ImageBuffer, ImageEncoder, Rgb, Rgba};
 use serde_json::{Value, json};
 
 use crate::error::{Error, Result};
 use crate::fixtures::{
-    ConfigLayout, FixtureSpec, Normal, SPECIAL_TOKENS, Weight, config_json, corpus, pretty, save,
-    weights, write,
+    ConfigLayout, FixtureSpec, Normal, SPECIAL_TOKENS, Weight, config_json, pretty, save,
+    train_fixture_tokenizer, weights, write,
 };
 
 /// The image placeholder and special token of the fixture.
@@ -165,8 +165,7 @@ pub fn llava_tokenizer(vocab_size: usize) -> Result<guidebench_core::tokenizer::
         SPECIAL_TOKENS[2],
         IMAGE_TOKEN,
     ];
-    let lines = (vocab_size / 2).clamp(200, 4096);
-    train_byte_level_bpe(&corpus(lines, 0x5eed), vocab_size, &specials).map_err(Error::Tokenizer)
+    Ok(train_fixture_tokenizer(vocab_size, &specials)?)
 }
 
 /// The vision tower's and the projector's tensors, named under the

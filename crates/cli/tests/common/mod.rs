@@ -16,6 +16,15 @@ pub fn guidebench(args: &[&str]) -> Output {
         .expect("the binary runs")
 }
 
+/// Runs the binary to completion with `dir` as its current folder.
+pub fn guidebench_in(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_guidebench"))
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("the binary runs")
+}
+
 /// Output bytes as text.
 pub fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()

@@ -29,7 +29,10 @@ use guidebench_core::vision::{ImageProcessor, PreparedImage};
 
 use crate::reference::ReferenceLlava;
 
-use super::{LOGITS_TOLERANCE, Scratch, generate_ok, greedy, largest_difference, request, runner};
+use super::{
+    LOGITS_TOLERANCE, Scratch, generate_ok, greedy, largest_difference, request, resolve_all,
+    runner,
+};
 use crate::llava::{LlavaCase, LlavaExpected, LlavaSpec, stored_llava};
 
 /// Writes the tiny LLaVA fixture and its images into a scratch folder.
@@ -248,7 +251,6 @@ pub fn images_through_the_offline_backend_match_direct_calls<E: StepEngine>(
     options: &str,
     load: impl Fn(&Path) -> E,
 ) {
-    use guidebench_core::backend::Backend;
     use guidebench_core::request::{ChatMessage, ContentPart, GenerationRequest, RequestInput};
     use guidebench_core::template::{Placeholders, PromptFormatter, RequestFormat};
     use guidebench_core::tokenizer::Tokenizer;
@@ -288,11 +290,6 @@ pub fn images_through_the_offline_backend_match_direct_calls<E: StepEngine>(
         Placeholders::default(),
     )
     .expect("the plain format");
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a runtime");
     let mut runner = llava_runner(dir.path(), &load);
     for scheduling in [
         "scheduling=static,batch_size=4,batch_timeout=50ms",
@@ -302,29 +299,12 @@ pub fn images_through_the_offline_backend_match_direct_calls<E: StepEngine>(
             "kind=offline,engine={engine},model={},{scheduling},{options}",
             dir.path().display()
         );
-        let responses = runtime.block_on(async {
-            let args = guidebench_core::options::parse_kind_args(&text).expect("parses");
-            let backend: Arc<dyn Backend> = guidebench_core::registry::create_backend(args)
-                .unwrap_or_else(|e| panic!("{text}: {e}"))
-                .into();
-            backend.startup().await.expect("startup");
-            backend.validate().await.expect("validate");
-            let handles: Vec<_> = inputs
-                .iter()
-                .enumerate()
-                .map(|(i, input)| {
-                    let backend = Arc::clone(&backend);
-                    let request = GenerationRequest::new(i as u64, input.clone(), greedy(12));
-                    tokio::spawn(async move { backend.resolve(request).await })
-                })
-                .collect();
-            let mut responses = Vec::new();
-            for handle in handles {
-                responses.push(handle.await.expect("join").expect("resolve"));
-            }
-            backend.shutdown().await.expect("shutdown");
-            responses
-        });
+        let requests = inputs
+            .iter()
+            .enumerate()
+            .map(|(i, input)| GenerationRequest::new(i as u64, input.clone(), greedy(12)))
+            .collect();
+        let responses = resolve_all(&text, requests);
         for ((case, input), response) in expected.cases.iter().zip(&inputs).zip(&responses) {
             let what = format!("{scheduling}: case {}", case.name);
             let prompt = formatter.format(input).expect("formats");
