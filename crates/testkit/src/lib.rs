@@ -13,6 +13,11 @@
 //! - [`backend::MockBackend`]: a scripted `Backend` for the runner's
 //!   tests (per request: time to first token, time between tokens,
 //!   tokens, a failure or a hang, a gate), on tokio's clock.
+//! - [`hub::StandInHub`]: a stand-in Hugging Face Hub on 127.0.0.1 that
+//!   serves local folders as model and dataset repositories with the
+//!   Hub's file API (info, tree, `resolve`, LFS files redirected to a
+//!   second "CDN" origin, gated repositories, the Hub's error codes), for
+//!   testing Hub clients without the network.
 //!
 //! And the shared test models every engine is checked against:
 //!
@@ -40,6 +45,7 @@ pub mod conformance;
 mod error;
 pub mod expected;
 pub mod gguf;
+pub mod hub;
 pub mod llava;
 pub mod reference;
 mod step;
