@@ -12,7 +12,7 @@ use guidebench_core::engine::{
 use guidebench_core::generation::{
     Decode, Logits, ModelText, Prefill, StepEngine, StepLimits, StepRunner,
 };
-use guidebench_core::model::ModelFolder;
+use guidebench_core::model::{ModelFolder, WeightFormat};
 use guidebench_core::options::{OptionSpec, OptionType};
 use ort::session::builder::GraphOptimizationLevel;
 use ort::session::{Session, SessionInputValue, SessionOutputs};
@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::cache::{KvBatch, KvCache, Past, compact_row};
 use crate::error::{OrtError, Result};
-use crate::graph::{Elem, GraphLayout, Port, find_graph, past_name, present_name};
+use crate::graph::{Elem, GRAPH_FILES, GraphLayout, Port, find_graph, past_name, present_name};
 use crate::library;
 
 /// The engine's options (`engine=ort,key=value,...`): the shared ones it
@@ -275,7 +275,8 @@ impl OrtEngine {
         }
         let (environment, library_path) =
             library::environment(options.ort_library.as_deref().map(Path::new))?;
-        let folder = ModelFolder::open(model)?;
+        // A Hub name fetches the Optimum graph and its data, not safetensors.
+        let folder = ModelFolder::open_for(model, WeightFormat::Onnx(&GRAPH_FILES))?;
         let graph = find_graph(folder.dir())?;
 
         let mut builder = Session::builder(&environment)?

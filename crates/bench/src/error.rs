@@ -64,6 +64,23 @@ pub enum Error {
     #[error("the backend has no tokenizer; give one with --tokenizer PATH")]
     NoTokenizer,
 
+    /// The data needs a tokenizer, the backend has none of its own, and
+    /// the model id it serves gave none from the Hub.
+    #[error(
+        "the data needs a tokenizer and the backend has none of its own; the tokenizer of the \
+         model it serves, `{model}`, could not be had ({reason}); give one with --tokenizer PATH \
+         or --tokenizer ORG/NAME"
+    )]
+    NoServedTokenizer {
+        /// The model id the backend serves.
+        model: String,
+        /// Whether the cause is the user's (a name, a token) or a failure
+        /// (an unreachable Hub).
+        usage: bool,
+        /// What was tried and why it failed.
+        reason: String,
+    },
+
     /// JSON read as a report that is not one (no `schema_version`).
     #[error("{context} is not a guidebench report: it has no `schema_version`")]
     NotAReport {
@@ -325,7 +342,7 @@ impl Error {
             Error::Source { .. } => "data_source",
             Error::Flag { .. } | Error::GoodputWithoutSlo => "invalid_option",
             Error::NoSuchFile { .. } => "missing_file",
-            Error::NoTokenizer => "no_tokenizer",
+            Error::NoTokenizer | Error::NoServedTokenizer { .. } => "no_tokenizer",
             Error::NotAReport { .. }
             | Error::SchemaVersion { .. }
             | Error::GuideLlmReport { .. } => "invalid_report",
@@ -351,6 +368,7 @@ impl Error {
     pub fn is_usage(&self) -> bool {
         match self {
             Error::Core(err) => err.is_usage(),
+            Error::NoServedTokenizer { usage, .. } => *usage,
             Error::Item { .. }
             | Error::Source { .. }
             | Error::Flag { .. }

@@ -40,7 +40,8 @@ use serde::Serialize;
 use serde_json::{Map, Value, json};
 use tokio::sync::{mpsc, oneshot, watch};
 
-use guidebench_core::backend::Backend;
+use guidebench_core::backend::{Backend, ValidationReport};
+use guidebench_core::model::ModelSearch;
 use guidebench_core::options::{
     KindArgs, OptionSpec, OptionType, check_options, parse_kind_args, parse_seconds,
 };
@@ -283,8 +284,11 @@ impl Plan {
         if matches!(profile, Profile::Goodput { .. }) && slo.is_none() {
             return Err(Error::GoodputWithoutSlo);
         }
+        // A path that does not exist may be a Hub name (`ORG/NAME`),
+        // fetched when the data is prepared.
         if let Some(path) = &args.tokenizer
             && !path.exists()
+            && !guidebench_core::model::is_hub_name(&path.to_string_lossy())
         {
             return Err(Error::NoSuchFile {
                 what: "tokenizer",
@@ -556,10 +560,17 @@ impl Session {
         let plan = &self.plan;
         let tokenizer: Option<Arc<dyn Tokenizer>> = match &plan.tokenizer {
             Some(path) => {
-                let loaded = if path.is_dir() {
-                    HfTokenizer::from_dir(path)
+                // A local file or folder as given, else a Hub name whose
+                // tokenizer files are fetched into the cache.
+                let path = if path.exists() {
+                    path.clone()
                 } else {
-                    HfTokenizer::from_file(path)
+                    ModelSearch::from_env().resolve_tokenizer(&path.to_string_lossy())?
+                };
+                let loaded = if path.is_dir() {
+                    HfTokenizer::from_dir(&path)
+                } else {
+                    HfTokenizer::from_file(&path)
                 };
                 Some(Arc::new(loaded.map_err(|e| Error::Flag {
                     flag: "--tokenizer",
@@ -609,13 +620,15 @@ impl Session {
         }
         // A tokenizer is needed only to cut synthetic prompts to exact
         // counts; file prompts are counted by the backend without one.
+        // A server's backend has none of its own: as GuideLLM does, the
+        // tokenizer of the model id it serves is fetched from the Hub.
         if data.tokenizer.is_none()
             && data
                 .sources
                 .iter()
                 .any(|(source, _)| source.needs_tokenizer())
         {
-            return Err(Error::NoTokenizer);
+            data.tokenizer = Some(served_model_tokenizer(&validation).await?);
         }
         // Make every source once before the first benchmark: a failure
         // comes before anything is sent.
@@ -1098,6 +1111,42 @@ impl Feed {
                 .unwrap_or_else(PoisonError::into_inner)
                 .take(),
         }
+    }
+}
+
+/// The tokenizer of the model a backend serves (`info["model"]` of its
+/// validation, a server's model id), fetched from the Hub by that id: the
+/// tokenizer files only, never weights.
+///
+/// # Errors
+///
+/// [`Error::NoTokenizer`] when the backend names no model, or
+/// [`Error::NoServedTokenizer`] saying what was tried with the id (a
+/// local name such as `mock-model` is not a Hub name; a Hub repository
+/// without `tokenizer.json`; the Hub's own error).
+async fn served_model_tokenizer(validation: &ValidationReport) -> Result<Arc<dyn Tokenizer>> {
+    let Some(model) = validation.info.get("model").and_then(|m| m.as_str()) else {
+        return Err(Error::NoTokenizer);
+    };
+    let model = model.to_owned();
+    let id = model.clone();
+    let loaded = tokio::task::spawn_blocking(move || {
+        let dir = ModelSearch::from_env().resolve_tokenizer(&id)?;
+        HfTokenizer::from_dir(&dir)
+    })
+    .await
+    .map_err(|e| Error::NoServedTokenizer {
+        model: model.clone(),
+        usage: false,
+        reason: format!("the tokenizer's download stopped: {e}"),
+    })?;
+    match loaded {
+        Ok(tokenizer) => Ok(Arc::new(tokenizer)),
+        Err(e) => Err(Error::NoServedTokenizer {
+            model,
+            usage: e.is_usage(),
+            reason: e.to_string(),
+        }),
     }
 }
 

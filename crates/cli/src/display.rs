@@ -8,13 +8,14 @@
 use std::fs::File;
 use std::io::Write;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use guidebench_bench::runner::Observer;
 use guidebench_core::request::RequestRecord;
 use guidebench_core::stdio::StdioRedirect;
+use guidebench_hub::progress::{DownloadObserver, Finished, LineObserver, Transfer, finished_line};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle, TermLike};
 
 /// The saved terminal, as indicatif sees it.
@@ -101,12 +102,71 @@ pub struct Counters {
 /// error, or (with `--disable-console`) nothing.
 pub struct Display {
     live: Option<Live>,
+    /// The phase's bar, where Hub downloads show while the model loads.
+    downloads: Arc<PhaseBar>,
     counters: Arc<Counters>,
     /// No lines at all but notes of failures.
     quiet: bool,
     /// The failures noted while the run went on, so that the final error
     /// does not say them again.
     failures: Vec<String>,
+}
+
+/// Hub downloads on the live display: while a file downloads, the
+/// phase's spinner becomes a byte bar (size, rate, time left), and each
+/// file done leaves a line above it. Without a live display, downloads
+/// write one line per file to standard error (the hub's default).
+#[derive(Default)]
+struct PhaseBar {
+    /// The phase's bar and its message, while a phase is on screen.
+    phase: Mutex<Option<(ProgressBar, String)>>,
+}
+
+impl PhaseBar {
+    fn set(&self, phase: Option<(ProgressBar, String)>) {
+        *self.phase.lock().unwrap_or_else(PoisonError::into_inner) = phase;
+    }
+
+    fn with(&self, f: impl FnOnce(&ProgressBar, &str)) {
+        if let Some((bar, message)) = &*self.phase.lock().unwrap_or_else(PoisonError::into_inner) {
+            f(bar, message);
+        }
+    }
+}
+
+impl DownloadObserver for PhaseBar {
+    fn started(&self, transfer: &Transfer) {
+        self.with(|bar, _| {
+            bar.set_style(
+                ProgressStyle::with_template(
+                    "{msg} [{bar:30}] {bytes}/{total_bytes} · {bytes_per_sec} · {eta} left",
+                )
+                .unwrap_or_else(|_| ProgressStyle::default_bar())
+                .progress_chars("=> "),
+            );
+            bar.set_length(transfer.total.unwrap_or(0));
+            bar.set_position(transfer.resumed_from);
+            bar.reset_eta();
+            bar.set_message(format!("downloading {} {}", transfer.repo, transfer.file));
+        });
+    }
+
+    fn advanced(&self, _: &Transfer, done: u64) {
+        self.with(|bar, _| bar.set_position(done));
+    }
+
+    fn finished(&self, transfer: &Transfer, finished: &Finished) {
+        self.with(|bar, message| {
+            bar.println(finished_line(transfer, finished));
+            bar.set_style(spinner_style());
+            bar.set_message(message.to_owned());
+        });
+    }
+}
+
+fn spinner_style() -> ProgressStyle {
+    ProgressStyle::with_template("{spinner} {msg} {elapsed}")
+        .unwrap_or_else(|_| ProgressStyle::default_spinner())
 }
 
 struct Live {
@@ -182,6 +242,7 @@ impl Display {
         if !enabled || quiet {
             return Display {
                 live: None,
+                downloads: Arc::default(),
                 counters,
                 quiet,
                 failures: Vec::new(),
@@ -207,8 +268,13 @@ impl Display {
                 bar: None,
             })
         });
+        let downloads = Arc::<PhaseBar>::default();
+        if live.is_some() {
+            guidebench_hub::set_observer(Arc::clone(&downloads) as Arc<dyn DownloadObserver>);
+        }
         Display {
             live,
+            downloads,
             counters,
             quiet,
             failures: Vec::new(),
@@ -223,12 +289,10 @@ impl Display {
         if let Some(live) = &mut self.live {
             live.clear();
             let bar = ProgressBar::with_draw_target(None, draw_target(&live.target));
-            bar.set_style(
-                ProgressStyle::with_template("{spinner} {msg} {elapsed}")
-                    .unwrap_or_else(|_| ProgressStyle::default_spinner()),
-            );
+            bar.set_style(spinner_style());
             bar.set_message(message.to_owned());
             bar.enable_steady_tick(Duration::from_millis(120));
+            self.downloads.set(Some((bar.clone(), message.to_owned())));
             live.bar = Some(bar);
         }
     }
@@ -236,6 +300,7 @@ impl Display {
     /// Starts a benchmark's bar; the observer updates it.
     pub fn benchmark(&mut self, name: &str, total: Option<u64>) -> DisplayObserver {
         self.counters = Arc::new(Counters::default());
+        self.downloads.set(None);
         if self.live.is_none() && !self.quiet {
             match total {
                 Some(n) => eprintln!("benchmark {name}: sending up to {n} requests"),
@@ -300,6 +365,10 @@ impl Display {
     /// Ends the display: restores the terminal and says where engine
     /// output went; returns the failures it showed.
     pub fn finish(self) -> Vec<String> {
+        self.downloads.set(None);
+        if self.live.is_some() {
+            guidebench_hub::set_observer(Arc::new(LineObserver));
+        }
         if let Some(live) = self.live {
             if let Some(bar) = live.bar {
                 bar.finish_and_clear();

@@ -103,6 +103,9 @@ pub(crate) enum Failure {
     Run(anyhow::Error),
     /// Interrupted; the partial report was written: exit 130.
     Interrupted,
+    /// Interrupted before any benchmark ran (during a download): exit
+    /// 130, no report.
+    InterruptedEarly(anyhow::Error),
 }
 
 impl From<guidebench_bench::Error> for Failure {
@@ -160,6 +163,10 @@ pub fn main() -> ExitCode {
         }
         Err(Failure::Interrupted) => {
             eprintln!("interrupted: the report covers what ran before the interrupt");
+            ExitCode::from(EXIT_INTERRUPTED)
+        }
+        Err(Failure::InterruptedEarly(err)) => {
+            eprintln!("interrupted before the run: {}", one_line(&err));
             ExitCode::from(EXIT_INTERRUPTED)
         }
     }

@@ -220,7 +220,15 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
         let report = side_by_side::run(plans, backends, &mut display, cancel).await;
         (report, display.finish())
     });
-    let mut report = report?;
+    let mut report = match report {
+        Ok(report) => report,
+        // A Ctrl-C during a download (before any benchmark ran): nothing
+        // to report, exit as interrupted.
+        Err(err) if guidebench_hub::progress::downloads_cancelled() => {
+            return Err(Failure::InterruptedEarly(err.into()));
+        }
+        Err(err) => return Err(err.into()),
+    };
     if let Some(config) = report.config.as_object_mut() {
         let command = guidebench_bench::scenario::command_line(std::env::args().collect());
         config.insert("command".into(), command.into());
@@ -267,6 +275,9 @@ fn watch_interrupts() -> watch::Receiver<bool> {
             // Nobody listens once the benchmarks ended; the count still
             // matters then.
             let _ = tx.send(true);
+            // A model, tokenizer or dataset downloading stops at its next
+            // chunk, its part kept for the next run to resume.
+            guidebench_hub::cancel_downloads();
             if seen == 2 {
                 std::thread::spawn(|| {
                     std::thread::sleep(SECOND_INTERRUPT_EXIT);

@@ -5,6 +5,12 @@ use std::path::PathBuf;
 /// A `Result` whose error is [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+impl From<guidebench_hub::Error> for Error {
+    fn from(error: guidebench_hub::Error) -> Self {
+        Error::Hub(Box::new(error))
+    }
+}
+
 /// Everything that can go wrong in the core crate, and what engines and
 /// backends report through it.
 ///
@@ -263,6 +269,12 @@ pub enum Error {
         tried: Vec<String>,
     },
 
+    /// Fetching a model, tokenizer or dataset from the Hugging Face Hub
+    /// failed (gated, offline, unreachable, no such file, ...); usage or
+    /// not as the Hub error says.
+    #[error(transparent)]
+    Hub(Box<guidebench_hub::Error>),
+
     /// A file (or folder) that a model folder must have is absent.
     #[error("the model needs {what}, but `{}` does not exist", path.display())]
     MissingModelFile {
@@ -368,6 +380,7 @@ impl Error {
             Error::NotStarted => "not_started",
             Error::NotCompiledIn { .. } => "not_compiled_in",
             Error::ModelNotFound { .. } => "model_not_found",
+            Error::Hub(e) => e.label(),
             Error::MissingModelFile { .. } => "missing_model_file",
             Error::InvalidModelConfig { .. } => "invalid_model_config",
             Error::UnsupportedArchitecture { .. } => "unsupported_architecture",
@@ -455,6 +468,7 @@ impl Error {
             | Error::UnsupportedDtype { .. }
             | Error::Config(_) => true,
             Error::BatchFailed { usage, .. } => *usage,
+            Error::Hub(e) => e.is_usage(),
             Error::DuplicateName { .. }
             | Error::Tokenizer(_)
             | Error::Json { .. }

@@ -9,14 +9,22 @@
 //!   into a folder: `builtin:NAME` through the [`BuiltinModel`] registry
 //!   that engine crates fill with
 //!   [`register_builtin_model!`](crate::register_builtin_model), an
-//!   existing local folder, or `ORG/NAME[@REVISION]` in the local Hugging
-//!   Face cache through `hf-hub`'s cache API. Nothing is downloaded: `hf-hub`
-//!   is built without its network features. A model that cannot be found is
-//!   [`Error::ModelNotFound`] listing what was tried; an unknown built-in
-//!   name lists the registered ones. Tests: `resolve::tests::`
+//!   existing local folder, or a Hub name (`ORG/NAME[@REVISION]`,
+//!   `ORG/NAME:QUANT`, `ORG/NAME/FILE.gguf`) from the Hugging Face cache,
+//!   downloaded into it when missing through the one Hub client
+//!   (`guidebench-hub`), only the files the engine reads ([`hub`]). A model
+//!   that cannot be found is [`Error::ModelNotFound`] listing what was
+//!   tried; an unknown built-in name lists the registered ones. Tests:
+//!   `resolve::tests::`
 //!   `a_cached_hub_model_resolves_to_the_snapshot_its_ref_names`,
-//!   `a_model_not_in_the_cache_names_what_was_tried`,
-//!   `builtin_models_are_made_under_the_cache_root_and_unknown_ones_list_the_known`.
+//!   `a_model_not_in_the_cache_offline_says_offline_mode_is_on`,
+//!   `builtin_models_are_made_under_the_cache_root_and_unknown_ones_list_the_known`;
+//!   `hub::tests::` (which files each name needs) and, against testkit's
+//!   stand-in Hub, `tests/hub_models.rs`:
+//!   `a_safetensors_model_by_name_downloads_its_shards_and_text_files_and_opens`,
+//!   `a_gguf_repository_by_quantization_downloads_that_file_alone`,
+//!   `a_tokenizer_by_name_downloads_no_weights`,
+//!   `a_gated_model_needs_hf_token_and_runs_with_it`.
 //! - **Each file is read once.** [`ModelFolder::from_dir`] reads
 //!   `config.json` with one call ([`DecoderConfig::from_file`]) and the
 //!   tokenizer side (`tokenizer.json`, `tokenizer_config.json`,
@@ -96,6 +104,7 @@ mod config;
 mod dtype;
 mod files;
 pub mod gguf;
+pub mod hub;
 mod resolve;
 #[cfg(test)]
 mod testing;
@@ -112,7 +121,8 @@ pub use files::GenerationConfig;
 pub use gguf::{
     gguf_row_of_hf_row, gguf_rows_are_interleaved, gguf_tensor_hf_name, hf_row_of_gguf_row,
 };
-pub use resolve::{BUILTIN_PREFIX, ModelSearch, cache_root, hub_cache_dir, resolve};
+pub use hub::WeightFormat;
+pub use resolve::{BUILTIN_PREFIX, ModelSearch, cache_root, hub_cache_dir, is_hub_name, resolve};
 pub use weights::{SafetensorsEntry, safetensors_header, weight_files};
 
 pub use crate::registry::BuiltinModel;
@@ -142,6 +152,12 @@ impl ModelFolder {
     /// file (see [`from_path`](Self::from_path)).
     pub fn open(spec: &str) -> Result<Self> {
         ModelFolder::from_path(resolve(spec)?)
+    }
+
+    /// As [`open`](Self::open), for an engine that reads `weights`
+    /// (a Hub name fetches those weights; see [`ModelSearch::resolve_for`]).
+    pub fn open_for(spec: &str, weights: WeightFormat) -> Result<Self> {
+        ModelFolder::from_path(ModelSearch::from_env().resolve_for(spec, weights)?)
     }
 
     /// Reads a `.gguf` file ([`from_gguf`](Self::from_gguf)) or a folder

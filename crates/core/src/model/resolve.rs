@@ -1,13 +1,13 @@
 //! Resolving `model=` to a folder: a local folder or `.gguf` file, a
-//! registered built-in model, or a snapshot in the local Hugging Face
-//! cache.
+//! registered built-in model, or a Hugging Face Hub name, from the local
+//! cache or downloaded into it ([`hub`](super::hub)).
 
 use std::ffi::OsString;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
-use hf_hub::{Cache, Repo, RepoType};
+use guidebench_hub::HubSettings;
 
-use super::files::CONFIG_JSON;
+use super::hub::{HubModel, WeightFormat, fetch_model, fetch_tokenizer, parse_spec};
 use crate::registry;
 use crate::{Error, Result};
 
@@ -18,33 +18,36 @@ pub const BUILTIN_PREFIX: &str = "builtin:";
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ModelSearch {
-    /// The Hugging Face hub cache (the folder holding `models--ORG--NAME`),
-    /// if one is known.
-    pub hub_cache: Option<PathBuf>,
+    /// The Hub and the Hugging Face cache (endpoint, token, cache folder,
+    /// offline mode).
+    pub hub: HubSettings,
     /// guidebench's cache root, handed to built-in models' constructors.
     pub cache_root: PathBuf,
 }
 
 impl ModelSearch {
-    /// Explicit places: a Hugging Face hub cache (if any) and guidebench's
-    /// cache root. Tests use this instead of setting environment variables.
-    pub fn new(hub_cache: Option<PathBuf>, cache_root: PathBuf) -> Self {
-        ModelSearch {
-            hub_cache,
-            cache_root,
-        }
+    /// Explicit places: the Hub's settings and guidebench's cache root.
+    /// Tests use this instead of setting environment variables.
+    pub fn new(hub: HubSettings, cache_root: PathBuf) -> Self {
+        ModelSearch { hub, cache_root }
     }
 
-    /// The places the environment names: [`hub_cache_dir`] and
+    /// The places the environment names: [`HubSettings::from_env`] and
     /// [`cache_root`].
     pub fn from_env() -> Self {
         ModelSearch {
-            hub_cache: hub_cache_dir(),
+            hub: HubSettings::from_env(),
             cache_root: cache_root(),
         }
     }
 
-    /// Resolves a model spec to a folder, trying in order:
+    /// Resolves a model spec to a folder (or GGUF file) for an engine
+    /// that reads safetensors weights; see [`resolve_for`](Self::resolve_for).
+    pub fn resolve(&self, spec: &str) -> Result<PathBuf> {
+        self.resolve_for(spec, WeightFormat::Safetensors)
+    }
+
+    /// Resolves a model spec, trying in order:
     ///
     /// 1. `builtin:NAME`: the registered [`BuiltinModel`](registry::BuiltinModel)
     ///    `NAME`, made under [`cache_root`](Self::cache_root) if needed; an
@@ -52,14 +55,19 @@ impl ModelSearch {
     /// 2. an existing local folder, or a local `.gguf` file, as given
     ///    (a folder holding one `.gguf` file and no `config.json` is read
     ///    as that file by [`ModelFolder`](super::ModelFolder));
-    /// 3. `ORG/NAME` or `ORG/NAME@REVISION` (default `main`): the snapshot
-    ///    of that revision in the Hugging Face cache, found through
-    ///    `hf-hub`'s cache API (`refs/REVISION`, or a snapshot named
-    ///    `REVISION` for a commit hash) and holding a `config.json`. Only
-    ///    the local cache is read; nothing is downloaded.
+    /// 3. a Hub name: `ORG/NAME[@REVISION]` (the files an engine reading
+    ///    `weights` needs), `ORG/NAME:QUANT` or `ORG/NAME/FILE.gguf` (one
+    ///    GGUF file): from the Hugging Face cache, downloaded into it when
+    ///    missing (see [`hub`](super::hub); nothing is sent offline or when
+    ///    a commit's snapshot already holds them).
     ///
-    /// Anything else is [`Error::ModelNotFound`], listing what was tried.
-    pub fn resolve(&self, spec: &str) -> Result<PathBuf> {
+    /// # Errors
+    ///
+    /// [`Error::ModelNotFound`] listing what was tried (a name that is
+    /// neither a path nor a Hub name, or a repository the Hub does not
+    /// have); [`Error::Hub`] for the Hub's other answers (gated, offline,
+    /// unreachable, no such quantization).
+    pub fn resolve_for(&self, spec: &str, weights: WeightFormat) -> Result<PathBuf> {
         if let Some(name) = spec.strip_prefix(BUILTIN_PREFIX) {
             let model = registry::builtin_models()?.get(name)?;
             return (model.create)(&self.cache_root);
@@ -68,28 +76,66 @@ impl ModelSearch {
         if path.is_dir() || (path.is_file() && super::gguf::is_gguf_path(path)) {
             return Ok(path.to_owned());
         }
-        let mut tried = vec![if path.exists() {
+        let local = if path.exists() {
             format!("local folder `{spec}` (it is not a folder, nor a .gguf file)")
         } else {
             format!("local folder `{spec}`")
-        }];
-        if let Some((id, revision)) = hub_id(spec) {
-            match &self.hub_cache {
-                Some(root) => match hub_snapshot(root, id, revision) {
-                    Ok(dir) => return Ok(dir),
-                    Err(description) => tried.push(description),
-                },
-                None => tried.push(
-                    "the Hugging Face cache (none known: HF_HUB_CACHE, HF_HOME and HOME are unset)"
-                        .into(),
-                ),
+        };
+        let Some((repo, model)) = parse_spec(spec) else {
+            return Err(Error::ModelNotFound {
+                model: spec.to_owned(),
+                tried: vec![
+                    local,
+                    "a Hub name (it is not ORG/NAME, ORG/NAME:QUANT or ORG/NAME/FILE.gguf)".into(),
+                ],
+            });
+        };
+        fetch_model(&self.hub, &repo, &model, weights).map_err(|e| not_found(spec, local, e))
+    }
+
+    /// Resolves `--tokenizer` (or a server's model id): an existing file
+    /// or folder as given, else a Hub name whose tokenizer files (never
+    /// its weights) are fetched into the cache; returns the path to load.
+    ///
+    /// # Errors
+    ///
+    /// As [`resolve_for`](Self::resolve_for), for the tokenizer files.
+    pub fn resolve_tokenizer(&self, spec: &str) -> Result<PathBuf> {
+        let path = Path::new(spec);
+        if path.exists() {
+            return Ok(path.to_owned());
+        }
+        let local = format!("a local file or folder `{spec}`");
+        match parse_spec(spec) {
+            Some((repo, HubModel::Folder)) => {
+                fetch_tokenizer(&self.hub, &repo).map_err(|e| not_found(spec, local, e))
+            }
+            _ => Err(Error::ModelNotFound {
+                model: spec.to_owned(),
+                tried: vec![local, "a Hub name (it is not ORG/NAME[@REVISION])".into()],
+            }),
+        }
+    }
+}
+
+/// A repository the Hub does not have is [`Error::ModelNotFound`] with
+/// the local folder tried first; other errors pass as they are.
+fn not_found(spec: &str, local: String, error: Error) -> Error {
+    match error {
+        Error::Hub(hub) if matches!(*hub, guidebench_hub::Error::RepoNotFound { .. }) => {
+            Error::ModelNotFound {
+                model: spec.to_owned(),
+                tried: vec![local, format!("the Hugging Face Hub: {hub}")],
             }
         }
-        Err(Error::ModelNotFound {
-            model: spec.to_owned(),
-            tried,
-        })
+        other => other,
     }
+}
+
+/// Whether `spec` has the shape of a Hub name (`ORG/NAME[@REVISION]`,
+/// `ORG/NAME:QUANT`, `ORG/NAME/FILE.gguf`), whether or not it exists.
+pub fn is_hub_name(spec: &str) -> bool {
+    parse_spec(spec).is_some()
 }
 
 /// Resolves `model=` with the places the environment names; see
@@ -99,17 +145,11 @@ pub fn resolve(spec: &str) -> Result<PathBuf> {
 }
 
 /// The Hugging Face hub cache, as `huggingface_hub` finds it:
-/// `$HF_HUB_CACHE`, else `$HF_HOME/hub`, else `~/.cache/huggingface/hub`
+/// `$HF_HUB_CACHE`, else `$HF_HOME/hub`, else
+/// `$XDG_CACHE_HOME/huggingface/hub`, else `~/.cache/huggingface/hub`
 /// (`None` without `HOME`). Empty variables count as unset.
 pub fn hub_cache_dir() -> Option<PathBuf> {
-    hub_cache_dir_from(|key| std::env::var_os(key))
-}
-
-fn hub_cache_dir_from(var: impl Fn(&str) -> Option<OsString>) -> Option<PathBuf> {
-    let var = |key: &str| var(key).filter(|v| !v.is_empty()).map(PathBuf::from);
-    var("HF_HUB_CACHE")
-        .or_else(|| var("HF_HOME").map(|home| home.join("hub")))
-        .or_else(|| var("HOME").map(|home| home.join(".cache/huggingface/hub")))
+    HubSettings::from_env().cache
 }
 
 /// guidebench's cache folder (built-in models are made under it):
@@ -128,52 +168,12 @@ fn cache_root_from(var: impl Fn(&str) -> Option<OsString>) -> PathBuf {
         .unwrap_or_else(|| std::env::temp_dir().join("guidebench-cache"))
 }
 
-/// `ORG/NAME[@REVISION]` split into the repo id and the revision (default
-/// `main`), if the spec has that shape.
-fn hub_id(spec: &str) -> Option<(&str, &str)> {
-    let (id, revision) = spec.split_once('@').unwrap_or((spec, "main"));
-    let mut parts = id.split('/');
-    let well_formed = matches!(
-        (parts.next(), parts.next(), parts.next()),
-        (Some(org), Some(name), None)
-            if !org.is_empty() && !name.is_empty() && !org.starts_with('.') && !name.starts_with('.')
-    );
-    // A revision names a ref or a snapshot inside the repo's folder.
-    let revision_ok = !revision.is_empty()
-        && Path::new(revision)
-            .components()
-            .all(|c| matches!(c, Component::Normal(_)));
-    (well_formed && revision_ok).then_some((id, revision))
-}
-
-/// The snapshot folder of `id` at `revision` under the hub cache `root`;
-/// on failure, a description of what was looked at.
-fn hub_snapshot(root: &Path, id: &str, revision: &str) -> std::result::Result<PathBuf, String> {
-    let repo = Repo::with_revision(id.to_owned(), RepoType::Model, revision.to_owned());
-    let repo_dir = root.join(repo.folder_name());
-    let cache = Cache::new(root.to_owned());
-    if let Some(dir) = cache
-        .repo(repo)
-        .get(CONFIG_JSON)
-        .and_then(|config| config.parent().map(Path::to_path_buf))
-    {
-        return Ok(dir);
-    }
-    // A commit hash has no ref file: its snapshot is named after it.
-    let snapshot = repo_dir.join("snapshots").join(revision);
-    if snapshot.join(CONFIG_JSON).is_file() {
-        return Ok(snapshot);
-    }
-    Err(format!(
-        "the Hugging Face cache: `{}` (a config.json in the snapshot that refs/{revision} names, \
-         or in snapshots/{revision})",
-        repo_dir.display()
-    ))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const MAIN: &str = "1111111111111111111111111111111111111111";
+    const V2: &str = "2222222222222222222222222222222222222222";
 
     fn make_test_model(root: &Path) -> Result<PathBuf> {
         let dir = root.join("builtin/core-test-model");
@@ -197,73 +197,65 @@ mod tests {
             std::fs::create_dir_all(&snapshot).expect("mkdir");
             std::fs::create_dir_all(repo.join("refs")).expect("mkdir");
             std::fs::write(repo.join("refs").join(reference), commit).expect("write");
-            std::fs::write(snapshot.join("config.json"), "{}").expect("write");
+            for file in ["config.json", "tokenizer.json", "model.safetensors"] {
+                std::fs::write(snapshot.join(file), "{}").expect("write");
+            }
         }
         root
     }
 
+    /// Offline: the cache alone answers, nothing is sent.
     fn search(hub: &Path) -> ModelSearch {
-        ModelSearch::new(Some(hub.to_owned()), hub.join("guidebench"))
-    }
-
-    #[test]
-    fn hub_ids_are_org_slash_name_with_an_optional_revision() {
-        assert_eq!(hub_id("Qwen/Qwen3-0.6B"), Some(("Qwen/Qwen3-0.6B", "main")));
-        assert_eq!(hub_id("org/name@v1.0"), Some(("org/name", "v1.0")));
-        assert_eq!(hub_id("a/b/c"), None);
-        assert_eq!(hub_id("plain"), None);
-        assert_eq!(hub_id("./x"), None);
-        assert_eq!(hub_id("org/.."), None);
-        assert_eq!(hub_id("org/name@"), None);
-        assert_eq!(hub_id("org/name@../../x"), None);
+        let settings = HubSettings::new("http://127.0.0.1:9", hub.to_owned()).with_offline(true);
+        ModelSearch::new(settings, hub.join("guidebench"))
     }
 
     #[test]
     fn a_cached_hub_model_resolves_to_the_snapshot_its_ref_names() {
         let hub = fake_hub(&[
-            ("models--org--name", "main", "abc123"),
-            ("models--org--name", "v2", "def456"),
+            ("models--org--name", "main", MAIN),
+            ("models--org--name", "v2", V2),
         ]);
         let search = search(hub.path());
         let repo = hub.path().join("models--org--name");
         assert_eq!(
             search.resolve("org/name").expect("main"),
-            repo.join("snapshots/abc123")
+            repo.join("snapshots").join(MAIN)
         );
         assert_eq!(
             search.resolve("org/name@v2").expect("branch"),
-            repo.join("snapshots/def456")
+            repo.join("snapshots").join(V2)
         );
         // a commit hash names its snapshot directly
         assert_eq!(
-            search.resolve("org/name@def456").expect("commit"),
-            repo.join("snapshots/def456")
+            search.resolve(&format!("org/name@{V2}")).expect("commit"),
+            repo.join("snapshots").join(V2)
+        );
+        assert_eq!(
+            search.resolve_tokenizer("org/name").expect("tokenizer"),
+            repo.join("snapshots").join(MAIN)
         );
     }
 
     #[test]
-    fn a_model_not_in_the_cache_names_what_was_tried() {
-        let hub = fake_hub(&[("models--org--name", "main", "abc123")]);
+    fn a_model_not_in_the_cache_offline_says_offline_mode_is_on() {
+        let hub = fake_hub(&[("models--org--name", "main", MAIN)]);
         let search = search(hub.path());
         for spec in ["org/other", "org/name@nope"] {
             let err = search.resolve(spec).expect_err("not cached");
-            let Error::ModelNotFound { model, tried } = &err else {
-                panic!("{err}");
-            };
-            assert_eq!(model, spec);
-            assert_eq!(tried.len(), 2, "{tried:?}");
-            assert!(tried[0].contains(spec), "{tried:?}");
-            assert!(tried[1].contains("models--org--"), "{tried:?}");
-            assert!(err.is_usage());
+            let text = err.to_string();
+            assert!(text.contains("HF_HUB_OFFLINE=1"), "{text}");
+            assert!(
+                text.contains(spec.split('@').next().unwrap_or(spec)),
+                "{text}"
+            );
+            assert!(err.is_usage(), "{text}");
         }
         let err = search.resolve("no/such/path").expect_err("neither");
         assert!(
-            matches!(err, Error::ModelNotFound { ref tried, .. } if tried.len() == 1),
+            matches!(err, Error::ModelNotFound { ref tried, .. } if tried.len() == 2),
             "{err}"
         );
-        let no_hub = ModelSearch::new(None, hub.path().to_owned());
-        let err = no_hub.resolve("org/name").expect_err("no hub cache");
-        assert!(err.to_string().contains("HF_HUB_CACHE"), "{err}");
     }
 
     #[test]
@@ -301,7 +293,7 @@ mod tests {
     }
 
     #[test]
-    fn the_environment_names_the_caches_in_huggingface_order() {
+    fn the_environment_names_guidebench_s_cache() {
         let env = |pairs: &'static [(&'static str, &'static str)]| {
             move |key: &str| {
                 pairs
@@ -310,25 +302,6 @@ mod tests {
                     .map(|(_, v)| OsString::from(v))
             }
         };
-        let all = env(&[
-            ("HF_HUB_CACHE", "/hub"),
-            ("HF_HOME", "/hf"),
-            ("HOME", "/home/u"),
-        ]);
-        assert_eq!(hub_cache_dir_from(all), Some(PathBuf::from("/hub")));
-        let home = env(&[
-            ("HF_HUB_CACHE", ""),
-            ("HF_HOME", "/hf"),
-            ("HOME", "/home/u"),
-        ]);
-        assert_eq!(hub_cache_dir_from(home), Some(PathBuf::from("/hf/hub")));
-        let user = env(&[("HOME", "/home/u")]);
-        assert_eq!(
-            hub_cache_dir_from(user),
-            Some(PathBuf::from("/home/u/.cache/huggingface/hub"))
-        );
-        assert_eq!(hub_cache_dir_from(env(&[])), None);
-
         assert_eq!(
             cache_root_from(env(&[("GUIDEBENCH_CACHE", "/g"), ("XDG_CACHE_HOME", "/x")])),
             PathBuf::from("/g")

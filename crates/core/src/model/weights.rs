@@ -9,7 +9,7 @@ use super::files::{parse_json, read_required};
 use crate::{Error, Result};
 
 /// The index of sharded weights.
-const INDEX_JSON: &str = "model.safetensors.index.json";
+pub(crate) const INDEX_JSON: &str = "model.safetensors.index.json";
 /// Unsharded weights.
 const SINGLE: &str = "model.safetensors";
 
@@ -46,6 +46,23 @@ pub fn weight_files(dir: &Path) -> Result<Vec<PathBuf>> {
 }
 
 fn indexed_shards(dir: &Path, index: &Path) -> Result<Vec<PathBuf>> {
+    let mut files = Vec::new();
+    for name in shard_names(index)? {
+        let shard = dir.join(&name);
+        if !shard.is_file() {
+            return Err(Error::MissingModelFile {
+                path: shard,
+                what: "a weight shard named by model.safetensors.index.json",
+            });
+        }
+        files.push(shard);
+    }
+    Ok(files)
+}
+
+/// The shards `model.safetensors.index.json` at `index` names, each once,
+/// sorted; each a file inside the folder, never a path out of it.
+pub(crate) fn shard_names(index: &Path) -> Result<Vec<String>> {
     let text = read_required(index, "the weight index")?;
     let value = parse_json(&text, index)?;
     let invalid = |reason: String| Error::InvalidModelConfig {
@@ -59,27 +76,21 @@ fn indexed_shards(dir: &Path, index: &Path) -> Result<Vec<PathBuf>> {
     if names.is_empty() {
         return Err(invalid("`weight_map` names no shard".into()));
     }
-    let mut files = Vec::with_capacity(names.len());
-    for name in names {
-        // A shard is a file inside the folder, never a path out of it.
-        let inside = Path::new(name)
-            .components()
-            .all(|c| matches!(c, std::path::Component::Normal(_)));
-        if !inside {
-            return Err(invalid(format!(
-                "shard `{name}` is not a file of the folder"
-            )));
-        }
-        let shard = dir.join(name);
-        if !shard.is_file() {
-            return Err(Error::MissingModelFile {
-                path: shard,
-                what: "a weight shard named by model.safetensors.index.json",
-            });
-        }
-        files.push(shard);
-    }
-    Ok(files)
+    names
+        .into_iter()
+        .map(|name| {
+            let inside = Path::new(name)
+                .components()
+                .all(|c| matches!(c, std::path::Component::Normal(_)));
+            if inside {
+                Ok(name.to_owned())
+            } else {
+                Err(invalid(format!(
+                    "shard `{name}` is not a file of the folder"
+                )))
+            }
+        })
+        .collect()
 }
 
 /// The most header bytes a safetensors file may have (the format's own

@@ -616,7 +616,9 @@ fn an_explicit_dtype_on_a_gguf_is_refused_with_the_reason() {
 #[test]
 fn a_folder_with_one_gguf_resolves_and_opens() {
     let (dir, path) = gpt2_model("llama", &[]);
-    let search = ModelSearch::new(None, dir.path().join("cache"));
+    let settings = guidebench_hub::HubSettings::new("http://127.0.0.1:9", dir.path().join("hub"))
+        .with_offline(true);
+    let search = ModelSearch::new(settings, dir.path().join("cache"));
     let spec = dir.path().to_str().expect("utf-8");
     assert_eq!(search.resolve(spec).expect("folder"), dir.path());
     let file_spec = path.to_str().expect("utf-8");
