@@ -13,22 +13,25 @@
 //! * `synthetic_image` ([`SyntheticImageSource`]): requests of synthetic
 //!   JPEG or PNG pictures followed by a line of text, GuideLLM's kind;
 //! * `file` ([`FileSource`]): a local JSONL, JSON, CSV, Parquet, Arrow or
-//!   plain text file, or a Hugging Face dataset in the local cache, with
-//!   column mapping, chat conversations (also multi-turn: conversation ids
-//!   and turn indexes, `messages`, ShareGPT) and image and audio columns;
+//!   plain text file, or a Hugging Face dataset by name (downloaded into
+//!   the Hugging Face cache), with column mapping, chat conversations
+//!   (also multi-turn: conversation ids and turn indexes, `messages`,
+//!   ShareGPT) and image and audio columns;
 //! * `trace` ([`TraceSource`]): a recorded request trace (plain or
 //!   Mooncake), each item with its recorded send offset, for
 //!   `--profile kind=replay`.
 //!
 //! GuideLLM 0.8.1's names of the same kinds are in [`DATA_KINDS`] too, each
 //! with its [`Alias`]: `json_file`, `csv_file`, `text_file`,
-//! `parquet_file`, `arrow_file` and `hf` are `file` (with the format they
-//! name), `mooncake` is `trace` with Mooncake's millisecond timestamps and
-//! GuideLLM's option names. [`resolve_kind`] turns them into ours.
+//! `parquet_file`, `arrow_file`, `hf` and `huggingface` are `file` (with
+//! the format they name; GuideLLM's `source` and `load_kwargs` of a
+//! dataset in our keys), `mooncake` is `trace` with Mooncake's millisecond
+//! timestamps and GuideLLM's option names. [`resolve_kind`] turns them into
+//! ours.
 //!
 //! A kind's data is read and checked in two steps: [`PreparedSource::new`]
 //! reads everything it can without a tokenizer or a backend (a file's rows
-//! parsed and checked, a dataset found in the cache, synthetic settings
+//! parsed and checked, a dataset fetched into the cache, synthetic settings
 //! checked), so that a session does it before the backend starts and a bad
 //! row never costs a model load; [`PreparedSource::source`] then makes each
 //! benchmark's [`DataSource`], with the model's tokenizer where the kind
@@ -39,9 +42,9 @@
 //!
 //! Inside, the layers are: `rows` (JSONL, JSON, CSV, Parquet, Arrow and
 //! text files read into rows, and the table of formats and extensions; it
-//! imports nothing else of this module), `hf` (datasets in the local
-//! Hugging Face cache), `open` (a kind's `path` option: a file or a
-//! dataset, read into rows), then the kinds that map rows or options to
+//! imports nothing else of this module), `hf` (Hugging Face datasets by
+//! name, through the Hub client), `open` (a kind's `path` option: a file
+//! or a dataset, read into rows), then the kinds that map rows or options to
 //! items ([`file`](mod@file), [`trace`], [`synthetic`], [`synthetic_image`],
 //! whose pictures come from `pixels`), and this module's registry on top.
 
@@ -72,6 +75,8 @@ mod testing;
 pub mod trace;
 
 pub use file::{FILE_OPTIONS, FileSource};
+#[doc(hidden)]
+pub use hf::with_hub_settings;
 pub use pixels::{Content as ImageContent, Format as ImageFormat};
 pub use synthetic::{
     SYNTHETIC_TEXT_OPTIONS, SyntheticText, SyntheticTextConfig, SyntheticTextSource,
@@ -233,8 +238,9 @@ pub struct DataKind {
     /// Its option schema, for checking and for help output (an alias's
     /// are the kind's it stands for).
     pub options: &'static [OptionSpec],
-    /// Whether its `path` may name a Hugging Face dataset in the local
-    /// cache (`org/name[@revision]`) instead of a file.
+    /// Whether its `path` may name a Hugging Face dataset
+    /// (`org/name[@revision]`, fetched into the Hugging Face cache)
+    /// instead of a file.
     pub datasets: bool,
     /// For GuideLLM's names of our kinds: the kind it stands for.
     pub alias: Option<Alias>,
@@ -287,6 +293,27 @@ fn prepare_file(
     )?))))
 }
 
+/// GuideLLM's `hf` and `huggingface`: `kind=file` with a dataset's `path`,
+/// GuideLLM's keys of it (`source`, `load_kwargs`) turned into ours by
+/// [`resolve_kind`].
+const fn hf_kind(name: &'static str) -> DataKind {
+    DataKind {
+        name,
+        description: "alias of kind=file,path=org/name: a Hugging Face dataset, downloaded into \
+                      the Hugging Face cache (GuideLLM's name); source= (src, from, name) is \
+                      path, load_kwargs.name, .split and .revision are config, split and \
+                      @revision",
+        options: FILE_OPTIONS,
+        datasets: true,
+        alias: Some(Alias {
+            of: file::KIND,
+            sets: &[],
+            renames: FILE_RENAMES,
+        }),
+        prepare: prepare_file,
+    }
+}
+
 /// Every data kind, GuideLLM's names of them included: the one list from
 /// which help output, option checks and [`create_source`] all come.
 pub const DATA_KINDS: &[DataKind] = &[
@@ -318,7 +345,8 @@ pub const DATA_KINDS: &[DataKind] = &[
     DataKind {
         name: file::KIND,
         description: "a local JSONL, JSON, CSV, Parquet, Arrow or text file, or a Hugging Face \
-                      dataset in the local cache, with column mapping",
+                      dataset by name (downloaded into the Hugging Face cache), with column \
+                      mapping",
         options: FILE_OPTIONS,
         datasets: true,
         alias: None,
@@ -362,19 +390,8 @@ pub const DATA_KINDS: &[DataKind] = &[
         "alias of kind=file,format=arrow (GuideLLM's name)",
         &[("format", "arrow")],
     ),
-    DataKind {
-        name: "hf",
-        description: "alias of kind=file,path=org/name: a Hugging Face dataset in the local \
-                      cache (GuideLLM's name)",
-        options: FILE_OPTIONS,
-        datasets: true,
-        alias: Some(Alias {
-            of: file::KIND,
-            sets: &[],
-            renames: FILE_RENAMES,
-        }),
-        prepare: prepare_file,
-    },
+    hf_kind(hf::KINDS[0]),
+    hf_kind(hf::KINDS[1]),
     DataKind {
         name: "mooncake",
         description: "alias of kind=trace,timestamp_unit=ms (GuideLLM's name); its \
@@ -491,7 +508,9 @@ pub fn data_kind(name: &str) -> Result<&'static DataKind> {
 /// # Errors
 ///
 /// An unknown kind (listing the known ones); an option the alias sets given
-/// with another value, or one given under both names, saying what to write.
+/// with another value, or one given under both names, saying what to write;
+/// for `hf` and `huggingface`, the dataset given two ways with different
+/// values or a `load_kwargs` key not honoured, saying why.
 pub fn resolve_kind(args: KindArgs) -> Result<(&'static DataKind, KindArgs)> {
     let kind = data_kind(&args.kind)?;
     let Some(alias) = kind.alias else {
@@ -500,6 +519,9 @@ pub fn resolve_kind(args: KindArgs) -> Result<(&'static DataKind, KindArgs)> {
     let target = data_kind(alias.of)?;
     let KindArgs { mut options, .. } = args;
     let context = format!("data {}", kind.name);
+    if hf::KINDS.contains(&kind.name) {
+        hf::guidellm_options(&context, &mut options)?;
+    }
     for (theirs, ours) in alias.renames {
         if let Some(value) = options.remove(*theirs) {
             if options.contains_key(*ours) {
@@ -670,7 +692,7 @@ impl RowFault {
 }
 
 /// Whether a `path` names a Hugging Face dataset (`org/name[@revision]`,
-/// read from the local cache) rather than a file, for the kinds whose
+/// fetched into the Hugging Face cache) rather than a file, for the kinds whose
 /// [`DataKind::datasets`] says they read one.
 pub(crate) fn names_a_dataset(path: &str) -> bool {
     hf::DatasetId::parse(path).is_some()
@@ -879,6 +901,7 @@ mod tests {
             ("text_file", Some("text")),
             ("json_file", None),
             ("hf", None),
+            ("huggingface", None),
         ] {
             let (kind, options) = resolved(&format!("kind={alias},path=x")).expect(alias);
             assert_eq!(kind, "file", "{alias}");

@@ -1,5 +1,6 @@
 //! The `path` option of the kinds that read files (`file`, `trace`): a
-//! data file, or a Hugging Face dataset in the local cache, read into rows.
+//! data file, or a Hugging Face dataset (fetched into the Hugging Face
+//! cache where it lacks the split's files), read into rows.
 
 use std::path::PathBuf;
 
@@ -30,7 +31,7 @@ pub(super) fn read_rows(
     if !path.exists()
         && let Some(id) = hf::DatasetId::parse(&path.to_string_lossy())
     {
-        let (snapshot, files) = hf::resolve(
+        let (snapshot, files) = hf::fetch(
             &id,
             string_option(options, "split").unwrap_or(DEFAULT_SPLIT),
             string_option(options, "config"),
