@@ -160,40 +160,6 @@ pub enum Error {
         present: String,
     },
 
-    /// A Hugging Face dataset that the local cache does not hold (nothing
-    /// is ever downloaded).
-    #[error(
-        "dataset `{name}` is not in the local Hugging Face cache: {what}; looked in {}. \
-         Nothing is downloaded: fetch it first (for instance `hf download --repo-type \
-         dataset {name}`), or set HF_HUB_CACHE or HF_HOME to the cache that has it",
-        looked_in(.looked)
-    )]
-    DatasetNotCached {
-        /// The dataset (`org/name`).
-        name: String,
-        /// What is missing (`no such folder`).
-        what: String,
-        /// Where it was looked for.
-        looked: Vec<std::path::PathBuf>,
-    },
-
-    /// A cached dataset without a file of the split asked for.
-    #[error(
-        "dataset `{name}`: no Parquet or Arrow file of split `{split}`{} in `{}`",
-        config.as_ref().map(|c| format!(" of config `{c}`")).unwrap_or_default(),
-        snapshot.display()
-    )]
-    DatasetSplit {
-        /// The dataset (`org/name`).
-        name: String,
-        /// The split asked for.
-        split: String,
-        /// The config asked for, if any.
-        config: Option<String>,
-        /// The snapshot folder searched.
-        snapshot: std::path::PathBuf,
-    },
-
     /// The session could not start a thread or a runtime it needs.
     #[error("cannot start {what}: {source}")]
     Start {
@@ -349,7 +315,6 @@ impl Error {
             Error::Row { .. } => "invalid_data_row",
             Error::DataFormat { .. } => "unknown_data_format",
             Error::NoPromptColumn { .. } => "no_prompt_column",
-            Error::DatasetNotCached { .. } | Error::DatasetSplit { .. } => "dataset_not_cached",
             Error::Start { .. } => "start",
             Error::Render { .. } | Error::Plot { .. } | Error::Yaml { .. } => "report",
             Error::ReadScenario { .. } | Error::InvalidScenario { .. } | Error::GuideLlm { .. } => {
@@ -380,9 +345,7 @@ impl Error {
             | Error::GuideLlmReport { .. }
             | Error::Row { .. }
             | Error::DataFormat { .. }
-            | Error::NoPromptColumn { .. }
-            | Error::DatasetNotCached { .. }
-            | Error::DatasetSplit { .. } => true,
+            | Error::NoPromptColumn { .. } => true,
             Error::ReadScenario { .. }
             | Error::InvalidScenario { .. }
             | Error::GuideLlm { .. }
@@ -419,17 +382,4 @@ fn row_message(
     }
     message.push_str(reason);
     message
-}
-
-/// The folders a dataset was looked for in, for a message.
-fn looked_in(looked: &[std::path::PathBuf]) -> String {
-    if looked.is_empty() {
-        "no cache folder (neither HF_HUB_CACHE, HF_HOME nor HOME is set)".to_string()
-    } else {
-        let looked: Vec<String> = looked
-            .iter()
-            .map(|p| format!("`{}`", p.display()))
-            .collect();
-        looked.join(", ")
-    }
 }

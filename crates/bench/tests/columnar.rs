@@ -8,9 +8,10 @@ use std::sync::Arc;
 use arrow_array::builder::{ListBuilder, StringBuilder, StructBuilder};
 use arrow_array::{ArrayRef, Float64Array, Int32Array, RecordBatch, StringArray};
 use arrow_schema::{DataType, Field, Fields};
-use guidebench_bench::data::{DataItem, DataSource, create_source};
+use guidebench_bench::data::{DataItem, DataSource, create_source, with_hub_settings};
 use guidebench_core::options::parse_kind_args;
 use guidebench_core::request::{ChatMessage, RequestInput};
+use guidebench_hub::HubSettings;
 use guidebench_testkit::ByteTokenizer;
 use parquet::arrow::ArrowWriter;
 use parquet::basic::Compression;
@@ -169,12 +170,23 @@ fn an_arrow_file_or_stream_of_sharegpt_rows_gives_conversations() {
 
 /// A fake hub cache holding `org/name` at commit `abc123` (`refs/main`),
 /// with a train and a test split, and a `v2` tag at commit `def456`.
+const MAIN_COMMIT: &str = "abc1230000000000000000000000000000000000";
+const TAG_COMMIT: &str = "def4560000000000000000000000000000000000";
+
+/// Reads `arg` offline: the cache alone answers, nothing is sent.
+fn read_offline(root: &Path, arg: &str) -> Result<Vec<DataItem>, String> {
+    let settings = HubSettings::new("http://127.0.0.1:9", root.to_owned()).with_offline(true);
+    with_hub_settings(settings, || read(arg))
+}
+
+/// A dataset in a Hugging Face cache laid out as `huggingface_hub`
+/// writes it.
 fn hub_cache(root: &Path) {
     let folder = root.join("datasets--org--name");
     std::fs::create_dir_all(folder.join("refs")).expect("refs");
-    std::fs::write(folder.join("refs/main"), "abc123").expect("main");
-    std::fs::write(folder.join("refs/v2"), "def456\n").expect("tag");
-    let snapshot = folder.join("snapshots/abc123");
+    std::fs::write(folder.join("refs/main"), MAIN_COMMIT).expect("main");
+    std::fs::write(folder.join("refs/v2"), format!("{TAG_COMMIT}\n")).expect("tag");
+    let snapshot = folder.join("snapshots").join(MAIN_COMMIT);
     write_parquet(
         &snapshot.join("data/train-00000-of-00002.parquet"),
         &questions(&["train one"]),
@@ -188,7 +200,10 @@ fn hub_cache(root: &Path) {
         &questions(&["test one"]),
     );
     write_parquet(
-        &folder.join("snapshots/def456/default/train/0000.parquet"),
+        &folder
+            .join("snapshots")
+            .join(TAG_COMMIT)
+            .join("default/train/0000.parquet"),
         &questions(&["tagged"]),
     );
     std::fs::write(snapshot.join("README.md"), "# a dataset\n").expect("readme");
@@ -208,9 +223,9 @@ fn texts(items: &[DataItem]) -> Vec<String> {
 fn a_dataset_in_the_local_hugging_face_cache_is_read_by_split_and_revision() {
     let dir = tempfile::tempdir().expect("tempdir");
     hub_cache(dir.path());
-    let cache = format!("hub_cache=\"{}\"", dir.path().display());
+    let root = dir.path();
 
-    let train = read(&format!("kind=file,path=org/name,{cache}")).expect("train");
+    let train = read_offline(root, "kind=file,path=org/name").expect("train");
     assert_eq!(texts(&train), ["train one", "train two"], "both shards");
     assert!(
         train[1]
@@ -219,38 +234,29 @@ fn a_dataset_in_the_local_hugging_face_cache_is_read_by_split_and_revision() {
         "{}",
         train[1].origin
     );
-    let test = read(&format!("kind=file,path=org/name,split=test,{cache}")).expect("test");
+    let test = read_offline(root, "kind=file,path=org/name,split=test").expect("test");
     assert_eq!(texts(&test), ["test one"]);
-    let tagged = read(&format!("kind=file,path=org/name@v2,{cache}")).expect("tag");
+    let tagged = read_offline(root, "kind=file,path=org/name@v2").expect("tag");
     assert_eq!(texts(&tagged), ["tagged"], "a config/split folder layout");
-    let commit = read(&format!("kind=file,path=org/name@def456,{cache}")).expect("commit");
+    let commit =
+        read_offline(root, &format!("kind=file,path=org/name@{TAG_COMMIT}")).expect("commit");
     assert_eq!(texts(&commit), ["tagged"]);
 }
 
 #[test]
-fn a_dataset_missing_from_the_cache_names_where_it_looked_and_downloads_nothing() {
+fn a_dataset_missing_from_the_cache_offline_names_it_and_says_offline_mode_is_on() {
     let dir = tempfile::tempdir().expect("tempdir");
     hub_cache(dir.path());
-    let cache = format!("hub_cache=\"{}\"", dir.path().display());
+    let root = dir.path();
 
-    let err = read(&format!("kind=file,path=other/set,{cache}")).expect_err("missing");
+    let err = read_offline(root, "kind=file,path=other/set").expect_err("missing");
     assert!(err.contains("`other/set`"), "{err}");
-    assert!(
-        err.contains(
-            &dir.path()
-                .join("datasets--other--set")
-                .display()
-                .to_string()
-        ),
-        "the folder looked in: {err}"
-    );
-    assert!(err.contains("Nothing is downloaded"), "{err}");
+    assert!(err.contains("HF_HUB_OFFLINE=1"), "{err}");
 
-    let err = read(&format!("kind=file,path=org/name@v9,{cache}")).expect_err("no revision");
-    assert!(err.contains("revision `v9`"), "{err}");
-    assert!(err.contains("refs/v9"), "{err}");
+    let err = read_offline(root, "kind=file,path=org/name@v9").expect_err("no revision");
+    assert!(err.contains("`v9`"), "{err}");
+    assert!(err.contains("HF_HUB_OFFLINE=1"), "{err}");
 
-    let err =
-        read(&format!("kind=file,path=org/name,split=validation,{cache}")).expect_err("no split");
-    assert!(err.contains("split `validation`"), "{err}");
+    let err = read_offline(root, "kind=file,path=org/name,split=validation").expect_err("no split");
+    assert!(err.contains("validation"), "{err}");
 }

@@ -482,17 +482,28 @@ async fn with_on_error_skip_a_zero_length_row_and_a_malformed_line_are_counted()
     assert!(report.failure.is_none());
 }
 
-#[tokio::test]
-async fn a_dataset_missing_from_the_cache_fails_before_the_backend_starts() {
+#[test]
+fn a_dataset_missing_from_the_cache_fails_before_the_backend_starts() {
     let cache = tempfile::tempdir().expect("dir");
-    let data = format!(
-        "kind=file,path=someone/absent,hub_cache={}",
-        cache.path().display()
-    );
-    let plan = plan(MOCK, &[&data], "kind=synchronous", &[]).expect("plan");
-    let (result, started) = run_watched(plan).await;
+    let plan = plan(
+        MOCK,
+        &["kind=file,path=someone/absent"],
+        "kind=synchronous",
+        &[],
+    )
+    .expect("plan");
+    // Offline: the cache alone answers, nothing is sent.
+    let settings = guidebench_hub::HubSettings::new("http://127.0.0.1:9", cache.path().to_owned())
+        .with_offline(true);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let (result, started) =
+        guidebench_bench::data::with_hub_settings(settings, || runtime.block_on(run_watched(plan)));
     let err = result.expect_err("not cached");
-    assert!(matches!(err, Error::DatasetNotCached { .. }), "{err:?}");
+    assert!(err.is_usage(), "{err:?}");
+    assert!(err.to_string().contains("someone/absent"), "{err}");
     assert!(
         !started,
         "the backend was started before the dataset was found"

@@ -1,5 +1,6 @@
 //! `--data kind=file`: prompts from a local JSONL, JSON, CSV, Parquet or
-//! Arrow IPC file, or from a Hugging Face dataset in the local cache.
+//! Arrow IPC file, or from a Hugging Face dataset by name (from the cache,
+//! downloaded into it when missing).
 //!
 //! Parquet and Arrow files (`columnar`) are read into the same
 //! rows as JSON, so their columns map as below. `path=org/name[@revision]`,
@@ -94,7 +95,7 @@ pub const FILE_OPTIONS: &[OptionSpec] = &[
     OptionSpec::optional(
         "path",
         OptionType::String,
-        "the data file, or a Hugging Face dataset in the local cache: org/name[@revision]",
+        "the data file, or a Hugging Face dataset: org/name[@revision], from the cache or downloaded",
     )
     .required(),
     OptionSpec::optional(
