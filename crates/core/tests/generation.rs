@@ -1,12 +1,18 @@
 //! The generation loop, driven against a mock step engine that panics on
 //! any breach of the step contract.
 
+use std::sync::Arc;
 use std::time::Instant;
 
-use guidebench_core::engine::{Engine, EngineOutput, EngineRequest};
-use guidebench_core::generation::{Generation, StepRunner};
-use guidebench_core::request::FinishReason;
+use guidebench_core::engine::{
+    Engine, EngineCapabilities, EngineDescription, EngineOutput, EngineRequest,
+};
+use guidebench_core::generation::{
+    Decode, Generation, Logits, Prefill, StepEngine, StepLimits, StepRunner,
+};
+use guidebench_core::request::{FinishReason, MediaSource};
 use guidebench_core::sampling::{Sampling, SamplingParams};
+use guidebench_core::vision::{ImageProcessor, PreparedImage};
 use guidebench_core::{Error, Result};
 use guidebench_testkit::MockStepEngine;
 
@@ -238,4 +244,86 @@ fn an_empty_prompt_starts_from_bos_and_unsupported_inputs_fail_alone() {
         results[1],
         Err(Error::UnsupportedInput { input: "image", .. })
     ));
+}
+
+/// An image processor whose image token is the byte `@` (the mock's
+/// byte tokenizer reads `@` as id 64); it prepares no image.
+#[derive(Debug)]
+struct AtSignImages;
+
+impl ImageProcessor for AtSignImages {
+    fn image_token_id(&self) -> u32 {
+        u32::from(b'@')
+    }
+
+    fn image_token(&self) -> String {
+        "@".into()
+    }
+
+    fn prepare(&self, _: &MediaSource) -> Result<PreparedImage> {
+        unreachable!("no request of these tests has an image")
+    }
+}
+
+/// The mock step engine as a vision-language engine: it says it takes
+/// images, with [`AtSignImages`].
+struct VisionMock(MockStepEngine);
+
+impl StepEngine for VisionMock {
+    fn limits(&self) -> StepLimits {
+        self.0.limits()
+    }
+    fn prefill(&mut self, seqs: &[Prefill<'_>], logits: &mut Logits) -> Result<()> {
+        self.0.prefill(seqs, logits)
+    }
+    fn decode(&mut self, seqs: &[Decode], logits: &mut Logits) -> Result<()> {
+        self.0.decode(seqs, logits)
+    }
+    fn retire(&mut self, slot: usize) {
+        self.0.retire(slot);
+    }
+    fn describe(&self) -> EngineDescription {
+        self.0.describe()
+    }
+    fn capabilities(&self) -> EngineCapabilities {
+        EngineCapabilities {
+            images: true,
+            audio: false,
+        }
+    }
+    fn image_processor(&self) -> Option<Arc<dyn ImageProcessor>> {
+        Some(Arc::new(AtSignImages))
+    }
+}
+
+/// A text-only prompt holding a vision model's image token fails alone
+/// with `image_placeholders`, naming one token and no image, as
+/// transformers refuses it; the rest of its batch runs. A model without
+/// images reads the same prompt as plain text.
+#[test]
+fn a_stray_image_token_in_a_text_only_prompt_fails_for_a_vision_model_and_is_text_for_another() {
+    let mock = MockStepEngine::new(2, 64);
+    let text = mock.text();
+    let mut vision = StepRunner::new(VisionMock(mock), text);
+    let batch = [request(0, "a@b", fixed(1)), request(1, "ab", fixed(1))];
+    let results = vision.generate(&batch).expect("batch");
+    match &results[0] {
+        Err(
+            err @ Error::ImagePlaceholders {
+                request: 0,
+                images: 0,
+                placeholders: 1,
+                token,
+            },
+        ) => {
+            assert_eq!(token, "@");
+            assert_eq!(err.label(), "image_placeholders");
+        }
+        other => panic!("a stray image token gave {other:?}"),
+    }
+    assert_eq!(results[1].as_ref().expect("text only").text, "c");
+    // Without images, `@` is a byte like any other.
+    let mut text_only = MockStepEngine::new(2, 64).runner();
+    let results = generate(&mut text_only, &batch[..1]);
+    assert_eq!(results[0].as_ref().expect("plain text").prompt_tokens, 3);
 }

@@ -1493,6 +1493,140 @@ mod tests {
         }
     }
 
+    /// Activation rows of 32-value blocks whose `max |x|` is `amax[r][b]`
+    /// (the block's value 5, negative in odd blocks); every other value is
+    /// `amax * t / 127` with `|t| <= 126.3` and `t` at least 0.2 from a
+    /// tie (`t` an integer in -126..=126 plus a multiple of 0.1 in
+    /// -0.3..=0.3), so its i8 is the same whether it is divided by
+    /// `amax / 127` or by that rounded to f16.
+    fn q8_0_rows(amax: &[&[f32]]) -> Vec<f32> {
+        let mut x = Vec::new();
+        for row in amax {
+            for (b, &amax) in row.iter().enumerate() {
+                for i in 0..32 {
+                    x.push(if i == 5 {
+                        if b % 2 == 1 { -amax } else { amax }
+                    } else {
+                        let q = ((i * 29 + b * 13) % 253) as f32 - 126.0;
+                        let frac = ((i % 7) as f32 - 3.0) * 0.1;
+                        amax * (q + frac) / 127.0
+                    });
+                }
+            }
+        }
+        x
+    }
+
+    /// Maxima whose `amax / 127` is not an f16: rounding it to f16 moves
+    /// it by 3.8e-4 of itself for 0.3 and 0.6, 1.8e-4 for 0.4 and 1.5e-4
+    /// for 0.9.
+    const ROUNDED_MAXIMA: [f32; 4] = [0.3, 0.6, 0.4, 0.9];
+
+    /// A 32-value activation block keeps the scale ggml's `block_q8_0`
+    /// stores: `max |x| / 127` rounded to f16 (llama.cpp's products use
+    /// that rounded scale), not the f32 quotient.
+    #[test]
+    fn a_32_value_activation_block_s_scale_is_max_over_127_rounded_to_f16() {
+        let m = ROUNDED_MAXIMA;
+        let x = q8_0_rows(&[&m[..2], &m[2..]]);
+        let acts = Acts::quantize(&x, 2, 64, 32);
+        for (b, block) in x.chunks_exact(32).enumerate() {
+            let amax = block.iter().fold(0f32, |a, v| a.max(v.abs()));
+            let quotient = amax / 127.0;
+            let want = half::f16::from_f32(quotient).to_f32();
+            assert_ne!(
+                want.to_bits(),
+                quotient.to_bits(),
+                "block {b}: {quotient} is an f16"
+            );
+            assert_eq!(
+                acts.d[b].to_bits(),
+                want.to_bits(),
+                "block {b}: scale {} where ggml keeps {want} (max {amax})",
+                acts.d[b]
+            );
+        }
+    }
+
+    /// A Q8_0 product is ggml's arithmetic: over the blocks, the weight's
+    /// f16 scale times the activations' f16 scale times the exact sum of
+    /// the blocks' i8 products, the activations' i8 being `round(x / d)`
+    /// with `d = max |x| / 127` (ggml's `quantize_row_q8_0_ref` divides
+    /// by the f32 quotient and keeps it rounded to f16). Computed here by
+    /// hand on hand-made weight blocks (a repacked group of 16 rows and a
+    /// row past it), on every path, within [`TIGHT`]: the f32 quotient as
+    /// the activations' scale is off by over 100 times that.
+    #[test]
+    fn a_q8_0_product_is_ggmls_sum_of_f16_scales_times_exact_integer_sums() {
+        let (n, k, m) = (GROUP + 1, 96, 2);
+        let m3 = ROUNDED_MAXIMA;
+        let rows: [&[f32]; 2] = [&m3[..3], &[m3[1], m3[3], m3[0]]];
+        let x = q8_0_rows(&rows);
+        // ggml's reference quantization of each activation block.
+        let mut xq = vec![0i32; m * k];
+        let mut x_scale = vec![0f64; m * k / 32];
+        let mut x_quotient = vec![0f64; m * k / 32];
+        for (b, block) in x.chunks_exact(32).enumerate() {
+            let amax = block.iter().fold(0f32, |a, v| a.max(v.abs()));
+            let d = amax / 127.0;
+            let id = 1.0 / d;
+            let rounded = half::f16::from_f32(d).to_f32();
+            for (c, v) in block.iter().enumerate() {
+                let q = (v * id).round();
+                assert_eq!(q, (v / rounded).round(), "block {b}, value {c}: near a tie");
+                xq[b * 32 + c] = q as i32;
+            }
+            x_scale[b] = f64::from(rounded);
+            x_quotient[b] = f64::from(d);
+        }
+        // Hand-made weight blocks: an f16 scale, and i8 that follow the
+        // activations' so that the sums do not cancel.
+        let mut bytes = Vec::new();
+        let mut w_scale = vec![0f64; n * k / 32];
+        let mut wq = vec![0i32; n * k];
+        for j in 0..n {
+            for b in 0..k / 32 {
+                let d = half::f16::from_f32(0.01 + 0.002 * j as f32 + 0.0007 * b as f32);
+                w_scale[j * (k / 32) + b] = f64::from(d.to_f32());
+                bytes.extend_from_slice(&d.to_le_bytes());
+                for c in b * 32..(b + 1) * 32 {
+                    let q = (xq[c] / 2 + ((j + c) % 5) as i32 - 2).clamp(-127, 127);
+                    wq[j * k + c] = q;
+                    bytes.push(q as i8 as u8);
+                }
+            }
+        }
+        let w = QuantWeight::new(QuantType::Q8_0, n, k, &bytes).expect("a weight");
+        for path in paths() {
+            let out = product(path, &x, m, &w, n);
+            for i in 0..m {
+                for j in 0..n {
+                    let (mut ggml, mut quotient, mut size) = (0f64, 0f64, 0f64);
+                    for b in 0..k / 32 {
+                        let isum: i32 = (b * 32..(b + 1) * 32)
+                            .map(|c| wq[j * k + c] * xq[i * k + c])
+                            .sum();
+                        let wd = w_scale[j * (k / 32) + b];
+                        let xb = i * (k / 32) + b;
+                        ggml += wd * x_scale[xb] * f64::from(isum);
+                        quotient += wd * x_quotient[xb] * f64::from(isum);
+                        size += (wd * x_scale[xb] * f64::from(isum)).abs();
+                    }
+                    let got = f64::from(out[i * n + j]);
+                    let what = format!("{}: row {i}, output {j}: {got}", path.name());
+                    assert!(
+                        (quotient - ggml).abs() > 100.0 * TIGHT * size,
+                        "{what}: the f32 quotient gives {quotient}, as ggml's {ggml}"
+                    );
+                    assert!(
+                        (got - ggml).abs() <= TIGHT * size,
+                        "{what} against ggml's {ggml} (with the f32 quotient: {quotient})"
+                    );
+                }
+            }
+        }
+    }
+
     #[test]
     fn every_path_gives_the_bits_of_the_portable_path() {
         let mut rng = Rng(0x5151_2323_aaaa_0101);

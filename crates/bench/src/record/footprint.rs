@@ -341,6 +341,103 @@ mod tests {
         }
     }
 
+    /// The user + system clock ticks of this process's thread `tid`, as
+    /// the footprint reads them.
+    #[cfg(target_os = "linux")]
+    fn ticks_of(tid: &str) -> u64 {
+        let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).expect("stat");
+        let (_, user, system) = parse_task_stat(&stat).expect("a stat line");
+        user + system
+    }
+
+    /// A thread named `name` that spins until its own CPU time, read from
+    /// its stat line as the footprint reads it, is at least `ticks` clock
+    /// ticks, then idles until `stop` is unlocked; its thread id and the
+    /// ticks it saw.
+    #[cfg(target_os = "linux")]
+    fn spinner(
+        name: &str,
+        ticks: u64,
+        stop: &std::sync::Arc<std::sync::Mutex<()>>,
+        threads: &mut Vec<std::thread::JoinHandle<()>>,
+    ) -> (String, u64) {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let stop = std::sync::Arc::clone(stop);
+        let handle = std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || {
+                let tid = std::fs::read_link("/proc/thread-self").expect("thread-self");
+                let tid = tid.file_name().and_then(|t| t.to_str()).map(str::to_owned);
+                let tid = tid.expect("a thread id");
+                let mut x = 0u64;
+                let seen = loop {
+                    for i in 0..100_000u64 {
+                        x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(i));
+                    }
+                    let seen = ticks_of(&tid);
+                    if seen >= ticks {
+                        break seen;
+                    }
+                };
+                tx.send((tid, seen)).expect("send");
+                // Idle until the test ends.
+                drop(stop.lock());
+            })
+            .expect("spawn");
+        threads.push(handle);
+        rx.recv().expect("the thread spun")
+    }
+
+    /// The engine thread's own CPU time is the engine's, and the client's
+    /// CPU (the threads' whole time less the engine's) is the client
+    /// thread's alone: an engine thread that burned four clock ticks
+    /// beside a client thread that burned one leaves the client under the
+    /// engine.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn an_engine_thread_s_cpu_time_is_the_engine_s_and_not_the_client_s() {
+        let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+            .expect("sysconf")
+            .expect("clock ticks per second");
+        #[allow(clippy::cast_precision_loss)]
+        let seconds = |ticks: u64| ticks as f64 / hz as f64;
+        let stop = std::sync::Arc::new(std::sync::Mutex::new(()));
+        let held = stop.lock().expect("lock");
+        let mut threads = Vec::new();
+        let engine_name = format!("{ENGINE_THREAD_NAME}test");
+        let (engine, engine_ticks) = spinner(&engine_name, 4, &stop, &mut threads);
+        let (client, _) = spinner(CLIENT_THREAD_NAME, 1, &stop, &mut threads);
+        // Only this test's own threads are read (the harness may run other
+        // tests, and engines, in this process).
+        let engine_s = engine_cpu_s_among(|tid| tid == engine || tid == client)
+            .expect("an engine thread runs");
+        let engine_own = seconds(engine_ticks);
+        assert!(engine_own > 0.0);
+        assert!(
+            engine_s >= engine_own,
+            "the engine's threads used {engine_s} s where its thread alone used {engine_own} s"
+        );
+        // The two threads' whole CPU time, as `getrusage` would count it,
+        // with the engine's part read above.
+        let whole = seconds(ticks_of(&engine) + ticks_of(&client));
+        let usage = |cpu_s: f64, engine_s: f64| ProcessUsage {
+            user_s: cpu_s,
+            system_s: 0.0,
+            peak_rss_bytes: 0,
+            engine_s: Some(engine_s),
+        };
+        let footprint = ClientFootprint::between(&usage(0.0, 0.0), &usage(whole, engine_s), 1);
+        assert!(
+            footprint.client_cpu_s() < engine_own,
+            "the client's CPU {} s holds the engine thread's {engine_own} s ({footprint:?})",
+            footprint.client_cpu_s()
+        );
+        drop(held);
+        for thread in threads {
+            thread.join().expect("join");
+        }
+    }
+
     #[cfg(unix)]
     #[test]
     fn this_process_reports_cpu_time_and_a_peak_rss() {

@@ -535,6 +535,36 @@ mod tests {
         assert_eq!(padded.get_pixel(0, 1).0, [0, 0, 9]);
     }
 
+    /// A crop larger than the image by an odd amount pads one more row
+    /// (column) before the image than after it, as transformers'
+    /// `center_crop` does (it puts the image at `ceil(pad / 2)` in the
+    /// padded canvas, then crops at `(H - height) // 2` from there): a
+    /// 4 x 4 image cropped to 5 rows of 7 has one row of padding above and
+    /// none below, two columns left and one right.
+    #[test]
+    fn an_odd_padding_puts_the_extra_row_and_column_before_the_image_as_transformers_does() {
+        let image = ImageBuffer::from_fn(4, 4, |x, y| Rgb([10 + x as u8, 20 + y as u8, 9]));
+        let crop = center_crop(&image, 5, 7);
+        assert_eq!(crop.dimensions(), (7, 5));
+        // The image's row and column at each output row and column, `None`
+        // for padding.
+        let rows = [None, Some(0u8), Some(1), Some(2), Some(3)];
+        let columns = [None, None, Some(0u8), Some(1), Some(2), Some(3), None];
+        for (y, row) in rows.iter().enumerate() {
+            for (x, column) in columns.iter().enumerate() {
+                let want = match (row, column) {
+                    (Some(r), Some(c)) => [10 + c, 20 + r, 9],
+                    _ => [0, 0, 0],
+                };
+                assert_eq!(
+                    crop.get_pixel(x as u32, y as u32).0,
+                    want,
+                    "output row {y}, column {x}"
+                );
+            }
+        }
+    }
+
     #[test]
     fn pixels_are_rescaled_in_f64_and_normalized_in_f32_channels_first() {
         let p = processor(clip_config()).expect("processor");

@@ -229,6 +229,27 @@ mod tests {
         assert!(message.contains("0 `<image>`"), "{message}");
     }
 
+    /// A stray image token in a prompt without images is refused too, with
+    /// the typed error naming both counts (no image, one token).
+    #[test]
+    fn an_image_token_in_a_prompt_without_images_is_refused_with_both_counts() {
+        let err = expand_image_tokens(5, &[1, 9, 2], 9, "<image>", &[]).unwrap_err();
+        assert!(
+            matches!(
+                &err,
+                Error::ImagePlaceholders { request: 5, images: 0, placeholders: 1, token }
+                    if token == "<image>"
+            ),
+            "{err:?}"
+        );
+        let message = err.to_string();
+        assert!(message.contains("0 image(s)"), "{message}");
+        assert!(message.contains("1 `<image>` token(s)"), "{message}");
+        // Without the token, a prompt without images is left as it is.
+        let plain = expand_image_tokens(5, &[1, 2], 9, "<image>", &[]).expect("no images");
+        assert_eq!(plain, vec![1, 2]);
+    }
+
     #[test]
     fn data_urls_and_files_are_read_and_web_urls_are_refused() {
         let url = MediaSource::Url("data:image/png;base64,aGVsbG8=".into());
