@@ -136,9 +136,8 @@ pub(crate) fn fetch_model(
                 let first = hub
                     .snapshot(repo, &|files| folder_files(repo, files, weights))
                     .await?;
-                let index = first.dir.join(INDEX_JSON);
                 if first.files.iter().any(|f| f == INDEX_JSON) {
-                    let shards = shard_names(&index)?;
+                    let shards = shard_names(&first.dir.join(INDEX_JSON))?;
                     hub.snapshot(&repo.at(&first.commit), &|_| Ok(shards.clone()))
                         .await?;
                 }
@@ -301,7 +300,6 @@ fn file_name(path: &str) -> &str {
 /// A split GGUF part's stem without `-00001-of-00003`, and whether it
 /// had one.
 fn split_base(stem: &str) -> (&str, bool) {
-    let bytes = stem.as_bytes();
     // -NNNNN-of-NNNNN at the end
     if let Some(at) = stem.rfind("-of-") {
         let after = &stem[at + 4..];
@@ -309,7 +307,7 @@ fn split_base(stem: &str) -> (&str, bool) {
         if let Some(dash) = before.rfind('-') {
             let index = &before[dash + 1..];
             let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-            if digits(index) && digits(after) && dash < bytes.len() {
+            if digits(index) && digits(after) {
                 return (&stem[..dash], true);
             }
         }

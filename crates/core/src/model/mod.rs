@@ -122,7 +122,7 @@ pub use gguf::{
     gguf_row_of_hf_row, gguf_rows_are_interleaved, gguf_tensor_hf_name, hf_row_of_gguf_row,
 };
 pub use hub::WeightFormat;
-pub use resolve::{BUILTIN_PREFIX, ModelSearch, cache_root, hub_cache_dir, is_hub_name, resolve};
+pub use resolve::{BUILTIN_PREFIX, ModelSearch, cache_root, is_hub_name, resolve};
 pub use weights::{SafetensorsEntry, safetensors_header, weight_files};
 
 pub use crate::registry::BuiltinModel;

@@ -144,14 +144,6 @@ pub fn resolve(spec: &str) -> Result<PathBuf> {
     ModelSearch::from_env().resolve(spec)
 }
 
-/// The Hugging Face hub cache, as `huggingface_hub` finds it:
-/// `$HF_HUB_CACHE`, else `$HF_HOME/hub`, else
-/// `$XDG_CACHE_HOME/huggingface/hub`, else `~/.cache/huggingface/hub`
-/// (`None` without `HOME`). Empty variables count as unset.
-pub fn hub_cache_dir() -> Option<PathBuf> {
-    HubSettings::from_env().cache
-}
-
 /// guidebench's cache folder (built-in models are made under it):
 /// `$GUIDEBENCH_CACHE`, else `$XDG_CACHE_HOME/guidebench`, else
 /// `~/.cache/guidebench`, else `guidebench-cache` in the temporary folder.
