@@ -600,6 +600,11 @@ fn build_client(config: &OpenAiConfig, idle_timeout: Option<Duration>) -> Result
     ) {
         builder = builder.no_proxy();
     }
+    if !config.verify {
+        builder = builder
+            .danger_accept_invalid_certs(true)
+            .danger_accept_invalid_hostnames(true);
+    }
     builder = match (config.http2, url.scheme()) {
         (true, "http") => builder.http2_prior_knowledge(),
         (true, _) => builder,
@@ -608,6 +613,23 @@ fn build_client(config: &OpenAiConfig, idle_timeout: Option<Duration>) -> Result
     builder
         .build()
         .map_err(|e| Error::Config(format!("cannot build the HTTP client: {}", chain(&e))))
+}
+
+/// The warning for a run whose `https://` target's certificate is not
+/// verified (`verify=false`), naming the target's origin (scheme, host,
+/// port: no credentials, no path); `None` when certificates are verified
+/// or the target is `http://`, where `verify` changes nothing.
+fn unverified_tls_warning(config: &OpenAiConfig) -> Option<String> {
+    if config.verify {
+        return None;
+    }
+    let url = reqwest::Url::parse(&config.base_url).ok()?;
+    (url.scheme() == "https").then(|| {
+        format!(
+            "TLS certificates of {} are not verified (verify=false)",
+            url.origin().ascii_serialization()
+        )
+    })
 }
 
 /// A finish reason as the server wrote it.
@@ -992,6 +1014,9 @@ impl Backend for OpenAiHttpBackend {
     async fn startup(&self) -> Result<()> {
         let client = build_client(&self.config, Some(DEFAULT_IDLE_TIMEOUT))?;
         let fresh = build_client(&self.config, None)?;
+        if let Some(warning) = unverified_tls_warning(&self.config) {
+            tracing::warn!("{warning}");
+        }
         let completions_url = self.url(match self.config.request_format {
             RequestFormat::Chat => "/v1/chat/completions",
             RequestFormat::Text => "/v1/completions",
@@ -1327,5 +1352,24 @@ mod tests {
         assert_eq!(error_message(empty), "(an HTML page without text)");
         // Text that merely mentions a tag is not a page.
         assert_eq!(error_message(b"bad <input> field"), "bad <input> field");
+    }
+
+    #[test]
+    fn the_unverified_tls_warning_names_only_the_https_targets_origin() {
+        let warning = |target: &str, verify: bool| {
+            let mut c = OpenAiConfig::new(target).expect("config");
+            c.verify = verify;
+            unverified_tls_warning(&c)
+        };
+        assert_eq!(
+            warning("https://user:secret@gpu.example:8443/prefix/v1", false).as_deref(),
+            Some("TLS certificates of https://gpu.example:8443 are not verified (verify=false)")
+        );
+        assert_eq!(
+            warning("https://gpu.example", false).as_deref(),
+            Some("TLS certificates of https://gpu.example are not verified (verify=false)")
+        );
+        assert_eq!(warning("https://gpu.example:8443", true), None);
+        assert_eq!(warning("http://gpu.example:8000", false), None);
     }
 }

@@ -80,6 +80,14 @@ pub const OPTIONS: &[OptionSpec] = &[
     )
     .default_from::<OpenAiDefaults>(),
     OptionSpec::optional(
+        "verify",
+        OptionType::Bool,
+        "verify the TLS certificate and host name of an https:// target; false accepts any \
+         certificate (self-signed, expired, another host's) and warns; no effect on http:// \
+         (GuideLLM's default is false)",
+    )
+    .default_from::<OpenAiDefaults>(),
+    OptionSpec::optional(
         "drain_timeout",
         OptionType::Duration,
         "how long shutdown waits for requests in flight before cancelling them",
@@ -106,6 +114,7 @@ struct OpenAiDefaults {
     #[serde(serialize_with = "serialize_duration")]
     connect_timeout: Duration,
     http2: bool,
+    verify: bool,
     #[serde(serialize_with = "serialize_duration")]
     drain_timeout: Duration,
 }
@@ -119,6 +128,7 @@ impl Default for OpenAiDefaults {
             timeout: Duration::from_secs(300),
             connect_timeout: Duration::from_secs(10),
             http2: false,
+            verify: true,
             drain_timeout: Duration::from_secs(30),
         }
     }
@@ -172,16 +182,10 @@ const REFUSED: &[(&str, &str)] = &[
 /// GuideLLM 0.8.1's `openai_http` switches that guidebench always has on:
 /// `true` is accepted (and changes nothing), `false` is refused with the
 /// reason.
-const ALWAYS_ON: &[(&str, &str)] = &[
-    (
-        "verify",
-        "TLS certificates are always verified; use http:// or a trusted certificate",
-    ),
-    (
-        "follow_redirects",
-        "redirects are always followed (up to 10)",
-    ),
-];
+const ALWAYS_ON: &[(&str, &str)] = &[(
+    "follow_redirects",
+    "redirects are always followed (up to 10)",
+)];
 
 /// Renames GuideLLM's spellings of our options to ours, in place.
 ///
@@ -285,6 +289,11 @@ pub struct OpenAiConfig {
     pub connect_timeout: Duration,
     /// Whether to use HTTP/2.
     pub http2: bool,
+    /// Whether the TLS certificate (and host name) of an `https://` target
+    /// is verified. `false` accepts any certificate, and the backend warns
+    /// at startup; it changes nothing for `http://`. GuideLLM's default is
+    /// `false`, ours `true`.
+    pub verify: bool,
     /// How long shutdown waits for requests in flight before cancelling them.
     pub drain_timeout: Duration,
     /// The HTTP header (a valid name, lower-case) that carries each
@@ -314,6 +323,7 @@ impl OpenAiConfig {
             timeout: defaults.timeout,
             connect_timeout: defaults.connect_timeout,
             http2: defaults.http2,
+            verify: defaults.verify,
             drain_timeout: defaults.drain_timeout,
             request_id_header: None,
         })
@@ -373,6 +383,7 @@ impl OpenAiConfig {
             None => defaults.drain_timeout,
         };
         config.http2 = raw.http2.unwrap_or(defaults.http2);
+        config.verify = raw.verify.unwrap_or(defaults.verify);
         if let Some(name) = raw.request_id_header {
             let name = reqwest::header::HeaderName::from_bytes(name.trim().as_bytes())
                 .map_err(|e| invalid("request_id_header", format!("`{name}`: {e}")))?;
@@ -396,6 +407,7 @@ struct RawArgs {
     timeout: Option<f64>,
     connect_timeout: Option<f64>,
     http2: Option<bool>,
+    verify: Option<bool>,
     drain_timeout: Option<f64>,
     request_id_header: Option<String>,
 }
@@ -518,6 +530,7 @@ mod tests {
         assert_eq!(text("timeout").as_deref(), Some("300s"));
         assert_eq!(text("connect_timeout").as_deref(), Some("10s"));
         assert_eq!(text("http2").as_deref(), Some("false"));
+        assert_eq!(text("verify").as_deref(), Some("true"));
         assert_eq!(text("drain_timeout").as_deref(), Some("30s"));
 
         let args = parse_kind_args("kind=openai_http,target=http://x").expect("parse");
@@ -529,6 +542,7 @@ mod tests {
         assert_eq!(c.timeout, d.timeout);
         assert_eq!(c.connect_timeout, d.connect_timeout);
         assert_eq!(c.http2, d.http2);
+        assert_eq!(c.verify, d.verify);
         assert_eq!(c.drain_timeout, d.drain_timeout);
         // `api_key` may come from the environment; the rest is the defaults.
         let mut from_new = OpenAiConfig::new("http://x").expect("config");
@@ -547,7 +561,7 @@ mod tests {
         };
         assert!(refused("max_tokens=64").contains("sampling.max_tokens"));
         assert!(refused("extras.body.a=1").contains("extra_body"));
-        assert!(refused("verify=false").contains("always verified"));
+        assert!(refused("follow_redirects=false").contains("always followed"));
         assert!(refused("request_format=/v1/embeddings").contains("only /v1/chat/completions"));
         assert!(refused("validate=true,validate_backend=true").contains("give one of them"));
         assert!(refused("validate_backend=/v1/models").contains("validate=false"));
@@ -560,6 +574,29 @@ mod tests {
         let c = OpenAiConfig::from_args(args).expect("accepted");
         assert_eq!(c.request_format, RequestFormat::Chat);
         assert!(c.validate);
+    }
+
+    #[test]
+    fn verify_false_is_accepted_and_turns_certificate_checks_off() {
+        for spelling in ["verify=false", "verify=False"] {
+            let args = parse_kind_args(&format!("kind=openai_http,target=https://x,{spelling}"))
+                .expect("parse");
+            let c = OpenAiConfig::from_args(args).expect("accepted");
+            assert!(!c.verify, "{spelling}");
+        }
+    }
+
+    #[test]
+    fn certificates_are_verified_unless_verify_false_is_given() {
+        let args = parse_kind_args("kind=openai_http,target=https://x").expect("parse");
+        assert!(OpenAiConfig::from_args(args).expect("config").verify);
+        assert!(OpenAiConfig::new("https://x").expect("config").verify);
+        let args = parse_kind_args("kind=openai_http,target=https://x,verify=true").expect("parse");
+        assert!(OpenAiConfig::from_args(args).expect("config").verify);
+        let args =
+            parse_kind_args("kind=openai_http,target=https://x,verify=maybe").expect("parse");
+        let err = OpenAiConfig::from_args(args).expect_err("not a boolean");
+        assert!(err.to_string().contains("verify"), "{err}");
     }
 
     #[test]
