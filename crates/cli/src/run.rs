@@ -108,7 +108,8 @@ pub struct RunArgs {
 
 /// GuideLLM 0.8.1's data pipeline flags. Its defaults describe what
 /// guidebench does anyway and are accepted; any other value is refused,
-/// saying how guidebench does the same.
+/// saying how guidebench does the same, except the column mapper's
+/// `column_mappings`, which become column options of `--data`.
 #[derive(Debug, Args, Default)]
 struct GuideLlmPipeline {
     #[arg(long, hide = true)]
@@ -154,6 +155,7 @@ impl RunArgs {
     /// The flags as bench takes them.
     fn into_flags(self) -> Result<Flags, Failure> {
         let pipeline = &self.pipeline;
+        // The column mapper is checked here and applied by the plan.
         guidebench_bench::scenario::check_guidellm_pipeline(&[
             (
                 "--data-column-mapper",
@@ -184,6 +186,7 @@ impl RunArgs {
             disable_progress: self.disable_progress,
             disable_console: self.disable_console,
             metrics: self.metrics,
+            data_column_mapper: self.pipeline.data_column_mapper,
             overrides,
         })
     }
@@ -234,7 +237,7 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
         config.insert("command".into(), command.into());
     }
 
-    crate::write_run_outputs(&outputs, &report)?;
+    crate::write_run_outputs(&outputs, &report, quiet)?;
     if report.interrupted {
         return Err(Failure::Interrupted);
     }

@@ -13,6 +13,7 @@ use std::path::PathBuf;
 use guidebench_core::options::parse_kind_args;
 use serde_json::{Value, json};
 
+use super::column_mapper::{ColumnMappings, MAPPER_FLAG};
 use super::{Scenario, apply_overrides, guidellm};
 use crate::outputs::{self, Output};
 use crate::session::PlanArgs;
@@ -55,6 +56,10 @@ pub struct Flags {
     pub disable_console: bool,
     /// `--metrics`: GuideLLM's metrics options (its `slo` becomes `--slo`).
     pub metrics: Option<String>,
+    /// `--data-column-mapper`: GuideLLM's column mappings, each becoming
+    /// a column option of every `--data` that has columns (see
+    /// [`ColumnMappings`]).
+    pub data_column_mapper: Option<String>,
     /// `--override KEY=VALUE` (repeatable).
     pub overrides: Vec<String>,
 }
@@ -82,8 +87,9 @@ impl Flags {
     /// # Errors
     ///
     /// A scenario file that cannot be read or mapped, a malformed
-    /// `--label`, `--output`, `--seed`, `--tokenizer`, `--metrics` or
-    /// `--override`, or an output file that cannot be written.
+    /// `--label`, `--output`, `--seed`, `--tokenizer`, `--metrics`,
+    /// `--data-column-mapper` or `--override`, a column mapping that does
+    /// not fit the data, or an output file that cannot be written.
     pub fn plan(self, default_backend: &str) -> Result<RunPlan> {
         let scenario = match &self.scenario {
             Some(path) => Scenario::read(path)?,
@@ -141,9 +147,18 @@ impl Flags {
             self.backend
         };
         let side_by_side = backends.len() > 1;
+        // The flag wins over the scenario file's `data_column_mapper`,
+        // and either maps the columns of whichever data wins.
+        let mappings = match (&self.data_column_mapper, &self.scenario) {
+            (Some(arg), _) => ColumnMappings::from_flag(arg)?,
+            (None, Some(path)) => ColumnMappings::from_scenario_file(path)?,
+            (None, None) => ColumnMappings::default(),
+        };
+        let mut data = pick(self.data, scenario.data.as_ref().map(|d| d.to_args()));
+        mappings.apply(&mut data)?;
         let base = PlanArgs {
             backend: String::new(),
-            data: pick(self.data, scenario.data.as_ref().map(|d| d.to_args())),
+            data,
             profile: self
                 .profile
                 .or_else(|| scenario.profile.as_ref().map(|p| p.to_arg())),
@@ -207,14 +222,9 @@ pub fn command_line(mut args: Vec<String>) -> String {
 
 /// GuideLLM 0.8.1's data pipeline flags, with the one value (its default)
 /// that describes what guidebench does, and what to write instead of any
-/// other: `(flag, default kind, instead)`.
+/// other: `(flag, default kind, instead)`. `--data-column-mapper` is not
+/// here: its mappings are read ([`ColumnMappings`]).
 const GUIDELLM_PIPELINE: &[(&str, &str, &str)] = &[
-    (
-        "--data-column-mapper",
-        "generative_column_mapper",
-        "name the columns in --data: prompt_column=, output_tokens_column=, \
-         prompt_tokens_column=, image_column=, system_column=",
-    ),
     (
         "--data-preprocessor",
         "encode_media",
@@ -232,16 +242,24 @@ const GUIDELLM_PIPELINE: &[(&str, &str, &str)] = &[
     ),
 ];
 
-/// Checks GuideLLM's data pipeline flags (`--data-column-mapper`, ...,
+/// Checks GuideLLM's data pipeline flags (`--data-preprocessor`, ...,
 /// each with the values given): GuideLLM's default is accepted, since it
 /// is what guidebench does; anything else is refused saying what to write
-/// instead.
+/// instead. `--data-column-mapper` is checked as [`ColumnMappings`] reads
+/// it, which [`Flags::plan`] applies.
 ///
 /// # Errors
 ///
-/// [`Error::Flag`] for the first value that is not the flag's default.
+/// [`Error::Flag`] for the first value that is not the flag's default (or
+/// not a column mapper guidebench reads).
 pub fn check_guidellm_pipeline(given: &[(&str, &[String])]) -> Result<()> {
     for (flag, values) in given {
+        if *flag == MAPPER_FLAG {
+            for value in *values {
+                ColumnMappings::from_flag(value)?;
+            }
+            continue;
+        }
         let Some((flag, default, instead)) = GUIDELLM_PIPELINE.iter().find(|(f, ..)| f == flag)
         else {
             continue;
@@ -438,7 +456,11 @@ mod tests {
             assert!(plan.keep_text, "side by side keeps the texts");
             assert_eq!(plan.labels.len(), 2);
         }
-        assert_eq!((run.outputs, run.progress), (vec![Output::Console], false));
+        // No output given: the defaults, as GuideLLM's run writes them.
+        assert_eq!(
+            (run.outputs, run.progress),
+            (crate::outputs::run_defaults(), false)
+        );
     }
 
     #[test]

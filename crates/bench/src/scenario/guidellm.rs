@@ -231,6 +231,18 @@ fn apply_benchmarks(
     }
 }
 
+/// The `spec.data_column_mapper` of a GuideLLM scenario, if it is one and
+/// has it (not null).
+pub(super) fn column_mapper(value: &Value) -> Option<&Value> {
+    if !is_guidellm(value) {
+        return None;
+    }
+    value
+        .get("spec")?
+        .get("data_column_mapper")
+        .filter(|mapper| !mapper.is_null())
+}
+
 /// Maps `spec` onto guidebench's fields.
 fn map_spec(spec: &Map<String, Value>, out: &mut Map<String, Value>, problems: &mut Problems) {
     for (key, value) in spec {
@@ -311,9 +323,16 @@ fn map_spec(spec: &Map<String, Value>, out: &mut Map<String, Value>, problems: &
                 None => problems.unsupported(&path, "must be a list"),
             },
             "metrics" => map_metrics(&path, value, out, problems),
-            "data_column_mapper" | "data_preprocessors" | "data_finalizer" | "data_loader" => {
+            // Checked here, to name it with the rest; its mappings are
+            // applied to whichever data the run reads, the file's or the
+            // flags' ([`super::flags::ColumnMappings`]).
+            "data_column_mapper" => {
+                if let Err(why) = super::column_mapper::ColumnMappings::from_value(value) {
+                    problems.unsupported(&path, &why);
+                }
+            }
+            "data_preprocessors" | "data_finalizer" | "data_loader" => {
                 let default = match key.as_str() {
-                    "data_column_mapper" => json!({"kind": "generative_column_mapper"}),
                     "data_preprocessors" => json!([{"kind": "encode_media"}]),
                     "data_finalizer" => json!({"kind": "generative"}),
                     _ => json!({"kind": "pytorch"}),

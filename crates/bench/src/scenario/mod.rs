@@ -3,6 +3,7 @@
 //! the same fields ([`guidellm`]); `--override KEY=VALUE` on top of both;
 //! and the flags and the file merged into plans ([`Flags::plan`]).
 
+mod column_mapper;
 mod flags;
 pub mod guidellm;
 
