@@ -191,6 +191,16 @@ pub enum Error {
         source: Box<dyn std::error::Error + Send + Sync>,
     },
 
+    /// A YAML report file could not be parsed.
+    #[error("{context} is not valid YAML: {source}")]
+    ReadYaml {
+        /// Where the YAML comes from.
+        context: String,
+        /// The YAML library's account of it.
+        #[source]
+        source: serde_yaml_ng::Error,
+    },
+
     /// A report could not be written as YAML.
     #[error("cannot write {context} as YAML: {source}")]
     Yaml {
@@ -310,6 +320,7 @@ impl Error {
             Error::NoSuchFile { .. } => "missing_file",
             Error::NoTokenizer | Error::NoServedTokenizer { .. } => "no_tokenizer",
             Error::NotAReport { .. }
+            | Error::ReadYaml { .. }
             | Error::SchemaVersion { .. }
             | Error::GuideLlmReport { .. } => "invalid_report",
             Error::Row { .. } => "invalid_data_row",
@@ -341,6 +352,7 @@ impl Error {
             | Error::GoodputWithoutSlo
             | Error::NoTokenizer
             | Error::NotAReport { .. }
+            | Error::ReadYaml { .. }
             | Error::SchemaVersion { .. }
             | Error::GuideLlmReport { .. }
             | Error::Row { .. }

@@ -12,8 +12,17 @@
 //!   kind from the extension, and a file kind without `path` writes
 //!   `benchmarks.<ext>` in the current folder, as GuideLLM does
 //!   (`a_file_name_picks_its_kind_and_a_kind_alone_writes_benchmarks_in_the_current_folder`);
+//! * with no `--output`, a run writes what GuideLLM's `run` writes: the
+//!   console, `benchmarks.json` and `benchmarks.csv` in the current folder
+//!   (`no_output_given_means_the_console_benchmarks_json_and_benchmarks_csv`);
+//! * `kind=json` and `kind=yaml` write GuideLLM 0.8.1's report document
+//!   (which GuideLLM itself loads) with guidebench's own report under its
+//!   `guidebench` key, or with `schema=guidebench` guidebench's report
+//!   alone (`json_and_yaml_hold_guidellm_s_document_with_guidebench_s_report_inside`);
 //! * every file output is checked before anything runs: its folder exists
-//!   and takes a new file (`an_output_in_a_missing_or_read_only_folder_is_refused_before_the_run`);
+//!   and takes a new file (`an_output_in_a_missing_or_read_only_folder_is_refused_before_the_run`),
+//!   and no two outputs write one file
+//!   (`two_outputs_on_one_file_are_refused_before_the_run`);
 //! * a report whose outputs could not be written still lands in a
 //!   fallback file (`the_fallback_file_holds_the_whole_report`).
 
@@ -23,7 +32,10 @@ use guidebench_core::options::{KindArgs, OptionSpec, OptionType, check_options, 
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use crate::report::{Report, console_summary, write_csv, write_html, write_plot, write_yaml};
+use crate::report::{
+    Report, Schema, console_summary, write_csv, write_html, write_json_document, write_plot,
+    write_yaml_document,
+};
 use crate::{Error, Result};
 
 /// One output kind: its name, what it is, what it writes, its keys, and
@@ -66,7 +78,6 @@ macro_rules! file_defaults {
 file_defaults!(CsvDefaults, "benchmarks.csv", "csv");
 file_defaults!(HtmlDefaults, "benchmarks.html", "html");
 file_defaults!(PlotDefaults, "benchmarks.png", "plot");
-file_defaults!(YamlDefaults, "benchmarks.yaml", "yaml");
 
 /// `kind=console`.
 const CONSOLE: OutputKind = OutputKind {
@@ -108,6 +119,7 @@ const JSON: OutputKind = OutputKind {
             "keep each request's generated text",
         )
         .default_from::<JsonDefaults>(),
+        SCHEMA.default_from::<JsonDefaults>(),
     ],
     build: |options| Output::Json {
         path: path(options, JsonDefaults::default().path),
@@ -115,8 +127,26 @@ const JSON: OutputKind = OutputKind {
             .get("include_text")
             .and_then(Value::as_bool)
             .unwrap_or(JsonDefaults::default().include_text),
+        schema: schema(options),
     },
 };
+
+/// The `schema` of `kind=json` and `kind=yaml`.
+const SCHEMA: OptionSpec = OptionSpec::optional(
+    "schema",
+    OptionType::Choice(&["guidellm", "guidebench"]),
+    "guidellm: GuideLLM 0.8.1's report, which GuideLLM opens, with guidebench's \
+     inside under `guidebench`; guidebench: guidebench's report alone",
+);
+
+/// The `schema` option, or the default.
+fn schema(options: &Map<String, Value>) -> Schema {
+    match options.get("schema").and_then(Value::as_str) {
+        Some("guidebench") => Schema::Guidebench,
+        Some(_) => Schema::GuideLlm,
+        None => Schema::default(),
+    }
+}
 
 /// The defaults of `kind=json`'s options, as [`Output::parse`] applies
 /// them; keyed by option name.
@@ -124,6 +154,7 @@ const JSON: OutputKind = OutputKind {
 struct JsonDefaults {
     path: &'static str,
     include_text: bool,
+    schema: Schema,
 }
 
 impl Default for JsonDefaults {
@@ -131,6 +162,23 @@ impl Default for JsonDefaults {
         JsonDefaults {
             path: "benchmarks.json",
             include_text: false,
+            schema: Schema::default(),
+        }
+    }
+}
+
+/// The defaults of `kind=yaml`'s options.
+#[derive(Debug, Serialize)]
+struct YamlDefaults {
+    path: &'static str,
+    schema: Schema,
+}
+
+impl Default for YamlDefaults {
+    fn default() -> Self {
+        YamlDefaults {
+            path: "benchmarks.yaml",
+            schema: Schema::default(),
         }
     }
 }
@@ -150,23 +198,35 @@ const PLOT: OutputKind = OutputKind {
 /// `kind=yaml`.
 const YAML: OutputKind = OutputKind {
     name: "yaml",
-    description: "the JSON report as YAML",
+    description: "the JSON report's document as YAML",
     writes: "the YAML report",
-    options: &[PATH.default_from::<YamlDefaults>()],
-    build: |options| Output::Yaml(path(options, YamlDefaults::default().path)),
+    options: &[
+        PATH.default_from::<YamlDefaults>(),
+        SCHEMA.default_from::<YamlDefaults>(),
+    ],
+    build: |options| Output::Yaml {
+        path: path(options, YamlDefaults::default().path),
+        schema: schema(options),
+    },
 };
 
 /// Every output kind, sorted by name.
 pub const OUTPUT_KINDS: &[OutputKind] = &[CONSOLE, CSV, HTML, JSON, PLOT, YAML];
 
-/// The `path` option, or the kind's default file in the current folder.
+/// The `path` option, or the kind's default file in the current folder; a
+/// folder (a path ending in `/`, or one that exists) gets the default
+/// file inside it, as GuideLLM writes `results/benchmarks.json` for
+/// `path=results/`.
 fn path(options: &Map<String, Value>, default: &str) -> PathBuf {
-    PathBuf::from(
-        options
-            .get("path")
-            .and_then(Value::as_str)
-            .unwrap_or(default),
-    )
+    let Some(given) = options.get("path").and_then(Value::as_str) else {
+        return PathBuf::from(default);
+    };
+    let path = PathBuf::from(given);
+    if given.ends_with('/') || given.ends_with(std::path::MAIN_SEPARATOR) || path.is_dir() {
+        path.join(default)
+    } else {
+        path
+    }
 }
 
 /// The kind a file name's extension picks (`--output out.json`).
@@ -193,14 +253,21 @@ pub enum Output {
     Html(PathBuf),
     /// The main charts as a PNG image.
     Plot(PathBuf),
-    /// The JSON report as YAML.
-    Yaml(PathBuf),
+    /// The JSON report's document as YAML.
+    Yaml {
+        /// Where.
+        path: PathBuf,
+        /// Which document.
+        schema: Schema,
+    },
     /// The whole report, per-request records included.
     Json {
         /// Where.
         path: PathBuf,
         /// Keep generated text in the records.
         include_text: bool,
+        /// Which document.
+        schema: Schema,
     },
 }
 
@@ -267,7 +334,7 @@ impl Output {
             Output::Csv(_) => &CSV,
             Output::Html(_) => &HTML,
             Output::Plot(_) => &PLOT,
-            Output::Yaml(_) => &YAML,
+            Output::Yaml { .. } => &YAML,
             Output::Json { .. } => &JSON,
         }
     }
@@ -279,7 +346,7 @@ impl Output {
             Output::Csv(path)
             | Output::Html(path)
             | Output::Plot(path)
-            | Output::Yaml(path)
+            | Output::Yaml { path, .. }
             | Output::Json { path, .. } => Some(path),
         }
     }
@@ -312,28 +379,44 @@ impl Output {
         )
     }
 
-    /// Writes the report.
+    /// Writes the report; returns what it wrote, for the run's closing
+    /// lines (`benchmarks.json (JSON: GuideLLM's report with guidebench's,
+    /// 2 benchmarks)`), or `None` for the console.
     ///
     /// # Errors
     ///
     /// [`Error::Output`], naming what could not be written where, and why.
-    pub fn write(&self, report: &Report) -> Result<()> {
+    pub fn write(&self, report: &Report) -> Result<Option<String>> {
         let (path, result) = match self {
             Output::Console => {
                 print!("{}", console_summary(report));
-                return Ok(());
+                return Ok(None);
             }
             Output::Csv(path) => (path, write_csv(report, path).map_err(Error::from)),
             Output::Html(path) => (path, write_html(report, path)),
             Output::Plot(path) => (path, write_plot(report, path)),
-            Output::Yaml(path) => (path, write_yaml(report, path)),
-            Output::Json { path, .. } => (path, report.write_json(path)),
+            Output::Yaml { path, schema } => (path, write_yaml_document(report, path, *schema)),
+            Output::Json { path, schema, .. } => (path, write_json_document(report, path, *schema)),
         };
         result.map_err(|source| Error::Output {
             writes: self.kind().writes,
             path: path.clone(),
             source: Box::new(source),
-        })
+        })?;
+        let what = match self {
+            Output::Console => return Ok(None),
+            Output::Csv(_) => "CSV".to_owned(),
+            Output::Html(_) => "HTML".to_owned(),
+            Output::Plot(_) => "PNG charts".to_owned(),
+            Output::Yaml { schema, .. } => format!("YAML: {}", schema.label()),
+            Output::Json { schema, .. } => format!("JSON: {}", schema.label()),
+        };
+        let count = report.benchmarks.len();
+        let plural = if count == 1 { "" } else { "s" };
+        Ok(Some(format!(
+            "{} ({what}, {count} benchmark{plural})",
+            path.display()
+        )))
     }
 }
 
@@ -389,16 +472,98 @@ fn kind_names() -> String {
         .join(", ")
 }
 
-/// Parses every `--output`, defaulting to the console.
+/// What a run writes when no `--output` is given, as GuideLLM's `run`
+/// does: the console, `benchmarks.json` (GuideLLM's document with
+/// guidebench's inside) and `benchmarks.csv` in the current folder.
+pub fn run_defaults() -> Vec<Output> {
+    vec![
+        Output::Console,
+        Output::Json {
+            path: JsonDefaults::default().path.into(),
+            include_text: JsonDefaults::default().include_text,
+            schema: Schema::default(),
+        },
+        Output::Csv(CsvDefaults::default().path.into()),
+    ]
+}
+
+/// What `export` writes when no `--output` is given, as GuideLLM's
+/// `export` does: the console, `benchmarks.json`, `benchmarks.html` and
+/// `benchmarks.csv` in the current folder.
+pub fn export_defaults() -> Vec<Output> {
+    let mut outputs = run_defaults();
+    outputs.insert(2, Output::Html(HtmlDefaults::default().path.into()));
+    outputs
+}
+
+/// Parses every `--output`; with none, `defaults`.
 ///
 /// # Errors
 ///
-/// The first argument [`Output::parse`] refuses.
+/// The first argument [`Output::parse`] refuses, or two outputs that
+/// write one file.
+pub fn parse_all_or(
+    args: &[String],
+    defaults: impl FnOnce() -> Vec<Output>,
+) -> Result<Vec<Output>> {
+    let outputs = if args.is_empty() {
+        defaults()
+    } else {
+        args.iter()
+            .map(|a| Output::parse(a))
+            .collect::<Result<Vec<_>>>()?
+    };
+    refuse_shared_files(&outputs)?;
+    Ok(outputs)
+}
+
+/// Parses every `--output` of a run; with none, [`run_defaults`].
+///
+/// # Errors
+///
+/// See [`parse_all_or`].
 pub fn parse_all(args: &[String]) -> Result<Vec<Output>> {
-    if args.is_empty() {
-        return Ok(vec![Output::Console]);
+    parse_all_or(args, run_defaults)
+}
+
+/// Refuses two outputs that write the same file (the second would replace
+/// the first); paths are compared as written and, where the folder exists,
+/// as resolved.
+fn refuse_shared_files(outputs: &[Output]) -> Result<()> {
+    let mut seen: Vec<(PathBuf, &Output)> = Vec::new();
+    for output in outputs {
+        let Some(path) = output.path() else {
+            continue;
+        };
+        let key = resolved(path);
+        if let Some((_, first)) = seen.iter().find(|(p, _)| *p == key) {
+            return Err(Error::Flag {
+                flag: "--output",
+                reason: format!(
+                    "kind={} and kind={} both write `{}`: the second would replace the \
+                     first; give one of them another path",
+                    first.kind().name,
+                    output.kind().name,
+                    path.display()
+                ),
+            });
+        }
+        seen.push((key, output));
     }
-    args.iter().map(|a| Output::parse(a)).collect()
+    Ok(())
+}
+
+/// `path` with its folder resolved where it exists (`./a.json` and
+/// `a.json` are one file).
+fn resolved(path: &Path) -> PathBuf {
+    let folder = match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
+    };
+    match (std::fs::canonicalize(folder), path.file_name()) {
+        (Ok(folder), Some(name)) => folder.join(name),
+        _ => path.to_owned(),
+    }
 }
 
 /// Checks every output before anything runs (see
@@ -417,6 +582,8 @@ pub fn check_all(outputs: &[Output]) -> Result<()> {
 pub struct WriteFailed {
     /// Each output that could not be written, in order.
     pub failures: Vec<Error>,
+    /// What the other outputs wrote (see [`Output::write`]).
+    pub written: Vec<String>,
     /// When no JSON output holds the report: the fallback file it was
     /// written to instead, or why that failed too.
     pub fallback: Option<Result<PathBuf>>,
@@ -425,12 +592,16 @@ pub struct WriteFailed {
 /// Writes the report to every output, each tried even when one before it
 /// failed; when a file could not be written and no JSON output holds the
 /// report, the report goes to a fallback file ([`write_fallback`]), so
-/// that a run is never lost to its outputs.
+/// that a run is never lost to its outputs. Returns what was written (see
+/// [`Output::write`]).
 ///
 /// # Errors
 ///
 /// Every failure, and the fallback's outcome.
-pub fn write_all_keeping(outputs: &[Output], report: &Report) -> Result<(), Box<WriteFailed>> {
+pub fn write_all_keeping(
+    outputs: &[Output],
+    report: &Report,
+) -> Result<Vec<String>, Box<WriteFailed>> {
     let here = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
     write_all_keeping_in(outputs, report, &[here, std::env::temp_dir()])
 }
@@ -441,20 +612,28 @@ fn write_all_keeping_in(
     outputs: &[Output],
     report: &Report,
     folders: &[PathBuf],
-) -> Result<(), Box<WriteFailed>> {
+) -> Result<Vec<String>, Box<WriteFailed>> {
     let mut failures = Vec::new();
+    let mut written = Vec::new();
     let mut json_written = false;
     for output in outputs {
         match output.write(report) {
-            Ok(()) => json_written |= matches!(output, Output::Json { .. }),
+            Ok(line) => {
+                json_written |= matches!(output, Output::Json { .. });
+                written.extend(line);
+            }
             Err(err) => failures.push(err),
         }
     }
     if failures.is_empty() {
-        return Ok(());
+        return Ok(written);
     }
     let fallback = (!json_written).then(|| write_fallback_in(report, folders));
-    Err(Box::new(WriteFailed { failures, fallback }))
+    Err(Box::new(WriteFailed {
+        failures,
+        written,
+        fallback,
+    }))
 }
 
 /// Writes the report as JSON to a file of its own,
@@ -509,26 +688,34 @@ pub fn failure_message(err: &Error) -> String {
 }
 
 /// Writes the report to every output, each tried even when one before it
-/// failed.
+/// failed; returns what was written (see [`Output::write`]).
 ///
 /// # Errors
 ///
-/// Every failure, in the order of `outputs`.
-pub fn write_all(outputs: &[Output], report: &Report) -> Result<(), Vec<Error>> {
-    let failures: Vec<Error> = outputs
-        .iter()
-        .filter_map(|output| output.write(report).err())
-        .collect();
+/// Every failure, in the order of `outputs`, and what was written.
+pub fn write_all(
+    outputs: &[Output],
+    report: &Report,
+) -> Result<Vec<String>, (Vec<Error>, Vec<String>)> {
+    let mut failures = Vec::new();
+    let mut written = Vec::new();
+    for output in outputs {
+        match output.write(report) {
+            Ok(line) => written.extend(line),
+            Err(err) => failures.push(err),
+        }
+    }
     if failures.is_empty() {
-        Ok(())
+        Ok(written)
     } else {
-        Err(failures)
+        Err((failures, written))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::report::GUIDEBENCH_KEY;
 
     #[test]
     fn every_output_kind_builds_an_output_of_its_own_kind() {
@@ -568,7 +755,6 @@ mod tests {
             (false, true),
             "{plain:?} {text:?}"
         );
-        assert_eq!(parse_all(&[]).expect("default"), [Output::Console]);
     }
 
     #[test]
@@ -631,6 +817,15 @@ mod tests {
             .check_writable()
             .expect_err("a folder");
         assert!(folder.to_string().contains("it is a folder"), "{folder}");
+        // A folder given as the path gets the kind's file inside it.
+        let inside =
+            Output::parse(&format!("kind=json,path={}", dir.path().display())).expect("json");
+        assert_eq!(
+            inside.path(),
+            Some(dir.path().join("benchmarks.json").as_path())
+        );
+        let new_folder = Output::parse("kind=csv,path=results/").expect("csv");
+        assert_eq!(new_folder.path(), Some(Path::new("results/benchmarks.csv")));
         assert!(Output::Console.check_writable().is_ok());
         #[cfg(unix)]
         {
@@ -644,6 +839,7 @@ mod tests {
             let result = Output::Json {
                 path: locked.join("r.json"),
                 include_text: false,
+                schema: Schema::Guidebench,
             }
             .check_writable();
             if writable_anyway {
@@ -659,6 +855,115 @@ mod tests {
     }
 
     #[test]
+    fn no_output_given_means_the_console_benchmarks_json_and_benchmarks_csv() {
+        let outputs = parse_all(&[]).expect("defaults");
+        let files: Vec<(&str, Option<&Path>)> =
+            outputs.iter().map(|o| (o.kind().name, o.path())).collect();
+        assert_eq!(
+            files,
+            [
+                ("console", None),
+                ("json", Some(Path::new("benchmarks.json"))),
+                ("csv", Some(Path::new("benchmarks.csv"))),
+            ]
+        );
+        assert!(matches!(
+            outputs[1],
+            Output::Json {
+                schema: Schema::GuideLlm,
+                include_text: false,
+                ..
+            }
+        ));
+        // --output replaces the defaults, as in GuideLLM.
+        let given = parse_all(&["kind=html".to_owned()]).expect("html");
+        assert_eq!(given, [Output::Html("benchmarks.html".into())]);
+        let export: Vec<&str> = export_defaults().iter().map(|o| o.kind().name).collect();
+        assert_eq!(export, ["console", "json", "html", "csv"]);
+    }
+
+    #[test]
+    fn two_outputs_on_one_file_are_refused_before_the_run() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let a = dir.path().join("a.json");
+        let dotted = dir.path().join(".").join("a.json");
+        for (first, second) in [
+            (
+                format!("kind=json,path={}", a.display()),
+                format!("kind=yaml,path={}", a.display()),
+            ),
+            (
+                format!("kind=json,path={}", a.display()),
+                format!("kind=json,path={}", dotted.display()),
+            ),
+            ("kind=csv".to_owned(), "benchmarks.csv".to_owned()),
+        ] {
+            let err = parse_all(&[first.clone(), second.clone()]).expect_err("one file");
+            assert!(err.is_usage(), "{err}");
+            let text = err.to_string();
+            assert!(
+                text.contains("both write") && text.contains("the second would replace"),
+                "{first} {second}: {text}"
+            );
+        }
+        let fine = parse_all(&[
+            format!("kind=json,path={}", a.display()),
+            format!("kind=yaml,path={}", dir.path().join("a.yaml").display()),
+            "console".to_owned(),
+        ]);
+        assert!(fine.is_ok(), "{fine:?}");
+    }
+
+    #[test]
+    fn json_and_yaml_hold_guidellm_s_document_with_guidebench_s_report_inside() {
+        let report = crate::report::tests::sample_report();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let json = dir.path().join("r.json");
+        let yaml = dir.path().join("r.yaml");
+        let plain = dir.path().join("plain.json");
+        let outputs = parse_all(&[
+            format!("kind=json,path={}", json.display()),
+            format!("kind=yaml,path={}", yaml.display()),
+            format!("kind=json,schema=guidebench,path={}", plain.display()),
+        ])
+        .expect("outputs");
+        let written = write_all(&outputs, &report).expect("written");
+        assert_eq!(
+            written[0],
+            format!(
+                "{} (JSON: GuideLLM's report with guidebench's, {} benchmarks)",
+                json.display(),
+                report.benchmarks.len()
+            )
+        );
+        let document: Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("parse");
+        assert_eq!(document["metadata"]["version"], 2, "GuideLLM's schema");
+        assert_eq!(
+            document["benchmarks"].as_array().map(Vec::len),
+            Some(report.benchmarks.len())
+        );
+        assert_eq!(
+            document[GUIDEBENCH_KEY]["schema_version"],
+            crate::report::SCHEMA_VERSION
+        );
+        let from_yaml: Value =
+            serde_yaml_ng::from_str(&std::fs::read_to_string(&yaml).expect("yaml")).expect("yaml");
+        assert_eq!(from_yaml, document, "the YAML holds the JSON's document");
+        // Both read back as the very report that was written.
+        assert_eq!(Report::read_json(&json).expect("read"), report);
+        assert_eq!(Report::read_json(&yaml).expect("read YAML"), report);
+        let own: Value =
+            serde_json::from_str(&std::fs::read_to_string(&plain).expect("json")).expect("parse");
+        assert!(
+            own.get("metadata").is_none() && own["schema_version"] == 1,
+            "guidebench's report alone"
+        );
+        let err = Output::parse("kind=json,schema=openai").expect_err("no such schema");
+        assert!(err.to_string().contains("guidellm"), "{err}");
+    }
+
+    #[test]
     fn the_fallback_file_holds_the_whole_report() {
         let report = crate::report::tests::sample_report();
         let dir = tempfile::tempdir().expect("tempdir");
@@ -668,6 +973,7 @@ mod tests {
             Output::Json {
                 path: missing.join("r.json"),
                 include_text: false,
+                schema: Schema::Guidebench,
             },
         ];
         let failed =
@@ -697,6 +1003,7 @@ mod tests {
             Output::Json {
                 path: json.clone(),
                 include_text: false,
+                schema: Schema::Guidebench,
             },
         ];
         let failed = write_all_keeping_in(&outputs, &report, &[dir.path().to_owned()])

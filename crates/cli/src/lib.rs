@@ -192,29 +192,59 @@ fn one_line(err: &anyhow::Error) -> String {
 
 fn export(args: &ExportArgs) -> Result<(), Failure> {
     let report = Report::read_json(&args.file)?;
-    let outputs = outputs::parse_all(&args.output)?;
+    let outputs = outputs::parse_all_or(&args.output, outputs::export_defaults)?;
+    outputs::check_all(&outputs)?;
     write_outputs(&outputs, &report)
 }
 
-/// Writes the report to every output; the failures are the run's failure,
-/// one line each, printed once (by [`main`]).
+/// Writes the report to every output and says on standard error which
+/// files it wrote; the failures are the run's failure, one line each,
+/// printed once (by [`main`]).
 pub(crate) fn write_outputs(outputs: &[Output], report: &Report) -> Result<(), Failure> {
-    let Err(failures) = outputs::write_all(outputs, report) else {
-        return Ok(());
-    };
-    Err(Failure::Run(anyhow::anyhow!(
-        "{}",
-        failure_lines(&failures, None)
-    )))
+    match outputs::write_all(outputs, report) {
+        Ok(written) => {
+            say_written(&written);
+            Ok(())
+        }
+        Err((failures, written)) => {
+            say_written(&written);
+            Err(Failure::Run(anyhow::anyhow!(
+                "{}",
+                failure_lines(&failures, None)
+            )))
+        }
+    }
 }
 
-/// Writes a run's report to every output; when a file could not be written
-/// and no JSON output holds the report, the report goes to a fallback file
-/// whose path ends the message.
-pub(crate) fn write_run_outputs(outputs: &[Output], report: &Report) -> Result<(), Failure> {
-    let Err(failed) = outputs::write_all_keeping(outputs, report) else {
-        return Ok(());
+/// One `wrote FILE (WHAT, N benchmarks)` line per file written, on
+/// standard error (standard output holds the console report).
+fn say_written(written: &[String]) {
+    for line in written {
+        eprintln!("wrote {line}");
+    }
+}
+
+/// Writes a run's report to every output and lists the files written;
+/// when a file could not be written and no JSON output holds the report,
+/// the report goes to a fallback file whose path ends the message.
+/// With `quiet` (`--disable-console`), the files written are not listed.
+pub(crate) fn write_run_outputs(
+    outputs: &[Output],
+    report: &Report,
+    quiet: bool,
+) -> Result<(), Failure> {
+    let failed = match outputs::write_all_keeping(outputs, report) {
+        Ok(written) => {
+            if !quiet {
+                say_written(&written);
+            }
+            return Ok(());
+        }
+        Err(failed) => failed,
     };
+    if !quiet {
+        say_written(&failed.written);
+    }
     Err(Failure::Run(anyhow::anyhow!(
         "{}",
         failure_lines(&failed.failures, failed.fallback.as_ref())

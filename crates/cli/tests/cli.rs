@@ -343,7 +343,11 @@ fn export_writes_the_report_as_yaml_a_png_of_its_charts_and_an_html_page() {
     let from_yaml: Value =
         serde_yaml_ng::from_str(&std::fs::read_to_string(&yaml).expect("yaml written"))
             .expect("valid YAML");
-    assert_eq!(from_yaml, read_json(&json), "the YAML is the JSON report");
+    assert_eq!(
+        from_yaml,
+        common::read_json_document(&json),
+        "the YAML holds the JSON's document"
+    );
     let png = std::fs::read(&png).expect("png written");
     assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n", "a PNG signature");
     let size = |at: usize| u32::from_be_bytes(png[at..at + 4].try_into().expect("4 bytes"));

@@ -125,6 +125,68 @@ fn the_console_table_prints_beside_a_file_unless_the_console_is_disabled() {
 }
 
 #[test]
+fn a_run_without_output_leaves_benchmarks_json_and_csv_here_and_says_so() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = guidebench_in(
+        dir.path(),
+        &[
+            "run",
+            "--backend",
+            MOCK,
+            "--data",
+            SMALL,
+            "--constraint",
+            FOUR,
+        ],
+    );
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        text(&out.stdout).contains("TTFT ms"),
+        "the console table too"
+    );
+    let wrote: Vec<&str> = stderr.lines().filter(|l| l.starts_with("wrote ")).collect();
+    assert_eq!(
+        wrote,
+        [
+            "wrote benchmarks.json (JSON: GuideLLM's report with guidebench's, 1 benchmark)",
+            "wrote benchmarks.csv (CSV, 1 benchmark)",
+        ],
+        "{stderr}"
+    );
+    // GuideLLM's document, with guidebench's report inside.
+    let document = common::read_json_document(&dir.path().join("benchmarks.json"));
+    assert_eq!(document["metadata"]["version"], 2);
+    assert_eq!(
+        document["benchmarks"][0]["metrics"]["request_totals"]["successful"],
+        4
+    );
+    let report = read_json(&dir.path().join("benchmarks.json"));
+    assert_eq!(report["benchmarks"][0]["metrics"]["successful"]["count"], 4);
+    let csv = std::fs::read_to_string(dir.path().join("benchmarks.csv")).expect("CSV");
+    assert_eq!(csv.lines().count(), 2, "a header and one benchmark: {csv}");
+
+    // `export` with no output writes what GuideLLM's does: the console,
+    // JSON, HTML and CSV.
+    std::fs::remove_file(dir.path().join("benchmarks.csv")).expect("rm");
+    let export = guidebench_in(dir.path(), &["export"]);
+    let stderr = text(&export.stderr);
+    assert_eq!(export.status.code(), Some(0), "{stderr}");
+    for file in ["benchmarks.json", "benchmarks.html", "benchmarks.csv"] {
+        assert!(dir.path().join(file).is_file(), "{file}: {stderr}");
+        assert!(
+            stderr.contains(&format!("wrote {file} (")),
+            "{file}: {stderr}"
+        );
+    }
+    assert_eq!(
+        read_json(&dir.path().join("benchmarks.json")),
+        report,
+        "export rewrote the same report"
+    );
+}
+
+#[test]
 fn a_file_name_picks_its_kind_and_a_kind_alone_writes_benchmarks_here() {
     let dir = tempfile::tempdir().expect("tempdir");
     let out = guidebench_in(

@@ -30,7 +30,9 @@ fn logs_written_to_the_display_log_file_carry_no_colour_codes() {
             "--constraint",
             "kind=max_requests,count=8",
         ])
-        // The log goes to the temporary directory.
+        // The log goes to the temporary directory, and so do the default
+        // benchmarks.json and benchmarks.csv.
+        .current_dir(tmp.path())
         .env("TMPDIR", tmp.path())
         .env("GUIDEBENCH_LOG", "guidebench_bench::runner=debug")
         .env("COLUMNS", "120")

@@ -76,6 +76,9 @@ fn a_binary_that_names_the_crate_lists_and_runs_its_engine() {
             "--constraint",
             "kind=max_requests,count=20",
         ])
+        // The default benchmarks.json and benchmarks.csv land beside the
+        // fixture, not in the source tree.
+        .current_dir(dir.path())
         .output()
         .expect("runs");
     let stdout = String::from_utf8_lossy(&run.stdout);

@@ -557,6 +557,7 @@ pub fn console_summary(report: &Report) -> String {
         }
     }
     out.push_str(&uncertainty_table(report));
+    out.push_str(&super::console_guidellm::guidellm_tables(report));
     out.push_str(&answers_text(report));
     for b in &report.benchmarks {
         if let Some(reasons) = b

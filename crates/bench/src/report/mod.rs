@@ -18,8 +18,11 @@
 mod chart;
 mod compare;
 mod console;
+mod console_guidellm;
 mod csv;
+mod document;
 pub mod guidellm;
+pub mod guidellm_write;
 mod html;
 mod keeping_up;
 mod metrics;
@@ -39,6 +42,9 @@ pub use compare::{
 };
 pub use console::console_summary;
 pub use csv::{to_csv, write_csv};
+pub use document::{
+    GUIDEBENCH_KEY, Schema, report_document, write_json_document, write_yaml_document,
+};
 pub use html::{comparison_to_html, render_html, to_html, write_html};
 pub use keeping_up::{
     CPU_SHARE, ClientSaturation, MIN_CPU_WALL_S, MIN_DISPATCH_BOUND_S, MIN_PLANNED,

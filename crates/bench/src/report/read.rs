@@ -10,6 +10,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
+use super::document::GUIDEBENCH_KEY;
 use super::guidellm;
 use super::model::{GUIDEBENCH_VERSION, Report, SCHEMA_VERSION};
 use crate::{Error, Result};
@@ -35,8 +36,18 @@ impl Report {
     /// The metrics are recomputed from the records rather than taken from
     /// the JSON, so they are bit-identical to the metrics computed before
     /// saving (`serde_json` parses a float to within one ulp only). A
-    /// GuideLLM report is converted (see [`guidellm`]).
-    pub fn from_json_value(value: Value, context: &str) -> Result<Self> {
+    /// GuideLLM report guidebench wrote holds guidebench's own report
+    /// under its `guidebench` key, which is read whole; any other GuideLLM
+    /// report is converted (see [`guidellm`]).
+    pub fn from_json_value(mut value: Value, context: &str) -> Result<Self> {
+        if let Some(own) = value
+            .as_object_mut()
+            .filter(|map| !map.contains_key("schema_version"))
+            .and_then(|map| map.remove(GUIDEBENCH_KEY))
+            .filter(|own| own.get("schema_version").is_some())
+        {
+            return Report::from_json_value(own, context);
+        }
         if guidellm::is_guidellm_report(&value) {
             return guidellm::from_guidellm(value, context);
         }
@@ -68,18 +79,33 @@ impl Report {
         Ok(report)
     }
 
-    /// Reads a report written by [`Report::write_json`], recomputing the
-    /// metrics from the records (see [`Report::from_json_value`]).
+    /// Reads a report file, recomputing the metrics from the records (see
+    /// [`Report::from_json_value`]): JSON, or YAML for a `.yaml`/`.yml`
+    /// file (what `--output kind=yaml` writes).
     pub fn read_json(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
         let file = File::open(path).map_err(|e| CoreError::io(path, e))?;
         let context = format!("`{}`", path.display());
-        let value: Value = serde_json::from_reader(BufReader::new(file)).map_err(|source| {
-            Error::from(CoreError::Json {
+        let yaml = matches!(
+            path.extension()
+                .and_then(|e| e.to_str())
+                .map(str::to_ascii_lowercase)
+                .as_deref(),
+            Some("yaml" | "yml")
+        );
+        let value: Value = if yaml {
+            serde_yaml_ng::from_reader(BufReader::new(file)).map_err(|source| Error::ReadYaml {
                 context: context.clone(),
                 source,
-            })
-        })?;
+            })?
+        } else {
+            serde_json::from_reader(BufReader::new(file)).map_err(|source| {
+                Error::from(CoreError::Json {
+                    context: context.clone(),
+                    source,
+                })
+            })?
+        };
         Report::from_json_value(value, &context)
     }
 }

@@ -8,12 +8,13 @@ use std::process::{Child, Command, Output};
 
 use serde_json::Value;
 
-/// Runs the binary to completion.
+/// Runs the binary to completion in a scratch folder under cargo's
+/// target folder, so that a run without `--output` leaves its default
+/// files there and not in the source tree.
 pub fn guidebench(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_guidebench"))
-        .args(args)
-        .output()
-        .expect("the binary runs")
+    let scratch = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli-runs");
+    std::fs::create_dir_all(&scratch).expect("scratch folder");
+    guidebench_in(&scratch, args)
 }
 
 /// Runs the binary to completion with `dir` as its current folder.
@@ -30,10 +31,24 @@ pub fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
-/// A JSON report written by the binary.
-pub fn read_json(path: &Path) -> Value {
+/// A JSON file written by the binary, as it is.
+pub fn read_json_document(path: &Path) -> Value {
     serde_json::from_str(&std::fs::read_to_string(path).expect("report written"))
         .expect("valid JSON")
+}
+
+/// guidebench's own report in a JSON file written by the binary: the
+/// `guidebench` key of GuideLLM's document (the default schema), or the
+/// whole file (`schema=guidebench`, a comparison, a fallback file).
+pub fn read_json(path: &Path) -> Value {
+    let mut document = read_json_document(path);
+    if document.get("schema_version").is_some() {
+        return document;
+    }
+    match document.get_mut("guidebench") {
+        Some(own) => own.take(),
+        None => document,
+    }
 }
 
 /// A small trained tokenizer written to `dir`, for runs against a server.
