@@ -91,12 +91,7 @@ pub fn write_json_document(report: &Report, path: &Path, schema: Schema) -> Resu
 ///
 /// The document does not serialise, or the file cannot be written.
 pub fn write_yaml_document(report: &Report, path: &Path, schema: Schema) -> Result<()> {
-    let document = report_document(report, schema)?;
-    let yaml = serde_yaml_ng::to_string(&document).map_err(|source| Error::Yaml {
-        context: format!("`{}`", path.display()),
-        source,
-    })?;
-    std::fs::write(path, yaml).map_err(|e| guidebench_core::Error::io(path, e).into())
+    super::yaml::write_yaml_value(&report_document(report, schema)?, path)
 }
 
 #[cfg(test)]

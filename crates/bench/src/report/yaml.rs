@@ -17,8 +17,12 @@ pub fn to_yaml(report: &Report) -> Result<String> {
 
 /// Writes [`to_yaml`] to `path`.
 pub fn write_yaml(report: &Report, path: impl AsRef<Path>) -> Result<()> {
-    let path = path.as_ref();
-    let yaml = serde_yaml_ng::to_string(report).map_err(|source| Error::Yaml {
+    write_yaml_value(report, path.as_ref())
+}
+
+/// Writes any serialisable document as YAML to `path`.
+pub(crate) fn write_yaml_value(value: &impl serde::Serialize, path: &Path) -> Result<()> {
+    let yaml = serde_yaml_ng::to_string(value).map_err(|source| Error::Yaml {
         context: format!("`{}`", path.display()),
         source,
     })?;

@@ -157,23 +157,7 @@ impl ColumnMappings {
     /// The `data_column_mapper` of a GuideLLM scenario file, if it is one
     /// and has it.
     pub(super) fn from_scenario_file(path: &std::path::Path) -> Result<Self> {
-        let invalid = |reason: String| Error::InvalidScenario {
-            path: path.to_owned(),
-            reason,
-        };
-        let text = std::fs::read_to_string(path).map_err(|source| Error::ReadScenario {
-            path: path.to_owned(),
-            source,
-        })?;
-        let yaml = matches!(
-            path.extension().and_then(|e| e.to_str()),
-            Some("yaml" | "yml")
-        );
-        let value: Value = if yaml {
-            serde_yaml_ng::from_str(&text).map_err(|e| invalid(e.to_string()))?
-        } else {
-            serde_json::from_str(&text).map_err(|e| invalid(e.to_string()))?
-        };
+        let value = super::read_value(path)?;
         match guidellm::column_mapper(&value) {
             Some(mapper) => Self::from_value(mapper)
                 .map(|mappings| ColumnMappings {

@@ -58,7 +58,7 @@ pub struct Flags {
     pub metrics: Option<String>,
     /// `--data-column-mapper`: GuideLLM's column mappings, each becoming
     /// a column option of every `--data` that has columns (see
-    /// [`ColumnMappings`]).
+    /// `scenario::column_mapper`).
     pub data_column_mapper: Option<String>,
     /// `--override KEY=VALUE` (repeatable).
     pub overrides: Vec<String>,
@@ -245,7 +245,7 @@ const GUIDELLM_PIPELINE: &[(&str, &str, &str)] = &[
 /// Checks GuideLLM's data pipeline flags (`--data-preprocessor`, ...,
 /// each with the values given): GuideLLM's default is accepted, since it
 /// is what guidebench does; anything else is refused saying what to write
-/// instead. `--data-column-mapper` is checked as [`ColumnMappings`] reads
+/// instead. `--data-column-mapper` is checked as the column mapper reads
 /// it, which [`Flags::plan`] applies.
 ///
 /// # Errors

@@ -125,23 +125,11 @@ impl Scenario {
     /// GuideLLM scenario, [`Error::GuideLlm`] naming every field that
     /// cannot be mapped.
     pub fn read(path: &Path) -> Result<Scenario> {
-        let text = std::fs::read_to_string(path).map_err(|source| Error::ReadScenario {
-            path: path.to_owned(),
-            source,
-        })?;
         let invalid = |reason: String| Error::InvalidScenario {
             path: path.to_owned(),
             reason,
         };
-        let yaml = matches!(
-            path.extension().and_then(|e| e.to_str()),
-            Some("yaml" | "yml")
-        );
-        let value: Value = if yaml {
-            serde_yaml_ng::from_str(&text).map_err(|e| invalid(e.to_string()))?
-        } else {
-            serde_json::from_str(&text).map_err(|e| invalid(e.to_string()))?
-        };
+        let value = read_value(path)?;
         let value = if guidellm::is_guidellm(&value) {
             guidellm::convert(&value).map_err(|fields| Error::GuideLlm {
                 path: path.to_owned(),
@@ -151,6 +139,31 @@ impl Scenario {
             value
         };
         serde_json::from_value(value).map_err(|e| invalid(e.to_string()))
+    }
+}
+
+/// A scenario file's content: YAML for `.yaml`/`.yml`, JSON otherwise.
+///
+/// # Errors
+///
+/// [`Error::ReadScenario`] or [`Error::InvalidScenario`].
+fn read_value(path: &Path) -> Result<Value> {
+    let text = std::fs::read_to_string(path).map_err(|source| Error::ReadScenario {
+        path: path.to_owned(),
+        source,
+    })?;
+    let invalid = |reason: String| Error::InvalidScenario {
+        path: path.to_owned(),
+        reason,
+    };
+    let yaml = matches!(
+        path.extension().and_then(|e| e.to_str()),
+        Some("yaml" | "yml")
+    );
+    if yaml {
+        serde_yaml_ng::from_str(&text).map_err(|e| invalid(e.to_string()))
+    } else {
+        serde_json::from_str(&text).map_err(|e| invalid(e.to_string()))
     }
 }
 
