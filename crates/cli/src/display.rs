@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use guidebench_bench::runner::Observer;
-use guidebench_core::request::RequestRecord;
+use guidebench_core::request::{RequestRecord, RequestStatus};
 use guidebench_core::stdio::StdioRedirect;
 use guidebench_hub::progress::{DownloadObserver, Finished, LineObserver, Transfer, finished_line};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle, TermLike};
@@ -93,8 +93,11 @@ pub struct Counters {
     /// benchmark's total counts a conversation once, its requests are one
     /// per turn.
     later_turns: AtomicU64,
+    /// Every record, whatever its status (the bar's position).
     done: AtomicU64,
     errors: AtomicU64,
+    /// Records of requests cut short (an interrupt, a stop).
+    incomplete: AtomicU64,
     output_tokens: AtomicU64,
 }
 
@@ -212,7 +215,9 @@ impl Observer for DisplayObserver {
     fn on_record(&self, record: &RequestRecord) {
         let c = &self.counters;
         c.done.fetch_add(1, Ordering::Relaxed);
-        if record.error.is_some() {
+        if record.status == RequestStatus::Incomplete {
+            c.incomplete.fetch_add(1, Ordering::Relaxed);
+        } else if record.error.is_some() {
             c.errors.fetch_add(1, Ordering::Relaxed);
         }
         c.output_tokens
@@ -390,9 +395,14 @@ impl Display {
 
 /// How a benchmark ended, in one line. With conversations, the requests
 /// done are split into those that started something (what the benchmark's
-/// total counted) and later turns, so that they add up.
+/// total counted) and later turns, so that they add up. Requests cut short
+/// (an interrupt) are not counted as done, and are said when there are any.
 fn done_line(name: &str, counters: &Counters, seconds: f64) -> String {
-    let done = counters.done.load(Ordering::Relaxed);
+    let incomplete = counters.incomplete.load(Ordering::Relaxed);
+    let done = counters
+        .done
+        .load(Ordering::Relaxed)
+        .saturating_sub(incomplete);
     let later = counters.later_turns.load(Ordering::Relaxed);
     let requests = if later == 0 {
         format!("{done} requests done")
@@ -402,8 +412,13 @@ fn done_line(name: &str, counters: &Counters, seconds: f64) -> String {
             done.saturating_sub(later)
         )
     };
+    let cut_short = if incomplete == 0 {
+        String::new()
+    } else {
+        format!(", {incomplete} incomplete (cut short)")
+    };
     format!(
-        "benchmark {name}: {requests}, {} errors, in {seconds:.1} s",
+        "benchmark {name}: {requests}, {} errors{cut_short}, in {seconds:.1} s",
         counters.errors.load(Ordering::Relaxed),
     )
 }
@@ -425,6 +440,27 @@ fn draw_target(terminal: &Terminal) -> ProgressDrawTarget {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn requests_cut_short_are_not_counted_as_done_and_are_said() {
+        let display = Display::start(false, true);
+        let observer = DisplayObserver {
+            counters: Arc::clone(&display.counters),
+            bar: None,
+        };
+        let start = guidebench_core::clock::Timestamp(0);
+        for id in 0..20 {
+            let mut record = RequestRecord::incomplete(id, start);
+            if id < 3 {
+                record.status = RequestStatus::Success;
+            }
+            observer.on_record(&record);
+        }
+        assert_eq!(
+            done_line("b", &display.counters, 1.0),
+            "benchmark b: 3 requests done, 0 errors, 17 incomplete (cut short), in 1.0 s"
+        );
+    }
 
     #[test]
     fn a_conversations_later_turns_add_up_with_the_requests_it_started() {

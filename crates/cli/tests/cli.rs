@@ -577,18 +577,39 @@ fn sigint_writes_a_valid_partial_report_and_exits_130() {
     let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("pid"));
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).expect("signal");
     // Keep draining the log so the child never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines {});
+    let rest = std::thread::spawn(move || lines.map_while(Result::ok).collect::<Vec<_>>());
     let status = child.wait().expect("exits");
     assert_eq!(status.code(), Some(130));
     let report = read_json(&json);
     assert_eq!(report["interrupted"], true);
-    let successful = report["benchmarks"][0]["metrics"]["successful"]["count"]
-        .as_u64()
-        .expect("count");
+    let metrics = &report["benchmarks"][0]["metrics"];
+    let count = |status: &str| metrics[status]["count"].as_u64().expect("count");
+    let successful = count("successful");
     assert!(
         successful >= 3,
         "the requests done before the interrupt are kept"
     );
+    // The closing line counts as done only what finished, and says how
+    // many were cut short.
+    let rest = rest.join().expect("log reader");
+    let line = rest
+        .iter()
+        .find(|l| l.starts_with("benchmark ") && l.contains(" requests done"))
+        .unwrap_or_else(|| panic!("no closing line in {rest:?}"));
+    let done: u64 = line
+        .split(": ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no count in {line}"));
+    assert_eq!(done, successful + count("errored"), "{line}");
+    let incomplete = count("incomplete");
+    if incomplete > 0 {
+        assert!(
+            line.contains(&format!("{incomplete} incomplete (cut short)")),
+            "{line}"
+        );
+    }
 }
 
 /// Ctrl-C during a generation that would take 10 s: the run ends with the

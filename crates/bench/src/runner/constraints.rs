@@ -422,6 +422,21 @@ impl ConstraintPlan {
         for arg in &mut args {
             aliases::apply(Component::Constraint, &arg.kind, &mut arg.options)?;
         }
+        // The same kind twice would leave one of them unused: refused.
+        for (i, arg) in args.iter().enumerate() {
+            if let Some(first) = args[..i].iter().find(|a| a.kind == arg.kind) {
+                return Err(Error::InvalidOption {
+                    context: format!("constraint {}", arg.kind),
+                    key: "kind".into(),
+                    reason: format!(
+                        "given twice ({} and {}): give it once; a list (count=4;10) gives one \
+                         value per benchmark",
+                        options_text(&first.options),
+                        options_text(&arg.options)
+                    ),
+                });
+            }
+        }
         let mut lists = Vec::new();
         for arg in &args {
             let (_, longest) = at_index(&format!("constraint {}", arg.kind), &arg.options, 0)?;
@@ -468,6 +483,22 @@ impl ConstraintPlan {
             }),
             None => Ok(()),
         }
+    }
+}
+
+/// A constraint's options as `key=value,…`, for an error.
+fn options_text(options: &serde_json::Map<String, serde_json::Value>) -> String {
+    let text: Vec<String> = options
+        .iter()
+        .map(|(key, value)| match value {
+            serde_json::Value::String(s) => format!("{key}={s}"),
+            other => format!("{key}={other}"),
+        })
+        .collect();
+    if text.is_empty() {
+        "no options".to_owned()
+    } else {
+        text.join(",")
     }
 }
 
@@ -709,6 +740,20 @@ mod tests {
                 .map(|a| parse_kind_args(a))
                 .collect::<Result<Vec<_>>>()?,
         )
+    }
+
+    #[test]
+    fn the_same_constraint_kind_given_twice_is_refused_naming_both() {
+        let err = constraints(&["kind=max_requests,count=4", "kind=max_requests,count=10"])
+            .expect_err("one of them would be dropped");
+        assert!(err.is_usage(), "{err}");
+        let text = err.to_string();
+        assert!(
+            text.contains("max_requests") && text.contains("count=4") && text.contains("count=10"),
+            "{text}"
+        );
+        // Two kinds, and one kind with a list, are fine.
+        assert!(constraints(&["kind=max_requests,count=4", "kind=max_errors,count=1"]).is_ok());
     }
 
     #[test]
