@@ -1,5 +1,5 @@
 //! GuideLLM 0.8.1's console tables, drawn from the GuideLLM document of a
-//! report ([`to_guidellm`]) in guidebench's plain-text table style.
+//! report ([`super::guidellm_write::to_guidellm`]) in guidebench's plain-text table style.
 //!
 //! GuideLLM prints, in this order: "Run Summary Info", a table per
 //! modality that ran ("Text Metrics Statistics", "Image Metrics
@@ -12,7 +12,7 @@
 use serde_json::Value;
 
 use super::console::{Align, CONSOLE_WIDTH, Column, Table};
-use super::guidellm_write::to_guidellm;
+use super::guidellm_write::benchmarks_without_requests;
 use super::model::Report;
 
 /// A group of adjacent columns that stay together when a table is split:
@@ -398,10 +398,8 @@ fn throughput(labels: &[String], benchmarks: &[Value]) -> String {
 /// than [`CONSOLE_WIDTH`] (wider ones split in two, or more). Empty for a
 /// report without benchmarks.
 pub(crate) fn guidellm_tables(report: &Report) -> String {
-    let document = to_guidellm(report);
-    let Some(benchmarks) = document["benchmarks"].as_array() else {
-        return String::new();
-    };
+    // The metrics alone: no JSON object per request.
+    let benchmarks = benchmarks_without_requests(report);
     let labels: Vec<String> = report.benchmarks.iter().map(|b| b.label()).collect();
     let n = labels.len().min(benchmarks.len());
     if n == 0 {
@@ -420,6 +418,7 @@ pub(crate) fn guidellm_tables(report: &Report) -> String {
 mod tests {
     use super::*;
     use crate::record::CompactImages;
+    use crate::report::guidellm_write::to_guidellm;
     use crate::report::tests::sample_report;
 
     /// The sections of `text`, by title (the line that ends in `:`), each

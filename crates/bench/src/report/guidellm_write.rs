@@ -66,11 +66,8 @@ const EPSILON: f64 = 1e-6;
 
 /// The report as GuideLLM 0.8.1's `benchmarks.json` document (schema version 2).
 pub fn to_guidellm(report: &Report) -> Value {
-    let run_id = format!("guidebench-{}", report.created.0);
     let (profile, overrides) = profile_args(report);
-    let benchmarks: Vec<Value> = (report.benchmarks.iter().enumerate())
-        .map(|(i, b)| benchmark(report, b, i, &run_id, &profile))
-        .collect();
+    let benchmarks = benchmarks(report, &profile, Requests::Listed);
     let os = match report.environment.os.as_str() {
         "linux" => "Linux",
         "macos" => "macOS",
@@ -88,6 +85,31 @@ pub fn to_guidellm(report: &Report) -> Value {
         "benchmarks": benchmarks,
         "conclusions": [],
     })
+}
+
+/// Whether a benchmark's `requests` lists its per-request stats.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Requests {
+    /// Every request's `GenerativeRequestStats`, as GuideLLM writes them.
+    Listed,
+    /// Empty lists: for readers of the metrics alone (the console tables),
+    /// which need not build a JSON object per request.
+    Left,
+}
+
+/// Each benchmark of the report as GuideLLM writes it.
+fn benchmarks(report: &Report, profile: &Value, requests: Requests) -> Vec<Value> {
+    let run_id = format!("guidebench-{}", report.created.0);
+    (report.benchmarks.iter().enumerate())
+        .map(|(i, b)| benchmark(report, b, i, &run_id, profile, requests))
+        .collect()
+}
+
+/// Each benchmark of [`to_guidellm`]'s document with its metrics, times and
+/// configuration, but empty request lists.
+pub(crate) fn benchmarks_without_requests(report: &Report) -> Vec<Value> {
+    let (profile, _) = profile_args(report);
+    benchmarks(report, &profile, Requests::Left)
 }
 
 // ---------------------------------------------------------------------------
@@ -541,6 +563,7 @@ fn benchmark(
     index: usize,
     run_id: &str,
     profile: &Value,
+    requests: Requests,
 ) -> Value {
     let strategy = strategy(b);
     let window = (b.start.as_secs_f64(), b.end.as_secs_f64());
@@ -571,6 +594,9 @@ fn benchmark(
     // are left out, so that the lists and the metrics agree (guidebench's
     // own report keeps every record).
     let listed = |s: RequestStatus| -> Value {
+        if requests == Requests::Left {
+            return json!([]);
+        }
         let inside =
             |r: &Req| r.end_time() >= window.0 && r.start.unwrap_or(r.end_time()) <= window.1;
         (reqs
