@@ -52,6 +52,26 @@ pub enum Error {
         path: std::path::PathBuf,
     },
 
+    /// A GuideLLM setting in the environment (`GUIDELLM__…`) that guidebench
+    /// cannot honour, or whose value does not fit: named, with why.
+    #[error("environment variable {var}: {reason}")]
+    Env {
+        /// The variable's name.
+        var: String,
+        /// Why it is refused.
+        reason: String,
+    },
+
+    /// One row of several `--data` sources that cannot be merged into one
+    /// request: the message names every source's item.
+    #[error("{origins}: cannot merge into one request: {reason}")]
+    Merge {
+        /// Where each source's item comes from, joined by ` + `.
+        origins: String,
+        /// Why.
+        reason: String,
+    },
+
     /// A goodput profile without latency objectives to meet.
     #[error(
         "the goodput profile searches for the highest load meeting latency objectives: \
@@ -314,7 +334,8 @@ impl Error {
     pub fn label(&self) -> &'static str {
         match self {
             Error::Core(err) => err.label(),
-            Error::Item { .. } => "invalid_data_item",
+            Error::Item { .. } | Error::Merge { .. } => "invalid_data_item",
+            Error::Env { .. } => "invalid_environment",
             Error::Source { .. } => "data_source",
             Error::Flag { .. } | Error::GoodputWithoutSlo => "invalid_option",
             Error::NoSuchFile { .. } => "missing_file",
@@ -346,6 +367,8 @@ impl Error {
             Error::Core(err) => err.is_usage(),
             Error::NoServedTokenizer { usage, .. } => *usage,
             Error::Item { .. }
+            | Error::Merge { .. }
+            | Error::Env { .. }
             | Error::Source { .. }
             | Error::Flag { .. }
             | Error::NoSuchFile { .. }

@@ -526,6 +526,65 @@ pub fn parse_all(args: &[String]) -> Result<Vec<Output>> {
     parse_all_or(args, run_defaults)
 }
 
+/// Parses every `--output` of a run as [`parse_all`] does, except that
+/// with `results_dir` (GuideLLM's `GUIDELLM__DEFAULT_RESULTS_DIR`) a file
+/// kind given without `path` (`kind=json`, `csv`), and each default file
+/// when none is given, goes in that folder instead of the current one, as
+/// GuideLLM's outputs default to `DEFAULT_RESULTS_DIR/benchmarks.EXT`.
+///
+/// # Errors
+///
+/// See [`parse_all_or`].
+pub fn parse_all_in(args: &[String], results_dir: Option<&Path>) -> Result<Vec<Output>> {
+    let Some(dir) = results_dir else {
+        return parse_all(args);
+    };
+    let outputs = if args.is_empty() {
+        run_defaults()
+            .into_iter()
+            .map(|o| o.in_folder(dir))
+            .collect()
+    } else {
+        args.iter()
+            .map(|arg| {
+                let output = Output::parse(arg)?;
+                Ok(if gives_path(arg) {
+                    output
+                } else {
+                    output.in_folder(dir)
+                })
+            })
+            .collect::<Result<Vec<_>>>()?
+    };
+    refuse_shared_files(&outputs)?;
+    Ok(outputs)
+}
+
+/// Whether an `--output` argument (one [`Output::parse`] takes) names its
+/// file: a file name, or a `path` option.
+fn gives_path(arg: &str) -> bool {
+    let trimmed = arg.trim();
+    if !trimmed.starts_with('{') && !trimmed.contains('=') {
+        return !OUTPUT_KINDS.iter().any(|k| k.name == trimmed);
+    }
+    parse_kind_args(arg).is_ok_and(|args| args.options.contains_key("path"))
+}
+
+impl Output {
+    /// A file output's path moved into `dir`.
+    fn in_folder(mut self, dir: &Path) -> Output {
+        match &mut self {
+            Output::Console => {}
+            Output::Csv(path)
+            | Output::Html(path)
+            | Output::Plot(path)
+            | Output::Yaml { path, .. }
+            | Output::Json { path, .. } => *path = dir.join(&*path),
+        }
+        self
+    }
+}
+
 /// Refuses two outputs that write the same file (the second would replace
 /// the first); paths are compared as written and, where the folder exists,
 /// as resolved.

@@ -207,7 +207,8 @@ pub struct Plan {
     pub backend: KindArgs,
     /// The run's sampling (`sampling.*`); a data item's own fields win.
     pub sampling: SamplingParams,
-    /// The data sources, used in turn.
+    /// The data sources: with several, each request merges one item of
+    /// every source ([`crate::data::merge`]).
     pub data: Vec<DataPlan>,
     /// The load profile.
     pub profile: Profile,
@@ -807,10 +808,13 @@ impl Session {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
+        // One request per row of every source: as many as the shortest
+        // source has, known when every source says.
         let finite: Option<usize> = sources
             .iter()
             .map(|s| s.source.len_hint())
-            .sum::<Option<usize>>();
+            .collect::<Option<Vec<usize>>>()
+            .and_then(|lens| lens.into_iter().min());
         if constraints.is_unbounded() && finite.is_none() {
             constraints.max_requests = Some(DEFAULT_MAX_REQUESTS);
         }
@@ -978,32 +982,20 @@ struct Fed {
     error: Option<Error>,
 }
 
-/// Turns items into requests and sends them until the data ends or the
-/// receiver is gone; says `ready` once `ahead` requests are prepared.
-fn feed_items(
-    sources: &mut Vec<FeedSource>,
-    sampling: &SamplingParams,
-    tx: &mpsc::Sender<Job>,
-    skipped: &AtomicU64,
-    ahead: usize,
-    ready: &mut Option<oneshot::Sender<Result<()>>>,
-) -> Result<()> {
-    let mut id = 0u64;
-    let mut turn = 0usize;
-    while !sources.is_empty() {
-        let index = turn % sources.len();
-        let feed = &mut sources[index];
-        let item = match feed.source.next_item() {
-            Ok(Some(item)) => item,
-            Ok(None) => {
-                sources.remove(index);
-                continue;
-            }
+/// The next row of every source, in source order: `Ok(None)` once any
+/// source is exhausted (the data ends with the shortest source, as
+/// GuideLLM's does); `Ok(Some(None))` for a row one of whose items
+/// `on_error=skip` skips.
+fn next_row(sources: &mut [FeedSource]) -> Result<Option<Option<Vec<DataItem>>>> {
+    let mut row = Vec::with_capacity(sources.len());
+    let mut skip = false;
+    for feed in sources.iter_mut() {
+        match feed.source.next_item() {
+            Ok(Some(item)) => row.push(item),
+            Ok(None) => return Ok(None),
             Err(err) if feed.on_error == OnError::Skip && is_item_error(&err) => {
                 tracing::warn!(error = %err, "data item skipped");
-                skipped.fetch_add(1, Ordering::Relaxed);
-                turn += 1;
-                continue;
+                skip = true;
             }
             Err(source) => {
                 return Err(Error::Source {
@@ -1011,12 +1003,38 @@ fn feed_items(
                     source: Box::new(source),
                 });
             }
+        }
+    }
+    Ok(Some((!skip).then_some(row)))
+}
+
+/// Turns rows into requests and sends them until the data ends or the
+/// receiver is gone; says `ready` once `ahead` requests are prepared. With
+/// several sources each request merges one item of every source
+/// ([`crate::data::merge`]); a row that cannot become a request is skipped
+/// where any of its sources says `on_error=skip`.
+fn feed_items(
+    sources: &mut [FeedSource],
+    sampling: &SamplingParams,
+    tx: &mpsc::Sender<Job>,
+    skipped: &AtomicU64,
+    ahead: usize,
+    ready: &mut Option<oneshot::Sender<Result<()>>>,
+) -> Result<()> {
+    let mut id = 0u64;
+    let skips = sources.iter().any(|s| s.on_error == OnError::Skip);
+    while let Some(row) = next_row(sources)? {
+        let Some(row) = row else {
+            skipped.fetch_add(1, Ordering::Relaxed);
+            continue;
         };
-        turn += 1;
-        let at = item.at;
-        let job = match to_job(id, item, sampling) {
+        let job = crate::data::merge(row).and_then(|item| {
+            let at = item.at;
+            to_job(id, item, sampling).map(|job| Job { at, ..job })
+        });
+        let job = match job {
             Ok(job) => job,
-            Err(err) if feed.on_error == OnError::Skip => {
+            Err(err) if skips => {
                 tracing::warn!(error = %err, "data item skipped");
                 skipped.fetch_add(1, Ordering::Relaxed);
                 continue;
@@ -1024,7 +1042,7 @@ fn feed_items(
             Err(err) => return Err(err),
         };
         id += 1 + job.conversation.as_ref().map_or(0, |c| c.rest.len() as u64);
-        if tx.blocking_send(Job { at, ..job }).is_err() {
+        if tx.blocking_send(job).is_err() {
             return Ok(());
         }
         if usize::try_from(id).unwrap_or(usize::MAX) >= ahead

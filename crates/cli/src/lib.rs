@@ -136,11 +136,20 @@ pub fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(err) => err.exit(),
     };
+    // GUIDEBENCH_LOG, else GuideLLM's console log level
+    // (GUIDELLM__LOGGING__CONSOLE_LOG_LEVEL, loguru's levels; `run`
+    // refuses one that is no level), else warnings.
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_env("GUIDEBENCH_LOG").unwrap_or_else(|_| {
+            let vars = std::env::vars_os().filter_map(|(name, value)| {
+                Some((name.into_string().ok()?, value.into_string().ok()?))
+            });
+            tracing_subscriber::EnvFilter::new(
+                guidebench_bench::scenario::env::console_log_filter(vars).unwrap_or("warn"),
+            )
+        });
     tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("GUIDEBENCH_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
+        .with_env_filter(filter)
         .with_writer(|| PlainUnlessTerminal)
         .init();
     let result = match cli.command {

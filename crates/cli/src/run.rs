@@ -16,6 +16,8 @@ use tokio::sync::watch;
 use crate::Failure;
 use crate::display::Display;
 
+mod rerun;
+
 /// The default backend: the embedded default model on the candle engine
 /// (generated on first use; no download).
 #[cfg(feature = "candle")]
@@ -42,7 +44,8 @@ pub struct RunArgs {
     /// loaded before its own benchmarks and unloaded after) into one report.
     #[arg(long)]
     backend: Vec<String>,
-    /// The data: `kind=NAME,key=value,...` (repeatable); the kinds are listed in help.
+    /// The data: `kind=NAME,key=value,...` (repeatable; several are merged into one
+    /// request per row); the kinds are listed in help.
     #[arg(long)]
     data: Vec<String>,
     /// The load profile: `kind=NAME,key=value,...`; the kinds are listed in help.
@@ -130,7 +133,7 @@ pub fn kinds_help(cmd: clap::Command) -> clap::Command {
     cmd.mut_arg(
         "data",
         help(format!(
-            "The data: `kind=NAME,key=value,...` (repeatable; several take turns), NAME one \
+            "The data: `kind=NAME,key=value,...` (repeatable; several are merged into one request per row, as GuideLLM merges them), NAME one \
              of {data}; `guidebench backends` lists their options"
         )),
     )
@@ -154,6 +157,7 @@ pub fn kinds_help(cmd: clap::Command) -> clap::Command {
 impl RunArgs {
     /// The flags as bench takes them.
     fn into_flags(self) -> Result<Flags, Failure> {
+        use guidebench_bench::scenario::env;
         let pipeline = &self.pipeline;
         // The column mapper is checked here and applied by the plan.
         guidebench_bench::scenario::check_guidellm_pipeline(&[
@@ -169,6 +173,26 @@ impl RunArgs {
             ("--data-loader", pipeline.data_loader.as_slice()),
         ])?;
         let overrides = guidebench_bench::scenario::overrides_from_args(&self.overrides)?;
+        // GuideLLM's settings in the environment: every one refused is
+        // named before anything runs; those read are said, as GuideLLM
+        // says them (unless the console is off).
+        let mut guidellm_env: Vec<(String, String)> = std::env::vars_os()
+            .map(|(name, value)| {
+                (
+                    name.to_string_lossy().into_owned(),
+                    value.to_string_lossy().into_owned(),
+                )
+            })
+            .filter(|(name, _)| env::is_guidellm_var(name))
+            .collect();
+        guidellm_env.sort();
+        let settings = env::EnvSettings::read(guidellm_env.clone())?;
+        if !self.disable_console && !settings.used.is_empty() {
+            eprintln!(
+                "GuideLLM environment settings used (a scenario file and flags win over them): {}",
+                settings.used.join(", ")
+            );
+        }
         Ok(Flags {
             scenario: self.scenario,
             backend: self.backend,
@@ -188,6 +212,7 @@ impl RunArgs {
             metrics: self.metrics,
             data_column_mapper: self.pipeline.data_column_mapper,
             overrides,
+            guidellm_env,
         })
     }
 }
@@ -196,12 +221,27 @@ impl RunArgs {
 /// starts; the session runs the benchmarks; the report is written even
 /// when the run failed part-way.
 pub fn run(args: RunArgs) -> Result<(), Failure> {
+    // A report given as the scenario re-runs its recorded command, the
+    // flags given now on top; the new report records that command.
+    let (args, rerun) = rerun::resolve(args)?;
+    if let Some(rerun) = &rerun
+        && !args.disable_console
+    {
+        eprintln!(
+            "re-running {}: {}",
+            rerun.report.display(),
+            guidebench_bench::scenario::command_line(rerun.words.clone())
+        );
+    }
     let RunPlan {
         plans,
         outputs,
         progress,
         quiet,
     } = args.into_flags()?.plan(DEFAULT_BACKEND)?;
+    if let Some(rerun) = &rerun {
+        rerun.check_outputs(&outputs)?;
+    }
     let progress = progress && std::io::IsTerminal::is_terminal(&std::io::stderr());
     // Every backend's options are checked before the first one starts.
     let plans = plans
@@ -233,7 +273,9 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
         Err(err) => return Err(err.into()),
     };
     if let Some(config) = report.config.as_object_mut() {
-        let command = guidebench_bench::scenario::command_line(std::env::args().collect());
+        let command = guidebench_bench::scenario::command_line(
+            rerun.map_or_else(|| std::env::args().collect(), |rerun| rerun.words),
+        );
         config.insert("command".into(), command.into());
     }
 

@@ -773,3 +773,78 @@ fn a_guidellm_scenario_with_unsupported_fields_exits_2_naming_each() {
         text(&out.stderr)
     );
 }
+
+#[test]
+fn a_report_given_as_the_scenario_re_runs_its_command_with_the_flags_given_now_on_top() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tempdir");
+    let first = common::guidebench_in(
+        dir.path(),
+        &[
+            "run",
+            "--backend",
+            "kind=offline,engine=mock",
+            "--data",
+            "kind=synthetic_text,prompt_tokens=8,output_tokens=3",
+            "--profile",
+            "kind=concurrent,streams=1,2",
+            "--constraint",
+            "kind=max_requests,count=4",
+            "--label",
+            "team=infra",
+        ],
+    );
+    assert_eq!(first.status.code(), Some(0), "{}", text(&first.stderr));
+    let report = dir.path().join("benchmarks.json");
+    let before = std::fs::read(&report).expect("the first run's report");
+
+    // The default outputs would write over the report being repeated.
+    let refused = common::guidebench_in(dir.path(), &["run", "-c", "benchmarks.json"]);
+    assert_eq!(refused.status.code(), Some(2), "{}", text(&refused.stderr));
+    assert!(
+        text(&refused.stderr).contains("write over the report"),
+        "{}",
+        text(&refused.stderr)
+    );
+    assert_eq!(std::fs::read(&report).expect("still there"), before);
+
+    let again = common::guidebench_in(
+        dir.path(),
+        &[
+            "run",
+            "-c",
+            "benchmarks.json",
+            "--constraint",
+            "kind=max_requests,count=2",
+            "--output",
+            "rerun.json",
+        ],
+    );
+    let stderr = text(&again.stderr);
+    assert_eq!(again.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("re-running benchmarks.json: guidebench run"),
+        "{stderr}"
+    );
+    let rerun = read_json(&dir.path().join("rerun.json"));
+    let config = &rerun["config"];
+    assert_eq!(config["backend"]["engine"], "mock");
+    assert_eq!(config["data"][0]["prompt_tokens"], 8);
+    assert_eq!(config["labels"]["team"], "infra");
+    assert_eq!(
+        config["constraints"]["max_requests"], 2,
+        "the flag given now wins"
+    );
+    let counts: Vec<&Value> = rerun["benchmarks"]
+        .as_array()
+        .expect("benchmarks")
+        .iter()
+        .map(|b| &b["metrics"]["successful"]["count"])
+        .collect();
+    assert_eq!(counts, [2, 2], "both recorded benchmarks ran again");
+    // The re-run's own report re-runs what ran, not the file it came from.
+    let command = config["command"].as_str().expect("command");
+    assert!(
+        command.contains("kind=max_requests,count=2") && !command.contains("benchmarks.json"),
+        "{command}"
+    );
+}

@@ -65,6 +65,7 @@ pub use crate::runner::History;
 
 pub mod file;
 mod hf;
+mod merge;
 mod open;
 mod pixels;
 mod rows;
@@ -77,6 +78,7 @@ pub mod trace;
 pub use file::{FILE_OPTIONS, FileSource};
 #[doc(hidden)]
 pub use hf::with_hub_settings;
+pub(crate) use merge::merge;
 pub use pixels::{Content as ImageContent, Format as ImageFormat};
 pub use synthetic::{
     SYNTHETIC_TEXT_OPTIONS, SyntheticText, SyntheticTextConfig, SyntheticTextSource,
@@ -658,6 +660,7 @@ pub fn is_item_error(error: &Error) -> bool {
     matches!(
         error,
         Error::Item { .. }
+            | Error::Merge { .. }
             | Error::Row {
                 location: Some(_),
                 ..

@@ -14,6 +14,7 @@ use guidebench_core::options::parse_kind_args;
 use serde_json::{Value, json};
 
 use super::column_mapper::{ColumnMappings, MAPPER_FLAG};
+use super::env::EnvSettings;
 use super::{Scenario, apply_overrides, guidellm};
 use crate::outputs::{self, Output};
 use crate::session::PlanArgs;
@@ -62,6 +63,10 @@ pub struct Flags {
     pub data_column_mapper: Option<String>,
     /// `--override KEY=VALUE` (repeatable).
     pub overrides: Vec<String>,
+    /// GuideLLM's settings from the environment, as (name, value) pairs
+    /// (others are left alone): read below the scenario file and the
+    /// flags, or refused by name (see [`super::env`]).
+    pub guidellm_env: Vec<(String, String)>,
 }
 
 /// What a run does: one plan per backend, the outputs, and whether the
@@ -80,21 +85,25 @@ pub struct RunPlan {
 }
 
 impl Flags {
-    /// The flags and the scenario file merged (flags win) into what the
-    /// session takes, one plan per backend; `default_backend` runs when
-    /// neither names one.
+    /// The flags, the scenario file and GuideLLM's environment settings
+    /// merged (flags win over the file, the file over the environment)
+    /// into what the session takes, one plan per backend;
+    /// `default_backend` runs when none names one.
     ///
     /// # Errors
     ///
-    /// A scenario file that cannot be read or mapped, a malformed
+    /// A GuideLLM environment setting guidebench refuses
+    /// ([`Error::Env`], naming every one), a scenario file that cannot be
+    /// read or mapped, a malformed
     /// `--label`, `--output`, `--seed`, `--tokenizer`, `--metrics`,
     /// `--data-column-mapper` or `--override`, a column mapping that does
     /// not fit the data, or an output file that cannot be written.
     pub fn plan(self, default_backend: &str) -> Result<RunPlan> {
-        let scenario = match &self.scenario {
+        let env = EnvSettings::read(self.guidellm_env)?;
+        let scenario = env.under(match &self.scenario {
             Some(path) => Scenario::read(path)?,
             None => Scenario::default(),
-        };
+        });
         let pick = |flags: Vec<String>, from_file: Option<Vec<String>>| {
             if flags.is_empty() {
                 from_file.unwrap_or_default()
@@ -104,7 +113,7 @@ impl Flags {
         };
         let output = pick(self.output, scenario.output.as_ref().map(|o| o.to_args()));
         let quiet = self.disable_console || scenario.disable_console == Some(true);
-        let mut outputs = outputs::parse_all(&output)?;
+        let mut outputs = outputs::parse_all_in(&output, env.results_dir.as_deref())?;
         if quiet {
             outputs.retain(|o| *o != Output::Console);
         } else if !outputs.contains(&Output::Console) {
@@ -149,11 +158,18 @@ impl Flags {
         let side_by_side = backends.len() > 1;
         // The flag wins over the scenario file's `data_column_mapper`,
         // and either maps the columns of whichever data wins.
-        let mappings = match (&self.data_column_mapper, &self.scenario) {
+        // The environment's, below both.
+        let mut mappings = match (&self.data_column_mapper, &self.scenario) {
             (Some(arg), _) => ColumnMappings::from_flag(arg)?,
             (None, Some(path)) => ColumnMappings::from_scenario_file(path)?,
             (None, None) => ColumnMappings::default(),
         };
+        if self.data_column_mapper.is_none()
+            && mappings == ColumnMappings::default()
+            && let Some(from_env) = env.column_mappings()
+        {
+            mappings = from_env.clone();
+        }
         let mut data = pick(self.data, scenario.data.as_ref().map(|d| d.to_args()));
         mappings.apply(&mut data)?;
         let base = PlanArgs {
@@ -193,6 +209,7 @@ impl Flags {
                     ..base.clone()
                 };
                 apply_overrides(&mut plan, &self.overrides)?;
+                env.fill_defaults(&mut plan);
                 Ok(plan)
             })
             .collect::<Result<Vec<_>>>()?;

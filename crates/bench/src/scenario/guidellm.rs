@@ -250,7 +250,7 @@ fn map_spec(spec: &Map<String, Value>, out: &mut Map<String, Value>, problems: &
         match key.as_str() {
             "backend" => match value.as_object() {
                 Some(backend) => {
-                    let mut backend = backend.clone();
+                    let mut backend = without_defaults(backend, BACKEND_DEFAULTS);
                     if let Some(Value::String(format)) = backend.get("request_format") {
                         let ours = match format.as_str() {
                             "/v1/chat/completions" => Some("chat"),
@@ -276,7 +276,19 @@ fn map_spec(spec: &Map<String, Value>, out: &mut Map<String, Value>, problems: &
                 None => problems.unsupported(&path, "must be an object"),
             },
             "data" => {
-                out.insert("data".into(), value.clone());
+                let data = match value {
+                    Value::Array(items) => Value::Array(
+                        items
+                            .iter()
+                            .map(|item| match item {
+                                Value::Object(o) => Value::Object(without_defaults(o, &[])),
+                                other => other.clone(),
+                            })
+                            .collect(),
+                    ),
+                    other => other.clone(),
+                };
+                out.insert("data".into(), data);
             }
             "constraints" => match value.as_array() {
                 Some(items) => {
@@ -332,12 +344,15 @@ fn map_spec(spec: &Map<String, Value>, out: &mut Map<String, Value>, problems: &
                 }
             }
             "data_preprocessors" | "data_finalizer" | "data_loader" => {
-                let default = match key.as_str() {
-                    "data_preprocessors" => json!([{"kind": "encode_media"}]),
-                    "data_finalizer" => json!({"kind": "generative"}),
-                    _ => json!({"kind": "pytorch"}),
+                let default = match (key.as_str(), value) {
+                    ("data_preprocessors", Value::Array(items)) => {
+                        items.len() == 1 && is_default_pipeline(&items[0], "encode_media")
+                    }
+                    ("data_finalizer", value) => is_default_pipeline(value, "generative"),
+                    ("data_loader", value) => is_default_pipeline(value, "pytorch"),
+                    _ => false,
                 };
-                if *value != default {
+                if !default {
                     problems.unsupported(&path, "only GuideLLM's default is supported");
                 }
             }
@@ -440,6 +455,81 @@ fn map_tokenizer(path: &str, value: &Value, out: &mut Map<String, Value>, proble
     }
 }
 
+/// Whether a field's value is GuideLLM's default.
+type IsDefault = fn(&Value) -> bool;
+
+/// Backend fields GuideLLM's reports write out at their defaults, which
+/// are what guidebench does: HTTP redirects followed, no tools (so no
+/// tool-call behaviour), no server-side history, no reasoning carried
+/// between turns.
+const BACKEND_DEFAULTS: &[(&str, IsDefault)] = &[
+    ("follow_redirects", |v| v.as_bool() == Some(true)),
+    ("server_history", |v| v.as_bool() == Some(false)),
+    ("multiturn_reasoning", |v| v.as_bool() == Some(false)),
+    ("tool_call_missing_behavior", |v| {
+        v.as_str() == Some("error_stop")
+    }),
+    // GuideLLM's route table, each path to itself: the paths guidebench
+    // requests.
+    ("api_routes", |v| {
+        v.as_object().is_some_and(|routes| {
+            routes
+                .iter()
+                .all(|(path, route)| route.as_str() == Some(path.trim_start_matches('/')))
+        })
+    }),
+];
+
+/// An object of a GuideLLM scenario without the fields its reports write
+/// out at their defaults: `null`, `{}` and `[]` (GuideLLM's unset fields),
+/// and each of `defaults` whose value is the default.
+fn without_defaults(
+    object: &Map<String, Value>,
+    defaults: &[(&str, IsDefault)],
+) -> Map<String, Value> {
+    object
+        .iter()
+        .filter(|(key, value)| {
+            let unset = match value {
+                Value::Null => true,
+                Value::Object(o) => o.is_empty(),
+                Value::Array(a) => a.is_empty(),
+                _ => false,
+            };
+            let default = defaults
+                .iter()
+                .any(|(name, is_default)| name == key && is_default(value));
+            !unset && !default
+        })
+        .map(|(key, value)| (key.clone(), value.clone()))
+        .collect()
+}
+
+/// Whether a data pipeline step is GuideLLM's default: its kind, with each
+/// other field absent or at GuideLLM 0.8.1's default (as its reports write
+/// them out in full).
+fn is_default_pipeline(value: &Value, kind: &str) -> bool {
+    let Some(o) = value.as_object() else {
+        return false;
+    };
+    o.iter().all(|(key, value)| match key.as_str() {
+        "kind" => value.as_str() == Some(kind),
+        "audio_kwargs" | "image_kwargs" | "video_kwargs" => {
+            value.is_null() || value.as_object().is_some_and(Map::is_empty)
+        }
+        "tool_call_mode" => value.is_null() || value.as_str() == Some("client"),
+        "samples" => value.is_null() || value.as_i64() == Some(-1),
+        "shuffle" => value.is_null() || value.as_bool() == Some(false),
+        "num_workers" => value.is_null() || value.as_i64() == Some(1),
+        "prefetch_factor" => value.is_null() || value.as_i64() == Some(4096),
+        _ => false,
+    })
+}
+
+/// The codes of the report warnings GuideLLM 0.8.1 checks by default,
+/// which its reports list in full under `metrics.warnings`.
+const GUIDELLM_WARNINGS: &[&str] = &["generation_delay_ttft", "root_late", "dataset_incomplete"];
+
 fn map_metrics(path: &str, value: &Value, out: &mut Map<String, Value>, problems: &mut Problems) {
     let Some(o) = value.as_object() else {
         problems.unsupported(path, "must be an object");
@@ -449,6 +539,21 @@ fn map_metrics(path: &str, value: &Value, out: &mut Map<String, Value>, problems
         let field = format!("{path}.{key}");
         match key.as_str() {
             "kind" if value.as_str() == Some("generative") => {}
+            // GuideLLM's defaults, which its reports write out: the 95 %
+            // intervals guidebench computes too, every request kept, the
+            // server's token counts preferred where it sends them (as
+            // guidebench does), and its default report warnings.
+            "confidence" if value.is_null() || value.as_f64() == Some(0.95) => {}
+            "sample_size" if value.is_null() => {}
+            "prefer_response_metrics" if value.is_null() || value.as_bool() == Some(true) => {}
+            "warnings"
+                if value.as_array().is_some_and(|warnings| {
+                    warnings.iter().all(|w| {
+                        w.get("code")
+                            .and_then(Value::as_str)
+                            .is_some_and(|code| GUIDELLM_WARNINGS.contains(&code))
+                    })
+                }) => {}
             "slo" if value.is_null() => {}
             "slo" => {
                 let Some(slo) = value.as_object() else {

@@ -4,8 +4,10 @@
 //! and the flags and the file merged into plans ([`Flags::plan`]).
 
 mod column_mapper;
+pub mod env;
 mod flags;
 pub mod guidellm;
+pub mod rerun;
 
 use std::path::Path;
 
@@ -130,6 +132,27 @@ impl Scenario {
             reason,
         };
         let value = read_value(path)?;
+        // A report given as a scenario: GuideLLM's keeps its scenario
+        // under `config`; guidebench's is re-run from its command line by
+        // the command line ([`rerun`]).
+        let value = match rerun::report_settings(path, &value)? {
+            // Where the report went is not where the re-run goes: its
+            // outputs are the flags' (or the defaults).
+            Some(rerun::ReportSettings::GuideLlm(mut config)) => {
+                if let Some(spec) = config.get_mut("spec").and_then(Value::as_object_mut) {
+                    spec.remove("outputs");
+                }
+                config
+            }
+            Some(rerun::ReportSettings::Command(_)) => {
+                return Err(invalid(
+                    "a guidebench report, re-run by `guidebench run -c FILE` itself; it \
+                     cannot be a scenario's part"
+                        .to_owned(),
+                ));
+            }
+            None => value,
+        };
         let value = if guidellm::is_guidellm(&value) {
             guidellm::convert(&value).map_err(|fields| Error::GuideLlm {
                 path: path.to_owned(),
