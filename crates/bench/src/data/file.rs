@@ -12,23 +12,32 @@
 //! before a model loads; each benchmark's [`FileSource`] then hands the
 //! items out in file order.
 //!
-//! Columns are mapped by name, with defaults:
+//! Columns are mapped by name, with GuideLLM 0.8.1's defaults: without the
+//! option, the first column in the file's order whose name is one of the
+//! defaults, in any case, singular or plural (`Prompts`, `images`), as
+//! GuideLLM's column mapper finds it:
 //!
-//! * the prompt: `prompt_column`, or the first present of `prompt`, `text`,
-//!   `input`, `question`, `instruction`, `content`. A JSON field (or a CSV
+//! * the prompt: `prompt_column`, or `prompt`, `instruction`, `question`,
+//!   `input`, `context`, `content`, `conversation`, `turn`, `text`,
+//!   `messages`, `chat_messages` (not the columns that group and order a
+//!   conversation's rows). A JSON field (or a CSV
 //!   cell holding JSON) may also be a list of chat messages
 //!   (`[{"role": "user", "content": "..."}]`, content as text or as a list
 //!   of OpenAI-style parts), which gives a [`RequestInput::Chat`];
-//! * the output length: `output_tokens_column`, or the first present of
-//!   `output_tokens`, `output_tokens_count`, `max_tokens`;
-//! * the prompt length: `prompt_tokens_column`, or the first present of
-//!   `prompt_tokens`, `prompt_tokens_count`; without one, text prompts are
-//!   counted through the tokenizer;
-//! * `image_column`, `audio_column`: a file path (relative to the data
+//! * the output length: `output_tokens_column`, or `output_tokens`,
+//!   `output_tokens_count`, `completion_tokens_count`, `max_tokens`;
+//! * the prompt length: `prompt_tokens_column`, or `prompt_tokens`,
+//!   `prompt_tokens_count`, `input_tokens_count`; without one, text
+//!   prompts are counted through the tokenizer;
+//! * images: `image_column`, or `image`, `picture`, `photo`, `img`; audio:
+//!   `audio_column`, or `audio`, `sound`, `voice`, `speech`, `wav`, `mp3`;
+//! * the system prompt: `system_column`, or `system_prompt`, `system`,
+//!   `prefix`;
+//! * an image or audio cell: a file path (relative to the data
 //!   file's folder), an `http(s)` URL or a `data:` URL, or a JSON list of
 //!   several. The item becomes a chat with one user message holding the
 //!   text, then the media;
-//! * `system_column`: a system message put first;
+//! * the system prompt is a system message put first;
 //! * sampling: the columns `temperature`, `top_p`, `top_k`, `seed` and
 //!   `stop` (a string, or a list of strings; in CSV a JSON list in the cell),
 //!   where present, set the row's own sampling, which wins over the run's
@@ -142,17 +151,20 @@ pub const FILE_OPTIONS: &[OptionSpec] = &[
         "image_column",
         OptionType::String,
         "a column of image paths or URLs (one, or a JSON list)",
-    ),
+    )
+    .default_from::<FileDefaults>(),
     OptionSpec::optional(
         "audio_column",
         OptionType::String,
         "a column of audio paths or URLs (one, or a JSON list)",
-    ),
+    )
+    .default_from::<FileDefaults>(),
     OptionSpec::optional(
         "system_column",
         OptionType::String,
         "a column of system prompts",
-    ),
+    )
+    .default_from::<FileDefaults>(),
     OptionSpec::optional(
         "conversation_column",
         OptionType::String,
@@ -192,18 +204,43 @@ pub const FILE_OPTIONS: &[OptionSpec] = &[
     super::ON_ERROR,
 ];
 
+// GuideLLM 0.8.1's column names (its generative column mapper's
+// defaults), with guidebench's own where it has more: a column is found
+// by name in any case, singular or plural (`Prompts`, `images`).
 const PROMPT_COLUMNS: &[&str] = &[
     "prompt",
-    "text",
-    "input",
-    "question",
     "instruction",
+    "question",
+    "input",
+    "context",
     "content",
+    "conversation",
+    "turn",
+    "text",
     "messages",
-    "conversations",
+    "chat_messages",
 ];
-const OUTPUT_TOKENS_COLUMNS: &[&str] = &["output_tokens", "output_tokens_count", "max_tokens"];
-const PROMPT_TOKENS_COLUMNS: &[&str] = &["prompt_tokens", "prompt_tokens_count"];
+const OUTPUT_TOKENS_COLUMNS: &[&str] = &[
+    "output_tokens",
+    "output_tokens_count",
+    "completion_tokens_count",
+    "max_tokens",
+];
+const PROMPT_TOKENS_COLUMNS: &[&str] = &["prompt_tokens", "prompt_tokens_count", "input_tokens_count"];
+const IMAGE_COLUMNS: &[&str] = &["image", "picture", "photo", "img"];
+const AUDIO_COLUMNS: &[&str] = &["audio", "sound", "voice", "speech", "wav", "mp3"];
+const SYSTEM_COLUMNS: &[&str] = &["system_prompt", "system", "prefix"];
+
+/// Whether a column's name is one of `names`, as GuideLLM matches it: in
+/// any case, singular or plural (`s`, `es`).
+fn named(column: &str, names: &[&str]) -> bool {
+    let column = column.to_ascii_lowercase();
+    names.iter().any(|name| {
+        column == *name
+            || column.strip_suffix("es") == Some(name)
+            || column.strip_suffix('s') == Some(name)
+    })
+}
 
 /// The defaults of [`FILE_OPTIONS`] as [`FileSource`] applies them (and,
 /// for `split`, the dataset reader); keyed by option name. A column list
@@ -218,6 +255,12 @@ pub(super) struct FileDefaults {
     output_tokens_column: &'static [&'static str],
     #[serde(serialize_with = "serialize_columns")]
     prompt_tokens_column: &'static [&'static str],
+    #[serde(serialize_with = "serialize_columns")]
+    image_column: &'static [&'static str],
+    #[serde(serialize_with = "serialize_columns")]
+    audio_column: &'static [&'static str],
+    #[serde(serialize_with = "serialize_columns")]
+    system_column: &'static [&'static str],
     conversation_column: &'static str,
     turn_column: &'static str,
     chat_turns: &'static str,
@@ -233,6 +276,9 @@ impl Default for FileDefaults {
             prompt_column: PROMPT_COLUMNS,
             output_tokens_column: OUTPUT_TOKENS_COLUMNS,
             prompt_tokens_column: PROMPT_TOKENS_COLUMNS,
+            image_column: IMAGE_COLUMNS,
+            audio_column: AUDIO_COLUMNS,
+            system_column: SYSTEM_COLUMNS,
             conversation_column: "conversation_id",
             turn_column: "turn",
             chat_turns: "split",
@@ -308,30 +354,47 @@ impl FileItems {
                         list(&present)
                     ),
                 })),
-                None => Ok(defaults
+                // As GuideLLM finds a column: the first in the file's
+                // order whose name is one of the defaults.
+                None => Ok(present
                     .iter()
-                    .find(|d| present.iter().any(|c| c == *d))
-                    .map(|d| (*d).to_string())),
+                    .find(|c| named(c, defaults))
+                    .cloned()),
             }
         };
-        let prompt =
-            find("prompt_column", d.prompt_column)?.ok_or_else(|| Error::NoPromptColumn {
-                context: context.to_string(),
-                path: path.to_path_buf(),
-                tried: d.prompt_column,
-                present: list(&present),
-            })?;
+        let exact = |key: &str, default: &str| -> Result<Option<String>> {
+            match string_option(options, key) {
+                Some(_) => find(key, &[]),
+                None => Ok(present.iter().find(|c| *c == default).cloned()),
+            }
+        };
+        let conversation = exact("conversation_column", d.conversation_column)?;
+        let turn = exact("turn_column", d.turn_column)?.filter(|_| conversation.is_some());
+        // The columns a conversation's rows are grouped and ordered by are
+        // not its prompt (GuideLLM's prompt names include `turn`).
+        let prompt = match string_option(options, "prompt_column") {
+            Some(_) => find("prompt_column", &[])?,
+            None => present
+                .iter()
+                .filter(|c| Some(*c) != conversation.as_ref() && Some(*c) != turn.as_ref())
+                .find(|c| named(c, d.prompt_column))
+                .cloned(),
+        };
+        let prompt = prompt.ok_or_else(|| Error::NoPromptColumn {
+            context: context.to_string(),
+            path: path.to_path_buf(),
+            tried: d.prompt_column,
+            present: list(&present),
+        })?;
         let columns = Columns {
             prompt,
             output_tokens: find("output_tokens_column", d.output_tokens_column)?,
             prompt_tokens: find("prompt_tokens_column", d.prompt_tokens_column)?,
-            image: find("image_column", &[])?,
-            audio: find("audio_column", &[])?,
-            system: find("system_column", &[])?,
+            image: find("image_column", d.image_column)?,
+            audio: find("audio_column", d.audio_column)?,
+            system: find("system_column", d.system_column)?,
         };
 
-        let conversation = find("conversation_column", &[d.conversation_column])?;
-        let turn = find("turn_column", &[d.turn_column])?.filter(|_| conversation.is_some());
         if conversation.is_none() && string_option(options, "turn_column").is_some() {
             return Err(Error::from(CoreError::InvalidOption {
                 context: context.to_string(),
@@ -1125,6 +1188,33 @@ mod tests {
     }
 
     #[test]
+    fn columns_are_found_as_guidellm_finds_them_in_any_case_and_plural() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        // GuideLLM takes the first column, in the file's order, named one
+        // of its defaults: `Questions` before `text`.
+        let path = write(
+            dir.path(),
+            "rows.jsonl",
+            "{\"id\": 1, \"Questions\": \"what?\", \"text\": \"no\", \"system_prompt\": \"be brief\", \
+             \"completion_tokens_count\": 5, \"input_tokens_count\": 9, \
+             \"pictures\": \"data:image/png;base64,iVBORw0KGgo=\"}\n",
+        );
+        let items = all(&mut open(&path, "").expect("source"));
+        let item = &items[0];
+        assert_eq!(item.output_tokens, Some(5));
+        assert_eq!(item.prompt_tokens, Some(9));
+        let RequestInput::Chat(messages) = &item.input else {
+            panic!("a chat: {:?}", item.input);
+        };
+        assert_eq!(messages[0], ChatMessage::text("system", "be brief"));
+        assert_eq!(messages[1].content[0], ContentPart::text("what?"));
+        assert!(
+            matches!(messages[1].content[1], ContentPart::Image { .. }),
+            "{messages:?}"
+        );
+    }
+
+    #[test]
     fn every_file_default_help_prints_is_the_one_parsing_applies() {
         let shown = |name: &str| {
             FILE_OPTIONS
@@ -1141,7 +1231,14 @@ mod tests {
         }
         assert_eq!(
             shown("prompt_column").as_deref(),
-            Some("prompt|text|input|question|instruction|content|messages|conversations")
+            Some(
+                "prompt|instruction|question|input|context|content|conversation|turn|text|\
+                 messages|chat_messages"
+            )
+        );
+        assert_eq!(
+            shown("image_column").as_deref(),
+            Some("image|picture|photo|img")
         );
         assert_eq!(shown("split").as_deref(), Some("train"));
         assert_eq!(shown("turn_delay").as_deref(), Some("0"));
