@@ -113,6 +113,93 @@ pub struct Display {
     /// The failures noted while the run went on, so that the final error
     /// does not say them again.
     failures: Vec<String>,
+    /// Without a live display, the benchmark's progress line every
+    /// [`PROGRESS_EVERY`].
+    ticker: Option<Ticker>,
+}
+
+/// How often a benchmark's progress is written as a line when standard
+/// error is no terminal (a CI log, `nohup`, a pipe).
+pub const PROGRESS_EVERY: Duration = Duration::from_secs(10);
+
+/// What the progress thread is told besides "time is up".
+enum Tick {
+    /// Write a line now (tests).
+    #[cfg(test)]
+    Now,
+}
+
+/// Writes a benchmark's progress as a plain line (no ANSI) at a steady
+/// interval, on a thread of its own, until dropped.
+struct Ticker {
+    tell: Option<std::sync::mpsc::Sender<Tick>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Ticker {
+    fn start(
+        name: String,
+        total: Option<u64>,
+        counters: Arc<Counters>,
+        every: Duration,
+        mut out: Box<dyn Write + Send>,
+    ) -> Ticker {
+        let (tell, told) = std::sync::mpsc::channel::<Tick>();
+        let started = std::time::Instant::now();
+        let thread = std::thread::Builder::new()
+            .name("guidebench-progress".into())
+            .spawn(move || {
+                use std::sync::mpsc::RecvTimeoutError;
+                loop {
+                    match told.recv_timeout(every) {
+                        Err(RecvTimeoutError::Disconnected) => break,
+                        Err(RecvTimeoutError::Timeout) => {}
+                        #[cfg(test)]
+                        Ok(Tick::Now) => {}
+                    }
+                    let line = progress_line(&name, total, &counters, started.elapsed());
+                    let _ = writeln!(out, "{line}");
+                    let _ = out.flush();
+                }
+            })
+            .ok();
+        Ticker {
+            tell: Some(tell),
+            thread,
+        }
+    }
+}
+
+impl Drop for Ticker {
+    fn drop(&mut self) {
+        // Hanging up wakes the thread, which ends.
+        self.tell.take();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// A benchmark's progress in one plain line: `benchmark concurrent@8:
+/// 120/500 requests done, 2 errors, 11.8 req/s, 340 output tok/s, 10 s`.
+fn progress_line(name: &str, total: Option<u64>, counters: &Counters, elapsed: Duration) -> String {
+    let done = counters.done.load(Ordering::Relaxed);
+    let secs = elapsed.as_secs_f64().max(1e-9);
+    #[allow(clippy::cast_precision_loss)] // a display.
+    let (requests, tokens) = (
+        done as f64 / secs,
+        counters.output_tokens.load(Ordering::Relaxed) as f64 / secs,
+    );
+    let count = match total {
+        Some(total) => format!("{done}/{total}"),
+        None => done.to_string(),
+    };
+    format!(
+        "benchmark {name}: {count} requests done, {} errors, {requests:.1} req/s, \
+         {tokens:.0} output tok/s, {:.0} s",
+        counters.errors.load(Ordering::Relaxed),
+        elapsed.as_secs_f64(),
+    )
 }
 
 /// Hub downloads on the live display: while a file downloads, the
@@ -251,6 +338,7 @@ impl Display {
                 counters,
                 quiet,
                 failures: Vec::new(),
+                ticker: None,
             };
         }
         // The bars fill their lines to this width and count on it to find
@@ -283,11 +371,13 @@ impl Display {
             counters,
             quiet,
             failures: Vec::new(),
+            ticker: None,
         }
     }
 
     /// Shows a phase without a count (loading the model, ...).
     pub fn phase(&mut self, message: &str) {
+        self.ticker = None;
         if self.live.is_none() && !self.quiet {
             eprintln!("{message}");
         }
@@ -306,11 +396,19 @@ impl Display {
     pub fn benchmark(&mut self, name: &str, total: Option<u64>) -> DisplayObserver {
         self.counters = Arc::new(Counters::default());
         self.downloads.set(None);
+        self.ticker = None;
         if self.live.is_none() && !self.quiet {
             match total {
                 Some(n) => eprintln!("benchmark {name}: sending up to {n} requests"),
                 None => eprintln!("benchmark {name}: sending"),
             }
+            self.ticker = Some(Ticker::start(
+                name.to_owned(),
+                total,
+                Arc::clone(&self.counters),
+                PROGRESS_EVERY,
+                Box::new(std::io::stderr()),
+            ));
         }
         let bar = self.live.as_mut().map(|live| {
             live.clear();
@@ -339,6 +437,7 @@ impl Display {
     /// Says how a benchmark ended: a line that stays, above the next
     /// benchmark's bar when the display is live.
     pub fn benchmark_done(&mut self, name: &str, seconds: f64) {
+        self.ticker = None;
         if self.quiet {
             return;
         }
@@ -369,7 +468,8 @@ impl Display {
 
     /// Ends the display: restores the terminal and says where engine
     /// output went; returns the failures it showed.
-    pub fn finish(self) -> Vec<String> {
+    pub fn finish(mut self) -> Vec<String> {
+        self.ticker = None;
         self.downloads.set(None);
         if self.live.is_some() {
             guidebench_hub::set_observer(Arc::new(LineObserver));
@@ -486,5 +586,63 @@ mod tests {
             "benchmark b: 12 requests done (4 first and 8 later turns of conversations), \
              0 errors, in 1.0 s"
         );
+    }
+
+    /// A writer the test reads back.
+    #[derive(Clone, Default)]
+    struct Shared(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Shared {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().expect("lock").extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn without_a_terminal_progress_is_a_plain_line_at_each_tick_until_the_benchmark_ends() {
+        let counters = Arc::new(Counters::default());
+        let out = Shared::default();
+        // An interval no test waits for: each line is asked for.
+        let ticker = Ticker::start(
+            "concurrent@8".to_owned(),
+            Some(500),
+            Arc::clone(&counters),
+            Duration::from_secs(3600),
+            Box::new(out.clone()),
+        );
+        counters.done.fetch_add(120, Ordering::Relaxed);
+        counters.errors.fetch_add(2, Ordering::Relaxed);
+        let tell = ticker.tell.clone().expect("sender");
+        tell.send(Tick::Now).expect("tick");
+        tell.send(Tick::Now).expect("tick");
+        drop(tell);
+        // Dropping the ticker joins its thread: every line asked for is out.
+        drop(ticker);
+        let text = String::from_utf8(out.0.lock().expect("lock").clone()).expect("utf-8");
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 2, "{text}");
+        for line in lines {
+            assert!(
+                line.starts_with("benchmark concurrent@8: 120/500 requests done, 2 errors, "),
+                "{line}"
+            );
+            assert!(!line.contains('\x1b'), "no ANSI: {line:?}");
+        }
+    }
+
+    #[test]
+    fn progress_lines_run_without_a_terminal_and_stop_with_the_benchmark_or_when_quiet() {
+        let mut display = Display::start(false, false);
+        let _observer = display.benchmark("b", None);
+        assert!(display.ticker.is_some(), "no terminal: lines");
+        display.benchmark_done("b", 0.0);
+        assert!(display.ticker.is_none(), "the benchmark ended");
+        let mut quiet = Display::start(false, true);
+        let _observer = quiet.benchmark("b", None);
+        assert!(quiet.ticker.is_none(), "--disable-console: none");
     }
 }
