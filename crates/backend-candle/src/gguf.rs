@@ -100,7 +100,8 @@ impl GgufTensors {
         };
         let mut file = File::open(path).map_err(|e| invalid(e.to_string()))?;
         let file_len = file.metadata().map_err(|e| invalid(e.to_string()))?.len();
-        let content = gguf_file::Content::read(&mut file).map_err(|e| invalid(e.to_string()))?;
+        let content = gguf_file::Content::read(&mut file)
+            .map_err(|e| invalid(crate::error::candle_message(&e)))?;
         let interleaved = gguf_rows_are_interleaved(config.architecture);
         let mut entries = HashMap::new();
         for (name, info) in &content.tensor_infos {

@@ -26,7 +26,7 @@ pub fn load_tensors(files: &[PathBuf], device: &Device) -> Result<HashMap<String
         let part = candle_core::safetensors::load(file, device).map_err(|e| {
             CandleError::InvalidWeights {
                 path: file.clone(),
-                reason: e.to_string(),
+                reason: crate::error::candle_message(&e),
             }
         })?;
         tensors.extend(part);

@@ -241,6 +241,17 @@ pub enum Error {
         source: std::io::Error,
     },
 
+    /// A scenario file that does not exist; for one of GuideLLM's built-in
+    /// scenario names (`chat`, `rhaiis/concurrent-1k-1k-equal`), `hint`
+    /// says that guidebench does not ship them and where to get the file.
+    #[error("the scenario file `{}` does not exist{hint}", path.display())]
+    MissingScenario {
+        /// The path as given.
+        path: std::path::PathBuf,
+        /// Empty, or `; ` and what to do instead.
+        hint: String,
+    },
+
     /// A scenario file that is not valid JSON or YAML, or has a field no
     /// flag has.
     #[error("invalid scenario `{}`: {reason}", path.display())]
@@ -349,9 +360,10 @@ impl Error {
             Error::NoPromptColumn { .. } => "no_prompt_column",
             Error::Start { .. } => "start",
             Error::Render { .. } | Error::Plot { .. } | Error::Yaml { .. } => "report",
-            Error::ReadScenario { .. } | Error::InvalidScenario { .. } | Error::GuideLlm { .. } => {
-                "invalid_scenario"
-            }
+            Error::ReadScenario { .. }
+            | Error::MissingScenario { .. }
+            | Error::InvalidScenario { .. }
+            | Error::GuideLlm { .. } => "invalid_scenario",
             Error::OverrideSyntax(_) | Error::Override { .. } | Error::LabelSyntax(_) => {
                 "invalid_option"
             }
@@ -382,6 +394,7 @@ impl Error {
             | Error::DataFormat { .. }
             | Error::NoPromptColumn { .. } => true,
             Error::ReadScenario { .. }
+            | Error::MissingScenario { .. }
             | Error::InvalidScenario { .. }
             | Error::GuideLlm { .. }
             | Error::OverrideSyntax(_)

@@ -363,6 +363,29 @@ fn take_sampling(backend: &mut KindArgs) -> Result<SamplingParams> {
             reason,
         })
     };
+    // GuideLLM's backend option `max_tokens` (the output length when the
+    // data does not fix it) is `sampling.max_tokens` here.
+    if let Some(max_tokens) = backend.options.remove("max_tokens") {
+        match backend
+            .options
+            .entry("sampling")
+            .or_insert_with(|| Value::Object(Map::new()))
+        {
+            Value::Object(group) if group.contains_key("max_tokens") => {
+                return Err(invalid(
+                    "max_tokens",
+                    "is GuideLLM's spelling of sampling.max_tokens, which is given too; give \
+                     one of them"
+                        .into(),
+                ));
+            }
+            Value::Object(group) => {
+                group.insert("max_tokens".into(), max_tokens);
+            }
+            // Not a group: refused below.
+            _ => {}
+        }
+    }
     let Some(group) = backend.options.remove("sampling") else {
         return Ok(SamplingParams::default());
     };
@@ -539,7 +562,17 @@ impl Session {
         let prepared = self.prepare()?;
         progress.phase("starting the backend and loading the model");
         let result = self.measure(&backend, prepared, progress, cancel).await;
-        let shutdown = backend.shutdown().await;
+        // Interrupted while the backend started (a model loading): the
+        // load may still hold it, and the interrupt asks for an exit
+        // within a second, so its shutdown is not waited for past that.
+        let shutdown = match &result {
+            Ok(report) if report.interrupted && report.benchmarks.is_empty() => {
+                tokio::time::timeout(INTERRUPTED_SHUTDOWN, backend.shutdown())
+                    .await
+                    .unwrap_or(Ok(()))
+            }
+            _ => backend.shutdown().await,
+        };
         let report = result?;
         shutdown?;
         Ok(report)
@@ -613,8 +646,23 @@ impl Session {
         cancel: watch::Receiver<bool>,
     ) -> Result<Report> {
         let plan = &self.plan;
-        backend.startup().await?;
-        let validation = backend.validate().await?;
+        // Ctrl-C while the backend starts (a model loading for seconds)
+        // ends the run at once: the report says it was interrupted before
+        // any benchmark, and is written as any interrupted report is.
+        // (An in-process backend loads its model as it is validated.)
+        let mut interrupted = cancel.clone();
+        let validation = tokio::select! {
+            validation = async {
+                backend.startup().await?;
+                backend.validate().await
+            } => validation?,
+            Ok(_) = interrupted.wait_for(|cancelled| *cancelled) => {
+                tracing::info!("interrupted while the backend started");
+                let mut report = Report::new(plan.config());
+                report.interrupted = true;
+                return Ok(report);
+            }
+        };
         let mut data = prepared;
         if data.tokenizer.is_none() {
             data.tokenizer = backend.tokenizer();
@@ -851,6 +899,10 @@ impl Session {
         Ok((run, feed.finish(), constraints))
     }
 }
+
+/// How long an interrupt during the backend's start waits for its
+/// shutdown (a model load that cannot stop) before the run ends anyway.
+const INTERRUPTED_SHUTDOWN: Duration = Duration::from_millis(500);
 
 /// A data item as a validated request: the item's own sampling fields win
 /// over the run's, its output length over `max_tokens`.

@@ -131,23 +131,39 @@ impl From<guidebench_core::Error> for Failure {
 /// Runs the command line with the process's arguments and returns the
 /// exit code.
 pub fn main() -> ExitCode {
-    let command = Cli::command().mut_subcommand("run", run::kinds_help);
-    let cli = match Cli::from_arg_matches(&command.get_matches()) {
+    let command = Cli::command().mut_subcommand("run", |run| guidellm_flags(run::kinds_help(run)));
+    let matches = command.get_matches();
+    if let Some(message) = matches
+        .subcommand_matches("run")
+        .and_then(guidellm_flag_given)
+    {
+        eprintln!("error: {message}");
+        return ExitCode::from(EXIT_USAGE);
+    }
+    let cli = match Cli::from_arg_matches(&matches) {
         Ok(cli) => cli,
         Err(err) => err.exit(),
     };
     // GUIDEBENCH_LOG, else GuideLLM's console log level
     // (GUIDELLM__LOGGING__CONSOLE_LOG_LEVEL, loguru's levels; `run`
     // refuses one that is no level), else warnings.
-    let filter =
-        tracing_subscriber::EnvFilter::try_from_env("GUIDEBENCH_LOG").unwrap_or_else(|_| {
+    // A set GUIDEBENCH_LOG that is no filter is bad usage, said before
+    // anything runs, not silently replaced.
+    let filter = match log_filter(std::env::var_os(LOG_VAR)) {
+        Ok(Some(filter)) => filter,
+        Ok(None) => {
             let vars = std::env::vars_os().filter_map(|(name, value)| {
                 Some((name.into_string().ok()?, value.into_string().ok()?))
             });
             tracing_subscriber::EnvFilter::new(
                 guidebench_bench::scenario::env::console_log_filter(vars).unwrap_or("warn"),
             )
-        });
+        }
+        Err(message) => {
+            eprintln!("error: {message}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(|| PlainUnlessTerminal)
@@ -197,6 +213,103 @@ fn one_line(err: &anyhow::Error) -> String {
         text.push_str(&cause);
     }
     text
+}
+
+/// The environment variable of guidebench's own log filter.
+const LOG_VAR: &str = "GUIDEBENCH_LOG";
+
+/// The log filter `GUIDEBENCH_LOG` gives: `None` when it is unset or
+/// empty; an error naming the variable and the parse error when it is set
+/// to something that is no filter (`guidebench=loud`).
+fn log_filter(
+    value: Option<std::ffi::OsString>,
+) -> Result<Option<tracing_subscriber::EnvFilter>, String> {
+    let Some(value) = value.filter(|v| !v.is_empty()) else {
+        return Ok(None);
+    };
+    let Some(text) = value.to_str() else {
+        return Err(format!("{LOG_VAR} is not UTF-8 text"));
+    };
+    tracing_subscriber::EnvFilter::try_new(text)
+        .map(Some)
+        .map_err(|e| {
+            format!(
+                "{LOG_VAR}=`{text}` is not a log filter: {e} (e.g. {LOG_VAR}=info or \
+                 {LOG_VAR}=guidebench=debug,warn)"
+            )
+        })
+}
+
+/// GuideLLM's earlier top-level flags of `guidellm benchmark` (before its
+/// scenario-shaped options), which `guidebench run` does not have, with
+/// what to write instead: `{}` stands for the value given.
+const GUIDELLM_FLAGS: &[(&str, &str)] = &[
+    ("target", "--backend kind=openai_http,target={}"),
+    (
+        "backend-type",
+        "--backend kind={} (a server: kind=openai_http; in process: kind=offline,engine=NAME)",
+    ),
+    (
+        "backend-args",
+        "the options on --backend: --backend kind=NAME,KEY=VALUE,...",
+    ),
+    ("model", "--backend KIND,...,model={}"),
+    ("processor", "--tokenizer {}"),
+    (
+        "data-args",
+        "the options on --data: --data kind=NAME,KEY=VALUE,...",
+    ),
+    ("rate-type", "--profile kind={}"),
+    (
+        "rate",
+        "the profile's own option: --profile kind=constant,rate={} (or poisson; \
+         kind=concurrent,streams={} for concurrent)",
+    ),
+    ("max-seconds", "--constraint kind=max_duration,seconds={}"),
+    ("max-requests", "--constraint kind=max_requests,count={}"),
+    ("max-errors", "--constraint kind=max_errors,count={}"),
+    ("max-error-rate", "--constraint kind=max_error_rate,rate={}"),
+    (
+        "max-global-error-rate",
+        "--constraint kind=max_global_error_rate,rate={}",
+    ),
+    ("random-seed", "--seed {}"),
+    ("output-path", "--output {}"),
+    (
+        "warmup-percent",
+        "--warmup P% (a fraction 0.1 is --warmup 10%)",
+    ),
+    (
+        "cooldown-percent",
+        "--cooldown P% (a fraction 0.1 is --cooldown 10%)",
+    ),
+];
+
+/// `run` with [`GUIDELLM_FLAGS`] as hidden flags, so that each is answered
+/// with what to write instead ([`guidellm_flag_given`]) rather than clap's
+/// "unexpected argument".
+fn guidellm_flags(run: clap::Command) -> clap::Command {
+    GUIDELLM_FLAGS.iter().fold(run, |run, (flag, _)| {
+        run.arg(
+            clap::Arg::new(*flag)
+                .long(*flag)
+                .hide(true)
+                .num_args(0..=1)
+                .action(clap::ArgAction::Append),
+        )
+    })
+}
+
+/// The usage error for the first of [`GUIDELLM_FLAGS`] given to `run`.
+fn guidellm_flag_given(run: &clap::ArgMatches) -> Option<String> {
+    GUIDELLM_FLAGS.iter().find_map(|(flag, instead)| {
+        let mut values = run.get_many::<String>(flag)?;
+        let value = values.next().map_or("N", String::as_str);
+        Some(format!(
+            "--{flag} is GuideLLM's flag, not guidebench's: write {}",
+            instead.replace("{}", value)
+        ))
+    })
 }
 
 fn export(args: &ExportArgs) -> Result<(), Failure> {
@@ -320,7 +433,8 @@ fn list_backends() -> Result<(), Failure> {
             kinds: vec![("mock-server", "", guidebench_openai::mock_server::OPTIONS)],
         },
     ];
-    let sections = guidebench_bench::help::option_sections(extra.to_vec())?;
+    let mut sections = guidebench_bench::help::option_sections(extra.to_vec())?;
+    engines::list_absent_apart(&mut sections);
     print!("{}", guidebench_bench::help::options_text(&sections));
     Ok(())
 }

@@ -848,3 +848,370 @@ fn a_report_given_as_the_scenario_re_runs_its_command_with_the_flags_given_now_o
         "{command}"
     );
 }
+
+/// Runs the binary in cargo's scratch folder with `env` set.
+fn guidebench_with_env(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+    let scratch = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli-runs");
+    std::fs::create_dir_all(&scratch).expect("scratch folder");
+    Command::new(env!("CARGO_BIN_EXE_guidebench"))
+        .args(args)
+        .envs(env.iter().copied())
+        .current_dir(&scratch)
+        .output()
+        .expect("the binary runs")
+}
+
+/// A usage failure's one line of standard error.
+fn usage_error(args: &[&str]) -> String {
+    let out = guidebench(args);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+    stderr
+}
+
+#[test]
+fn a_corrupt_gguf_model_is_one_line_without_candles_backtrace_even_with_rust_backtrace_set() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let model = dir.path().join("broken.gguf");
+    // A bad magic number: candle's reader refuses it with `bail!`, which
+    // captures a backtrace when RUST_BACKTRACE is set.
+    std::fs::write(&model, b"GGML\x03\x00\x00\x00").expect("write");
+    let backend = format!("kind=offline,engine=candle,model={}", model.display());
+    let out = guidebench_with_env(
+        &[
+            "run",
+            "--backend",
+            &backend,
+            "--data",
+            "kind=synthetic_text,prompt_tokens=4,output_tokens=2",
+            "--constraint",
+            "kind=max_requests,count=1",
+            "--output",
+            &format!("kind=json,path={}", dir.path().join("r.json").display()),
+        ],
+        &[("RUST_BACKTRACE", "1")],
+    );
+    let stderr = text(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{stderr}");
+    let errors: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error")).collect();
+    assert!(errors.iter().any(|l| l.contains("broken.gguf")), "{stderr}");
+    assert!(
+        !stderr.contains("backtrace") && !stderr.contains("candle_core::"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn an_unknown_option_or_kind_suggests_the_nearest_valid_name() {
+    let stderr = usage_error(&[
+        "run",
+        "--data",
+        "kind=synthetic_text,promt_tokens=4,output_tokens=2",
+    ]);
+    assert!(
+        stderr.contains(
+            "unknown option `promt_tokens` for data synthetic_text (did you mean \
+             `prompt_tokens`?); valid options: "
+        ),
+        "{stderr}"
+    );
+    for (args, hint) in [
+        (
+            &["run", "--data", "kind=synthetic_txt"][..],
+            "(did you mean `synthetic_text`?)",
+        ),
+        (
+            &["run", "--profile", "kind=synchronus"][..],
+            "(did you mean `synchronous`?)",
+        ),
+        (
+            &["run", "--output", "kind=jsno,path=x"][..],
+            "(did you mean `json`?)",
+        ),
+        (
+            &["run", "--backend", "kind=ofline,engine=mock"][..],
+            "(did you mean `offline`?)",
+        ),
+        (
+            &["run", "--backend", "kind=offline,engine=mokc"][..],
+            "(did you mean `mock`?)",
+        ),
+        (
+            &["run", "--constraint", "kind=max_request,count=2"][..],
+            "(did you mean `max_requests`?)",
+        ),
+    ] {
+        let stderr = usage_error(args);
+        assert!(stderr.contains(hint), "{args:?}: {stderr}");
+    }
+    // Nothing near: no hint.
+    let stderr = usage_error(&["run", "--profile", "kind=warp"]);
+    assert!(!stderr.contains("did you mean"), "{stderr}");
+}
+
+#[test]
+fn a_missing_scenario_file_says_so_and_a_guidellm_builtin_name_says_to_give_the_file() {
+    for name in ["chat", "rhaiis/concurrent-1k-1k-equal"] {
+        let stderr = usage_error(&["run", "--config", name]);
+        assert!(
+            stderr.contains(&format!("the scenario file `{name}` does not exist")),
+            "{stderr}"
+        );
+        assert!(
+            stderr.contains("GuideLLM's built-in scenarios")
+                && stderr.contains("guidebench does not ship")
+                && stderr.contains("guidellm/schemas/benchmark/scenarios/"),
+            "{stderr}"
+        );
+        assert!(!stderr.contains("os error"), "{stderr}");
+    }
+    let stderr = usage_error(&["run", "--config", "/nonexistent/scenario.yaml"]);
+    assert!(
+        stderr.contains("the scenario file `/nonexistent/scenario.yaml` does not exist"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("built-in"), "{stderr}");
+}
+
+#[test]
+fn a_scenario_value_of_the_wrong_type_names_its_field() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let scenario = dir.path().join("scenario.yaml");
+    std::fs::write(&scenario, "label:\n  - team\n  - infra\n").expect("write");
+    let stderr = usage_error(&["run", "--config", scenario.to_str().expect("utf-8")]);
+    assert!(
+        stderr.contains("label: invalid type: sequence, expected a map"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn export_reads_a_yaml_report() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let yaml = dir.path().join("report.yaml");
+    let run = guidebench(&[
+        "run",
+        "--backend",
+        "kind=offline,engine=mock",
+        "--data",
+        "kind=synthetic_text,prompt_tokens=8,output_tokens=4",
+        "--constraint",
+        "kind=max_requests,count=2",
+        "--output",
+        &format!("kind=yaml,path={}", yaml.display()),
+    ]);
+    assert_eq!(run.status.code(), Some(0), "{}", text(&run.stderr));
+    let export = common::guidebench_in(
+        dir.path(),
+        &[
+            "export",
+            yaml.to_str().expect("utf-8"),
+            "--output",
+            "console",
+        ],
+    );
+    assert_eq!(export.status.code(), Some(0), "{}", text(&export.stderr));
+    assert!(
+        text(&export.stdout).contains("Benchmarked: offline engine mock"),
+        "{}",
+        text(&export.stdout)
+    );
+}
+
+#[test]
+fn engines_that_are_not_compiled_in_are_never_listed_as_available() {
+    let out = guidebench(&["backends"]);
+    assert_eq!(out.status.code(), Some(0));
+    let stdout = text(&out.stdout);
+    let engines = stdout
+        .split("Engines (--backend kind=offline,engine=NAME,...):\n")
+        .nth(1)
+        .and_then(|rest| rest.split("\n\n").next())
+        .expect("an engines section");
+    for (engine, compiled) in [
+        ("ort", cfg!(feature = "ort")),
+        ("tch", cfg!(feature = "tch")),
+    ] {
+        let listed = engines
+            .lines()
+            .any(|l| l.split_whitespace().next() == Some(engine));
+        assert_eq!(listed, compiled, "{engine} in {engines}");
+        if !compiled {
+            assert!(
+                stdout.contains(&format!(
+                    "  {engine:<14} not compiled in; build with --features {engine}"
+                )),
+                "{stdout}"
+            );
+            let stderr = usage_error(&["run", "--backend", "kind=offline,engine=nope"]);
+            assert!(
+                stderr.contains(&format!(
+                    "{engine} (not compiled in; build with --features {engine})"
+                )),
+                "{stderr}"
+            );
+            assert!(!stderr.contains(&format!(" {engine},")), "{stderr}");
+        }
+    }
+}
+
+#[test]
+fn a_guidebench_log_that_is_no_filter_is_a_usage_error_naming_the_variable() {
+    let out = guidebench_with_env(&["backends"], &[("GUIDEBENCH_LOG", "guidebench=loud")]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.starts_with("error: GUIDEBENCH_LOG=`guidebench=loud` is not a log filter: "),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty(), "nothing ran");
+    // A valid one, and an empty one, are fine.
+    for value in ["guidebench=debug,warn", ""] {
+        let out = guidebench_with_env(&["backends"], &[("GUIDEBENCH_LOG", value)]);
+        assert_eq!(out.status.code(), Some(0), "{value}: {}", text(&out.stderr));
+    }
+}
+
+#[test]
+fn guidellm_max_tokens_on_the_backend_is_sampling_max_tokens() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let json = dir.path().join("report.json");
+    let out = guidebench(&[
+        "run",
+        "--backend",
+        "kind=offline,engine=mock,max_tokens=3",
+        "--data",
+        "kind=synthetic_text,prompt_tokens=8,output_tokens=4",
+        "--constraint",
+        "kind=max_requests,count=1",
+        "--output",
+        &format!("kind=json,path={}", json.display()),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(read_json(&json)["config"]["sampling"]["max_tokens"], 3);
+    let stderr = usage_error(&[
+        "run",
+        "--backend",
+        "kind=offline,engine=mock,max_tokens=3,sampling.max_tokens=4",
+    ]);
+    assert!(stderr.contains("give one of them"), "{stderr}");
+}
+
+#[test]
+fn guidellm_spellings_guidebench_lacks_say_what_to_write_instead() {
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &[
+                "run",
+                "--data",
+                "kind=synthetic_text,prompt_tokens=8,output_tokens=4,prefix_tokens=16,prefix_count=4",
+            ],
+            "prefix_buckets=[{\"tokens\": 16, \"count\": 4}]",
+        ),
+        (
+            &["run", "--max-seconds", "30"],
+            "--max-seconds is GuideLLM's flag, not guidebench's: write --constraint \
+             kind=max_duration,seconds=30",
+        ),
+        (
+            &["run", "--max-requests", "5"],
+            "--constraint kind=max_requests,count=5",
+        ),
+        (&["run", "--rate", "4"], "--profile kind=constant,rate=4"),
+        (
+            &["run", "--target", "http://localhost:8000"],
+            "--backend kind=openai_http,target=http://localhost:8000",
+        ),
+        (
+            &["run", "--backend", "kind=vllm_python"],
+            "unknown backend kind `vllm_python`: GuideLLM's backend running vLLM in its own \
+             process; guidebench runs a model in process with --backend kind=offline",
+        ),
+    ];
+    for (args, says) in cases {
+        let stderr = usage_error(args);
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+    }
+}
+
+#[test]
+fn requests_the_model_s_context_cuts_short_are_recorded_and_warned_about() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tempdir");
+    let run = |max_seq_len: &str| {
+        let out = common::guidebench_in(
+            dir.path(),
+            &[
+                "run",
+                "--backend",
+                &format!("kind=offline,engine=candle,model=builtin:tiny{max_seq_len}"),
+                "--data",
+                "kind=synthetic_text,prompt_tokens=56,output_tokens=16",
+                "--constraint",
+                "kind=max_requests,count=3",
+                "--output",
+                "kind=console",
+                "--output",
+                "report.json",
+            ],
+        );
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        (
+            text(&out.stdout),
+            read_json(&dir.path().join("report.json")),
+        )
+    };
+    // 56 prompt tokens (57 with BOS) in a context of 64 leave room for 8
+    // more, and the last token needs none: 9 of the 16 asked for.
+    let (console, report) = run(",max_seq_len=64");
+    let records = report["benchmarks"][0]["records"]["records"]
+        .as_array()
+        .expect("records");
+    assert_eq!(records.len(), 3);
+    for record in records {
+        assert_eq!(record["finish_reason"], "length");
+        assert_eq!(record["output_tokens"], 9, "{record}");
+        assert_eq!(record["cut_short_of"], 16, "{record}");
+    }
+    assert!(
+        console.contains(
+            "warning: in throughput@256: 3 of 3 successful requests stopped at a length limit \
+             before their max_tokens (9.0 of 16.0 output tokens on average)"
+        ),
+        "{console}"
+    );
+    // With room for every token asked for, nothing is cut and nothing said.
+    let (console, report) = run("");
+    let record = &report["benchmarks"][0]["records"]["records"][0];
+    assert_eq!(record["output_tokens"], 16);
+    assert!(record.get("cut_short_of").is_none(), "{record}");
+    assert!(!console.contains("length limit"), "{console}");
+}
+
+/// Ctrl-C while the model loads (a mock engine whose load takes a minute):
+/// the run does not wait for the load; it writes its report, marked
+/// interrupted with no benchmarks, and exits with 130. Twice in a row (what
+/// `timeout -s INT` and a terminal's process group send) ends the same way.
+#[cfg(unix)]
+#[test]
+fn ctrl_c_during_the_model_load_writes_the_report_and_exits_130_without_waiting_for_the_load() {
+    for interrupts in [1, 2] {
+        let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tempdir");
+        let json = dir.path().join("report.json");
+        let mut running = common::Running::start(&[
+            "--backend",
+            "kind=offline,engine=mock,load_time=60s",
+            "--output",
+            &format!("kind=json,path={}", json.display()),
+        ]);
+        running.wait_for("loading the model", 1, std::time::Duration::from_secs(30));
+        for _ in 0..interrupts {
+            running.interrupt();
+        }
+        // A guard against a hang, far below the load's minute.
+        let (code, _) = running.wait_within(std::time::Duration::from_secs(20));
+        assert_eq!(code, Some(130), "{interrupts} interrupt(s)");
+        let report = read_json(&json);
+        assert_eq!(report["interrupted"], true);
+        assert_eq!(report["benchmarks"].as_array().map(Vec::len), Some(0));
+    }
+}

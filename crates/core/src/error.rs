@@ -11,6 +11,52 @@ impl From<guidebench_hub::Error> for Error {
     }
 }
 
+/// The valid name nearest to `name`, for a "did you mean" hint in an
+/// error: the closest by edit distance (Damerau-Levenshtein, ignoring
+/// case, so a swapped pair counts once) when it is within one edit for a
+/// name of up to four characters and two for a longer one; else the one
+/// valid name that `name` begins (`synth` for `synthetic_text`) or that
+/// begins `name`, for a name of at least three characters. `None` when no
+/// valid name is that close, or when the prefix fits several.
+///
+/// Every unknown-option and unknown-name error ([`Error::UnknownOption`],
+/// [`Error::UnknownName`]) shows it; other crates' errors of the kind call
+/// it or [`did_you_mean`].
+pub fn nearest_name<'a, S: AsRef<str>>(name: &str, candidates: &'a [S]) -> Option<&'a str> {
+    let wanted = name.to_lowercase();
+    let limit = if wanted.chars().count() <= 4 { 1 } else { 2 };
+    let closest = candidates
+        .iter()
+        .map(|c| {
+            let c = c.as_ref();
+            (strsim::damerau_levenshtein(&wanted, &c.to_lowercase()), c)
+        })
+        .filter(|&(distance, _)| distance <= limit)
+        .min_by_key(|&(distance, _)| distance);
+    if let Some((_, c)) = closest {
+        return Some(c);
+    }
+    if wanted.chars().count() < 3 {
+        return None;
+    }
+    let mut prefixed = candidates.iter().map(AsRef::as_ref).filter(|c| {
+        let c = c.to_lowercase();
+        c.starts_with(&wanted) || wanted.starts_with(&c)
+    });
+    match (prefixed.next(), prefixed.next()) {
+        (Some(only), None) => Some(only),
+        _ => None,
+    }
+}
+
+/// ` (did you mean `NAME`?)` with the [`nearest_name`] to `name`, or
+/// nothing: the hint an unknown-name error puts after the name.
+pub fn did_you_mean<S: AsRef<str>>(name: &str, candidates: &[S]) -> String {
+    nearest_name(name, candidates)
+        .map(|near| format!(" (did you mean `{near}`?)"))
+        .unwrap_or_default()
+}
+
 /// Everything that can go wrong in the core crate, and what engines and
 /// backends report through it.
 ///
@@ -29,7 +75,7 @@ pub enum Error {
     },
 
     /// An option key that the component does not know.
-    #[error("unknown option `{key}` for {context}; valid options: {}", valid.join(", "))]
+    #[error("unknown option `{key}` for {context}{}; valid options: {}", did_you_mean(key, valid), valid.join(", "))]
     UnknownOption {
         /// The component the option was given to (`backend offline`, `engine mock`, ...).
         context: String,
@@ -60,7 +106,7 @@ pub enum Error {
     },
 
     /// A name (engine, backend kind, ...) that nothing registered.
-    #[error("unknown {what} `{name}`; available: {}", if available.is_empty() { "none".to_string() } else { available.join(", ") })]
+    #[error("unknown {what} `{name}`{}; available: {}", did_you_mean(name, available), if available.is_empty() { "none".to_string() } else { available.join(", ") })]
     UnknownName {
         /// What kind of thing was looked up (`engine`, `backend kind`).
         what: &'static str,
@@ -68,6 +114,18 @@ pub enum Error {
         name: String,
         /// Every registered name, sorted.
         available: Vec<String>,
+    },
+
+    /// A name of GuideLLM's (a backend kind) that guidebench does not have
+    /// under that name: what to write instead.
+    #[error("unknown {what} `{name}`: {instead}")]
+    GuideLlmName {
+        /// What kind of thing was looked up (`backend kind`).
+        what: &'static str,
+        /// The name that was asked for.
+        name: String,
+        /// What it is in GuideLLM and what to write here.
+        instead: String,
     },
 
     /// Two registrations used the same name.
@@ -357,7 +415,7 @@ impl Error {
             Error::UnknownOption { .. } => "unknown_option",
             Error::InvalidOption { .. } => "invalid_option",
             Error::MissingOption { .. } => "missing_option",
-            Error::UnknownName { .. } => "unknown_name",
+            Error::UnknownName { .. } | Error::GuideLlmName { .. } => "unknown_name",
             Error::DuplicateName { .. } => "duplicate_name",
             Error::InvalidRequest { .. } => "invalid_request",
             Error::Template(_) => "template",
@@ -455,6 +513,7 @@ impl Error {
             | Error::InvalidOption { .. }
             | Error::MissingOption { .. }
             | Error::UnknownName { .. }
+            | Error::GuideLlmName { .. }
             | Error::InvalidRequest { .. }
             | Error::Template(_)
             | Error::Io { .. }
@@ -571,6 +630,53 @@ mod tests {
             err.to_string(),
             "unknown engine `vllm`; available: candle, mock"
         );
+    }
+
+    #[test]
+    fn an_unknown_option_suggests_the_nearest_valid_option() {
+        let err = Error::UnknownOption {
+            context: "data synthetic_text".into(),
+            key: "promt_tokens".into(),
+            valid: vec![
+                "output_tokens".into(),
+                "prompt_tokens".into(),
+                "seed".into(),
+            ],
+        };
+        assert_eq!(
+            err.to_string(),
+            "unknown option `promt_tokens` for data synthetic_text (did you mean \
+             `prompt_tokens`?); valid options: output_tokens, prompt_tokens, seed"
+        );
+    }
+
+    #[test]
+    fn an_unknown_name_suggests_the_nearest_available_name_and_only_a_near_one() {
+        let available: Vec<String> = ["concurrent", "constant", "poisson", "synchronous"]
+            .map(String::from)
+            .to_vec();
+        let err = |name: &str| Error::UnknownName {
+            what: "profile kind",
+            name: name.into(),
+            available: available.clone(),
+        };
+        assert_eq!(
+            err("synchronus").to_string(),
+            "unknown profile kind `synchronus` (did you mean `synchronous`?); available: \
+             concurrent, constant, poisson, synchronous"
+        );
+        assert!(
+            err("warp")
+                .to_string()
+                .starts_with("unknown profile kind `warp`; available")
+        );
+        // A clear prefix; an ambiguous one gets no hint.
+        assert_eq!(nearest_name("sync", &available), Some("synchronous"));
+        assert_eq!(nearest_name("con", &available), None);
+        // A swapped pair is one edit; case does not count.
+        assert_eq!(nearest_name("Poisosn", &available), Some("poisson"));
+        assert_eq!(nearest_name("mokc", &["candle", "mock"]), Some("mock"));
+        assert_eq!(nearest_name("nope", &["candle", "mock"]), None);
     }
 
     #[test]

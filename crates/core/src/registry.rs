@@ -59,6 +59,19 @@ pub struct BuiltinModel {
     pub create: fn(&Path) -> Result<PathBuf>,
 }
 
+/// An engine that this binary was built without (its cargo feature off),
+/// registered by [`register_absent_engine!`](crate::register_absent_engine)
+/// beside its stand-in: listed apart from the engines compiled in, never as
+/// one of them.
+#[derive(Debug)]
+pub struct AbsentEngine {
+    /// The engine's name (`engine=NAME`).
+    pub name: &'static str,
+    /// The cargo feature that builds it in.
+    pub feature: &'static str,
+}
+
+inventory::collect!(AbsentEngine);
 inventory::collect!(EngineRegistration);
 inventory::collect!(BackendRegistration);
 inventory::collect!(BuiltinModel);
@@ -67,12 +80,27 @@ inventory::collect!(BuiltinModel);
 pub trait Named {
     /// The unique name.
     fn name(&self) -> &'static str;
+
+    /// The cargo feature this binary lacks for it, when it is only a
+    /// stand-in that says so; `None` for what is compiled in.
+    fn missing_feature(&self) -> Option<&'static str> {
+        None
+    }
 }
 
 impl Named for EngineRegistration {
     fn name(&self) -> &'static str {
         self.name
     }
+
+    fn missing_feature(&self) -> Option<&'static str> {
+        absent_engine(self.name).map(|absent| absent.feature)
+    }
+}
+
+/// The engine `name` when it is registered as not compiled in.
+pub fn absent_engine(name: &str) -> Option<&'static AbsentEngine> {
+    inventory::iter::<AbsentEngine>().find(|absent| absent.name == name)
 }
 
 impl Named for BackendRegistration {
@@ -112,7 +140,8 @@ impl<T: Named + 'static> Registry<T> {
         Ok(Registry { what, entries: map })
     }
 
-    /// Looks up a name; an unknown name lists the registered ones.
+    /// Looks up a name; an unknown name lists the registered ones (see
+    /// [`listed`](Self::listed)).
     pub fn get(&self, name: &str) -> Result<&'static T> {
         self.entries
             .get(name)
@@ -120,13 +149,35 @@ impl<T: Named + 'static> Registry<T> {
             .ok_or_else(|| Error::UnknownName {
                 what: self.what,
                 name: name.to_owned(),
-                available: self.names().map(str::to_owned).collect(),
+                available: self.listed(),
             })
     }
 
-    /// Registered names, sorted.
+    /// Registered names, sorted, stand-ins for what is not compiled in
+    /// included.
     pub fn names(&self) -> impl Iterator<Item = &'static str> + '_ {
         self.entries.keys().copied()
+    }
+
+    /// The names to offer a user, sorted: those compiled in, then each
+    /// stand-in as `NAME (not compiled in; build with --features F)`, so
+    /// that no list shows an engine this binary lacks as available.
+    pub fn listed(&self) -> Vec<String> {
+        let (present, absent): (Vec<&T>, Vec<&T>) = self
+            .entries
+            .values()
+            .partition(|entry| entry.missing_feature().is_none());
+        present
+            .into_iter()
+            .map(|entry| entry.name().to_owned())
+            .chain(absent.into_iter().map(|entry| {
+                format!(
+                    "{} (not compiled in; build with --features {})",
+                    entry.name(),
+                    entry.missing_feature().unwrap_or(entry.name())
+                )
+            }))
+            .collect()
     }
 
     /// Registrations, sorted by name.
@@ -175,9 +226,44 @@ pub fn builtin_models() -> Result<&'static Registry<BuiltinModel>> {
     cached(&CELL, "builtin model")
 }
 
+/// GuideLLM 0.8.1's backend kinds that run vLLM in its own process:
+/// guidebench's in-process engines are `kind=offline`.
+const GUIDELLM_IN_PROCESS_KINDS: &[&str] =
+    &["vllm_python", "vllm_python_async", "vllm_python_batch"];
+
 /// Creates a backend from a parsed `--backend kind=…` argument.
+///
+/// # Errors
+///
+/// An unknown kind: [`Error::UnknownName`] listing the registered ones, or
+/// for one of GuideLLM's in-process vLLM kinds [`Error::GuideLlmName`]
+/// pointing to `kind=offline`; then the backend's own errors.
 pub fn create_backend(args: KindArgs) -> Result<Box<dyn Backend>> {
-    let registration = backends()?.get(&args.kind)?;
+    let registry = backends()?;
+    let registration = registry.get(&args.kind).map_err(|unknown| {
+        if !GUIDELLM_IN_PROCESS_KINDS.contains(&args.kind.as_str()) {
+            return unknown;
+        }
+        let engines: Vec<&str> = engines()
+            .map(|r| {
+                r.iter()
+                    .filter(|e| e.missing_feature().is_none())
+                    .map(|e| e.name)
+                    .collect()
+            })
+            .unwrap_or_default();
+        Error::GuideLlmName {
+            what: "backend kind",
+            name: args.kind.clone(),
+            instead: format!(
+                "GuideLLM's backend running vLLM in its own process; guidebench runs a model \
+                 in process with --backend kind=offline,engine=NAME,model=MODEL (engines: {}), \
+                 or benchmarks a vLLM server with kind=openai_http,target=URL; available: {}",
+                engines.join(", "),
+                registry.listed().join(", ")
+            ),
+        }
+    })?;
     (registration.create)(args)
 }
 
@@ -214,8 +300,9 @@ pub const ABSENT_ENGINE_OPTIONS: &[OptionSpec] = &[OptionSpec::optional(
 )];
 
 /// Registers a stand-in for an engine whose cargo feature is off: it is
-/// listed, and using it fails with [`Error::NotCompiledIn`] naming the
-/// feature, so `engine=tch` in a build without `tch` says how to get it.
+/// listed as not compiled in (an [`AbsentEngine`]), and using it fails with
+/// [`Error::NotCompiledIn`] naming the feature, so `engine=tch` in a build
+/// without `tch` says how to get it.
 ///
 /// ```ignore
 /// #[cfg(not(feature = "tch"))]
@@ -235,9 +322,15 @@ macro_rules! register_absent_engine {
             }
             $crate::register_engine! {
                 name: $name,
-                description: concat!("(not compiled in: rebuild with --features ", $feature, ")"),
+                description: concat!("not compiled in; build with --features ", $feature),
                 options: $crate::registry::ABSENT_ENGINE_OPTIONS,
                 create: not_compiled_in,
+            }
+            $crate::__inventory::submit! {
+                $crate::registry::AbsentEngine {
+                    name: $name,
+                    feature: $feature,
+                }
             }
         };
     };

@@ -328,9 +328,27 @@ pub struct RequestRecord {
     pub images: Option<crate::vision::ImageStats>,
     /// Timings; for an error, at least the start and end the caller saw.
     pub timings: RequestTimings,
+    /// For a success that a length limit stopped (finish reason `length`)
+    /// before the output tokens it asked for: how many it asked for
+    /// (`max_tokens`). The model's context (an engine's `max_seq_len`) or
+    /// the server's own limit cut it. Set by the runner
+    /// ([`RequestRecord::note_max_tokens`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cut_short_of: Option<u32>,
 }
 
 impl RequestRecord {
+    /// Notes the output tokens the request asked for: a success that a
+    /// length limit stopped before them gets [`RequestRecord::cut_short_of`].
+    pub fn note_max_tokens(&mut self, max_tokens: u32) {
+        if self.status == RequestStatus::Success
+            && self.finish_reason == Some(FinishReason::Length)
+            && self.output_tokens < max_tokens
+        {
+            self.cut_short_of = Some(max_tokens);
+        }
+    }
+
     /// The record of a served request.
     pub fn success(response: GenerationResponse, keep_text: bool) -> Self {
         RequestRecord {
@@ -343,6 +361,7 @@ impl RequestRecord {
             text: keep_text.then_some(response.text),
             images: response.images,
             timings: response.timings,
+            cut_short_of: None,
         }
     }
 
@@ -362,6 +381,7 @@ impl RequestRecord {
                 end: Some(end),
                 ..RequestTimings::default()
             },
+            cut_short_of: None,
         }
     }
 
@@ -380,6 +400,7 @@ impl RequestRecord {
                 start: Some(start),
                 ..RequestTimings::default()
             },
+            cut_short_of: None,
         }
     }
 
@@ -397,6 +418,7 @@ impl RequestRecord {
             text: keep_text.then_some(response.text),
             images: response.images,
             timings: response.timings,
+            cut_short_of: None,
         }
     }
 
@@ -409,6 +431,40 @@ impl RequestRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_length_stop_short_of_max_tokens_is_noted_as_cut_short() {
+        let response = |output_tokens: u32, finish_reason| GenerationResponse {
+            id: 0,
+            text: String::new(),
+            token_ids: Vec::new(),
+            prompt_tokens: 250,
+            output_tokens,
+            finish_reason,
+            timings: RequestTimings::default(),
+            images: None,
+        };
+        let noted = |output_tokens, finish_reason| {
+            let mut record = RequestRecord::success(response(output_tokens, finish_reason), false);
+            record.note_max_tokens(16);
+            record.cut_short_of
+        };
+        assert_eq!(
+            noted(7, FinishReason::Length),
+            Some(16),
+            "the context cut it"
+        );
+        assert_eq!(noted(16, FinishReason::Length), None, "max_tokens reached");
+        assert_eq!(noted(7, FinishReason::Eos), None, "the model ended it");
+        assert_eq!(noted(7, FinishReason::Stop), None, "a stop string ended it");
+        let mut interrupted =
+            RequestRecord::interrupted(response(7, FinishReason::Interrupted), false);
+        interrupted.note_max_tokens(16);
+        assert_eq!(
+            interrupted.cut_short_of, None,
+            "incomplete, counted as such"
+        );
+    }
 
     fn ts(ms: i64) -> Timestamp {
         Timestamp(ms * 1_000_000)

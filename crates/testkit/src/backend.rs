@@ -303,7 +303,13 @@ impl Backend for MockBackend {
             token_ids: (1..=output_tokens).collect(),
             prompt_tokens: 1,
             output_tokens,
-            finish_reason: FinishReason::Length,
+            // As a model answers: `length` once `max_tokens` is reached,
+            // otherwise an end-of-sequence token ended it first.
+            finish_reason: if output_tokens >= request.sampling.max_tokens {
+                FinishReason::Length
+            } else {
+                FinishReason::Eos
+            },
             timings: RequestTimings {
                 start: Some(start),
                 end: tokens.last().copied(),

@@ -226,7 +226,8 @@ const OUTPUT_TOKENS_COLUMNS: &[&str] = &[
     "completion_tokens_count",
     "max_tokens",
 ];
-const PROMPT_TOKENS_COLUMNS: &[&str] = &["prompt_tokens", "prompt_tokens_count", "input_tokens_count"];
+const PROMPT_TOKENS_COLUMNS: &[&str] =
+    &["prompt_tokens", "prompt_tokens_count", "input_tokens_count"];
 const IMAGE_COLUMNS: &[&str] = &["image", "picture", "photo", "img"];
 const AUDIO_COLUMNS: &[&str] = &["audio", "sound", "voice", "speech", "wav", "mp3"];
 const SYSTEM_COLUMNS: &[&str] = &["system_prompt", "system", "prefix"];
@@ -356,10 +357,7 @@ impl FileItems {
                 })),
                 // As GuideLLM finds a column: the first in the file's
                 // order whose name is one of the defaults.
-                None => Ok(present
-                    .iter()
-                    .find(|c| named(c, defaults))
-                    .cloned()),
+                None => Ok(present.iter().find(|c| named(c, defaults)).cloned()),
             }
         };
         let exact = |key: &str, default: &str| -> Result<Option<String>> {

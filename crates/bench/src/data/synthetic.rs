@@ -100,6 +100,13 @@ pub const SYNTHETIC_TEXT_OPTIONS: &[OptionSpec] = &[
          takes one of `count` distinct prefixes of `tokens` tokens from a bucket drawn by weight \
          (tokens 0: no prefix)",
     ),
+    // Listed so that it is refused with what to write, not as unknown.
+    OptionSpec::optional(
+        "prefix_count",
+        OptionType::Int,
+        "GuideLLM's shorthand for one prefix bucket, refused: write \
+         prefix_buckets=[{\"tokens\": T, \"count\": N}]",
+    ),
     OptionSpec::optional(
         "turns",
         OptionType::Int,
@@ -954,6 +961,19 @@ impl SyntheticTextConfig {
         let d = SyntheticTextDefaults::default();
         let prefix_tokens =
             u32_option(context, options, "prefix_tokens", 0)?.unwrap_or(d.prefix_tokens);
+        if let Some(count) = options.get("prefix_count") {
+            // GuideLLM's `prefix_count=N` (with `prefix_tokens=T`) is one
+            // bucket of N distinct prefixes of T tokens.
+            return Err(Error::from(CoreError::InvalidOption {
+                context: context.to_string(),
+                key: "prefix_count".to_string(),
+                reason: format!(
+                    "GuideLLM's shorthand is not read here; for {count} distinct prefixes of \
+                     {prefix_tokens} tokens write prefix_buckets=[{{\"tokens\": {prefix_tokens}, \
+                     \"count\": {count}}}] (without prefix_tokens)"
+                ),
+            }));
+        }
         let prefix_buckets = match options.get("prefix_buckets") {
             None => Vec::new(),
             Some(value) => {

@@ -93,6 +93,11 @@ pub struct CompactRecord {
     /// engine; absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub images: Option<CompactImages>,
+    /// The output tokens it asked for, for a success a length limit (the
+    /// model's context, the server's) stopped before them; absent
+    /// otherwise (see [`RequestRecord::cut_short_of`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cut_short_of: Option<u32>,
 }
 
 /// What a record keeps of a request's images
@@ -367,6 +372,7 @@ impl CompactRecords {
                 })
             }),
             images: record.images.map(CompactImages::of),
+            cut_short_of: record.cut_short_of,
         };
         self.records.push(compact);
     }
@@ -397,6 +403,7 @@ impl CompactRecords {
                 first_content: at(record.reasoning.as_ref().and_then(|r| r.first_content)),
                 reasoning_tokens: record.reasoning.as_ref().and_then(|r| r.tokens),
             },
+            cut_short_of: record.cut_short_of,
         }
     }
 
@@ -481,6 +488,7 @@ mod tests {
                 first_content: None,
                 reasoning_tokens: None,
             },
+            cut_short_of: None,
         }
     }
 
@@ -653,6 +661,7 @@ mod tests {
                         first_content: tail.map(|t| at(start + t)),
                         reasoning_tokens: delay.map(|d| u32::try_from(d).unwrap_or(0)),
                     },
+                    cut_short_of: None,
                 };
                 let compact = CompactRecords::from_records(origin, [&record]);
                 prop_assert_eq!(&compact.to_records()[0], &record);

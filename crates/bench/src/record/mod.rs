@@ -71,6 +71,7 @@ pub(crate) mod testing {
                 end: Some(ms(end)),
                 ..RequestTimings::default()
             },
+            cut_short_of: None,
         }
     }
 }

@@ -435,18 +435,17 @@ const ANSWERS_SHOWN: usize = 3;
 /// The most characters of one error message shown.
 const MESSAGE_CHARS: usize = 80;
 
-/// `text` in at most `max` characters: a longer one keeps its start and
-/// its end (where a chain of causes says what failed) around a `…`.
+/// `text` in at most `max` characters: a longer one is cut at its end, at a
+/// character boundary, with a `…` as its last character. Never cut in the
+/// middle, where a message says its numbers ("has 1 image(s) but 2 image
+/// tokens").
 fn shorten(text: &str, max: usize) -> String {
-    let count = text.chars().count();
-    if count <= max {
+    if text.chars().count() <= max {
         return text.to_owned();
     }
-    let head = max / 3;
-    let tail = max - head - 1;
-    let start: String = text.chars().take(head).collect();
-    let end: String = text.chars().skip(count - tail).collect();
-    format!("{start}…{end}")
+    let mut out: String = text.chars().take(max.saturating_sub(1)).collect();
+    out.push('…');
+    out
 }
 
 /// The errors of a benchmark, by label, each with its status codes and the
@@ -506,6 +505,10 @@ fn error_lines(b: &super::model::BenchmarkReport) -> String {
 /// columns.
 pub fn console_summary(report: &Report) -> String {
     let mut out = what_ran(report);
+    if report.interrupted && report.benchmarks.is_empty() {
+        out.push_str("(interrupted before any benchmark ran: nothing was measured)\n");
+        return out;
+    }
     if report.interrupted {
         out.push_str("(interrupted: the run stopped early; the last benchmark may be partial)\n");
     }
@@ -544,6 +547,9 @@ pub fn console_summary(report: &Report) -> String {
         }
     }
     for b in &report.benchmarks {
+        out.push_str(&cut_short_line(b));
+    }
+    for b in &report.benchmarks {
         let (warmup, cooldown) = (b.warmup_excluded, b.cooldown_excluded);
         if let Some(warning) =
             crate::runner::nothing_measured(warmup, cooldown, b.metrics.all.count)
@@ -578,6 +584,39 @@ pub fn console_summary(report: &Report) -> String {
         }
     }
     out
+}
+
+/// A warning for the measured requests of a benchmark that a length limit
+/// stopped before the output tokens they asked for (finish reason
+/// `length`, [`CompactRecord::cut_short_of`]): the model's context (an
+/// engine's `max_seq_len`) or the server's own limit cut them, so their
+/// output lengths are not the ones asked for.
+///
+/// [`CompactRecord::cut_short_of`]: crate::record::CompactRecord::cut_short_of
+fn cut_short_line(b: &super::model::BenchmarkReport) -> String {
+    let measured = || b.records.records.iter().filter(|r| r.excluded.is_none());
+    let cut: Vec<_> = measured()
+        .filter_map(|r| r.cut_short_of.map(|asked| (r.output_tokens, asked)))
+        .collect();
+    if cut.is_empty() {
+        return String::new();
+    }
+    let successes = measured()
+        .filter(|r| r.status == guidebench_core::request::RequestStatus::Success)
+        .count();
+    #[allow(clippy::cast_precision_loss)] // a display.
+    let (made, asked) = (
+        cut.iter().map(|(made, _)| f64::from(*made)).sum::<f64>() / cut.len() as f64,
+        cut.iter().map(|(_, asked)| f64::from(*asked)).sum::<f64>() / cut.len() as f64,
+    );
+    format!(
+        "warning: in {}: {} of {successes} successful requests stopped at a length limit before \
+         their max_tokens ({made:.1} of {asked:.1} output tokens on average): the model's context \
+         (the engine's max_seq_len) or the server's limit cut them; shorten the prompts or raise \
+         the limit\n",
+        b.label(),
+        cut.len(),
+    )
 }
 
 /// What a benchmark's images cost, for one whose requests an in-process
@@ -946,16 +985,22 @@ mod tests {
                 "  server_error (1): ×1 \"out of memory\""
             ]
         );
-        // A long message keeps its start and its end, where the cause is.
-        let long = "http://127.0.0.1:8000/v1/chat/completions: sending the request: error \
-                    sending request: client error (Connect): Connection refused (os error 111)";
+    }
+
+    #[test]
+    fn a_long_error_message_is_cut_at_its_end_and_never_in_the_middle() {
+        let long = "request 0 has 1 image(s) but the prompt has 2 image tokens: each \
+                    image needs exactly one image token in the prompt text";
         let short = shorten(long, MESSAGE_CHARS);
         assert_eq!(short.chars().count(), MESSAGE_CHARS);
-        assert!(short.starts_with("http://127.0.0.1:8000"), "{short}");
-        assert!(
-            short.ends_with("Connection refused (os error 111)"),
-            "{short}"
-        );
+        assert!(short.ends_with('…'), "{short}");
+        let kept = short.trim_end_matches('…');
+        assert!(long.starts_with(kept), "{short}");
+        assert!(kept.contains("has 1 image(s) but the prompt has 2 image tokens"));
+        // Multi-byte characters are never split.
+        let wide = "é".repeat(100);
+        assert_eq!(shorten(&wide, 10), format!("{}…", "é".repeat(9)));
+        assert_eq!(shorten("short", MESSAGE_CHARS), "short");
     }
 
     #[test]

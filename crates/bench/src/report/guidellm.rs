@@ -668,6 +668,7 @@ fn record(id: u64, status: RequestStatus, request: &Request) -> RequestRecord {
             end: t.request_end.or(t.resolve_end).and_then(timestamp),
             ..RequestTimings::default()
         },
+        cut_short_of: None,
     }
 }
 

@@ -162,6 +162,7 @@ mod tests {
                         end: Some(Timestamp(planned + late * MS + 2 * MS)),
                         ..RequestTimings::default()
                     },
+                    cut_short_of: None,
                 }
             })
             .collect();

@@ -130,6 +130,7 @@ pub(crate) mod tests {
                 first_content: None,
                 reasoning_tokens: None,
             },
+            cut_short_of: None,
         }
     }
 

@@ -286,6 +286,7 @@ mod tests {
                 end: Some(at),
                 ..RequestTimings::default()
             },
+            cut_short_of: None,
         }
     }
 

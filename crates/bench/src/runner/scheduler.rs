@@ -264,6 +264,7 @@ impl Execution {
                 .predecessor_end
                 .map(|end| Instant::now().saturating_duration_since(end));
         }
+        let asked = request.sampling.max_tokens;
         let result = self.backend.resolve(request).await;
         guard.armed = None;
         let answer = match (&result, &conversation) {
@@ -288,6 +289,7 @@ impl Execution {
             }
             Err(err) => RequestRecord::error(id, &err, sent, now()),
         };
+        record.note_max_tokens(asked);
         // Start is when the caller sent the request, on the schedule's clock,
         // unless the backend had to send it again: then its timings start at
         // the send that succeeded, and the time lost before it shows as

@@ -312,7 +312,7 @@ impl OfflineBackend {
                 });
             }
             None => {
-                let available: Vec<_> = registry::engines()?.names().collect();
+                let available = registry::engines()?.listed();
                 return Err(Error::MissingOption {
                     context: format!("backend offline (engines: {})", available.join(", ")),
                     key: "engine".into(),

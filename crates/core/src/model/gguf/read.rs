@@ -187,7 +187,12 @@ impl GgufFile {
         };
         let content = match read {
             Ok(Ok(content)) => content,
-            Ok(Err(e)) => return Err(invalid(format!("cannot read its header: {e}"))),
+            Ok(Err(e)) => {
+                return Err(invalid(format!(
+                    "cannot read its header: {}",
+                    candle_message(&e)
+                )));
+            }
             Err(_) => {
                 return Err(invalid(
                     "cannot read its header: the reader failed on it (a zero \
@@ -476,7 +481,9 @@ impl GgufFile {
 
     /// A (small) tensor's values, dequantized to `f32`.
     fn tensor_f32(&self, name: &str) -> Result<Vec<f32>> {
-        let read_error = |e: candle_core::Error| self.invalid(format!("tensor `{name}`: {e}"));
+        let read_error = |e: candle_core::Error| {
+            self.invalid(format!("tensor `{name}`: {}", candle_message(&e)))
+        };
         let file = File::open(&self.path).map_err(|e| Error::io(&self.path, e))?;
         let mut reader = BufReader::new(file);
         let tensor = self
@@ -567,4 +574,18 @@ fn tensor_bytes(dims: &[usize], dtype: GgmlDType) -> Option<u64> {
     }
     let bytes = (elements / block).checked_mul(dtype.type_size())?;
     u64::try_from(bytes).ok()
+}
+
+/// A candle error's message alone: candle wraps its errors in
+/// `Error::WithBacktrace` when `RUST_BACKTRACE` is set, and the display of
+/// that prints the whole captured backtrace (dozens of lines of candle's
+/// frames) after the message. This drops the wrapper at any depth.
+pub(crate) fn candle_message(error: &candle_core::Error) -> String {
+    use candle_core::Error as E;
+    match error {
+        E::WithBacktrace { inner, .. } => candle_message(inner),
+        E::WithPath { inner, path } => format!("{}: {}", path.display(), candle_message(inner)),
+        E::Context { inner, context } => format!("{context}: {}", candle_message(inner)),
+        other => other.to_string(),
+    }
 }

@@ -892,3 +892,22 @@ fn the_qk_row_map_round_trips_and_undoes_llama_cpp_permutation() {
         assert!(seen.iter().all(|&s| s), "a permutation");
     }
 }
+
+#[test]
+fn a_candle_error_is_shown_without_candles_backtrace() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("broken.gguf");
+    std::fs::write(&path, b"GGML\x03\x00").expect("write");
+    let mut file = std::fs::File::open(&path).expect("open");
+    let error = gguf_file::Content::read(&mut file).expect_err("a corrupt file is refused");
+    // What candle makes of it under RUST_BACKTRACE=1, without touching
+    // this process's environment.
+    let error = candle_core::Error::WithBacktrace {
+        inner: Box::new(error),
+        backtrace: Box::new(std::backtrace::Backtrace::force_capture()),
+    };
+    assert!(error.to_string().lines().count() > 1, "{error}");
+    let message = super::read::candle_message(&error);
+    assert_eq!(message.lines().count(), 1, "{message}");
+    assert!(!message.contains("backtrace"), "{message}");
+}
