@@ -141,21 +141,21 @@ const CONTEXT: &str = "mock-server";
 pub const OPTIONS: &[OptionSpec] = &[
     OptionSpec::optional("model", OptionType::String, "the model id the server lists")
         .default_from::<MockServerConfig>(),
-    OptionSpec::optional("ttft", OptionType::Duration, "time to the first token").default_from::<MockServerConfig>(),
+    OptionSpec::optional("ttft", OptionType::Latency, "time to the first token").default_from::<MockServerConfig>(),
     OptionSpec::optional(
         "ttft_std",
-        OptionType::Duration,
+        OptionType::Latency,
         "standard deviation of ttft",
     )
     .default_from::<MockServerConfig>(),
     OptionSpec::optional(
         "ttft_per_request",
-        OptionType::Duration,
+        OptionType::Latency,
         "added to ttft for each other request in flight when one arrives (latency that grows with load)",
     )
     .default_from::<MockServerConfig>(),
-    OptionSpec::optional("itl", OptionType::Duration, "time between tokens").default_from::<MockServerConfig>(),
-    OptionSpec::optional("itl_std", OptionType::Duration, "standard deviation of itl")
+    OptionSpec::optional("itl", OptionType::Latency, "time between tokens").default_from::<MockServerConfig>(),
+    OptionSpec::optional("itl_std", OptionType::Latency, "standard deviation of itl")
         .default_from::<MockServerConfig>(),
     OptionSpec::optional(
         "output_tokens",

@@ -36,27 +36,27 @@ pub const ATTAINMENT_CONFIDENCE: f64 = 0.95;
 pub const SLO_OPTIONS: &[OptionSpec] = &[
     OptionSpec::optional(
         "ttft",
-        OptionType::Duration,
+        OptionType::Latency,
         "largest time to first token: first token − send",
     ),
     OptionSpec::optional(
         "itl",
-        OptionType::Duration,
+        OptionType::Latency,
         "largest mean inter-token latency of a request: (last − first token) / (n − 1)",
     ),
     OptionSpec::optional(
         "itl_p95",
-        OptionType::Duration,
+        OptionType::Latency,
         "largest 95th percentile of a request's own token gaps",
     ),
     OptionSpec::optional(
         "tpot",
-        OptionType::Duration,
+        OptionType::Latency,
         "largest time per output token: (last token − send) / n",
     ),
     OptionSpec::optional(
         "latency",
-        OptionType::Duration,
+        OptionType::Latency,
         "largest request latency: end − send",
     ),
 ];
@@ -382,5 +382,18 @@ mod tests {
         assert!(err.to_string().contains("at least one"), "{err}");
         let slo = Slo::parse("ttft=200ms,latency=5s").expect("valid");
         assert_eq!(slo.describe(), "ttft ≤ 200 ms, latency ≤ 5000 ms");
+    }
+
+    #[test]
+    fn an_objective_without_its_unit_is_refused_as_ambiguous() {
+        // `ttft=200` was 200 seconds, shown as "ttft ≤ 200000 ms".
+        for bare in ["ttft=200", "itl=50", "tpot=0.05", "latency=5", "itl_p95=80"] {
+            let err = Slo::parse(bare).expect_err(bare).to_string();
+            let (key, value) = bare.split_once('=').expect("pair");
+            assert!(
+                err.contains(key) && err.contains(&format!("`{value}ms` or `{value}s`")),
+                "{bare}: {err}"
+            );
+        }
     }
 }

@@ -26,13 +26,13 @@ pub const OPTIONS: &[OptionSpec] = &[
     .default_from::<MockOptions>(),
     OptionSpec::optional(
         "prefill_time",
-        OptionType::Duration,
+        OptionType::Latency,
         "time per batch before the first token",
     )
     .default_from::<MockOptions>(),
     OptionSpec::optional(
         "token_time",
-        OptionType::Duration,
+        OptionType::Latency,
         "time per decoding step of the whole batch",
     )
     .default_from::<MockOptions>(),

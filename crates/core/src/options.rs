@@ -39,8 +39,15 @@ pub enum OptionType {
     /// Any text; numbers and booleans are taken as their text.
     String,
     /// A duration: seconds as a number, or text with a unit (`10ms`, `1.5s`).
-    /// Normalised to seconds (a number).
+    /// Normalised to seconds (a number). For the lengths of runs and
+    /// waits, given in seconds as GuideLLM gives them (`seconds=30`,
+    /// `rampup=5`, `timeout=300`).
     Duration,
+    /// A latency: text with its unit (`200ms`, `0.2s`); a bare number other
+    /// than 0 is refused as ambiguous (milliseconds or seconds?).
+    /// Normalised to seconds (a number). For the times of one request or
+    /// one step (`--slo ttft=200ms`, the mock engine's `token_time=5ms`).
+    Latency,
     /// A list (`a;b;c` or a JSON array); a single value becomes a one-item list.
     List,
     /// A nested object (dotted keys or JSON).
@@ -777,6 +784,11 @@ fn normalise(ty: OptionType, value: &Value) -> std::result::Result<Value, String
                 .map(Value::Number)
                 .ok_or_else(|| expected("a finite duration"))
         }),
+        OptionType::Latency => parse_latency(value).and_then(|secs| {
+            Number::from_f64(secs)
+                .map(Value::Number)
+                .ok_or_else(|| expected("a finite duration"))
+        }),
         OptionType::List => match value {
             Value::Array(_) => Ok(value.clone()),
             Value::Null => Err(expected("a list")),
@@ -914,6 +926,28 @@ pub fn parse_seconds(value: &Value) -> std::result::Result<f64, String> {
     }
 }
 
+/// Parses a latency ([`OptionType::Latency`]) into seconds: a duration
+/// with its unit; a bare number is refused unless it is 0, since `200`
+/// could mean milliseconds as well as seconds.
+///
+/// # Errors
+///
+/// A message saying what is wrong: a bare number (with the two readings
+/// to write instead), or what [`parse_seconds`] refuses.
+pub fn parse_latency(value: &Value) -> std::result::Result<f64, String> {
+    let bare = match value {
+        Value::Number(n) => n.as_f64(),
+        Value::String(text) => text.trim().parse::<f64>().ok(),
+        _ => None,
+    };
+    match bare {
+        Some(n) if n != 0.0 => Err(format!(
+            "a bare number is ambiguous for a latency: write its unit, `{n}ms` or `{n}s`"
+        )),
+        _ => parse_seconds(value),
+    }
+}
+
 /// Parses duration text into seconds; `None` when it is not a duration.
 fn parse_duration_text(text: &str) -> Option<f64> {
     let text = text.trim();
@@ -942,6 +976,7 @@ pub fn describe_type(ty: OptionType) -> &'static str {
         OptionType::Bool => "bool",
         OptionType::String => "string",
         OptionType::Duration => "duration",
+        OptionType::Latency => "latency",
         OptionType::List => "list",
         OptionType::Object => "object",
         OptionType::Choice(_) => "choice",
@@ -952,6 +987,23 @@ pub fn describe_type(ty: OptionType) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_latency_needs_its_unit_and_a_duration_reads_a_bare_number_as_seconds() {
+        let latency = |v: Value| parse_latency(&v);
+        assert_eq!(latency(json!("200ms")), Ok(0.2));
+        assert_eq!(latency(json!("0.2s")), Ok(0.2));
+        assert_eq!(latency(json!(0)), Ok(0.0));
+        for bare in [json!(200), json!("200"), json!(" 2.5 ")] {
+            let err = latency(bare.clone()).expect_err("ambiguous");
+            assert!(
+                err.contains("ambiguous") && err.contains("ms` or `"),
+                "{bare}: {err}"
+            );
+        }
+        assert_eq!(parse_seconds(&json!(200)), Ok(200.0));
+        assert_eq!(parse_seconds(&json!("30")), Ok(30.0));
+    }
     use proptest::prelude::*;
     use serde_json::json;
 

@@ -765,7 +765,7 @@ mod options {
 
     #[test]
     fn zero_and_negative_batch_timeouts_are_rejected_with_a_clear_error() {
-        for bad in ["0", "0ms", "-5ms", "-0.01"] {
+        for bad in ["0", "0ms", "-5ms", "-0.01s"] {
             let err = create(&format!("kind=offline,engine=mock,batch_timeout={bad}"))
                 .err()
                 .expect("rejected");
@@ -850,9 +850,16 @@ mod options {
     }
 
     #[test]
-    fn batch_timeout_accepts_units_and_plain_seconds() {
+    fn batch_timeout_takes_a_unit_and_refuses_an_ambiguous_bare_number() {
         assert!(create("kind=offline,engine=mock,batch_timeout=10ms").is_ok());
-        assert!(create("kind=offline,engine=mock,batch_timeout=0.01").is_ok());
+        let err = create("kind=offline,engine=mock,batch_timeout=10")
+            .err()
+            .expect("10 ms or 10 s?")
+            .to_string();
+        assert!(
+            err.contains("batch_timeout") && err.contains("`10ms` or `10s`"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -74,8 +74,8 @@ pub const OPTIONS: &[OptionSpec] = &[
         .default_from::<OfflineDefaults>(),
     OptionSpec::optional(
         "batch_timeout",
-        OptionType::Duration,
-        "how long a partial batch waits, from its first request (10ms, 0.01)",
+        OptionType::Latency,
+        "how long a partial batch waits, from its first request (10ms)",
     )
     .default_from::<OfflineDefaults>(),
     OptionSpec::optional(
