@@ -9,7 +9,7 @@ use anyhow::anyhow;
 use clap::Args;
 use guidebench_bench::runner::Observer;
 use guidebench_bench::scenario::{Flags, RunPlan};
-use guidebench_bench::session::{Plan, Progress};
+use guidebench_bench::session::{Plan, Progress, Session};
 use guidebench_bench::side_by_side::{self, RunProgress};
 use tokio::sync::watch;
 
@@ -97,6 +97,11 @@ pub struct RunArgs {
     /// Nothing on the console but errors: no summary table, no progress, no updates.
     #[arg(long, visible_alias = "disable-console-outputs")]
     disable_console: bool,
+    /// Check everything the run would use (options, kinds, outputs, data files, the
+    /// tokenizer) and exit without starting a backend: 0 when it would start, 2 with the
+    /// first problem otherwise. Nothing is written.
+    #[arg(long)]
+    dry_run: bool,
     /// Sets one field on top of the scenario and the flags (repeatable):
     /// `profile.streams=1;2;4`, `constraint.max_requests.count=50`,
     /// `backend.KEY=V`, `data.KEY=V`, `slo.KEY=V`, `warmup=10%`, `seed=N`; or, as
@@ -233,6 +238,7 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
             guidebench_bench::scenario::command_line(rerun.words.clone())
         );
     }
+    let dry_run = args.dry_run;
     let RunPlan {
         plans,
         outputs,
@@ -252,6 +258,21 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
         .iter()
         .map(Plan::create_backend)
         .collect::<Result<Vec<_>, _>>()?;
+    if dry_run {
+        // What a run checks before its backend starts: the data read and
+        // made into requests, the tokenizer loaded.
+        for plan in &plans {
+            Session::new(plan.clone()).prepare()?;
+        }
+        if !quiet {
+            eprintln!(
+                "dry run: {} backend(s): every option, kind and output, the data and the \
+                 tokenizer checked (the model is not loaded); nothing ran, nothing was written",
+                backends.len()
+            );
+        }
+        return Ok(());
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name(guidebench_bench::record::CLIENT_THREAD_NAME)

@@ -1215,3 +1215,163 @@ fn ctrl_c_during_the_model_load_writes_the_report_and_exits_130_without_waiting_
         assert_eq!(report["benchmarks"].as_array().map(Vec::len), Some(0));
     }
 }
+
+/// One `guidebench` command as a document writes it, and where.
+struct DocCommand {
+    place: String,
+    text: String,
+}
+
+/// Every `guidebench` command in README.md and docs/: the lines of fenced
+/// blocks that start with it (after a `$ ` prompt and `NAME=value`
+/// environment settings), continuation lines (`\`) joined.
+fn documented_commands() -> Vec<DocCommand> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mut files = vec![root.join("README.md")];
+    let mut docs: Vec<_> = std::fs::read_dir(root.join("docs"))
+        .expect("docs/")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "md"))
+        .collect();
+    docs.sort();
+    files.extend(docs);
+    let mut commands = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file).expect("readable");
+        let name = file
+            .file_name()
+            .expect("name")
+            .to_string_lossy()
+            .into_owned();
+        let mut fenced = false;
+        let mut lines = text.lines().enumerate().peekable();
+        while let Some((n, line)) = lines.next() {
+            if line.trim_start().starts_with("```") {
+                fenced = !fenced;
+                continue;
+            }
+            if !fenced {
+                continue;
+            }
+            let mut words = line.trim().trim_start_matches("$ ");
+            // Environment settings before the command.
+            while let Some((first, rest)) = words.split_once(' ') {
+                if first.contains('=') && !first.starts_with('-') {
+                    words = rest.trim_start();
+                } else {
+                    break;
+                }
+            }
+            if !words.starts_with("guidebench ") {
+                continue;
+            }
+            let mut command = words.trim_end().to_owned();
+            while let Some(joined) = command.strip_suffix('\\') {
+                let mut joined = joined.trim_end().to_owned();
+                match lines.next() {
+                    Some((_, next)) => {
+                        joined.push(' ');
+                        joined.push_str(next.trim());
+                    }
+                    None => break,
+                }
+                command = joined;
+            }
+            commands.push(DocCommand {
+                place: format!("{name}:{}", n + 1),
+                text: command.trim().to_owned(),
+            });
+        }
+    }
+    commands
+}
+
+/// The command up to where a shell ends it (`|`, `>`, `&`, `; `, a
+/// comment), or why a shell would split it where the document does not
+/// mean it to: a `;` inside an unquoted word (`streams=1;4` runs `4` as a
+/// command), unbalanced quotes.
+fn as_the_shell_reads_it(text: &str) -> Result<Vec<String>, String> {
+    let (mut single, mut double) = (false, false);
+    let mut end = text.len();
+    let chars: Vec<(usize, char)> = text.char_indices().collect();
+    for (i, &(at, c)) in chars.iter().enumerate() {
+        match c {
+            '\'' if !double => single = !single,
+            '"' if !single => double = !double,
+            ';' if !single && !double => {
+                let next = chars.get(i + 1).map(|(_, c)| *c);
+                if next.is_some_and(|c| !c.is_whitespace()) {
+                    return Err(format!("an unquoted `;` at byte {at} splits the command"));
+                }
+                end = at;
+                break;
+            }
+            '|' | '>' | '&' | '#' if !single && !double => {
+                end = at;
+                break;
+            }
+            _ => {}
+        }
+    }
+    shlex::split(&text[..end]).ok_or_else(|| "unbalanced quotes".to_owned())
+}
+
+#[test]
+fn every_documented_command_is_pasteable_and_every_documented_run_passes_a_dry_run() {
+    let commands = documented_commands();
+    assert!(commands.len() > 20, "found only {}", commands.len());
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tempdir");
+    let mut problems = Vec::new();
+    let mut dry_runs = 0;
+    for command in &commands {
+        let words = match as_the_shell_reads_it(&command.text) {
+            Ok(words) => words,
+            Err(why) => {
+                problems.push(format!("{}: {why}: {}", command.place, command.text));
+                continue;
+            }
+        };
+        // Placeholders (`...`, `$VAR`, `<FILE>`) stand for what the reader
+        // fills in: such a command is only checked as the shell reads it.
+        let placeholder = [
+            "...", "…", "$", "<", "PATH", "FILE", "MODEL", "URL", "ORG/NAME",
+        ]
+        .iter()
+        .any(|p| command.text.contains(p));
+        if words.get(1).map(String::as_str) != Some("run") || placeholder {
+            continue;
+        }
+        dry_runs += 1;
+        let out = Command::new(env!("CARGO_BIN_EXE_guidebench"))
+            .args(&words[1..])
+            .arg("--dry-run")
+            .env("HF_HUB_OFFLINE", "1")
+            .current_dir(dir.path())
+            .output()
+            .expect("the binary runs");
+        let stderr = text(&out.stderr);
+        // The files and models a document names are the reader's: that
+        // they are missing here is expected; an option, kind or value the
+        // command line no longer takes is not.
+        let theirs = ["does not exist", "not compiled in", "unset HF_HUB_OFFLINE"];
+        let fine = out.status.code() == Some(0)
+            || (out.status.code() == Some(2) && theirs.iter().any(|t| stderr.contains(t)));
+        if !fine {
+            problems.push(format!(
+                "{}: exit {:?}: {}\n    {}",
+                command.place,
+                out.status.code(),
+                command.text,
+                stderr.trim().replace('\n', "\n    ")
+            ));
+        }
+    }
+    assert!(dry_runs > 10, "only {dry_runs} runs were dry-run");
+    assert!(
+        problems.is_empty(),
+        "{} of {} documented commands fail:\n{}",
+        problems.len(),
+        commands.len(),
+        problems.join("\n")
+    );
+}

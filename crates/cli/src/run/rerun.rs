@@ -166,6 +166,7 @@ impl RunArgs {
             label,
             disable_progress: self.disable_progress,
             disable_console: self.disable_console,
+            dry_run: self.dry_run,
             overrides,
             pipeline,
         }

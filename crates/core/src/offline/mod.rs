@@ -320,6 +320,14 @@ impl OfflineBackend {
             }
         };
         let registration = registry::engines()?.get(&engine_name)?;
+        // An engine this binary was built without: that is the error, not
+        // the options it would have taken.
+        if let Some(absent) = registry::absent_engine(&engine_name) {
+            return Err(Error::NotCompiledIn {
+                name: format!("engine `{}`", absent.name).into(),
+                feature: absent.feature,
+            });
+        }
         lift_engine_args(&mut options)?;
         check_options(
             &format!("backend offline with engine {engine_name}"),
