@@ -79,6 +79,27 @@ pub enum Error {
     )]
     GoodputWithoutSlo,
 
+    /// `--tokenizer ORG/NAME`, not a local path, whose tokenizer neither
+    /// the Hugging Face cache nor the Hub gave: the message names the name
+    /// and the cache folder looked in.
+    #[error(
+        "--tokenizer `{name}` is not a local file or folder, and as a Hugging Face Hub name its \
+         tokenizer is neither in the cache {} nor could it be downloaded: {source}",
+        cache.as_ref().map_or_else(
+            || "(no cache folder is known)".to_string(),
+            |cache| format!("`{}`", cache.display())
+        )
+    )]
+    HubTokenizer {
+        /// The name as given.
+        name: String,
+        /// The Hugging Face cache folder looked in, when one is known.
+        cache: Option<std::path::PathBuf>,
+        /// What the lookup reported (offline, unreachable, not found).
+        #[source]
+        source: Box<guidebench_core::Error>,
+    },
+
     /// Neither the backend nor `--tokenizer` gives a tokenizer, which the
     /// data needs.
     #[error("the backend has no tokenizer; give one with --tokenizer PATH")]
@@ -350,7 +371,9 @@ impl Error {
             Error::Source { .. } => "data_source",
             Error::Flag { .. } | Error::GoodputWithoutSlo => "invalid_option",
             Error::NoSuchFile { .. } => "missing_file",
-            Error::NoTokenizer | Error::NoServedTokenizer { .. } => "no_tokenizer",
+            Error::NoTokenizer | Error::NoServedTokenizer { .. } | Error::HubTokenizer { .. } => {
+                "no_tokenizer"
+            }
             Error::NotAReport { .. }
             | Error::ReadYaml { .. }
             | Error::SchemaVersion { .. }
@@ -378,6 +401,9 @@ impl Error {
         match self {
             Error::Core(err) => err.is_usage(),
             Error::NoServedTokenizer { usage, .. } => *usage,
+            // A name not found, offline mode: the user's; an unreachable
+            // Hub: a failure.
+            Error::HubTokenizer { source, .. } => source.is_usage(),
             Error::Item { .. }
             | Error::Merge { .. }
             | Error::Env { .. }

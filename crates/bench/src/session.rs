@@ -285,6 +285,31 @@ impl Plan {
         if matches!(profile, Profile::Goodput { .. }) && slo.is_none() {
             return Err(Error::GoodputWithoutSlo);
         }
+        // A replay follows each item's recorded send time; data that has
+        // none would be sent all at once. Only the kind tells, so this is
+        // refused before anything is read.
+        if profile.replays()
+            && !data
+                .iter()
+                .any(|d| crate::data::gives_send_times(&d.args.kind))
+        {
+            let kinds: Vec<String> = data
+                .iter()
+                .map(|d| format!("kind={}", d.args.kind))
+                .collect();
+            return Err(Error::Flag {
+                flag: "--profile",
+                reason: format!(
+                    "kind=replay sends each request at the time its data recorded, but --data {} \
+                     records no send times (every request would go at once); replay data that \
+                     does: --data kind=trace,path=FILE (JSONL, JSON or CSV rows with a send time in \
+                     the column timestamp_column= names, default `timestamp`, in \
+                     timestamp_unit=s or ms) or kind=mooncake,path=FILE, or choose another \
+                     profile (kind=constant,rate=N, kind=poisson,rate=N)",
+                    kinds.join(" ")
+                ),
+            });
+        }
         // A path that does not exist may be a Hub name (`ORG/NAME`),
         // fetched when the data is prepared.
         if let Some(path) = &args.tokenizer
@@ -599,7 +624,15 @@ impl Session {
                 let path = if path.exists() {
                     path.clone()
                 } else {
-                    ModelSearch::from_env().resolve_tokenizer(&path.to_string_lossy())?
+                    let search = ModelSearch::from_env();
+                    let name = path.to_string_lossy();
+                    search
+                        .resolve_tokenizer(&name)
+                        .map_err(|source| Error::HubTokenizer {
+                            name: name.into_owned(),
+                            cache: search.hub.cache.clone(),
+                            source: Box::new(source),
+                        })?
                 };
                 let loaded = if path.is_dir() {
                     HfTokenizer::from_dir(&path)

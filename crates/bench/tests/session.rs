@@ -575,3 +575,231 @@ fn plan_of(data: &str) -> Plan {
     )
     .expect("plan")
 }
+
+#[test]
+fn a_replay_of_data_without_send_times_is_refused_before_anything_runs() {
+    let dir = tempfile::tempdir().expect("dir");
+    let rows = dir.path().join("rows.csv");
+    std::fs::write(&rows, "prompt,output_tokens\na,2\n").expect("write");
+    let csv = format!("kind=csv_file,path={}", rows.display());
+    // The default data (none given), synthetic text, and a file: none
+    // records when its requests were sent.
+    for data in [
+        vec![],
+        vec![SHORT],
+        vec![csv.as_str()],
+        vec![SHORT, csv.as_str()],
+    ] {
+        let err =
+            plan(MOCK, &data, "kind=replay,time_scale=0.5", &[]).expect_err("nothing to replay");
+        assert!(err.is_usage(), "exit 2: {err:?}");
+        let message = err.to_string();
+        for part in ["--profile kind=replay", "kind=trace", "timestamp_column"] {
+            assert!(message.contains(part), "{part}: {message}");
+        }
+        for given in &data {
+            let kind = given.split(',').next().unwrap_or_default();
+            let kind = if kind == "kind=csv_file" {
+                "kind=file"
+            } else {
+                kind
+            };
+            assert!(message.contains(kind), "{kind}: {message}");
+        }
+    }
+
+    // A trace records them, under its own name or GuideLLM's.
+    let trace = dir.path().join("trace.jsonl");
+    std::fs::write(
+        &trace,
+        "{\"timestamp\": 0, \"input_length\": 4, \"output_length\": 2}\n",
+    )
+    .expect("write");
+    for kind in ["trace", "mooncake"] {
+        let data = format!("kind={kind},path={}", trace.display());
+        plan(MOCK, &[&data], "kind=replay", &[]).expect("a trace replays");
+    }
+}
+
+/// A data file of `rows` (JSON values, one a line) in `dir`, as `--data`
+/// with `extra` options.
+fn jsonl_data(dir: &Path, rows: &[serde_json::Value], extra: &str) -> String {
+    let path = dir.join("media.jsonl");
+    let text: String = rows.iter().map(|row| format!("{row}\n")).collect();
+    std::fs::write(&path, text).expect("write");
+    format!("kind=file,path={}{extra}", path.display())
+}
+
+#[tokio::test]
+async fn a_missing_image_fails_before_the_backend_starts_naming_file_row_and_column() {
+    let dir = tempfile::tempdir().expect("dir");
+    let rows = [
+        serde_json::json!({"prompt": "a", "output_tokens": 2}),
+        serde_json::json!({"prompt": "b", "output_tokens": 2, "image": "absent/cat.png"}),
+        serde_json::json!({"prompt": "c", "output_tokens": 2}),
+    ];
+    let data = jsonl_data(dir.path(), &rows, "");
+    let failing = plan(MOCK, &[&data], "kind=synchronous", &[]).expect("plan");
+    let (result, started) = run_watched(failing).await;
+    let err = result.expect_err("the image is missing");
+    assert!(err.is_usage(), "exit 2, not 1: {err:?}");
+    let message = err.to_string();
+    for part in [
+        "media.jsonl, line 2",
+        "`image`",
+        "no such file `absent/cat.png`",
+        "working folder",
+    ] {
+        assert!(message.contains(part), "{part}: {message}");
+    }
+    assert!(
+        !started,
+        "the backend was started before the images were checked"
+    );
+
+    // With on_error=skip the row is left out and counted.
+    let data = jsonl_data(dir.path(), &rows, ",on_error=skip");
+    let skipping = plan(MOCK, &[&data], "kind=synchronous", &[]).expect("plan");
+    let (result, _) = run_watched(skipping).await;
+    let report = result.expect("the row is skipped");
+    let b = &report.benchmarks[0];
+    assert_eq!(b.metrics.successful.count, 2);
+    assert_eq!(b.extra["data_skipped"], 1);
+}
+
+#[tokio::test]
+async fn an_image_beside_the_data_file_but_not_in_the_working_folder_is_refused_saying_what_to_write()
+ {
+    let dir = tempfile::tempdir().expect("dir");
+    std::fs::create_dir_all(dir.path().join("pics")).expect("mkdir");
+    let beside = dir.path().join("pics/cat.png");
+    std::fs::write(&beside, b"png").expect("write");
+    let rows = [serde_json::json!({"prompt": "b", "output_tokens": 2, "image": "pics/cat.png"})];
+    let data = jsonl_data(dir.path(), &rows, "");
+    let plan = plan(MOCK, &[&data], "kind=synchronous", &[]).expect("plan");
+    let (result, started) = run_watched(plan).await;
+    let err = result.expect_err("not taken from beside the data file");
+    assert!(err.is_usage(), "{err:?}");
+    let message = err.to_string();
+    for part in [
+        "media.jsonl, line 1".to_string(),
+        "beside the data file".to_string(),
+        format!("write `{}`", beside.display()),
+        format!("run from `{}`", dir.path().display()),
+    ] {
+        assert!(message.contains(&part), "{part}: {message}");
+    }
+    assert!(!started);
+}
+
+/// The variable that makes [`a_hub_tokenizer_in_a_child`] run: the
+/// `--tokenizer` name, read with the Hub settings of the child's
+/// environment.
+const TOKENIZER_CHILD: &str = "GUIDEBENCH_TEST_TOKENIZER_CHILD";
+
+/// Not a test of its own: run by the tests below, in a child process whose
+/// environment holds the Hub settings (`HF_HUB_OFFLINE`, `HF_HUB_CACHE`,
+/// `HF_ENDPOINT`), it prepares a session with `--tokenizer NAME` and prints
+/// `LOADED` or the error; without the variable it does nothing.
+#[test]
+fn a_hub_tokenizer_in_a_child() {
+    let Ok(name) = std::env::var(TOKENIZER_CHILD) else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("dir");
+    let rows = dir.path().join("rows.csv");
+    std::fs::write(&rows, "prompt,output_tokens\na,2\n").expect("write");
+    let plan = Plan::new(PlanArgs {
+        backend: MOCK.to_owned(),
+        data: vec![format!("kind=file,path={}", rows.display())],
+        tokenizer: Some(name.into()),
+        ..PlanArgs::default()
+    })
+    .expect("a Hub name is a plan");
+    match Session::new(plan).prepare() {
+        Ok(_) => println!("LOADED"),
+        Err(err) => println!("ERROR usage={}: {err}", err.is_usage()),
+    }
+}
+
+/// What [`a_hub_tokenizer_in_a_child`] printed, run with `env` and no
+/// other Hub setting.
+fn tokenizer_in_a_child(name: &str, env: &[(&str, &std::ffi::OsStr)]) -> String {
+    let mut command = std::process::Command::new(std::env::current_exe().expect("test binary"));
+    command.args([
+        "--exact",
+        "a_hub_tokenizer_in_a_child",
+        "--nocapture",
+        "--test-threads=1",
+    ]);
+    for var in [
+        "HF_HUB_OFFLINE",
+        "HF_HUB_CACHE",
+        "HF_HOME",
+        "HF_ENDPOINT",
+        "HF_TOKEN",
+    ] {
+        command.env_remove(var);
+    }
+    command.env(TOKENIZER_CHILD, name).envs(env.iter().copied());
+    let out = command.output().expect("the child runs");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+/// A tokenizer.json the tokenizers library loads: a word-level vocabulary.
+const TOKENIZER_JSON: &str = r#"{"version": "1.0", "truncation": null, "padding": null,
+"added_tokens": [], "normalizer": null, "pre_tokenizer": {"type": "Whitespace"},
+"post_processor": null, "decoder": null,
+"model": {"type": "WordLevel", "vocab": {"[UNK]": 0, "a": 1, "b": 2}, "unk_token": "[UNK]"}}"#;
+
+#[test]
+fn a_hub_name_as_tokenizer_loads_from_the_hugging_face_cache_offline() {
+    // The cache as huggingface_hub lays it out: the ref holds the commit.
+    let cache = tempfile::tempdir().expect("dir");
+    let commit = "0123456789abcdef0123456789abcdef01234567";
+    let repo = cache.path().join("models--org--name");
+    let snapshot = repo.join("snapshots").join(commit);
+    std::fs::create_dir_all(&snapshot).expect("mkdir");
+    std::fs::create_dir_all(repo.join("refs")).expect("mkdir");
+    std::fs::write(repo.join("refs/main"), commit).expect("write");
+    std::fs::write(snapshot.join("tokenizer.json"), TOKENIZER_JSON).expect("write");
+    let env = [
+        ("HF_HUB_OFFLINE", std::ffi::OsStr::new("1")),
+        ("HF_HUB_CACHE", cache.path().as_os_str()),
+    ];
+    let out = tokenizer_in_a_child("org/name", &env);
+    assert!(out.contains("LOADED"), "{out}");
+
+    // Not in the cache, offline: the name and the cache are named.
+    let out = tokenizer_in_a_child("org/absent", &env);
+    assert!(out.contains("ERROR usage=true"), "{out}");
+    assert!(out.contains("org/absent"), "{out}");
+    assert!(out.contains(&cache.path().display().to_string()), "{out}");
+    assert!(!out.contains("does not exist"), "{out}");
+}
+
+#[test]
+fn a_hub_name_as_tokenizer_neither_cached_nor_reachable_names_the_name_and_the_cache() {
+    let cache = tempfile::tempdir().expect("dir");
+    // Nothing listens on port 9 (discard): the Hub cannot be reached.
+    let env = [
+        ("HF_ENDPOINT", std::ffi::OsStr::new("http://127.0.0.1:9")),
+        ("HF_HUB_CACHE", cache.path().as_os_str()),
+    ];
+    let out = tokenizer_in_a_child("org/absent", &env);
+    assert!(out.contains("ERROR"), "{out}");
+    for part in [
+        "--tokenizer `org/absent`".to_string(),
+        format!("`{}`", cache.path().display()),
+        "cannot be reached".to_string(),
+    ] {
+        assert!(out.contains(&part), "{part}: {out}");
+    }
+    assert!(!out.contains("does not exist"), "{out}");
+}

@@ -33,10 +33,16 @@
 //!   `audio_column`, or `audio`, `sound`, `voice`, `speech`, `wav`, `mp3`;
 //! * the system prompt: `system_column`, or `system_prompt`, `system`,
 //!   `prefix`;
-//! * an image or audio cell: a file path (relative to the data
-//!   file's folder), an `http(s)` URL or a `data:` URL, or a JSON list of
-//!   several. The item becomes a chat with one user message holding the
-//!   text, then the media;
+//! * an image or audio cell: a file path (relative to the working folder,
+//!   as GuideLLM opens it, not to the data file's folder), an `http(s)` URL
+//!   or a `data:` URL, or a JSON list of several. The item becomes a chat
+//!   with one user message holding the text, then the media. Every local
+//!   path (a chat's media parts too) is checked to exist when the file is
+//!   read, so a missing one is a row error naming the file, row and column
+//!   before the backend starts; one missing from the working folder but
+//!   present beside the data file says so and what to write, and is never
+//!   taken from there
+//!   (`a_relative_media_path_is_read_against_the_working_folder_and_must_exist`);
 //! * the system prompt is a system message put first;
 //! * sampling: the columns `temperature`, `top_p`, `top_k`, `seed` and
 //!   `stop` (a string, or a list of strings; in CSV a JSON list in the cell),
@@ -416,6 +422,8 @@ impl FileItems {
             rows.truncate(count);
         }
 
+        // Media paths are the working folder's; the data file's folder is
+        // only looked in to say what to write for one found there.
         let base = path.parent().unwrap_or(Path::new(""));
         let fault = |row: &Row, Fault { column, reason }| RowFault {
             path: path.to_path_buf(),
@@ -1047,8 +1055,8 @@ fn content_part(part: &Value, base: &Path) -> std::result::Result<ContentPart, S
             .or_else(|| part.get("url"))
             .or_else(|| part.get("path"))
             .and_then(Value::as_str)
-            .map(|s| media_source(s, base))
             .ok_or_else(|| format!("a `{kind}` part needs a `{field}` or `url`, got {part}"))
+            .and_then(|s| media_source(s, base))
     };
     match kind {
         "text" => part
@@ -1104,13 +1112,13 @@ fn media_sources(
         _ => value,
     };
     match value {
-        Value::String(location) => Ok(vec![media_source(location, base)]),
+        Value::String(location) => Ok(vec![media_source(location, base)?]),
         Value::Array(list) => list
             .iter()
             .map(|item| {
                 item.as_str()
-                    .map(|location| media_source(location, base))
                     .ok_or_else(|| format!("expected a path or URL, got {item}"))
+                    .and_then(|location| media_source(location, base))
             })
             .collect(),
         other => Err(format!(
@@ -1119,20 +1127,53 @@ fn media_sources(
     }
 }
 
-/// A URL (`http://`, `https://`, `data:`) as it is; anything else is a path,
-/// relative to `base` unless absolute (`file://` is stripped).
-fn media_source(location: &str, base: &Path) -> MediaSource {
+/// A URL (`http://`, `https://`, `data:`) as it is; anything else is a
+/// local path (`file://` is stripped), relative to the working folder
+/// unless absolute, as GuideLLM opens it, and checked to exist here, when
+/// the file is read.
+///
+/// # Errors
+///
+/// A path that does not exist, saying where it was looked for; one that
+/// is missing from the working folder but present beside the data file
+/// (in `data_dir`) says so and what to write instead (it is never taken
+/// from there).
+fn media_source(location: &str, data_dir: &Path) -> std::result::Result<MediaSource, String> {
     let location = location.trim();
     let lower = location.get(..8).unwrap_or(location).to_ascii_lowercase();
     if lower.starts_with("http://") || lower.starts_with("https://") || lower.starts_with("data:") {
-        return MediaSource::Url(location.to_string());
+        return Ok(MediaSource::Url(location.to_string()));
     }
     let path = PathBuf::from(location.strip_prefix("file://").unwrap_or(location));
-    if path.is_absolute() {
-        MediaSource::Path(path)
-    } else {
-        MediaSource::Path(base.join(path))
+    if path.is_file() {
+        return Ok(MediaSource::Path(path));
     }
+    if path.exists() {
+        return Err(format!("`{}` is not a file", path.display()));
+    }
+    if path.is_absolute() {
+        return Err(format!("no such file `{}`", path.display()));
+    }
+    let working = std::env::current_dir().map_or_else(
+        |_| "the working folder".to_string(),
+        |dir| format!("`{}`", dir.display()),
+    );
+    let beside = data_dir.join(&path);
+    // (A data file in the working folder has the same path beside it.)
+    if beside.is_file() {
+        return Err(format!(
+            "no file `{}` in the working folder {working}, which relative media paths are read \
+             against (as GuideLLM reads them), though there is one beside the data file; write \
+             `{}` (or an absolute path), or run from `{}`",
+            path.display(),
+            beside.display(),
+            data_dir.display()
+        ));
+    }
+    Err(format!(
+        "no such file `{}` (a relative path is read against the working folder {working})",
+        path.display()
+    ))
 }
 
 #[cfg(test)]
@@ -1521,20 +1562,21 @@ mod tests {
     }
 
     #[test]
-    fn an_image_column_gives_a_chat_with_the_image_resolved_against_the_file() {
+    fn an_image_column_gives_a_chat_with_its_images_after_the_text() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let path = write(
-            dir.path(),
-            "images.jsonl",
-            concat!(
-                r#"{"prompt": "describe", "image": "pics/cat.png"}"#,
-                "\n",
-                r#"{"prompt": "no image", "image": null}"#,
-                "\n",
-                r#"{"prompt": "two", "image": ["/abs/a.png", "https://x.org/b.png"]}"#,
-                "\n"
-            ),
-        );
+        let cat = dir.path().join("pics/cat.png");
+        let a = dir.path().join("a.png");
+        std::fs::create_dir_all(dir.path().join("pics")).expect("mkdir");
+        std::fs::write(&cat, b"png").expect("write");
+        std::fs::write(&a, b"png").expect("write");
+        let rows = [
+            serde_json::json!({"prompt": "describe", "image": cat}),
+            serde_json::json!({"prompt": "no image", "image": null}),
+            serde_json::json!({"prompt": "two", "image": [a, "https://x.org/b.png"]}),
+        ]
+        .map(|row| format!("{row}\n"))
+        .concat();
+        let path = write(dir.path(), "images.jsonl", &rows);
         let items = all(&mut open(&path, ",image_column=image").expect("source"));
         assert_eq!(
             items[0].input,
@@ -1543,7 +1585,7 @@ mod tests {
                 content: vec![
                     ContentPart::text("describe"),
                     ContentPart::Image {
-                        source: MediaSource::Path(dir.path().join("pics/cat.png")),
+                        source: MediaSource::Path(cat.clone()),
                     },
                 ],
             }])
@@ -1556,12 +1598,79 @@ mod tests {
             messages[0].content[1..],
             [
                 ContentPart::Image {
-                    source: MediaSource::Path(PathBuf::from("/abs/a.png")),
+                    source: MediaSource::Path(a.clone()),
                 },
                 ContentPart::Image {
                     source: MediaSource::Url("https://x.org/b.png".to_string()),
                 },
             ]
+        );
+    }
+
+    #[test]
+    fn a_relative_media_path_is_read_against_the_working_folder_and_must_exist() {
+        // Tests run in the package's folder, which holds its Cargo.toml;
+        // the data file's folder (a tempdir) does not.
+        assert!(Path::new("Cargo.toml").is_file(), "run from the package");
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir_all(dir.path().join("pics")).expect("mkdir");
+        std::fs::write(dir.path().join("pics/cat.png"), b"png").expect("write");
+        let rows = [
+            serde_json::json!({"prompt": "here", "image": "Cargo.toml"}),
+            serde_json::json!({"prompt": "beside", "image": "pics/cat.png"}),
+            serde_json::json!({"prompt": "nowhere", "audio": ["nowhere.wav"]}),
+            serde_json::json!({"prompt": [{"role": "user", "content": [
+                {"type": "image_url", "image_url": {"url": "pics/cat.png"}}]}]}),
+        ]
+        .map(|row| format!("{row}\n"))
+        .concat();
+        let path = write(dir.path(), "media.jsonl", &rows);
+
+        // Read against the working folder, kept as given, as GuideLLM
+        // opens it; a path only beside the data file is not taken from
+        // there, and says what to write.
+        let rows = skipping(&path, "");
+        assert_eq!(rows.len(), 4, "{rows:?}");
+        assert_eq!(rows[0], Ok("here".to_string()));
+        let beside = dir.path().join("pics/cat.png");
+        for (row, line, column) in [(1, "line 2", "image"), (3, "line 4", "prompt")] {
+            let Err(message) = &rows[row] else {
+                panic!("row {row} should fail: {rows:?}");
+            };
+            for part in [
+                path.display().to_string(),
+                line.to_string(),
+                format!("`{column}`"),
+                "working folder".to_string(),
+                "beside the data file".to_string(),
+                format!("write `{}`", beside.display()),
+            ] {
+                assert!(message.contains(&part), "{part}: {message}");
+            }
+        }
+        assert!(
+            matches!(&rows[2], Err(e) if e.contains("line 3") && e.contains("`audio`")
+                && e.contains("no such file `nowhere.wav`")),
+            "{rows:?}"
+        );
+        let mut source = open(&path, ",count=1").expect("the first row alone reads");
+        let item = source.next_item().expect("item").expect("one");
+        let RequestInput::Chat(messages) = &item.input else {
+            panic!("expected a chat, got {:?}", item.input);
+        };
+        assert_eq!(
+            messages[0].content[1],
+            ContentPart::Image {
+                source: MediaSource::Path(PathBuf::from("Cargo.toml")),
+            }
+        );
+
+        // Without skip, the first missing path fails the read, naming the
+        // file, row and column.
+        let message = error_of(open(&path, ""));
+        assert!(
+            message.contains("media.jsonl") && message.contains("line 2"),
+            "{message}"
         );
     }
 
@@ -1594,10 +1703,18 @@ mod tests {
     #[test]
     fn a_csv_cell_may_list_several_images() {
         let dir = tempfile::tempdir().expect("tempdir");
+        let [a, b] = ["a.png", "b.png"].map(|name| dir.path().join(name));
+        for image in [&a, &b] {
+            std::fs::write(image, b"png").expect("write");
+        }
         let path = write(
             dir.path(),
             "multi.csv",
-            "prompt,images\ncompare,\"[\"\"a.png\"\", \"\"b.png\"\"]\"\n",
+            &format!(
+                "prompt,images\ncompare,\"[\"\"{}\"\", \"\"{}\"\"]\"\n",
+                a.display(),
+                b.display()
+            ),
         );
         let items = all(&mut open(&path, ",image_column=images").expect("source"));
         let RequestInput::Chat(messages) = &items[0].input else {
@@ -1607,7 +1724,7 @@ mod tests {
         assert_eq!(
             messages[0].content[2],
             ContentPart::Image {
-                source: MediaSource::Path(dir.path().join("b.png")),
+                source: MediaSource::Path(b),
             }
         );
     }

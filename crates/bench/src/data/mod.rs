@@ -480,6 +480,16 @@ impl Prepared for PreparedTrace {
     }
 }
 
+/// Whether every item of data of `kind` (our name, as [`resolve_kind`]
+/// gives it) carries its recorded send offset ([`DataItem::at`]), which
+/// `--profile kind=replay` follows: a trace's do (a row without a
+/// timestamp is an error), no other kind's do (a file's columns hold no
+/// send times), so this is known from the kind alone, before anything is
+/// read.
+pub fn gives_send_times(kind: &str) -> bool {
+    kind == trace::KIND
+}
+
 /// The data kind named `name` (GuideLLM's names included).
 ///
 /// # Errors

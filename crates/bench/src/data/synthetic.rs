@@ -743,6 +743,24 @@ impl LengthDistribution {
                 format!("must be at least {name}_min ({min}), got {max}"),
             ));
         }
+        // A mean outside [min, max] is not what it says: every length
+        // would be clamped to the bound.
+        if mean < min {
+            return Err(invalid(
+                key("_min"),
+                format!(
+                    "must be at most {name} ({mean}), the mean it bounds, got {min}; lower                      {name}_min or raise {name}"
+                ),
+            ));
+        }
+        if mean > max {
+            return Err(invalid(
+                key("_max"),
+                format!(
+                    "must be at least {name} ({mean}), the mean it bounds, got {max}; raise                      {name}_max or lower {name}"
+                ),
+            ));
+        }
         Ok(LengthDistribution {
             mean: f64::from(mean),
             stdev,
@@ -1629,6 +1647,23 @@ mod tests {
                 "kind=synthetic_text,prompt_tokens=8,output_tokens=2,output_tokens_stdev=-1",
                 "output_tokens_stdev",
             ),
+            // A mean outside [min, max], the same for both pairs.
+            (
+                "kind=synthetic_text,prompt_tokens=8,output_tokens=2,prompt_tokens_min=10",
+                "prompt_tokens_min",
+            ),
+            (
+                "kind=synthetic_text,prompt_tokens=8,output_tokens=2,prompt_tokens_max=5",
+                "prompt_tokens_max",
+            ),
+            (
+                "kind=synthetic_text,prompt_tokens=8,output_tokens=2,output_tokens_min=3",
+                "output_tokens_min",
+            ),
+            (
+                "kind=synthetic_text,prompt_tokens=8,output_tokens=4,output_tokens_max=3",
+                "output_tokens_max",
+            ),
             (
                 "kind=synthetic_text,prompt_tokens=0,output_tokens=2",
                 "prompt_tokens",
@@ -1647,8 +1682,14 @@ mod tests {
             ),
         ] {
             match source(input, byte()) {
-                Err(Error::Core(CoreError::InvalidOption { key: got, .. })) => {
-                    assert_eq!(got, key, "{input}")
+                Err(Error::Core(CoreError::InvalidOption {
+                    key: got, reason, ..
+                })) => {
+                    assert_eq!(got, key, "{input}");
+                    // A bound's message names the mean it bounds too.
+                    if let Some(mean) = key.strip_suffix("_min").or(key.strip_suffix("_max")) {
+                        assert!(reason.contains(mean), "{input}: {reason}");
+                    }
                 }
                 Err(other) => panic!("{input}: {other}"),
                 Ok(_) => panic!("{input} should fail"),

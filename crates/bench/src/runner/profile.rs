@@ -889,6 +889,18 @@ impl Profile {
             Profile::Goodput { .. } | Profile::Knee { .. } => None,
         }
     }
+
+    /// Whether a benchmark of the profile replays its data's recorded send
+    /// offsets ([`Strategy::Replay`]), so that its data must give them
+    /// ([`DataItem::at`](crate::data::DataItem::at)).
+    pub fn replays(&self) -> bool {
+        match self {
+            Profile::Fixed { strategies } => strategies
+                .iter()
+                .any(|strategy| matches!(strategy, Strategy::Replay { .. })),
+            Profile::Sweep { .. } | Profile::Goodput { .. } | Profile::Knee { .. } => false,
+        }
+    }
 }
 
 fn fraction(

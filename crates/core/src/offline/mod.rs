@@ -324,7 +324,7 @@ impl OfflineBackend {
         // the options it would have taken.
         if let Some(absent) = registry::absent_engine(&engine_name) {
             return Err(Error::NotCompiledIn {
-                name: format!("engine `{}`", absent.name).into(),
+                name: format!("engine `{}`", absent.name),
                 feature: absent.feature,
             });
         }
