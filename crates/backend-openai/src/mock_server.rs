@@ -2056,7 +2056,7 @@ mod tests {
     fn options_build_a_config_with_durations_and_rates() {
         let mut options = Map::new();
         options.insert("ttft".into(), json!("50ms"));
-        options.insert("itl".into(), json!(0.01));
+        options.insert("itl".into(), json!("10ms"));
         options.insert("output_tokens".into(), json!(32));
         options.insert("error_rate".into(), json!(0.25));
         let c = MockServerConfig::from_options(options).expect("valid");
@@ -2064,6 +2064,12 @@ mod tests {
         assert_eq!(c.itl, Duration::from_millis(10));
         assert_eq!(c.output_tokens, Some(32));
         assert!((c.error_rate - 0.25).abs() < 1e-12);
+
+        // A latency without its unit: 0.01 ms or 0.01 s?
+        let mut bare = Map::new();
+        bare.insert("itl".into(), json!(0.01));
+        let err = MockServerConfig::from_options(bare).expect_err("ambiguous");
+        assert!(err.to_string().contains("`0.01ms` or `0.01s`"), "{err}");
 
         let mut bad = Map::new();
         bad.insert("error_rate".into(), json!(2));
