@@ -449,12 +449,13 @@ mod tests {
         let fma = FmaPeak::new(1).expect("pool");
         assert_eq!(fma.measure(1).is_some(), FmaPeak::width().is_some());
         for width in FmaPeak::widths() {
-            // at least a multiply-add per nanosecond: the loop ran and
-            // was counted in FLOPs, not in calls; and no more than one
-            // core can do (two 16-lane units at 5 GHz: 320 GFLOP/s), so
-            // the loop was not optimised away
+            // at least 0.1 GFLOP/s, even on a core other tests share (a
+            // full suite on 2 cores measured 0.8): the loop ran and was
+            // counted in FLOPs, not in calls; and no more than one core
+            // can do (two 16-lane units at 5 GHz: 320 GFLOP/s), so the
+            // loop was not optimised away
             let peak = fma.measure_at(width, 1).expect("a width this CPU runs");
-            assert!((1e9..1e12).contains(&peak), "{width}: {peak}");
+            assert!((1e8..1e12).contains(&peak), "{width}: {peak}");
         }
         for width in FmaWidth::ALL {
             assert_eq!(fma.measure_at(width, 1).is_some(), width.detected());
