@@ -208,7 +208,7 @@ pub struct Plan {
     /// The run's sampling (`sampling.*`); a data item's own fields win.
     pub sampling: SamplingParams,
     /// The data sources: with several, each request merges one item of
-    /// every source ([`crate::data::merge`]).
+    /// every source, as GuideLLM merges its datasets.
     pub data: Vec<DataPlan>,
     /// The load profile.
     pub profile: Profile,
