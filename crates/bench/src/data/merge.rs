@@ -180,19 +180,18 @@ pub(crate) fn merge(mut items: Vec<DataItem>) -> Result<DataItem> {
         return Ok(item);
     }
     let origins: Vec<&str> = items.iter().map(|item| item.origin.as_str()).collect();
-    let origins = origins.join(" + ");
-    merge_items(items).map_err(|reason| Error::Merge {
-        origins: origins.clone(),
-        reason,
-    })
+    let origin = origins.join(" + ");
+    match merge_items(items, &origin) {
+        Ok(item) => Ok(item),
+        Err(reason) => Err(Error::Merge {
+            origins: origin,
+            reason,
+        }),
+    }
 }
 
-fn merge_items(items: Vec<DataItem>) -> Result<DataItem, String> {
-    let origin = items
-        .iter()
-        .map(|item| item.origin.as_str())
-        .collect::<Vec<_>>()
-        .join(" + ");
+/// Merges two or more items whose origins, joined, are `origin`.
+fn merge_items(items: Vec<DataItem>, origin: &str) -> Result<DataItem, String> {
     let prompt_tokens = items.iter().try_fold(0u32, |sum, item| {
         item.prompt_tokens.map(|n| sum.saturating_add(n))
     });
@@ -230,7 +229,7 @@ fn merge_items(items: Vec<DataItem>) -> Result<DataItem, String> {
         prompt_tokens,
         output_tokens,
         sampling: merge_sampling(sampling)?,
-        origin,
+        origin: origin.to_owned(),
         at,
         turns: turns
             .into_iter()
