@@ -112,3 +112,11 @@ fn images_through_the_offline_backend_match_direct_calls() {
         load,
     );
 }
+
+#[test]
+fn a_prompt_holding_its_own_placeholders_gives_transformers_tokens() {
+    guidebench_testkit::conformance::a_prompt_holding_its_own_placeholders_gives_transformers_tokens(
+        "candle",
+        "threads=2",
+    );
+}

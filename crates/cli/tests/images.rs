@@ -138,3 +138,74 @@ fn images_to_a_text_only_engine_fail_naming_where_they_run() {
     );
     assert!(message.contains("engine=candle"), "{message}");
 }
+
+#[test]
+fn a_transformers_5_folder_takes_prompts_that_hold_their_own_image_placeholder() {
+    use guidebench_testkit::llava::{stored_llava, stored_llava_layouts, write_llava_layout};
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let layouts = stored_llava_layouts().expect("stored layouts");
+    let saved = layouts
+        .layouts
+        .iter()
+        .find(|l| l.name == "save_pretrained")
+        .expect("the save_pretrained layout");
+    let model = dir.path().join("llava");
+    write_llava_layout(&model, saved).expect("write the layout");
+    write_fixture_images(&model, &LlavaSpec::tiny()).expect("write the images");
+    let expected = stored_llava().expect("stored cases");
+    // Each prompt as LlavaProcessor takes it: `<image>` where the image
+    // goes, the image in its own column.
+    let cases: Vec<_> = ["square", "alpha", "wide", "tall"]
+        .iter()
+        .map(|name| expected.case(name).expect("a stored case"))
+        .collect();
+    let rows: String = cases
+        .iter()
+        .map(|case| {
+            let row = serde_json::json!({
+                "prompt": case.prompt,
+                "image": format!("llava/images/{}", case.images[0]),
+                "output_tokens_count": 4,
+            });
+            format!("{row}\n")
+        })
+        .collect();
+    std::fs::write(dir.path().join("rows.jsonl"), rows).expect("rows");
+    let backend = format!(
+        "kind=offline,engine=candle,model={},threads=2,request_format=plain",
+        model.display()
+    );
+    let out = guidebench_in(
+        dir.path(),
+        &[
+            "run",
+            "--backend",
+            &backend,
+            "--data",
+            "kind=file,path=rows.jsonl,image_column=image",
+            "--profile",
+            "kind=synchronous",
+            "--constraint",
+            "kind=max_requests,count=4",
+            "--output",
+            "run.json",
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let report = read_json(&dir.path().join("run.json"));
+    let mut records = records(&report);
+    records.sort_by_key(|r| r["id"].as_u64());
+    assert_eq!(records.len(), 4);
+    for (r, case) in records.iter().zip(&cases) {
+        assert_eq!(r["status"], "success", "case {}: {r}", case.name);
+        // transformers' expanded prompt: the placeholder was used where
+        // it stands, not doubled.
+        assert_eq!(
+            r["prompt_tokens"].as_u64(),
+            Some(case.input_ids.len() as u64),
+            "case {}: {r}",
+            case.name
+        );
+    }
+}

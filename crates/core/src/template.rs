@@ -18,7 +18,7 @@ use minijinja::value::{Kwargs, Serde};
 use minijinja::{AutoEscape, Environment, ErrorKind, Value};
 use serde::Serialize;
 
-use crate::request::{ContentPart, MediaSource, RequestInput};
+use crate::request::{ChatMessage, ContentPart, MediaSource, RequestInput};
 use crate::tokenizer::SpecialTokens;
 use crate::{Error, Result};
 
@@ -491,7 +491,10 @@ impl PromptFormatter {
     /// parts as they are (empty ones dropped), each image part as the image
     /// placeholder and each audio part as the audio placeholder, joined by
     /// a single space. Images and audio clips are collected in the order
-    /// they appear.
+    /// they appear. Where the request's texts already hold one placeholder
+    /// per image (as vLLM's and transformers' processors take a prompt
+    /// such as `"<image>\nWhat is shown?"`), the images take those in
+    /// order and no placeholder is added; the same for audio.
     ///
     /// Without a template, text is used as is and chat messages' contents
     /// are joined by `"\n"`; the tokenizer adds its special tokens. With a
@@ -516,13 +519,15 @@ impl PromptFormatter {
                     content: text.clone(),
                 }]
             }
-            RequestInput::Chat(chat) => chat
-                .iter()
-                .map(|message| TemplateMessage {
-                    role: message.role.clone(),
-                    content: self.flatten(&message.content, &mut images, &mut audio),
-                })
-                .collect(),
+            RequestInput::Chat(chat) => {
+                let in_place = self.placeholders_in_place(chat);
+                chat.iter()
+                    .map(|message| TemplateMessage {
+                        role: message.role.clone(),
+                        content: self.flatten(&message.content, in_place, &mut images, &mut audio),
+                    })
+                    .collect()
+            }
         };
         let (text, add_special_tokens) = match &self.template {
             None => {
@@ -542,10 +547,43 @@ impl PromptFormatter {
         })
     }
 
-    /// A message's content as one string; media are pushed in order.
+    /// Whether the texts of `chat` already hold one placeholder per image
+    /// (and per audio clip): `(images, audio)`. Where they do, the media
+    /// take those placeholders in order and none is added; where they hold
+    /// none, each medium gets its own where it stands; any other count is
+    /// left for the engine to refuse (the added placeholders make it
+    /// wrong).
+    fn placeholders_in_place(&self, chat: &[ChatMessage]) -> (bool, bool) {
+        let (mut images, mut audio, mut image_marks, mut audio_marks) = (0, 0, 0, 0);
+        let count = |text: &str, mark: &str| {
+            if mark.is_empty() {
+                0
+            } else {
+                text.matches(mark).count()
+            }
+        };
+        for part in chat.iter().flat_map(|m| &m.content) {
+            match part {
+                ContentPart::Text { text } => {
+                    image_marks += count(text, &self.placeholders.image);
+                    audio_marks += count(text, &self.placeholders.audio);
+                }
+                ContentPart::Image { .. } => images += 1,
+                ContentPart::Audio { .. } => audio += 1,
+            }
+        }
+        (
+            images > 0 && image_marks == images,
+            audio > 0 && audio_marks == audio,
+        )
+    }
+
+    /// A message's content as one string; media are pushed in order, each
+    /// with its placeholder unless the texts hold them (`in_place`).
     fn flatten(
         &self,
         parts: &[ContentPart],
+        (images_in_place, audio_in_place): (bool, bool),
         images: &mut Vec<MediaSource>,
         audio: &mut Vec<MediaSource>,
     ) -> String {
@@ -559,11 +597,15 @@ impl PromptFormatter {
                 }
                 ContentPart::Image { source } => {
                     images.push(source.clone());
-                    pieces.push(&self.placeholders.image);
+                    if !images_in_place {
+                        pieces.push(&self.placeholders.image);
+                    }
                 }
                 ContentPart::Audio { source } => {
                     audio.push(source.clone());
-                    pieces.push(&self.placeholders.audio);
+                    if !audio_in_place {
+                        pieces.push(&self.placeholders.audio);
+                    }
                 }
             }
         }
@@ -574,7 +616,6 @@ impl PromptFormatter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::request::ChatMessage;
     use crate::tokenizer::SpecialToken;
 
     const CHATML: &str = "{{ bos_token }}
@@ -971,6 +1012,51 @@ mod tests {
         );
         assert_eq!(out.images.len(), 3);
         assert_eq!(out.audio.len(), 1);
+    }
+
+    #[test]
+    fn a_prompt_holding_one_placeholder_per_image_keeps_them_where_it_put_them() {
+        let f = formatter(RequestFormat::Plain, None).expect("formatter");
+        let chat = |text: &str, images: usize| {
+            let mut content = vec![ContentPart::Text { text: text.into() }];
+            content.extend((0..images).map(|i| image(&format!("{i}.png"))));
+            RequestInput::Chat(vec![ChatMessage {
+                role: "user".into(),
+                content,
+            }])
+        };
+        // One image, one placeholder: used in place, as LlavaProcessor and
+        // vLLM take `"<image>\nWhat is shown?"`.
+        let out = f
+            .format(&chat("<image>\nWhat is shown?", 1))
+            .expect("format");
+        assert_eq!(out.text, "<image>\nWhat is shown?");
+        assert_eq!(out.images, vec![MediaSource::Path("0.png".into())]);
+        let out = f.format(&chat("a <image> b <image> c", 2)).expect("format");
+        assert_eq!(out.text, "a <image> b <image> c");
+        assert_eq!(out.images.len(), 2);
+        // None in the text: each image gets its own, as before.
+        let out = f.format(&chat("What is shown?", 1)).expect("format");
+        assert_eq!(out.text, "What is shown? <image>");
+        // Another count: added anyway, so the engine refuses the request
+        // (two placeholders, one image) rather than guessing.
+        let out = f.format(&chat("<image> and <image>", 1)).expect("format");
+        assert_eq!(out.text.matches("<image>").count(), 3);
+        // A placeholder spread over messages counts for the request.
+        let split = RequestInput::Chat(vec![
+            ChatMessage::text("system", "Look at <image> closely."),
+            ChatMessage {
+                role: "user".into(),
+                content: vec![
+                    image("a.png"),
+                    ContentPart::Text {
+                        text: "Well?".into(),
+                    },
+                ],
+            },
+        ]);
+        let out = f.format(&split).expect("format");
+        assert_eq!(out.text, "Look at <image> closely.\nWell?");
     }
 
     #[test]

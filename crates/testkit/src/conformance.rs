@@ -159,10 +159,12 @@ pub use gguf_suite::{
     a_gguf_of_an_unsupported_type_fails_naming_it, a_truncated_gguf_fails_naming_the_file, spread,
 };
 pub use images::{
+    a_prompt_holding_its_own_placeholders_gives_transformers_tokens,
     a_prompt_without_one_placeholder_per_image_fails_alone,
     an_image_requests_vision_time_is_reported, image_first_step_logits_match_transformers,
-    image_greedy_tokens_match_transformers, images_batch_with_text_only_rows,
-    images_through_the_offline_backend_match_direct_calls,
+    image_greedy_tokens_match_transformers,
+    image_greedy_tokens_match_transformers_in_every_layout_it_writes,
+    images_batch_with_text_only_rows, images_through_the_offline_backend_match_direct_calls,
 };
 pub use load::{
     a_missing_file_is_named_with_its_path, a_missing_model_folder_is_named,
@@ -247,6 +249,7 @@ macro_rules! conformance_tests {
     (images: $load:expr $(,)?) => {
         $crate::conformance_tests!(@free $load;
             image_greedy_tokens_match_transformers,
+            image_greedy_tokens_match_transformers_in_every_layout_it_writes,
             image_first_step_logits_match_transformers,
             images_batch_with_text_only_rows,
             a_prompt_without_one_placeholder_per_image_fails_alone,
@@ -993,6 +996,18 @@ pub fn load_errors_reach_the_registry_with_their_own_labels(engine: &str, weight
 /// (`kind=offline,engine=...`), started, validated (a load time reported)
 /// and shut down around them; every response, in request order.
 fn resolve_all(text: &str, requests: Vec<GenerationRequest>) -> Vec<GenerationResponse> {
+    resolve_results(text, requests)
+        .into_iter()
+        .map(|response| response.unwrap_or_else(|e| panic!("{text}: {e}")))
+        .collect()
+}
+
+/// Every request sent at once through the backend `text` describes:
+/// each request's own result, in order.
+fn resolve_results(
+    text: &str,
+    requests: Vec<GenerationRequest>,
+) -> Vec<guidebench_core::Result<GenerationResponse>> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -1015,8 +1030,7 @@ fn resolve_all(text: &str, requests: Vec<GenerationRequest>) -> Vec<GenerationRe
             .collect();
         let mut responses = Vec::new();
         for handle in handles {
-            let response = handle.await.expect("join");
-            responses.push(response.unwrap_or_else(|e| panic!("{text}: {e}")));
+            responses.push(handle.await.expect("join"));
         }
         backend.shutdown().await.expect("shutdown");
         responses

@@ -370,6 +370,13 @@ pub fn write_llava_fixture(dir: &Path, spec: &LlavaSpec) -> Result<()> {
         })),
     )?;
 
+    save(&llava_tensors(spec, vocab), &dir.join("model.safetensors"))?;
+    Ok(())
+}
+
+/// Every tensor of a LLaVA model of `spec` with `vocab` text entries,
+/// named under the spec's prefixes.
+fn llava_tensors(spec: &LlavaSpec, vocab: usize) -> Vec<(String, Weight)> {
     let [text_model, lm_head, _, _] = spec.prefixes();
     let mut tensors: Vec<(String, Weight)> = weights(&spec.text, vocab)
         .into_iter()
@@ -382,6 +389,72 @@ pub fn write_llava_fixture(dir: &Path, spec: &LlavaSpec) -> Result<()> {
         })
         .collect();
     tensors.extend(vision_weights(spec));
+    tensors
+}
+
+/// The tiny LLaVA as transformers 5 writes it itself, in each layout it
+/// reads back exactly (`crates/testkit/expected/llava-layouts.json`,
+/// written by `scripts/llava-expected` from transformers' own
+/// `save_pretrained` and `state_dict`).
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+pub struct StoredLayouts {
+    /// The versions that wrote them.
+    pub generator: String,
+    /// The layouts.
+    pub layouts: Vec<StoredLayout>,
+}
+
+/// One layout transformers wrote for [`LlavaSpec::tiny`]'s model.
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+pub struct StoredLayout {
+    /// `save_pretrained` (model and processor saved by transformers 5:
+    /// the tower as `vision_tower.*`, processor settings only in
+    /// `processor_config.json`) or `state_dict` (the in-memory names,
+    /// `model.vision_tower.*`, `model.language_model.*`, `lm_head.*`).
+    pub name: String,
+    /// `[saved name, the fixture tensor it holds]` for every tensor of
+    /// the saved `model.safetensors`.
+    pub tensors: Vec<(String, String)>,
+    /// Every other file transformers wrote, by name, with its text.
+    pub files: std::collections::BTreeMap<String, String>,
+}
+
+/// The layouts transformers 5 writes of the tiny LLaVA.
+pub fn stored_llava_layouts() -> Result<StoredLayouts> {
+    serde_json::from_str(include_str!("../expected/llava-layouts.json"))
+        .map_err(|e| Error::json("expected/llava-layouts.json", e))
+}
+
+/// Writes [`LlavaSpec::tiny`]'s model into `dir` (created if needed)
+/// exactly as transformers wrote it in `layout`: the fixture's tensors
+/// under the names transformers saved them, and transformers' own
+/// config, tokenizer, processor and template files. Add the images with
+/// [`write_fixture_images`].
+pub fn write_llava_layout(dir: &Path, layout: &StoredLayout) -> Result<()> {
+    let spec = LlavaSpec::tiny();
+    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    let vocab = llava_tokenizer(spec.text.vocab_size)?.vocab_size();
+    let mut fixture: std::collections::HashMap<String, Weight> =
+        llava_tensors(&spec, vocab).into_iter().collect();
+    let mut tensors = Vec::with_capacity(layout.tensors.len());
+    for (saved, source) in &layout.tensors {
+        let weight = fixture.get(source).ok_or_else(|| Error::InvalidSpec {
+            reason: format!(
+                "layout `{}`: `{saved}` holds `{source}`, which the fixture does not have",
+                layout.name
+            ),
+        })?;
+        tensors.push((saved.clone(), weight.clone()));
+    }
+    fixture.retain(|name, _| !layout.tensors.iter().any(|(_, source)| source == name));
+    if let Some(name) = fixture.keys().next() {
+        return Err(Error::InvalidSpec {
+            reason: format!("layout `{}` leaves out the fixture's `{name}`", layout.name),
+        });
+    }
+    for (name, text) in &layout.files {
+        write(&dir.join(name), text)?;
+    }
     save(&tensors, &dir.join("model.safetensors"))?;
     Ok(())
 }

@@ -13,7 +13,8 @@ use guidebench_core::vision::{
 };
 use guidebench_testkit::conformance::largest_difference;
 use guidebench_testkit::llava::{
-    CLIP_STD, LlavaExpected, LlavaSpec, stored_llava, write_fixture_images, write_llava_fixture,
+    CLIP_STD, LlavaExpected, LlavaSpec, stored_llava, stored_llava_layouts, write_fixture_images,
+    write_llava_fixture, write_llava_layout,
 };
 use guidebench_testkit::reference::ReferenceLlava;
 
@@ -92,6 +93,75 @@ fn the_llava_folder_opens_with_its_text_model_and_vision_side() {
         (names.text_model.as_str(), names.lm_head.as_str()),
         ("model.language_model", "lm_head")
     );
+}
+
+#[test]
+fn every_layout_transformers_5_writes_opens_with_each_part_where_it_saved_it() {
+    let layouts = stored_llava_layouts().expect("expected/llava-layouts.json parses");
+    let hub = fixture(&LlavaSpec::tiny());
+    let hub = ModelFolder::from_dir(hub.path()).expect("open the hub layout");
+    let stored = stored();
+    for layout in &layouts.layouts {
+        let dir = tempfile::tempdir().expect("tempdir");
+        write_llava_layout(dir.path(), layout).expect("write the layout");
+        write_fixture_images(dir.path(), &LlavaSpec::tiny()).expect("write the images");
+        let folder = ModelFolder::from_dir(dir.path())
+            .unwrap_or_else(|e| panic!("layout {}: {e}", layout.name));
+        let names = &folder.vision().expect("a vision side").weight_names;
+        let saved = |part: &str| {
+            layout
+                .tensors
+                .iter()
+                .find(|(_, source)| source.starts_with(part))
+                .map(|(saved, source)| saved.trim_end_matches(&source[part.len()..]).to_owned())
+                .expect("a tensor of the part")
+        };
+        assert_eq!(
+            [
+                &names.text_model,
+                &names.lm_head,
+                &names.vision_model,
+                &names.projector
+            ],
+            [
+                &saved("language_model.model"),
+                &saved("language_model.lm_head"),
+                &saved("vision_tower.vision_model"),
+                &saved("multi_modal_projector"),
+            ],
+            "layout {}",
+            layout.name
+        );
+        assert_eq!(
+            folder.config().hidden_size,
+            hub.config().hidden_size,
+            "layout {}",
+            layout.name
+        );
+        // transformers 5 writes the processor's settings only inside
+        // processor_config.json; they prepare the same pixels.
+        assert!(!dir.path().join("preprocessor_config.json").exists());
+        let got = prepare(&folder, dir.path(), "square.png");
+        assert!(
+            got.pixels == stored.pixels["square.png"],
+            "layout {}: pixels",
+            layout.name
+        );
+    }
+    assert_eq!(
+        layouts.generator, stored.generator,
+        "both stored files come from one run of scripts/llava-expected"
+    );
+}
+
+#[test]
+fn a_llava_folder_without_any_image_processor_settings_names_both_files() {
+    let dir = fixture(&LlavaSpec::tiny());
+    std::fs::remove_file(dir.path().join("preprocessor_config.json")).expect("remove");
+    let err = ModelFolder::from_dir(dir.path()).expect_err("no processor settings");
+    let message = err.to_string();
+    assert!(message.contains("preprocessor_config.json"), "{message}");
+    assert!(message.contains("processor_config.json"), "{message}");
 }
 
 #[test]

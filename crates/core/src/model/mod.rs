@@ -295,8 +295,9 @@ impl ModelFolder {
     }
 
     /// The image processor of a LLaVA-style folder, read from its
-    /// `preprocessor_config.json` (and checked against
-    /// `processor_config.json`); `None` for a text model.
+    /// `preprocessor_config.json` or the `image_processor` object of its
+    /// `processor_config.json` (and checked against the latter); `None`
+    /// for a text model.
     pub fn image_processor(&self) -> Option<&Arc<ClipImageProcessor>> {
         self.vision.as_ref().map(|(_, processor)| processor)
     }

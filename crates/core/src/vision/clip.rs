@@ -105,26 +105,40 @@ pub struct ClipImageProcessor {
 }
 
 impl ClipImageProcessor {
-    /// Reads `dir/preprocessor_config.json` (required) and
-    /// `dir/processor_config.json` (optional: its `patch_size`,
+    /// Reads the image processor's settings from
+    /// `dir/preprocessor_config.json`, or, where a folder has none (as
+    /// transformers 5's `save_pretrained` writes it), from the
+    /// `image_processor` object of `dir/processor_config.json`; one of
+    /// them is required. `processor_config.json`'s `patch_size`,
     /// `num_additional_image_tokens` and `vision_feature_select_strategy`
     /// must give the token count the model's own config gives, and its
-    /// `image_token` names the placeholder), for the model `vision`
-    /// describes. `image_token` is the image token's text in the
-    /// vocabulary, when the tokenizer has one.
+    /// `image_token` names the placeholder. `vision` describes the model;
+    /// `image_token` is the image token's text in the vocabulary, when
+    /// the tokenizer has one.
     pub fn from_dir(
         dir: &Path,
         vision: &VisionLanguageConfig,
         image_token: Option<String>,
     ) -> Result<Self> {
-        let path = dir.join(PREPROCESSOR_CONFIG_JSON);
-        let text = crate::model::read_model_file(&path, "the image processor config")?;
-        let config = crate::model::parse_model_json(&text, &path)?;
         let processor_path = dir.join(PROCESSOR_CONFIG_JSON);
         let processor = match std::fs::read_to_string(&processor_path) {
             Ok(text) => Some(crate::model::parse_model_json(&text, &processor_path)?),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
             Err(e) => return Err(Error::io(&processor_path, e)),
+        };
+        let nested = processor
+            .as_ref()
+            .and_then(|p| p.get("image_processor"))
+            .filter(|v| v.is_object());
+        let path = dir.join(PREPROCESSOR_CONFIG_JSON);
+        let (config, path) = match (path.exists(), nested) {
+            (false, Some(nested)) => (nested.clone(), processor_path.clone()),
+            _ => {
+                let what = "the image processor config (or an `image_processor` object in \
+                            processor_config.json)";
+                let text = crate::model::read_model_file(&path, what)?;
+                (crate::model::parse_model_json(&text, &path)?, path)
+            }
         };
         ClipImageProcessor::from_configs(&config, &path, processor.as_ref(), vision, image_token)
             .map_err(|reason| Error::InvalidModelConfig {
@@ -491,7 +505,8 @@ mod tests {
             "vision_config": {"hidden_size": 32, "num_attention_heads": 2,
                               "num_hidden_layers": 2, "image_size": image_size, "patch_size": 8}
         });
-        let names = VisionWeightNames::detect(["language_model.model.x"]).expect("names");
+        let names =
+            VisionWeightNames::detect(["language_model.model.embed_tokens.weight"]).expect("names");
         super::super::config::split_llava(&config, Path::new("config.json"), names)
             .expect("llava")
             .1

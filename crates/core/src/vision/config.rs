@@ -91,50 +91,88 @@ pub enum FeatureSelect {
 }
 
 /// Where each part's weights are named in the checkpoint.
+///
+/// Each part is found on its own, so every layout transformers reads
+/// opens: transformers 4's hub layout (`language_model.model.*`,
+/// `language_model.lm_head.*`, `vision_tower.vision_model.*`,
+/// `multi_modal_projector.*`), what transformers 5's `save_pretrained`
+/// writes (the same, with the tower as `vision_tower.*`), and the
+/// in-memory names of transformers 4.52+ and 5 (`model.language_model.*`,
+/// `lm_head.*`, `model.vision_tower[.vision_model].*`,
+/// `model.multi_modal_projector.*`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct VisionWeightNames {
     /// The text model's body (`embed_tokens`, `layers`, `norm` under it):
-    /// `language_model.model` (transformers 4) or `model.language_model`
-    /// (transformers 5).
+    /// `language_model.model` or `model.language_model`.
     pub text_model: String,
     /// The LM head: `language_model.lm_head` or `lm_head`.
     pub lm_head: String,
     /// The CLIP vision transformer (`embeddings`, `pre_layrnorm`,
-    /// `encoder.layers`): `vision_tower.vision_model` or
-    /// `model.vision_tower.vision_model`.
+    /// `encoder.layers`): `vision_tower.vision_model`, `vision_tower`,
+    /// `model.vision_tower.vision_model` or `model.vision_tower`.
     pub vision_model: String,
     /// The projector (`linear_1`, `linear_2`): `multi_modal_projector` or
     /// `model.multi_modal_projector`.
     pub projector: String,
 }
 
+/// Where the text model's body may be, with the LM head and projector
+/// names of the same layout (used where those are not found).
+const TEXT_LAYOUTS: [(&str, &str, &str); 2] = [
+    (
+        "language_model.model",
+        "language_model.lm_head",
+        "multi_modal_projector",
+    ),
+    (
+        "model.language_model",
+        "lm_head",
+        "model.multi_modal_projector",
+    ),
+];
+
+/// Where the vision transformer may be, most specific first.
+const TOWER_PREFIXES: [&str; 4] = [
+    "vision_tower.vision_model",
+    "model.vision_tower.vision_model",
+    "vision_tower",
+    "model.vision_tower",
+];
+
 impl VisionWeightNames {
-    /// The layout the tensor `names` follow: transformers 4's
-    /// (`language_model.model.*`) or 5's (`model.language_model.*`).
-    /// `None` when neither text model is there.
+    /// Where the tensor `names` put each part. `None` when no text model
+    /// is there. A tower or projector that is not found keeps the name of
+    /// the text model's layout, so that loading names the missing weight.
     pub fn detect<'a>(names: impl IntoIterator<Item = &'a str>) -> Option<Self> {
-        let mut v4 = false;
-        let mut v5 = false;
-        for name in names {
-            v4 |= name.starts_with("language_model.model.");
-            v5 |= name.starts_with("model.language_model.");
-        }
-        match (v4, v5) {
-            (true, _) => Some(VisionWeightNames {
-                text_model: "language_model.model".into(),
-                lm_head: "language_model.lm_head".into(),
-                vision_model: "vision_tower.vision_model".into(),
-                projector: "multi_modal_projector".into(),
-            }),
-            (false, true) => Some(VisionWeightNames {
-                text_model: "model.language_model".into(),
-                lm_head: "lm_head".into(),
-                vision_model: "model.vision_tower.vision_model".into(),
-                projector: "model.multi_modal_projector".into(),
-            }),
-            (false, false) => None,
-        }
+        let names: std::collections::HashSet<&str> = names.into_iter().collect();
+        let has = |prefix: &str, rest: &str| names.contains(format!("{prefix}.{rest}").as_str());
+        let (text_model, head, projector) = TEXT_LAYOUTS
+            .into_iter()
+            .find(|(text, _, _)| has(text, "embed_tokens.weight"))?;
+        let lm_head = ["language_model.lm_head", "lm_head"]
+            .into_iter()
+            .find(|p| has(p, "weight"))
+            .unwrap_or(head);
+        let tower_default = if text_model.starts_with("model.") {
+            "model.vision_tower.vision_model"
+        } else {
+            "vision_tower.vision_model"
+        };
+        let vision_model = TOWER_PREFIXES
+            .into_iter()
+            .find(|p| has(p, "embeddings.patch_embedding.weight"))
+            .unwrap_or(tower_default);
+        let projector = ["multi_modal_projector", "model.multi_modal_projector"]
+            .into_iter()
+            .find(|p| has(p, "linear_1.weight"))
+            .unwrap_or(projector);
+        Some(VisionWeightNames {
+            text_model: text_model.into(),
+            lm_head: lm_head.into(),
+            vision_model: vision_model.into(),
+            projector: projector.into(),
+        })
     }
 }
 
@@ -507,14 +545,57 @@ mod tests {
     }
 
     #[test]
-    fn weight_names_follow_the_transformers_4_or_5_layout() {
-        let v5 = VisionWeightNames::detect([
-            "model.vision_tower.vision_model.pre_layrnorm.weight",
-            "model.language_model.embed_tokens.weight",
-        ])
-        .expect("v5");
-        assert_eq!(v5.lm_head, "lm_head");
-        assert_eq!(v5.projector, "model.multi_modal_projector");
+    fn each_part_is_found_under_whichever_name_transformers_gave_it() {
+        // (text body, head, tower, projector) as saved; the tests of
+        // testkit's llava fixture open the folders transformers wrote.
+        let layouts = [
+            // transformers 4 hub layout
+            (
+                "language_model.model",
+                "language_model.lm_head",
+                "vision_tower.vision_model",
+                "multi_modal_projector",
+            ),
+            // transformers 5 save_pretrained
+            (
+                "language_model.model",
+                "language_model.lm_head",
+                "vision_tower",
+                "multi_modal_projector",
+            ),
+            // transformers 4.52+ in memory
+            (
+                "model.language_model",
+                "lm_head",
+                "model.vision_tower.vision_model",
+                "model.multi_modal_projector",
+            ),
+            // transformers 5 in memory
+            (
+                "model.language_model",
+                "lm_head",
+                "model.vision_tower",
+                "model.multi_modal_projector",
+            ),
+        ];
+        for (text, head, tower, projector) in layouts {
+            let names = [
+                format!("{text}.embed_tokens.weight"),
+                format!("{head}.weight"),
+                format!("{tower}.embeddings.patch_embedding.weight"),
+                format!("{projector}.linear_1.weight"),
+            ];
+            let found = VisionWeightNames::detect(names.iter().map(String::as_str)).expect("found");
+            assert_eq!(
+                (
+                    found.text_model.as_str(),
+                    found.lm_head.as_str(),
+                    found.vision_model.as_str(),
+                    found.projector.as_str()
+                ),
+                (text, head, tower, projector)
+            );
+        }
         assert_eq!(v4_names().text_model, "language_model.model");
         assert_eq!(
             VisionWeightNames::detect(["model.embed_tokens.weight"]),

@@ -5,9 +5,11 @@
 //! | check | what it guarantees |
 //! |---|---|
 //! | [`image_greedy_tokens_match_transformers`] | each stored case alone (one image at the crop size, one with an alpha channel, one downscaled, one JPEG upscaled, two images in one prompt, no image): the prompt-token count is transformers' expanded input length, the 16 greedy tokens equal transformers' exactly, and the output reports its images and image tokens |
+//! | [`image_greedy_tokens_match_transformers_in_every_layout_it_writes`] | the same model as transformers 5 writes it itself (`save_pretrained` of model and processor: the tower as `vision_tower.*`, the processor settings only in `processor_config.json`; and its in-memory `state_dict` names), rebuilt from `expected/llava-layouts.json`: every case gives transformers' tokens |
 //! | [`image_first_step_logits_match_transformers`] | every case prefilled in one group (images batched through the tower, mixed with the text-only case): each row's logits within [`LOGITS_TOLERANCE`](super::LOGITS_TOLERANCE) of transformers' where core's pixels are transformers' (no resampling), and of the [`ReferenceLlava`] on core's own pixels where they are resampled |
 //! | [`images_batch_with_text_only_rows`] | every case in one batch with two text-only prompts of the shared fixture's prompts: each request gives what it gives alone |
 //! | [`a_prompt_without_one_placeholder_per_image_fails_alone`] | an image without a placeholder, and a placeholder without an image, fail with `image_placeholders`; an unreadable image fails with `media`, naming the file; the rest of the batch succeeds |
+//! | [`a_prompt_holding_its_own_placeholders_gives_transformers_tokens`] | each stored prompt as transformers' processor takes it (`<image>` written in the text, the images as parts after it) through `kind=offline,engine=NAME,request_format=plain`: transformers' tokens and prompt length; two placeholders with one image fail alone with `image_placeholders` |
 //! | [`images_through_the_offline_backend_match_direct_calls`] | every case sent at once as a chat message of image and text parts through `kind=offline,engine=NAME`, under static micro-batches and continuous batching: each response's tokens equal the engine's alone on the formatted prompt, its prompt tokens count the image tokens, its images are reported |
 //! | [`an_image_requests_vision_time_is_reported`] | an image request's output carries the encoder's time, non-zero and below the time to its first token |
 //!
@@ -33,7 +35,9 @@ use super::{
     LOGITS_TOLERANCE, Scratch, generate_ok, greedy, largest_difference, request, resolve_all,
     runner,
 };
-use crate::llava::{LlavaCase, LlavaExpected, LlavaSpec, stored_llava};
+use crate::llava::{
+    LlavaCase, LlavaExpected, LlavaSpec, stored_llava, stored_llava_layouts, write_llava_layout,
+};
 
 /// Writes the tiny LLaVA fixture and its images into a scratch folder.
 fn llava_fixture() -> Scratch {
@@ -71,28 +75,58 @@ fn llava_runner<E: StepEngine>(dir: &Path, load: impl Fn(&Path) -> E) -> StepRun
 /// Each stored case alone gives transformers' greedy tokens and counts.
 pub fn image_greedy_tokens_match_transformers<E: StepEngine>(load: impl Fn(&Path) -> E) {
     let dir = llava_fixture();
-    let mut runner = llava_runner(dir.path(), load);
+    cases_match_transformers(dir.path(), load, "the fixture");
+}
+
+/// The same model as transformers 5 writes it itself, in each layout it
+/// reads (`save_pretrained`: the tower as `vision_tower.*` and the
+/// processor settings only in `processor_config.json`; `state_dict`: the
+/// in-memory names): every stored case gives transformers' tokens.
+pub fn image_greedy_tokens_match_transformers_in_every_layout_it_writes<E: StepEngine>(
+    load: impl Fn(&Path) -> E,
+) {
+    let layouts = stored_llava_layouts().expect("expected/llava-layouts.json parses");
+    assert!(layouts.layouts.len() >= 2, "the stored layouts");
+    for layout in &layouts.layouts {
+        let dir = Scratch::empty("llava-layout");
+        write_llava_layout(dir.path(), layout).expect("write the layout");
+        crate::llava::write_fixture_images(dir.path(), &LlavaSpec::tiny())
+            .expect("write its images");
+        cases_match_transformers(dir.path(), &load, &format!("layout {}", layout.name));
+    }
+}
+
+/// Every stored case alone on the folder `dir`: transformers' prompt
+/// length, greedy tokens and image counts.
+fn cases_match_transformers<E: StepEngine>(dir: &Path, load: impl Fn(&Path) -> E, what: &str) {
+    let mut runner = llava_runner(dir, load);
     for case in &expected().cases {
-        let req = image_request(0, dir.path(), case);
-        let out = generate_ok(&mut runner, &[req], &format!("case {}", case.name)).remove(0);
+        let req = image_request(0, dir, case);
+        let out =
+            generate_ok(&mut runner, &[req], &format!("{what}, case {}", case.name)).remove(0);
         assert_eq!(
             out.prompt_tokens as usize,
             case.input_ids.len(),
-            "case {}: prompt tokens (image tokens included)",
+            "{what}, case {}: prompt tokens (image tokens included)",
             case.name
         );
         assert_eq!(
             out.token_ids, case.greedy,
-            "case {}: greedy tokens",
+            "{what}, case {}: greedy tokens",
             case.name
         );
         match (&out.images, case.images.len()) {
             (None, 0) => {}
             (Some(stats), n) => {
-                assert_eq!(stats.images as usize, n, "case {}", case.name);
-                assert_eq!(stats.image_tokens as usize, 16 * n, "case {}", case.name);
+                assert_eq!(stats.images as usize, n, "{what}, case {}", case.name);
+                assert_eq!(
+                    stats.image_tokens as usize,
+                    16 * n,
+                    "{what}, case {}",
+                    case.name
+                );
             }
-            (None, n) => panic!("case {}: {n} images and no image stats", case.name),
+            (None, n) => panic!("{what}, case {}: {n} images and no image stats", case.name),
         }
     }
 }
@@ -329,6 +363,69 @@ pub fn images_through_the_offline_backend_match_direct_calls<E: StepEngine>(
             );
         }
     }
+}
+
+/// Each stored prompt sent as transformers' processor takes it, its
+/// `<image>` placeholders written in the text and its images as parts
+/// after it, through `kind=offline,engine=NAME` with
+/// `request_format=plain`: the placeholders are used where they stand,
+/// and every response is transformers' greedy tokens. A prompt with
+/// another count of placeholders than images fails alone.
+pub fn a_prompt_holding_its_own_placeholders_gives_transformers_tokens(
+    engine: &str,
+    options: &str,
+) {
+    use guidebench_core::request::{ChatMessage, ContentPart, GenerationRequest, RequestInput};
+
+    let dir = llava_fixture();
+    let expected = expected();
+    let image = |name: &str| ContentPart::Image {
+        source: MediaSource::Path(dir.path().join("images").join(name)),
+    };
+    let chat = |text: &str, images: &[String]| {
+        let mut content = vec![ContentPart::text(text)];
+        content.extend(images.iter().map(|name| image(name)));
+        RequestInput::Chat(vec![ChatMessage {
+            role: "user".into(),
+            content,
+        }])
+    };
+    let mut requests: Vec<GenerationRequest> = expected
+        .cases
+        .iter()
+        .enumerate()
+        .map(|(i, case)| {
+            let tokens = case.greedy.len() as u32;
+            GenerationRequest::new(i as u64, chat(&case.prompt, &case.images), greedy(tokens))
+        })
+        .collect();
+    let two = expected.case("two").expect("the two-image case");
+    let wrong = chat(&two.prompt, &two.images[..1]);
+    requests.push(GenerationRequest::new(99, wrong, greedy(4)));
+    let text = format!(
+        "kind=offline,engine={engine},model={},request_format=plain,\
+         scheduling=static,batch_size=4,batch_timeout=50ms,{options}",
+        dir.path().display()
+    );
+    let results = crate::conformance::resolve_results(&text, requests);
+    for (case, result) in expected.cases.iter().zip(&results) {
+        let response = result
+            .as_ref()
+            .unwrap_or_else(|e| panic!("case {}: {e}", case.name));
+        assert_eq!(response.token_ids, case.greedy, "case {}", case.name);
+        assert_eq!(
+            response.prompt_tokens as usize,
+            case.input_ids.len(),
+            "case {}: transformers' expanded prompt",
+            case.name
+        );
+    }
+    let wrong = results.last().expect("the mismatched request");
+    let err = wrong
+        .as_ref()
+        .err()
+        .unwrap_or_else(|| panic!("two placeholders and one image should fail"));
+    assert_eq!(err.label(), "image_placeholders", "{err}");
 }
 
 /// An image request's vision time is reported within its TTFT.
