@@ -70,7 +70,7 @@ pub fn kernel_path() -> &'static str {
 /// Whether f32 CPU projections are packed at load ([`Proj::new`]): with
 /// AVX2 and FMA (and so with AVX-512), where the packed kernels ran faster
 /// than the dot-product kernels at 1, 8 and 32 rows and than the `gemm`
-/// crate's prefill product (`docs/candle-engine.md`). Not without AVX2,
+/// crate's prefill product (`docs/candle-measurements.md`). Not without AVX2,
 /// where the packed kernel has only portable code and the `gemm` crate
 /// has vector kernels (NEON, SSE).
 pub fn packs_weights() -> bool {
@@ -119,7 +119,7 @@ enum Weight {
 /// rows of whole 256-value blocks, outputs in sixteens; Q8_0 only with
 /// VNNI), on candle's own process-wide thread pool and with a repacked
 /// copy beside the stored bytes; measured side by side in
-/// `bench/formats` (`docs/candle-engine.md`).
+/// `bench/formats` (`docs/candle-measurements.md`).
 #[derive(Debug, Clone)]
 pub enum QuantPart {
     /// This crate's kernels on the stored bytes.
