@@ -452,7 +452,8 @@ mod tests {
         ];
         #[cfg(target_arch = "x86_64")]
         {
-            if crate::cpu::has_avx512() {
+            let features = crate::cpu::Features::get();
+            if features.avx512f {
                 // SAFETY: the CPU supports AVX-512F, checked just above.
                 let avx512 = unsafe { crate::cpu::avx512::kernel::<T>() };
                 kernels.push(("avx512", avx512));
@@ -466,7 +467,7 @@ mod tests {
             } else {
                 eprintln!("this CPU has no AVX-512F: that kernel is not tested here");
             }
-            if crate::cpu::has_avx2_fma() {
+            if features.avx2 {
                 // SAFETY: the CPU supports AVX2, FMA and F16C, checked
                 // just above.
                 let avx2 = unsafe { crate::cpu::avx2::kernel::<T>() };

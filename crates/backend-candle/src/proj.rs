@@ -25,7 +25,7 @@ use rayon::prelude::*;
 
 use crate::aligned::{aligned, aligned_copy};
 use crate::arena::WeightArena;
-use crate::cpu::{has_avx2_fma, has_avx512, rows_times};
+use crate::cpu::{Features, Path, rows_times};
 use crate::packed::{PackedWeight, packed_matmul};
 use crate::quant::{QuantType, QuantWeight, quant_matmul};
 
@@ -43,14 +43,13 @@ pub const SMALL_ROWS_AVX2: usize = 32;
 /// whole weight on every call) up to this many rows.
 pub const SMALL_ROWS_AVX512: usize = 64;
 
-/// The most rows that go to the dot-product kernel on this CPU.
+/// The most rows that go to the dot-product kernel on this CPU (by the
+/// path [`rows_times`] runs).
 pub fn small_rows() -> usize {
-    if has_avx512() {
-        SMALL_ROWS_AVX512
-    } else if has_avx2_fma() {
-        SMALL_ROWS_AVX2
-    } else {
-        SMALL_ROWS
+    match Path::best() {
+        Path::Avx512 => SMALL_ROWS_AVX512,
+        Path::Avx2 => SMALL_ROWS_AVX2,
+        Path::Portable => SMALL_ROWS,
     }
 }
 
@@ -58,12 +57,10 @@ pub fn small_rows() -> usize {
 /// `avx2+fma, packed weights` or `portable` (the last on weights as
 /// stored).
 pub fn kernel_path() -> &'static str {
-    if !packs_weights() {
-        "portable"
-    } else if has_avx512() {
-        "avx512, packed weights"
-    } else {
-        "avx2+fma, packed weights"
+    match Path::best() {
+        Path::Avx512 => "avx512, packed weights",
+        Path::Avx2 => "avx2+fma, packed weights",
+        Path::Portable => "portable",
     }
 }
 
@@ -74,7 +71,7 @@ pub fn kernel_path() -> &'static str {
 /// where the packed kernel has only portable code and the `gemm` crate
 /// has vector kernels (NEON, SSE).
 pub fn packs_weights() -> bool {
-    has_avx2_fma()
+    Features::get().avx2
 }
 
 /// Whether `weight` is bf16 or f16 on the CPU: always packed, at two
@@ -136,26 +133,19 @@ pub enum QuantPart {
 }
 
 /// Whether candle's repacked kernel runs a `ty` matrix of `rows` by
-/// `cols` on this CPU (see [`QuantPart`]).
+/// `cols` on this CPU (see [`QuantPart`]): Q4_K and Q6_K with AVX2, FMA
+/// and F16C; Q8_0 only with a VNNI tier of candle's kernels, AVX-512F, BW
+/// and VNNI (all three enabled by its 512-bit kernels) or AVX2, FMA and
+/// AVX-VNNI.
 pub fn candle_runs(ty: QuantType, rows: usize, cols: usize) -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        let shape = cols > 0 && cols.is_multiple_of(256) && rows.is_multiple_of(16);
-        let avx2 = has_avx2_fma();
-        let vnni = (is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512vnni"))
-            || (avx2 && is_x86_feature_detected!("avxvnni"));
-        shape
-            && match ty {
-                QuantType::Q4K | QuantType::Q6K => avx2,
-                QuantType::Q8_0 => vnni,
-                _ => false,
-            }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        let _ = (ty, rows, cols);
-        false
-    }
+    let features = Features::get();
+    let shape = cols > 0 && cols.is_multiple_of(256) && rows.is_multiple_of(16);
+    shape
+        && match ty {
+            QuantType::Q4K | QuantType::Q6K => features.avx2,
+            QuantType::Q8_0 => features.candle_vnni(),
+            _ => false,
+        }
 }
 
 /// The matrix `rows` by `cols` of `ty` blocks (`bytes`, row after row) for

@@ -16,14 +16,6 @@ use std::arch::x86_64::{__m256bh, __m256i, __m512, __m512bh, __m512i};
 
 use super::{Fetch, Kernel, PANEL, TILE_PANELS, TILE_ROWS, Tile};
 
-/// Whether the CPU runs this kernel: AVX-512F, BW and VL with BF16.
-pub(crate) fn available() -> bool {
-    std::is_x86_feature_detected!("avx512f")
-        && std::is_x86_feature_detected!("avx512bw")
-        && std::is_x86_feature_detected!("avx512vl")
-        && std::is_x86_feature_detected!("avx512bf16")
-}
-
 /// The most input rows per tile.
 const ROWS: usize = 8;
 
@@ -42,7 +34,8 @@ const STREAM_AHEAD_BYTES: usize = 2048;
 ///
 /// # Safety
 ///
-/// The CPU must support this kernel ([`available`]).
+/// The CPU must support this kernel: AVX-512F, BW and VL with BF16
+/// ([`Features::avx512_bf16`](super::Features::avx512_bf16)).
 pub(crate) unsafe fn kernel() -> Kernel<half::bf16> {
     Kernel {
         tile: |xs, rows, panels, width, k, fetch, out| {

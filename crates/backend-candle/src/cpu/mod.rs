@@ -28,8 +28,7 @@
 //! between packed and stored weights is [`crate::proj`]'s. Neither lives
 //! here, and nothing here imports them.
 
-use std::sync::OnceLock;
-
+mod features;
 pub(crate) mod portable;
 
 #[cfg(target_arch = "x86_64")]
@@ -45,6 +44,7 @@ pub(crate) mod avx512_bf16;
 pub(crate) use avx2::{finish_avx2, rows_times_avx2};
 #[cfg(target_arch = "x86_64")]
 pub(crate) use avx512::{sum_lanes_avx512, sum_lanes16_avx512};
+pub(crate) use features::Features;
 pub(crate) use portable::rows_times_portable;
 
 /// Lanes of the dot product's accumulator.
@@ -55,33 +55,6 @@ pub(crate) const LINE_BYTES: usize = 64;
 
 /// f32 values per 64-byte cache line.
 pub(crate) const LINE_VALUES: usize = LINE_BYTES / std::mem::size_of::<f32>();
-
-/// Whether the CPU runs the AVX-512F kernels.
-pub(crate) fn has_avx512() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::is_x86_feature_detected!("avx512f")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
-}
-
-/// Whether the CPU runs the AVX2 kernels: AVX2, FMA and F16C (F16C, the
-/// f16 conversions, came before AVX2 on every x86 CPU that has both).
-pub(crate) fn has_avx2_fma() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::is_x86_feature_detected!("avx2")
-            && std::is_x86_feature_detected!("fma")
-            && std::is_x86_feature_detected!("f16c")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
-}
 
 /// The kernels an elementwise, attention or projection pass runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -96,36 +69,54 @@ pub(crate) enum Path {
 }
 
 impl Path {
-    /// The fastest path this CPU runs (detected once).
+    /// Every path, the portable one first and the fastest last.
+    pub(crate) const ALL: [Path; 3] = [Path::Portable, Path::Avx2, Path::Avx512];
+
+    /// The fastest path this CPU runs ([`Features`], detected once).
     pub(crate) fn best() -> Path {
-        static BEST: OnceLock<Path> = OnceLock::new();
-        *BEST.get_or_init(|| {
-            if has_avx512() && has_avx2_fma() {
-                Path::Avx512
-            } else if has_avx2_fma() {
-                Path::Avx2
-            } else {
-                Path::Portable
-            }
-        })
+        Path::best_on(Features::get())
+    }
+
+    /// The fastest path a CPU with `features` runs.
+    fn best_on(features: Features) -> Path {
+        Path::ALL
+            .into_iter()
+            .rev()
+            .find(|p| p.runs_on(features))
+            .unwrap_or(Path::Portable)
+    }
+
+    /// Whether a CPU with `features` runs the path: the AVX-512 one
+    /// needs AVX2, FMA and F16C too (its attention kernels use them).
+    fn runs_on(self, features: Features) -> bool {
+        match self {
+            Path::Portable => true,
+            Path::Avx2 => features.avx2,
+            Path::Avx512 => features.avx512f && features.avx2,
+        }
     }
 
     /// Every path this CPU runs, for the tests that force each (saying
     /// which it cannot).
     #[cfg(test)]
     pub(crate) fn available() -> Vec<Path> {
-        let mut paths = vec![Path::Portable];
-        if has_avx2_fma() {
-            paths.push(Path::Avx2);
-        } else {
-            eprintln!("this CPU has no AVX2+FMA+F16C: that path is not tested here");
-        }
-        if has_avx512() {
-            paths.push(Path::Avx512);
-        } else {
-            eprintln!("this CPU has no AVX-512F: that path is not tested here");
-        }
-        paths
+        let features = Features::get();
+        Path::ALL
+            .into_iter()
+            .filter(|p| {
+                let runs = p.runs_on(features);
+                match p {
+                    Path::Avx2 if !runs => {
+                        eprintln!("this CPU has no AVX2+FMA+F16C: that path is not tested here")
+                    }
+                    Path::Avx512 if !runs => {
+                        eprintln!("this CPU has no AVX-512F: that path is not tested here")
+                    }
+                    _ => {}
+                }
+                runs
+            })
+            .collect()
     }
 }
 
@@ -320,7 +311,7 @@ pub(crate) fn best_kernel<T: PackedElem>() -> Kernel<T> {
 /// ones ([`best_kernel`]).
 pub(crate) fn bf16_dot_kernel() -> Kernel<half::bf16> {
     #[cfg(target_arch = "x86_64")]
-    if avx512_bf16::available() {
+    if Features::get().avx512_bf16 {
         // SAFETY: the CPU runs it, checked just above.
         return unsafe { avx512_bf16::kernel() };
     }
@@ -329,14 +320,7 @@ pub(crate) fn bf16_dot_kernel() -> Kernel<half::bf16> {
 
 /// Whether this CPU has the `vdpbf16ps` kernel.
 pub fn has_bf16_dot() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        avx512_bf16::available()
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    Features::get().avx512_bf16
 }
 
 /// [`Fetch::Spread`] as a tile goes: the lines of `ahead`, one every few
@@ -407,7 +391,8 @@ mod tests {
             vec![("portable", portable::rows_times_portable)];
         #[cfg(target_arch = "x86_64")]
         {
-            if has_avx2_fma() {
+            let features = Features::get();
+            if features.avx2 {
                 // SAFETY: the CPU supports AVX2, FMA and F16C, checked
                 // just above.
                 kernels.push(("avx2+fma", |x, w, o, m, k| unsafe {
@@ -424,7 +409,7 @@ mod tests {
             } else {
                 eprintln!("this CPU has no AVX2+FMA+F16C: that kernel is not tested here");
             }
-            if has_avx512() {
+            if features.avx512f {
                 // SAFETY: the CPU supports AVX-512F, checked just above.
                 kernels.push(("avx512", |x, w, o, m, k| unsafe {
                     avx512::rows_times_avx512(x, w, o, m, k)
@@ -476,6 +461,27 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn each_path_is_taken_only_where_the_cpu_has_every_feature_its_kernels_use() {
+        let avx2 = Features {
+            avx2: true,
+            ..Features::default()
+        };
+        let avx512f_alone = Features {
+            avx512f: true,
+            ..Features::default()
+        };
+        let avx512 = Features {
+            avx512f: true,
+            ..avx2
+        };
+        assert_eq!(Path::best_on(Features::default()), Path::Portable);
+        assert_eq!(Path::best_on(avx2), Path::Avx2);
+        assert_eq!(Path::best_on(avx512f_alone), Path::Portable);
+        assert_eq!(Path::best_on(avx512), Path::Avx512);
+        assert_eq!(Path::best(), Path::best_on(Features::get()));
     }
 
     #[test]

@@ -132,10 +132,8 @@
 //! AVX2 kernel, which [`quant_matmul`] runs for Q5_K on AVX-512 CPUs
 //! too, the AVX-512 one having been slower at 8 and 32 rows).
 
+use crate::cpu::Features;
 use std::ops::Range;
-use std::sync::OnceLock;
-
-use crate::cpu::has_avx2_fma;
 
 use rayon::prelude::*;
 
@@ -682,7 +680,7 @@ fn quantize_row(
     block: usize,
 ) {
     #[cfg(target_arch = "x86_64")]
-    if has_avx2_fma() {
+    if Features::get().avx2 {
         // SAFETY: the CPU runs AVX2 and FMA (just checked).
         unsafe { quantize_row_avx2(x, qs, d, bsums, sum_len, block) };
         return;
@@ -757,20 +755,6 @@ pub(crate) struct ActTile<'a> {
     pub(crate) k: usize,
 }
 
-/// Whether the CPU runs the AVX-512 kernels (AVX-512F, BW and VNNI).
-fn has_avx512_vnni() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::is_x86_feature_detected!("avx512f")
-            && std::is_x86_feature_detected!("avx512bw")
-            && std::is_x86_feature_detected!("avx512vnni")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
-}
-
 /// The kernels a product runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Path {
@@ -783,18 +767,18 @@ pub(crate) enum Path {
 }
 
 impl Path {
-    /// The fastest path this CPU runs (detected once).
+    /// The fastest path this CPU runs ([`Features`], detected once).
     pub(crate) fn best() -> Path {
-        static BEST: OnceLock<Path> = OnceLock::new();
-        *BEST.get_or_init(|| {
-            if has_avx512_vnni() && has_avx2_fma() {
-                Path::Avx512Vnni
-            } else if has_avx2_fma() {
-                Path::Avx2
-            } else {
-                Path::Portable
-            }
-        })
+        Path::best_on(Features::get())
+    }
+
+    /// The fastest path a CPU with `features` runs.
+    fn best_on(features: Features) -> Path {
+        Path::ALL
+            .into_iter()
+            .rev()
+            .find(|p| p.runs_on(features))
+            .unwrap_or(Path::Portable)
     }
 
     /// The path [`quant_matmul`] runs for `ty` where this one is the
@@ -809,10 +793,17 @@ impl Path {
 
     /// Whether this CPU runs the path.
     pub(crate) fn runs_here(self) -> bool {
+        self.runs_on(Features::get())
+    }
+
+    /// Whether a CPU with `features` runs the path: what its kernels'
+    /// `#[target_feature]` attributes enable (AVX2, FMA and F16C; the
+    /// AVX-512 one AVX-512F, BW and VNNI as well).
+    fn runs_on(self, features: Features) -> bool {
         match self {
             Path::Portable => true,
-            Path::Avx2 => has_avx2_fma(),
-            Path::Avx512Vnni => has_avx2_fma() && has_avx512_vnni(),
+            Path::Avx2 => features.avx2,
+            Path::Avx512Vnni => features.avx2 && features.avx512_vnni,
         }
     }
 
@@ -825,8 +816,7 @@ impl Path {
         }
     }
 
-    /// Every path, the portable one first.
-    #[cfg(test)]
+    /// Every path, the portable one first and the fastest last.
     pub(crate) const ALL: [Path; 3] = [Path::Portable, Path::Avx2, Path::Avx512Vnni];
 }
 
@@ -839,7 +829,7 @@ pub fn kernel_path(ty: QuantType) -> &'static str {
 /// The kernel paths this CPU runs, by name (`portable`, then `avx2` and
 /// `avx512-vnni` where the CPU has them), for benches that time each.
 pub fn runnable_paths() -> Vec<&'static str> {
-    [Path::Portable, Path::Avx2, Path::Avx512Vnni]
+    Path::ALL
         .into_iter()
         .filter(|p| p.runs_here())
         .map(Path::name)
@@ -860,7 +850,7 @@ pub fn quant_matmul_on(
     out: &mut [f32],
     ldo: usize,
 ) {
-    let path = [Path::Portable, Path::Avx2, Path::Avx512Vnni]
+    let path = Path::ALL
         .into_iter()
         .find(|p| p.name() == path)
         .unwrap_or_else(|| panic!("no kernel path {path}"));
@@ -1280,6 +1270,32 @@ mod tests {
             }
         }
         bytes
+    }
+
+    #[test]
+    fn each_path_is_taken_only_where_the_cpu_has_every_feature_its_kernels_use() {
+        let avx2 = Features {
+            avx2: true,
+            ..Features::default()
+        };
+        let vnni_alone = Features {
+            avx512f: true,
+            avx512_vnni: true,
+            ..Features::default()
+        };
+        let vnni = Features {
+            avx512f: true,
+            avx512_vnni: true,
+            ..avx2
+        };
+        assert_eq!(Path::best_on(Features::default()), Path::Portable);
+        assert_eq!(Path::best_on(avx2), Path::Avx2);
+        assert_eq!(Path::best_on(vnni_alone), Path::Portable);
+        assert_eq!(Path::best_on(vnni), Path::Avx512Vnni);
+        assert_eq!(Path::best(), Path::best_on(Features::get()));
+        for path in Path::ALL {
+            assert_eq!(path.runs_here(), path.runs_on(Features::get()));
+        }
     }
 
     /// Every path this CPU runs, saying which it cannot.
