@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 use candle_core::{DType, Device};
 use guidebench_core::engine::EngineCapabilities;
 use guidebench_core::engine::{
-    CheckedEngineOptions, Engine, EngineConfig, EngineDescription, EngineOptions, load_error,
+    CheckedEngineOptions, DeviceRequest, Engine, EngineConfig, EngineDescription, EngineOptions,
+    load_error,
 };
 use guidebench_core::generation::{
     Decode, Logits, ModelText, Prefill, StepEngine, StepLimits, StepRunner,
@@ -154,40 +155,19 @@ fn candle_dtype(dtype: ComputeDtype) -> DType {
     }
 }
 
-fn parse_device(text: &str) -> Result<Device> {
-    if text == "cpu" {
-        return Ok(Device::Cpu);
-    }
-    if let Some(rest) = text.strip_prefix("cuda") {
-        let ordinal = match rest.strip_prefix(':') {
-            Some(n) => n
-                .parse::<usize>()
-                .map_err(|_| CandleError::UnsupportedDevice {
-                    device: text.to_owned(),
-                    reason: "expected cuda or cuda:N".into(),
-                })?,
-            None if rest.is_empty() => 0,
-            None => {
-                return Err(CandleError::UnsupportedDevice {
-                    device: text.to_owned(),
-                    reason: "expected cuda or cuda:N".into(),
-                });
-            }
-        };
-        if cfg!(feature = "cuda") {
-            return Ok(Device::new_cuda(ordinal)?);
-        }
-        return Err(CandleError::UnsupportedDevice {
-            device: text.to_owned(),
+/// candle's device for `device=`: the CPU, or a CUDA device where this
+/// build has the `cuda` feature.
+fn candle_device(device: DeviceRequest) -> Result<Device> {
+    match device {
+        DeviceRequest::Cpu => Ok(Device::Cpu),
+        DeviceRequest::Cuda(ordinal) if cfg!(feature = "cuda") => Ok(Device::new_cuda(ordinal)?),
+        other => Err(CandleError::UnsupportedDevice {
+            device: other.to_string(),
             reason: "this build has no CUDA support; rebuild with the `cuda` feature \
                      (e.g. `cargo install guidebench --features cuda`)"
                 .into(),
-        });
+        }),
     }
-    Err(CandleError::UnsupportedDevice {
-        device: text.to_owned(),
-        reason: "supported devices: cpu, cuda[:N] (with the `cuda` feature)".into(),
-    })
 }
 
 /// `f32`, `bf16`, `f16` (candle's name for others).
@@ -275,7 +255,7 @@ impl CandleEngine {
         } = options
             .common
             .check(|key, reason| CandleError::InvalidOption { key, reason })?;
-        let device = parse_device(&device)?;
+        let device = candle_device(device)?;
         let model = model.unwrap_or(DEFAULT_MODEL);
         let folder = ModelFolder::open(model)?;
         // On a GGUF file: its own types, any other dtype refused with why.

@@ -20,6 +20,7 @@
 //! Each slot also keeps its length (its position id for the next token)
 //! and, for graphs without a cache, its tokens (recomputed every step).
 
+use crate::error::{OrtError, Result};
 use ort::value::DynValue;
 
 /// One slot.
@@ -109,6 +110,37 @@ impl KvCache {
     /// running set had changed (the other steps copied nothing).
     pub fn gathers(&self) -> usize {
         self.gathers
+    }
+
+    /// Checks that a step can use `slots`: each in range and named once,
+    /// free for a prefill (`new`) or holding a sequence for a decode.
+    /// Nothing changes when a slot is refused.
+    pub fn check(&self, slots: impl IntoIterator<Item = usize>, new: bool) -> Result<()> {
+        let mut seen = Vec::new();
+        for slot in slots {
+            let Some(s) = self.slots.get(slot) else {
+                return Err(OrtError::Cache(format!(
+                    "slot {slot} is out of range (the engine has {} slots)",
+                    self.slots.len()
+                )));
+            };
+            if seen.contains(&slot) {
+                return Err(OrtError::Cache(format!(
+                    "slot {slot} is named twice in one step"
+                )));
+            }
+            seen.push(slot);
+            match (new, s.active) {
+                (true, true) => {
+                    return Err(OrtError::Cache(format!("slot {slot} is already in use")));
+                }
+                (false, false) => {
+                    return Err(OrtError::Cache(format!("slot {slot} holds no sequence")));
+                }
+                _ => {}
+            }
+        }
+        Ok(())
     }
 
     /// Takes `slot` for a new sequence (length 0, no keys and values

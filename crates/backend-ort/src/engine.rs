@@ -422,6 +422,13 @@ impl OrtEngine {
     }
 
     fn run_prefill(&mut self, seqs: &[Prefill<'_>], logits: &mut Logits) -> Result<()> {
+        self.cache.check(seqs.iter().map(|s| s.slot), true)?;
+        if let Some(s) = seqs.iter().find(|s| s.tokens.is_empty()) {
+            return Err(OrtError::Cache(format!(
+                "the prompt for slot {} has no tokens",
+                s.slot
+            )));
+        }
         let rows: Vec<&[u32]> = seqs.iter().map(|s| s.tokens).collect();
         let slots: Vec<usize> = seqs.iter().map(|s| s.slot).collect();
         for s in seqs {
@@ -447,6 +454,7 @@ impl OrtEngine {
     /// are this run's `past` as they are, with no copy; else the past is
     /// gathered once from the batches that hold the rows.
     fn run_decode(&mut self, seqs: &[Decode], logits: &mut Logits) -> Result<()> {
+        self.cache.check(seqs.iter().map(|d| d.slot), false)?;
         if !self.layout.has_past {
             return self.recompute(seqs, logits);
         }

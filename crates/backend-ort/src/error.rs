@@ -95,6 +95,11 @@ pub enum OrtError {
     #[error("unexpected output from the graph: {0}")]
     Output(String),
 
+    /// A step named a slot it cannot use: out of range, taken (a
+    /// prefill) or holding no sequence (a decode).
+    #[error("KV cache: {0}")]
+    Cache(String),
+
     /// ONNX Runtime reported an error.
     #[error("onnxruntime: {0}")]
     Ort(String),

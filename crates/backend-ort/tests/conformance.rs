@@ -29,6 +29,8 @@ checks!(
     seeded_sampling_is_reproducible,
     a_too_long_prompt_fails_alone,
     timings_are_one_instant_per_token,
+    an_image_to_a_text_model_is_refused_naming_where_images_run,
+    a_slot_that_is_taken_or_out_of_range_is_an_error_not_a_panic,
 );
 
 /// A graph without past inputs runs with full recomputation and gives

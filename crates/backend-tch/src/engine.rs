@@ -4,7 +4,8 @@
 use std::path::{Path, PathBuf};
 
 use guidebench_core::engine::{
-    CheckedEngineOptions, Engine, EngineConfig, EngineDescription, EngineOptions, load_error,
+    CheckedEngineOptions, DeviceRequest, Engine, EngineConfig, EngineDescription, EngineOptions,
+    load_error,
 };
 use guidebench_core::generation::{
     Decode, Logits, ModelText, Prefill, StepEngine, StepLimits, StepRunner,
@@ -69,23 +70,16 @@ fn tch_kind(dtype: ComputeDtype) -> Kind {
     }
 }
 
-/// `cpu`, `cuda` or `cuda:N`; CUDA only where libtorch has it and the
-/// device exists.
-fn parse_device(text: &str) -> Result<Device> {
-    if text == "cpu" {
-        return Ok(Device::Cpu);
-    }
-    let unsupported = |reason: String| TchError::UnsupportedDevice {
-        device: text.to_owned(),
-        reason,
+/// libtorch's device for `device=`: the CPU, or a CUDA device only where
+/// libtorch has CUDA and the device exists.
+fn tch_device(device: DeviceRequest) -> Result<Device> {
+    let ordinal = match device {
+        DeviceRequest::Cuda(ordinal) => ordinal,
+        _ => return Ok(Device::Cpu),
     };
-    let ordinal = match text.strip_prefix("cuda") {
-        Some("") => 0,
-        Some(rest) => rest
-            .strip_prefix(':')
-            .and_then(|n| n.parse::<usize>().ok())
-            .ok_or_else(|| unsupported("expected cpu, cuda or cuda:N".into()))?,
-        None => return Err(unsupported("supported devices: cpu, cuda[:N]".into())),
+    let unsupported = |reason: String| TchError::UnsupportedDevice {
+        device: device.to_string(),
+        reason,
     };
     if !tch::Cuda::is_available() {
         return Err(unsupported(
@@ -179,7 +173,7 @@ impl TchEngine {
         } = options
             .common
             .check(|key, reason| TchError::InvalidOption { key, reason })?;
-        let device = parse_device(&device)?;
+        let device = tch_device(device)?;
         if let Some(n) = threads {
             let n = i32::try_from(n).map_err(|_| TchError::InvalidOption {
                 key: "threads",

@@ -198,50 +198,6 @@ fn a_decoding_step_that_names_some_rows_leaves_the_others_untouched() {
 }
 
 #[test]
-fn a_slot_that_is_taken_or_out_of_range_is_an_error_not_a_panic() {
-    let dir = fixture(&FixtureSpec::tiny());
-    let options = TchOptions {
-        common: EngineOptions {
-            max_slots: Some(2),
-            ..options().common
-        },
-        ..options()
-    };
-    let mut e = TchEngine::load(dir.path().to_str(), &options).expect("load");
-    let mut logits = Logits::new(e.limits().vocab_size);
-    let tokens = [5u32, 6, 7];
-    let seq = |slot| Prefill {
-        images: &[],
-        slot,
-        tokens: &tokens,
-        max_len: 8,
-    };
-    let err = e.prefill(&[seq(2)], &mut logits).expect_err("out of range");
-    assert!(err.to_string().contains("slot 2 is out of range"), "{err}");
-    e.prefill(&[seq(0)], &mut logits).expect("prefill");
-    let err = e.prefill(&[seq(0)], &mut logits).expect_err("taken");
-    assert!(
-        err.to_string().contains("slot 0 is already in use"),
-        "{err}"
-    );
-    let err = e
-        .decode(&[Decode { slot: 1, token: 3 }], &mut logits)
-        .expect_err("empty");
-    assert!(
-        err.to_string().contains("slot 1 holds no sequence"),
-        "{err}"
-    );
-    let none = Prefill {
-        images: &[],
-        slot: 1,
-        tokens: &[],
-        max_len: 4,
-    };
-    let err = e.prefill(&[none], &mut logits).expect_err("no tokens");
-    assert!(err.to_string().contains("slot 1 has no tokens"), "{err}");
-}
-
-#[test]
 fn bf16_and_f16_run_and_mostly_agree_with_f32() {
     let dir = fixture(&FixtureSpec::tiny());
     let reference = run(&mut load(dir.path()), &[request(0, PROMPTS[1], greedy(4))]);

@@ -12,7 +12,9 @@ use serde::Serialize;
 
 mod options;
 
-pub use options::{CheckedEngineOptions, DEFAULT_MAX_SLOTS, EngineOptions, positive};
+pub use options::{
+    CheckedEngineOptions, DEFAULT_MAX_SLOTS, DeviceRequest, EngineOptions, positive,
+};
 
 use crate::Result;
 use crate::model::ModelFolder;

@@ -18,6 +18,7 @@
 //! | [`seeded_sampling_is_reproducible`] | sampling with temperature 0.8, top-k 50 and a seed gives the same tokens twice, and the same batched as alone |
 //! | [`a_too_long_prompt_fails_alone`] | a prompt longer than the engine's `limits().max_seq_len` fails with `prompt_too_long`; the rest of its batch succeeds with the stored tokens |
 //! | [`an_image_to_a_text_model_is_refused_naming_where_images_run`] | an image request to a text model fails alone with `unsupported_input`, naming `engine=candle` and LLaVA-style folders; the text-only request beside it succeeds |
+//! | [`a_slot_that_is_taken_or_out_of_range_is_an_error_not_a_panic`] | a prefill into slot `max_slots`, a taken slot or of no tokens, and a decode of an empty or out-of-range slot, are errors naming the slot; the engine then gives the stored tokens |
 //! | [`timings_are_one_instant_per_token`] | every output has exactly one instant per generated token, non-decreasing, the first at or after the call started and the last before it returned |
 //!
 //! Two more checks take the engine's registered name, for engines linked
@@ -294,6 +295,7 @@ macro_rules! conformance_tests {
             a_too_long_prompt_fails_alone,
             timings_are_one_instant_per_token,
             an_image_to_a_text_model_is_refused_naming_where_images_run,
+            a_slot_that_is_taken_or_out_of_range_is_an_error_not_a_panic,
         );
     };
 }
@@ -698,6 +700,88 @@ impl Suite {
         timings_are_one_instant_per_token_on(dir.path(), load);
     }
 
+    /// See [`a_slot_that_is_taken_or_out_of_range_is_an_error_not_a_panic`].
+    pub fn a_slot_that_is_taken_or_out_of_range_is_an_error_not_a_panic<E: StepEngine>(
+        &self,
+        load: impl Fn(&Path) -> E,
+    ) {
+        use guidebench_core::engine::{Decode, Logits, Prefill};
+
+        let (prompts, dir) = self.tiny();
+        let mut engine = load(dir.path());
+        let limits = engine.limits();
+        let mut logits = Logits::new(limits.vocab_size);
+        let tokens = [5u32, 6, 7];
+        let seq = |slot| Prefill {
+            images: &[],
+            slot,
+            tokens: &tokens,
+            max_len: 8,
+        };
+        let names_slot = |err: &dyn std::fmt::Display, slot: usize, what: &str| {
+            let message = err.to_string();
+            assert!(
+                message.contains(&format!("slot {slot}")),
+                "{what}: the error names slot {slot}: {message}"
+            );
+        };
+        let out = limits.max_slots;
+        let err = engine
+            .prefill(&[seq(out)], &mut logits)
+            .expect_err("a prefill into slot max_slots succeeded");
+        names_slot(&err, out, "a prefill out of range");
+        engine
+            .prefill(&[seq(0)], &mut logits)
+            .expect("prefill slot 0");
+        let err = engine
+            .prefill(&[seq(0)], &mut logits)
+            .expect_err("a prefill into a taken slot succeeded");
+        names_slot(&err, 0, "a prefill into a taken slot");
+        if limits.max_slots > 1 {
+            let err = engine
+                .decode(&[Decode { slot: 1, token: 3 }], &mut logits)
+                .expect_err("a decode of an empty slot succeeded");
+            names_slot(&err, 1, "a decode of an empty slot");
+        }
+        let err = engine
+            .decode(
+                &[Decode {
+                    slot: out,
+                    token: 3,
+                }],
+                &mut logits,
+            )
+            .expect_err("a decode out of range succeeded");
+        names_slot(&err, out, "a decode out of range");
+        if limits.max_slots > 1 {
+            let empty = Prefill {
+                images: &[],
+                slot: 1,
+                tokens: &[],
+                max_len: 4,
+            };
+            let err = engine
+                .prefill(&[empty], &mut logits)
+                .expect_err("a prefill of no tokens succeeded");
+            names_slot(&err, 1, "a prefill of no tokens");
+        }
+        // The engine goes on: after the refusals, a fresh run gives the
+        // stored tokens.
+        engine.retire(0);
+        let mut runner = StepRunner::new(
+            engine,
+            ModelText::open(dir.path().to_str().expect("UTF-8")).expect("core reads the tokenizer"),
+        );
+        let prompt = &prompts[1];
+        let out =
+            generate_ok(&mut runner, &[request(0, &prompt.text, greedy(4))], "after").remove(0);
+        assert_eq!(
+            out.token_ids,
+            prompt.greedy[..4],
+            "the run after the refusals"
+        );
+    }
+
     /// See [`an_image_to_a_text_model_is_refused_naming_where_images_run`].
     pub fn an_image_to_a_text_model_is_refused_naming_where_images_run<E: StepEngine>(
         &self,
@@ -895,6 +979,17 @@ pub fn a_too_long_prompt_fails_alone<E: StepEngine>(load: impl Fn(&Path) -> E) {
 /// [`Suite::timings_are_one_instant_per_token`] on the `f32` fixtures.
 pub fn timings_are_one_instant_per_token<E: StepEngine>(load: impl Fn(&Path) -> E) {
     Suite::default().timings_are_one_instant_per_token(load);
+}
+
+/// The slot contract, on the shared `tiny`: a prefill into a slot at
+/// `limits().max_slots`, into a taken slot or of no tokens, and a decode
+/// of an empty or out-of-range slot, are errors naming the slot, not
+/// panics and not wrong answers; the engine then runs a prompt to its
+/// stored tokens.
+pub fn a_slot_that_is_taken_or_out_of_range_is_an_error_not_a_panic<E: StepEngine>(
+    load: impl Fn(&Path) -> E,
+) {
+    Suite::default().a_slot_that_is_taken_or_out_of_range_is_an_error_not_a_panic(load);
 }
 
 /// A request with an image, to an engine on a text model (the shared

@@ -475,9 +475,10 @@ impl Decoder {
         let mut room = 1;
         for (row, &(slot, prompt, _)) in seqs.iter().enumerate() {
             if prompt.is_empty() {
-                return Err(
-                    candle_core::Error::Msg(format!("sequence {row} has no tokens")).into(),
-                );
+                return Err(candle_core::Error::Msg(format!(
+                    "the prompt for slot {slot} has no tokens"
+                ))
+                .into());
             }
             room = room.max(slot_of(kv, slot)?.capacity);
             let n = prompt.len();

@@ -34,6 +34,8 @@
 //! assert_eq!(OPTIONS[2].default_text().as_deref(), Some("256"));
 //! ```
 
+use std::fmt;
+
 use serde::{Deserialize, Serialize};
 
 use crate::model::DtypeRequest;
@@ -77,6 +79,55 @@ pub struct EngineOptions {
     pub max_slots: Option<i64>,
 }
 
+/// Where an engine is asked to compute (`device=`): the CPU, or one CUDA
+/// device. Parsed once here for every engine; each engine maps it to its
+/// own device type and says whether it has CUDA.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum DeviceRequest {
+    /// `cpu` (the default).
+    #[default]
+    Cpu,
+    /// `cuda` (device 0) or `cuda:N`.
+    Cuda(usize),
+}
+
+impl DeviceRequest {
+    /// What `device=` takes, for messages.
+    pub const SPELLINGS: &'static str = "cpu, cuda or cuda:N";
+
+    /// `cpu`, `cuda` or `cuda:N`; anything else is refused with what is
+    /// taken.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let refused = || format!("expected {}, got `{text}`", Self::SPELLINGS);
+        match text {
+            "cpu" => Ok(DeviceRequest::Cpu),
+            "cuda" => Ok(DeviceRequest::Cuda(0)),
+            _ => text
+                .strip_prefix("cuda:")
+                .and_then(|n| n.parse::<usize>().ok())
+                .map(DeviceRequest::Cuda)
+                .ok_or_else(refused),
+        }
+    }
+}
+
+impl fmt::Display for DeviceRequest {
+    /// `cpu` or `cuda:N`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DeviceRequest::Cpu => f.write_str("cpu"),
+            DeviceRequest::Cuda(n) => write!(f, "cuda:{n}"),
+        }
+    }
+}
+
+impl Serialize for DeviceRequest {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
 /// [`EngineOptions`] checked, with their defaults applied. Its `Default`
 /// is the one source of those defaults: [`EngineOptions::check`] takes
 /// unset fields from it and the specs' help text prints it.
@@ -84,8 +135,9 @@ pub struct EngineOptions {
 pub struct CheckedEngineOptions {
     /// The compute dtype asked for.
     pub dtype: DtypeRequest,
-    /// The device asked for (`cpu` unless given); each engine parses it.
-    pub device: String,
+    /// The device asked for (`cpu` unless given); each engine maps it to
+    /// its own and refuses what it lacks.
+    pub device: DeviceRequest,
     /// Threads, if given (at least 1).
     pub threads: Option<usize>,
     /// The longest sequence, if given (at least 1).
@@ -100,7 +152,7 @@ impl Default for CheckedEngineOptions {
     fn default() -> Self {
         CheckedEngineOptions {
             dtype: DtypeRequest::Auto,
-            device: "cpu".to_owned(),
+            device: DeviceRequest::Cpu,
             threads: None,
             max_seq_len: None,
             max_slots: DEFAULT_MAX_SLOTS,
@@ -163,8 +215,9 @@ impl EngineOptions {
     /// engine's own error from the key and why it is refused (so the
     /// message and the error's kind stay the engine's).
     ///
-    /// `dtype` must be one of [`DtypeRequest::CHOICES`]; `threads`,
-    /// `max_seq_len` and `max_slots` positive integers.
+    /// `dtype` must be one of [`DtypeRequest::CHOICES`]; `device` one of
+    /// [`DeviceRequest`]'s spellings; `threads`, `max_seq_len` and
+    /// `max_slots` positive integers.
     pub fn check<E>(
         &self,
         invalid: impl Fn(&'static str, String) -> E,
@@ -181,7 +234,10 @@ impl EngineOptions {
         };
         Ok(CheckedEngineOptions {
             dtype,
-            device: self.device.clone().unwrap_or(defaults.device),
+            device: match self.device.as_deref() {
+                None => defaults.device,
+                Some(text) => DeviceRequest::parse(text).map_err(|why| invalid("device", why))?,
+            },
             threads: positive(self.threads, "threads", &invalid)?.or(defaults.threads),
             max_seq_len: positive(self.max_seq_len, "max_seq_len", &invalid)?
                 .or(defaults.max_seq_len),
@@ -250,7 +306,7 @@ mod tests {
         assert_eq!(shown(EngineOptions::MAX_SLOTS).as_deref(), Some("256"));
         assert_eq!(checked.max_slots, 256);
         assert_eq!(shown(EngineOptions::DEVICE).as_deref(), Some("cpu"));
-        assert_eq!(checked.device, "cpu");
+        assert_eq!(checked.device, DeviceRequest::Cpu);
         assert_eq!(shown(EngineOptions::DTYPE).as_deref(), Some("auto"));
         assert_eq!(checked.dtype, DtypeRequest::Auto);
         assert_eq!(shown(EngineOptions::THREADS), None);
@@ -327,6 +383,30 @@ mod tests {
             err,
             "invalid option `max_slots`: must be a positive integer, got 0"
         );
+    }
+
+    #[test]
+    fn devices_are_cpu_cuda_or_cuda_n_and_anything_else_names_the_option() {
+        let device = |text: &str| {
+            EngineOptions {
+                device: Some(text.into()),
+                ..EngineOptions::default()
+            }
+            .check(invalid)
+            .map(|c| c.device)
+        };
+        assert_eq!(device("cpu"), Ok(DeviceRequest::Cpu));
+        assert_eq!(device("cuda"), Ok(DeviceRequest::Cuda(0)));
+        assert_eq!(device("cuda:3"), Ok(DeviceRequest::Cuda(3)));
+        assert_eq!(DeviceRequest::Cuda(3).to_string(), "cuda:3");
+        for bad in ["tpu", "cuda:", "cuda:x", "cuda1", "CPU", ""] {
+            assert_eq!(
+                device(bad),
+                Err(format!(
+                    "invalid option `device`: expected cpu, cuda or cuda:N, got `{bad}`"
+                ))
+            );
+        }
     }
 
     #[test]
