@@ -28,7 +28,9 @@ use tokio_util::task::TaskTracker;
 use crate::config::{OpenAiConfig, RequestFormat};
 use crate::error::{OpenAiError, chain, snippet};
 use crate::keep_alive::{KeepAlive, idle_timeout_for, unanswered};
-use crate::protocol::{Body, LineSplitter, OutputEvent, Usage, data_payload, token_timestamps};
+use crate::protocol::{
+    Body, LineSplitter, OutputEvent, PooledBody, Usage, data_payload, token_timestamps,
+};
 
 /// The registered name of this backend kind.
 pub const KIND: &str = "openai_http";
@@ -82,6 +84,18 @@ pub const STREAM_EVENTS: &str = "guidebench_openai::stream_events";
 /// how many tokens were reasoning ([`RequestTimings::reasoning_tokens`]:
 /// `usage.completion_tokens_details.reasoning_tokens`, else the tokens
 /// before the first answer token).
+///
+/// # Embeddings and pooling
+///
+/// With `request_format=embeddings` (GuideLLM's `/v1/embeddings`) or
+/// `pooling` (vLLM's `/pooling`) the body is `{"model", "input"}` (plus
+/// `extra_body`), as GuideLLM sends it, never streamed whatever `stream`
+/// says. The answer is read whole: it must hold a vector per item of
+/// `data` (`embedding`, or `data` for `/pooling`; numbers, rows of numbers
+/// or base64), else the request fails as `malformed_response`. The
+/// response has the usage's `prompt_tokens`, no output tokens and no token
+/// instants: its latency is `start` to the whole answer, and TTFT,
+/// inter-token latency and TPOT do not apply.
 ///
 /// # Errors
 ///
@@ -388,6 +402,22 @@ impl OpenAiHttpBackend {
             }
             .into());
         }
+        if self.config.request_format.pools() {
+            let body =
+                unless_interrupted(&running.interrupt, timeout_at(deadline, response.bytes()))
+                    .await?
+                    .map_err(|_| timeout())?
+                    .map_err(|e| self.classify(&e, url_label, "reading the response"))?;
+            let mut answer =
+                pooled_response(self.config.request_format, &request, &body, url_label)?;
+            answer.timings = RequestTimings {
+                start: Some(start),
+                end: Some(Clock::global().wall(now())),
+                retries,
+                ..RequestTimings::default()
+            };
+            return Ok(answer);
+        }
         let is_sse = response
             .headers()
             .get(CONTENT_TYPE)
@@ -526,6 +556,57 @@ impl OpenAiHttpBackend {
             }
         }
     }
+}
+
+/// The response to an embeddings or pooling request from its whole
+/// answer: the vectors must be there (`data[].embedding`, or `data[].data`
+/// for `/pooling`), the prompt tokens are the usage's (else the count the
+/// data item expected), and there are no output tokens. Timings are the
+/// caller's to set.
+fn pooled_response(
+    format: RequestFormat,
+    request: &GenerationRequest,
+    body: &[u8],
+    url: &str,
+) -> std::result::Result<GenerationResponse, OpenAiError> {
+    let malformed = |reason: String| OpenAiError::MalformedResponse {
+        url: url.to_owned(),
+        reason,
+        snippet: snippet(&String::from_utf8_lossy(body), SNIPPET_CHARS),
+    };
+    let answer: PooledBody<'_> =
+        serde_json::from_slice(body).map_err(|e| malformed(e.to_string()))?;
+    if let Some(error) = &answer.error {
+        return Err(OpenAiError::ServerError {
+            url: url.to_owned(),
+            message: error.message(),
+        });
+    }
+    let field = match format {
+        RequestFormat::Pooling => "data",
+        _ => "embedding",
+    };
+    let pooled = answer.vectors(field).map_err(malformed)?;
+    tracing::trace!(
+        request = request.id,
+        vectors = pooled.vectors,
+        dimensions = pooled.dimensions,
+        "pooled answer"
+    );
+    Ok(GenerationResponse {
+        images: None,
+        id: request.id,
+        text: String::new(),
+        token_ids: Vec::new(),
+        prompt_tokens: pooled
+            .usage
+            .and_then(|u| u.prompt_tokens)
+            .or(request.expected_prompt_tokens)
+            .unwrap_or(0),
+        output_tokens: 0,
+        finish_reason: FinishReason::Eos,
+        timings: RequestTimings::default(),
+    })
 }
 
 /// The instant of every reading a request's timings are made of: tokio's
@@ -857,9 +938,20 @@ fn build_body(config: &OpenAiConfig, model: &str, request: &GenerationRequest) -
         RequestFormat::Text => {
             let prompt = match &request.input {
                 RequestInput::Text(text) => text.clone(),
-                RequestInput::Chat(messages) => flatten_chat(messages)?,
+                RequestInput::Chat(messages) => flatten_chat(messages, config.request_format)?,
             };
             body.insert("prompt".into(), Value::String(prompt));
+        }
+        RequestFormat::Embeddings | RequestFormat::Pooling => {
+            // As GuideLLM sends it: the model and the input text; no
+            // sampling, never streamed (extra_body may add encoding_format,
+            // dimensions, truncate_prompt_tokens, ...).
+            let input = match &request.input {
+                RequestInput::Text(text) => text.clone(),
+                RequestInput::Chat(messages) => flatten_chat(messages, config.request_format)?,
+            };
+            body.insert("input".into(), Value::String(input));
+            return finish_body(config, body);
         }
     }
     let sampling = &request.sampling;
@@ -884,6 +976,11 @@ fn build_body(config: &OpenAiConfig, model: &str, request: &GenerationRequest) -
         body.insert("stream".into(), Value::Bool(true));
         body.insert("stream_options".into(), json!({"include_usage": true}));
     }
+    finish_body(config, body)
+}
+
+/// `body` with `extra_body` merged in (its keys win), as JSON bytes.
+fn finish_body(config: &OpenAiConfig, mut body: Map<String, Value>) -> Result<Vec<u8>> {
     for (key, value) in &config.extra_body {
         body.insert(key.clone(), value.clone());
     }
@@ -980,11 +1077,11 @@ fn mime_from_path(path: &Path, kind: &str) -> &'static str {
     }
 }
 
-/// A chat as one prompt for the text endpoint, exactly as the offline
-/// backend's plain format writes it (core's [`PromptFormatter`]: a
-/// message's text parts joined by a space, messages by a newline); media
-/// cannot be sent.
-fn flatten_chat(messages: &[ChatMessage]) -> Result<String> {
+/// A chat as one prompt for the text, embeddings and pooling endpoints,
+/// exactly as the offline backend's plain format writes it (core's
+/// [`PromptFormatter`]: a message's text parts joined by a space, messages
+/// by a newline); media cannot be sent.
+fn flatten_chat(messages: &[ChatMessage], format: RequestFormat) -> Result<String> {
     for part in messages.iter().flat_map(|m| &m.content) {
         let input = match part {
             ContentPart::Text { .. } => continue,
@@ -992,7 +1089,7 @@ fn flatten_chat(messages: &[ChatMessage]) -> Result<String> {
             ContentPart::Audio { .. } => "audio",
         };
         return Err(Error::UnsupportedInput {
-            engine: "openai_http with request_format=text".into(),
+            engine: format!("openai_http with request_format={}", format.name()),
             input,
         });
     }
@@ -1017,10 +1114,7 @@ impl Backend for OpenAiHttpBackend {
         if let Some(warning) = unverified_tls_warning(&self.config) {
             tracing::warn!("{warning}");
         }
-        let completions_url = self.url(match self.config.request_format {
-            RequestFormat::Chat => "/v1/chat/completions",
-            RequestFormat::Text => "/v1/completions",
-        })?;
+        let completions_url = self.url(self.config.request_format.path())?;
         let model = tokio::sync::OnceCell::new();
         let running = Running {
             config: self.config.clone(),
@@ -1088,12 +1182,13 @@ impl Backend for OpenAiHttpBackend {
         info.insert("validated".into(), json!(self.config.validate));
         info.insert(
             "request_format".into(),
-            json!(match self.config.request_format {
-                RequestFormat::Chat => "chat",
-                RequestFormat::Text => "text",
-            }),
+            json!(self.config.request_format.name()),
         );
-        info.insert("stream".into(), json!(self.config.stream));
+        // Embeddings and pooling answers are never streamed.
+        info.insert(
+            "stream".into(),
+            json!(self.config.stream && !self.config.request_format.pools()),
+        );
         info.insert("http2".into(), json!(self.config.http2));
         {
             let pool = lock(&running.pool);
@@ -1327,6 +1422,77 @@ mod tests {
         );
         let err = build_body(&c, "m", &request).expect_err("media");
         assert_eq!(err.label(), "unsupported_input");
+    }
+
+    #[test]
+    fn an_embeddings_body_is_model_and_input_without_sampling_or_streaming() {
+        for format in [RequestFormat::Embeddings, RequestFormat::Pooling] {
+            let mut c = config(format);
+            assert!(c.stream, "streaming is on by default");
+            c.extra_body
+                .insert("encoding_format".into(), json!("base64"));
+            let request =
+                GenerationRequest::text(1, "embed me", Sampling::fixed_length(8).expect("valid"));
+            let body = body_of(&c, &request);
+            assert_eq!(
+                body,
+                json!({"model": "m", "input": "embed me", "encoding_format": "base64"}),
+                "{format:?}"
+            );
+            let chat = vec![
+                ChatMessage::text("system", "be brief"),
+                ChatMessage::text("user", "hi"),
+            ];
+            let request = GenerationRequest::new(
+                2,
+                RequestInput::Chat(chat),
+                Sampling::fixed_length(2).expect("valid"),
+            );
+            assert_eq!(body_of(&c, &request)["input"], "be brief\nhi");
+            let media = vec![ChatMessage {
+                role: "user".into(),
+                content: vec![ContentPart::Image {
+                    source: MediaSource::Url("u".into()),
+                }],
+            }];
+            let request = GenerationRequest::new(
+                3,
+                RequestInput::Chat(media),
+                Sampling::fixed_length(2).expect("valid"),
+            );
+            let err = build_body(&c, "m", &request).expect_err("media");
+            assert_eq!(err.label(), "unsupported_input");
+            assert!(err.to_string().contains(format.name()), "{err}");
+        }
+    }
+
+    #[test]
+    fn a_pooled_answer_becomes_a_response_with_prompt_tokens_and_no_output() {
+        let mut request =
+            GenerationRequest::text(4, "x", Sampling::fixed_length(8).expect("valid"));
+        request.expected_prompt_tokens = Some(99);
+        let answer = br#"{"data":[{"embedding":[0.5,0.5]}],"usage":{"prompt_tokens":3}}"#;
+        let r = pooled_response(RequestFormat::Embeddings, &request, answer, "u").expect("ok");
+        assert_eq!((r.id, r.prompt_tokens, r.output_tokens), (4, 3, 0));
+        assert!(r.timings.tokens.is_empty() && r.text.is_empty());
+        // Without usage, the count the data item expected.
+        let answer = br#"{"data":[{"data":[0.5,0.5]}]}"#;
+        let r = pooled_response(RequestFormat::Pooling, &request, answer, "u").expect("ok");
+        assert_eq!(r.prompt_tokens, 99);
+        let err = pooled_response(RequestFormat::Embeddings, &request, answer, "u")
+            .expect_err("no embedding field");
+        assert_eq!(err.label(), "malformed_response");
+        let err = pooled_response(
+            RequestFormat::Embeddings,
+            &request,
+            b"{\"error\":\"no\"}",
+            "u",
+        )
+        .expect_err("an error object");
+        assert_eq!(err.label(), "server_error");
+        let err = pooled_response(RequestFormat::Embeddings, &request, b"{not json", "u")
+            .expect_err("not JSON");
+        assert_eq!(err.label(), "malformed_response");
     }
 
     #[test]

@@ -28,9 +28,10 @@ pub const OPTIONS: &[OptionSpec] = &[
     ),
     OptionSpec::optional(
         "request_format",
-        OptionType::Choice(&["chat", "text"]),
-        "chat (/v1/chat/completions) or text (/v1/completions); GuideLLM's spellings \
-         /v1/chat/completions and /v1/completions are accepted",
+        OptionType::Choice(&["chat", "text", "embeddings", "pooling"]),
+        "chat (/v1/chat/completions), text (/v1/completions), embeddings (/v1/embeddings) or \
+         pooling (vLLM's /pooling); GuideLLM's spellings /v1/chat/completions, \
+         /v1/completions, /v1/embeddings and /pooling are accepted",
     )
     .default_from::<OpenAiDefaults>(),
     OptionSpec::optional(
@@ -134,9 +135,10 @@ impl Default for OpenAiDefaults {
     }
 }
 
-/// Which endpoint requests go to; written `chat` or `text` (the
-/// `request_format` option), or as GuideLLM writes them,
-/// `/v1/chat/completions` or `/v1/completions`.
+/// Which endpoint requests go to; written `chat`, `text`, `embeddings` or
+/// `pooling` (the `request_format` option), or as GuideLLM writes them,
+/// `/v1/chat/completions`, `/v1/completions`, `/v1/embeddings` or
+/// `/pooling`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum RequestFormat {
@@ -145,6 +147,42 @@ pub enum RequestFormat {
     Chat,
     /// `/v1/completions` with `prompt`.
     Text,
+    /// `/v1/embeddings` with `input`: one answer of vectors, never
+    /// streamed, no output tokens.
+    Embeddings,
+    /// vLLM's `/pooling` with `input`: as `Embeddings`, the vectors under
+    /// `data[].data`.
+    Pooling,
+}
+
+impl RequestFormat {
+    /// The endpoint's path under the target.
+    pub fn path(self) -> &'static str {
+        match self {
+            RequestFormat::Chat => "/v1/chat/completions",
+            RequestFormat::Text => "/v1/completions",
+            RequestFormat::Embeddings => "/v1/embeddings",
+            RequestFormat::Pooling => "/pooling",
+        }
+    }
+
+    /// The option's value that names it (`chat`, `text`, `embeddings`,
+    /// `pooling`).
+    pub fn name(self) -> &'static str {
+        match self {
+            RequestFormat::Chat => "chat",
+            RequestFormat::Text => "text",
+            RequestFormat::Embeddings => "embeddings",
+            RequestFormat::Pooling => "pooling",
+        }
+    }
+
+    /// Whether the endpoint answers with vectors rather than generated
+    /// tokens (`embeddings`, `pooling`): it is never streamed, and TTFT,
+    /// inter-token latency and output tokens do not apply.
+    pub fn pools(self) -> bool {
+        matches!(self, RequestFormat::Embeddings | RequestFormat::Pooling)
+    }
 }
 
 /// GuideLLM 0.8.1's names of `openai_http` options whose meaning is ours,
@@ -158,6 +196,8 @@ const ALIASES: &[(&str, &str)] = &[
 const FORMAT_ALIASES: &[(&str, &str)] = &[
     ("/v1/chat/completions", "chat"),
     ("/v1/completions", "text"),
+    ("/v1/embeddings", "embeddings"),
+    ("/pooling", "pooling"),
 ];
 
 /// GuideLLM 0.8.1's `openai_http` options that have no equal here, and
@@ -174,8 +214,8 @@ const REFUSED: &[(&str, &str)] = &[
     ),
     (
         "api_routes",
-        "routes are fixed (/health, /v1/models, /v1/chat/completions, /v1/completions) under \
-         `target`; put a path prefix in `target`",
+        "routes are fixed (/health, /v1/models, /v1/chat/completions, /v1/completions, \
+         /v1/embeddings, /pooling) under `target`; put a path prefix in `target`",
     ),
 ];
 
@@ -250,11 +290,15 @@ fn accept_guidellm_spellings(options: &mut Map<String, Value>) -> Result<()> {
         if let Some((_, ours)) = FORMAT_ALIASES.iter().find(|(theirs, _)| *theirs == trimmed) {
             *format = (*ours).to_owned();
         } else if trimmed.starts_with('/') {
+            let known: Vec<String> = FORMAT_ALIASES
+                .iter()
+                .map(|(theirs, ours)| format!("{theirs} ({ours})"))
+                .collect();
             return Err(invalid(
                 "request_format",
                 format!(
-                    "`{format}`: only /v1/chat/completions (chat) and /v1/completions (text) \
-                     are supported"
+                    "`{format}` is not supported; the endpoints known are {}",
+                    known.join(", ")
                 ),
             ));
         }
@@ -562,7 +606,20 @@ mod tests {
         assert!(refused("max_tokens=64").contains("sampling.max_tokens"));
         assert!(refused("extras.body.a=1").contains("extra_body"));
         assert!(refused("follow_redirects=false").contains("always followed"));
-        assert!(refused("request_format=/v1/embeddings").contains("only /v1/chat/completions"));
+        let other = refused("request_format=/v1/responses");
+        assert!(
+            other.contains("`/v1/responses` is not supported"),
+            "{other}"
+        );
+        for known in [
+            "/v1/chat/completions (chat)",
+            "/v1/completions (text)",
+            "/v1/embeddings (embeddings)",
+            "/pooling (pooling)",
+        ] {
+            assert!(other.contains(known), "{other}");
+        }
+        assert!(refused("request_format=/v1/audio/transcriptions").contains("/pooling (pooling)"));
         assert!(refused("validate=true,validate_backend=true").contains("give one of them"));
         assert!(refused("validate_backend=/v1/models").contains("validate=false"));
         // What guidebench always does is accepted.
@@ -574,6 +631,39 @@ mod tests {
         let c = OpenAiConfig::from_args(args).expect("accepted");
         assert_eq!(c.request_format, RequestFormat::Chat);
         assert!(c.validate);
+    }
+
+    #[test]
+    fn guidellm_s_embeddings_and_pooling_spellings_name_those_endpoints() {
+        let format = |value: &str| {
+            let args = parse_kind_args(&format!(
+                "kind=openai_http,target=http://x,request_format={value}"
+            ))
+            .expect("parse");
+            OpenAiConfig::from_args(args).map(|c| c.request_format)
+        };
+        for (value, expected) in [
+            ("/v1/embeddings", RequestFormat::Embeddings),
+            ("embeddings", RequestFormat::Embeddings),
+            ("/pooling", RequestFormat::Pooling),
+            ("pooling", RequestFormat::Pooling),
+        ] {
+            assert_eq!(format(value).expect("accepted"), expected, "{value}");
+        }
+        assert_eq!(RequestFormat::Embeddings.path(), "/v1/embeddings");
+        assert_eq!(RequestFormat::Pooling.path(), "/pooling");
+        assert!(RequestFormat::Pooling.pools() && !RequestFormat::Chat.pools());
+        // GuideLLM's path without its /v1 (or vLLM's path with one) is not
+        // a spelling GuideLLM accepts.
+        for value in ["/embeddings", "/v1/pooling"] {
+            let err = format(value).expect_err("refused");
+            assert!(
+                err.to_string().contains("/v1/embeddings (embeddings)"),
+                "{err}"
+            );
+        }
+        let err = format("embedding").expect_err("not a choice");
+        assert!(err.to_string().contains("pooling"), "{err}");
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //!
 //! The `openai_http` backend kind: a benchmark target behind an
 //! OpenAI-compatible HTTP API (`/v1/chat/completions` or `/v1/completions`,
-//! streamed as server-sent events or not), and an in-process
+//! streamed as server-sent events or not; `/v1/embeddings` or vLLM's
+//! `/pooling`, answered whole), and an in-process
 //! OpenAI-compatible [`mock_server`] with configurable latencies and fault
 //! injection, for tests, dry runs and `guidebench mock-server`.
 //!
@@ -30,7 +31,8 @@ pub use error::{OpenAiError, error_label};
 
 guidebench_core::register_backend! {
     name: KIND,
-    description: "an OpenAI-compatible HTTP server (chat or text completions, streamed or not)",
+    description: "an OpenAI-compatible HTTP server (chat or text completions, streamed or not; \
+                  embeddings or pooling)",
     options: OPTIONS,
     create: OpenAiHttpBackend::from_args,
 }

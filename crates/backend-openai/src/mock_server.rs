@@ -3,6 +3,7 @@
 //!
 //! It answers `POST /v1/chat/completions` and `POST /v1/completions`
 //! (streamed as server-sent events or not, with `stream_options.include_usage`),
+//! `POST /v1/embeddings` and vLLM's `POST /pooling` (never streamed),
 //! `GET /v1/models` and `GET /health`, over HTTP/1.1 and HTTP/2 (prior
 //! knowledge). Output is made of fixed words, one per token.
 //!
@@ -14,6 +15,15 @@
 //! event (`tokens_per_event`); each time is drawn from a normal distribution
 //! with the configured standard deviation, clamped at zero. A non-streamed
 //! response is sent when the last token would have been.
+//!
+//! An embeddings or pooling answer has no output tokens: like a prefill, it
+//! is sent whole `ttft` after its request arrived (plus `ttft_per_request`
+//! for each other request in flight). It holds one vector per input
+//! (`input`: a string, a list of strings or of token ids; for `/pooling`
+//! also GuideLLM's `data`), of the request's `dimensions` or
+//! [`EMBEDDING_DIMENSIONS`] numbers, in base64 with
+//! `encoding_format=base64`; `usage.prompt_tokens` counts the inputs'
+//! tokens.
 //!
 //! Times are read on tokio's clock. A stream waits for its next event on a
 //! timer thread of its own, finer than tokio's millisecond (see the
@@ -49,6 +59,9 @@
 //! * `malformed_rate`: an invalid JSON chunk follows the first token (a
 //!   non-streamed body is invalid JSON).
 //!
+//! Embeddings and pooling answers take the faults of a non-streamed
+//! response.
+//!
 //! # Keep-alive
 //!
 //! Like real servers, the mock can limit how long and how often a
@@ -77,7 +90,9 @@
 //!
 //! With `record_timings` the server keeps, for every streamed response,
 //! when each event carrying output tokens was handed to hyper (`polled_ns`)
-//! and when the first socket write carrying it began (`written_ns`), both
+//! and when the first socket write carrying it began (`written_ns`), and
+//! for every embeddings or pooling answer the same of its whole body (one
+//! event of 0 tokens), both
 //! in nanoseconds since the Unix epoch through guidebench's own clock
 //! ([`Clock::global`]: the same monotonic-to-wall mapping the client uses,
 //! so in one process the two sides compare exactly, and across processes
@@ -1299,6 +1314,10 @@ enum Step {
     /// Send these bytes, carrying this many output tokens, not before the
     /// instant.
     Send(Instant, Bytes, u32),
+    /// Send this whole answer (of an embeddings or pooling request: no
+    /// output tokens), not before the instant; its write instants are
+    /// recorded as one event of 0 tokens.
+    Answer(Instant, Bytes),
     /// Send nothing more until the server stops, then abort.
     Stall,
     /// Let hyper write what it holds before the next step: an abort drops
@@ -1313,8 +1332,9 @@ struct SseStream {
     /// With `record_timings`: where this response's write instants go, and
     /// its connection (which stamps them when written).
     timings: Option<(TimingSlot, Arc<ConnState>)>,
-    /// The next event: when, its bytes, the output tokens it carries.
-    pending: Option<(Instant, Bytes, u32)>,
+    /// The next event: when, its bytes, the output tokens it carries, and
+    /// whether its write instants are recorded.
+    pending: Option<(Instant, Bytes, u32, bool)>,
     sleep: Option<EventSleep>,
     stalled: Option<Pin<Box<WaitForCancellationFutureOwned>>>,
     shared: Arc<Shared>,
@@ -1381,7 +1401,7 @@ impl SseStream {
             };
         }
         loop {
-            if let Some((at, _, _)) = &self.pending {
+            if let Some((at, _, _, _)) = &self.pending {
                 if *at > Instant::now() {
                     let at = *at;
                     let tokio_timer = self.shared.config.tokio_timer;
@@ -1395,10 +1415,8 @@ impl SseStream {
                         return Poll::Pending;
                     }
                 }
-                if let Some((_, bytes, tokens)) = self.pending.take() {
-                    if tokens > 0
-                        && let Some((slot, conn)) = &self.timings
-                    {
+                if let Some((_, bytes, tokens, recorded)) = self.pending.take() {
+                    if recorded && let Some((slot, conn)) = &self.timings {
                         let polled_ns = wall_ns(std::time::Instant::now());
                         let index = {
                             let mut timings = lock(slot);
@@ -1415,7 +1433,10 @@ impl SseStream {
                 }
             }
             match self.steps.next() {
-                Some(Step::Send(at, bytes, tokens)) => self.pending = Some((at, bytes, tokens)),
+                Some(Step::Send(at, bytes, tokens)) => {
+                    self.pending = Some((at, bytes, tokens, tokens > 0));
+                }
+                Some(Step::Answer(at, bytes)) => self.pending = Some((at, bytes, 0, true)),
                 Some(Step::Stall) => {
                     self.stalled = Some(Box::pin(self.shared.stop.clone().cancelled_owned()));
                     return self.poll_next(cx);
@@ -1530,7 +1551,19 @@ async fn handle(
         (&Method::POST, "/v1/completions" | "/completions") => {
             completion(shared, conn, request, path, false).await
         }
-        (_, "/health" | "/v1/models" | "/v1/chat/completions" | "/v1/completions") => error_body(
+        (&Method::POST, "/v1/embeddings" | "/embeddings") => {
+            pooled(shared, conn, request, path, Pooling::Embeddings).await
+        }
+        (&Method::POST, "/pooling") => pooled(shared, conn, request, path, Pooling::Pooling).await,
+        (
+            _,
+            "/health"
+            | "/v1/models"
+            | "/v1/chat/completions"
+            | "/v1/completions"
+            | "/v1/embeddings"
+            | "/pooling",
+        ) => error_body(
             StatusCode::METHOD_NOT_ALLOWED,
             "method not allowed",
             "invalid_request_error",
@@ -1648,13 +1681,7 @@ fn prompt_tokens(shared: &Shared, request: &CompletionRequest) -> u32 {
             _ => {}
         }
     }
-    let n = match &shared.config.tokenizer {
-        Some(tokenizer) => tokenizer
-            .count(&text)
-            .unwrap_or_else(|_| text.split_whitespace().count()),
-        None => text.split_whitespace().count(),
-    };
-    u32::try_from(n).unwrap_or(u32::MAX)
+    count_tokens(shared, &text)
 }
 
 async fn completion(
@@ -1693,47 +1720,13 @@ async fn completion(
             );
         }
     };
-    if shared.config.record_requests {
-        let headers = parts
-            .headers
-            .iter()
-            .map(|(k, v)| {
-                (
-                    k.as_str().to_owned(),
-                    String::from_utf8_lossy(v.as_bytes()).into_owned(),
-                )
-            })
-            .collect();
-        shared
-            .recorded
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push(RecordedRequest {
-                path,
-                headers,
-                body: value,
-            });
-    }
+    record_request(&shared, &parts, path, value);
 
     let config = &shared.config;
     let mut rng = Rng::new(config.seed, index);
-    let fault = if config.error_after.is_some_and(|n| index >= n) || rng.chance(config.error_rate) {
-        Fault::Status
-    } else if rng.chance(config.reset_rate) {
-        Fault::Reset
-    } else if rng.chance(config.stall_rate) {
-        Fault::Stall
-    } else if rng.chance(config.truncate_rate) {
-        Fault::Truncate
-    } else if rng.chance(config.malformed_rate) {
-        Fault::Malformed
-    } else {
-        Fault::None
-    };
+    let fault = decide_fault(config, &mut rng, index);
     if fault == Fault::Status {
-        let status =
-            StatusCode::from_u16(config.error_status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        return error_body(status, &config.error_message, "server_error");
+        return status_fault(config);
     }
 
     let limit = parsed.max_tokens.or(parsed.max_completion_tokens);
@@ -1781,22 +1774,7 @@ async fn completion(
             include_usage,
             fault,
         );
-        let timings = config.record_timings.then(|| {
-            let id = parts
-                .headers
-                .get("x-request-id")
-                .and_then(|v| v.to_str().ok())
-                .map_or_else(|| index.to_string(), str::to_owned);
-            let slot = Arc::new(Mutex::new(StreamTimings {
-                id,
-                index,
-                received_ns: received.map_or(0, wall_ns),
-                arrived_ns: wall_ns(arrived.into_std()),
-                events: Vec::with_capacity(steps.len()),
-            }));
-            lock(&shared.timings).push(slot.clone());
-            (slot, conn.clone())
-        });
+        let timings = timing_slot(&shared, conn, &parts, index, received, arrived, steps.len());
         let stream = SseStream {
             steps: steps.into_iter(),
             timings,
@@ -1845,6 +1823,325 @@ async fn completion(
         Fault::Malformed => full(StatusCode::OK, "application/json", "{not json"),
         _ => full(StatusCode::OK, "application/json", body),
     }
+}
+
+/// Keeps a completion, embeddings or pooling request, with
+/// `record_requests`.
+fn record_request(shared: &Shared, parts: &hyper::http::request::Parts, path: String, body: Value) {
+    if !shared.config.record_requests {
+        return;
+    }
+    let headers = parts
+        .headers
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.as_str().to_owned(),
+                String::from_utf8_lossy(v.as_bytes()).into_owned(),
+            )
+        })
+        .collect();
+    lock(&shared.recorded).push(RecordedRequest {
+        path,
+        headers,
+        body,
+    });
+}
+
+/// The fault decided for request number `index` (see the module docs).
+fn decide_fault(config: &MockServerConfig, rng: &mut Rng, index: u64) -> Fault {
+    if config.error_after.is_some_and(|n| index >= n) || rng.chance(config.error_rate) {
+        Fault::Status
+    } else if rng.chance(config.reset_rate) {
+        Fault::Reset
+    } else if rng.chance(config.stall_rate) {
+        Fault::Stall
+    } else if rng.chance(config.truncate_rate) {
+        Fault::Truncate
+    } else if rng.chance(config.malformed_rate) {
+        Fault::Malformed
+    } else {
+        Fault::None
+    }
+}
+
+/// The answer of a request whose fault is [`Fault::Status`].
+fn status_fault(config: &MockServerConfig) -> Answer {
+    let status =
+        StatusCode::from_u16(config.error_status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    error_body(status, &config.error_message, "server_error")
+}
+
+/// With `record_timings`, the slot of a response's write instants, named
+/// by its `x-request-id` (else its number), and its connection.
+fn timing_slot(
+    shared: &Shared,
+    conn: &Arc<ConnState>,
+    parts: &hyper::http::request::Parts,
+    index: u64,
+    received: Option<std::time::Instant>,
+    arrived: Instant,
+    events: usize,
+) -> Option<(TimingSlot, Arc<ConnState>)> {
+    shared.config.record_timings.then(|| {
+        let id = parts
+            .headers
+            .get("x-request-id")
+            .and_then(|v| v.to_str().ok())
+            .map_or_else(|| index.to_string(), str::to_owned);
+        let slot = Arc::new(Mutex::new(StreamTimings {
+            id,
+            index,
+            received_ns: received.map_or(0, wall_ns),
+            arrived_ns: wall_ns(arrived.into_std()),
+            events: Vec::with_capacity(events),
+        }));
+        lock(&shared.timings).push(slot.clone());
+        (slot, conn.clone())
+    })
+}
+
+/// The numbers in each vector of an embeddings or pooling answer, unless
+/// the request asks for `dimensions`.
+pub const EMBEDDING_DIMENSIONS: usize = 16;
+
+/// The most `dimensions` a request may ask for.
+const MAX_DIMENSIONS: u64 = 65_536;
+
+/// Which pooled endpoint a request came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pooling {
+    /// `/v1/embeddings`: vectors under `data[].embedding`.
+    Embeddings,
+    /// vLLM's `/pooling`: vectors under `data[].data`.
+    Pooling,
+}
+
+/// The inputs of an embeddings or pooling request, each as its token
+/// count: `input` as a string, a list of strings, a list of token ids or a
+/// list of such lists; for `/pooling` without `input`, GuideLLM's `data`
+/// (counted as its JSON text) as one input.
+fn pooled_inputs(
+    shared: &Shared,
+    body: &Value,
+    endpoint: Pooling,
+) -> std::result::Result<Vec<u32>, String> {
+    let count = |text: &str| count_tokens(shared, text);
+    let ids = |list: &[Value]| -> Option<u32> {
+        list.iter()
+            .all(Value::is_u64)
+            .then(|| u32::try_from(list.len()).unwrap_or(u32::MAX))
+    };
+    let input = match (body.get("input"), endpoint) {
+        (Some(input), _) => input,
+        (None, Pooling::Pooling) if body.get("data").is_some_and(|d| !d.is_null()) => {
+            return Ok(vec![count(&body["data"].to_string())]);
+        }
+        (None, _) => return Err("`input` is required".to_owned()),
+    };
+    let inputs = match input {
+        Value::String(text) => vec![count(text)],
+        Value::Array(items) if items.is_empty() => return Err("`input` is empty".to_owned()),
+        Value::Array(items) => {
+            if let Some(n) = ids(items) {
+                vec![n]
+            } else {
+                items
+                    .iter()
+                    .map(|item| match item {
+                        Value::String(text) => Ok(count(text)),
+                        Value::Array(list) => ids(list).ok_or(()),
+                        _ => Err(()),
+                    })
+                    .collect::<std::result::Result<Vec<u32>, ()>>()
+                    .map_err(|()| {
+                        "`input` must be a string, a list of strings, a list of token ids or a \
+                         list of such lists"
+                            .to_owned()
+                    })?
+            }
+        }
+        _ => {
+            return Err(
+                "`input` must be a string, a list of strings, a list of token ids or a list of \
+                 such lists"
+                    .to_owned(),
+            );
+        }
+    };
+    Ok(inputs)
+}
+
+/// The tokens of `text`, by the configured tokenizer, else by words.
+fn count_tokens(shared: &Shared, text: &str) -> u32 {
+    let n = match &shared.config.tokenizer {
+        Some(tokenizer) => tokenizer
+            .count(text)
+            .unwrap_or_else(|_| text.split_whitespace().count()),
+        None => text.split_whitespace().count(),
+    };
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+/// `POST /v1/embeddings` and `POST /pooling`: one whole answer, `ttft`
+/// after the request arrived (see the module docs).
+async fn pooled(
+    shared: Arc<Shared>,
+    conn: &Arc<ConnState>,
+    request: Request<Incoming>,
+    path: String,
+    endpoint: Pooling,
+) -> Answer {
+    let received = shared.config.record_timings.then(std::time::Instant::now);
+    let (parts, body) = request.into_parts();
+    let bytes = match body.collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(_) => return Err(Abort),
+    };
+    let arrived = Instant::now();
+    let (active, others) = Active::arrive(&shared);
+    let index = shared.requests.fetch_add(1, Ordering::Relaxed);
+    let value: Value = match serde_json::from_slice(&bytes) {
+        Ok(v) => v,
+        Err(e) => {
+            return error_body(
+                StatusCode::BAD_REQUEST,
+                &format!("invalid JSON body: {e}"),
+                "invalid_request_error",
+            );
+        }
+    };
+    let inputs = match pooled_inputs(&shared, &value, endpoint) {
+        Ok(inputs) => inputs,
+        Err(reason) => {
+            return error_body(
+                StatusCode::BAD_REQUEST,
+                &format!("invalid request: {reason}"),
+                "invalid_request_error",
+            );
+        }
+    };
+    let dimensions = match value.get("dimensions") {
+        None | Some(Value::Null) => EMBEDDING_DIMENSIONS,
+        Some(d) => match d.as_u64().filter(|d| (1..=MAX_DIMENSIONS).contains(d)) {
+            Some(d) => usize::try_from(d).unwrap_or(EMBEDDING_DIMENSIONS),
+            None => {
+                return error_body(
+                    StatusCode::BAD_REQUEST,
+                    &format!("invalid request: `dimensions` must be 1 to {MAX_DIMENSIONS}"),
+                    "invalid_request_error",
+                );
+            }
+        },
+    };
+    let base64 = value.get("encoding_format").and_then(Value::as_str) == Some("base64");
+    record_request(&shared, &parts, path, value);
+
+    let config = &shared.config;
+    let mut rng = Rng::new(config.seed, index);
+    let fault = decide_fault(config, &mut rng, index);
+    if fault == Fault::Status {
+        return status_fault(config);
+    }
+    let load = config
+        .ttft_per_request
+        .saturating_mul(u32::try_from(others).unwrap_or(u32::MAX));
+    let at = arrived + rng.duration(config.ttft, config.ttft_std) + load;
+    match fault {
+        Fault::Stall => {
+            shared.stop.cancelled().await;
+            return Err(Abort);
+        }
+        Fault::Reset => return Err(Abort),
+        _ => {}
+    }
+    let answer = pooled_answer(
+        endpoint,
+        index,
+        &shared.model_json,
+        &inputs,
+        dimensions,
+        base64,
+        &mut rng,
+    );
+    let answer = match fault {
+        Fault::Truncate => Bytes::from(answer[..answer.len() / 2].to_owned()),
+        Fault::Malformed => Bytes::from_static(b"{not json"),
+        _ => Bytes::from(answer),
+    };
+    let timings = timing_slot(&shared, conn, &parts, index, received, arrived, 1);
+    let stream = SseStream {
+        steps: vec![Step::Answer(at, answer)].into_iter(),
+        timings,
+        pending: None,
+        sleep: None,
+        stalled: None,
+        shared: shared.clone(),
+        finished: false,
+        _active: active,
+    };
+    let mut response = Response::new(MockBody::Stream(Box::new(stream)));
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    Ok(response)
+}
+
+/// A whole embeddings or pooling answer: a unit vector of `dimensions`
+/// numbers per input (drawn from the request's generator), and the usage.
+fn pooled_answer(
+    endpoint: Pooling,
+    index: u64,
+    model: &str,
+    inputs: &[u32],
+    dimensions: usize,
+    base64: bool,
+    rng: &mut Rng,
+) -> String {
+    let mut data = Vec::with_capacity(inputs.len());
+    for i in 0..inputs.len() {
+        #[allow(clippy::cast_possible_truncation)] // an f32 vector, as servers answer.
+        let mut vector: Vec<f32> = (0..dimensions).map(|_| rng.normal() as f32).collect();
+        let norm = vector
+            .iter()
+            .map(|v| v * v)
+            .sum::<f32>()
+            .sqrt()
+            .max(f32::MIN_POSITIVE);
+        for v in &mut vector {
+            *v /= norm;
+        }
+        let vector = if base64 {
+            use base64::Engine as _;
+            let bytes: Vec<u8> = vector.iter().flat_map(|v| v.to_le_bytes()).collect();
+            Value::String(base64::engine::general_purpose::STANDARD.encode(bytes))
+        } else {
+            json!(vector)
+        };
+        data.push(match endpoint {
+            Pooling::Embeddings => json!({"object": "embedding", "index": i, "embedding": vector}),
+            Pooling::Pooling => json!({"object": "pooling", "index": i, "data": vector}),
+        });
+    }
+    let prompt: u64 = inputs.iter().map(|&n| u64::from(n)).sum();
+    let model: Value = serde_json::from_str(model).unwrap_or(Value::Null);
+    match endpoint {
+        Pooling::Embeddings => json!({
+            "object": "list",
+            "data": data,
+            "model": model,
+            "usage": {"prompt_tokens": prompt, "total_tokens": prompt},
+        }),
+        Pooling::Pooling => json!({
+            "id": format!("pool-mock-{index}"),
+            "object": "list",
+            "created": 0,
+            "model": model,
+            "data": data,
+            "usage": {"prompt_tokens": prompt, "total_tokens": prompt, "completion_tokens": 0},
+        }),
+    }
+    .to_string()
 }
 
 /// The time an event of `k` tokens follows the previous one.

@@ -108,6 +108,109 @@ pub(crate) struct Body<'a> {
     pub error: Option<ErrorField<'a>>,
 }
 
+/// One vector of an embeddings or pooling answer: numbers, rows of
+/// numbers (vLLM's token-level pooling), or with `encoding_format=base64`
+/// little-endian `f32` bytes in base64.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub(crate) enum Vector<'a> {
+    Numbers(Vec<f64>),
+    Rows(Vec<Vec<f64>>),
+    Base64(#[serde(borrow)] Cow<'a, str>),
+}
+
+impl Vector<'_> {
+    /// How many numbers it holds; an error for base64 text that is not
+    /// whole `f32` values.
+    pub fn len(&self) -> Result<usize, String> {
+        match self {
+            Vector::Numbers(v) => Ok(v.len()),
+            Vector::Rows(rows) => Ok(rows.iter().map(Vec::len).sum()),
+            Vector::Base64(text) => {
+                use base64::Engine as _;
+                let bytes = base64::engine::general_purpose::STANDARD
+                    .decode(text.as_bytes())
+                    .map_err(|e| format!("a base64 vector that does not decode: {e}"))?;
+                if bytes.len() % 4 == 0 {
+                    Ok(bytes.len() / 4)
+                } else {
+                    Err(format!(
+                        "a base64 vector of {} bytes, not whole 32-bit floats",
+                        bytes.len()
+                    ))
+                }
+            }
+        }
+    }
+}
+
+/// One item of `data` in an embeddings answer (`embedding`) or a vLLM
+/// pooling answer (`data`).
+#[derive(Debug, Deserialize)]
+pub(crate) struct PooledItem<'a> {
+    #[serde(borrow, default)]
+    pub embedding: Option<Vector<'a>>,
+    #[serde(borrow, default)]
+    pub data: Option<Vector<'a>>,
+}
+
+/// A whole embeddings or pooling answer.
+#[derive(Debug, Deserialize)]
+pub(crate) struct PooledBody<'a> {
+    #[serde(borrow, default)]
+    pub data: Option<Vec<PooledItem<'a>>>,
+    #[serde(default)]
+    pub usage: Option<Usage>,
+    #[serde(borrow, default)]
+    pub error: Option<ErrorField<'a>>,
+}
+
+/// What an embeddings or pooling answer held: its vectors and their
+/// sizes, and the server's usage.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Pooled {
+    /// The vectors answered, one per input.
+    pub vectors: usize,
+    /// The numbers in the first vector.
+    pub dimensions: usize,
+    /// The usage, if the server reported it (`prompt_tokens`).
+    pub usage: Option<Usage>,
+}
+
+impl PooledBody<'_> {
+    /// The answer's vectors, each read from `field` of its item
+    /// (`embedding` or `data`); an error names what is missing or wrong.
+    pub fn vectors(&self, field: &str) -> Result<Pooled, String> {
+        let items = self
+            .data
+            .as_deref()
+            .ok_or_else(|| "no `data` list in the answer".to_owned())?;
+        if items.is_empty() {
+            return Err("an empty `data` list: no vector was answered".to_owned());
+        }
+        let mut dimensions = 0;
+        for (i, item) in items.iter().enumerate() {
+            let vector = if field == "embedding" {
+                item.embedding.as_ref()
+            } else {
+                item.data.as_ref()
+            };
+            let vector = vector.ok_or_else(|| format!("`data[{i}]` has no `{field}`"))?;
+            let len = vector
+                .len()
+                .map_err(|e| format!("`data[{i}].{field}`: {e}"))?;
+            if i == 0 {
+                dimensions = len;
+            }
+        }
+        Ok(Pooled {
+            vectors: items.len(),
+            dimensions,
+            usage: self.usage,
+        })
+    }
+}
+
 /// Splits a byte stream into lines without copying complete lines: only a
 /// partial line at the end of a network read is kept for the next one.
 #[derive(Debug, Default)]
@@ -363,6 +466,52 @@ mod tests {
         let (ts, n) = token_timestamps(&[], Some(4), end);
         assert_eq!(n, 4);
         assert_eq!(rel(base, &ts), vec![3.0; 4]);
+    }
+
+    fn pooled(json: &str, field: &str) -> Result<Pooled, String> {
+        let body: PooledBody<'_> = serde_json::from_str(json).map_err(|e| e.to_string())?;
+        body.vectors(field)
+    }
+
+    #[test]
+    fn an_embeddings_answer_gives_its_vectors_and_prompt_tokens() {
+        let answer = r#"{"object":"list","data":[
+            {"object":"embedding","index":0,"embedding":[0.1,-0.2,0.3]},
+            {"object":"embedding","index":1,"embedding":[1,2,3]}],
+            "model":"m","usage":{"prompt_tokens":7,"total_tokens":7}}"#;
+        let p = pooled(answer, "embedding").expect("parsed");
+        assert_eq!((p.vectors, p.dimensions), (2, 3));
+        assert_eq!(p.usage.and_then(|u| u.prompt_tokens), Some(7));
+        assert_eq!(p.usage.and_then(|u| u.completion_tokens), None);
+        // Two f32 in base64 (encoding_format=base64).
+        let b64 = r#"{"data":[{"embedding":"AACAPwAAAEA="}]}"#;
+        let p = pooled(b64, "embedding").expect("base64");
+        assert_eq!((p.vectors, p.dimensions, p.usage), (1, 2, None));
+    }
+
+    #[test]
+    fn a_pooling_answer_gives_its_vectors_under_data() {
+        let answer = r#"{"id":"pool-1","object":"list","data":[
+            {"index":0,"object":"pooling","data":[[0.5,0.5],[0.25,0.75]]}],
+            "usage":{"prompt_tokens":2,"total_tokens":2,"completion_tokens":0}}"#;
+        let p = pooled(answer, "data").expect("parsed");
+        assert_eq!((p.vectors, p.dimensions), (1, 4));
+        assert_eq!(p.usage.and_then(|u| u.prompt_tokens), Some(2));
+        // The embeddings field is not where a pooling answer keeps it.
+        let err = pooled(answer, "embedding").expect_err("wrong field");
+        assert!(err.contains("`data[0]` has no `embedding`"), "{err}");
+    }
+
+    #[test]
+    fn an_answer_without_vectors_or_with_broken_ones_is_refused() {
+        let err = pooled(r#"{"usage":{"prompt_tokens":1}}"#, "embedding").expect_err("none");
+        assert!(err.contains("no `data`"), "{err}");
+        let err = pooled(r#"{"data":[]}"#, "embedding").expect_err("empty");
+        assert!(err.contains("empty"), "{err}");
+        let err = pooled(r#"{"data":[{"embedding":"AAA="}]}"#, "embedding").expect_err("2 bytes");
+        assert!(err.contains("not whole 32-bit floats"), "{err}");
+        let err = pooled(r#"{"data":[{"embedding":"*"}]}"#, "embedding").expect_err("not b64");
+        assert!(err.contains("does not decode"), "{err}");
     }
 
     #[test]

@@ -99,6 +99,25 @@ pub struct Counters {
     /// Records of requests cut short (an interrupt, a stop).
     incomplete: AtomicU64,
     output_tokens: AtomicU64,
+    /// Prompt tokens of successful requests: the rate shown while no
+    /// output token has come (embeddings, pooling).
+    prompt_tokens: AtomicU64,
+}
+
+impl Counters {
+    /// The token rate shown: output tokens/s, or input tokens/s while only
+    /// input tokens have been counted (embeddings and pooling answers have
+    /// no output tokens).
+    fn token_rate(&self, secs: f64) -> String {
+        let output = self.output_tokens.load(Ordering::Relaxed);
+        let prompt = self.prompt_tokens.load(Ordering::Relaxed);
+        #[allow(clippy::cast_precision_loss)] // a display.
+        if output == 0 && prompt > 0 {
+            format!("{:.0} input tok/s", prompt as f64 / secs)
+        } else {
+            format!("{:.0} output tok/s", output as f64 / secs)
+        }
+    }
 }
 
 /// Where progress goes: a live bar on the terminal, lines on standard
@@ -186,17 +205,15 @@ fn progress_line(name: &str, total: Option<u64>, counters: &Counters, elapsed: D
     let done = counters.done.load(Ordering::Relaxed);
     let secs = elapsed.as_secs_f64().max(1e-9);
     #[allow(clippy::cast_precision_loss)] // a display.
-    let (requests, tokens) = (
-        done as f64 / secs,
-        counters.output_tokens.load(Ordering::Relaxed) as f64 / secs,
-    );
+    let requests = done as f64 / secs;
+    let tokens = counters.token_rate(secs);
     let count = match total {
         Some(total) => format!("{done}/{total}"),
         None => done.to_string(),
     };
     format!(
         "benchmark {name}: {count} requests done, {} errors, {requests:.1} req/s, \
-         {tokens:.0} output tok/s, {:.0} s",
+         {tokens}, {:.0} s",
         counters.errors.load(Ordering::Relaxed),
         elapsed.as_secs_f64(),
     )
@@ -309,17 +326,21 @@ impl Observer for DisplayObserver {
         }
         c.output_tokens
             .fetch_add(u64::from(record.output_tokens), Ordering::Relaxed);
+        if record.status == RequestStatus::Success {
+            c.prompt_tokens.fetch_add(
+                u64::from(record.prompt_tokens.unwrap_or(0)),
+                Ordering::Relaxed,
+            );
+        }
         if let Some(bar) = &self.bar {
             let done = c.done.load(Ordering::Relaxed);
             bar.set_position(done);
             let secs = bar.elapsed().as_secs_f64().max(1e-9);
             #[allow(clippy::cast_precision_loss)] // a display.
-            let (requests, tokens) = (
-                done as f64 / secs,
-                c.output_tokens.load(Ordering::Relaxed) as f64 / secs,
-            );
+            let requests = done as f64 / secs;
+            let tokens = c.token_rate(secs);
             bar.set_message(format!(
-                "{requests:.1} req/s · {} errors · {tokens:.0} output tok/s",
+                "{requests:.1} req/s · {} errors · {tokens}",
                 c.errors.load(Ordering::Relaxed),
             ));
         }
@@ -586,6 +607,28 @@ mod tests {
             "benchmark b: 12 requests done (4 first and 8 later turns of conversations), \
              0 errors, in 1.0 s"
         );
+    }
+
+    #[test]
+    fn embeddings_progress_shows_input_tokens_per_second_while_no_output_token_came() {
+        let display = Display::start(false, true);
+        let observer = DisplayObserver {
+            counters: Arc::clone(&display.counters),
+            bar: None,
+        };
+        let start = guidebench_core::clock::Timestamp(0);
+        let mut record = RequestRecord::incomplete(1, start);
+        record.status = RequestStatus::Success;
+        record.prompt_tokens = Some(30);
+        observer.on_record(&record);
+        observer.on_record(&record);
+        let line = progress_line("b", None, &display.counters, Duration::from_secs(2));
+        assert!(line.contains("1.0 req/s, 30 input tok/s, 2 s"), "{line}");
+        // Once output tokens come, the rate is theirs.
+        record.output_tokens = 8;
+        observer.on_record(&record);
+        let line = progress_line("b", None, &display.counters, Duration::from_secs(2));
+        assert!(line.contains(", 4 output tok/s, "), "{line}");
     }
 
     /// A writer the test reads back.

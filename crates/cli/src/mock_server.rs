@@ -1,5 +1,9 @@
 //! `guidebench mock-server`: an OpenAI-compatible server with configurable
-//! latencies and faults, for testing a pipeline without a model.
+//! latencies and faults, for testing a pipeline without a model. It serves
+//! chat and text completions, `/v1/embeddings` and vLLM's `/pooling` (an
+//! embeddings or pooling answer comes whole after `--ttft`, with the same
+//! faults as a non-streamed completion; see
+//! [`guidebench_openai::mock_server`]).
 
 use std::path::PathBuf;
 
@@ -27,7 +31,8 @@ pub struct MockServerArgs {
     /// The model id the server lists.
     #[arg(long)]
     model: Option<String>,
-    /// Time to the first token, with its unit (`50ms`).
+    /// Time to the first token, with its unit (`50ms`); for embeddings and
+    /// pooling, the time to the whole answer.
     #[arg(long, conflicts_with = "ttft_ms")]
     ttft: Option<String>,
     /// Time to the first token in milliseconds, as GuideLLM writes it.

@@ -364,7 +364,11 @@ fn summary_tables(report: &Report) -> String {
             cells.push(m.incomplete.count.to_string());
         }
         cells.push(format!("{:.2}", m.requests_per_s));
-        cells.push(format!("{:.1}", m.output_tokens_per_s));
+        cells.push(if m.pooled {
+            NOT_APPLICABLE.to_owned()
+        } else {
+            format!("{:.1}", m.output_tokens_per_s)
+        });
         cells
     };
     let metric_cells = |b: &super::model::BenchmarkReport, names: &[&str]| {
@@ -378,6 +382,9 @@ fn summary_tables(report: &Report) -> String {
                     "ITL ms" => &s.itl,
                     _ => &s.tpot,
                 };
+                if b.metrics.pooled && g != "Latency ms" {
+                    return [NOT_APPLICABLE.to_owned(), NOT_APPLICABLE.to_owned()];
+                }
                 [ms_cell(ms_at(d, 50.0)), ms_cell(ms_at(d, 95.0))]
             })
             .collect::<Vec<_>>()
@@ -427,6 +434,26 @@ fn summary_tables(report: &Report) -> String {
         }
     }
     out
+}
+
+/// What a cell shows for a figure that does not apply to the benchmark
+/// (TTFT, ITL, TPOT and output tokens of embeddings or pooling answers).
+pub(crate) const NOT_APPLICABLE: &str = "n/a";
+
+/// For a benchmark whose answers were vectors (embeddings, pooling): its
+/// throughput in inputs and input tokens, and what does not apply.
+fn pooled_line(b: &super::model::BenchmarkReport) -> String {
+    let m = &b.metrics;
+    if !m.pooled {
+        return String::new();
+    }
+    format!(
+        "embeddings in {}: {:.2} inputs/s, {:.1} input tok/s (answers are vectors: TTFT, ITL, \
+         TPOT and output tokens do not apply)\n",
+        b.label(),
+        m.requests_per_s,
+        m.prompt_tokens_per_s
+    )
 }
 
 /// The most distinct answers shown per error label.
@@ -516,6 +543,9 @@ pub fn console_summary(report: &Report) -> String {
         let _ = writeln!(out, "(failed: {failure}; the last benchmark is partial)");
     }
     out.push_str(&summary_tables(report));
+    for b in &report.benchmarks {
+        out.push_str(&pooled_line(b));
+    }
     out.push_str(&agreement_lines(report));
     for b in &report.benchmarks {
         out.push_str(&error_lines(b));
@@ -722,11 +752,18 @@ fn uncertainty_table(report: &Report) -> String {
         .filter(|b| b.metrics.successful.count >= 2)
         .map(|b| {
             let s = &b.metrics.successful;
+            let pooled = |cell: String| {
+                if b.metrics.pooled {
+                    NOT_APPLICABLE.to_owned()
+                } else {
+                    cell
+                }
+            };
             vec![
                 b.label(),
-                mean_cell(&s.ttft),
-                percentile_cell(&s.ttft, 95.0),
-                mean_cell(&s.itl_per_request),
+                pooled(mean_cell(&s.ttft)),
+                pooled(percentile_cell(&s.ttft, 95.0)),
+                pooled(mean_cell(&s.itl_per_request)),
                 mean_cell(&s.latency),
                 percentile_cell(&s.latency, 95.0),
             ]
@@ -1193,6 +1230,41 @@ mod tests {
         assert!(text.contains("Goodput search:"), "{text}");
         assert!(text.contains("4 100.0% pass, 8 0.0% fail"), "{text}");
         assert!(super::super::to_html(&report).contains("<h2>Answers</h2>"));
+    }
+
+    #[test]
+    fn an_embeddings_benchmark_shows_not_applicable_for_token_figures_and_its_input_rate() {
+        use crate::report::tests::served_at;
+        let mut report = sample_report();
+        report.benchmarks.truncate(1);
+        let generating = console_summary(&report);
+        assert!(!generating.contains("n/a"), "{generating}");
+        assert!(!generating.contains("inputs/s"), "{generating}");
+        let b = &mut report.benchmarks[0];
+        let records: Vec<_> = (0..4)
+            .map(|i| served_at(i, i64::try_from(i).expect("small") * 10, &[], 30, 12))
+            .collect();
+        b.records = crate::record::CompactRecords::from_records(b.start, &records);
+        b.recompute();
+        assert!(b.metrics.pooled);
+        let text = console_summary(&report);
+        let row = table_lines(&text)[3];
+        let cells: Vec<&str> = row.split_whitespace().collect();
+        // ok, errors, req/s, out tok/s, then latency, TTFT, ITL, TPOT p50/p95.
+        let at = cells.len() - 12;
+        assert_eq!(cells[at], "4", "{row}");
+        assert_eq!(cells[at + 3], "n/a", "out tok/s: {row}");
+        assert_ne!(cells[at + 4], "n/a", "latency applies: {row}");
+        assert_eq!(&cells[at + 6..], ["n/a"; 6], "TTFT, ITL, TPOT: {row}");
+        let m = &report.benchmarks[0].metrics;
+        let line = format!(
+            "embeddings in {}: {:.2} inputs/s, {:.1} input tok/s",
+            report.benchmarks[0].label(),
+            m.requests_per_s,
+            m.prompt_tokens_per_s
+        );
+        assert!(text.contains(&line), "{text}");
+        assert!(m.prompt_tokens_per_s > 0.0);
     }
 
     #[test]

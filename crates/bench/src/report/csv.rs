@@ -61,7 +61,8 @@ fn row(b: &BenchmarkReport) -> Vec<String> {
         m.incomplete.count.to_string(),
         number(Some(m.duration_s)),
         number(Some(m.requests_per_s)),
-        number(Some(m.output_tokens_per_s)),
+        // Not applicable (empty) for embeddings and pooling answers.
+        number((!m.pooled).then_some(m.output_tokens_per_s)),
         number(Some(m.total_tokens_per_s)),
         number(Some(m.mean_concurrency)),
     ];

@@ -830,6 +830,11 @@ fn metrics(
         requests_per_s: m.requests_per_second.successful.mean,
         output_tokens_per_s: m.output_tokens_per_second.successful.mean,
         total_tokens_per_s: m.tokens_per_second.successful.mean,
+        // GuideLLM has no input rate of its own: total less output.
+        prompt_tokens_per_s: (m.tokens_per_second.successful.mean
+            - m.output_tokens_per_second.successful.mean)
+            .max(0.0),
+        pooled: super::metrics::answers_are_pooled(records),
         mean_concurrency: m.request_concurrency.total.mean,
         dispatch_delay: m
             .request_dispatch_delay

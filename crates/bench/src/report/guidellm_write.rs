@@ -250,11 +250,11 @@ fn backend_args(backend: &Map<String, Value>) -> Value {
     let mut args = fields(&backend, table);
     args.insert("kind".into(), "openai_http".into());
     if let Some(format) = backend.get("request_format").and_then(Value::as_str) {
-        let chat = !matches!(format, "text" | "/v1/completions");
-        let path = if chat {
-            "/v1/chat/completions"
-        } else {
-            "/v1/completions"
+        let path = match format {
+            "text" | "/v1/completions" => "/v1/completions",
+            "embeddings" | "/v1/embeddings" => "/v1/embeddings",
+            "pooling" | "/pooling" => "/pooling",
+            _ => "/v1/chat/completions",
         };
         args.insert("request_format".into(), path.into());
     }
@@ -571,7 +571,7 @@ fn benchmark(
         .records
         .records
         .iter()
-        .map(|r| Req::of(&b.records, r, window.1))
+        .map(|r| Req::of(&b.records, r, window.1, b.metrics.pooled))
         .collect();
     let schedule = matches!(
         strategy["type_"].as_str(),
@@ -722,17 +722,22 @@ struct Req<'a> {
     prompt: Option<u32>,
     /// (images, image tokens).
     images: Option<(u32, u32)>,
-    /// The output usage: none for a failure that produced nothing.
+    /// The output usage: none for a failure that produced nothing, or for
+    /// an embeddings or pooling answer.
     output: Option<u32>,
     text: Option<&'a str>,
+    /// An embeddings or pooling answer: no output usage, not even words.
+    pooled: bool,
     error: Option<&'a RequestError>,
     /// (conversation, turn index).
     turn: Option<(u64, u32)>,
 }
 
 impl<'a> Req<'a> {
-    /// `cut`: when the benchmark ended, the end of a request without one.
-    fn of(records: &'a CompactRecords, r: &'a CompactRecord, cut: f64) -> Self {
+    /// `cut`: when the benchmark ended, the end of a request without one;
+    /// `pooled`: the benchmark's answers were vectors (embeddings,
+    /// pooling), which have no output usage at all, as GuideLLM writes them.
+    fn of(records: &'a CompactRecords, r: &'a CompactRecord, cut: f64, pooled: bool) -> Self {
         let at = |o: Option<i64>| o.map(|o| micros_as_secs(records.origin_us.saturating_add(o)));
         let (start, end, first, last) = (
             at(r.start),
@@ -758,9 +763,10 @@ impl<'a> Req<'a> {
             iterations: u32::try_from(r.token_count()).unwrap_or(u32::MAX),
             prompt: r.prompt_tokens,
             images: r.images.map(|i| (i.count, i.tokens)),
-            output: (r.output_tokens > 0 || r.status == RequestStatus::Success)
+            output: (!pooled && (r.output_tokens > 0 || r.status == RequestStatus::Success))
                 .then_some(r.output_tokens),
             text: r.text.as_deref(),
+            pooled,
             error: records.error_of(r),
             turn: r.turn.as_ref().map(|t| (t.conversation, t.index)),
         }
@@ -857,6 +863,7 @@ impl<'a> Req<'a> {
         let images = self.images.map_or(0, |i| i.1);
         let counts = self
             .text
+            .filter(|_| !self.pooled)
             .map(|t| (t.split_whitespace().count(), t.chars().count()));
         let (status, error) = match self.status {
             RequestStatus::Success => ("completed", None),
@@ -1729,6 +1736,60 @@ mod tests {
         // did not reason (10 ms), the answer's where it did (30 ms).
         let ttfot = &metrics["time_to_first_output_token_ms"]["successful"];
         close(ttfot["mean"].as_f64().expect("ttfot") / 1e3, 0.020, "ttfot");
+    }
+
+    #[test]
+    fn embeddings_answers_are_written_with_null_output_and_token_latencies_as_guidellm_does() {
+        let records: Vec<_> = (0..3)
+            .map(|i| served_at(i, i64::try_from(i).expect("small") * 10, &[], 40, 16))
+            .collect();
+        let mut report = Report::new(Value::Null);
+        report.benchmarks = vec![BenchmarkReport::from_records(
+            "synchronous",
+            json!({"kind": "synchronous"}),
+            ms(0),
+            ms(100),
+            &records,
+        )];
+        assert!(report.benchmarks[0].metrics.pooled);
+        let value = to_guidellm(&report);
+        let benchmark = &value["benchmarks"][0];
+        for r in benchmark["requests"]["successful"]
+            .as_array()
+            .expect("listed")
+        {
+            // GuideLLM's EmbeddingsRequestHandler: no output usage at all.
+            for key in [
+                "output_tokens",
+                "time_to_first_token_ms",
+                "inter_token_latency_ms",
+                "time_per_output_token_ms",
+                "output_tokens_per_second",
+            ] {
+                assert!(r[key].is_null(), "{key}: {r}");
+            }
+            assert!(r["output_metrics"]["text_words"].is_null(), "{r}");
+            assert!(r["output_metrics"]["total_tokens"].is_null(), "{r}");
+            assert_eq!(r["prompt_tokens"], 16);
+            assert_eq!(r["total_tokens"], 16);
+            assert!(r["request_latency"].as_f64().expect("latency") > 0.0);
+        }
+        let metrics = &benchmark["metrics"];
+        assert_eq!(metrics["time_to_first_token_ms"]["successful"]["count"], 0);
+        assert_eq!(metrics["inter_token_latency_ms"]["successful"]["count"], 0);
+        assert_eq!(metrics["prompt_token_count"]["successful"]["mean"], 16.0);
+        assert_eq!(metrics["request_totals"]["successful"], 3);
+        // And it reads back as an embeddings benchmark.
+        let back = from_guidellm(value, "test").expect("reads back");
+        assert!(back.benchmarks[0].metrics.pooled);
+        // The scenario names GuideLLM's endpoint.
+        for (ours, theirs) in [("embeddings", "/v1/embeddings"), ("pooling", "/pooling")] {
+            report.config = json!({"backend": {"kind": "openai_http", "target": "http://x",
+                "request_format": ours}});
+            let value = to_guidellm(&report);
+            let backend = &value["config"]["spec"]["backend"];
+            assert_eq!(backend["request_format"], theirs, "{backend}");
+        }
     }
 
     // The expected numbers below are GuideLLM 0.8.1's own, printed by

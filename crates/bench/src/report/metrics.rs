@@ -163,6 +163,19 @@ pub struct BenchmarkMetrics {
     /// Prompt + output tokens of successful requests (a missing prompt count
     /// counts 0) / window length.
     pub total_tokens_per_s: f64,
+    /// Prompt (input) tokens of successful requests (a missing count counts
+    /// 0) / window length.
+    #[serde(default)]
+    pub prompt_tokens_per_s: f64,
+    /// Whether the benchmark's answers were vectors, not generated tokens
+    /// (an embeddings or pooling endpoint): some requests succeeded and no
+    /// measured request had an output token or a token instant (see
+    /// [`answers_are_pooled`](crate::report::answers_are_pooled)). TTFT, inter-token latency, TPOT and output
+    /// tokens then do not apply: reports show them as not applicable,
+    /// never as 0; requests/s (inputs/s) and `prompt_tokens_per_s` are the
+    /// throughput. Absent when false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub pooled: bool,
     /// Mean number of requests in flight over the window: the time integral,
     /// over the window, of the number of requests (any status) between their
     /// `start` and `end` (or the window end for a request without an end),
@@ -250,11 +263,11 @@ impl BenchmarkMetrics {
 
         let mut ok_requests = 0usize;
         let mut ok_output = 0u64;
-        let mut ok_total = 0u64;
+        let mut ok_prompt = 0u64;
         for r in of(RequestStatus::Success) {
             ok_requests += 1;
             ok_output += u64::from(r.output_tokens);
-            ok_total += u64::from(r.output_tokens) + u64::from(r.prompt_tokens.unwrap_or(0));
+            ok_prompt += u64::from(r.prompt_tokens.unwrap_or(0));
         }
 
         let mut errors_by_label = BTreeMap::new();
@@ -279,7 +292,9 @@ impl BenchmarkMetrics {
             all: StatusMetrics::compute(records.measured()),
             requests_per_s: per_s(count_as_f64(ok_requests)),
             output_tokens_per_s: per_s(tokens_as_f64(ok_output)),
-            total_tokens_per_s: per_s(tokens_as_f64(ok_total)),
+            total_tokens_per_s: per_s(tokens_as_f64(ok_output + ok_prompt)),
+            prompt_tokens_per_s: per_s(tokens_as_f64(ok_prompt)),
+            pooled: answers_are_pooled(records),
             mean_concurrency: mean_concurrency(records, window_start, window_end),
             dispatch_delay,
             errors_by_label,
@@ -288,6 +303,23 @@ impl BenchmarkMetrics {
             by_turn: TurnMetrics::compute(records),
         }
     }
+}
+
+/// Whether the measured answers of `records` were vectors rather than
+/// generated tokens (an embeddings or pooling endpoint): at least one
+/// request succeeded, and no measured request, whatever its status,
+/// recorded an output token or a token instant. A generating benchmark
+/// whose every answer was empty reads as pooled too: it has no TTFT or
+/// ITL to report either.
+pub fn answers_are_pooled(records: &CompactRecords) -> bool {
+    let mut succeeded = false;
+    for r in records.measured() {
+        if r.output_tokens > 0 || r.first_token.is_some() {
+            return false;
+        }
+        succeeded |= r.status == RequestStatus::Success;
+    }
+    succeeded
 }
 
 /// One distinct answer behind an error label: the HTTP status the server
@@ -488,6 +520,49 @@ mod tests {
         assert!(close(m.requests_per_s, 2.0));
         assert!(close(m.output_tokens_per_s, 6.0));
         assert!(close(m.total_tokens_per_s, 36.0));
+    }
+
+    #[test]
+    fn answers_without_any_output_token_are_pooled_and_report_input_tokens_per_second() {
+        let (compact, m) = fixture();
+        assert!(!m.pooled, "a generating benchmark");
+        assert!(!answers_are_pooled(&compact));
+        assert!(close(m.prompt_tokens_per_s, 30.0));
+        // Two embeddings answers (no tokens) and a failure, over 1 s.
+        let failed =
+            RequestRecord::error(3, &guidebench_core::Error::ShuttingDown, ms(500), ms(700));
+        let records = vec![
+            served(1, 0, &[], 40, 12),
+            served(2, 100, &[], 130, 20),
+            failed,
+        ];
+        let compact = CompactRecords::from_records(ms(0), &records);
+        let m = BenchmarkMetrics::compute(&compact, ms(0), ms(1_000));
+        assert!(m.pooled);
+        assert!(close(m.requests_per_s, 2.0));
+        assert!(close(m.prompt_tokens_per_s, 32.0));
+        assert!(close(m.total_tokens_per_s, 32.0));
+        assert_eq!((m.output_tokens_per_s, m.successful.ttft.count), (0.0, 0));
+        assert_eq!((m.successful.itl.count, m.successful.tpot.count), (0, 0));
+        assert!(close(m.successful.latency.max, 0.040));
+        let json = serde_json::to_value(&m).expect("json");
+        assert_eq!(json["pooled"], true);
+        // Failures alone are not pooled answers: nothing says what they were.
+        let failed =
+            RequestRecord::error(3, &guidebench_core::Error::ShuttingDown, ms(500), ms(700));
+        let compact = CompactRecords::from_records(ms(0), [&failed]);
+        let m = BenchmarkMetrics::compute(&compact, ms(0), ms(1_000));
+        assert!(!m.pooled);
+        assert!(
+            serde_json::to_value(&m)
+                .expect("json")
+                .get("pooled")
+                .is_none()
+        );
+        // One token anywhere makes it a generating benchmark.
+        let records = vec![served(1, 0, &[], 40, 12), served(2, 100, &[120], 130, 20)];
+        let compact = CompactRecords::from_records(ms(0), &records);
+        assert!(!answers_are_pooled(&compact));
     }
 
     #[test]

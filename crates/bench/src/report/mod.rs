@@ -50,7 +50,7 @@ pub use keeping_up::{
     CPU_SHARE, ClientSaturation, MIN_CPU_WALL_S, MIN_DISPATCH_BOUND_S, MIN_PLANNED,
     client_saturation,
 };
-pub use metrics::{BenchmarkMetrics, StatusMetrics, TurnMetrics};
+pub use metrics::{BenchmarkMetrics, StatusMetrics, TurnMetrics, answers_are_pooled};
 pub use model::{
     BackendRun, BenchmarkReport, Environment, GUIDEBENCH_VERSION, OutputAgreement, Report,
     SCHEMA_VERSION,

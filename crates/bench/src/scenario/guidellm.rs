@@ -255,6 +255,8 @@ fn map_spec(spec: &Map<String, Value>, out: &mut Map<String, Value>, problems: &
                         let ours = match format.as_str() {
                             "/v1/chat/completions" => Some("chat"),
                             "/v1/completions" => Some("text"),
+                            "/v1/embeddings" => Some("embeddings"),
+                            "/pooling" => Some("pooling"),
                             _ => None,
                         };
                         match ours {
@@ -263,7 +265,8 @@ fn map_spec(spec: &Map<String, Value>, out: &mut Map<String, Value>, problems: &
                             }
                             None => problems.unsupported(
                                 &format!("{path}.request_format"),
-                                "only /v1/chat/completions and /v1/completions",
+                                "only /v1/chat/completions, /v1/completions, /v1/embeddings and \
+                                 /pooling",
                             ),
                         }
                     }
