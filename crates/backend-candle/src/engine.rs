@@ -5,7 +5,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use candle_core::{DType, Device};
-use guidebench_core::engine::EngineCapabilities;
 use guidebench_core::engine::{
     CheckedEngineOptions, DeviceRequest, Engine, EngineConfig, EngineDescription, EngineOptions,
     load_error,
@@ -468,13 +467,6 @@ impl StepEngine for CandleEngine {
 
     fn retire(&mut self, slot: usize) {
         self.cache.retire(slot);
-    }
-
-    fn capabilities(&self) -> EngineCapabilities {
-        EngineCapabilities {
-            images: self.vision.is_some(),
-            ..EngineCapabilities::default()
-        }
     }
 
     fn image_processor(&self) -> Option<Arc<dyn ImageProcessor>> {

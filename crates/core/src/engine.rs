@@ -416,13 +416,20 @@ pub trait StepEngine {
     /// Facts about the engine for reports.
     fn describe(&self) -> EngineDescription;
 
-    /// What inputs the engine accepts (text only by default).
+    /// What inputs the engine accepts. By default derived from what it
+    /// has: images when it has an [`image_processor`](Self::image_processor),
+    /// so the two never disagree; an engine overrides this only for inputs
+    /// with no processor of their own.
     fn capabilities(&self) -> EngineCapabilities {
-        EngineCapabilities::default()
+        EngineCapabilities {
+            images: self.image_processor().is_some(),
+            ..EngineCapabilities::default()
+        }
     }
 
     /// For an engine that takes images: the processor that prepares them
-    /// (see [`crate::vision`]). `None` by default.
+    /// (see [`crate::vision`]), and so whether it takes images at all.
+    /// `None` by default.
     fn image_processor(&self) -> Option<Arc<dyn ImageProcessor>> {
         None
     }

@@ -184,11 +184,7 @@ impl<K> Generation<K> {
             tokenizer: text.tokenizer,
             eos: text.eos_token_ids,
             capabilities: engine.capabilities(),
-            image_processor: engine
-                .capabilities()
-                .images
-                .then(|| engine.image_processor())
-                .flatten(),
+            image_processor: engine.image_processor(),
             engine_name: engine.describe().engine,
             running: Vec::with_capacity(limits.max_slots),
             // Lowest slot first.
