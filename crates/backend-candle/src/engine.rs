@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use candle_core::{DType, Device};
 use guidebench_core::engine::{
     CheckedEngineOptions, DeviceRequest, Engine, EngineConfig, EngineDescription, EngineOptions,
-    load_error,
+    PrefillDone, load_error,
 };
 use guidebench_core::generation::{
     Decode, Logits, ModelText, Prefill, StepEngine, StepLimits, StepRunner,
@@ -202,8 +202,6 @@ pub struct CandleEngine {
 struct Vision {
     tower: VisionTower,
     processor: Arc<ClipImageProcessor>,
-    /// The encoder's wall time in the last prefill.
-    last_time: Duration,
 }
 
 impl std::fmt::Debug for CandleEngine {
@@ -320,7 +318,6 @@ impl CandleEngine {
             (Some(tower), Some(processor)) => Some(Vision {
                 tower,
                 processor: Arc::clone(processor),
-                last_time: Duration::ZERO,
             }),
             _ => None,
         };
@@ -381,20 +378,19 @@ impl CandleEngine {
         self.cache.occupied()
     }
 
-    fn run_prefill(&mut self, seqs: &[Prefill<'_>], logits: &mut Logits) -> Result<()> {
+    /// A prefill; returns the time its images spent in the vision tower
+    /// (zero without images).
+    fn run_prefill(&mut self, seqs: &[Prefill<'_>], logits: &mut Logits) -> Result<Duration> {
         let rows: Vec<(usize, &[u32], usize)> =
             seqs.iter().map(|s| (s.slot, s.tokens, s.max_len)).collect();
         let (decoder, cache, pad_id) = (&self.decoder, &mut self.cache, self.pad_id);
         let out = logits.rows_mut(seqs.len());
-        if let Some(vision) = &mut self.vision {
-            vision.last_time = Duration::ZERO;
-        }
         if seqs.iter().all(|s| s.images.is_empty()) {
-            return self
-                .pool
-                .install(|| decoder.prefill_into(&rows, pad_id, cache, out));
+            self.pool
+                .install(|| decoder.prefill_into(&rows, pad_id, cache, out))?;
+            return Ok(Duration::ZERO);
         }
-        let Some(vision) = &mut self.vision else {
+        let Some(vision) = &self.vision else {
             return Err(CandleError::InvalidOption {
                 key: "model",
                 reason: "images reached a model without a vision tower".into(),
@@ -417,14 +413,15 @@ impl CandleEngine {
         let tower = &vision.tower;
         let started = Instant::now();
         let features = self.pool.install(|| tower.encode(&images))?;
-        vision.last_time = started.elapsed();
+        let spent = started.elapsed();
         let images = PrefillImages {
             token: vision.processor.image_token_id(),
             features: &features,
             rows: &ranges,
         };
         self.pool
-            .install(|| decoder.prefill_images_into(&rows, &images, pad_id, cache, out))
+            .install(|| decoder.prefill_images_into(&rows, &images, pad_id, cache, out))?;
+        Ok(spent)
     }
 
     fn run_decode(&mut self, seqs: &[Decode], logits: &mut Logits) -> Result<()> {
@@ -455,8 +452,9 @@ impl StepEngine for CandleEngine {
         &mut self,
         seqs: &[Prefill<'_>],
         logits: &mut Logits,
-    ) -> guidebench_core::Result<()> {
+    ) -> guidebench_core::Result<PrefillDone> {
         self.run_prefill(seqs, logits)
+            .map(PrefillDone::with_vision)
             .map_err(guidebench_core::Error::engine)
     }
 
@@ -473,12 +471,6 @@ impl StepEngine for CandleEngine {
         self.vision
             .as_ref()
             .map(|v| Arc::clone(&v.processor) as Arc<dyn ImageProcessor>)
-    }
-
-    fn take_vision_time(&mut self) -> Duration {
-        self.vision
-            .as_mut()
-            .map_or(Duration::ZERO, |v| std::mem::take(&mut v.last_time))
     }
 
     fn describe(&self) -> EngineDescription {

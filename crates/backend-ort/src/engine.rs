@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use guidebench_core::engine::{
-    CheckedEngineOptions, Engine, EngineConfig, EngineDescription, EngineOptions, load_error,
-    positive,
+    CheckedEngineOptions, Engine, EngineConfig, EngineDescription, EngineOptions, PrefillDone,
+    load_error, positive,
 };
 use guidebench_core::generation::{
     Decode, Logits, ModelText, Prefill, StepEngine, StepLimits, StepRunner,
@@ -798,8 +798,9 @@ impl StepEngine for OrtEngine {
         &mut self,
         seqs: &[Prefill<'_>],
         logits: &mut Logits,
-    ) -> guidebench_core::Result<()> {
+    ) -> guidebench_core::Result<PrefillDone> {
         self.run_prefill(seqs, logits)
+            .map(|()| PrefillDone::default())
             .map_err(guidebench_core::Error::engine)
     }
 

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use guidebench_core::engine::{
     CheckedEngineOptions, DeviceRequest, Engine, EngineConfig, EngineDescription, EngineOptions,
-    load_error,
+    PrefillDone, load_error,
 };
 use guidebench_core::generation::{
     Decode, Logits, ModelText, Prefill, StepEngine, StepLimits, StepRunner,
@@ -446,8 +446,9 @@ impl StepEngine for TchEngine {
         &mut self,
         seqs: &[Prefill<'_>],
         logits: &mut Logits,
-    ) -> guidebench_core::Result<()> {
+    ) -> guidebench_core::Result<PrefillDone> {
         self.run_prefill(seqs, logits)
+            .map(|()| PrefillDone::default())
             .map_err(guidebench_core::Error::engine)
     }
 

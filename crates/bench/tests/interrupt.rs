@@ -23,7 +23,9 @@ use guidebench_bench::runner::{
 use guidebench_core::Result;
 use guidebench_core::backend::{Backend, ValidationReport};
 use guidebench_core::engine::{Engine, EngineConfig, EngineDescription, EngineFactory};
-use guidebench_core::generation::{Decode, Logits, Prefill, StepEngine, StepLimits, StepRunner};
+use guidebench_core::generation::{
+    Decode, Logits, Prefill, PrefillDone, StepEngine, StepLimits, StepRunner,
+};
 use guidebench_core::offline::{
     BatchPolicy, ContinuousPolicy, OfflineBackend, OfflineConfig, Scheduling,
 };
@@ -73,7 +75,7 @@ impl StepEngine for GatedSteps {
     fn limits(&self) -> StepLimits {
         self.inner.limits()
     }
-    fn prefill(&mut self, seqs: &[Prefill<'_>], logits: &mut Logits) -> Result<()> {
+    fn prefill(&mut self, seqs: &[Prefill<'_>], logits: &mut Logits) -> Result<PrefillDone> {
         self.inner.prefill(seqs, logits)
     }
     fn decode(&mut self, seqs: &[Decode], logits: &mut Logits) -> Result<()> {

@@ -264,6 +264,24 @@ pub struct Prefill<'a> {
     pub images: &'a [Arc<PreparedImage>],
 }
 
+/// What one [`StepEngine::prefill`] spent beyond its forward pass, for
+/// the requests it took.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PrefillDone {
+    /// Wall time in the vision encoder (zero without images); every
+    /// request of the group that had images carries it as its encode
+    /// time.
+    pub vision: Duration,
+}
+
+impl PrefillDone {
+    /// A prefill that spent `vision` in its vision encoder.
+    pub fn with_vision(vision: Duration) -> Self {
+        PrefillDone { vision }
+    }
+}
+
 /// One running sequence's next input token.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Decode {
@@ -403,8 +421,10 @@ pub trait StepEngine {
     fn limits(&self) -> StepLimits;
 
     /// Runs the prompts of new sequences into their slots and writes, for
-    /// each, the logits of its last prompt position (`logits.rows_mut(n)`).
-    fn prefill(&mut self, seqs: &[Prefill<'_>], logits: &mut Logits) -> Result<()>;
+    /// each, the logits of its last prompt position (`logits.rows_mut(n)`);
+    /// returns what the call spent beyond the forward pass (its vision
+    /// encoder's time).
+    fn prefill(&mut self, seqs: &[Prefill<'_>], logits: &mut Logits) -> Result<PrefillDone>;
 
     /// Appends one token to each named running sequence and writes the
     /// logits of that new position, one row per sequence.
@@ -433,20 +453,13 @@ pub trait StepEngine {
     fn image_processor(&self) -> Option<Arc<dyn ImageProcessor>> {
         None
     }
-
-    /// The wall time the last [`prefill`](StepEngine::prefill) spent in
-    /// its vision encoder (zero when it had no images), taken once: the
-    /// loop asks after each prefill.
-    fn take_vision_time(&mut self) -> Duration {
-        Duration::ZERO
-    }
 }
 
 impl<E: StepEngine + ?Sized> StepEngine for Box<E> {
     fn limits(&self) -> StepLimits {
         (**self).limits()
     }
-    fn prefill(&mut self, seqs: &[Prefill<'_>], logits: &mut Logits) -> Result<()> {
+    fn prefill(&mut self, seqs: &[Prefill<'_>], logits: &mut Logits) -> Result<PrefillDone> {
         (**self).prefill(seqs, logits)
     }
     fn decode(&mut self, seqs: &[Decode], logits: &mut Logits) -> Result<()> {
@@ -463,8 +476,5 @@ impl<E: StepEngine + ?Sized> StepEngine for Box<E> {
     }
     fn image_processor(&self) -> Option<Arc<dyn ImageProcessor>> {
         (**self).image_processor()
-    }
-    fn take_vision_time(&mut self) -> Duration {
-        (**self).take_vision_time()
     }
 }

@@ -35,7 +35,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-pub use crate::engine::{Decode, Logits, ModelText, Prefill, StepEngine, StepLimits};
+pub use crate::engine::{Decode, Logits, ModelText, Prefill, PrefillDone, StepEngine, StepLimits};
 use crate::engine::{
     Engine, EngineCapabilities, EngineDescription, EngineOutput, EngineRequest, Interrupt,
 };
@@ -390,10 +390,11 @@ impl<K> Generation<K> {
             .collect();
         let result = engine.prefill(&seqs, &mut self.logits);
         let now = Instant::now();
-        let vision = engine.take_vision_time();
-        for seq in &mut self.running[first..] {
-            if let Some(stats) = &mut seq.images {
-                stats.encode = vision;
+        if let Ok(done) = &result {
+            for seq in &mut self.running[first..] {
+                if let Some(stats) = &mut seq.images {
+                    stats.encode = done.vision;
+                }
             }
         }
         if let Err(err) = result {

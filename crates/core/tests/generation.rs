@@ -8,7 +8,7 @@ use guidebench_core::engine::{
     Engine, EngineCapabilities, EngineDescription, EngineOutput, EngineRequest,
 };
 use guidebench_core::generation::{
-    Decode, Generation, Logits, Prefill, StepEngine, StepLimits, StepRunner,
+    Decode, Generation, Logits, Prefill, PrefillDone, StepEngine, StepLimits, StepRunner,
 };
 use guidebench_core::request::{FinishReason, MediaSource};
 use guidebench_core::sampling::{Sampling, SamplingParams};
@@ -273,7 +273,7 @@ impl StepEngine for VisionMock {
     fn limits(&self) -> StepLimits {
         self.0.limits()
     }
-    fn prefill(&mut self, seqs: &[Prefill<'_>], logits: &mut Logits) -> Result<()> {
+    fn prefill(&mut self, seqs: &[Prefill<'_>], logits: &mut Logits) -> Result<PrefillDone> {
         self.0.prefill(seqs, logits)
     }
     fn decode(&mut self, seqs: &[Decode], logits: &mut Logits) -> Result<()> {

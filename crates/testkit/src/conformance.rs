@@ -335,6 +335,8 @@ impl Suite {
         self.seeded_sampling_is_reproducible(&load);
         self.a_too_long_prompt_fails_alone(&load);
         self.timings_are_one_instant_per_token(&load);
+        self.an_image_to_a_text_model_is_refused_naming_where_images_run(&load);
+        self.a_slot_that_is_taken_or_out_of_range_is_an_error_not_a_panic(&load);
     }
 
     /// The shared fixtures in this suite's dtype, with their names.

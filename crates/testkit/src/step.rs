@@ -8,7 +8,7 @@ use tokio::sync::watch;
 
 use guidebench_core::engine::EngineDescription;
 use guidebench_core::generation::{
-    Decode, Logits, ModelText, Prefill, StepEngine, StepLimits, StepRunner,
+    Decode, Logits, ModelText, Prefill, PrefillDone, StepEngine, StepLimits, StepRunner,
 };
 use guidebench_core::tokenizer::Tokenizer;
 use guidebench_core::{Error, Result};
@@ -165,7 +165,7 @@ impl StepEngine for MockStepEngine {
         }
     }
 
-    fn prefill(&mut self, seqs: &[Prefill<'_>], logits: &mut Logits) -> Result<()> {
+    fn prefill(&mut self, seqs: &[Prefill<'_>], logits: &mut Logits) -> Result<PrefillDone> {
         let vocab = logits.vocab();
         let rows = logits.rows_mut(seqs.len());
         for (seq, out) in seqs.iter().zip(rows.chunks_exact_mut(vocab)) {
@@ -193,7 +193,7 @@ impl StepEngine for MockStepEngine {
         log.prefills.push(seqs.len());
         log.calls.push(StepCall::Prefill(seqs.len()));
         log.peak_slots = log.peak_slots.max(held);
-        Ok(())
+        Ok(PrefillDone::default())
     }
 
     fn decode(&mut self, seqs: &[Decode], logits: &mut Logits) -> Result<()> {

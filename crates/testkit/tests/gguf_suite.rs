@@ -10,7 +10,9 @@ use std::path::Path;
 
 use candle_core::quantized::gguf_file::{Content, Value};
 use guidebench_core::Result;
-use guidebench_core::engine::{Decode, EngineDescription, Logits, Prefill, StepLimits};
+use guidebench_core::engine::{
+    Decode, EngineDescription, Logits, Prefill, PrefillDone, StepLimits,
+};
 use guidebench_core::generation::StepEngine;
 use guidebench_testkit::conformance::{
     GGUF_MIN_EXACT_PROMPTS, GgufReference, GgufSuite, largest_difference, spread,
@@ -36,14 +38,14 @@ impl StepEngine for StandIn {
         }
     }
 
-    fn prefill(&mut self, seqs: &[Prefill<'_>], logits: &mut Logits) -> Result<()> {
+    fn prefill(&mut self, seqs: &[Prefill<'_>], logits: &mut Logits) -> Result<PrefillDone> {
         let vocab = logits.vocab();
         let rows = logits.rows_mut(seqs.len());
         for (seq, out) in seqs.iter().zip(rows.chunks_exact_mut(vocab)) {
             out.copy_from_slice(&self.model.logits(seq.tokens));
             self.slots[seq.slot] = Some(seq.tokens.to_vec());
         }
-        Ok(())
+        Ok(PrefillDone::default())
     }
 
     fn decode(&mut self, seqs: &[Decode], logits: &mut Logits) -> Result<()> {

@@ -40,13 +40,14 @@
 //! logits agree with the stored reference to well within the suite's
 //! tolerance.
 #![deny(missing_docs)]
+#![forbid(unsafe_code)]
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 
 use guidebench_core::engine::{Engine, EngineConfig, EngineDescription};
 use guidebench_core::generation::{
-    Decode, Logits, ModelText, Prefill, StepEngine, StepLimits, StepRunner,
+    Decode, Logits, ModelText, Prefill, PrefillDone, StepEngine, StepLimits, StepRunner,
 };
 use guidebench_core::model::{DecoderConfig, ModelFolder};
 use guidebench_core::options::{OptionSpec, OptionType};
@@ -182,7 +183,7 @@ impl StepEngine for ReferenceEngine {
         }
     }
 
-    fn prefill(&mut self, seqs: &[Prefill<'_>], logits: &mut Logits) -> Result<()> {
+    fn prefill(&mut self, seqs: &[Prefill<'_>], logits: &mut Logits) -> Result<PrefillDone> {
         let rows = logits.rows_mut(seqs.len());
         let vocab = self.model.vocab;
         for (seq, row) in seqs.iter().zip(rows.chunks_exact_mut(vocab)) {
@@ -208,7 +209,7 @@ impl StepEngine for ReferenceEngine {
             self.model.forward(*last, &mut cache, Some(row))?;
             *entry = Some(cache);
         }
-        Ok(())
+        Ok(PrefillDone::default())
     }
 
     fn decode(&mut self, seqs: &[Decode], logits: &mut Logits) -> Result<()> {

@@ -23,11 +23,11 @@
 //!    ([`Prefill::images`]); the engine encodes them (batched over the
 //!    prefill group), writes the projected features at the image-token
 //!    positions and reports the encoder's wall time
-//!    ([`StepEngine::take_vision_time`]), which every request of the group
+//!    (the [`PrefillDone`] its prefill returns), which every request of the group
 //!    with images carries in its [`ImageStats`].
 //!
 //! [`StepEngine::image_processor`]: crate::engine::StepEngine::image_processor
-//! [`StepEngine::take_vision_time`]: crate::engine::StepEngine::take_vision_time
+//! [`PrefillDone`]: crate::engine::PrefillDone
 //! [`Prefill::images`]: crate::engine::Prefill::images
 
 mod clip;
