@@ -80,7 +80,6 @@ fn main() {
                 elapsed,
             )
         });
-        #[allow(clippy::cast_precision_loss)]
         let rate = done as f64 / elapsed.as_secs_f64();
         println!(
             "stream={stream}: {done} requests ({failed} failed) in {:.2}s = {rate:.0} requests/s \
@@ -124,7 +123,6 @@ fn cpu_seconds(name: &str) -> f64 {
         let field = |i: usize| fields.get(i - 3).and_then(|f| f.parse::<u64>().ok());
         ticks += field(14).unwrap_or(0) + field(15).unwrap_or(0);
     }
-    #[allow(clippy::cast_precision_loss)]
     let secs = ticks as f64 / 100.0; // USER_HZ is 100 on Linux.
     secs
 }

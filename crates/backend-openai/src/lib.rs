@@ -16,6 +16,7 @@
 //! when this crate is linked (name it once: `use guidebench_openai as _;`).
 #![deny(missing_docs)]
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
+#![forbid(unsafe_code)]
 
 mod backend;
 mod config;

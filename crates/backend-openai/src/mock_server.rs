@@ -1733,7 +1733,6 @@ async fn completion(
     let (tokens, finish) = match config.output_tokens {
         Some(mean) => {
             let drawn = (f64::from(mean) + config.output_tokens_std * rng.normal()).round();
-            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
             let drawn = drawn.clamp(1.0, f64::from(u32::MAX)) as u32;
             match limit {
                 Some(max) if drawn >= max => (max, "length"),
@@ -2100,7 +2099,7 @@ fn pooled_answer(
 ) -> String {
     let mut data = Vec::with_capacity(inputs.len());
     for i in 0..inputs.len() {
-        #[allow(clippy::cast_possible_truncation)] // an f32 vector, as servers answer.
+        // Casts: an f32 vector, as servers answer.
         let mut vector: Vec<f32> = (0..dimensions).map(|_| rng.normal() as f32).collect();
         let norm = vector
             .iter()

@@ -328,7 +328,7 @@ pub(crate) fn token_timestamps(
         for (pair, &k) in events.windows(2).zip(&counts[1..]) {
             let gap = pair[1].at.saturating_duration_since(pair[0].at);
             for m in 1..=k {
-                #[allow(clippy::cast_precision_loss)] // token counts are small.
+                // Casts: token counts are small.
                 let offset = gap.mul_f64(m as f64 / k as f64);
                 out.push(clock.wall(pair[0].at + offset));
             }

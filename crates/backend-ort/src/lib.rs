@@ -52,6 +52,7 @@
 //! `max_slots`. See [`OPTIONS`].
 #![deny(missing_docs)]
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
+#![forbid(unsafe_code)]
 
 pub mod cache;
 pub mod engine;

@@ -49,6 +49,7 @@
 //! [`OPTIONS`].
 #![deny(missing_docs)]
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
+#![forbid(unsafe_code)]
 
 pub mod cache;
 pub mod engine;

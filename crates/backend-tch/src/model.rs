@@ -229,16 +229,12 @@ impl Rope {
         let mut sin = Vec::with_capacity(max_len * 2 * half);
         for pos in 0..max_len {
             // Positions are exact in f64 far beyond any context length.
-            #[allow(clippy::cast_precision_loss)]
             let pos = pos as f64;
             let at = cos.len();
             for f in &freqs {
                 let angle = pos * f;
-                #[allow(clippy::cast_possible_truncation)]
-                {
-                    cos.push(angle.cos() as f32);
-                    sin.push(-(angle.sin() as f32));
-                }
+                cos.push(angle.cos() as f32);
+                sin.push(-(angle.sin() as f32));
             }
             cos.extend_from_within(at..);
             sin.extend_from_within(at..);

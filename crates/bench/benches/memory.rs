@@ -71,7 +71,7 @@ impl Observer for Watch {
     }
 }
 
-#[allow(clippy::cast_precision_loss)] // printed figures.
+// Casts: printed figures.
 fn main() {
     let requests: u64 = std::env::args()
         .skip(1)

@@ -32,7 +32,7 @@ fn resident_kib() -> Option<u64> {
         .and_then(|v| v.split_whitespace().next()?.parse().ok())
 }
 
-#[allow(clippy::cast_precision_loss)] // printed figures.
+// Casts: printed figures.
 fn dispatch_precision(seconds: u64) {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -85,7 +85,7 @@ fn dispatch_precision(seconds: u64) {
     );
 }
 
-#[allow(clippy::cast_precision_loss)] // printed figures.
+// Casts: printed figures.
 fn memory(records: u64) {
     let clock = Clock::global();
     let origin = clock.wall(Instant::now());

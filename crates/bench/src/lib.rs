@@ -30,6 +30,7 @@
 //! 10. [`scenario`]: scenario files, over outputs and sessions.
 #![deny(missing_docs)]
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
+#![forbid(unsafe_code)]
 
 pub mod analysis;
 pub mod compare;

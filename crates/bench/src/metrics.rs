@@ -40,11 +40,6 @@ pub const CONFIDENCE: f64 = 0.95;
 
 /// The `p`-th percentile (0–100) of sorted values, interpolating linearly
 /// between closest ranks (numpy's default method).
-#[allow(
-    clippy::cast_precision_loss,
-    clippy::cast_possible_truncation,
-    clippy::cast_sign_loss
-)]
 pub fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
     let last = sorted.len().checked_sub(1)?;
     // rank is within [0, last]: the casts below cannot truncate or wrap.
@@ -58,7 +53,7 @@ pub fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
 impl Distribution {
     /// Statistics of `values` (NaNs are ignored). Empty input gives a
     /// distribution with count 0 and zeros elsewhere.
-    #[allow(clippy::cast_precision_loss)] // counts are far below 2^52.
+    // Casts: counts are far below 2^52.
     pub fn from_values(values: impl IntoIterator<Item = f64>) -> Self {
         let mut sorted: Vec<f64> = values.into_iter().filter(|v| !v.is_nan()).collect();
         if sorted.is_empty() {

@@ -191,7 +191,7 @@ impl KneeState {
         if let Some(done) = finished
             && let Strategy::Concurrent { streams, .. } = *done.strategy
         {
-            #[allow(clippy::cast_precision_loss)] // stream counts are small.
+            // Casts: stream counts are small.
             self.measured
                 .push((streams as f64, done.report.metrics.output_tokens_per_s));
             self.levels.push(streams);

@@ -82,12 +82,12 @@ pub struct Slo {
 }
 
 /// µs as seconds.
-#[allow(clippy::cast_precision_loss)] // |µs| below 2^53 converts exactly.
+// Casts: |µs| below 2^53 converts exactly.
 fn secs(us: i64) -> f64 {
     us as f64 / 1e6
 }
 
-#[allow(clippy::cast_precision_loss)] // token counts are far below 2^53.
+// Casts: token counts are far below 2^53.
 fn count(n: usize) -> f64 {
     n as f64
 }
@@ -296,7 +296,7 @@ impl SloMetrics {
     }
 }
 
-#[allow(clippy::cast_precision_loss)] // counts are far below 2^53.
+// Casts: counts are far below 2^53.
 fn ratio(num: u64, den: u64) -> f64 {
     num as f64 / den as f64
 }

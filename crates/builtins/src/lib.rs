@@ -18,6 +18,7 @@
 //!   so no engine is involved. The test fixtures every engine shares are
 //!   made by the same generator.
 #![deny(missing_docs)]
+#![forbid(unsafe_code)]
 
 mod error;
 pub mod fixtures;

@@ -111,7 +111,7 @@ impl Counters {
     fn token_rate(&self, secs: f64) -> String {
         let output = self.output_tokens.load(Ordering::Relaxed);
         let prompt = self.prompt_tokens.load(Ordering::Relaxed);
-        #[allow(clippy::cast_precision_loss)] // a display.
+        // Casts: a display.
         if output == 0 && prompt > 0 {
             format!("{:.0} input tok/s", prompt as f64 / secs)
         } else {
@@ -204,7 +204,7 @@ impl Drop for Ticker {
 fn progress_line(name: &str, total: Option<u64>, counters: &Counters, elapsed: Duration) -> String {
     let done = counters.done.load(Ordering::Relaxed);
     let secs = elapsed.as_secs_f64().max(1e-9);
-    #[allow(clippy::cast_precision_loss)] // a display.
+    // Casts: a display.
     let requests = done as f64 / secs;
     let tokens = counters.token_rate(secs);
     let count = match total {
@@ -336,7 +336,7 @@ impl Observer for DisplayObserver {
             let done = c.done.load(Ordering::Relaxed);
             bar.set_position(done);
             let secs = bar.elapsed().as_secs_f64().max(1e-9);
-            #[allow(clippy::cast_precision_loss)] // a display.
+            // Casts: a display.
             let requests = done as f64 / secs;
             let tokens = c.token_rate(secs);
             bar.set_message(format!(

@@ -15,6 +15,7 @@
 //! Exit codes: 0 success, 1 the run failed, 2 bad usage (a wrong option,
 //! an unknown name, a missing file).
 #![deny(missing_docs)]
+#![forbid(unsafe_code)]
 
 mod display;
 mod engines;

@@ -22,6 +22,7 @@
 //!   it, a GGUF model is [`Error::NotCompiledIn`].
 #![deny(missing_docs)]
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
+#![forbid(unsafe_code)]
 
 pub mod affinity;
 pub mod backend;

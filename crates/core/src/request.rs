@@ -191,7 +191,7 @@ impl RequestTimings {
 
     /// Mean inter-token latency of this request, in seconds:
     /// (last token − first token) / (tokens − 1). `None` with fewer than two tokens.
-    #[allow(clippy::cast_precision_loss)] // token counts are far below 2^52.
+    // Casts: token counts are far below 2^52.
     pub fn itl_mean(&self) -> Option<f64> {
         let n = self.tokens.len();
         if n < 2 {
@@ -206,7 +206,7 @@ impl RequestTimings {
     }
 
     /// Time per output token, in seconds: (last token − request start) / tokens.
-    #[allow(clippy::cast_precision_loss)] // token counts are far below 2^52.
+    // Casts: token counts are far below 2^52.
     pub fn tpot(&self) -> Option<f64> {
         let n = self.tokens.len();
         if n == 0 {

@@ -70,7 +70,7 @@ pub fn finished_line(transfer: &Transfer, finished: &Finished) -> String {
             bytes(finished.received)
         ),
         None => {
-            #[allow(clippy::cast_precision_loss)] // a rate for display
+            // Casts: a rate for display
             let rate = finished.received as f64 / secs.max(1e-3);
             let resumed = if transfer.resumed_from > 0 {
                 format!(" (resumed after {})", bytes(transfer.resumed_from))
@@ -88,7 +88,7 @@ pub fn finished_line(transfer: &Transfer, finished: &Finished) -> String {
 
 /// A byte count as `1.2 GB` (decimal units, as the Hub shows sizes).
 pub fn bytes(n: u64) -> String {
-    #[allow(clippy::cast_precision_loss)] // a size for display
+    // Casts: a size for display
     bytes_f(n as f64)
 }
 

@@ -527,7 +527,6 @@ fn general(spec: &FixtureSpec, arch: &str, types: Types, vocab: usize) -> Vec<(S
     let hd = spec.head_dim();
     let key = |k: &str| format!("{arch}.{k}");
     // As llama.cpp stores them: f32.
-    #[allow(clippy::cast_possible_truncation)]
     let theta = spec.rope_theta as f32;
     vec![
         ("general.architecture".into(), Value::String(arch.into())),

@@ -39,6 +39,7 @@
 //!   rules, seeded sampling, per-request errors, timings), as one call or
 //!   one `#[test]` per check with [`conformance_tests!`].
 #![deny(missing_docs)]
+#![forbid(unsafe_code)]
 
 pub mod backend;
 pub mod conformance;

@@ -7,6 +7,7 @@
 //!     --data kind=synthetic_text,prompt_tokens=32,output_tokens=16 \
 //!     --constraint kind=max_requests,count=50
 //! ```
+#![forbid(unsafe_code)]
 
 // Naming the crate once keeps its registration in the binary.
 use guidebench_example_custom_engine as _;

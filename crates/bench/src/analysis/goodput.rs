@@ -184,7 +184,7 @@ impl GoodputSearch {
     /// A run at the level of an undecided last run pools with it. Conforming
     /// counts above `determined` are taken as `determined`. Once the search
     /// is done, further runs are ignored.
-    #[allow(clippy::cast_precision_loss)] // request counts far below 2^52.
+    // Casts: request counts far below 2^52.
     pub fn record(
         &mut self,
         level: usize,
@@ -252,7 +252,7 @@ impl GoodputSearch {
     }
 
     /// The next level once the last run was decided, or why to stop.
-    #[allow(clippy::cast_precision_loss)] // levels far below 2^52.
+    // Casts: levels far below 2^52.
     fn advance(&self) -> Result<usize, Stop> {
         let max_level = self.options.max_level.max(1);
         match (self.pass, self.bound) {

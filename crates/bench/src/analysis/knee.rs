@@ -129,7 +129,7 @@ impl Split {
 /// Sorts the points by concurrency and averages duplicates; an error names
 /// the first point that is not a positive finite concurrency with a finite,
 /// non-negative throughput.
-#[allow(clippy::cast_precision_loss)] // duplicate counts are small.
+// Casts: duplicate counts are small.
 fn prepare(points: &[(f64, f64)]) -> Result<Vec<(f64, f64)>, String> {
     if let Some((c, t)) = points
         .iter()
@@ -273,11 +273,7 @@ pub fn grid(min: usize, max: usize, count: usize) -> Vec<usize> {
 /// since the knee lies between the breakpoint's neighbours. Above the highest
 /// measured level, or below the lowest, the spacing of the other side is
 /// used (levels stay at least 1). Sorted, distinct, none in `measured`.
-#[allow(
-    clippy::cast_precision_loss,
-    clippy::cast_possible_truncation,
-    clippy::cast_sign_loss
-)] // concurrency levels are small positive integers.
+// Casts: concurrency levels are small positive integers.
 pub fn refinement(
     fit: &KneeFit,
     measured: &[usize],
@@ -325,7 +321,6 @@ mod tests {
 
     const GRID: [usize; 10] = [1, 2, 4, 8, 12, 16, 20, 24, 32, 48];
 
-    #[allow(clippy::cast_precision_loss)]
     fn curve(levels: &[usize], mut f: impl FnMut(f64) -> f64) -> Vec<(f64, f64)> {
         levels.iter().map(|&c| (c as f64, f(c as f64))).collect()
     }

@@ -150,7 +150,7 @@ impl Series {
     }
 
     /// The bin centres and bin means up to bin `last`.
-    #[allow(clippy::cast_precision_loss)] // bin indices far below 2^52.
+    // Casts: bin indices far below 2^52.
     fn means(&self, last: i64, bin_s: f64) -> (Vec<f64>, Vec<f64>) {
         self.bins
             .range(..=last)
@@ -178,7 +178,7 @@ impl Series {
 /// Regresses `ys` on `xs`, allowing for the lag-1 autocorrelation of the
 /// residuals: neighbouring bins still share a queue, so n bins count as
 /// n (1 - r) / (1 + r) independent ones (r clamped to [0, 0.99], at least 3).
-#[allow(clippy::cast_precision_loss)] // bin counts far below 2^52.
+// Casts: bin counts far below 2^52.
 fn slope_test(xs: &[f64], ys: &[f64], confidence: f64) -> Option<SlopeTest> {
     let fit = line_fit(xs, ys)?;
     let residuals: Vec<f64> = xs.iter().zip(ys).map(|(x, y)| y - fit.at(*x)).collect();
@@ -229,7 +229,7 @@ impl SaturationDetector {
         }
     }
 
-    #[allow(clippy::cast_possible_truncation)] // saturates; times are far below 2^63 bins.
+    // Casts: saturates; times are far below 2^63 bins.
     fn bin(&self, at_s: f64) -> i64 {
         (at_s / self.options.bin_s).floor() as i64
     }
@@ -244,7 +244,7 @@ impl SaturationDetector {
 
     /// A request was sent `at_s` seconds into the benchmark with `in_flight`
     /// requests then in flight (including it).
-    #[allow(clippy::cast_precision_loss)] // in-flight counts far below 2^52.
+    // Casts: in-flight counts far below 2^52.
     pub fn on_send(&mut self, at_s: f64, in_flight: usize) {
         if at_s.is_finite() {
             self.advance(at_s);
@@ -309,7 +309,7 @@ mod tests {
     use guidebench_core::rng::seeded;
     use rand_distr::{Distribution, Exp, Normal};
 
-    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // small positive counts.
+    // Casts: small positive counts.
     fn count(value: f64) -> usize {
         value.round().max(1.0) as usize
     }

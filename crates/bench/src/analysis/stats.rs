@@ -55,7 +55,7 @@ pub(crate) fn t_critical(confidence: f64, dof: f64) -> Option<f64> {
 /// Also `None` when `successes > trials`. The bounds lie in [0, 1] and are
 /// exactly 0 for no successes and exactly 1 when every trial succeeded, so
 /// that a perfect record is never reported as just below perfect.
-#[allow(clippy::cast_precision_loss)] // counts far below 2^52 convert exactly.
+// Casts: counts far below 2^52 convert exactly.
 pub fn wilson(successes: u64, trials: u64, confidence: f64) -> Option<Interval> {
     if trials == 0 || successes > trials || !valid_confidence(confidence) {
         return None;
@@ -85,7 +85,7 @@ pub fn wilson(successes: u64, trials: u64, confidence: f64) -> Option<Interval> 
 /// Also `None` when `confidence` is not in (0, 1) or a value is not finite.
 /// The values are taken as independent draws: the interval says how well
 /// this sample located its own mean, not how far it moves between runs.
-#[allow(clippy::cast_precision_loss)] // sample sizes far below 2^52.
+// Casts: sample sizes far below 2^52.
 pub fn mean_interval(values: &[f64], confidence: f64) -> Option<Interval> {
     if values.len() < 2 || !valid_confidence(confidence) || values.iter().any(|v| !v.is_finite()) {
         return None;
@@ -184,7 +184,7 @@ impl LineFit {
 ///
 /// Also `None` when the slices differ in length or hold a value that is not
 /// finite.
-#[allow(clippy::cast_precision_loss)] // point counts far below 2^52.
+// Casts: point counts far below 2^52.
 pub fn line_fit(xs: &[f64], ys: &[f64]) -> Option<LineFit> {
     let n = xs.len();
     if n < 2 || ys.len() != n || xs.iter().chain(ys).any(|v| !v.is_finite()) {
@@ -226,7 +226,7 @@ pub fn line_fit(xs: &[f64], ys: &[f64]) -> Option<LineFit> {
 /// when n < 3.
 ///
 /// Also `None` when `confidence` is not in (0, 1).
-#[allow(clippy::cast_precision_loss)] // point counts far below 2^52.
+// Casts: point counts far below 2^52.
 pub fn slope_interval(fit: &LineFit, confidence: f64) -> Option<Interval> {
     if fit.n < 3 || !valid_confidence(confidence) {
         return None;

@@ -472,19 +472,7 @@ fn convert_benchmark(b: Benchmark) -> (BenchmarkReport, Vec<(&'static str, Strin
         ));
     }
     let metrics = metrics(&b.metrics, &records, start, end, confidence_ok);
-    let mut report = BenchmarkReport {
-        name,
-        backend: None,
-        profile,
-        start,
-        end,
-        warmup_excluded: None,
-        cooldown_excluded: None,
-        extra: Map::new(),
-        client: None,
-        metrics,
-        records,
-    };
+    let mut report = BenchmarkReport::with_metrics(name, profile, start, end, records, metrics);
     if phase_set(&b.config.warmup) || excluded.0 > 0 {
         report.warmup_excluded = Some(excluded.0);
     }

@@ -144,6 +144,19 @@ impl BenchmarkReport {
         records: CompactRecords,
     ) -> Self {
         let metrics = BenchmarkMetrics::compute(&records, start, end);
+        BenchmarkReport::with_metrics(name, profile, start, end, records, metrics)
+    }
+
+    /// A benchmark over the window `start..end` whose metrics are given
+    /// rather than computed (a GuideLLM report read back carries its own).
+    pub(crate) fn with_metrics(
+        name: impl Into<String>,
+        profile: Value,
+        start: Timestamp,
+        end: Timestamp,
+        records: CompactRecords,
+        metrics: BenchmarkMetrics,
+    ) -> Self {
         BenchmarkReport {
             name: name.into(),
             backend: None,

@@ -139,7 +139,6 @@ impl Phase {
                     return Ok(None);
                 };
                 let v = number(v, "`value`")?;
-                #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
                 // a non-negative count, far below 2^52.
                 match o
                     .get("mode")
@@ -189,11 +188,7 @@ impl Phase {
     /// fraction of a benchmark bounded by neither (it is then taken of how
     /// long the benchmark ran). [`Phase::SecondsOrRequests`] becomes a time
     /// or a count as it says.
-    #[allow(
-        clippy::cast_precision_loss,
-        clippy::cast_possible_truncation,
-        clippy::cast_sign_loss
-    )] // request counts are far below 2^52; the product is in [0, n).
+    // Casts: request counts are far below 2^52; the product is in [0, n).
     pub fn resolve(self, max_requests: Option<u64>, max_duration: Option<Duration>) -> Phase {
         match (self, max_requests, max_duration) {
             (Phase::Fraction(f), Some(n), _) => Phase::Requests((f * n as f64).floor() as u64),
@@ -382,7 +377,7 @@ pub fn compact_measured(
                 CompactTurn {
                     conversation: t.conversation,
                     index: t.turn,
-                    #[allow(clippy::cast_possible_truncation)] // µs of a run fit in i64.
+                    // Casts: µs of a run fit in i64.
                     waited_us: t.waited_s.map(|s| (s * 1e6).round() as i64),
                 },
             )
@@ -425,7 +420,7 @@ pub fn compact_measured(
     }
 }
 
-#[allow(clippy::cast_possible_truncation)] // phase lengths are far below 292 years.
+// Casts: phase lengths are far below 292 years.
 fn seconds_after(at: Timestamp, seconds: f64) -> Timestamp {
     Timestamp(at.0.saturating_add((seconds * 1e9).round() as i64))
 }

