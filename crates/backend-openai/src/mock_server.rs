@@ -1691,24 +1691,17 @@ async fn completion(
     path: String,
     chat: bool,
 ) -> Answer {
-    let received = shared.config.record_timings.then(std::time::Instant::now);
-    let (parts, body) = request.into_parts();
-    let bytes = match body.collect().await {
-        Ok(collected) => collected.to_bytes(),
-        Err(_) => return Err(Abort),
-    };
-    let arrived = Instant::now();
-    let (active, others) = Active::arrive(&shared);
-    let index = shared.requests.fetch_add(1, Ordering::Relaxed);
-    let value: Value = match serde_json::from_slice(&bytes) {
-        Ok(v) => v,
-        Err(e) => {
-            return error_body(
-                StatusCode::BAD_REQUEST,
-                &format!("invalid JSON body: {e}"),
-                "invalid_request_error",
-            );
-        }
+    let Arrival {
+        received,
+        parts,
+        arrived,
+        active,
+        others,
+        index,
+        value,
+    } = match Arrival::read(&shared, request).await {
+        Ok(arrival) => arrival,
+        Err(answer) => return answer,
     };
     let parsed: CompletionRequest = match CompletionRequest::deserialize(&value) {
         Ok(p) => p,
@@ -1756,9 +1749,7 @@ async fn completion(
         chat,
         model: &shared.model_json,
     };
-    let load = config
-        .ttft_per_request
-        .saturating_mul(u32::try_from(others).unwrap_or(u32::MAX));
+    let load = queue_wait(config, others);
     let ttft = rng.duration(config.ttft, config.ttft_std) + load;
     if parsed.stream {
         let include_usage = parsed.stream_options.is_some_and(|o| o.include_usage);
@@ -1982,6 +1973,68 @@ fn count_tokens(shared: &Shared, text: &str) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
 }
 
+/// A completion, embeddings or pooling request whose body has been read:
+/// when it came and what it holds.
+struct Arrival {
+    /// When its handling began (with `record_timings`).
+    received: Option<std::time::Instant>,
+    parts: hyper::http::request::Parts,
+    /// When its body was read: the latency model counts from here.
+    arrived: Instant,
+    /// Counts it in flight until dropped.
+    active: Active,
+    /// How many others were in flight when it arrived.
+    others: u64,
+    /// Its index among the server's requests (its generator's seed).
+    index: u64,
+    /// Its JSON body.
+    value: Value,
+}
+
+impl Arrival {
+    /// Reads `request`'s body as JSON and counts it in flight; a body that
+    /// is not JSON gets its 400 answer as the error, a body cut off the
+    /// connection's end.
+    async fn read(
+        shared: &Arc<Shared>,
+        request: Request<Incoming>,
+    ) -> std::result::Result<Arrival, Answer> {
+        let received = shared.config.record_timings.then(std::time::Instant::now);
+        let (parts, body) = request.into_parts();
+        let bytes = match body.collect().await {
+            Ok(collected) => collected.to_bytes(),
+            Err(_) => return Err(Err(Abort)),
+        };
+        let arrived = Instant::now();
+        let (active, others) = Active::arrive(shared);
+        let index = shared.requests.fetch_add(1, Ordering::Relaxed);
+        match serde_json::from_slice(&bytes) {
+            Ok(value) => Ok(Arrival {
+                received,
+                parts,
+                arrived,
+                active,
+                others,
+                index,
+                value,
+            }),
+            Err(e) => Err(error_body(
+                StatusCode::BAD_REQUEST,
+                &format!("invalid JSON body: {e}"),
+                "invalid_request_error",
+            )),
+        }
+    }
+}
+
+/// What `others` requests in flight add to a request's first answer
+/// (`ttft_per_request` each).
+fn queue_wait(config: &MockServerConfig, others: u64) -> Duration {
+    config
+        .ttft_per_request
+        .saturating_mul(u32::try_from(others).unwrap_or(u32::MAX))
+}
+
 /// `POST /v1/embeddings` and `POST /pooling`: one whole answer, `ttft`
 /// after the request arrived (see the module docs).
 async fn pooled(
@@ -1991,24 +2044,17 @@ async fn pooled(
     path: String,
     endpoint: Pooling,
 ) -> Answer {
-    let received = shared.config.record_timings.then(std::time::Instant::now);
-    let (parts, body) = request.into_parts();
-    let bytes = match body.collect().await {
-        Ok(collected) => collected.to_bytes(),
-        Err(_) => return Err(Abort),
-    };
-    let arrived = Instant::now();
-    let (active, others) = Active::arrive(&shared);
-    let index = shared.requests.fetch_add(1, Ordering::Relaxed);
-    let value: Value = match serde_json::from_slice(&bytes) {
-        Ok(v) => v,
-        Err(e) => {
-            return error_body(
-                StatusCode::BAD_REQUEST,
-                &format!("invalid JSON body: {e}"),
-                "invalid_request_error",
-            );
-        }
+    let Arrival {
+        received,
+        parts,
+        arrived,
+        active,
+        others,
+        index,
+        value,
+    } = match Arrival::read(&shared, request).await {
+        Ok(arrival) => arrival,
+        Err(answer) => return answer,
     };
     let inputs = match pooled_inputs(&shared, &value, endpoint) {
         Ok(inputs) => inputs,
@@ -2042,9 +2088,7 @@ async fn pooled(
     if fault == Fault::Status {
         return status_fault(config);
     }
-    let load = config
-        .ttft_per_request
-        .saturating_mul(u32::try_from(others).unwrap_or(u32::MAX));
+    let load = queue_wait(config, others);
     let at = arrived + rng.duration(config.ttft, config.ttft_std) + load;
     match fault {
         Fault::Stall => {
