@@ -5,13 +5,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use candle_core::{DType, Device};
+use guidebench_core::engine::open::OpenStep;
 use guidebench_core::engine::{
-    CheckedEngineOptions, DeviceRequest, Engine, EngineConfig, EngineDescription, EngineOptions,
-    PrefillDone, load_error,
+    CheckedEngineOptions, DeviceRequest, EngineDescription, EngineOptions, LoadError, PrefillDone,
 };
-use guidebench_core::generation::{
-    Decode, Logits, ModelText, Prefill, StepEngine, StepLimits, StepRunner,
-};
+use guidebench_core::generation::{Decode, Logits, ModelText, Prefill, StepEngine, StepLimits};
 use guidebench_core::model::{ComputeDtype, DtypeChoice, ModelFolder};
 use guidebench_core::options::{OptionSpec, OptionType};
 use guidebench_core::vision::{ClipImageProcessor, ImageProcessor};
@@ -100,10 +98,10 @@ fn parse_kv_dtype(text: &str) -> Result<Option<DType>> {
         "f32" | "float32" => Ok(Some(DType::F32)),
         "bf16" | "bfloat16" => Ok(Some(DType::BF16)),
         "f16" | "float16" => Ok(Some(DType::F16)),
-        other => Err(CandleError::InvalidOption {
+        other => Err(CandleError::from(LoadError::InvalidOption {
             key: "kv_dtype",
             reason: format!("expected auto, f32, bf16 or f16, got `{other}`"),
-        }),
+        })),
     }
 }
 
@@ -112,24 +110,28 @@ fn parse_kv_dtype(text: &str) -> Result<Option<DType>> {
 fn parse_activations(text: &str, weights: DType, device: &Device) -> Result<bool> {
     match text {
         "f32" => Ok(false),
-        "bf16" if weights != DType::BF16 || !device.is_cpu() => Err(CandleError::InvalidOption {
-            key: "activations",
-            reason: format!(
-                "bf16 activations need bf16 weights on the CPU (dtype=bf16, device=cpu); \
+        "bf16" if weights != DType::BF16 || !device.is_cpu() => {
+            Err(CandleError::from(LoadError::InvalidOption {
+                key: "activations",
+                reason: format!(
+                    "bf16 activations need bf16 weights on the CPU (dtype=bf16, device=cpu); \
                      this run has {weights:?} weights"
-            ),
-        }),
-        "bf16" if !crate::kernels::has_bf16_dot() => Err(CandleError::InvalidOption {
-            key: "activations",
-            reason: "bf16 activations need a CPU with AVX-512 BF16 (vdpbf16ps); this one \
+                ),
+            }))
+        }
+        "bf16" if !crate::kernels::has_bf16_dot() => {
+            Err(CandleError::from(LoadError::InvalidOption {
+                key: "activations",
+                reason: "bf16 activations need a CPU with AVX-512 BF16 (vdpbf16ps); this one \
                      has none"
-                .into(),
-        }),
+                    .into(),
+            }))
+        }
         "bf16" => Ok(true),
-        other => Err(CandleError::InvalidOption {
+        other => Err(CandleError::from(LoadError::InvalidOption {
             key: "activations",
             reason: format!("expected f32 or bf16, got `{other}`"),
-        }),
+        })),
     }
 }
 
@@ -139,10 +141,10 @@ fn parse_quant_kernels(text: &str) -> Result<bool> {
     match text {
         "own" => Ok(false),
         "candle" => Ok(true),
-        other => Err(CandleError::InvalidOption {
+        other => Err(CandleError::from(LoadError::InvalidOption {
             key: "quant_kernels",
             reason: format!("expected own or candle, got `{other}`"),
-        }),
+        })),
     }
 }
 
@@ -160,12 +162,12 @@ fn candle_device(device: DeviceRequest) -> Result<Device> {
     match device {
         DeviceRequest::Cpu => Ok(Device::Cpu),
         DeviceRequest::Cuda(ordinal) if cfg!(feature = "cuda") => Ok(Device::new_cuda(ordinal)?),
-        other => Err(CandleError::UnsupportedDevice {
+        other => Err(CandleError::from(LoadError::UnsupportedDevice {
             device: other.to_string(),
             reason: "this build has no CUDA support; rebuild with the `cuda` feature \
                      (e.g. `cargo install guidebench --features cuda`)"
                 .into(),
-        }),
+        })),
     }
 }
 
@@ -219,30 +221,15 @@ impl std::fmt::Debug for CandleEngine {
     }
 }
 
-impl CandleEngine {
-    /// Creates the engine from `engine=candle,...` (the registry entry):
-    /// the step engine inside core's generation loop.
-    pub fn create(config: &EngineConfig) -> guidebench_core::Result<Box<dyn Engine>> {
-        let options: CandleOptions = config.parse_options()?;
-        CandleEngine::runner(config.model.as_deref(), &options)
-            .map(|runner| Box::new(runner) as Box<dyn Engine>)
-            .map_err(|err| load_error(crate::ENGINE_NAME, err))
-    }
+impl OpenStep for CandleEngine {
+    const NAME: &'static str = crate::ENGINE_NAME;
+    const DEFAULT_MODEL: Option<&'static str> = Some(DEFAULT_MODEL);
+    type Options = CandleOptions;
+    type Error = CandleError;
 
-    /// Loads `model` (a folder, `builtin:tiny`, or a hub id in the local
-    /// HF cache; `None` is `builtin:tiny`).
-    pub fn load(model: Option<&str>, options: &CandleOptions) -> Result<Self> {
-        CandleEngine::open(model, options).map(|(engine, _)| engine)
-    }
-
-    /// [`load`](Self::load)s `model` into core's generation loop, with the
-    /// tokenizer and end-of-sequence ids of the same model folder.
-    pub fn runner(model: Option<&str>, options: &CandleOptions) -> Result<StepRunner<Self>> {
-        CandleEngine::open(model, options).map(|(engine, text)| StepRunner::new(engine, text))
-    }
-
-    /// The engine and what core read of the model's text side.
-    fn open(model: Option<&str>, options: &CandleOptions) -> Result<(Self, ModelText)> {
+    /// Opens `model` (a folder, `builtin:tiny`, or a hub id in the local
+    /// HF cache): the engine and what core read of the model's text side.
+    fn open(model: &str, options: &CandleOptions) -> Result<(Self, ModelText)> {
         let CheckedEngineOptions {
             dtype: request,
             device,
@@ -251,9 +238,8 @@ impl CandleEngine {
             max_slots,
         } = options
             .common
-            .check(|key, reason| CandleError::InvalidOption { key, reason })?;
+            .check(|key, reason| CandleError::from(LoadError::InvalidOption { key, reason }))?;
         let device = candle_device(device)?;
-        let model = model.unwrap_or(DEFAULT_MODEL);
         let folder = ModelFolder::open(model)?;
         // On a GGUF file: its own types, any other dtype refused with why.
         let choice = folder.dtype_choice(request, AUTO_DTYPES)?;
@@ -270,9 +256,11 @@ impl CandleEngine {
             .num_threads(threads)
             .thread_name(|i| format!("candle-{i}"))
             .build()
-            .map_err(|e| CandleError::InvalidOption {
-                key: "threads",
-                reason: e.to_string(),
+            .map_err(|e| {
+                CandleError::from(LoadError::InvalidOption {
+                    key: "threads",
+                    reason: e.to_string(),
+                })
             })?;
         let vision_config = folder.vision().cloned();
         let (decoder, tower) = pool.install(|| -> Result<(Decoder, Option<VisionTower>)> {
@@ -342,7 +330,9 @@ impl CandleEngine {
         };
         Ok((engine, ModelText::from_folder(&folder)))
     }
+}
 
+impl CandleEngine {
     /// The dtype it runs and why (`dtype=auto` resolved against the
     /// checkpoint's stored dtype).
     pub fn dtype_choice(&self) -> &DtypeChoice {
@@ -391,10 +381,10 @@ impl CandleEngine {
             return Ok(Duration::ZERO);
         }
         let Some(vision) = &self.vision else {
-            return Err(CandleError::InvalidOption {
+            return Err(CandleError::from(LoadError::InvalidOption {
                 key: "model",
                 reason: "images reached a model without a vision tower".into(),
-            });
+            }));
         };
         // Every image of the group through the tower at once; each
         // sequence's image tokens take its images' rows, in order.
@@ -453,14 +443,11 @@ impl StepEngine for CandleEngine {
         seqs: &[Prefill<'_>],
         logits: &mut Logits,
     ) -> guidebench_core::Result<PrefillDone> {
-        self.run_prefill(seqs, logits)
-            .map(PrefillDone::with_vision)
-            .map_err(guidebench_core::Error::engine)
+        Ok(PrefillDone::with_vision(self.run_prefill(seqs, logits)?))
     }
 
     fn decode(&mut self, seqs: &[Decode], logits: &mut Logits) -> guidebench_core::Result<()> {
-        self.run_decode(seqs, logits)
-            .map_err(guidebench_core::Error::engine)
+        Ok(self.run_decode(seqs, logits)?)
     }
 
     fn retire(&mut self, slot: usize) {

@@ -31,6 +31,7 @@ use std::sync::Arc;
 use candle_core::quantized::{GgmlDType, gguf_file};
 use candle_core::{DType, Device, Shape, Tensor};
 use candle_nn::var_builder::SimpleBackend;
+use guidebench_core::engine::LoadError;
 use guidebench_core::model::{DecoderConfig, gguf_rows_are_interleaved, gguf_tensor_hf_name};
 
 use crate::error::{CandleError, Result};
@@ -91,12 +92,14 @@ impl GgufTensors {
     /// Indexes the tensors of `path` for the decoder `config` (read from
     /// the same file's metadata by core). A file candle's reader refuses,
     /// a tensor whose bytes run past the end of the file, or a tensor of a
-    /// type this engine cannot run is [`CandleError::InvalidWeights`]
+    /// type this engine cannot run is [`LoadError::InvalidWeights`]
     /// naming the file.
     pub fn open(path: &Path, config: &DecoderConfig) -> Result<Self> {
-        let invalid = |reason: String| CandleError::InvalidWeights {
-            path: path.to_owned(),
-            reason,
+        let invalid = |reason: String| {
+            CandleError::from(LoadError::InvalidWeights {
+                path: path.to_owned(),
+                reason,
+            })
         };
         let mut file = File::open(path).map_err(|e| invalid(e.to_string()))?;
         let file_len = file.metadata().map_err(|e| invalid(e.to_string()))?.len();

@@ -94,5 +94,6 @@ guidebench_core::register_engine! {
     name: ENGINE_NAME,
     description: "pure-Rust engine on candle: Llama/Mistral/Qwen2/Qwen3 safetensors, batched with a KV cache",
     options: OPTIONS,
-    create: CandleEngine::create,
+    inputs: &["image"],
+    create: guidebench_core::engine::open::create_step_engine::<CandleEngine>,
 }

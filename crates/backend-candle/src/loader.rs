@@ -15,6 +15,7 @@ use std::path::PathBuf;
 
 use candle_core::{DType, Device, Shape, Tensor};
 use candle_nn::var_builder::SimpleBackend;
+use guidebench_core::engine::LoadError;
 use guidebench_core::model::safetensors_header;
 
 use crate::error::{CandleError, Result};
@@ -24,10 +25,10 @@ pub fn load_tensors(files: &[PathBuf], device: &Device) -> Result<HashMap<String
     let mut tensors = HashMap::new();
     for file in files {
         let part = candle_core::safetensors::load(file, device).map_err(|e| {
-            CandleError::InvalidWeights {
+            CandleError::from(LoadError::InvalidWeights {
                 path: file.clone(),
                 reason: crate::error::candle_message(&e),
-            }
+            })
         })?;
         tensors.extend(part);
     }
@@ -62,9 +63,11 @@ impl SafetensorsFiles {
         let mut opened = Vec::with_capacity(files.len());
         let mut entries = HashMap::new();
         for (index, path) in files.iter().enumerate() {
-            let invalid = |reason: String| CandleError::InvalidWeights {
-                path: path.clone(),
-                reason,
+            let invalid = |reason: String| {
+                CandleError::from(LoadError::InvalidWeights {
+                    path: path.clone(),
+                    reason,
+                })
             };
             let header = safetensors_header(path).map_err(|e| invalid(e.to_string()))?;
             for tensor in header {

@@ -18,6 +18,7 @@
 //! the image tokens' embeddings.
 
 use candle_core::{D, DType, Device, Tensor};
+use guidebench_core::engine::LoadError;
 use guidebench_core::vision::{
     FeatureSelect, PreparedImage, VisionActivation, VisionLanguageConfig,
 };
@@ -96,10 +97,10 @@ fn activate(act: VisionActivation, x: &Tensor) -> Result<Tensor> {
         VisionActivation::Gelu => x.gelu_erf()?,
         VisionActivation::GeluTanh => x.gelu()?,
         other => {
-            return Err(CandleError::InvalidOption {
+            return Err(CandleError::from(LoadError::InvalidOption {
                 key: "model",
                 reason: format!("vision activation {other:?} is not implemented"),
-            });
+            }));
         }
     })
 }

@@ -10,6 +10,7 @@ use std::path::Path;
 
 use guidebench_candle::{CandleEngine, CandleOptions};
 use guidebench_core::engine::EngineOptions;
+use guidebench_core::engine::open::OpenStep;
 
 fn load(dir: &Path) -> CandleEngine {
     let options = CandleOptions {
@@ -93,9 +94,21 @@ fn load_with(model: &str, common: EngineOptions) -> guidebench_candle::error::Re
 }
 
 // What loading a safetensors folder does: missing and broken files, bad
-// shared options, configs that load to the same or another model.
+// shared options, configs that load to the same or another model, bf16
+// and f16 against f32.
 mod load {
     guidebench_testkit::conformance_tests!(load_checks: super::load_with);
+}
+
+// Through the registry: the offline backend against direct calls, and
+// load errors with their own labels.
+mod registered {
+    guidebench_testkit::conformance_tests!(
+        registered: "candle",
+        "dtype=f32,threads=1",
+        "model.safetensors",
+        super::load
+    );
 }
 
 // The tiny LLaVA fixture: images through the CLIP tower and the projector,

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use guidebench_candle::engine::OPTIONS;
 use guidebench_candle::{CandleEngine, CandleOptions};
 use guidebench_core::backend::Backend;
+use guidebench_core::engine::open::OpenStep;
 use guidebench_core::engine::{Engine, EngineOptions, EngineRequest};
 use guidebench_core::generation::{ModelText, StepEngine, StepRunner, first_step_logits};
 use guidebench_core::model::ComputeDtype;

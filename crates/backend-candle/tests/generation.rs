@@ -4,10 +4,10 @@
 use std::path::Path;
 
 use guidebench_candle::{CandleEngine, CandleOptions};
+use guidebench_core::engine::open::OpenStep;
 use guidebench_core::engine::{Engine, EngineOptions, EngineOutput, EngineRequest};
 use guidebench_core::generation::{StepEngine, StepRunner};
 use guidebench_core::sampling::Sampling;
-use guidebench_testkit::conformance;
 use guidebench_testkit::fixtures::{FixtureSpec, write_llama_fixture};
 
 fn fixture(spec: &FixtureSpec) -> tempfile::TempDir {
@@ -54,27 +54,9 @@ const PROMPTS: [&str; 5] = [
     "gla mou ten sti fai ba ro ke",
 ];
 
-// Greedy tokens, logits, batching, eos, stop strings and seeds are the
-// conformance suite's (tests/conformance.rs); these are candle's own.
-
-#[test]
-fn bf16_and_f16_run_and_mostly_agree_with_f32() {
-    let dir = fixture(&FixtureSpec::tiny());
-    for dtype in ["bf16", "f16"] {
-        let options = CandleOptions {
-            common: EngineOptions {
-                dtype: Some(dtype.into()),
-                threads: Some(1),
-                ..EngineOptions::default()
-            },
-            ..CandleOptions::default()
-        };
-        let mut engine = CandleEngine::runner(dir.path().to_str(), &options).expect("load");
-        let out = run(&mut engine, &[request(0, PROMPTS[1], greedy(4))]);
-        assert_eq!(out[0].token_ids.len(), 4);
-        assert_eq!(engine.describe().threads, Some(1));
-    }
-}
+// Greedy tokens, logits, batching, eos, stop strings, seeds and bf16/f16
+// against f32 are the conformance suite's (tests/conformance.rs); these
+// are candle's own.
 
 #[test]
 fn a_two_byte_kv_cache_is_said_and_generates_and_bf16_activations_need_bf16_weights() {
@@ -174,7 +156,7 @@ fn cuda_without_the_cuda_feature_says_how_to_get_it() {
 }
 
 #[test]
-fn load_errors_reach_the_registry_with_their_own_labels() {
+fn the_registry_lists_candles_options_in_its_order() {
     let registration = guidebench_core::registry::engines()
         .expect("registry")
         .get("candle")
@@ -193,17 +175,7 @@ fn load_errors_reach_the_registry_with_their_own_labels() {
             "max_slots"
         ]
     );
-    conformance::load_errors_reach_the_registry_with_their_own_labels(
-        "candle",
-        "model.safetensors",
-    );
 }
 
-// --- through the offline backend ----------------------------------------
-
-#[test]
-fn the_engine_works_through_the_offline_backend_and_matches_direct_calls() {
-    conformance::offline_backend_matches_direct_calls("candle", "dtype=f32,threads=1", |dir| {
-        CandleEngine::load(dir.to_str(), &CandleOptions::default()).expect("load")
-    });
-}
+// Load errors through the registry and the engine behind the offline
+// backend are the conformance suite's (tests/conformance.rs, `registered`).

@@ -6,6 +6,7 @@ use std::path::Path;
 
 use guidebench_candle::{CandleEngine, CandleOptions};
 use guidebench_core::engine::EngineOptions;
+use guidebench_core::engine::open::OpenStep;
 use guidebench_core::generation::first_step_logits;
 use guidebench_testkit::conformance::largest_difference;
 use guidebench_testkit::fixtures::FixtureSpec;

@@ -5,13 +5,11 @@ use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use guidebench_core::engine::open::OpenStep;
 use guidebench_core::engine::{
-    CheckedEngineOptions, Engine, EngineConfig, EngineDescription, EngineOptions, PrefillDone,
-    load_error, positive,
+    CheckedEngineOptions, EngineDescription, EngineOptions, LoadError, PrefillDone, positive,
 };
-use guidebench_core::generation::{
-    Decode, Logits, ModelText, Prefill, StepEngine, StepLimits, StepRunner,
-};
+use guidebench_core::generation::{Decode, Logits, ModelText, Prefill, StepEngine, StepLimits};
 use guidebench_core::model::{ModelFolder, WeightFormat};
 use guidebench_core::options::{OptionSpec, OptionType};
 use ort::session::builder::GraphOptimizationLevel;
@@ -92,7 +90,7 @@ impl Default for OrtOptions {
 }
 
 fn invalid(key: &'static str, reason: String) -> OrtError {
-    OrtError::InvalidOption { key, reason }
+    LoadError::InvalidOption { key, reason }.into()
 }
 
 fn optimization_level(text: &str) -> Result<GraphOptimizationLevel> {
@@ -101,10 +99,10 @@ fn optimization_level(text: &str) -> Result<GraphOptimizationLevel> {
         "basic" => Ok(GraphOptimizationLevel::Level1),
         "extended" => Ok(GraphOptimizationLevel::Level2),
         "all" => Ok(GraphOptimizationLevel::All),
-        other => Err(OrtError::InvalidOption {
-            key: "graph_optimization",
-            reason: format!("expected disable, basic, extended or all, got `{other}`"),
-        }),
+        other => Err(invalid(
+            "graph_optimization",
+            format!("expected disable, basic, extended or all, got `{other}`"),
+        )),
     }
 }
 
@@ -223,37 +221,16 @@ impl std::fmt::Debug for OrtEngine {
     }
 }
 
-impl OrtEngine {
-    /// Creates the engine from `engine=ort,...` (the registry entry): the
-    /// step engine inside core's generation loop.
-    pub fn create(config: &EngineConfig) -> guidebench_core::Result<Box<dyn Engine>> {
-        let options: OrtOptions = config.parse_options()?;
-        let model = config
-            .model
-            .as_deref()
-            .ok_or_else(|| OrtError::InvalidOption {
-                key: "model",
-                reason: "the ort engine needs `model=` (a folder with an ONNX decoder)".into(),
-            });
-        model
-            .and_then(|model| OrtEngine::runner(model, &options))
-            .map(|runner| Box::new(runner) as Box<dyn Engine>)
-            .map_err(|err| load_error(crate::ENGINE_NAME, err))
-    }
+impl OpenStep for OrtEngine {
+    const NAME: &'static str = crate::ENGINE_NAME;
+    const DEFAULT_MODEL: Option<&'static str> = None;
+    const MODEL_NEEDED: &'static str = "a folder with an ONNX decoder";
+    type Options = OrtOptions;
+    type Error = OrtError;
 
-    /// Loads `model` (a folder or a hub id in the local HF cache) with
-    /// its ONNX decoder.
-    pub fn load(model: &str, options: &OrtOptions) -> Result<Self> {
-        OrtEngine::open(model, options).map(|(engine, _)| engine)
-    }
-
-    /// [`load`](Self::load)s `model` into core's generation loop, with the
-    /// tokenizer and end-of-sequence ids of the same model folder.
-    pub fn runner(model: &str, options: &OrtOptions) -> Result<StepRunner<Self>> {
-        OrtEngine::open(model, options).map(|(engine, text)| StepRunner::new(engine, text))
-    }
-
-    /// The engine and what core read of the model's text side.
+    /// Opens `model` (a folder or a hub id in the local HF cache) with its
+    /// ONNX decoder: the engine and what core read of the model's text
+    /// side.
     fn open(model: &str, options: &OrtOptions) -> Result<(Self, ModelText)> {
         options
             .common
@@ -333,7 +310,9 @@ impl OrtEngine {
         };
         Ok((engine, ModelText::from_folder(&folder)))
     }
+}
 
+impl OrtEngine {
     /// What the engine read from the graph.
     pub fn layout(&self) -> &GraphLayout {
         &self.layout
@@ -799,14 +778,12 @@ impl StepEngine for OrtEngine {
         seqs: &[Prefill<'_>],
         logits: &mut Logits,
     ) -> guidebench_core::Result<PrefillDone> {
-        self.run_prefill(seqs, logits)
-            .map(|()| PrefillDone::default())
-            .map_err(guidebench_core::Error::engine)
+        self.run_prefill(seqs, logits)?;
+        Ok(PrefillDone::default())
     }
 
     fn decode(&mut self, seqs: &[Decode], logits: &mut Logits) -> guidebench_core::Result<()> {
-        self.run_decode(seqs, logits)
-            .map_err(guidebench_core::Error::engine)
+        Ok(self.run_decode(seqs, logits)?)
     }
 
     fn retire(&mut self, slot: usize) {

@@ -2,6 +2,8 @@
 
 use std::path::PathBuf;
 
+use guidebench_core::engine::LoadError;
+
 /// What to run to get the library, in every message about a missing one.
 pub const GET_LIBRARY: &str = "run `scripts/native ort` in the guidebench checkout (it downloads \
      onnxruntime 1.31.1 from PyPI into .native/ and prints `export ORT_DYLIB_PATH=...`), or set \
@@ -16,10 +18,10 @@ pub const GET_LIBRARY: &str = "run `scripts/native ort` in the guidebench checko
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum OrtError {
-    /// The model folder could not be found or read (config, tokenizer):
-    /// core's error, which names the file.
+    /// The load failures every engine shares (the model folder, options):
+    /// core's [`LoadError`].
     #[error(transparent)]
-    Model(#[from] guidebench_core::Error),
+    Load(#[from] LoadError),
 
     /// No ONNX Runtime library where the engine looked.
     #[error("ONNX Runtime library not found (looked at: {}); {GET_LIBRARY}", .searched.join(", "))]
@@ -81,15 +83,6 @@ pub enum OrtError {
         reason: String,
     },
 
-    /// An engine option with a bad value.
-    #[error("invalid option `{key}`: {reason}")]
-    InvalidOption {
-        /// The option.
-        key: &'static str,
-        /// Why it is rejected.
-        reason: String,
-    },
-
     /// A run returned something the engine cannot use (a missing output,
     /// a wrong shape).
     #[error("unexpected output from the graph: {0}")]
@@ -111,16 +104,7 @@ impl<R> From<ort::Error<R>> for OrtError {
     }
 }
 
-impl guidebench_core::engine::EngineError for OrtError {
-    /// A model-folder error is core's own (it names the file, and a
-    /// missing model is the user's mistake); the rest are this engine's.
-    fn into_core(self) -> std::result::Result<guidebench_core::Error, Self> {
-        match self {
-            OrtError::Model(err) => Ok(err),
-            other => Err(other),
-        }
-    }
-}
+guidebench_core::engine_error!(OrtError);
 
 /// A `Result` whose error is [`OrtError`].
 pub type Result<T, E = OrtError> = std::result::Result<T, E>;

@@ -33,6 +33,37 @@ checks!(
     a_slot_that_is_taken_or_out_of_range_is_an_error_not_a_panic,
 );
 
+// Not run here, and why:
+// - the loading checks (`load_checks`, bf16_and_f16_run_and_mostly_agree_with_f32
+//   among them): they read a safetensors folder and set the shared `dtype`
+//   and `device` options, while ort runs the ONNX graph's own types on
+//   `execution_provider` (it refuses `dtype` and `device`) and there is no
+//   bf16 graph fixture; ort's own load errors are tests/errors.rs's;
+// - the GGUF and image checks: ort reads neither.
+
+/// Through the registry (`kind=offline,engine=ort`) against direct calls;
+/// the loader exports the graph into the fixture folder first.
+#[test]
+fn offline_backend_matches_direct_calls() {
+    if common::ready() {
+        guidebench_testkit::conformance::offline_backend_matches_direct_calls(
+            "ort",
+            "threads=2",
+            common::load,
+        );
+    }
+}
+
+/// A missing model is `model_not_found`; a broken `model.onnx` is
+/// `engine_load`, naming the file.
+#[test]
+fn load_errors_reach_the_registry_with_their_own_labels() {
+    guidebench_testkit::conformance::load_errors_reach_the_registry_with_their_own_labels(
+        "ort",
+        "model.onnx",
+    );
+}
+
 /// A graph without past inputs runs with full recomputation and gives
 /// the same greedy tokens.
 #[test]

@@ -5,6 +5,7 @@ mod common;
 
 use std::path::Path;
 
+use guidebench_core::engine::open::OpenStep;
 use guidebench_ort::{OrtEngine, OrtError, OrtOptions};
 use guidebench_testkit::fixtures::{FixtureSpec, write_llama_fixture};
 
@@ -15,7 +16,7 @@ fn fixture() -> tempfile::TempDir {
 }
 
 fn load_err(dir: &Path, options: &OrtOptions) -> OrtError {
-    OrtEngine::load(dir.to_str().expect("UTF-8"), options).expect_err("the load fails")
+    OrtEngine::load(Some(dir.to_str().expect("UTF-8")), options).expect_err("the load fails")
 }
 
 #[test]
@@ -128,7 +129,7 @@ fn cuda_needs_a_library_with_the_cuda_provider() {
         execution_provider: "cuda".into(),
         ..common::options()
     };
-    match OrtEngine::load(dir.path().to_str().expect("UTF-8"), &options) {
+    match OrtEngine::load(Some(dir.path().to_str().expect("UTF-8")), &options) {
         // A GPU build of ONNX Runtime on a machine with a GPU.
         Ok(engine) => assert!(engine.layout().has_past),
         Err(err) => {
@@ -166,8 +167,11 @@ fn a_merged_decoder_under_onnx_is_found_with_its_external_data() {
         sub.join("model.onnx_data"),
     )
     .expect("move its data");
-    let engine = OrtEngine::load(dir.path().to_str().expect("UTF-8"), &common::options())
-        .unwrap_or_else(|e| panic!("the moved graph loads: {e}"));
+    let engine = OrtEngine::load(
+        Some(dir.path().to_str().expect("UTF-8")),
+        &common::options(),
+    )
+    .unwrap_or_else(|e| panic!("the moved graph loads: {e}"));
     assert_eq!(engine.layout().path, graph);
     assert_eq!(engine.layout().layers, 2);
 }

@@ -3,13 +3,11 @@
 
 use std::path::{Path, PathBuf};
 
+use guidebench_core::engine::open::OpenStep;
 use guidebench_core::engine::{
-    CheckedEngineOptions, DeviceRequest, Engine, EngineConfig, EngineDescription, EngineOptions,
-    PrefillDone, load_error,
+    CheckedEngineOptions, DeviceRequest, EngineDescription, EngineOptions, LoadError, PrefillDone,
 };
-use guidebench_core::generation::{
-    Decode, Logits, ModelText, Prefill, StepEngine, StepLimits, StepRunner,
-};
+use guidebench_core::generation::{Decode, Logits, ModelText, Prefill, StepEngine, StepLimits};
 use guidebench_core::model::{ComputeDtype, DtypeChoice, ModelFolder};
 use guidebench_core::options::{OptionSpec, OptionType};
 use serde::{Deserialize, Serialize};
@@ -77,9 +75,11 @@ fn tch_device(device: DeviceRequest) -> Result<Device> {
         DeviceRequest::Cuda(ordinal) => ordinal,
         _ => return Ok(Device::Cpu),
     };
-    let unsupported = |reason: String| TchError::UnsupportedDevice {
-        device: device.to_string(),
-        reason,
+    let unsupported = |reason: String| {
+        TchError::from(LoadError::UnsupportedDevice {
+            device: device.to_string(),
+            reason,
+        })
     };
     if !tch::Cuda::is_available() {
         return Err(unsupported(
@@ -137,33 +137,18 @@ impl std::fmt::Debug for TchEngine {
     }
 }
 
-impl TchEngine {
-    /// Creates the engine from `engine=tch,...` (the registry entry): the
-    /// step engine inside core's generation loop.
-    pub fn create(config: &EngineConfig) -> guidebench_core::Result<Box<dyn Engine>> {
-        let options: TchOptions = config.parse_options()?;
-        TchEngine::runner(config.model.as_deref(), &options)
-            .map(|runner| Box::new(runner) as Box<dyn Engine>)
-            .map_err(|err| load_error(crate::ENGINE_NAME, err))
-    }
+impl OpenStep for TchEngine {
+    const NAME: &'static str = crate::ENGINE_NAME;
+    const DEFAULT_MODEL: Option<&'static str> = Some(DEFAULT_MODEL);
+    type Options = TchOptions;
+    type Error = TchError;
 
-    /// Loads `model` (a folder, `builtin:tiny`, or a hub id in the local
-    /// HF cache; `None` is `builtin:tiny`).
+    /// Opens `model` (a folder, `builtin:tiny`, or a hub id in the local
+    /// HF cache): the engine and what core read of the model's text side.
     ///
     /// `threads` sets libtorch's intra-op threads for the calling thread
     /// (the engine thread), which every step then uses.
-    pub fn load(model: Option<&str>, options: &TchOptions) -> Result<Self> {
-        TchEngine::open(model, options).map(|(engine, _)| engine)
-    }
-
-    /// [`load`](Self::load)s `model` into core's generation loop, with the
-    /// tokenizer and end-of-sequence ids of the same model folder.
-    pub fn runner(model: Option<&str>, options: &TchOptions) -> Result<StepRunner<Self>> {
-        TchEngine::open(model, options).map(|(engine, text)| StepRunner::new(engine, text))
-    }
-
-    /// The engine and what core read of the model's text side.
-    fn open(model: Option<&str>, options: &TchOptions) -> Result<(Self, ModelText)> {
+    fn open(model: &str, options: &TchOptions) -> Result<(Self, ModelText)> {
         let CheckedEngineOptions {
             dtype: request,
             device,
@@ -172,17 +157,18 @@ impl TchEngine {
             max_slots,
         } = options
             .common
-            .check(|key, reason| TchError::InvalidOption { key, reason })?;
+            .check(|key, reason| TchError::from(LoadError::InvalidOption { key, reason }))?;
         let device = tch_device(device)?;
         if let Some(n) = threads {
-            let n = i32::try_from(n).map_err(|_| TchError::InvalidOption {
-                key: "threads",
-                reason: format!("{n} is too many"),
+            let n = i32::try_from(n).map_err(|_| {
+                TchError::from(LoadError::InvalidOption {
+                    key: "threads",
+                    reason: format!("{n} is too many"),
+                })
             })?;
             tch::set_num_threads(n);
         }
         let threads = usize::try_from(tch::get_num_threads()).unwrap_or(1);
-        let model = model.unwrap_or(DEFAULT_MODEL);
         let folder = ModelFolder::open(model)?;
         let choice = DtypeChoice::choose(request, folder.stored_dtype(), AUTO_DTYPES);
         let kind = tch_kind(choice.dtype);
@@ -221,7 +207,9 @@ impl TchEngine {
         };
         Ok((engine, ModelText::from_folder(&folder)))
     }
+}
 
+impl TchEngine {
     /// The dtype it runs and why (`dtype=auto` resolved against the
     /// checkpoint's stored dtype).
     pub fn dtype_choice(&self) -> &DtypeChoice {
@@ -447,14 +435,12 @@ impl StepEngine for TchEngine {
         seqs: &[Prefill<'_>],
         logits: &mut Logits,
     ) -> guidebench_core::Result<PrefillDone> {
-        self.run_prefill(seqs, logits)
-            .map(|()| PrefillDone::default())
-            .map_err(guidebench_core::Error::engine)
+        self.run_prefill(seqs, logits)?;
+        Ok(PrefillDone::default())
     }
 
     fn decode(&mut self, seqs: &[Decode], logits: &mut Logits) -> guidebench_core::Result<()> {
-        self.run_decode(seqs, logits)
-            .map_err(guidebench_core::Error::engine)
+        Ok(self.run_decode(seqs, logits)?)
     }
 
     fn retire(&mut self, slot: usize) {

@@ -1,6 +1,6 @@
 //! The error type of the libtorch engine.
 
-use std::path::PathBuf;
+use guidebench_core::engine::LoadError;
 
 /// Everything that can go wrong in the libtorch engine.
 ///
@@ -11,26 +11,10 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum TchError {
-    /// The model folder could not be found or read (a missing file, bad
-    /// JSON, an unsupported architecture): core's error, which names it.
+    /// The load failures every engine shares (the model folder, weights,
+    /// options, the device): core's [`LoadError`].
     #[error(transparent)]
-    Model(#[from] guidebench_core::Error),
-
-    /// A safetensors file could not be read.
-    #[error("cannot read weights from `{}`: {reason}", path.display())]
-    InvalidWeights {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        reason: String,
-    },
-
-    /// A weight the architecture needs is absent from the checkpoint.
-    #[error("missing weight `{name}` in the model's safetensors files")]
-    MissingWeight {
-        /// The full tensor name.
-        name: String,
-    },
+    Load(#[from] LoadError),
 
     /// A weight whose shape is not the one `config.json` implies.
     #[error("weight `{name}` has shape {found:?}, config.json implies {expected:?}")]
@@ -43,24 +27,6 @@ pub enum TchError {
         expected: Vec<i64>,
     },
 
-    /// A device this build or this libtorch cannot use.
-    #[error("device `{device}` is not available: {reason}")]
-    UnsupportedDevice {
-        /// The `device=` value.
-        device: String,
-        /// Why.
-        reason: String,
-    },
-
-    /// An engine option with a bad value.
-    #[error("invalid option `{key}`: {reason}")]
-    InvalidOption {
-        /// The option.
-        key: &'static str,
-        /// Why it is rejected.
-        reason: String,
-    },
-
     /// A step named a slot the cache cannot use (out of range, taken, or
     /// empty), or a sequence outgrew the room it was prefilled with.
     #[error("KV cache: {0}")]
@@ -71,16 +37,7 @@ pub enum TchError {
     Torch(#[from] tch::TchError),
 }
 
-impl guidebench_core::engine::EngineError for TchError {
-    /// A model-folder error is core's own (it names the file, and a
-    /// missing model is the user's mistake); the rest are this engine's.
-    fn into_core(self) -> std::result::Result<guidebench_core::Error, Self> {
-        match self {
-            TchError::Model(err) => Ok(err),
-            other => Err(other),
-        }
-    }
-}
+guidebench_core::engine_error!(TchError);
 
 /// A `Result` whose error is [`TchError`].
 pub type Result<T, E = TchError> = std::result::Result<T, E>;

@@ -10,6 +10,7 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
+use guidebench_core::engine::LoadError;
 use guidebench_core::model::DecoderConfig;
 use tch::{Device, Kind, Tensor};
 
@@ -41,9 +42,11 @@ impl Weights {
     pub fn read(files: &[PathBuf], kind: Kind, device: Device) -> Result<Self> {
         let mut tensors = HashMap::new();
         for file in files {
-            let part = Tensor::read_safetensors(file).map_err(|e| TchError::InvalidWeights {
-                path: file.clone(),
-                reason: e.to_string(),
+            let part = Tensor::read_safetensors(file).map_err(|e| {
+                TchError::from(LoadError::InvalidWeights {
+                    path: file.clone(),
+                    reason: e.to_string(),
+                })
             })?;
             tensors.extend(part);
         }
@@ -63,12 +66,11 @@ impl Weights {
     /// converted), checked against `shape`, in the compute dtype on the
     /// compute device.
     pub fn take(&mut self, name: &str, shape: &[usize]) -> Result<Tensor> {
-        let tensor = self
-            .tensors
-            .remove(name)
-            .ok_or_else(|| TchError::MissingWeight {
+        let tensor = self.tensors.remove(name).ok_or_else(|| {
+            TchError::from(LoadError::MissingWeight {
                 name: name.to_owned(),
-            })?;
+            })
+        })?;
         let expected: Vec<i64> = shape.iter().copied().map(dim).collect();
         let found = tensor.size();
         if found != expected {

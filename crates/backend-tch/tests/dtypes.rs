@@ -5,6 +5,7 @@
 use std::path::Path;
 
 use guidebench_core::engine::EngineOptions;
+use guidebench_core::engine::open::OpenStep;
 use guidebench_core::generation::StepEngine;
 use guidebench_core::model::ComputeDtype;
 use guidebench_tch::engine::OPTIONS;

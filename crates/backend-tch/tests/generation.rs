@@ -1,13 +1,12 @@
 //! The tch engine's own behaviour: loading (sharded weights, configs,
 //! options), the KV cache under decoding steps that name some rows or
-//! name them out of order, dtypes, load errors, and the engine behind the
-//! offline backend.
+//! name them out of order, its own load errors, and `dual_layout`.
 
 use std::path::Path;
 
-use guidebench_core::engine::{Engine, EngineOptions, EngineOutput, EngineRequest};
-use guidebench_core::generation::{Decode, Logits, ModelText, Prefill, StepEngine, StepRunner};
-use guidebench_core::sampling::Sampling;
+use guidebench_core::engine::EngineOptions;
+use guidebench_core::engine::open::OpenStep;
+use guidebench_core::generation::{Decode, Logits, ModelText, Prefill, StepEngine};
 use guidebench_tch::{TchEngine, TchError, TchOptions};
 use guidebench_testkit::conformance;
 use guidebench_testkit::fixtures::{FixtureSpec, write_llama_fixture};
@@ -31,36 +30,6 @@ fn options() -> TchOptions {
 
 fn engine(dir: &Path) -> TchEngine {
     TchEngine::load(dir.to_str(), &options()).unwrap_or_else(|e| panic!("the fixture loads: {e}"))
-}
-
-fn load(dir: &Path) -> StepRunner<TchEngine> {
-    TchEngine::runner(dir.to_str(), &options()).unwrap_or_else(|e| panic!("the fixture loads: {e}"))
-}
-
-/// Every request's output; panics on any error.
-fn run(engine: &mut StepRunner<TchEngine>, batch: &[EngineRequest]) -> Vec<EngineOutput> {
-    engine
-        .generate(batch)
-        .expect("the batch runs")
-        .into_iter()
-        .map(|r| r.expect("the request succeeds"))
-        .collect()
-}
-
-fn request(id: u64, prompt: &str, sampling: Sampling) -> EngineRequest {
-    EngineRequest {
-        prepared_images: Vec::new(),
-        id,
-        prompt: prompt.to_owned(),
-        add_special_tokens: true,
-        images: Vec::new(),
-        audio: Vec::new(),
-        sampling,
-    }
-}
-
-fn greedy(max_tokens: u32) -> Sampling {
-    Sampling::fixed_length(max_tokens).expect("sampling")
 }
 
 const PROMPTS: [&str; 5] = [
@@ -198,30 +167,6 @@ fn a_decoding_step_that_names_some_rows_leaves_the_others_untouched() {
 }
 
 #[test]
-fn bf16_and_f16_run_and_mostly_agree_with_f32() {
-    let dir = fixture(&FixtureSpec::tiny());
-    let reference = run(&mut load(dir.path()), &[request(0, PROMPTS[1], greedy(4))]);
-    for dtype in ["bf16", "f16"] {
-        let options = TchOptions {
-            common: EngineOptions {
-                dtype: Some(dtype.into()),
-                threads: Some(1),
-                ..EngineOptions::default()
-            },
-            ..TchOptions::default()
-        };
-        let mut engine = TchEngine::runner(dir.path().to_str(), &options).expect("load");
-        let out = run(&mut engine, &[request(0, PROMPTS[1], greedy(4))]);
-        assert_eq!(out[0].token_ids.len(), 4);
-        assert_eq!(
-            out[0].token_ids[0], reference[0].token_ids[0],
-            "{dtype}: the first token"
-        );
-        assert_eq!(engine.describe().threads, Some(1));
-    }
-}
-
-#[test]
 fn the_engine_describes_libtorch_and_its_threads() {
     let dir = fixture(&FixtureSpec::tiny());
     let e = engine(dir.path());
@@ -281,7 +226,7 @@ fn cuda_without_a_cuda_libtorch_is_a_clear_error() {
 }
 
 #[test]
-fn load_errors_reach_the_registry_with_their_own_labels() {
+fn the_registry_lists_tchs_options_in_its_order() {
     let registration = guidebench_core::registry::engines()
         .expect("registry")
         .get("tch")
@@ -298,17 +243,11 @@ fn load_errors_reach_the_registry_with_their_own_labels() {
             "dual_layout"
         ]
     );
-    conformance::load_errors_reach_the_registry_with_their_own_labels("tch", "model.safetensors");
 }
 
-// --- through the offline backend ----------------------------------------
-
-#[test]
-fn the_engine_works_through_the_offline_backend_and_matches_direct_calls() {
-    conformance::offline_backend_matches_direct_calls("tch", "dtype=f32,threads=1", |dir| {
-        TchEngine::load(dir.to_str(), &TchOptions::default()).expect("load")
-    });
-}
+// Load errors through the registry, the engine behind the offline backend
+// and bf16/f16 against f32 are the conformance suite's
+// (tests/conformance.rs).
 
 // --- dual_layout -----------------------------------------------------------
 

@@ -314,10 +314,9 @@ impl Engine for MockEngine {
             panic!("injected panic in batch {n}");
         }
         if !self.options.images && batch.iter().any(|r| !r.images.is_empty()) {
-            return Err(Error::UnsupportedInput {
-                engine: "mock".into(),
-                input: "image",
-            });
+            return Err(guidebench_core::registry::unsupported_input(
+                "mock", "image",
+            ));
         }
 
         let planned: Vec<(Vec<u32>, FinishReason)> =

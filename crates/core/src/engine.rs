@@ -10,8 +10,10 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+pub mod open;
 mod options;
 
+pub use crate::error::LoadError;
 pub use options::{
     CheckedEngineOptions, DEFAULT_MAX_SLOTS, DeviceRequest, EngineOptions, positive,
 };
@@ -209,12 +211,74 @@ impl EngineConfig {
     }
 }
 
-/// An engine crate's own error type, for [`load_error`]: whether it
-/// carries one of core's errors (a model folder that could not be read, an
-/// unknown `builtin:` name), which a load failure keeps as it is.
-pub trait EngineError: std::fmt::Display + Sized {
-    /// Core's error inside, or this error back.
-    fn into_core(self) -> std::result::Result<crate::Error, Self>;
+/// An engine crate's own error type: one enum per engine crate whose
+/// `Load` variant wraps the shared [`LoadError`], so that [`load_error`]
+/// keeps core's own errors as they are. Implemented with
+/// [`engine_error!`](crate::engine_error); core's [`LoadError`] is one
+/// too, for an engine with no failures of its own.
+///
+/// Any engine error converts into core's error as
+/// [`Error::Engine`](crate::Error::Engine) (`?` in a
+/// [`StepEngine`] method); a load failure goes through [`load_error`]
+/// instead, which [`open::create_step_engine`] does.
+pub trait EngineError: std::error::Error + From<LoadError> + Send + Sync + Sized + 'static {
+    /// The shared load failure inside, or this error back.
+    fn into_load(self) -> std::result::Result<LoadError, Self>;
+}
+
+impl EngineError for LoadError {
+    fn into_load(self) -> std::result::Result<LoadError, Self> {
+        Ok(self)
+    }
+}
+
+impl<E: EngineError> From<E> for crate::Error {
+    /// A failure while generating: [`Error::Engine`](crate::Error::Engine).
+    fn from(error: E) -> Self {
+        crate::Error::engine(error)
+    }
+}
+
+/// Implements [`EngineError`] for an engine crate's error enum, and
+/// `From<guidebench_core::Error>` for it (through
+/// [`LoadError::Model`], so `?` on core's calls works in the engine's
+/// loading code). The enum needs a variant `Load(#[from] LoadError)`,
+/// shown transparently:
+///
+/// ```
+/// #[derive(Debug, thiserror::Error)]
+/// pub enum MyError {
+///     /// The load failures every engine shares.
+///     #[error(transparent)]
+///     Load(#[from] guidebench_core::engine::LoadError),
+///     /// One of this engine's own.
+///     #[error("my library: {0}")]
+///     Library(String),
+/// }
+/// guidebench_core::engine_error!(MyError);
+///
+/// let from_core: MyError = guidebench_core::Error::Config("bad".into()).into();
+/// assert_eq!(from_core.to_string(), "bad");
+/// ```
+#[macro_export]
+macro_rules! engine_error {
+    ($error:ident) => {
+        impl $crate::engine::EngineError for $error {
+            fn into_load(self) -> ::std::result::Result<$crate::engine::LoadError, Self> {
+                #[allow(unreachable_patterns)]
+                match self {
+                    $error::Load(load) => ::std::result::Result::Ok(load),
+                    other => ::std::result::Result::Err(other),
+                }
+            }
+        }
+
+        impl ::std::convert::From<$crate::Error> for $error {
+            fn from(error: $crate::Error) -> Self {
+                $error::Load($crate::engine::LoadError::Model(error))
+            }
+        }
+    };
 }
 
 /// A failure to load engine `engine`, as core's error: core's own errors
@@ -223,12 +287,14 @@ pub trait EngineError: std::fmt::Display + Sized {
 /// [`Error::EngineLoad`](crate::Error::EngineLoad) with the error's
 /// message.
 pub fn load_error<E: EngineError>(engine: &str, err: E) -> crate::Error {
-    match err.into_core() {
-        Ok(core) => core,
-        Err(own) => crate::Error::EngineLoad {
-            engine: engine.to_owned(),
-            reason: own.to_string(),
-        },
+    let reason = match err.into_load() {
+        Ok(LoadError::Model(core)) => return core,
+        Ok(shared) => shared.to_string(),
+        Err(own) => own.to_string(),
+    };
+    crate::Error::EngineLoad {
+        engine: engine.to_owned(),
+        reason,
     }
 }
 

@@ -232,16 +232,17 @@ pub enum Error {
     },
 
     /// The request uses an input (image, audio, ...) that the engine does
-    /// not accept; the message names where such inputs do run.
-    #[error(
-        "engine `{engine}` does not accept {input} inputs{}",
-        input_hint(input)
-    )]
+    /// not accept; the message names where such inputs do run. Made by
+    /// [`registry::unsupported_input`](crate::registry::unsupported_input),
+    /// which names the registered engines that take the input.
+    #[error("engine `{engine}` does not accept {input} inputs{hint}")]
     UnsupportedInput {
         /// The engine's registered name.
         engine: String,
         /// The kind of input (`image`, `audio`).
         input: &'static str,
+        /// Where such inputs do run, starting with `; ` (empty for none).
+        hint: String,
     },
 
     /// An image (or audio clip) that could not be read or decoded.
@@ -357,26 +358,30 @@ pub enum Error {
     #[error(
         "unsupported model architecture `{model_type}` in `{}`; supported: {}",
         path.display(),
-        crate::model::Architecture::MODEL_TYPES.join(", ")
+        supported.join(", ")
     )]
     UnsupportedArchitecture {
         /// The `model_type` or architecture class name as the file states it.
         model_type: String,
         /// The config file.
         path: PathBuf,
+        /// The `model_type`s that are supported (`Architecture::MODEL_TYPES`).
+        supported: &'static [&'static str],
     },
 
     /// The model's rotary position scaling (`rope_type`) is not supported.
     #[error(
         "unsupported rope type `{rope_type}` in `{}`; supported: {}",
         path.display(),
-        crate::model::RopeScaling::ROPE_TYPES.join(", ")
+        supported.join(", ")
     )]
     UnsupportedRope {
         /// The `rope_type` (or `type`) as the file states it.
         rope_type: String,
         /// The config file.
         path: PathBuf,
+        /// The rope types that are supported (`RopeScaling::ROPE_TYPES`).
+        supported: &'static [&'static str],
     },
 
     /// A GGUF model file that cannot be read (bad magic, a header cut
@@ -566,17 +571,53 @@ impl Error {
     }
 }
 
-/// Where inputs an engine refused do run, for
-/// [`Error::UnsupportedInput`]'s message.
-fn input_hint(input: &str) -> &'static str {
-    match input {
-        "image" => {
-            "; images run in process on engine=candle with a LLaVA-style model folder, \
-             or on a server with --backend kind=openai_http"
-        }
-        "audio" => "; audio runs on a server with --backend kind=openai_http",
-        _ => "",
-    }
+/// The load failures every step engine shares, so that no engine declares
+/// them again: each engine's own error wraps this one in a `Load` variant
+/// (see [`engine_error!`](crate::engine_error)), and
+/// [`load_error`](crate::engine::load_error) turns it into core's error:
+/// [`Model`](LoadError::Model) stays core's own, the rest become
+/// [`Error::EngineLoad`] with this message.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LoadError {
+    /// The model folder could not be found or read (a missing file, bad
+    /// JSON, an unsupported architecture): core's error, which names it.
+    #[error(transparent)]
+    Model(#[from] Error),
+
+    /// A weights file could not be read.
+    #[error("cannot read weights from `{}`: {reason}", path.display())]
+    InvalidWeights {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+
+    /// A weight the architecture needs is absent from the checkpoint.
+    #[error("missing weight `{name}` in the model's safetensors files")]
+    MissingWeight {
+        /// The full tensor name.
+        name: String,
+    },
+
+    /// A device this build (or the engine's library) cannot use.
+    #[error("device `{device}` is not available: {reason}")]
+    UnsupportedDevice {
+        /// The `device=` value.
+        device: String,
+        /// Why.
+        reason: String,
+    },
+
+    /// An engine option with a bad value (`model` when it is missing).
+    #[error("invalid option `{key}`: {reason}")]
+    InvalidOption {
+        /// The option.
+        key: &'static str,
+        /// Why it is rejected.
+        reason: String,
+    },
 }
 
 #[cfg(test)]

@@ -251,16 +251,16 @@ impl<K> Generation<K> {
 
     fn tokenize(&self, request: &EngineRequest) -> Result<(Vec<u32>, Vec<Arc<PreparedImage>>)> {
         if !request.images.is_empty() && self.image_processor.is_none() {
-            return Err(Error::UnsupportedInput {
-                engine: self.engine_name.clone(),
-                input: "image",
-            });
+            return Err(crate::registry::unsupported_input(
+                self.engine_name.clone(),
+                "image",
+            ));
         }
         if !request.audio.is_empty() && !self.capabilities.audio {
-            return Err(Error::UnsupportedInput {
-                engine: self.engine_name.clone(),
-                input: "audio",
-            });
+            return Err(crate::registry::unsupported_input(
+                self.engine_name.clone(),
+                "audio",
+            ));
         }
         let images = match &self.image_processor {
             Some(processor) if !request.images.is_empty() => {

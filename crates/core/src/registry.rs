@@ -7,12 +7,13 @@
 //! A crate whose registrations you want must be linked: name it once in
 //! code (`use my_engine as _;`), or the linker drops it and its entries.
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use crate::backend::Backend;
 use crate::engine::{Engine, EngineConfig};
+pub use crate::model::{BuiltinModel, builtin_models};
+use crate::named::cached;
+pub use crate::named::{Named, Registry};
 use crate::options::{KindArgs, OptionSpec};
 use crate::{Error, Result};
 
@@ -25,6 +26,10 @@ pub struct EngineRegistration {
     pub description: &'static str,
     /// The engine's own options.
     pub options: &'static [OptionSpec],
+    /// The inputs besides text that the engine can take (`"image"`,
+    /// `"audio"`): what [`unsupported_input`] names where another engine
+    /// refuses them.
+    pub inputs: &'static [&'static str],
     /// Creates the engine; runs on the engine thread.
     pub create: fn(&EngineConfig) -> Result<Box<dyn Engine>>,
 }
@@ -42,23 +47,6 @@ pub struct BackendRegistration {
     pub create: fn(KindArgs) -> Result<Box<dyn Backend>>,
 }
 
-/// A built-in model's registration: a model folder that an engine crate
-/// can make on the spot (generated weights), named by
-/// `model=builtin:NAME` (see [`model::resolve`](crate::model::resolve)).
-#[derive(Debug)]
-pub struct BuiltinModel {
-    /// The unique name (`builtin:NAME`).
-    pub name: &'static str,
-    /// One line describing the model.
-    pub description: &'static str,
-    /// Returns the model's folder, making it first if it is not there yet.
-    /// The argument is guidebench's cache root
-    /// ([`model::cache_root`](crate::model::cache_root) unless a caller
-    /// chose another); the folder should live under it, and be written so
-    /// that a crash or a concurrent process never leaves half a model.
-    pub create: fn(&Path) -> Result<PathBuf>,
-}
-
 /// An engine that this binary was built without (its cargo feature off),
 /// registered by [`register_absent_engine!`](crate::register_absent_engine)
 /// beside its stand-in: listed apart from the engines compiled in, never as
@@ -74,19 +62,6 @@ pub struct AbsentEngine {
 inventory::collect!(AbsentEngine);
 inventory::collect!(EngineRegistration);
 inventory::collect!(BackendRegistration);
-inventory::collect!(BuiltinModel);
-
-/// Something with a unique name.
-pub trait Named {
-    /// The unique name.
-    fn name(&self) -> &'static str;
-
-    /// The cargo feature this binary lacks for it, when it is only a
-    /// stand-in that says so; `None` for what is compiled in.
-    fn missing_feature(&self) -> Option<&'static str> {
-        None
-    }
-}
 
 impl Named for EngineRegistration {
     fn name(&self) -> &'static str {
@@ -109,100 +84,6 @@ impl Named for BackendRegistration {
     }
 }
 
-impl Named for BuiltinModel {
-    fn name(&self) -> &'static str {
-        self.name
-    }
-}
-
-/// Registrations of one kind, sorted by name.
-#[derive(Debug)]
-pub struct Registry<T: 'static> {
-    what: &'static str,
-    entries: BTreeMap<&'static str, &'static T>,
-}
-
-impl<T: Named + 'static> Registry<T> {
-    /// Builds the map; a duplicate name is an error.
-    pub fn build(
-        what: &'static str,
-        entries: impl IntoIterator<Item = &'static T>,
-    ) -> Result<Self> {
-        let mut map = BTreeMap::new();
-        for entry in entries {
-            if map.insert(entry.name(), entry).is_some() {
-                return Err(Error::DuplicateName {
-                    what,
-                    name: entry.name().to_owned(),
-                });
-            }
-        }
-        Ok(Registry { what, entries: map })
-    }
-
-    /// Looks up a name; an unknown name lists the registered ones (see
-    /// [`listed`](Self::listed)).
-    pub fn get(&self, name: &str) -> Result<&'static T> {
-        self.entries
-            .get(name)
-            .copied()
-            .ok_or_else(|| Error::UnknownName {
-                what: self.what,
-                name: name.to_owned(),
-                available: self.listed(),
-            })
-    }
-
-    /// Registered names, sorted, stand-ins for what is not compiled in
-    /// included.
-    pub fn names(&self) -> impl Iterator<Item = &'static str> + '_ {
-        self.entries.keys().copied()
-    }
-
-    /// The names to offer a user, sorted: those compiled in, then each
-    /// stand-in as `NAME (not compiled in; build with --features F)`, so
-    /// that no list shows an engine this binary lacks as available.
-    pub fn listed(&self) -> Vec<String> {
-        let (present, absent): (Vec<&T>, Vec<&T>) = self
-            .entries
-            .values()
-            .partition(|entry| entry.missing_feature().is_none());
-        present
-            .into_iter()
-            .map(|entry| entry.name().to_owned())
-            .chain(absent.into_iter().map(|entry| {
-                format!(
-                    "{} (not compiled in; build with --features {})",
-                    entry.name(),
-                    entry.missing_feature().unwrap_or(entry.name())
-                )
-            }))
-            .collect()
-    }
-
-    /// Registrations, sorted by name.
-    pub fn iter(&self) -> impl Iterator<Item = &'static T> + '_ {
-        self.entries.values().copied()
-    }
-}
-
-fn cached<T: Named + inventory::Collect>(
-    cell: &'static OnceLock<std::result::Result<Registry<T>, (String, &'static str)>>,
-    what: &'static str,
-) -> Result<&'static Registry<T>> {
-    cell.get_or_init(|| {
-        Registry::build(what, inventory::iter::<T>()).map_err(|e| match e {
-            Error::DuplicateName { name, what } => (name, what),
-            other => (other.to_string(), what),
-        })
-    })
-    .as_ref()
-    .map_err(|(name, what)| Error::DuplicateName {
-        what,
-        name: name.clone(),
-    })
-}
-
 /// Every registered engine, built once.
 pub fn engines() -> Result<&'static Registry<EngineRegistration>> {
     static CELL: OnceLock<
@@ -219,11 +100,48 @@ pub fn backends() -> Result<&'static Registry<BackendRegistration>> {
     cached(&CELL, "backend kind")
 }
 
-/// Every registered built-in model, built once.
-pub fn builtin_models() -> Result<&'static Registry<BuiltinModel>> {
-    static CELL: OnceLock<std::result::Result<Registry<BuiltinModel>, (String, &'static str)>> =
-        OnceLock::new();
-    cached(&CELL, "builtin model")
+/// The error for a request with an `input` (`"image"`, `"audio"`) that
+/// `engine` does not take: [`Error::UnsupportedInput`], whose message
+/// names the compiled-in engines registered as taking that input (and the
+/// `openai_http` backend kind, which sends it to a server).
+pub fn unsupported_input(engine: impl Into<String>, input: &'static str) -> Error {
+    let takers: Vec<&str> = engines()
+        .map(|registry| {
+            registry
+                .iter()
+                .filter(|e| e.missing_feature().is_none() && e.inputs.contains(&input))
+                .map(|e| e.name)
+                .collect()
+        })
+        .unwrap_or_default();
+    Error::UnsupportedInput {
+        engine: engine.into(),
+        input,
+        hint: input_hint(input, &takers),
+    }
+}
+
+/// Where `input` runs: in process on `engines`, or on a server.
+fn input_hint(input: &str, engines: &[&str]) -> String {
+    let server = "on a server with --backend kind=openai_http";
+    let (inputs, run) = match input {
+        "image" => ("images", "run"),
+        other => (other, "runs"),
+    };
+    if engines.is_empty() {
+        return format!("; {inputs} {run} {server}");
+    }
+    let engines = engines
+        .iter()
+        .map(|name| format!("engine={name}"))
+        .collect::<Vec<_>>()
+        .join(" or ");
+    let folder = if input == "image" {
+        " with a LLaVA-style model folder"
+    } else {
+        ""
+    };
+    format!("; {inputs} {run} in process on {engines}{folder}, or {server}")
 }
 
 /// GuideLLM 0.8.1's backend kinds that run vLLM in its own process:
@@ -277,17 +195,28 @@ pub fn create_backend(args: KindArgs) -> Result<Box<dyn Backend>> {
 ///     create: MyEngine::create,
 /// }
 /// ```
+///
+/// An engine that takes inputs besides text says so with `inputs`
+/// (`inputs: &["image"],` after `options`), so that the error of an engine
+/// that refuses images names it.
 #[macro_export]
 macro_rules! register_engine {
-    (name: $name:expr, description: $description:expr, options: $options:expr, create: $create:expr $(,)?) => {
+    (name: $name:expr, description: $description:expr, options: $options:expr, $(inputs: $inputs:expr,)? create: $create:expr $(,)?) => {
         $crate::__inventory::submit! {
             $crate::registry::EngineRegistration {
                 name: $name,
                 description: $description,
                 options: $options,
+                inputs: $crate::register_engine!(@inputs $($inputs)?),
                 create: $create,
             }
         }
+    };
+    (@inputs) => {
+        &[]
+    };
+    (@inputs $inputs:expr) => {
+        $inputs
     };
 }
 
@@ -373,11 +302,49 @@ macro_rules! register_backend {
 macro_rules! register_builtin_model {
     (name: $name:expr, description: $description:expr, create: $create:expr $(,)?) => {
         $crate::__inventory::submit! {
-            $crate::registry::BuiltinModel {
+            $crate::model::BuiltinModel {
                 name: $name,
                 description: $description,
                 create: $create,
             }
         }
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_input_hint_names_the_engines_registered_as_taking_it_or_only_the_server() {
+        assert_eq!(
+            input_hint("image", &["candle"]),
+            "; images run in process on engine=candle with a LLaVA-style model folder, \
+             or on a server with --backend kind=openai_http"
+        );
+        assert_eq!(
+            input_hint("image", &["a", "b"]),
+            "; images run in process on engine=a or engine=b with a LLaVA-style model \
+             folder, or on a server with --backend kind=openai_http"
+        );
+        assert_eq!(
+            input_hint("audio", &[]),
+            "; audio runs on a server with --backend kind=openai_http"
+        );
+    }
+
+    #[test]
+    fn an_unsupported_input_error_keeps_its_engine_input_and_label() {
+        let err = unsupported_input("mock", "audio");
+        assert!(matches!(
+            &err,
+            Error::UnsupportedInput { engine, input: "audio", .. } if engine == "mock"
+        ));
+        assert_eq!(err.label(), "unsupported_input");
+        assert!(
+            err.to_string()
+                .starts_with("engine `mock` does not accept audio inputs; audio runs"),
+            "{err}"
+        );
+    }
 }

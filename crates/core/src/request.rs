@@ -1,30 +1,10 @@
 //! The request model: what a benchmark asks a backend for, and what it gets back.
 
-use std::path::PathBuf;
-use std::sync::Arc;
-
 use serde::{Deserialize, Serialize};
 
 use crate::clock::Timestamp;
+pub use crate::media::{ImageStats, MediaSource};
 use crate::sampling::Sampling;
-
-/// Where the bytes of an image or an audio clip come from.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum MediaSource {
-    /// A local file.
-    Path(PathBuf),
-    /// A URL (`https://…` or a `data:` URL).
-    Url(String),
-    /// Raw bytes with their MIME type.
-    Bytes {
-        /// The MIME type, e.g. `image/png`.
-        mime: String,
-        /// The encoded bytes.
-        #[serde(skip)]
-        data: Arc<[u8]>,
-    },
-}
 
 /// One part of a chat message's content.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -249,7 +229,7 @@ pub struct GenerationResponse {
     /// many, the prompt tokens they took (counted in `prompt_tokens`) and
     /// the time spent preparing and encoding them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub images: Option<crate::vision::ImageStats>,
+    pub images: Option<ImageStats>,
 }
 
 /// How a request ended.
@@ -325,7 +305,7 @@ pub struct RequestRecord {
     /// What its images cost, for a request with images served by an
     /// in-process engine ([`GenerationResponse::images`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub images: Option<crate::vision::ImageStats>,
+    pub images: Option<ImageStats>,
     /// Timings; for an error, at least the start and end the caller saw.
     pub timings: RequestTimings,
     /// For a success that a length limit stopped (finish reason `length`)

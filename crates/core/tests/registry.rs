@@ -17,18 +17,21 @@ static ALPHA: EngineRegistration = EngineRegistration {
     name: "alpha",
     description: "a",
     options: NO_OPTIONS,
+    inputs: &[],
     create: never,
 };
 static BETA: EngineRegistration = EngineRegistration {
     name: "beta",
     description: "b",
     options: NO_OPTIONS,
+    inputs: &[],
     create: never,
 };
 static ALPHA_AGAIN: EngineRegistration = EngineRegistration {
     name: "alpha",
     description: "a second alpha",
     options: NO_OPTIONS,
+    inputs: &[],
     create: never,
 };
 

@@ -42,6 +42,7 @@ use std::time::{Duration, Instant};
 use guidebench_candle::model::{PhaseReport, PhaseTimes};
 use guidebench_candle::{CandleEngine, CandleOptions};
 use guidebench_core::backend::Backend;
+use guidebench_core::engine::open::OpenStep;
 use guidebench_core::engine::{Engine, EngineOutput, EngineRequest};
 use guidebench_core::generation::StepRunner;
 use guidebench_core::request::GenerationRequest;

@@ -52,6 +52,7 @@ use std::time::Instant;
 
 use guidebench_bench::analysis::stats::quantile_interval;
 use guidebench_bench::metrics::percentile;
+use guidebench_core::engine::open::OpenStep;
 use guidebench_core::engine::{Engine, EngineOptions, EngineRequest};
 use guidebench_core::generation::StepRunner;
 use guidebench_core::model::ModelFolder;
@@ -233,7 +234,7 @@ fn main() -> Result<(), BoxError> {
         },
         ..OrtOptions::default()
     };
-    let mut engine = OrtEngine::runner(&model, &options)?;
+    let mut engine = OrtEngine::runner(Some(&model), &options)?;
     let description = engine.describe();
     println!(
         "ort bench: {model}, prompt {PROMPT}, output {OUTPUT}, greedy, f32, threads {threads}, \

@@ -4,6 +4,7 @@
 use std::path::Path;
 
 use guidebench_candle::{CandleEngine, CandleOptions};
+use guidebench_core::engine::open::OpenStep;
 use guidebench_core::engine::{Engine, EngineOptions, EngineRequest};
 use guidebench_core::generation::{ModelText, StepEngine, StepRunner, first_step_logits};
 use guidebench_core::sampling::Sampling;

@@ -17,7 +17,7 @@
 //! | [`a_stop_string_ends_generation`] | a stop string ends generation (`stop`), is cut from the text with everything after it, and the tokens are a prefix of the free run's |
 //! | [`seeded_sampling_is_reproducible`] | sampling with temperature 0.8, top-k 50 and a seed gives the same tokens twice, and the same batched as alone |
 //! | [`a_too_long_prompt_fails_alone`] | a prompt longer than the engine's `limits().max_seq_len` fails with `prompt_too_long`; the rest of its batch succeeds with the stored tokens |
-//! | [`an_image_to_a_text_model_is_refused_naming_where_images_run`] | an image request to a text model fails alone with `unsupported_input`, naming `engine=candle` and LLaVA-style folders; the text-only request beside it succeeds |
+//! | [`an_image_to_a_text_model_is_refused_naming_where_images_run`] | an image request to a text model fails alone with `unsupported_input`, naming the registered engines that take images (`engine=candle` where it is linked) and `kind=openai_http`; the text-only request beside it succeeds |
 //! | [`a_slot_that_is_taken_or_out_of_range_is_an_error_not_a_panic`] | a prefill into slot `max_slots`, a taken slot or of no tokens, and a decode of an empty or out-of-range slot, are errors naming the slot; the engine then gives the stored tokens |
 //! | [`timings_are_one_instant_per_token`] | every output has exactly one instant per generated token, non-decreasing, the first at or after the call started and the last before it returned |
 //!
@@ -27,7 +27,15 @@
 //! every request's tokens, text and timings equal running it alone) and
 //! [`load_errors_reach_the_registry_with_their_own_labels`] (a missing
 //! model is `model_not_found`, a usage error naming the path; a broken
-//! weight file is `engine_load`, naming the file).
+//! weight file is `engine_load`, naming the file). One `#[test]` each:
+//!
+//! ```ignore
+//! mod registered {
+//!     guidebench_testkit::conformance_tests!(
+//!         registered: "my-engine", "dtype=f32,threads=1", "model.safetensors", super::load
+//!     );
+//! }
+//! ```
 //!
 //! # Loading
 //!
@@ -43,6 +51,7 @@
 //! | [`bad_options_are_clear_errors`] | `threads=0`, `max_slots=0`, `max_seq_len=0`, `dtype=f8`, `device=tpu` and `builtin:huge` fail, naming the option or value |
 //! | [`sharded_safetensors_load_to_the_same_model`], [`mistral_configs_run_as_llama`], [`llama3_rope_scaling_is_applied`] | shards load to the model of one file and `mistral` runs as Llama (the same first-step logits); Llama 3 rope scaling changes them |
 //! | [`max_seq_len_caps_generation_and_rejects_longer_prompts`] | `max_seq_len=12` caps prompt + output; a longer prompt fails alone, naming the limit |
+//! | [`bf16_and_f16_run_and_mostly_agree_with_f32`] | `dtype=bf16` and `dtype=f16` load the `f32` fixture and generate, with the first greedy token `f32` gives |
 //!
 //! ```ignore
 //! fn try_load(model: &str, common: EngineOptions) -> Result<MyEngine, MyError> {
@@ -141,7 +150,7 @@ use guidebench_core::backend::Backend;
 use guidebench_core::engine::{Engine, EngineConfig, EngineOutput, EngineRequest};
 use guidebench_core::generation::{ModelText, StepEngine, StepRunner, first_step_logits};
 use guidebench_core::options::parse_kind_args;
-use guidebench_core::registry;
+use guidebench_core::registry::{self, Named};
 use guidebench_core::request::FinishReason;
 use guidebench_core::request::{GenerationRequest, GenerationResponse};
 use guidebench_core::sampling::{Sampling, SamplingParams};
@@ -171,9 +180,9 @@ pub use load::{
     a_missing_file_is_named_with_its_path, a_missing_model_folder_is_named,
     a_missing_weight_is_named, an_unsupported_architecture_is_named,
     an_unsupported_rope_scaling_type_is_named, bad_json_names_the_file,
-    bad_options_are_clear_errors, llama3_rope_scaling_is_applied,
-    max_seq_len_caps_generation_and_rejects_longer_prompts, mistral_configs_run_as_llama,
-    sharded_safetensors_load_to_the_same_model,
+    bad_options_are_clear_errors, bf16_and_f16_run_and_mostly_agree_with_f32,
+    llama3_rope_scaling_is_applied, max_seq_len_caps_generation_and_rejects_longer_prompts,
+    mistral_configs_run_as_llama, sharded_safetensors_load_to_the_same_model,
 };
 
 /// The largest difference allowed between an engine's first-step logit
@@ -212,7 +221,12 @@ pub fn run_all<E: StepEngine>(load: impl Fn(&Path) -> E) {
 /// the three GGUF load-error checks; `conformance_tests!(load_checks:
 /// try_load)`, with `try_load: Fn(&str, EngineOptions) -> Result<E, impl
 /// Display>` (the `model=` text and the shared options), to the loading
-/// checks of safetensors engines (see [Loading](crate::conformance#loading)).
+/// checks of safetensors engines (see [Loading](crate::conformance#loading));
+/// `conformance_tests!(registered: "NAME", "key=value,...", "model.safetensors",
+/// load)` to the two checks through the registry
+/// ([`offline_backend_matches_direct_calls`] with those options, and
+/// [`load_errors_reach_the_registry_with_their_own_labels`] breaking that
+/// weights file).
 #[macro_export]
 macro_rules! conformance_tests {
     (@each $load:expr, $dtype:expr; $($check:ident),* $(,)?) => {
@@ -270,7 +284,22 @@ macro_rules! conformance_tests {
             mistral_configs_run_as_llama,
             llama3_rope_scaling_is_applied,
             max_seq_len_caps_generation_and_rejects_longer_prompts,
+            bf16_and_f16_run_and_mostly_agree_with_f32,
         );
+    };
+    (registered: $engine:expr, $options:expr, $weights_file:expr, $load:expr $(,)?) => {
+        #[test]
+        fn offline_backend_matches_direct_calls() {
+            $crate::conformance::offline_backend_matches_direct_calls($engine, $options, $load);
+        }
+
+        #[test]
+        fn load_errors_reach_the_registry_with_their_own_labels() {
+            $crate::conformance::load_errors_reach_the_registry_with_their_own_labels(
+                $engine,
+                $weights_file,
+            );
+        }
     };
     (@free $f:expr; $($check:ident),* $(,)?) => {
         $(
@@ -807,9 +836,22 @@ impl Suite {
         assert_eq!(err.label(), "unsupported_input", "{err}");
         let message = err.to_string();
         assert!(
-            message.contains("image") && message.contains("engine=candle"),
+            message.contains("image") && message.contains("kind=openai_http"),
             "the refusal names where images run: {message}"
         );
+        // The engines named are the registry's: those registered as taking
+        // images and compiled into this binary.
+        let image_engines = registry::engines()
+            .expect("the registry")
+            .iter()
+            .filter(|e| e.missing_feature().is_none() && e.inputs.contains(&"image"))
+            .map(|e| e.name);
+        for name in image_engines {
+            assert!(
+                message.contains(&format!("engine={name}")),
+                "the refusal names engine={name}: {message}"
+            );
+        }
         let out = results[1]
             .as_ref()
             .unwrap_or_else(|e| panic!("the text-only request failed: {e}"));
@@ -1018,6 +1060,10 @@ pub fn offline_backend_matches_direct_calls<E: StepEngine>(
 ) {
     let dir = Scratch::fixture("tiny", &FixtureSpec::tiny());
     let tokens = |i: usize| 3 + 2 * i as u32;
+    // Loaded first: a loader may add to the folder what the engine reads
+    // (ort's test loader exports the ONNX graph), and the backend then
+    // opens the same folder by name.
+    let mut runner = runner(dir.path(), &load);
     for scheduling in [
         "scheduling=static,batch_size=4,batch_timeout=50ms",
         "scheduling=continuous,max_running=3,max_prefill_tokens=16",
@@ -1032,7 +1078,6 @@ pub fn offline_backend_matches_direct_calls<E: StepEngine>(
             .map(|(i, prompt)| GenerationRequest::text(i as u64, *prompt, greedy(tokens(i))))
             .collect();
         let responses = resolve_all(&text, requests);
-        let mut runner = runner(dir.path(), &load);
         for (i, response) in responses.iter().enumerate() {
             let what = format!("{scheduling}: request {i}");
             let alone = generate_ok(

@@ -16,13 +16,18 @@
 //!    timings, per-request errors) is core's generation loop, not the
 //!    engine's, and the tokenizer and end-of-sequence ids are the model
 //!    folder's, read by core ([`ModelText`]);
-//! 2. register it with [`guidebench_core::register_engine!`], its `create`
-//!    wrapping the step engine in [`StepRunner`] with the folder's
-//!    [`ModelText`] (which turns it into the whole-batch [`Engine`] the
-//!    offline backend drives);
-//! 3. have a binary name this crate once (`use guidebench_example_custom_engine as _;`)
+//! 2. implement [`OpenStep`]: its name, its options type, its error type
+//!    (core's [`LoadError`] here) and [`open`](OpenStep::open), which reads
+//!    the model folder and returns the engine with the folder's
+//!    [`ModelText`]; core does the rest (options parsed, `model=` or its
+//!    default, load errors mapped, the engine put inside the generation
+//!    loop that turns it into the whole-batch engine the offline backend
+//!    drives);
+//! 3. register it with [`guidebench_core::register_engine!`], its `create`
+//!    being [`create_step_engine::<ReferenceEngine>`](create_step_engine);
+//! 4. have a binary name this crate once (`use guidebench_example_custom_engine as _;`)
 //!    so the linker keeps the registration; see `src/main.rs`;
-//! 4. run `guidebench-testkit`'s conformance suite against it: see
+//! 5. run `guidebench-testkit`'s conformance suite against it: see
 //!    `tests/conformance.rs`.
 //!
 //! ## The executor
@@ -45,9 +50,10 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use guidebench_core::engine::{Engine, EngineConfig, EngineDescription};
+use guidebench_core::engine::open::{OpenStep, create_step_engine};
+use guidebench_core::engine::{EngineDescription, LoadError};
 use guidebench_core::generation::{
-    Decode, Logits, ModelText, Prefill, PrefillDone, StepEngine, StepLimits, StepRunner,
+    Decode, Logits, ModelText, Prefill, PrefillDone, StepEngine, StepLimits,
 };
 use guidebench_core::model::{DecoderConfig, ModelFolder};
 use guidebench_core::options::{OptionSpec, OptionType};
@@ -76,7 +82,7 @@ guidebench_core::register_engine! {
     name: ENGINE_NAME,
     description: "example third-party step engine: a Llama in plain Rust loops with a KV cache by slot",
     options: OPTIONS,
-    create: ReferenceEngine::create,
+    create: create_step_engine::<ReferenceEngine>,
 }
 
 /// Typed options (`engine=reference,max_slots=4,...`); an unset key takes
@@ -118,52 +124,45 @@ impl std::fmt::Debug for ReferenceEngine {
     }
 }
 
-impl ReferenceEngine {
-    /// Creates the engine from `engine=reference,model=...` (the registry
-    /// entry): the step engine inside core's generation loop.
-    pub fn create(config: &EngineConfig) -> Result<Box<dyn Engine>> {
-        let options: ReferenceOptions = config.parse_options()?;
-        let model = config.model.as_deref().unwrap_or("builtin:tiny");
-        // Core reads the config, tokenizer and generation config the same
-        // way for every engine, once; the weights are ours to read.
-        let folder = ModelFolder::open(model)?;
-        let engine = ReferenceEngine::from_folder(&folder, model, &options)?;
-        Ok(Box::new(StepRunner::new(
-            engine,
-            ModelText::from_folder(&folder),
-        )))
-    }
+impl OpenStep for ReferenceEngine {
+    const NAME: &'static str = ENGINE_NAME;
+    const DEFAULT_MODEL: Option<&'static str> = Some("builtin:tiny");
+    type Options = ReferenceOptions;
+    // No failure of its own: core's shared load errors are enough. An
+    // engine with its own wraps them (`Load(#[from] LoadError)`) and
+    // implements `EngineError` with `guidebench_core::engine_error!`.
+    type Error = LoadError;
 
-    /// Loads `model` (a folder, `builtin:NAME`, or a hub id in the local
-    /// Hugging Face cache).
-    pub fn load(model: &str, options: &ReferenceOptions) -> Result<Self> {
-        ReferenceEngine::from_folder(&ModelFolder::open(model)?, model, options)
-    }
-
-    /// Loads the weights of `folder` (opened from `model`).
-    pub fn from_folder(
-        folder: &ModelFolder,
+    /// Opens `model` (a folder, `builtin:NAME`, or a hub id in the local
+    /// Hugging Face cache). Core reads the config, tokenizer and generation
+    /// config the same way for every engine, once; the weights are ours to
+    /// read.
+    fn open(
         model: &str,
         options: &ReferenceOptions,
-    ) -> Result<Self> {
+    ) -> std::result::Result<(Self, ModelText), LoadError> {
+        let folder = ModelFolder::open(model)?;
         let config = folder.config().clone();
-        let load_error = |reason: String| Error::EngineLoad {
-            engine: ENGINE_NAME.into(),
+        let invalid = |reason: String| LoadError::InvalidWeights {
+            path: folder.dir().to_owned(),
             reason,
         };
-        let mut tensors = read_f32_tensors(&folder.weight_files()?).map_err(load_error)?;
-        let model_weights = Model::from_tensors(&config, &mut tensors).map_err(load_error)?;
+        let mut tensors = read_f32_tensors(&folder.weight_files()?).map_err(invalid)?;
+        let model_weights = Model::from_tensors(&config, &mut tensors).map_err(invalid)?;
         let max_slots = options.max_slots.max(1);
-        Ok(ReferenceEngine {
+        let engine = ReferenceEngine {
             model: model_weights,
             slots: (0..max_slots).map(|_| None).collect(),
             max_seq_len: options
                 .max_seq_len
                 .unwrap_or(config.max_position_embeddings),
             name: model.to_owned(),
-        })
+        };
+        Ok((engine, ModelText::from_folder(&folder)))
     }
+}
 
+impl ReferenceEngine {
     /// Sequences held now.
     pub fn occupied_slots(&self) -> usize {
         self.slots.iter().filter(|s| s.is_some()).count()

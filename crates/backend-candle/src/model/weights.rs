@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
+use guidebench_core::engine::LoadError;
 
 use crate::arena::WeightArena;
 use crate::error::{CandleError, Result};
@@ -146,9 +147,9 @@ impl Weights {
     /// The tensor `name`, checked against `shape`.
     pub fn get(&self, shape: impl Into<candle_core::Shape>, name: &str) -> Result<Tensor> {
         if !self.vb.contains_tensor(name) {
-            return Err(CandleError::MissingWeight {
+            return Err(CandleError::from(LoadError::MissingWeight {
                 name: self.full_name(name),
-            });
+            }));
         }
         Ok(self.vb.get(shape, name)?)
     }

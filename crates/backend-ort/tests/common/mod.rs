@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
+use guidebench_core::engine::open::OpenStep;
 use guidebench_core::engine::{EngineOptions, EngineRequest};
 use guidebench_core::generation::{ModelText, StepRunner};
 use guidebench_core::sampling::Sampling;
@@ -74,7 +75,7 @@ pub fn options() -> OrtOptions {
 pub fn load_with(dir: &Path, extra: &[&str]) -> OrtEngine {
     export(dir, extra);
     let model = dir.to_str().expect("a UTF-8 path");
-    OrtEngine::load(model, &options()).unwrap_or_else(|e| panic!("the fixture loads: {e}"))
+    OrtEngine::load(Some(model), &options()).unwrap_or_else(|e| panic!("the fixture loads: {e}"))
 }
 
 /// What core reads of the model folder `engine` was loaded from: its
@@ -109,7 +110,7 @@ pub fn tiny_with_slots(max_slots: i64) -> (tempfile::TempDir, Vec<PromptExpectat
         ..options()
     };
     let model = dir.path().to_str().expect("a UTF-8 path");
-    let engine = OrtEngine::load(model, &with_slots).expect("the fixture loads");
+    let engine = OrtEngine::load(Some(model), &with_slots).expect("the fixture loads");
     let prompts = stored()
         .expect("the stored expectations parse")
         .fixture("tiny")

@@ -402,6 +402,7 @@ fn architecture(raw: &RawConfig, path: &Path) -> Result<Architecture> {
     let unsupported = |model_type: String| Error::UnsupportedArchitecture {
         model_type,
         path: path.to_owned(),
+        supported: Architecture::MODEL_TYPES,
     };
     if let Some(model_type) = &raw.model_type {
         return Architecture::from_model_type(model_type)
@@ -451,6 +452,7 @@ fn parse_rope_scaling(scaling: Option<&Value>, path: &Path) -> Result<RopeScalin
         other => Err(Error::UnsupportedRope {
             rope_type: other.to_owned(),
             path: path.to_owned(),
+            supported: RopeScaling::ROPE_TYPES,
         }),
     }
 }
@@ -545,7 +547,7 @@ mod tests {
     fn an_unsupported_model_type_is_named_with_its_file() {
         let err = parse(&format!(r#"{{"model_type": "gpt2", {BASE}}}"#)).expect_err("gpt2");
         assert!(
-            matches!(err, Error::UnsupportedArchitecture { ref model_type, ref path }
+            matches!(err, Error::UnsupportedArchitecture { ref model_type, ref path, .. }
                 if model_type == "gpt2" && path == Path::new("some/config.json")),
             "{err}"
         );

@@ -302,7 +302,7 @@ impl Ord for DtypeOrder {
 /// header alone ([`super::safetensors_header`]). `None` if the file
 /// cannot be read or its header is not a safetensors header.
 fn header_dtype_bytes(path: &Path) -> Option<Vec<(Dtype, u64)>> {
-    let entries = super::safetensors_header(path).ok()?;
+    let entries = super::weights::safetensors_header(path).ok()?;
     Some(
         entries
             .into_iter()

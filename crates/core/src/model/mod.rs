@@ -100,9 +100,10 @@
 //!   `gguf::tests::tensor_names_map_to_the_hugging_face_layout`,
 //!   `gguf::tests::the_qk_row_map_round_trips_and_undoes_llama_cpp_permutation`.
 
+mod builtin;
 mod config;
 mod dtype;
-mod files;
+pub(crate) mod files;
 pub mod gguf;
 pub mod hub;
 mod resolve;
@@ -113,6 +114,7 @@ mod weights;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+pub use builtin::{BuiltinModel, builtin_models};
 pub use config::{Architecture, DecoderConfig, RopeScaling};
 pub use dtype::{
     ComputeDtype, Dtype, DtypeChoice, DtypeRequest, DtypeSource, GgufTypes, StoredDtype,
@@ -125,12 +127,10 @@ pub use hub::WeightFormat;
 pub use resolve::{BUILTIN_PREFIX, ModelSearch, cache_root, is_hub_name, resolve};
 pub use weights::{SafetensorsEntry, safetensors_header, weight_files};
 
-pub use crate::registry::BuiltinModel;
 use crate::tokenizer::{HfTokenizer, Tokenizer};
 use crate::vision::{ClipImageProcessor, VisionLanguageConfig, VisionWeightNames};
 use crate::{Error, Result};
 use files::{CONFIG_JSON, FolderFiles, require_dir};
-pub(crate) use files::{parse_json as parse_model_json, read_required as read_model_file};
 
 /// A model folder (or a GGUF file), read once: the decoder description,
 /// the generation defaults, the tokenizer with its special tokens, and the
@@ -248,8 +248,8 @@ impl ModelFolder {
         }
         // The only read of config.json.
         let config_path = dir.join(CONFIG_JSON);
-        let text = read_model_file(&config_path, "the decoder config (config.json)")?;
-        let value = parse_model_json(&text, &config_path)?;
+        let text = files::read_required(&config_path, "the decoder config (config.json)")?;
+        let value = files::parse_json(&text, &config_path)?;
         let (config, vision) = if crate::vision::is_llava(&value) {
             let names = vision_weight_names(dir)?;
             let (text_config, vision) = crate::vision::split_llava(&value, &config_path, names)?;

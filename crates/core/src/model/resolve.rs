@@ -8,7 +8,6 @@ use std::path::{Path, PathBuf};
 use guidebench_hub::HubSettings;
 
 use super::hub::{HubModel, WeightFormat, fetch_model, fetch_tokenizer, parse_spec};
-use crate::registry;
 use crate::{Error, Result};
 
 /// The prefix of built-in models (`builtin:tiny`).
@@ -49,7 +48,7 @@ impl ModelSearch {
 
     /// Resolves a model spec, trying in order:
     ///
-    /// 1. `builtin:NAME`: the registered [`BuiltinModel`](registry::BuiltinModel)
+    /// 1. `builtin:NAME`: the registered [`BuiltinModel`](super::BuiltinModel)
     ///    `NAME`, made under [`cache_root`](Self::cache_root) if needed; an
     ///    unknown name is [`Error::UnknownName`] listing the registered ones;
     /// 2. an existing local folder, or a local `.gguf` file, as given
@@ -69,7 +68,7 @@ impl ModelSearch {
     /// unreachable, no such quantization).
     pub fn resolve_for(&self, spec: &str, weights: WeightFormat) -> Result<PathBuf> {
         if let Some(name) = spec.strip_prefix(BUILTIN_PREFIX) {
-            let model = registry::builtin_models()?.get(name)?;
+            let model = super::builtin::builtin_models()?.get(name)?;
             return (model.create)(&self.cache_root);
         }
         let path = Path::new(spec);

@@ -637,16 +637,16 @@ impl Backend for OfflineBackend {
         let loaded = self.engine(&running).await?;
         let prompt = loaded.formatter.format(&request.input)?;
         if !prompt.images.is_empty() && !loaded.capabilities.images {
-            return Err(Error::UnsupportedInput {
-                engine: loaded.description.engine.clone(),
-                input: "image",
-            });
+            return Err(crate::registry::unsupported_input(
+                loaded.description.engine.clone(),
+                "image",
+            ));
         }
         if !prompt.audio.is_empty() && !loaded.capabilities.audio {
-            return Err(Error::UnsupportedInput {
-                engine: loaded.description.engine.clone(),
-                input: "audio",
-            });
+            return Err(crate::registry::unsupported_input(
+                loaded.description.engine.clone(),
+                "audio",
+            ));
         }
         // Images are read and prepared here, on the image threads, so the
         // engine thread only encodes them.

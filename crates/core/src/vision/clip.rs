@@ -7,8 +7,10 @@ use image::imageops::FilterType;
 use image::{DynamicImage, ImageBuffer, Rgb, RgbImage, Rgba};
 use serde_json::Value;
 
-use super::{ImageProcessor, PreparedImage, VisionLanguageConfig, read_media};
-use crate::request::MediaSource;
+use super::config::VisionLanguageConfig;
+use super::processor::{ImageProcessor, PreparedImage};
+use crate::media::{MediaSource, media_name, read_media};
+use crate::model::files::{parse_json as parse_model_json, read_required as read_model_file};
 use crate::{Error, Result};
 
 /// `preprocessor_config.json`.
@@ -122,7 +124,7 @@ impl ClipImageProcessor {
     ) -> Result<Self> {
         let processor_path = dir.join(PROCESSOR_CONFIG_JSON);
         let processor = match std::fs::read_to_string(&processor_path) {
-            Ok(text) => Some(crate::model::parse_model_json(&text, &processor_path)?),
+            Ok(text) => Some(parse_model_json(&text, &processor_path)?),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
             Err(e) => return Err(Error::io(&processor_path, e)),
         };
@@ -136,8 +138,8 @@ impl ClipImageProcessor {
             _ => {
                 let what = "the image processor config (or an `image_processor` object in \
                             processor_config.json)";
-                let text = crate::model::read_model_file(&path, what)?;
-                (crate::model::parse_model_json(&text, &path)?, path)
+                let text = read_model_file(&path, what)?;
+                (parse_model_json(&text, &path)?, path)
             }
         };
         ClipImageProcessor::from_configs(&config, &path, processor.as_ref(), vision, image_token)
@@ -468,7 +470,7 @@ impl ImageProcessor for ClipImageProcessor {
     fn prepare(&self, source: &MediaSource) -> Result<PreparedImage> {
         let started = Instant::now();
         let bytes = read_media(source)?;
-        let name = || super::media_name(source);
+        let name = || media_name(source);
         let decoded = image::load_from_memory(&bytes).map_err(|err| Error::Media {
             media: name(),
             reason: format!("cannot decode the image: {err}"),

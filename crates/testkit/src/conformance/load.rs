@@ -332,3 +332,41 @@ pub fn max_seq_len_caps_generation_and_rejects_longer_prompts<E: StepEngine, Err
         .expect_err("the long prompt fails");
     assert!(err.to_string().contains("max_seq_len of 12"), "{err}");
 }
+
+/// `dtype=bf16` and `dtype=f16` load the `f32` fixture, run (4 greedy
+/// tokens of a stored prompt, with `threads=1` as the description says),
+/// and agree with `f32` on the first token: the stored fixture's top two
+/// logits differ clearly, so rounding the weights to 2 bytes must not
+/// flip it.
+pub fn bf16_and_f16_run_and_mostly_agree_with_f32<E: StepEngine, Err: Display>(
+    load: impl Fn(&str, EngineOptions) -> Result<E, Err>,
+) {
+    let dir = Scratch::fixture("tiny", &FixtureSpec::tiny());
+    let text = || {
+        ModelText::open(model(dir.path()))
+            .unwrap_or_else(|e| panic!("core reads the tokenizer: {e}"))
+    };
+    let prompt = super::PROMPTS[1];
+    let first_tokens = |dtype: Option<&str>| {
+        let options = EngineOptions {
+            dtype: dtype.map(str::to_owned),
+            threads: Some(1),
+            ..EngineOptions::default()
+        };
+        let what = dtype.unwrap_or("the default dtype");
+        let mut runner = StepRunner::new(loaded(&load, dir.path(), options), text());
+        let out = runner
+            .generate(&[request(0, prompt, greedy(4))])
+            .unwrap_or_else(|e| panic!("{what}: the batch runs: {e}"))
+            .remove(0)
+            .unwrap_or_else(|e| panic!("{what}: the request runs: {e}"));
+        assert_eq!(out.token_ids.len(), 4, "{what}: 4 tokens");
+        assert_eq!(runner.describe().threads, Some(1), "{what}: threads=1");
+        out.token_ids
+    };
+    let reference = first_tokens(Some("f32"));
+    for dtype in ["bf16", "f16"] {
+        let tokens = first_tokens(Some(dtype));
+        assert_eq!(tokens[0], reference[0], "{dtype}: the first token");
+    }
+}

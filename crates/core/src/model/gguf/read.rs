@@ -347,6 +347,7 @@ impl GgufFile {
             Architecture::from_model_type(name).ok_or_else(|| Error::UnsupportedArchitecture {
                 model_type: name.to_owned(),
                 path: self.path.clone(),
+                supported: Architecture::MODEL_TYPES,
             })?;
         Ok((architecture, name))
     }
@@ -446,6 +447,7 @@ impl GgufFile {
         let unsupported = |rope_type: String| Error::UnsupportedRope {
             rope_type,
             path: self.path.clone(),
+            supported: RopeScaling::ROPE_TYPES,
         };
         let scaling = match self.string(&type_key)? {
             None | Some("none") => match self.float(&format!("{arch}.rope.scale_linear"))? {

@@ -353,7 +353,7 @@ fn rope_freqs_become_per_frequency_factors_and_yarn_is_refused() {
     );
     let err = ModelFolder::from_gguf(&path).expect_err("yarn");
     assert!(
-        matches!(err, Error::UnsupportedRope { ref rope_type, path: ref p }
+        matches!(err, Error::UnsupportedRope { ref rope_type, path: ref p, .. }
             if rope_type.starts_with("yarn") && p == &path),
         "{err}"
     );
@@ -372,7 +372,7 @@ fn an_unsupported_architecture_names_what_it_found() {
     );
     let err = ModelFolder::from_gguf(&path).expect_err("gemma3");
     assert!(
-        matches!(err, Error::UnsupportedArchitecture { ref model_type, path: ref p }
+        matches!(err, Error::UnsupportedArchitecture { ref model_type, path: ref p, .. }
             if model_type == "gemma3" && p == &path),
         "{err}"
     );
