@@ -18,12 +18,14 @@
 //! gets in a batch, and prefill gives the bits of decoding.
 //!
 //! The kernels themselves, one file per instruction set, are
-//! [`crate::cpu`]'s; this file packs the weights and splits a product
-//! into tasks, blocks and tiles.
+//! [`crate::cpu`]'s, and the plan of tasks, blocks and bands is
+//! [`crate::cpu::sched`]'s (shared with the quantized products); this
+//! file packs the weights and runs a product's tiles.
 
 use rayon::prelude::*;
 
 use crate::arena::{ArenaBuf, WeightArena};
+use crate::cpu::sched::{SharedOut, TaskPlan, Work};
 use crate::cpu::{
     Fetch, Kernel, MOST_PANELS, PANEL, PackedDtype, PackedElem, TILE_PANELS, TILE_ROWS, best_kernel,
 };
@@ -37,18 +39,6 @@ const BLOCK_BYTES: usize = 128 * 1024;
 /// [`Kernel::streams`] says, and every task takes all the groups over its
 /// run of panels.
 const PREFETCH_GROUPS: usize = 6;
-
-/// With more groups than [`PREFETCH_GROUPS`] (a prefill chunk), a task
-/// takes one block of panels for a band of this many groups: the product
-/// is then split into many tasks of nearly equal work, where splitting
-/// by panels alone left one thread with up to a task more than the other
-/// (a 2,816-output projection in 8 tasks: 96 panels against 80). On a
-/// 2-core Xeon with AVX-512, the 32 projections of a `builtin:tiny`
-/// prefill chunk took 5-18 % less time at 512 rows (seven runs) and
-/// 1-8 % less at 128 (five runs) than with tasks of panels for every
-/// row (medians of 10 in one process); bands of 2, 8 and 16 groups and
-/// tasks of two blocks ran no faster than 4 groups by one block.
-const BAND_GROUPS: usize = 4;
 
 /// An `(n, k)` weight in panels of [`PANEL`] rows (the last one padded
 /// with zero rows), on a 64-byte boundary, in a [`WeightArena`]'s memory,
@@ -223,28 +213,25 @@ fn packed_matmul_with<T: PackedElem>(
     let width = kernel.panels.clamp(1, TILE_PANELS);
     let values = w.values::<T>();
     // Groups of input rows of nearly equal size (8 rows in tiles of 6:
-    // 4 + 4, not 6 + 2).
-    let groups = m.div_ceil(kernel.rows.clamp(1, TILE_ROWS));
-    let (base, extra) = (m / groups, m % groups);
-    let prefetch = groups <= PREFETCH_GROUPS;
-    // Decoding steps: a few tasks per thread, each a run of whole tiles
-    // for every group. Many groups: tasks of one block by a band of
-    // groups ([`BAND_GROUPS`]). Each task writes its own elements of
-    // `out`.
-    let threads = rayon::current_num_threads().max(1);
+    // 4 + 4, not 6 + 2). Decoding steps: a few tasks per thread, each a
+    // run of whole tiles for every group. Many groups: tasks of one block
+    // by a band of groups (`sched::BAND_TILES`). Each task writes its own
+    // elements of `out`. One group passes over the panels once: no blocks
+    // to keep in the L2 cache (and a single row's panel pairs may span
+    // them).
     let block = (BLOCK_BYTES / (panel_len * std::mem::size_of::<T>()))
         .max(1)
         .next_multiple_of(width);
-    let (per_task, band) = if prefetch {
-        let per_task = panels.div_ceil(threads * 4).max(1).next_multiple_of(width);
-        (per_task, groups)
-    } else {
-        (block, BAND_GROUPS)
-    };
-    // One group passes over the panels once: no blocks to keep in the L2
-    // cache (and a single row's panel pairs may span them).
-    let block = if groups == 1 { per_task } else { block };
-    let bands = groups.div_ceil(band);
+    let plan = TaskPlan::new(Work {
+        rows: m,
+        tile_rows: kernel.rows.clamp(1, TILE_ROWS),
+        units: panels,
+        run: block,
+        few_tiles: PREFETCH_GROUPS,
+        unit_multiple: width,
+    });
+    let (groups, block) = (plan.tiles(), plan.run());
+    let prefetch = groups <= PREFETCH_GROUPS;
     // Fetching ahead hides the wait on memory of decoding steps' few
     // groups. The AVX2 kernel fetches the next block, each group its
     // share, while the other groups compute; with one group it leaves the
@@ -260,131 +247,82 @@ fn packed_matmul_with<T: PackedElem>(
     // chunk) the wait is a small part of a block's time, and a 512-row
     // product ran about 5 % slower with a block fetched ahead (AVX2) and
     // no faster with the streams (AVX-512).
-    let out = SharedOut {
-        ptr: out.as_mut_ptr(),
-        m,
-        n,
-    };
-    // With bands, consecutive tasks share their block, so a thread that
-    // runs them one after another (rayon splits the range in halves)
-    // finds it in its L2 cache for every band after the first.
-    (0..panels.div_ceil(per_task) * bands)
-        .into_par_iter()
-        .for_each(|task| {
-            let (task, band_index) = (task / bands, task % bands);
-            let first = task * per_task;
-            let last = (first + per_task).min(panels);
-            let first_group = band_index * band;
-            let groups_here = first_group..(first_group + band).min(groups);
-            let (mut tile, mut several_out) = (
-                [[0f32; TILE_PANELS * PANEL]; TILE_ROWS],
-                [0f32; MOST_PANELS * PANEL],
-            );
-            let mut b = first;
-            while b < last {
-                let end = (b + block).min(last);
-                // The first row of the band's first group.
-                let mut i = first_group * base + first_group.min(extra);
-                for g in groups_here.clone() {
-                    let rows = base + usize::from(g < extra);
-                    let xs = &x[i * k..(i + rows) * k];
-                    let mut p = b;
-                    while p < end {
-                        // One input row: several panels at a time, more
-                        // independent sums and more memory streams.
-                        let several = match rows {
-                            1 => kernel.one_row.iter().flatten().find(|(w, _)| p + w <= end),
-                            _ => None,
-                        };
-                        if let Some(&(width, run)) = several {
-                            let panels = &values[p * panel_len..(p + width) * panel_len];
-                            run(xs, panels, k, &mut several_out);
-                            let cols = (width * PANEL).min(n - p * PANEL);
-                            // SAFETY: panels `p..p + width` of this
-                            // band's rows are this task's own: no other
-                            // task writes these elements.
-                            unsafe { out.cols(i, p * PANEL, cols) }
-                                .copy_from_slice(&several_out[..cols]);
-                            p += width;
-                            continue;
-                        }
-                        let width = width.min(end - p);
-                        let tile_panels = &values[p * panel_len..(p + width) * panel_len];
-                        // With the AVX2 kernel, group g's share of these
-                        // panels one block ahead, fetched while this tile
-                        // is computed: the memory stream keeps going while
-                        // the other groups multiply from the L2 cache.
-                        // Past the end of this task too: the thread that
-                        // ran it usually runs the next task (rayon splits
-                        // the tasks' range in halves), whose first block
-                        // was otherwise read from memory while every
-                        // group waited (the 33 products of a step took
-                        // 7-9 % longer that way at 8 rows and 3-6 % at
-                        // 32, medians of 40 in five runs).
-                        let fetch = match p + block {
-                            _ if !prefetch => Fetch::Nothing,
-                            _ if kernel.streams && g == 0 => Fetch::Streams,
-                            q if q < panels && groups > 1 => {
-                                let next =
-                                    &values[q * panel_len..(q + width).min(panels) * panel_len];
-                                // The groups that fetch the next block
-                                // share it.
-                                let (fetchers, index) = match kernel.streams {
-                                    true => (groups - 1, g - 1),
-                                    false => (groups, g),
-                                };
-                                let share = next.len().div_ceil(fetchers);
-                                let from = (index * share).min(next.len());
-                                Fetch::Spread(&next[from..(from + share).min(next.len())])
-                            }
-                            _ => Fetch::Nothing,
-                        };
-                        (kernel.tile)(xs, rows, tile_panels, width, k, fetch, &mut tile);
+    let out = SharedOut::new(out, n);
+    (0..plan.tasks()).into_par_iter().for_each(|task| {
+        let (owned, groups_here) = plan.task(task);
+        let (mut tile, mut several_out) = (
+            [[0f32; TILE_PANELS * PANEL]; TILE_ROWS],
+            [0f32; MOST_PANELS * PANEL],
+        );
+        for block_range in plan.runs(owned) {
+            let (b, end) = (block_range.start, block_range.end);
+            for g in groups_here.clone() {
+                let (i, rows) = plan.tile(g);
+                let xs = &x[i * k..(i + rows) * k];
+                let mut p = b;
+                while p < end {
+                    // One input row: several panels at a time, more
+                    // independent sums and more memory streams.
+                    let several = match rows {
+                        1 => kernel.one_row.iter().flatten().find(|(w, _)| p + w <= end),
+                        _ => None,
+                    };
+                    if let Some(&(width, run)) = several {
+                        let panels = &values[p * panel_len..(p + width) * panel_len];
+                        run(xs, panels, k, &mut several_out);
                         let cols = (width * PANEL).min(n - p * PANEL);
-                        for (r, values) in tile[..rows].iter().enumerate() {
-                            // SAFETY: panels `p..p + width` of this
-                            // band's rows are this task's own: no other
-                            // task writes these elements.
-                            unsafe { out.cols(i + r, p * PANEL, cols) }
-                                .copy_from_slice(&values[..cols]);
-                        }
+                        // SAFETY: panels `p..p + width` of this
+                        // band's rows are this task's own: no other
+                        // task writes these elements.
+                        unsafe { out.cols(i, p * PANEL, cols) }
+                            .copy_from_slice(&several_out[..cols]);
                         p += width;
+                        continue;
                     }
-                    i += rows;
+                    let width = width.min(end - p);
+                    let tile_panels = &values[p * panel_len..(p + width) * panel_len];
+                    // With the AVX2 kernel, group g's share of these
+                    // panels one block ahead, fetched while this tile
+                    // is computed: the memory stream keeps going while
+                    // the other groups multiply from the L2 cache.
+                    // Past the end of this task too: the thread that
+                    // ran it usually runs the next task (rayon splits
+                    // the tasks' range in halves), whose first block
+                    // was otherwise read from memory while every
+                    // group waited (the 33 products of a step took
+                    // 7-9 % longer that way at 8 rows and 3-6 % at
+                    // 32, medians of 40 in five runs).
+                    let fetch = match p + block {
+                        _ if !prefetch => Fetch::Nothing,
+                        _ if kernel.streams && g == 0 => Fetch::Streams,
+                        q if q < panels && groups > 1 => {
+                            let next = &values[q * panel_len..(q + width).min(panels) * panel_len];
+                            // The groups that fetch the next block
+                            // share it.
+                            let (fetchers, index) = match kernel.streams {
+                                true => (groups - 1, g - 1),
+                                false => (groups, g),
+                            };
+                            let share = next.len().div_ceil(fetchers);
+                            let from = (index * share).min(next.len());
+                            Fetch::Spread(&next[from..(from + share).min(next.len())])
+                        }
+                        _ => Fetch::Nothing,
+                    };
+                    (kernel.tile)(xs, rows, tile_panels, width, k, fetch, &mut tile);
+                    let cols = (width * PANEL).min(n - p * PANEL);
+                    for (r, values) in tile[..rows].iter().enumerate() {
+                        // SAFETY: panels `p..p + width` of this
+                        // band's rows are this task's own: no other
+                        // task writes these elements.
+                        unsafe { out.cols(i + r, p * PANEL, cols) }
+                            .copy_from_slice(&values[..cols]);
+                    }
+                    p += width;
                 }
-                b = end;
             }
-        });
-}
-
-/// The `(m, n)` output, handed to rayon's tasks, which write disjoint
-/// parts of it (columns, of a band of rows): each through slices of its
-/// own elements only.
-#[derive(Clone, Copy)]
-struct SharedOut {
-    ptr: *mut f32,
-    m: usize,
-    n: usize,
-}
-
-// SAFETY: the pointer is only written through in `packed_matmul_with`,
-// where every task writes disjoint elements.
-unsafe impl Send for SharedOut {}
-// SAFETY: as above.
-unsafe impl Sync for SharedOut {}
-
-impl SharedOut {
-    /// Columns `col..col + cols` of row `row`.
-    ///
-    /// # Safety
-    ///
-    /// No other slice of these elements may be alive while this one is.
-    unsafe fn cols<'a>(&self, row: usize, col: usize, cols: usize) -> &'a mut [f32] {
-        assert!(row < self.m && col + cols <= self.n);
-        // SAFETY: inside the `m * n` values `ptr` points to (asserted);
-        // exclusive by the caller's promise.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(row * self.n + col), cols) }
-    }
+        }
+    });
 }
 
 #[cfg(test)]

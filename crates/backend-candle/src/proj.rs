@@ -27,7 +27,7 @@ use crate::aligned::{aligned, aligned_copy};
 use crate::arena::WeightArena;
 use crate::cpu::{Features, Path, rows_times};
 use crate::packed::{PackedWeight, packed_matmul};
-use crate::quant::{QuantType, QuantWeight, quant_matmul};
+use crate::quant::{QuantInput, QuantType, QuantWeight, quant_matmul_input};
 
 /// Inputs of at most this many rows use the dot-product kernel when the
 /// CPU has neither AVX-512 nor AVX2 with FMA.
@@ -109,7 +109,7 @@ enum Weight {
 
 /// One quantized matrix of a [`Proj`] and the kernel that runs it.
 ///
-/// This crate's kernels ([`quant_matmul`]) run every type on the engine's
+/// This crate's kernels ([`crate::quant::quant_matmul`]) run every type on the engine's
 /// threads, weights at their stored size (repacked in groups of 16 rows).
 /// With `quant_kernels=candle`, candle's quantized matmul runs the Q8_0,
 /// Q4_K and Q6_K matrices its repacked 16-row tiles take ([`candle_runs`]:
@@ -216,10 +216,24 @@ impl QuantPart {
 
     /// `x` (`m` rows of `cols`) times the matrix into `out`, row `i` at
     /// `out[i * ldo..]`.
+    #[cfg(test)]
     fn matmul(&self, x: &[f32], m: usize, out: &mut [f32], ldo: usize) -> candle_core::Result<()> {
+        self.matmul_input(&mut QuantInput::new(x, m, self.cols()), out, ldo)
+    }
+
+    /// `input`'s rows times the matrix into `out`, row `i` at
+    /// `out[i * ldo..]`; this crate's kernels quantize the rows only where
+    /// no earlier part of the same input took the same activation format.
+    fn matmul_input(
+        &self,
+        input: &mut QuantInput<'_>,
+        out: &mut [f32],
+        ldo: usize,
+    ) -> candle_core::Result<()> {
         match self {
-            QuantPart::Ours(w) => quant_matmul(x, m, w, out, ldo),
+            QuantPart::Ours(w) => quant_matmul_input(input, w, out, ldo),
             QuantPart::Candle { mm, rows, cols, .. } => {
+                let (x, m) = (input.values(), input.rows());
                 use candle_core::Module;
                 let xs = Tensor::from_slice(&x[..m * cols], (m, *cols), &Device::Cpu)?;
                 let ys = mm.forward(&xs)?;
@@ -453,9 +467,12 @@ impl Proj {
         if x.len() < rows * k || out.len() < rows * n {
             candle_core::bail!("quantized matmul: buffers shorter than {rows} rows");
         }
+        // One quantization of the rows per activation format, shared by
+        // the parts (a Q4_K_M model's q, k and v: Q4_K, Q4_K and Q6_K).
+        let mut input = QuantInput::new(x, rows, k);
         let mut at = 0;
         for part in parts {
-            part.matmul(x, rows, &mut out[at..], n)?;
+            part.matmul_input(&mut input, &mut out[at..], n)?;
             at += part.rows();
         }
         Ok(())
@@ -769,6 +786,62 @@ mod tests {
                         );
                     }
                 }
+            }
+        }
+    }
+
+    /// A projection of mixed quantized types (a Q4_K_M model's q, k and
+    /// v: Q4_K, Q4_K, Q6_K; then with a Q8_0 part, another activation
+    /// format) gives the bits of its parts run one by one, each quantizing
+    /// the input on its own, at 1, 8 and 33 rows.
+    #[test]
+    fn a_mixed_type_projection_gives_the_bits_of_its_parts_run_one_by_one() {
+        let k = 512;
+        let quantized = |ty: QuantType, n: usize, seed: usize| {
+            let w: Vec<f32> = (0..n * k)
+                .map(|i| (((i + seed) * 7919 % 1013) as f32 / 1013.0 - 0.5) * 0.2)
+                .collect();
+            let weight = Tensor::from_vec(w, (n, k), &Device::Cpu).expect("weight");
+            let qt =
+                candle_core::quantized::QTensor::quantize(&weight, ty.ggml()).expect("quantize");
+            let bytes = qt.data().expect("bytes").into_owned();
+            QuantWeight::new(ty, n, k, &bytes).expect("a weight")
+        };
+        for types in [
+            &[QuantType::Q4K, QuantType::Q4K, QuantType::Q6K][..],
+            &[
+                QuantType::Q6K,
+                QuantType::Q8_0,
+                QuantType::Q4K,
+                QuantType::Q5_0,
+            ],
+        ] {
+            let weights: Vec<QuantWeight> = types
+                .iter()
+                .enumerate()
+                .map(|(i, ty)| quantized(*ty, 32 + 16 * i, 101 * i))
+                .collect();
+            let n: usize = weights.iter().map(QuantWeight::rows).sum();
+            let parts = weights
+                .iter()
+                .map(|w| QuantPart::Ours(Arc::new(w.clone())))
+                .collect();
+            let proj = Proj::quant(parts, None).expect("a projection");
+            for m in [1, 8, 33] {
+                let x: Vec<f32> = (0..m * k)
+                    .map(|i| ((i * 104_729 % 2003) as f32 / 2003.0 - 0.5) * 3.0)
+                    .collect();
+                let mut together = vec![f32::NAN; m * n];
+                proj.forward_rows(&x, m, &mut [], &mut together)
+                    .expect("the projection");
+                let mut alone = vec![f32::NAN; m * n];
+                let mut at = 0;
+                for w in &weights {
+                    crate::quant::quant_matmul(&x, m, w, &mut alone[at..], n);
+                    at += w.rows();
+                }
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&together), bits(&alone), "{types:?}, {m} rows");
             }
         }
     }

@@ -23,13 +23,15 @@
 //!   f32, so every kernel gives the same bits, and bf16 or f16 weights
 //!   give the bits of the same weights upcast to f32.
 //!
-//! The scheduling of the packed kernels (tasks, blocks, bands, what to
-//! fetch ahead) is [`crate::packed`]'s; the projection layer that chooses
-//! between packed and stored weights is [`crate::proj`]'s. Neither lives
-//! here, and nothing here imports them.
+//! The plan that cuts a packed or quantized product into tasks, blocks
+//! and bands is [`sched`]'s, beside the kernels but used by none of them;
+//! what each packed tile fetches ahead is [`crate::packed`]'s; the
+//! projection layer that chooses between packed and stored weights is
+//! [`crate::proj`]'s. No kernel imports them.
 
 mod features;
 pub(crate) mod portable;
+pub(crate) mod sched;
 
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx2;

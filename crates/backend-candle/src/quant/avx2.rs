@@ -5,6 +5,7 @@
 
 use std::arch::x86_64::*;
 
+use super::acts::quantize_row_body;
 use super::repack::group_block_bytes;
 use super::{
     ActTile, GroupOut, Q4_0_BYTES, Q4K_BYTES, Q5K_BYTES, QK_K, QuantType, TILE_ROWS, add_k, f16_at,
@@ -547,4 +548,17 @@ unsafe fn q6k_group<const R: usize>(gb: &[u8], t: &ActTile<'_>, out: &mut GroupO
         }
     }
     store(&acc, out);
+}
+
+/// [`super::acts`]' `quantize_row` compiled for AVX2.
+#[target_feature(enable = "avx2,fma")]
+pub(super) fn quantize_row_avx2(
+    x: &[f32],
+    qs: &mut [i8],
+    d: &mut [f32],
+    bsums: &mut [i16],
+    sum_len: usize,
+    block: usize,
+) {
+    quantize_row_body(x, qs, d, bsums, sum_len, block);
 }

@@ -183,7 +183,7 @@ fn k4<const R: usize, const FIFTH: bool>(w: &[u8], t: &ActTile<'_>, out: &mut [f
     out[..R].copy_from_slice(&acc);
 }
 
-/// A group of [`GROUP`] repacked weight rows of `ty` times the tile's
+/// A group of [`super::repack::GROUP`] repacked weight rows of `ty` times the tile's
 /// rows into `out[..rows]`, one output a 32-bit lane.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
 pub(crate) fn group_times_tile(ty: QuantType, gb: &[u8], t: &ActTile<'_>, out: &mut GroupOut) {

@@ -12,8 +12,10 @@
 //! layout. [`quant_matmul`] multiplies `m` f32 activation rows by a
 //! weight, as llama.cpp does:
 //!
-//! 1. each activation row is quantized once per call, in blocks of 32 for
-//!    Q8_0, Q4_0 and Q5_0 weights (one scale `max |x| / 127`, rounded to
+//! 1. each activation row is quantized once per call (or once for all
+//!    the weights of one input that take the same format: `QuantInput`),
+//!    in blocks of 32 for Q8_0, Q4_0 and Q5_0 weights (one scale
+//!    `max |x| / 127`, rounded to
 //!    f16 as ggml's `block_q8_0` keeps it, 32 i8 and their sum) and of 256
 //!    for the K-quants (the scale in f32, as `block_q8_K` keeps it, with
 //!    the sums of each 16 values, for the K-quants' minimums and offsets);
@@ -35,7 +37,8 @@
 //! within a task a group-block is read once per tile of up to
 //! [`TILE_ROWS`] activation rows and serves all of them from registers,
 //! and a run of groups small enough for the L2 cache is gone through by
-//! every tile of the band before the next run.
+//! every tile of the band before the next run (the plan is
+//! `cpu::sched`'s, shared with the packed products).
 //!
 //! ## The order of the sums
 //!
@@ -72,6 +75,9 @@
 //!   `every_path_gives_the_bits_of_the_portable_path`.
 //! - A row alone gives the bits it gets in a batch of 33, on one thread
 //!   and on many: `a_row_alone_gives_the_bits_it_gets_in_a_batch`.
+//! - One input is quantized once per activation format for all the
+//!   weights it meets, each product with the bits it gets alone:
+//!   `an_input_is_quantized_once_per_activation_format_for_all_its_weights`.
 //! - A weight of the wrong byte length or a row length that is not whole
 //!   blocks is refused:
 //!   `a_weight_of_the_wrong_size_is_refused`.
@@ -133,15 +139,18 @@
 //! too, the AVX-512 one having been slower at 8 and 32 rows).
 
 use crate::cpu::Features;
-use std::ops::Range;
+use crate::cpu::sched::{SharedOut, TaskPlan, Work};
 
 use rayon::prelude::*;
 
+mod acts;
 pub(crate) mod portable;
 
 pub(crate) mod repack;
 
 use repack::{GROUP, group_block_bytes, pack_group, repacked, unpack_block};
+
+pub(crate) use acts::{ActTile, Acts, QuantInput};
 
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx2;
@@ -178,12 +187,8 @@ pub const TILE_ROWS: usize = 8;
 const BLOCK_BYTES: usize = 256 * 1024;
 
 /// Up to this many tiles of activation rows (decoding steps), every task
-/// takes them all over its run of weight rows.
+/// takes them all over its run of weight rows ([`TaskPlan`]).
 const SMALL_GROUPS: usize = 4;
-
-/// With more tiles than [`SMALL_GROUPS`] (a prefill chunk), a task takes
-/// one run of weight rows ([`BLOCK_BYTES`]) for a band of this many tiles.
-const BAND_GROUPS: usize = 4;
 
 /// A ggml block format of a weight.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -599,162 +604,6 @@ pub(crate) fn reduce16(lanes: &[f32; 16]) -> f32 {
     s2[0] + s2[1]
 }
 
-/// Activation rows quantized for one product: blocks of 32 (Q8_0) or 256
-/// (Q8_K, with the sums of each 16 values) of i8, each with an f32 scale.
-pub(crate) struct Acts {
-    /// Values per row.
-    k: usize,
-    /// Values per block.
-    block: usize,
-    /// `m * k` values.
-    qs: Vec<i8>,
-    /// One scale per block, row by row.
-    d: Vec<f32>,
-    /// The sum of each 16 values (256-value blocks) or of each block
-    /// (32-value blocks), row by row.
-    bsums: Vec<i16>,
-}
-
-/// Values quantized a rayon task at a time.
-const QUANTIZE_CHUNK: usize = 64 * 1024;
-
-impl Acts {
-    /// The `m` rows of `x` (`k` values each) in blocks of `block` values:
-    /// scale `max |x| / 127` (rounded to f16 in 32-value blocks), values
-    /// `x * (127 / max |x|)` rounded to the nearest, ties to even (all zero
-    /// for an all-zero block).
-    pub(crate) fn quantize(x: &[f32], m: usize, k: usize, block: usize) -> Acts {
-        let nb = k / block;
-        let mut acts = Acts {
-            k,
-            block,
-            qs: vec![0; m * k],
-            d: vec![0.0; m * nb],
-            bsums: vec![0; m * k / sum_len(block)],
-        };
-        if k == 0 {
-            return acts;
-        }
-        let x = &x[..m * k];
-        let rows_per_task = (QUANTIZE_CHUNK / k).max(1);
-        let rows = x
-            .par_chunks(k)
-            .zip(acts.qs.par_chunks_mut(k))
-            .zip(acts.d.par_chunks_mut(nb));
-        rows.zip(acts.bsums.par_chunks_mut(k / sum_len(block)))
-            .with_min_len(rows_per_task)
-            .for_each(|(((x, qs), d), bsums)| quantize_row(x, qs, d, bsums, sum_len(block), block));
-        acts
-    }
-
-    /// Rows `first..first + rows`.
-    fn tile(&self, first: usize, rows: usize) -> ActTile<'_> {
-        let nb = self.k / self.block;
-        let (k, sums) = (self.k, self.k / sum_len(self.block));
-        ActTile {
-            qs: &self.qs[first * k..(first + rows) * k],
-            d: &self.d[first * nb..(first + rows) * nb],
-            bsums: &self.bsums[first * sums..(first + rows) * sums],
-            rows,
-            k,
-        }
-    }
-}
-
-/// Values per activation sum: 16 in 256-value blocks, the block in
-/// 32-value ones.
-fn sum_len(block: usize) -> usize {
-    if block == QK_K { 16 } else { block }
-}
-
-/// One activation row `x` into `qs`, one scale per block of `block`
-/// values into `d`, and the sum of each `sum_len` values into `bsums`;
-/// compiled for AVX2 where the CPU has it (the same bits: every step is
-/// exact or rounded once, and a maximum is one in any order).
-fn quantize_row(
-    x: &[f32],
-    qs: &mut [i8],
-    d: &mut [f32],
-    bsums: &mut [i16],
-    sum_len: usize,
-    block: usize,
-) {
-    #[cfg(target_arch = "x86_64")]
-    if Features::get().avx2 {
-        // SAFETY: the CPU runs AVX2 and FMA (just checked).
-        unsafe { quantize_row_avx2(x, qs, d, bsums, sum_len, block) };
-        return;
-    }
-    quantize_row_body(x, qs, d, bsums, sum_len, block);
-}
-
-/// [`quantize_row`] compiled for AVX2.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-fn quantize_row_avx2(
-    x: &[f32],
-    qs: &mut [i8],
-    d: &mut [f32],
-    bsums: &mut [i16],
-    sum_len: usize,
-    block: usize,
-) {
-    quantize_row_body(x, qs, d, bsums, sum_len, block);
-}
-
-/// [`quantize_row`]'s steps: the maximum over 16 lanes, each value
-/// times `127 / max` rounded to the nearest, ties to even.
-#[inline(always)]
-fn quantize_row_body(
-    x: &[f32],
-    qs: &mut [i8],
-    d: &mut [f32],
-    bsums: &mut [i16],
-    sum_len: usize,
-    block: usize,
-) {
-    for (b, (x, qs)) in x
-        .chunks_exact(block)
-        .zip(qs.chunks_exact_mut(block))
-        .enumerate()
-    {
-        let mut lanes = [0f32; 16];
-        for x in x.chunks_exact(16) {
-            for (lane, v) in lanes.iter_mut().zip(x) {
-                *lane = lane.max(v.abs());
-            }
-        }
-        let amax = lanes.iter().fold(0f32, |a, v| a.max(*v));
-        let id = if amax == 0.0 { 0.0 } else { 127.0 / amax };
-        // 32-value blocks keep their scale as ggml's `block_q8_0` does, in
-        // f16 (llama.cpp's products then use that rounded scale); 256-value
-        // ones in f32, as `block_q8_K` does.
-        d[b] = if block == QK_K {
-            amax / 127.0
-        } else {
-            half::f16::from_f32(amax / 127.0).to_f32()
-        };
-        for (q, v) in qs.iter_mut().zip(x) {
-            *q = (v * id).round_ties_even() as i8;
-        }
-    }
-    for (s, qs) in bsums.iter_mut().zip(qs.chunks_exact(sum_len)) {
-        *s = qs.iter().map(|q| i16::from(*q)).sum();
-    }
-}
-
-/// Up to [`TILE_ROWS`] quantized activation rows, for a kernel: `qs` is
-/// `rows * k` values, `d` one scale per block, `bsums` 16 sums per
-/// 256-value block or one per 32-value block.
-#[derive(Clone, Copy)]
-pub(crate) struct ActTile<'a> {
-    pub(crate) qs: &'a [i8],
-    pub(crate) d: &'a [f32],
-    pub(crate) bsums: &'a [i16],
-    pub(crate) rows: usize,
-    pub(crate) k: usize,
-}
-
 /// The kernels a product runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Path {
@@ -927,10 +776,46 @@ pub(crate) fn quant_matmul_with(
     out: &mut [f32],
     ldo: usize,
 ) {
+    quant_matmul_input_with(path, &mut QuantInput::new(x, m, w.k), w, out, ldo);
+}
+
+/// [`quant_matmul`] of `input`'s rows, quantized for `w`'s activation
+/// format unless an earlier product of the same input already did: the
+/// bits of [`quant_matmul`] on the same rows, with one quantization per
+/// format for all the weights of one input.
+///
+/// # Panics
+///
+/// As [`quant_matmul`]; also when `input`'s rows are not `w`'s width.
+pub(crate) fn quant_matmul_input(
+    input: &mut QuantInput<'_>,
+    w: &QuantWeight,
+    out: &mut [f32],
+    ldo: usize,
+) {
+    quant_matmul_input_with(Path::best().for_type(w.ty), input, w, out, ldo);
+}
+
+/// [`quant_matmul_input`] on `path`.
+fn quant_matmul_input_with(
+    path: Path,
+    input: &mut QuantInput<'_>,
+    w: &QuantWeight,
+    out: &mut [f32],
+    ldo: usize,
+) {
     assert!(
         path.runs_here(),
         "this CPU does not run the {} kernels",
         path.name()
+    );
+    let (x, m) = (input.values(), input.rows());
+    assert_eq!(
+        input.cols(),
+        w.k,
+        "rows of {} values for a weight of {} columns",
+        input.cols(),
+        w.k
     );
     let (n, k) = (w.n, w.k);
     assert!(
@@ -953,19 +838,22 @@ pub(crate) fn quant_matmul_with(
         }
         return;
     }
-    let acts = Acts::quantize(x, m, k, w.ty.block_values());
+    let acts = input.acts(w.ty.block_values());
     if repacked(w.ty) {
-        grouped_matmul(path, &acts, m, w, out, ldo);
+        grouped_matmul(path, acts, m, w, out, ldo);
         return;
     }
     let ty = w.ty;
     let block = (BLOCK_BYTES / w.row_bytes().max(1)).max(1);
-    let plan = TaskPlan::new(m, n, block);
-    let out = SharedOut {
-        ptr: out.as_mut_ptr(),
-        len: out.len(),
-        ldo,
-    };
+    let plan = TaskPlan::new(Work {
+        rows: m,
+        tile_rows: TILE_ROWS,
+        units: n,
+        run: block,
+        few_tiles: SMALL_GROUPS,
+        unit_multiple: 1,
+    });
+    let out = SharedOut::new(out, ldo);
     (0..plan.tasks()).into_par_iter().for_each(|task| {
         let (rows, tiles) = plan.task(task);
         let mut tile_out = [0f32; TILE_ROWS];
@@ -992,12 +880,15 @@ fn grouped_matmul(path: Path, acts: &Acts, m: usize, w: &QuantWeight, out: &mut 
     let (n, ty) = (w.n, w.ty);
     let full = w.full_groups();
     let run = (BLOCK_BYTES / (w.row_bytes() * GROUP).max(1)).max(1);
-    let plan = TaskPlan::new(m, n.div_ceil(GROUP), run);
-    let out = SharedOut {
-        ptr: out.as_mut_ptr(),
-        len: out.len(),
-        ldo,
-    };
+    let plan = TaskPlan::new(Work {
+        rows: m,
+        tile_rows: TILE_ROWS,
+        units: n.div_ceil(GROUP),
+        run,
+        few_tiles: SMALL_GROUPS,
+        unit_multiple: 1,
+    });
+    let out = SharedOut::new(out, ldo);
     (0..plan.tasks()).into_par_iter().for_each(|task| {
         let (owned, tiles) = plan.task(task);
         let mut tile_out = [[0f32; GROUP]; TILE_ROWS];
@@ -1016,7 +907,8 @@ fn grouped_matmul(path: Path, acts: &Acts, m: usize, w: &QuantWeight, out: &mut 
                     for (r, v) in tile_out[..count].iter().enumerate() {
                         // SAFETY: output columns of group `gi` of this
                         // band's rows are this task's own.
-                        unsafe { out.set_run(first + r, gi * GROUP, &v[..cols]) };
+                        unsafe { out.cols(first + r, gi * GROUP, cols) }
+                            .copy_from_slice(&v[..cols]);
                     }
                 }
             }
@@ -1024,722 +916,5 @@ fn grouped_matmul(path: Path, acts: &Acts, m: usize, w: &QuantWeight, out: &mut 
     });
 }
 
-/// How a product is cut into rayon tasks, for both the row-wise and the
-/// repacked kernels: the `m` activation rows into tiles of nearly equal
-/// size (9 rows: 5 + 4), and the weight's `units` (rows, or groups of
-/// rows) into tasks. With few tiles (decoding), a task takes about a
-/// quarter of a thread's share of units for every tile; with more (a
-/// prefill chunk), one run of `run` units for a band of
-/// [`BAND_GROUPS`] tiles. A task walks its units in runs of `run`, each
-/// run against every tile of its band, so a run's weights stay in cache.
-#[derive(Debug, Clone, Copy)]
-struct TaskPlan {
-    units: usize,
-    run: usize,
-    per_task: usize,
-    tiles: usize,
-    base: usize,
-    extra: usize,
-    band: usize,
-    bands: usize,
-}
-
-impl TaskPlan {
-    fn new(m: usize, units: usize, run: usize) -> Self {
-        let tiles = m.div_ceil(TILE_ROWS);
-        let threads = rayon::current_num_threads().max(1);
-        let (per_task, band) = if tiles <= SMALL_GROUPS {
-            (units.div_ceil(threads * 4).max(1), tiles)
-        } else {
-            (run, BAND_GROUPS)
-        };
-        TaskPlan {
-            units,
-            run,
-            per_task,
-            tiles,
-            base: m / tiles,
-            extra: m % tiles,
-            band,
-            bands: tiles.div_ceil(band),
-        }
-    }
-
-    /// How many tasks there are.
-    fn tasks(&self) -> usize {
-        self.units.div_ceil(self.per_task) * self.bands
-    }
-
-    /// The units task `task` owns, and the tiles of its band.
-    fn task(&self, task: usize) -> (Range<usize>, Range<usize>) {
-        let (task, band) = (task / self.bands, task % self.bands);
-        (
-            task * self.per_task..((task + 1) * self.per_task).min(self.units),
-            band * self.band..((band + 1) * self.band).min(self.tiles),
-        )
-    }
-
-    /// `owned` in runs of at most `run` units.
-    fn runs(&self, owned: Range<usize>) -> impl Iterator<Item = Range<usize>> {
-        let (run, end) = (self.run, owned.end);
-        owned
-            .step_by(run)
-            .map(move |start| start..(start + run).min(end))
-    }
-
-    /// The first activation row of tile `g`, and its number of rows.
-    fn tile(&self, g: usize) -> (usize, usize) {
-        (
-            g * self.base + g.min(self.extra),
-            self.base + usize::from(g < self.extra),
-        )
-    }
-}
-
-/// The output, handed to rayon's tasks, which write disjoint elements of
-/// it (columns of a band of rows).
-#[derive(Clone, Copy)]
-struct SharedOut {
-    ptr: *mut f32,
-    len: usize,
-    ldo: usize,
-}
-
-// SAFETY: the pointer is only written through in `quant_matmul_with`,
-// where every task writes disjoint elements.
-unsafe impl Send for SharedOut {}
-// SAFETY: as above.
-unsafe impl Sync for SharedOut {}
-
-impl SharedOut {
-    /// Writes element `(row, col)`.
-    ///
-    /// # Safety
-    ///
-    /// No other task may write or read this element meanwhile.
-    #[inline(always)]
-    unsafe fn set(&self, row: usize, col: usize, value: f32) {
-        let at = row * self.ldo + col;
-        assert!(at < self.len);
-        // SAFETY: inside the `len` values `ptr` points to (asserted);
-        // exclusive by the caller's promise.
-        unsafe { *self.ptr.add(at) = value };
-    }
-
-    /// Writes `values` at `(row, col..)`.
-    ///
-    /// # Safety
-    ///
-    /// No other task may write or read these elements meanwhile.
-    #[inline(always)]
-    unsafe fn set_run(&self, row: usize, col: usize, values: &[f32]) {
-        let at = row * self.ldo + col;
-        assert!(at + values.len() <= self.len && col + values.len() <= self.ldo);
-        // SAFETY: inside the `len` values `ptr` points to (asserted);
-        // exclusive by the caller's promise.
-        unsafe { std::ptr::copy_nonoverlapping(values.as_ptr(), self.ptr.add(at), values.len()) };
-    }
-}
-
 #[cfg(test)]
-mod tests {
-    use candle_core::quantized::GgmlDType;
-    use candle_core::quantized::k_quants::{
-        BlockQ4_0, BlockQ4K, BlockQ5_0, BlockQ5K, BlockQ6K, BlockQ8_0, GgmlType,
-    };
-
-    use super::*;
-
-    /// A small deterministic generator (xorshift64*).
-    struct Rng(u64);
-
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 >> 12;
-            self.0 ^= self.0 << 25;
-            self.0 ^= self.0 >> 27;
-            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-        }
-
-        /// Uniform in (-1, 1).
-        fn unit(&mut self) -> f32 {
-            ((self.next() >> 40) as f32 / (1u64 << 23) as f32) - 1.0
-        }
-    }
-
-    /// Values of varying size: most in (-1, 1), some blocks scaled up or
-    /// down, a few zeros.
-    fn values(rng: &mut Rng, len: usize) -> Vec<f32> {
-        (0..len)
-            .map(|i| {
-                let scale = [1.0, 0.01, 3.0, 1.0][(i / 32) % 4];
-                if rng.next().is_multiple_of(97) {
-                    0.0
-                } else {
-                    rng.unit() * scale
-                }
-            })
-            .collect()
-    }
-
-    /// The bytes of candle's blocks.
-    fn as_bytes<T>(blocks: &[T]) -> Vec<u8> {
-        // SAFETY: candle's blocks are `repr(C)` with no padding (their
-        // sizes are asserted to be the ggml block sizes): plain bytes.
-        unsafe {
-            std::slice::from_raw_parts(blocks.as_ptr().cast::<u8>(), std::mem::size_of_val(blocks))
-        }
-        .to_vec()
-    }
-
-    /// Blocks of `T` read from bytes.
-    fn from_bytes<T: GgmlType>(bytes: &[u8]) -> Vec<T> {
-        let size = std::mem::size_of::<T>();
-        bytes
-            .chunks_exact(size)
-            .map(|chunk| {
-                // SAFETY: `size` bytes; any bytes are a value of candle's
-                // blocks (integers and f16).
-                unsafe { std::ptr::read_unaligned(chunk.as_ptr().cast::<T>()) }
-            })
-            .collect()
-    }
-
-    /// candle's quantization of `x` (rows of `k`) to `T`, as bytes.
-    fn candle_quantize<T: GgmlType>(x: &[f32]) -> Vec<u8> {
-        let mut blocks = vec![T::zeros(); x.len() / T::BLCK_SIZE];
-        T::from_float(x, &mut blocks);
-        as_bytes(&blocks)
-    }
-
-    /// candle's dequantization of blocks of `T`.
-    fn candle_dequantize<T: GgmlType>(bytes: &[u8]) -> Vec<f32> {
-        let blocks = from_bytes::<T>(bytes);
-        let mut out = vec![0f32; blocks.len() * T::BLCK_SIZE];
-        T::to_float(&blocks, &mut out);
-        out
-    }
-
-    fn candle_quantize_as(ty: QuantType, x: &[f32]) -> Vec<u8> {
-        match ty {
-            QuantType::Q8_0 => candle_quantize::<BlockQ8_0>(x),
-            QuantType::Q4_0 => candle_quantize::<BlockQ4_0>(x),
-            QuantType::Q5_0 => candle_quantize::<BlockQ5_0>(x),
-            QuantType::Q4K => candle_quantize::<BlockQ4K>(x),
-            QuantType::Q5K => candle_quantize::<BlockQ5K>(x),
-            QuantType::Q6K => candle_quantize::<BlockQ6K>(x),
-        }
-    }
-
-    fn candle_dequantize_as(ty: QuantType, bytes: &[u8]) -> Vec<f32> {
-        match ty {
-            QuantType::Q8_0 => candle_dequantize::<BlockQ8_0>(bytes),
-            QuantType::Q4_0 => candle_dequantize::<BlockQ4_0>(bytes),
-            QuantType::Q5_0 => candle_dequantize::<BlockQ5_0>(bytes),
-            QuantType::Q4K => candle_dequantize::<BlockQ4K>(bytes),
-            QuantType::Q5K => candle_dequantize::<BlockQ5K>(bytes),
-            QuantType::Q6K => candle_dequantize::<BlockQ6K>(bytes),
-        }
-    }
-
-    /// Random bytes for `blocks` blocks of `ty`, every f16 scale set to
-    /// a finite value of either sign between 1e-3 and 0.1 (the minimums'
-    /// scale positive): every bit pattern of the values and 6-bit scales.
-    fn random_blocks(rng: &mut Rng, ty: QuantType, blocks: usize) -> Vec<u8> {
-        let size = ty.block_bytes();
-        let mut bytes: Vec<u8> = (0..blocks * size).map(|_| rng.next() as u8).collect();
-        for block in bytes.chunks_exact_mut(size) {
-            let mut scale = |signed: bool| {
-                let v = 1e-3 + 0.099 * (rng.unit() + 1.0) / 2.0;
-                let v = if signed && rng.next().is_multiple_of(2) {
-                    -v
-                } else {
-                    v
-                };
-                half::f16::from_f32(v).to_le_bytes()
-            };
-            match ty {
-                QuantType::Q8_0 | QuantType::Q4_0 | QuantType::Q5_0 => {
-                    block[..2].copy_from_slice(&scale(true));
-                }
-                QuantType::Q4K | QuantType::Q5K => {
-                    block[..2].copy_from_slice(&scale(true));
-                    block[2..4].copy_from_slice(&scale(false));
-                }
-                QuantType::Q6K => block[208..].copy_from_slice(&scale(true)),
-            }
-        }
-        bytes
-    }
-
-    #[test]
-    fn each_path_is_taken_only_where_the_cpu_has_every_feature_its_kernels_use() {
-        let avx2 = Features {
-            avx2: true,
-            ..Features::default()
-        };
-        let vnni_alone = Features {
-            avx512f: true,
-            avx512_vnni: true,
-            ..Features::default()
-        };
-        let vnni = Features {
-            avx512f: true,
-            avx512_vnni: true,
-            ..avx2
-        };
-        assert_eq!(Path::best_on(Features::default()), Path::Portable);
-        assert_eq!(Path::best_on(avx2), Path::Avx2);
-        assert_eq!(Path::best_on(vnni_alone), Path::Portable);
-        assert_eq!(Path::best_on(vnni), Path::Avx512Vnni);
-        assert_eq!(Path::best(), Path::best_on(Features::get()));
-        for path in Path::ALL {
-            assert_eq!(path.runs_here(), path.runs_on(Features::get()));
-        }
-    }
-
-    /// Every path this CPU runs, saying which it cannot.
-    fn paths() -> Vec<Path> {
-        Path::ALL
-            .into_iter()
-            .filter(|p| {
-                let runs = p.runs_here();
-                if !runs {
-                    eprintln!(
-                        "this CPU does not run the {} kernels: not tested here",
-                        p.name()
-                    );
-                }
-                runs
-            })
-            .collect()
-    }
-
-    fn one_thread() -> rayon::ThreadPool {
-        rayon::ThreadPoolBuilder::new()
-            .num_threads(1)
-            .build()
-            .expect("a thread pool")
-    }
-
-    /// Row lengths for `ty`: an odd and an even number of blocks.
-    fn lengths(ty: QuantType) -> [usize; 2] {
-        match ty.block_values() {
-            32 => [96, 512],
-            _ => [256, 768],
-        }
-    }
-
-    #[test]
-    fn block_sizes_and_names_are_ggmls() {
-        for (ty, dtype) in [
-            (QuantType::Q8_0, GgmlDType::Q8_0),
-            (QuantType::Q4_0, GgmlDType::Q4_0),
-            (QuantType::Q5_0, GgmlDType::Q5_0),
-            (QuantType::Q4K, GgmlDType::Q4K),
-            (QuantType::Q5K, GgmlDType::Q5K),
-            (QuantType::Q6K, GgmlDType::Q6K),
-        ] {
-            assert_eq!(QuantType::from_ggml(dtype), Some(ty));
-            assert_eq!(ty.block_values(), dtype.block_size(), "{ty}");
-            assert_eq!(ty.block_bytes(), dtype.type_size(), "{ty}");
-        }
-        assert_eq!(QuantType::from_ggml(GgmlDType::F16), None);
-        let names: Vec<&str> = QuantType::ALL.iter().map(|t| t.name()).collect();
-        assert_eq!(names, ["Q8_0", "Q4_0", "Q5_0", "Q4_K", "Q5_K", "Q6_K"]);
-    }
-
-    #[test]
-    fn dequantized_rows_give_the_bits_of_candles_to_float_for_every_type() {
-        let mut rng = Rng(0x1234_5678_9abc_def1);
-        // A whole group of repacked rows and rows past it.
-        let (n, k) = (GROUP + 5, 512);
-        for ty in QuantType::ALL {
-            // Blocks candle makes from random values, and random bytes.
-            let made = candle_quantize_as(ty, &values(&mut rng, n * k));
-            let random = random_blocks(&mut rng, ty, n * k / ty.block_values());
-            for bytes in [made, random] {
-                let want = candle_dequantize_as(ty, &bytes);
-                let w = QuantWeight::new(ty, n, k, &bytes).expect("a weight");
-                assert_eq!(w.stored_bytes(), bytes.len());
-                let mut row = vec![f32::NAN; k + 3];
-                for j in 0..n {
-                    w.dequantize_row(j, &mut row);
-                    for c in 0..k {
-                        assert_eq!(
-                            row[c].to_bits(),
-                            want[j * k + c].to_bits(),
-                            "{ty}: row {j}, value {c}: {} against {}",
-                            row[c],
-                            want[j * k + c]
-                        );
-                    }
-                    assert!(row[k].is_nan(), "{ty}: wrote past k");
-                }
-            }
-        }
-    }
-
-    /// What was left in the output's other columns.
-    const UNTOUCHED: f32 = -7.25;
-
-    /// `w` times `x` (`m` rows) on `path`, into rows of `ldo`.
-    fn product(path: Path, x: &[f32], m: usize, w: &QuantWeight, ldo: usize) -> Vec<f32> {
-        let mut out = vec![UNTOUCHED; m * ldo];
-        quant_matmul_with(path, x, m, w, &mut out, ldo);
-        out
-    }
-
-    /// Tight tolerance: against the dequantized weight times the
-    /// quantized-dequantized activations, summed in f64, the product is
-    /// off by at most `1e-6 * sum |x^| |w^|` (its only errors are f32
-    /// roundings: of the blocks' scales, of each block's integer sum, of
-    /// the sum over at most 24 blocks, and the reference's own rounding of
-    /// each dequantized weight; the worst seen here is under 1e-7).
-    const TIGHT: f64 = 1e-6;
-
-    /// Loose tolerance: against the dequantized weight times the
-    /// activations as given, at most `1e-2 * sum |x| |w^|`. Quantizing a
-    /// value moves it by at most `max |x| / 254` of its block, under
-    /// 0.4 % of the values here (uniform in (-1, 1) times the block's
-    /// size) and so under 1 % of the sum of the products' sizes.
-    const LOOSE: f64 = 1e-2;
-
-    /// A task's weight rows longer than one cache run ([`BLOCK_BYTES`])
-    /// are gone through run after run: on one thread (tasks of a quarter
-    /// of the rows), a repacked type (Q8_0, 4,003 rows of 256: runs of 60
-    /// groups) and a row-wise one (Q4_0, 7,301 rows: runs of 1,820 rows)
-    /// give every output its own product, on every path.
-    #[test]
-    fn rows_past_the_first_cache_run_get_their_own_products() {
-        let mut rng = Rng(0x5eed_0fc0_ffee);
-        let k = 256;
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(1)
-            .build()
-            .expect("a pool");
-        for (ty, n) in [(QuantType::Q8_0, 4003), (QuantType::Q4_0, 7301)] {
-            let bytes = random_blocks(&mut rng, ty, n * k / ty.block_values());
-            let w = QuantWeight::new(ty, n, k, &bytes).expect("a weight");
-            let x = values(&mut rng, k);
-            let acts = Acts::quantize(&x, 1, k, ty.block_values());
-            let xq: Vec<f64> = (0..k)
-                .map(|c| f64::from(acts.qs[c]) * f64::from(acts.d[c / acts.block]))
-                .collect();
-            let mut row = vec![0f32; k];
-            for path in paths() {
-                let out = pool.install(|| product(path, &x, 1, &w, n));
-                for (j, got) in out.iter().enumerate() {
-                    w.dequantize_row(j, &mut row);
-                    let (exact, size) = row.iter().zip(&xq).fold((0f64, 0f64), |(e, s), (w, x)| {
-                        (e + f64::from(*w) * x, s + (f64::from(*w) * x).abs())
-                    });
-                    assert!(
-                        (f64::from(*got) - exact).abs() <= TIGHT * size,
-                        "{ty}, {}: output {j} of {n}: {got} against {exact}",
-                        path.name()
-                    );
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn every_type_and_path_matches_the_product_of_dequantized_values() {
-        let mut rng = Rng(0x0bad_5eed_cafe_f00d);
-        let n = 37;
-        let ldo = n + 5;
-        for ty in QuantType::ALL {
-            for k in lengths(ty) {
-                let bytes = random_blocks(&mut rng, ty, n * k / ty.block_values());
-                let w = QuantWeight::new(ty, n, k, &bytes).expect("a weight");
-                let mut wf = vec![0f32; n * k];
-                for (j, row) in wf.chunks_exact_mut(k).enumerate() {
-                    w.dequantize_row(j, row);
-                }
-                for m in [1usize, 3, 8, 33] {
-                    let x = values(&mut rng, m * k);
-                    let acts = Acts::quantize(&x, m, k, ty.block_values());
-                    let xq: Vec<f64> = (0..m * k)
-                        .map(|i| {
-                            let (row, c) = (i / k, i % k);
-                            let d = acts.d[row * (k / acts.block) + c / acts.block];
-                            f64::from(acts.qs[i]) * f64::from(d)
-                        })
-                        .collect();
-                    for path in paths() {
-                        let out = product(path, &x, m, &w, ldo);
-                        for i in 0..m {
-                            for j in 0..n {
-                                let got = f64::from(out[i * ldo + j]);
-                                let (mut exact, mut size) = (0f64, 0f64);
-                                let (mut plain, mut plain_size) = (0f64, 0f64);
-                                for c in 0..k {
-                                    let wv = f64::from(wf[j * k + c]);
-                                    exact += xq[i * k + c] * wv;
-                                    size += (xq[i * k + c] * wv).abs();
-                                    plain += f64::from(x[i * k + c]) * wv;
-                                    plain_size += (f64::from(x[i * k + c]) * wv).abs();
-                                }
-                                let what = format!(
-                                    "{ty}, {}: k {k}, {m} rows: row {i}, output {j}: {got}",
-                                    path.name()
-                                );
-                                assert!(
-                                    (got - exact).abs() <= TIGHT * size,
-                                    "{what} against {exact} (quantized activations)"
-                                );
-                                assert!(
-                                    (got - plain).abs() <= LOOSE * plain_size,
-                                    "{what} against {plain} (activations as given)"
-                                );
-                            }
-                            for j in n..ldo {
-                                assert_eq!(
-                                    out[i * ldo + j].to_bits(),
-                                    UNTOUCHED.to_bits(),
-                                    "{ty}, {}: row {i}, column {j} past the outputs was written",
-                                    path.name()
-                                );
-                            }
-                        }
-                    }
-                }
-            }
-        }
-    }
-
-    /// Activation rows of 32-value blocks whose `max |x|` is `amax[r][b]`
-    /// (the block's value 5, negative in odd blocks); every other value is
-    /// `amax * t / 127` with `|t| <= 126.3` and `t` at least 0.2 from a
-    /// tie (`t` an integer in -126..=126 plus a multiple of 0.1 in
-    /// -0.3..=0.3), so its i8 is the same whether it is divided by
-    /// `amax / 127` or by that rounded to f16.
-    fn q8_0_rows(amax: &[&[f32]]) -> Vec<f32> {
-        let mut x = Vec::new();
-        for row in amax {
-            for (b, &amax) in row.iter().enumerate() {
-                for i in 0..32 {
-                    x.push(if i == 5 {
-                        if b % 2 == 1 { -amax } else { amax }
-                    } else {
-                        let q = ((i * 29 + b * 13) % 253) as f32 - 126.0;
-                        let frac = ((i % 7) as f32 - 3.0) * 0.1;
-                        amax * (q + frac) / 127.0
-                    });
-                }
-            }
-        }
-        x
-    }
-
-    /// Maxima whose `amax / 127` is not an f16: rounding it to f16 moves
-    /// it by 3.8e-4 of itself for 0.3 and 0.6, 1.8e-4 for 0.4 and 1.5e-4
-    /// for 0.9.
-    const ROUNDED_MAXIMA: [f32; 4] = [0.3, 0.6, 0.4, 0.9];
-
-    /// A 32-value activation block keeps the scale ggml's `block_q8_0`
-    /// stores: `max |x| / 127` rounded to f16 (llama.cpp's products use
-    /// that rounded scale), not the f32 quotient.
-    #[test]
-    fn a_32_value_activation_block_s_scale_is_max_over_127_rounded_to_f16() {
-        let m = ROUNDED_MAXIMA;
-        let x = q8_0_rows(&[&m[..2], &m[2..]]);
-        let acts = Acts::quantize(&x, 2, 64, 32);
-        for (b, block) in x.chunks_exact(32).enumerate() {
-            let amax = block.iter().fold(0f32, |a, v| a.max(v.abs()));
-            let quotient = amax / 127.0;
-            let want = half::f16::from_f32(quotient).to_f32();
-            assert_ne!(
-                want.to_bits(),
-                quotient.to_bits(),
-                "block {b}: {quotient} is an f16"
-            );
-            assert_eq!(
-                acts.d[b].to_bits(),
-                want.to_bits(),
-                "block {b}: scale {} where ggml keeps {want} (max {amax})",
-                acts.d[b]
-            );
-        }
-    }
-
-    /// A Q8_0 product is ggml's arithmetic: over the blocks, the weight's
-    /// f16 scale times the activations' f16 scale times the exact sum of
-    /// the blocks' i8 products, the activations' i8 being `round(x / d)`
-    /// with `d = max |x| / 127` (ggml's `quantize_row_q8_0_ref` divides
-    /// by the f32 quotient and keeps it rounded to f16). Computed here by
-    /// hand on hand-made weight blocks (a repacked group of 16 rows and a
-    /// row past it), on every path, within [`TIGHT`]: the f32 quotient as
-    /// the activations' scale is off by over 100 times that.
-    #[test]
-    fn a_q8_0_product_is_ggmls_sum_of_f16_scales_times_exact_integer_sums() {
-        let (n, k, m) = (GROUP + 1, 96, 2);
-        let m3 = ROUNDED_MAXIMA;
-        let rows: [&[f32]; 2] = [&m3[..3], &[m3[1], m3[3], m3[0]]];
-        let x = q8_0_rows(&rows);
-        // ggml's reference quantization of each activation block.
-        let mut xq = vec![0i32; m * k];
-        let mut x_scale = vec![0f64; m * k / 32];
-        let mut x_quotient = vec![0f64; m * k / 32];
-        for (b, block) in x.chunks_exact(32).enumerate() {
-            let amax = block.iter().fold(0f32, |a, v| a.max(v.abs()));
-            let d = amax / 127.0;
-            let id = 1.0 / d;
-            let rounded = half::f16::from_f32(d).to_f32();
-            for (c, v) in block.iter().enumerate() {
-                let q = (v * id).round();
-                assert_eq!(q, (v / rounded).round(), "block {b}, value {c}: near a tie");
-                xq[b * 32 + c] = q as i32;
-            }
-            x_scale[b] = f64::from(rounded);
-            x_quotient[b] = f64::from(d);
-        }
-        // Hand-made weight blocks: an f16 scale, and i8 that follow the
-        // activations' so that the sums do not cancel.
-        let mut bytes = Vec::new();
-        let mut w_scale = vec![0f64; n * k / 32];
-        let mut wq = vec![0i32; n * k];
-        for j in 0..n {
-            for b in 0..k / 32 {
-                let d = half::f16::from_f32(0.01 + 0.002 * j as f32 + 0.0007 * b as f32);
-                w_scale[j * (k / 32) + b] = f64::from(d.to_f32());
-                bytes.extend_from_slice(&d.to_le_bytes());
-                for c in b * 32..(b + 1) * 32 {
-                    let q = (xq[c] / 2 + ((j + c) % 5) as i32 - 2).clamp(-127, 127);
-                    wq[j * k + c] = q;
-                    bytes.push(q as i8 as u8);
-                }
-            }
-        }
-        let w = QuantWeight::new(QuantType::Q8_0, n, k, &bytes).expect("a weight");
-        for path in paths() {
-            let out = product(path, &x, m, &w, n);
-            for i in 0..m {
-                for j in 0..n {
-                    let (mut ggml, mut quotient, mut size) = (0f64, 0f64, 0f64);
-                    for b in 0..k / 32 {
-                        let isum: i32 = (b * 32..(b + 1) * 32)
-                            .map(|c| wq[j * k + c] * xq[i * k + c])
-                            .sum();
-                        let wd = w_scale[j * (k / 32) + b];
-                        let xb = i * (k / 32) + b;
-                        ggml += wd * x_scale[xb] * f64::from(isum);
-                        quotient += wd * x_quotient[xb] * f64::from(isum);
-                        size += (wd * x_scale[xb] * f64::from(isum)).abs();
-                    }
-                    let got = f64::from(out[i * n + j]);
-                    let what = format!("{}: row {i}, output {j}: {got}", path.name());
-                    assert!(
-                        (quotient - ggml).abs() > 100.0 * TIGHT * size,
-                        "{what}: the f32 quotient gives {quotient}, as ggml's {ggml}"
-                    );
-                    assert!(
-                        (got - ggml).abs() <= TIGHT * size,
-                        "{what} against ggml's {ggml} (with the f32 quotient: {quotient})"
-                    );
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn every_path_gives_the_bits_of_the_portable_path() {
-        let mut rng = Rng(0x5151_2323_aaaa_0101);
-        let pool = one_thread();
-        for ty in QuantType::ALL {
-            for k in lengths(ty) {
-                let n = 21;
-                let bytes = random_blocks(&mut rng, ty, n * k / ty.block_values());
-                let w = QuantWeight::new(ty, n, k, &bytes).expect("a weight");
-                for m in [1usize, 2, 5, 8, 9, 33, 70] {
-                    let x = values(&mut rng, m * k);
-                    let want = product(Path::Portable, &x, m, &w, n);
-                    for path in paths() {
-                        for got in [
-                            product(path, &x, m, &w, n),
-                            pool.install(|| product(path, &x, m, &w, n)),
-                        ] {
-                            for (e, (g, want)) in got.iter().zip(&want).enumerate() {
-                                assert_eq!(
-                                    g.to_bits(),
-                                    want.to_bits(),
-                                    "{ty}, {}: k {k}, {m} rows: row {}, output {}: {g} against {want}",
-                                    path.name(),
-                                    e / n,
-                                    e % n
-                                );
-                            }
-                        }
-                    }
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn a_row_alone_gives_the_bits_it_gets_in_a_batch() {
-        let mut rng = Rng(0x7777_1111_3333_9999);
-        let pool = one_thread();
-        let (n, m) = (19, 33);
-        for ty in QuantType::ALL {
-            let k = lengths(ty)[1];
-            let bytes = random_blocks(&mut rng, ty, n * k / ty.block_values());
-            let w = QuantWeight::new(ty, n, k, &bytes).expect("a weight");
-            let x = values(&mut rng, m * k);
-            for path in paths() {
-                let batch = product(path, &x, m, &w, n);
-                for i in 0..m {
-                    let row = &x[i * k..(i + 1) * k];
-                    for alone in [
-                        product(path, row, 1, &w, n),
-                        pool.install(|| product(path, row, 1, &w, n)),
-                    ] {
-                        for j in 0..n {
-                            assert_eq!(
-                                alone[j].to_bits(),
-                                batch[i * n + j].to_bits(),
-                                "{ty}, {}: row {i}, output {j}",
-                                path.name()
-                            );
-                        }
-                    }
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn a_weight_of_the_wrong_size_is_refused() {
-        for ty in QuantType::ALL {
-            let (n, k) = (3, 2 * ty.block_values());
-            let len = n * 2 * ty.block_bytes();
-            let bytes = vec![0u8; len + 1];
-            assert!(QuantWeight::new(ty, n, k, &bytes[..len]).is_ok(), "{ty}");
-            for wrong in [len - 1, len + 1, 0] {
-                let err = QuantWeight::new(ty, n, k, &bytes[..wrong]).expect_err("refused");
-                assert!(matches!(err, QuantError::WrongLength { .. }), "{ty}: {err}");
-                assert!(
-                    matches!(err, QuantError::WrongLength { want, got, .. } if want == len && got == wrong),
-                    "{ty}: {err}"
-                );
-            }
-            let err = QuantWeight::new(ty, n, k + 16, &bytes[..len]).expect_err("refused");
-            assert!(
-                matches!(err, QuantError::NotWholeBlocks { .. }),
-                "{ty}: {err}"
-            );
-        }
-    }
-
-    #[test]
-    fn an_empty_product_writes_zeros_or_nothing() {
-        let w = QuantWeight::new(QuantType::Q8_0, 4, 0, &[]).expect("a weight");
-        let mut out = vec![UNTOUCHED; 2 * 6];
-        quant_matmul(&[], 2, &w, &mut out, 6);
-        assert_eq!(&out[..4], &[0.0; 4]);
-        assert_eq!(&out[6..10], &[0.0; 4]);
-        assert_eq!(out[4], UNTOUCHED);
-        quant_matmul(&[], 0, &w, &mut [], 6);
-    }
-}
+mod tests;
