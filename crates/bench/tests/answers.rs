@@ -8,7 +8,7 @@ use std::time::Duration;
 use guidebench_bench::planner::Conclusion;
 use guidebench_bench::report::Report;
 use guidebench_bench::runner::StopReason;
-use guidebench_bench::session::{Plan, PlanArgs, Quiet, Session};
+use guidebench_bench::session::{BackendArgs, Plan, PlanArgs, Quiet, Session};
 use guidebench_bench::{Error, Result};
 use guidebench_testkit as _;
 use tokio::sync::watch;
@@ -19,7 +19,7 @@ const DATA: &str = "kind=synthetic_text,prompt_tokens=8,output_tokens=8";
 
 fn plan(backend: &str, profile: &str, constraints: &[&str], slo: Option<&str>) -> Result<Plan> {
     Plan::new(PlanArgs {
-        backend: backend.to_owned(),
+        backend: BackendArgs::parse(backend)?,
         data: vec![DATA.to_owned()],
         profile: Some(profile.to_owned()),
         constraints: constraints.iter().map(|c| (*c).to_owned()).collect(),

@@ -9,7 +9,7 @@ use std::time::Duration;
 use guidebench_bench::compare::{CompareOutputs, compare_reports};
 use guidebench_bench::outputs;
 use guidebench_bench::report::Report;
-use guidebench_bench::session::{Plan, PlanArgs, Quiet, Session};
+use guidebench_bench::session::{BackendArgs, Plan, PlanArgs, Quiet, Session};
 use guidebench_core::request::RequestStatus;
 use guidebench_testkit as _;
 use serde_json::Value;
@@ -233,7 +233,7 @@ fn a_guidellm_report_exports_to_json_csv_and_html_with_its_numbers() {
 /// requests each) on the mock engine, saved as JSON at `path`.
 async fn guidebench_run(path: &Path) {
     let plan = Plan::new(PlanArgs {
-        backend: "kind=offline,engine=mock".into(),
+        backend: BackendArgs::parse("kind=offline,engine=mock").expect("parses"),
         data: vec!["kind=synthetic_text,prompt_tokens=16,output_tokens=8".into()],
         profile: Some("kind=concurrent,streams=1;2".into()),
         constraints: vec!["kind=max_requests,count=5".into()],

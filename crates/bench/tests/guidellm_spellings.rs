@@ -9,7 +9,7 @@ use std::time::Duration;
 use guidebench_bench::Result;
 use guidebench_bench::report::{Report, console_summary};
 use guidebench_bench::runner::{Phase, Profile, RateKind, Strategy};
-use guidebench_bench::session::{Plan, PlanArgs, Quiet, Session};
+use guidebench_bench::session::{BackendArgs, Plan, PlanArgs, Quiet, Session};
 use guidebench_core::options::parse_kind_args;
 use guidebench_testkit as _;
 use tokio::sync::watch;
@@ -20,7 +20,7 @@ const SHORT: &str = "kind=synthetic_text,prompt_tokens=8,output_tokens=4";
 
 fn plan(profile: &str, constraints: &[&str]) -> Result<Plan> {
     Plan::new(PlanArgs {
-        backend: MOCK.to_owned(),
+        backend: BackendArgs::parse(MOCK)?,
         data: vec![SHORT.to_owned()],
         profile: Some(profile.to_owned()),
         constraints: constraints.iter().map(|c| (*c).to_owned()).collect(),
@@ -143,7 +143,7 @@ fn guidellm_names_whose_meaning_differs_are_refused_with_what_to_write() {
 #[tokio::test]
 async fn a_bare_warmup_below_one_is_a_fraction_of_the_benchmark() {
     let args = PlanArgs {
-        backend: MOCK.to_owned(),
+        backend: BackendArgs::parse(MOCK).expect("parses"),
         data: vec![SHORT.to_owned()],
         profile: Some("kind=synchronous".to_owned()),
         constraints: vec!["kind=max_requests,count=20".to_owned()],
@@ -165,7 +165,7 @@ async fn a_bare_warmup_below_one_is_a_fraction_of_the_benchmark() {
 #[tokio::test]
 async fn phases_that_leave_no_request_to_measure_are_warned_about_on_the_console() {
     let args = PlanArgs {
-        backend: MOCK.to_owned(),
+        backend: BackendArgs::parse(MOCK).expect("parses"),
         data: vec![SHORT.to_owned()],
         profile: Some("kind=synchronous".to_owned()),
         constraints: vec!["kind=max_requests,count=6".to_owned()],
@@ -186,7 +186,7 @@ async fn phases_that_leave_no_request_to_measure_are_warned_about_on_the_console
 #[tokio::test]
 async fn a_warmup_inside_the_profile_is_read_as_guidellm_reads_it() {
     let args = PlanArgs {
-        backend: MOCK.to_owned(),
+        backend: BackendArgs::parse(MOCK).expect("parses"),
         data: vec![SHORT.to_owned()],
         // GuideLLM 0.8.1's spelling: a fraction, and a number that is a
         // request count where only a count bounds the benchmark.

@@ -11,7 +11,7 @@ use arrow_array::{ArrayRef, Int32Array, RecordBatch, StringArray};
 use guidebench_bench::data::{
     DataItem, DataSource, create_source, resolve_kind, with_hub_settings,
 };
-use guidebench_bench::session::{Plan, PlanArgs, Session};
+use guidebench_bench::session::{BackendArgs, Plan, PlanArgs, Session};
 use guidebench_core::options::parse_kind_args;
 use guidebench_core::request::RequestInput;
 use guidebench_hub::{HubSettings, Token};
@@ -478,7 +478,7 @@ fn the_session_downloads_the_dataset_when_it_prepares_before_the_backend_starts(
     hub.add_repo(RepoKind::Dataset, "org/questions", "main", repo.path());
     let cache = tempfile::tempdir().expect("cache");
     let plan = Plan::new(PlanArgs {
-        backend: "kind=offline,engine=mock".to_owned(),
+        backend: BackendArgs::parse("kind=offline,engine=mock").expect("parses"),
         data: vec!["kind=huggingface,source=org/questions,split=train".to_owned()],
         ..PlanArgs::default()
     })

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use guidebench_bench::report::Report;
-use guidebench_bench::session::{Plan, PlanArgs, Quiet, Session};
+use guidebench_bench::session::{BackendArgs, Plan, PlanArgs, Quiet, Session};
 use guidebench_bench::{Error, Result};
 use guidebench_core::backend::Backend;
 use guidebench_core::request::{ContentPart, RequestInput};
@@ -17,7 +17,7 @@ use tokio::sync::watch;
 /// and `max_tokens`, sorted by request id.
 async fn run(data: &[String]) -> (Result<Report>, Vec<(RequestInput, u32)>) {
     let plan = Plan::new(PlanArgs {
-        backend: "kind=offline,engine=mock".to_owned(),
+        backend: BackendArgs::parse("kind=offline,engine=mock").expect("parses"),
         data: data.to_vec(),
         profile: Some("kind=synchronous".to_owned()),
         ..PlanArgs::default()

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use guidebench_bench::report::{Excluded, Report};
-use guidebench_bench::session::{Plan, PlanArgs, Quiet, Session};
+use guidebench_bench::session::{BackendArgs, Plan, PlanArgs, Quiet, Session};
 use guidebench_bench::{Error, Result};
 use guidebench_core::backend::{Backend, ValidationReport};
 use guidebench_core::request::{GenerationRequest, GenerationResponse};
@@ -21,7 +21,7 @@ const MOCK: &str = "kind=offline,engine=mock";
 
 fn plan(backend: &str, data: &[&str], profile: &str, constraints: &[&str]) -> Result<Plan> {
     Plan::new(PlanArgs {
-        backend: backend.to_owned(),
+        backend: BackendArgs::parse(backend)?,
         data: data.iter().map(|d| (*d).to_owned()).collect(),
         profile: Some(profile.to_owned()),
         constraints: constraints.iter().map(|c| (*c).to_owned()).collect(),
@@ -102,7 +102,7 @@ async fn a_sweep_runs_synchronous_then_throughput_then_the_rates_between() {
 #[tokio::test]
 async fn warmup_requests_stay_in_the_records_but_not_in_the_metrics() {
     let mut args = PlanArgs {
-        backend: MOCK.into(),
+        backend: BackendArgs::parse(MOCK).expect("parses"),
         data: vec![SHORT.into()],
         profile: Some("kind=synchronous".into()),
         constraints: vec!["kind=max_requests,count=10".into()],
@@ -143,7 +143,7 @@ async fn warmup_requests_stay_in_the_records_but_not_in_the_metrics() {
 #[tokio::test]
 async fn a_run_entirely_inside_the_warmup_still_succeeded() {
     let args = PlanArgs {
-        backend: MOCK.into(),
+        backend: BackendArgs::parse(MOCK).expect("parses"),
         data: vec![SHORT.into()],
         profile: Some("kind=synchronous".into()),
         constraints: vec!["kind=max_requests,count=3".into()],
@@ -215,9 +215,11 @@ async fn with_on_error_skip_a_bad_row_is_counted_and_the_rest_runs() {
 #[test]
 fn the_config_a_report_keeps_hides_secrets_and_keeps_token_counts() {
     let plan = Plan::new(PlanArgs {
-        backend: "kind=openai_http,target=http://user:pw-1@h:1,api_key=sk-1,\
-                  headers.X-Trace=t-1,sampling.max_tokens=5"
-            .to_owned(),
+        backend: BackendArgs::parse(
+            "kind=openai_http,target=http://user:pw-1@h:1,api_key=sk-1,\
+             headers.X-Trace=t-1,sampling.max_tokens=5",
+        )
+        .expect("parses"),
         data: vec![SHORT.to_owned()],
         labels: [("session_token".to_owned(), "lt-1".to_owned())].into(),
         ..PlanArgs::default()
@@ -317,7 +319,7 @@ async fn a_constraint_list_longer_than_a_fixed_profile_is_refused_naming_it() {
 #[tokio::test]
 async fn a_percentage_warmup_is_a_fraction_of_max_requests() {
     let args = PlanArgs {
-        backend: MOCK.into(),
+        backend: BackendArgs::parse(MOCK).expect("parses"),
         data: vec![SHORT.into()],
         profile: Some("kind=synchronous".into()),
         constraints: vec!["kind=max_requests,count=20".into()],
@@ -516,7 +518,7 @@ async fn a_tokenizer_that_cannot_be_loaded_fails_before_the_backend_starts() {
     let path = dir.path().join("tokenizer.json");
     std::fs::write(&path, "not a tokenizer").expect("write");
     let plan = Plan::new(PlanArgs {
-        backend: MOCK.to_owned(),
+        backend: BackendArgs::parse(MOCK).expect("parses"),
         data: vec![SHORT.to_owned()],
         tokenizer: Some(path),
         ..PlanArgs::default()
@@ -710,7 +712,7 @@ fn a_hub_tokenizer_in_a_child() {
     let rows = dir.path().join("rows.csv");
     std::fs::write(&rows, "prompt,output_tokens\na,2\n").expect("write");
     let plan = Plan::new(PlanArgs {
-        backend: MOCK.to_owned(),
+        backend: BackendArgs::parse(MOCK).expect("parses"),
         data: vec![format!("kind=file,path={}", rows.display())],
         tokenizer: Some(name.into()),
         ..PlanArgs::default()

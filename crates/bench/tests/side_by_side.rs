@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use guidebench_bench::session::{Plan, PlanArgs, Progress};
+use guidebench_bench::session::{BackendArgs, Plan, PlanArgs, Progress};
 use guidebench_bench::side_by_side::{self, RunProgress};
 use guidebench_testkit as _;
 use tokio::sync::watch;
@@ -32,7 +32,7 @@ fn plans(backends: &[&str]) -> (Vec<Plan>, Vec<Arc<dyn guidebench_core::backend:
         .iter()
         .map(|backend| {
             Plan::new(PlanArgs {
-                backend: (*backend).to_owned(),
+                backend: BackendArgs::parse(backend).expect("parses"),
                 data: vec![DATA.to_owned()],
                 profile: Some("kind=synchronous".into()),
                 constraints: vec!["kind=max_requests,count=3".into()],

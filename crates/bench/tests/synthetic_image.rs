@@ -8,7 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use guidebench_bench::data::{DataItem, DataSource, OnError, PreparedSource};
-use guidebench_bench::session::{DEFAULT_MAX_TOKENS, Plan, PlanArgs, Quiet, Session, to_request};
+use guidebench_bench::session::{
+    BackendArgs, DEFAULT_MAX_TOKENS, Plan, PlanArgs, Quiet, Session, to_request,
+};
 use guidebench_bench::{Error, Result};
 use guidebench_core::Error as CoreError;
 use guidebench_core::backend::Backend;
@@ -351,7 +353,7 @@ fn a_bad_option_or_an_unknown_content_names_the_key() {
 #[tokio::test]
 async fn a_session_sends_each_request_its_images_before_the_text() {
     let plan = Plan::new(PlanArgs {
-        backend: "kind=offline,engine=mock".to_owned(),
+        backend: BackendArgs::parse("kind=offline,engine=mock").expect("parses"),
         data: vec![
             "kind=synthetic_image,width=32,height=24,images_per_request=2,output_tokens=3"
                 .to_owned(),

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use guidebench_bench::Result;
 use guidebench_bench::report::Report;
-use guidebench_bench::session::{Plan, PlanArgs, Quiet, Session};
+use guidebench_bench::session::{BackendArgs, Plan, PlanArgs, Quiet, Session};
 use guidebench_testkit as _;
 use tokio::sync::watch;
 
@@ -16,7 +16,7 @@ const MOCK: &str = "kind=offline,engine=mock";
 
 fn plan(data: &str, profile: &str) -> Result<Plan> {
     Plan::new(PlanArgs {
-        backend: MOCK.to_owned(),
+        backend: BackendArgs::parse(MOCK)?,
         data: vec![data.to_owned()],
         profile: Some(profile.to_owned()),
         ..PlanArgs::default()

@@ -1,6 +1,7 @@
 //! `guidebench mock-server`: an OpenAI-compatible server with configurable
 //! latencies and faults, for testing a pipeline without a model. It serves
-//! chat and text completions, `/v1/embeddings` and vLLM's `/pooling` (an
+//! chat and text completions, the Responses API (`/v1/responses`, streamed
+//! events and `previous_response_id`), `/v1/embeddings` and vLLM's `/pooling` (an
 //! embeddings or pooling answer comes whole after `--ttft`, with the same
 //! faults as a non-streamed completion; see
 //! [`guidebench_openai::mock_server`]).

@@ -8,9 +8,9 @@ use std::sync::Arc;
 use anyhow::anyhow;
 use clap::Args;
 use guidebench_bench::runner::Observer;
-use guidebench_bench::scenario::{Flags, RunPlan};
-use guidebench_bench::session::{Plan, Progress, Session};
-use guidebench_bench::side_by_side::{self, RunProgress};
+use guidebench_bench::scenario::Flags;
+use guidebench_bench::session::Progress;
+use guidebench_bench::side_by_side::RunProgress;
 use tokio::sync::watch;
 
 use crate::Failure;
@@ -239,36 +239,21 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
         );
     }
     let dry_run = args.dry_run;
-    let RunPlan {
-        plans,
-        outputs,
-        progress,
-        quiet,
-    } = args.into_flags()?.plan(DEFAULT_BACKEND)?;
+    let run = args.into_flags()?.plan(DEFAULT_BACKEND)?;
     if let Some(rerun) = &rerun {
-        rerun.check_outputs(&outputs)?;
+        rerun.check_outputs(&run.outputs)?;
     }
-    let progress = progress && std::io::IsTerminal::is_terminal(&std::io::stderr());
-    // Every backend's options are checked before the first one starts.
-    let plans = plans
-        .into_iter()
-        .map(Plan::new)
-        .collect::<Result<Vec<_>, _>>()?;
-    let backends = plans
-        .iter()
-        .map(Plan::create_backend)
-        .collect::<Result<Vec<_>, _>>()?;
+    let quiet = run.quiet;
+    let progress = run.progress && std::io::IsTerminal::is_terminal(&std::io::stderr());
     if dry_run {
-        // What a run checks before its backend starts: the data read and
-        // made into requests, the tokenizer loaded.
-        for plan in &plans {
-            Session::new(plan.clone()).prepare()?;
-        }
+        // What a run checks before its backend starts: every option and
+        // backend, the data read and made into requests, the tokenizer
+        // loaded.
+        let backends = run.dry_run()?;
         if !quiet {
             eprintln!(
-                "dry run: {} backend(s): every option, kind and output, the data and the \
-                 tokenizer checked (the model is not loaded); nothing ran, nothing was written",
-                backends.len()
+                "dry run: {backends} backend(s): every option, kind and output, the data and the \
+                 tokenizer checked (the model is not loaded); nothing ran, nothing was written"
             );
         }
         return Ok(());
@@ -281,7 +266,7 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
     let (report, said) = runtime.block_on(async {
         let cancel = watch_interrupts();
         let mut display = Display::start(progress, quiet);
-        let report = side_by_side::run(plans, backends, &mut display, cancel).await;
+        let report = run.run(&mut display, cancel).await;
         (report, display.finish())
     });
     let mut report = match report {
@@ -300,7 +285,7 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
         config.insert("command".into(), command.into());
     }
 
-    crate::write_run_outputs(&outputs, &report, quiet)?;
+    crate::write_run_outputs(&run.outputs, &report, quiet)?;
     if report.interrupted {
         return Err(Failure::Interrupted);
     }

@@ -445,7 +445,7 @@ fn a_bad_data_row_exits_2_naming_the_row_and_field() {
 
 #[test]
 fn the_cli_and_the_library_give_the_same_report_for_the_same_plan() {
-    use guidebench_bench::session::{Plan, PlanArgs, Quiet, Session};
+    use guidebench_bench::session::{BackendArgs, Plan, PlanArgs, Quiet, Session};
     use guidebench_builtins as _;
 
     let dir = tempfile::tempdir().expect("tempdir");
@@ -471,7 +471,7 @@ fn the_cli_and_the_library_give_the_same_report_for_the_same_plan() {
     let from_cli = read_json(&json);
 
     let plan = Plan::new(PlanArgs {
-        backend: backend.into(),
+        backend: BackendArgs::parse(backend).expect("parses"),
         data: vec![data.into()],
         profile: Some("kind=synchronous".into()),
         constraints: vec!["kind=max_requests,count=6".into()],

@@ -844,7 +844,8 @@ mod tests {
 
         // A data source that says nothing of on_error gets the struct's.
         let plan = crate::session::Plan::new(crate::session::PlanArgs {
-            backend: "kind=offline,engine=mock".into(),
+            backend: crate::session::BackendArgs::parse("kind=offline,engine=mock")
+                .expect("parses"),
             data: vec!["kind=synthetic_text,prompt_tokens=4,output_tokens=2".into()],
             ..crate::session::PlanArgs::default()
         })

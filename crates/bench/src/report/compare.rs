@@ -13,8 +13,8 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use super::console::{Align, Column, Table};
 use super::model::{BenchmarkReport, Report};
+use super::table::{Align, Column, Table};
 use crate::analysis::stats::{Interval, t_critical};
 use crate::metrics::{CONFIDENCE, Distribution};
 

@@ -11,9 +11,9 @@
 
 use serde_json::Value;
 
-use super::console::{Align, CONSOLE_WIDTH, Column, Table};
 use super::guidellm_write::benchmarks_without_requests;
 use super::model::Report;
+use super::table::{Align, CONSOLE_WIDTH, Column, Table};
 
 /// A group of adjacent columns that stay together when a table is split:
 /// the columns and, per benchmark, their cells.

@@ -254,6 +254,7 @@ fn backend_args(backend: &Map<String, Value>) -> Value {
             "text" | "/v1/completions" => "/v1/completions",
             "embeddings" | "/v1/embeddings" => "/v1/embeddings",
             "pooling" | "/pooling" => "/pooling",
+            "responses" | "/v1/responses" => "/v1/responses",
             _ => "/v1/chat/completions",
         };
         args.insert("request_format".into(), path.into());
@@ -1783,7 +1784,11 @@ mod tests {
         let back = from_guidellm(value, "test").expect("reads back");
         assert!(back.benchmarks[0].metrics.pooled);
         // The scenario names GuideLLM's endpoint.
-        for (ours, theirs) in [("embeddings", "/v1/embeddings"), ("pooling", "/pooling")] {
+        for (ours, theirs) in [
+            ("embeddings", "/v1/embeddings"),
+            ("pooling", "/pooling"),
+            ("responses", "/v1/responses"),
+        ] {
             report.config = json!({"backend": {"kind": "openai_http", "target": "http://x",
                 "request_format": ours}});
             let value = to_guidellm(&report);

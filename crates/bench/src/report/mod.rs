@@ -30,6 +30,7 @@ mod model;
 mod plot;
 mod read;
 mod side_by_side;
+mod table;
 mod yaml;
 
 pub use crate::record::{

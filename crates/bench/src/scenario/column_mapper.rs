@@ -7,7 +7,6 @@
 use guidebench_core::options::parse_kind_args;
 use serde_json::{Map, Value};
 
-use super::guidellm;
 use crate::{Error, Result};
 
 /// The flag of GuideLLM's column mapper.
@@ -132,6 +131,15 @@ pub(crate) struct ColumnMappings {
     mappings: Vec<ColumnMapping>,
 }
 
+/// The `spec.data_column_mapper` of a GuideLLM scenario, if it has one
+/// (not null): only GuideLLM's scenarios have a `spec`.
+pub(super) fn scenario_mapper(value: &Value) -> Option<&Value> {
+    value
+        .get("spec")?
+        .get("data_column_mapper")
+        .filter(|mapper| !mapper.is_null())
+}
+
 impl ColumnMappings {
     /// From `--data-column-mapper`: `kind=generative_column_mapper` with
     /// `column_mappings.TYPE=COLUMN` (a list: `COLUMN,COLUMN`), or the same
@@ -154,11 +162,10 @@ impl ColumnMappings {
         })
     }
 
-    /// The `data_column_mapper` of a GuideLLM scenario file, if it is one
-    /// and has it.
-    pub(super) fn from_scenario_file(path: &std::path::Path) -> Result<Self> {
-        let value = super::read_value(path)?;
-        match guidellm::column_mapper(&value) {
+    /// The `data_column_mapper` of a GuideLLM scenario file (`value`, read
+    /// from `path`), if it is one and has it.
+    pub(super) fn from_scenario_file(path: &std::path::Path, value: &Value) -> Result<Self> {
+        match scenario_mapper(value) {
             Some(mapper) => Self::from_value(mapper)
                 .map(|mappings| ColumnMappings {
                     source: "the scenario's data_column_mapper",

@@ -24,8 +24,9 @@ use std::path::PathBuf;
 use guidebench_core::options::parse_kind_args;
 use serde_json::{Map, Value};
 
-use super::column_mapper::ColumnMappings;
-use super::{Scenario, guidellm};
+use super::column_mapper::{ColumnMappings, scenario_mapper};
+use super::file::Scenario;
+use super::guidellm;
 use crate::session::PlanArgs;
 use crate::{Error, Result};
 
@@ -434,7 +435,7 @@ impl EnvSettings {
             Ok(scenario) => self.scenario = scenario,
             Err(e) => problems.push((involved(&names, ""), e.to_string())),
         }
-        if let Some(mapper) = guidellm::column_mapper(&root) {
+        if let Some(mapper) = scenario_mapper(&root) {
             match ColumnMappings::from_value(mapper) {
                 Ok(mappings) => self.column_mappings = Some(mappings),
                 Err(why) => problems.push((

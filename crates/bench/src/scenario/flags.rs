@@ -15,9 +15,13 @@ use serde_json::{Value, json};
 
 use super::column_mapper::{ColumnMappings, MAPPER_FLAG};
 use super::env::EnvSettings;
-use super::{Scenario, apply_overrides, guidellm};
+use super::file::Scenario;
+use super::guidellm;
+use super::overrides::{apply_overrides, override_from_pair};
+use super::read::read_value;
+use super::run_plan::RunPlan;
 use crate::outputs::{self, Output};
-use crate::session::PlanArgs;
+use crate::session::{BackendArgs, PlanArgs};
 use crate::{Error, Result};
 
 /// The flags of `guidebench run`, as given (each empty or absent when not
@@ -69,32 +73,19 @@ pub struct Flags {
     pub guidellm_env: Vec<(String, String)>,
 }
 
-/// What a run does: one plan per backend, the outputs, and whether the
-/// live progress display is wanted.
-#[derive(Debug)]
-pub struct RunPlan {
-    /// One per backend, in the order given; several run side by side.
-    pub plans: Vec<PlanArgs>,
-    /// Where the report goes: the console first, unless the console is
-    /// off; every file checked writable.
-    pub outputs: Vec<Output>,
-    /// Neither the flag nor the file turned the live progress display off.
-    pub progress: bool,
-    /// `--disable-console`: nothing on the console but errors.
-    pub quiet: bool,
-}
-
 impl Flags {
     /// The flags, the scenario file and GuideLLM's environment settings
     /// merged (flags win over the file, the file over the environment)
-    /// into what the session takes, one plan per backend;
+    /// into what the session takes, one plan per backend, each
+    /// `--backend` parsed here once ([`BackendArgs::parse`]);
     /// `default_backend` runs when none names one.
     ///
     /// # Errors
     ///
     /// A GuideLLM environment setting guidebench refuses
     /// ([`Error::Env`], naming every one), a scenario file that cannot be
-    /// read or mapped, a malformed
+    /// read or mapped, a malformed `--backend` or a sampling field it
+    /// gives that is wrong (see [`BackendArgs::parse`]), a malformed
     /// `--label`, `--output`, `--seed`, `--tokenizer`, `--metrics`,
     /// `--data-column-mapper` or `--override`, a column mapping that does
     /// not fit the data, or an output file that cannot be written.
@@ -161,7 +152,7 @@ impl Flags {
         // The environment's, below both.
         let mut mappings = match (&self.data_column_mapper, &self.scenario) {
             (Some(arg), _) => ColumnMappings::from_flag(arg)?,
-            (None, Some(path)) => ColumnMappings::from_scenario_file(path)?,
+            (None, Some(path)) => ColumnMappings::from_scenario_file(path, &read_value(path)?)?,
             (None, None) => ColumnMappings::default(),
         };
         if self.data_column_mapper.is_none()
@@ -173,7 +164,7 @@ impl Flags {
         let mut data = pick(self.data, scenario.data.as_ref().map(|d| d.to_args()));
         mappings.apply(&mut data)?;
         let base = PlanArgs {
-            backend: String::new(),
+            backend: BackendArgs::default(),
             data,
             profile: self
                 .profile
@@ -204,8 +195,10 @@ impl Flags {
         let plans = backends
             .into_iter()
             .map(|backend| {
+                // `--backend` is parsed here, once: the overrides set
+                // fields of the parsed value.
                 let mut plan = PlanArgs {
-                    backend,
+                    backend: BackendArgs::parse(&backend)?,
                     ..base.clone()
                 };
                 apply_overrides(&mut plan, &self.overrides)?;
@@ -318,7 +311,7 @@ pub fn overrides_from_args(items: &[String]) -> Result<Vec<String>> {
                 reason: format!("takes KEY=VALUE or KEY VALUES, got `{item}` alone"),
             });
         };
-        overrides.push(super::override_from_pair(item, values));
+        overrides.push(override_from_pair(item, values));
     }
     Ok(overrides)
 }
@@ -464,7 +457,7 @@ mod tests {
         assert_eq!(run.plans.len(), 2);
         assert_eq!(
             run.plans[1].backend,
-            "kind=offline,engine=mock,batch_size=2"
+            BackendArgs::parse("kind=offline,engine=mock,batch_size=2").expect("parses")
         );
         for plan in &run.plans {
             assert_eq!(plan.seed, Some(7));
@@ -616,7 +609,10 @@ mod tests {
         let run = Flags::default()
             .plan("kind=offline,engine=mock")
             .expect("plans");
-        assert_eq!(run.plans[0].backend, "kind=offline,engine=mock");
+        assert_eq!(
+            run.plans[0].backend,
+            BackendArgs::parse("kind=offline,engine=mock").expect("parses")
+        );
         assert!(run.progress);
         let err = Flags {
             label: vec!["team".into()],

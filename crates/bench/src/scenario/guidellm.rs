@@ -10,6 +10,7 @@
 
 use serde_json::{Map, Value, json};
 
+use super::column_mapper::ColumnMappings;
 use crate::runner::Phase;
 use crate::runner::aliases::{self, Component};
 
@@ -231,18 +232,6 @@ fn apply_benchmarks(
     }
 }
 
-/// The `spec.data_column_mapper` of a GuideLLM scenario, if it is one and
-/// has it (not null).
-pub(super) fn column_mapper(value: &Value) -> Option<&Value> {
-    if !is_guidellm(value) {
-        return None;
-    }
-    value
-        .get("spec")?
-        .get("data_column_mapper")
-        .filter(|mapper| !mapper.is_null())
-}
-
 /// Maps `spec` onto guidebench's fields.
 fn map_spec(spec: &Map<String, Value>, out: &mut Map<String, Value>, problems: &mut Problems) {
     for (key, value) in spec {
@@ -257,6 +246,7 @@ fn map_spec(spec: &Map<String, Value>, out: &mut Map<String, Value>, problems: &
                             "/v1/completions" => Some("text"),
                             "/v1/embeddings" => Some("embeddings"),
                             "/pooling" => Some("pooling"),
+                            "/v1/responses" => Some("responses"),
                             _ => None,
                         };
                         match ours {
@@ -265,8 +255,8 @@ fn map_spec(spec: &Map<String, Value>, out: &mut Map<String, Value>, problems: &
                             }
                             None => problems.unsupported(
                                 &format!("{path}.request_format"),
-                                "only /v1/chat/completions, /v1/completions, /v1/embeddings and \
-                                 /pooling",
+                                "only /v1/chat/completions, /v1/completions, /v1/embeddings, \
+                                 /pooling and /v1/responses",
                             ),
                         }
                     }
@@ -340,9 +330,9 @@ fn map_spec(spec: &Map<String, Value>, out: &mut Map<String, Value>, problems: &
             "metrics" => map_metrics(&path, value, out, problems),
             // Checked here, to name it with the rest; its mappings are
             // applied to whichever data the run reads, the file's or the
-            // flags' ([`super::flags::ColumnMappings`]).
+            // flags' ([`ColumnMappings`]).
             "data_column_mapper" => {
-                if let Err(why) = super::column_mapper::ColumnMappings::from_value(value) {
+                if let Err(why) = ColumnMappings::from_value(value) {
                     problems.unsupported(&path, &why);
                 }
             }

@@ -15,7 +15,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use super::read_value;
+use super::read::read_value;
 use crate::report::GUIDEBENCH_KEY;
 use crate::{Error, Result};
 
