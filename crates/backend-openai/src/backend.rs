@@ -1,5 +1,7 @@
 //! The `openai_http` backend.
 
+use std::collections::{HashMap, VecDeque};
+use std::hash::{DefaultHasher, Hash as _, Hasher as _};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -29,11 +31,18 @@ use crate::config::{OpenAiConfig, RequestFormat};
 use crate::error::{OpenAiError, chain, snippet};
 use crate::keep_alive::{KeepAlive, idle_timeout_for, unanswered};
 use crate::protocol::{
-    Body, LineSplitter, OutputEvent, PooledBody, Usage, data_payload, token_timestamps,
+    Body, LineSplitter, OutputEvent, PooledBody, ResponseObject, ResponsesEvent, Usage,
+    data_payload, token_timestamps,
 };
 
 /// The registered name of this backend kind.
 pub const KIND: &str = "openai_http";
+
+/// How long a stream may stay open after the event that ended its answer
+/// (`[DONE]`, `response.completed`): it is read to its end so that its
+/// connection is reused, unless the server keeps it open longer; then it is
+/// dropped, and the answer counts as ended at that event.
+const STREAM_END_GRACE: Duration = Duration::from_millis(100);
 
 /// How many characters of a bad body an error message quotes.
 const SNIPPET_CHARS: usize = 200;
@@ -97,6 +106,35 @@ pub const STREAM_EVENTS: &str = "guidebench_openai::stream_events";
 /// instants: its latency is `start` to the whole answer, and TTFT,
 /// inter-token latency and TPOT do not apply.
 ///
+/// # Responses API
+///
+/// With `request_format=responses` (GuideLLM's `/v1/responses`) the body
+/// is as GuideLLM builds it: `model`, `input` (a list of input items: user
+/// messages with `input_text`, `input_image` and `input_file` parts,
+/// assistant messages with their text), leading system messages as
+/// `instructions`, `max_output_tokens` and the sampling fields of the chat
+/// body, and `stream` (no `stream_options`). In a stream, each
+/// `response.output_text.delta` is an event carrying output text (the
+/// first one is the first token), reasoning deltas
+/// (`response.reasoning_text.delta`, `response.reasoning_summary_text.delta`)
+/// count as for chat, and the usage (`input_tokens`, `output_tokens`) comes
+/// from `response.completed` (or `response.incomplete`, which at
+/// `max_output_tokens` finishes with `length`). `response.failed` and
+/// `error` events fail the request as `server_error` with the server's
+/// message. A non-streamed answer's text is its `message` items'
+/// `output_text`. A stream kept open after the event that ended its answer
+/// (`response.completed`, or `[DONE]` for chat and text) is dropped
+/// 100 ms later; the answer counts as ended at that event.
+///
+/// With `server_history=true` a later turn of a conversation, whose input
+/// holds an earlier answer of this run followed by new messages, sends
+/// `previous_response_id` (that answer's id) and only the messages after
+/// it; the server keeps the history. The earlier answer is recognised by
+/// the conversation up to it (instructions, input items and the answer's
+/// text); when none is known (another process's answer, a history cut to
+/// the last exchange, more than 65,536 answers ago) the whole history is
+/// sent as input items, as it always is without `server_history`.
+///
 /// # Errors
 ///
 /// Failures of one request are returned as [`Error::Backend`] wrapping an
@@ -138,6 +176,9 @@ struct Running {
     completions_url: reqwest::Url,
     completions_label: String,
     model: tokio::sync::OnceCell<Arc<str>>,
+    /// The ids of the Responses API answers later turns may continue, with
+    /// `server_history`.
+    response_ids: Mutex<ResponseIds>,
     /// Set (under the backend's state lock) when shutdown begins.
     closed: AtomicBool,
     /// Cancels requests still in flight when the drain time is over.
@@ -338,7 +379,15 @@ impl OpenAiHttpBackend {
         let model = self.model(running).await?;
         let started = now();
         let deadline = tokio::time::Instant::from_std(started) + self.config.timeout;
-        let body = bytes::Bytes::from(build_body(&self.config, &model, &request)?);
+        let responses = self.config.request_format == RequestFormat::Responses;
+        let (body, conversation) = if responses {
+            let ids = self.config.server_history.then_some(&running.response_ids);
+            let (body, conversation) = responses_body(&self.config, &model, &request, ids)?;
+            (body, Some(conversation))
+        } else {
+            (build_body(&self.config, &model, &request)?, None)
+        };
+        let body = bytes::Bytes::from(body);
         let url_label = running.completions_label.as_str();
         let timeout = || OpenAiError::Timeout {
             url: url_label.to_owned(),
@@ -424,14 +473,24 @@ impl OpenAiHttpBackend {
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with("text/event-stream"));
 
-        let mut output = Output::default();
+        let mut output = Output {
+            responses,
+            ..Output::default()
+        };
         let arrived;
+        // When the answer ended, if not when the last byte was read.
+        let mut end_at = None;
         let mut interrupted = false;
         if is_sse {
             let mut stream = response.bytes_stream();
             let mut splitter = LineSplitter::default();
             let mut finished = false;
+            // When the event that ended the answer was read.
+            let mut ended: Option<Instant> = None;
             loop {
+                let limit = ended.map_or(deadline, |at| {
+                    deadline.min(tokio::time::Instant::from_std(at) + STREAM_END_GRACE)
+                });
                 let next = tokio::select! {
                     biased;
                     // Interrupted: keep what arrived, drop the connection.
@@ -439,24 +498,43 @@ impl OpenAiHttpBackend {
                         interrupted = true;
                         break;
                     }
-                    next = timeout_at(deadline, stream.next()) => next.map_err(|_| timeout())?,
+                    next = timeout_at(limit, stream.next()) => match next {
+                        Ok(next) => next,
+                        // The answer is whole but the server keeps its
+                        // stream open: drop it, the answer ended then.
+                        Err(_) if finished => {
+                            end_at = ended;
+                            break;
+                        }
+                        Err(_) => return Err(timeout().into()),
+                    },
                 };
                 let Some(chunk) = next else { break };
-                let chunk = chunk.map_err(|e| {
-                    self.classify(
-                        &e,
-                        url_label,
-                        &format!("reading the stream after {} events", output.events.len()),
-                    )
-                })?;
+                let chunk = match chunk {
+                    Ok(chunk) => chunk,
+                    // The answer is whole: what fails after it is no loss.
+                    Err(_) if finished => break,
+                    Err(e) => {
+                        return Err(self
+                            .classify(
+                                &e,
+                                url_label,
+                                &format!("reading the stream after {} events", output.events.len()),
+                            )
+                            .into());
+                    }
+                };
                 if finished {
                     continue; // drain to the end, so the connection is reused
                 }
                 let read_at = now();
                 finished =
                     splitter.feed(&chunk, |line| output.on_line(line, read_at, url_label))?;
+                if finished {
+                    ended = Some(read_at);
+                }
             }
-            arrived = now();
+            arrived = end_at.unwrap_or_else(now);
             if !interrupted && !finished && !splitter.remainder().is_empty() {
                 let line = std::mem::take(&mut splitter).remainder().to_vec();
                 finished = output.on_line(&line, arrived, url_label)?;
@@ -465,10 +543,17 @@ impl OpenAiHttpBackend {
             if !interrupted && !finished && output.finish.is_none() {
                 return Err(OpenAiError::StreamTruncated {
                     url: url_label.to_owned(),
-                    detail: format!(
-                        "after {} events carrying output, without a finish_reason or [DONE]",
-                        output.events.len()
-                    ),
+                    detail: if responses {
+                        format!(
+                            "after {} events carrying output, without response.completed",
+                            output.events.len()
+                        )
+                    } else {
+                        format!(
+                            "after {} events carrying output, without a finish_reason or [DONE]",
+                            output.events.len()
+                        )
+                    },
                 }
                 .into());
             }
@@ -482,6 +567,12 @@ impl OpenAiHttpBackend {
             output.on_body(&body, url_label)?;
         }
 
+        if self.config.server_history
+            && !interrupted
+            && let (Some(conversation), Some(id)) = (conversation, output.response_id.take())
+        {
+            lock(&running.response_ids).remember(conversation.answered(&output.text), id);
+        }
         let usage = output.usage.unwrap_or_default();
         if let Some(reasoning) = usage.reasoning_tokens() {
             tracing::debug!(
@@ -534,7 +625,7 @@ impl OpenAiHttpBackend {
             timings: RequestTimings {
                 start: Some(start),
                 tokens,
-                end: Some(Clock::global().wall(now())),
+                end: Some(Clock::global().wall(end_at.unwrap_or_else(now))),
                 retries,
                 first_content,
                 reasoning_tokens,
@@ -732,6 +823,11 @@ struct Output {
     /// When the first event carrying answer text (not reasoning) was read,
     /// once some reasoning came before it.
     first_content: Option<Instant>,
+    /// Whether the answer is the Responses API's (typed events, `output`
+    /// items) rather than chat or text completions' (`choices`).
+    responses: bool,
+    /// The Responses API answer's id.
+    response_id: Option<String>,
 }
 
 impl Output {
@@ -753,7 +849,11 @@ impl Output {
             return Ok(true);
         }
         let content_before = self.text.len();
-        let text_bytes = self.absorb(payload, url)?;
+        let (text_bytes, done) = if self.responses {
+            self.absorb_event(payload, url)?
+        } else {
+            (self.absorb(payload, url)?, false)
+        };
         if self.reasoned && self.first_content.is_none() && self.text.len() > content_before {
             self.first_content = Some(now);
         }
@@ -764,28 +864,99 @@ impl Output {
             });
             tracing::trace!(target: STREAM_EVENTS, text_bytes, "stream event read");
         }
-        Ok(false)
+        Ok(done)
     }
 
     /// Handles a whole non-streamed body.
     fn on_body(&mut self, body: &[u8], url: &str) -> std::result::Result<(), OpenAiError> {
+        if self.responses {
+            let answer: ResponseObject<'_> = parse_json(body, url)?;
+            if let Some(error) = &answer.error {
+                return Err(server_error(url, error.message()));
+            }
+            if answer.status.as_deref() == Some("failed") {
+                return Err(server_error(url, "the response failed".to_owned()));
+            }
+            let (text, reasoning) = answer.texts();
+            self.text.push_str(&text);
+            self.reasoned |= !reasoning.is_empty();
+            self.end_response(&answer);
+            return Ok(());
+        }
         self.absorb(body, url).map(|_| ())
+    }
+
+    /// Parses one event of a streamed Responses API answer; the bytes of
+    /// output text (content and reasoning) it carried, and whether it ended
+    /// the answer (`response.completed`, `response.incomplete`).
+    fn absorb_event(
+        &mut self,
+        json: &[u8],
+        url: &str,
+    ) -> std::result::Result<(usize, bool), OpenAiError> {
+        let event: ResponsesEvent<'_> = parse_json(json, url)?;
+        if let Some(error) = &event.error {
+            return Err(server_error(url, error.message()));
+        }
+        if self.response_id.is_none()
+            && let Some(id) = event.response.as_ref().and_then(|r| r.id.as_deref())
+        {
+            self.response_id = Some(id.to_owned());
+        }
+        let delta = event.delta.as_deref().unwrap_or("");
+        match event.kind.as_deref().unwrap_or("") {
+            "response.output_text.delta" => {
+                self.text.push_str(delta);
+                Ok((delta.len(), false))
+            }
+            "response.reasoning_text.delta" | "response.reasoning_summary_text.delta" => {
+                self.reasoned |= !delta.is_empty();
+                Ok((delta.len(), false))
+            }
+            // A tool call's arguments are generated tokens, not text.
+            "response.function_call_arguments.delta" => Ok((delta.len(), false)),
+            "response.completed" | "response.incomplete" => {
+                if let Some(answer) = &event.response {
+                    self.end_response(answer);
+                }
+                Ok((0, true))
+            }
+            "response.failed" => {
+                let message = event
+                    .response
+                    .as_ref()
+                    .and_then(|r| r.error.as_ref())
+                    .map_or_else(|| "the response failed".to_owned(), |e| e.message());
+                Err(server_error(url, message))
+            }
+            "error" => Err(server_error(url, event.error_message())),
+            _ => Ok((0, false)),
+        }
+    }
+
+    /// Takes the usage, the id and how it finished from a whole Responses
+    /// API answer (`response.completed` says nothing of why it stopped: the
+    /// output length decides, as for a finish without a reason).
+    fn end_response(&mut self, answer: &ResponseObject<'_>) {
+        if let Some(usage) = answer.usage {
+            self.usage = Some(usage.into());
+        }
+        if let Some(id) = &answer.id {
+            self.response_id = Some(id.to_string());
+        }
+        if answer.hit_max_output_tokens() {
+            self.finish = Some(RawFinish::Length);
+        } else if answer.status.as_deref() == Some("incomplete") {
+            self.finish = Some(RawFinish::Stop);
+        }
     }
 
     /// Parses a chunk or body; the bytes of output text (content and
     /// reasoning) it carried.
     fn absorb(&mut self, json: &[u8], url: &str) -> std::result::Result<usize, OpenAiError> {
-        let body: Body<'_> =
-            serde_json::from_slice(json).map_err(|e| OpenAiError::MalformedResponse {
-                url: url.to_owned(),
-                reason: e.to_string(),
-                snippet: snippet(&String::from_utf8_lossy(json), SNIPPET_CHARS),
-            })?;
+        let body: Body<'_> = parse_json(json, url)?;
         if let Some(error) = &body.error {
-            return Err(OpenAiError::ServerError {
-                url: url.to_owned(),
-                message: error.message(),
-            });
+            return Err(server_error(url, error.message()));
         }
         let mut carried = 0;
         for choice in &body.choices {
@@ -812,6 +983,26 @@ impl Output {
             self.usage = Some(usage);
         }
         Ok(carried)
+    }
+}
+
+/// `json` parsed as `T`, or a `malformed_response` error quoting it.
+fn parse_json<'a, T: serde::Deserialize<'a>>(
+    json: &'a [u8],
+    url: &str,
+) -> std::result::Result<T, OpenAiError> {
+    serde_json::from_slice(json).map_err(|e| OpenAiError::MalformedResponse {
+        url: url.to_owned(),
+        reason: e.to_string(),
+        snippet: snippet(&String::from_utf8_lossy(json), SNIPPET_CHARS),
+    })
+}
+
+/// The error of a server that reported one inside its answer.
+fn server_error(url: &str, message: String) -> OpenAiError {
+    OpenAiError::ServerError {
+        url: url.to_owned(),
+        message,
     }
 }
 
@@ -942,6 +1133,9 @@ fn build_body(config: &OpenAiConfig, model: &str, request: &GenerationRequest) -
             };
             body.insert("prompt".into(), Value::String(prompt));
         }
+        RequestFormat::Responses => {
+            return responses_body(config, model, request, None).map(|(body, _)| body);
+        }
         RequestFormat::Embeddings | RequestFormat::Pooling => {
             // As GuideLLM sends it: the model and the input text; no
             // sampling, never streamed (extra_body may add encoding_format,
@@ -954,8 +1148,19 @@ fn build_body(config: &OpenAiConfig, model: &str, request: &GenerationRequest) -
             return finish_body(config, body);
         }
     }
+    insert_sampling(&mut body, request, "max_tokens");
+    if config.stream {
+        body.insert("stream".into(), Value::Bool(true));
+        body.insert("stream_options".into(), json!({"include_usage": true}));
+    }
+    finish_body(config, body)
+}
+
+/// The request's sampling fields, the output limit under `max_key`
+/// (`max_tokens`, or `max_output_tokens` for the Responses API).
+fn insert_sampling(body: &mut Map<String, Value>, request: &GenerationRequest, max_key: &str) {
     let sampling = &request.sampling;
-    body.insert("max_tokens".into(), json!(sampling.max_tokens));
+    body.insert(max_key.into(), json!(sampling.max_tokens));
     body.insert("temperature".into(), json!(sampling.temperature));
     if sampling.top_p < 1.0 {
         body.insert("top_p".into(), json!(sampling.top_p));
@@ -972,11 +1177,230 @@ fn build_body(config: &OpenAiConfig, model: &str, request: &GenerationRequest) -
     if sampling.ignore_eos {
         body.insert("ignore_eos".into(), Value::Bool(true));
     }
-    if config.stream {
-        body.insert("stream".into(), Value::Bool(true));
-        body.insert("stream_options".into(), json!({"include_usage": true}));
+}
+
+/// How many answers' ids a run keeps for `server_history`; the oldest are
+/// forgotten first.
+const REMEMBERED_RESPONSES: usize = 65_536;
+
+/// The ids of Responses API answers, each under the key of the
+/// conversation it ended ([`ConversationKey::answered`]).
+#[derive(Debug, Default)]
+struct ResponseIds {
+    by_key: HashMap<u64, String>,
+    order: VecDeque<u64>,
+}
+
+impl ResponseIds {
+    /// Keeps `id` as the answer that ended the conversation `key`.
+    fn remember(&mut self, key: u64, id: String) {
+        if self.by_key.insert(key, id).is_none() {
+            self.order.push_back(key);
+            if self.order.len() > REMEMBERED_RESPONSES
+                && let Some(oldest) = self.order.pop_front()
+            {
+                self.by_key.remove(&oldest);
+            }
+        }
     }
-    finish_body(config, body)
+
+    /// The id of the answer that ended the conversation `key`, if known.
+    fn get(&self, key: u64) -> Option<&str> {
+        self.by_key.get(&key).map(String::as_str)
+    }
+}
+
+/// A conversation's running hash: its instructions, then each input item
+/// as its JSON text. A later turn holds the earlier turn's input items and
+/// answer before its new messages, so the hash of that prefix is the key
+/// the earlier answer's id was kept under.
+#[derive(Debug, Clone)]
+struct ConversationKey(DefaultHasher);
+
+impl ConversationKey {
+    fn new(instructions: Option<&str>) -> Self {
+        let mut hasher = DefaultHasher::new();
+        instructions.hash(&mut hasher);
+        ConversationKey(hasher)
+    }
+
+    fn push(&mut self, item: &Value) {
+        item.to_string().hash(&mut self.0);
+    }
+
+    fn key(&self) -> u64 {
+        self.0.finish()
+    }
+
+    /// The key of the conversation once `answer` was answered to it.
+    fn answered(mut self, answer: &str) -> u64 {
+        self.push(&assistant_item(answer));
+        self.key()
+    }
+}
+
+/// The body of a Responses API request, and the key of the conversation
+/// its input makes. With `ids` (`server_history`), when the input holds an
+/// answer whose id is known followed by new messages, only those are sent,
+/// after `previous_response_id`.
+fn responses_body(
+    config: &OpenAiConfig,
+    model: &str,
+    request: &GenerationRequest,
+    ids: Option<&Mutex<ResponseIds>>,
+) -> Result<(Vec<u8>, ConversationKey)> {
+    let (instructions, items) = response_input(request)?;
+    let mut conversation = ConversationKey::new(instructions.as_deref());
+    // Where an earlier answer may end: after an assistant item that more
+    // items follow.
+    let mut answers = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        conversation.push(item);
+        if i + 1 < items.len() && item.get("role").and_then(Value::as_str) == Some("assistant") {
+            answers.push((i + 1, conversation.key()));
+        }
+    }
+    let previous = ids.and_then(|ids| {
+        let ids = lock(ids);
+        answers
+            .iter()
+            .rev()
+            .find_map(|&(from, key)| ids.get(key).map(|id| (from, id.to_owned())))
+    });
+    let mut body = Map::new();
+    body.insert("model".into(), Value::String(model.to_owned()));
+    if let Some(instructions) = instructions {
+        body.insert("instructions".into(), Value::String(instructions));
+    }
+    let input = match previous {
+        Some((from, id)) => {
+            body.insert("previous_response_id".into(), Value::String(id));
+            items[from..].to_vec()
+        }
+        None => items,
+    };
+    body.insert("input".into(), Value::Array(input));
+    insert_sampling(&mut body, request, "max_output_tokens");
+    if config.stream {
+        // As GuideLLM: no stream_options (the usage comes with
+        // response.completed).
+        body.insert("stream".into(), Value::Bool(true));
+    }
+    Ok((finish_body(config, body)?, conversation))
+}
+
+/// The `instructions` (the leading system messages' text, a line each)
+/// and the `input` items of a Responses API request.
+fn response_input(request: &GenerationRequest) -> Result<(Option<String>, Vec<Value>)> {
+    let messages = match &request.input {
+        RequestInput::Text(text) => {
+            return Ok((
+                None,
+                vec![json!({"role": "user", "content": [{"type": "input_text", "text": text}]})],
+            ));
+        }
+        RequestInput::Chat(messages) => messages,
+    };
+    let only_text = |m: &ChatMessage| {
+        m.content
+            .iter()
+            .all(|p| matches!(p, ContentPart::Text { .. }))
+    };
+    let leading = messages
+        .iter()
+        .take_while(|m| matches!(m.role.as_str(), "system" | "developer") && only_text(m))
+        .count();
+    let instructions = (leading > 0).then(|| {
+        messages[..leading]
+            .iter()
+            .map(message_text)
+            .collect::<Vec<_>>()
+            .join("\n")
+    });
+    let items = messages[leading..]
+        .iter()
+        .map(|m| {
+            if m.role == "assistant" {
+                if let Some(input) = m.content.iter().find_map(|p| match p {
+                    ContentPart::Text { .. } => None,
+                    ContentPart::Image { .. } => Some("image"),
+                    ContentPart::Audio { .. } => Some("audio"),
+                }) {
+                    return Err(guidebench_core::registry::unsupported_input(
+                        "openai_http with request_format=responses (in an assistant message)",
+                        input,
+                    ));
+                }
+                return Ok(assistant_item(&message_text(m)));
+            }
+            let parts = m
+                .content
+                .iter()
+                .map(response_part)
+                .collect::<Result<Vec<_>>>()?;
+            Ok(json!({"role": m.role, "content": parts}))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok((instructions, items))
+}
+
+/// An assistant message as a Responses API input item.
+fn assistant_item(text: &str) -> Value {
+    json!({"role": "assistant", "content": text})
+}
+
+/// A message's text parts, joined by a space (as the plain prompt format
+/// joins them).
+fn message_text(message: &ChatMessage) -> String {
+    message
+        .content
+        .iter()
+        .filter_map(|p| match p {
+            ContentPart::Text { text } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// A content part as a Responses API input part, as GuideLLM writes them:
+/// `input_text`, `input_image` (a URL or a data URL), `input_file` (audio,
+/// its bytes in base64, or its URL).
+fn response_part(part: &ContentPart) -> Result<Value> {
+    Ok(match part {
+        ContentPart::Text { text } => json!({"type": "input_text", "text": text}),
+        ContentPart::Image { source } => {
+            let url = match source {
+                MediaSource::Url(url) => url.clone(),
+                MediaSource::Path(path) => {
+                    let data = read_media(path)?;
+                    data_url(mime_from_path(path, "image"), &data)
+                }
+                MediaSource::Bytes { mime, data } => data_url(mime, data),
+            };
+            json!({"type": "input_image", "image_url": url})
+        }
+        ContentPart::Audio { source } => match source {
+            MediaSource::Url(url) => match url
+                .strip_prefix("data:")
+                .and_then(|rest| rest.split_once(";base64,"))
+            {
+                Some((_, data)) => json!({"type": "input_file", "file_data": data}),
+                None => json!({"type": "input_file", "file_url": url}),
+            },
+            MediaSource::Path(path) => {
+                let data = read_media(path)?;
+                json!({
+                    "type": "input_file",
+                    "file_data": base64::engine::general_purpose::STANDARD.encode(&data),
+                })
+            }
+            MediaSource::Bytes { data, .. } => json!({
+                "type": "input_file",
+                "file_data": base64::engine::general_purpose::STANDARD.encode(data),
+            }),
+        },
+    })
 }
 
 /// `body` with `extra_body` merged in (its keys win), as JSON bytes.
@@ -1088,10 +1512,10 @@ fn flatten_chat(messages: &[ChatMessage], format: RequestFormat) -> Result<Strin
             ContentPart::Image { .. } => "image",
             ContentPart::Audio { .. } => "audio",
         };
-        return Err(Error::UnsupportedInput {
-            engine: format!("openai_http with request_format={}", format.name()),
+        return Err(guidebench_core::registry::unsupported_input(
+            format!("openai_http with request_format={}", format.name()),
             input,
-        });
+        ));
     }
     let plain = PromptFormatter::new(
         &TemplateFormat::Plain,
@@ -1127,6 +1551,7 @@ impl Backend for OpenAiHttpBackend {
             completions_label: shown(&completions_url),
             completions_url,
             model,
+            response_ids: Mutex::new(ResponseIds::default()),
             closed: AtomicBool::new(false),
             cancel: CancellationToken::new(),
             interrupt: CancellationToken::new(),
@@ -1184,6 +1609,9 @@ impl Backend for OpenAiHttpBackend {
             "request_format".into(),
             json!(self.config.request_format.name()),
         );
+        if self.config.request_format == RequestFormat::Responses {
+            info.insert("server_history".into(), json!(self.config.server_history));
+        }
         // Embeddings and pooling answers are never streamed.
         info.insert(
             "stream".into(),
@@ -1493,6 +1921,162 @@ mod tests {
         let err = pooled_response(RequestFormat::Embeddings, &request, b"{not json", "u")
             .expect_err("not JSON");
         assert_eq!(err.label(), "malformed_response");
+    }
+
+    #[test]
+    fn a_responses_body_has_input_items_instructions_media_and_max_output_tokens() {
+        let mut c = config(RequestFormat::Responses);
+        c.stream = false;
+        let messages = vec![
+            ChatMessage::text("system", "be brief"),
+            ChatMessage {
+                role: "user".into(),
+                content: vec![
+                    ContentPart::text("look"),
+                    ContentPart::Image {
+                        source: MediaSource::Bytes {
+                            mime: "image/png".into(),
+                            data: Arc::from(&b"abc"[..]),
+                        },
+                    },
+                    ContentPart::Audio {
+                        source: MediaSource::Url("data:audio/wav;base64,YWJj".into()),
+                    },
+                ],
+            },
+            ChatMessage::text("assistant", "seen"),
+            ChatMessage::text("user", "and?"),
+        ];
+        let request = GenerationRequest::new(
+            1,
+            RequestInput::Chat(messages),
+            Sampling::fixed_length(4).expect("valid"),
+        );
+        let body = body_of(&c, &request);
+        assert_eq!(body["instructions"], "be brief");
+        assert_eq!(body["max_output_tokens"], 4);
+        assert!(body.get("max_tokens").is_none() && body.get("stream").is_none());
+        assert_eq!(
+            body["input"],
+            json!([
+                {"role": "user", "content": [
+                    {"type": "input_text", "text": "look"},
+                    {"type": "input_image", "image_url": "data:image/png;base64,YWJj"},
+                    {"type": "input_file", "file_data": "YWJj"},
+                ]},
+                {"role": "assistant", "content": "seen"},
+                {"role": "user", "content": [{"type": "input_text", "text": "and?"}]},
+            ])
+        );
+        // An answer holding media cannot be sent back as an input item.
+        let media_answer = vec![ChatMessage {
+            role: "assistant".into(),
+            content: vec![ContentPart::Image {
+                source: MediaSource::Url("u".into()),
+            }],
+        }];
+        let request = GenerationRequest::new(
+            2,
+            RequestInput::Chat(media_answer),
+            Sampling::fixed_length(2).expect("valid"),
+        );
+        let err = build_body(&c, "m", &request).expect_err("media answer");
+        assert_eq!(err.label(), "unsupported_input");
+    }
+
+    #[test]
+    fn a_later_turn_names_the_answer_it_continues_once_that_answer_is_remembered() {
+        let mut c = config(RequestFormat::Responses);
+        c.server_history = true;
+        let first = vec![ChatMessage::text("user", "q1")];
+        let request = GenerationRequest::new(
+            1,
+            RequestInput::Chat(first.clone()),
+            Sampling::fixed_length(2).expect("valid"),
+        );
+        let ids = Mutex::new(ResponseIds::default());
+        let (_, conversation) = responses_body(&c, "m", &request, Some(&ids)).expect("body");
+        let mut second = first;
+        second.push(ChatMessage::text("assistant", "a1"));
+        second.push(ChatMessage::text("user", "q2"));
+        let request = GenerationRequest::new(
+            2,
+            RequestInput::Chat(second),
+            Sampling::fixed_length(2).expect("valid"),
+        );
+        let body = |ids: &Mutex<ResponseIds>| -> Value {
+            let (bytes, _) = responses_body(&c, "m", &request, Some(ids)).expect("body");
+            serde_json::from_slice(&bytes).expect("json")
+        };
+        // Not yet remembered: the whole history.
+        assert_eq!(body(&ids)["input"].as_array().map(Vec::len), Some(3));
+        // Another answer text is another conversation.
+        lock(&ids).remember(conversation.clone().answered("other"), "r0".into());
+        assert!(body(&ids).get("previous_response_id").is_none());
+        lock(&ids).remember(conversation.answered("a1"), "r1".into());
+        let sent = body(&ids);
+        assert_eq!(sent["previous_response_id"], "r1");
+        assert_eq!(
+            sent["input"],
+            json!([{"role": "user", "content": [{"type": "input_text", "text": "q2"}]}])
+        );
+    }
+
+    #[test]
+    fn responses_events_give_text_usage_id_and_errors() {
+        let url = "u";
+        let now = Instant::now();
+        let mut out = Output {
+            responses: true,
+            ..Output::default()
+        };
+        let lines: [&[u8]; 6] = [
+            b"event: response.created",
+            br#"data: {"type":"response.created","response":{"id":"r9","status":"in_progress","usage":null,"error":null}}"#,
+            br#"data: {"type":"response.reasoning_text.delta","delta":"hmm"}"#,
+            br#"data: {"type":"response.output_text.delta","delta":"hi"}"#,
+            br#"data: {"type":"response.output_text.delta","delta":""}"#,
+            br#"data: {"type":"response.output_text.done","text":"hi"}"#,
+        ];
+        for line in lines {
+            assert!(!out.on_line(line, now, url).expect("parsed"));
+        }
+        let done = br#"data: {"type":"response.incomplete","response":{"id":"r9","status":"incomplete","incomplete_details":{"reason":"max_output_tokens"},"usage":{"input_tokens":3,"output_tokens":4,"output_tokens_details":{"reasoning_tokens":1}}}}"#;
+        assert!(out.on_line(done, now, url).expect("parsed"), "the end");
+        assert_eq!(out.text, "hi");
+        assert_eq!(out.events.len(), 2, "the reasoning and the text delta");
+        assert!(out.reasoned);
+        assert_eq!(out.response_id.as_deref(), Some("r9"));
+        assert_eq!(out.finish, Some(RawFinish::Length));
+        let usage = out.usage.expect("usage");
+        assert_eq!(
+            (
+                usage.prompt_tokens,
+                usage.completion_tokens,
+                usage.reasoning_tokens()
+            ),
+            (Some(3), Some(4), Some(1))
+        );
+
+        let mut out = Output {
+            responses: true,
+            ..Output::default()
+        };
+        let body = br#"{"id":"r1","status":"completed","output":[
+            {"type":"reasoning","summary":[{"type":"summary_text","text":"think"}]},
+            {"type":"message","content":[{"type":"output_text","text":"a"},{"type":"refusal","refusal":"x"},{"type":"output_text","text":"b"}]}],
+            "usage":{"input_tokens":2,"output_tokens":5}}"#;
+        out.on_body(body, url).expect("parsed");
+        assert_eq!(
+            (out.text.as_str(), out.reasoned, out.finish),
+            ("ab", true, None)
+        );
+        assert_eq!(out.usage.and_then(|u| u.completion_tokens), Some(5));
+        let failed =
+            br#"{"id":"r2","status":"failed","error":{"code":"server_error","message":"boom"}}"#;
+        let err = out.on_body(failed, url).expect_err("failed");
+        assert_eq!(err.label(), "server_error");
+        assert!(err.to_string().contains("boom"), "{err}");
     }
 
     #[test]

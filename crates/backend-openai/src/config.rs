@@ -28,10 +28,19 @@ pub const OPTIONS: &[OptionSpec] = &[
     ),
     OptionSpec::optional(
         "request_format",
-        OptionType::Choice(&["chat", "text", "embeddings", "pooling"]),
-        "chat (/v1/chat/completions), text (/v1/completions), embeddings (/v1/embeddings) or \
-         pooling (vLLM's /pooling); GuideLLM's spellings /v1/chat/completions, \
-         /v1/completions, /v1/embeddings and /pooling are accepted",
+        OptionType::Choice(&["chat", "text", "responses", "embeddings", "pooling"]),
+        "chat (/v1/chat/completions), text (/v1/completions), responses (/v1/responses), \
+         embeddings (/v1/embeddings) or pooling (vLLM's /pooling); GuideLLM's spellings \
+         /v1/chat/completions, /v1/completions, /v1/responses, /v1/embeddings and /pooling \
+         are accepted",
+    )
+    .default_from::<OpenAiDefaults>(),
+    OptionSpec::optional(
+        "server_history",
+        OptionType::Bool,
+        "with request_format=responses: later turns of a conversation send the previous \
+         answer's previous_response_id and only their new input, the server keeping the \
+         history; false sends the whole history as input items (as GuideLLM's option)",
     )
     .default_from::<OpenAiDefaults>(),
     OptionSpec::optional(
@@ -108,6 +117,7 @@ pub const OPTIONS: &[OptionSpec] = &[
 #[derive(Debug, Serialize)]
 struct OpenAiDefaults {
     request_format: RequestFormat,
+    server_history: bool,
     validate: bool,
     stream: bool,
     #[serde(serialize_with = "serialize_duration")]
@@ -124,6 +134,7 @@ impl Default for OpenAiDefaults {
     fn default() -> Self {
         OpenAiDefaults {
             request_format: RequestFormat::default(),
+            server_history: false,
             validate: true,
             stream: true,
             timeout: Duration::from_secs(300),
@@ -135,10 +146,10 @@ impl Default for OpenAiDefaults {
     }
 }
 
-/// Which endpoint requests go to; written `chat`, `text`, `embeddings` or
-/// `pooling` (the `request_format` option), or as GuideLLM writes them,
-/// `/v1/chat/completions`, `/v1/completions`, `/v1/embeddings` or
-/// `/pooling`.
+/// Which endpoint requests go to; written `chat`, `text`, `responses`,
+/// `embeddings` or `pooling` (the `request_format` option), or as GuideLLM
+/// writes them, `/v1/chat/completions`, `/v1/completions`, `/v1/responses`,
+/// `/v1/embeddings` or `/pooling`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum RequestFormat {
@@ -147,6 +158,9 @@ pub enum RequestFormat {
     Chat,
     /// `/v1/completions` with `prompt`.
     Text,
+    /// OpenAI's Responses API, `/v1/responses` with `input` items; streamed
+    /// as typed events (`response.output_text.delta`, `response.completed`).
+    Responses,
     /// `/v1/embeddings` with `input`: one answer of vectors, never
     /// streamed, no output tokens.
     Embeddings,
@@ -161,17 +175,19 @@ impl RequestFormat {
         match self {
             RequestFormat::Chat => "/v1/chat/completions",
             RequestFormat::Text => "/v1/completions",
+            RequestFormat::Responses => "/v1/responses",
             RequestFormat::Embeddings => "/v1/embeddings",
             RequestFormat::Pooling => "/pooling",
         }
     }
 
-    /// The option's value that names it (`chat`, `text`, `embeddings`,
-    /// `pooling`).
+    /// The option's value that names it (`chat`, `text`, `responses`,
+    /// `embeddings`, `pooling`).
     pub fn name(self) -> &'static str {
         match self {
             RequestFormat::Chat => "chat",
             RequestFormat::Text => "text",
+            RequestFormat::Responses => "responses",
             RequestFormat::Embeddings => "embeddings",
             RequestFormat::Pooling => "pooling",
         }
@@ -196,6 +212,7 @@ const ALIASES: &[(&str, &str)] = &[
 const FORMAT_ALIASES: &[(&str, &str)] = &[
     ("/v1/chat/completions", "chat"),
     ("/v1/completions", "text"),
+    ("/v1/responses", "responses"),
     ("/v1/embeddings", "embeddings"),
     ("/pooling", "pooling"),
 ];
@@ -215,7 +232,8 @@ const REFUSED: &[(&str, &str)] = &[
     (
         "api_routes",
         "routes are fixed (/health, /v1/models, /v1/chat/completions, /v1/completions, \
-         /v1/embeddings, /pooling) under `target`; put a path prefix in `target`",
+         /v1/responses, /v1/embeddings, /pooling) under `target`; put a path prefix in \
+         `target`",
     ),
 ];
 
@@ -315,6 +333,13 @@ pub struct OpenAiConfig {
     pub model: Option<String>,
     /// Which endpoint requests go to.
     pub request_format: RequestFormat,
+    /// With [`RequestFormat::Responses`]: whether a later turn of a
+    /// conversation sends `previous_response_id` (the id of the answer to
+    /// the turn before) and only its new input, the server keeping the
+    /// history (GuideLLM's `server_history`, default `false`). Without it,
+    /// or when the previous answer is not known, the whole history is sent
+    /// as input items.
+    pub server_history: bool,
     /// Whether `validate` checks the server (`GET /health`) before the run.
     /// Without a `model`, the models are listed once before the run
     /// either way.
@@ -359,6 +384,7 @@ impl OpenAiConfig {
             base_url: normalise_target(target)?,
             model: None,
             request_format: defaults.request_format,
+            server_history: defaults.server_history,
             validate: defaults.validate,
             stream: defaults.stream,
             api_key: None,
@@ -389,6 +415,17 @@ impl OpenAiConfig {
         let mut config = OpenAiConfig::new(&raw.target)?;
         config.model = raw.model.filter(|m| !m.trim().is_empty());
         config.request_format = raw.request_format.unwrap_or(defaults.request_format);
+        config.server_history = raw.server_history.unwrap_or(defaults.server_history);
+        if config.server_history && config.request_format != RequestFormat::Responses {
+            return Err(invalid(
+                "server_history",
+                format!(
+                    "server_history=true is only supported with request_format=responses \
+                     (/v1/responses), not `{}`",
+                    config.request_format.name()
+                ),
+            ));
+        }
         config.validate = raw.validate.unwrap_or(defaults.validate);
         config.stream = raw.stream.unwrap_or(defaults.stream);
         config.api_key = raw
@@ -443,6 +480,7 @@ struct RawArgs {
     target: String,
     model: Option<String>,
     request_format: Option<RequestFormat>,
+    server_history: Option<bool>,
     validate: Option<bool>,
     stream: Option<bool>,
     api_key: Option<String>,
@@ -569,6 +607,7 @@ mod tests {
                 .and_then(OptionSpec::default_text)
         };
         assert_eq!(text("request_format").as_deref(), Some("chat"));
+        assert_eq!(text("server_history").as_deref(), Some("false"));
         assert_eq!(text("validate").as_deref(), Some("true"));
         assert_eq!(text("stream").as_deref(), Some("true"));
         assert_eq!(text("timeout").as_deref(), Some("300s"));
@@ -581,6 +620,7 @@ mod tests {
         let c = OpenAiConfig::from_args(args).expect("config");
         let d = OpenAiDefaults::default();
         assert_eq!(c.request_format, d.request_format);
+        assert_eq!(c.server_history, d.server_history);
         assert_eq!(c.validate, d.validate);
         assert_eq!(c.stream, d.stream);
         assert_eq!(c.timeout, d.timeout);
@@ -606,14 +646,15 @@ mod tests {
         assert!(refused("max_tokens=64").contains("sampling.max_tokens"));
         assert!(refused("extras.body.a=1").contains("extra_body"));
         assert!(refused("follow_redirects=false").contains("always followed"));
-        let other = refused("request_format=/v1/responses");
+        let other = refused("request_format=/v1/audio/translations");
         assert!(
-            other.contains("`/v1/responses` is not supported"),
+            other.contains("`/v1/audio/translations` is not supported"),
             "{other}"
         );
         for known in [
             "/v1/chat/completions (chat)",
             "/v1/completions (text)",
+            "/v1/responses (responses)",
             "/v1/embeddings (embeddings)",
             "/pooling (pooling)",
         ] {
@@ -664,6 +705,36 @@ mod tests {
         }
         let err = format("embedding").expect_err("not a choice");
         assert!(err.to_string().contains("pooling"), "{err}");
+    }
+
+    #[test]
+    fn guidellm_s_responses_spelling_names_the_responses_endpoint_and_server_history_needs_it() {
+        let config = |extra: &str| {
+            let args = parse_kind_args(&format!("kind=openai_http,target=http://x,{extra}"))
+                .expect("parse");
+            OpenAiConfig::from_args(args)
+        };
+        for value in ["/v1/responses", "/v1/responses/", "responses"] {
+            let c = config(&format!("request_format={value}")).expect("accepted");
+            assert_eq!(c.request_format, RequestFormat::Responses, "{value}");
+            assert!(!c.server_history, "GuideLLM's default is false");
+        }
+        assert_eq!(RequestFormat::Responses.path(), "/v1/responses");
+        assert_eq!(RequestFormat::Responses.name(), "responses");
+        assert!(!RequestFormat::Responses.pools());
+        let c = config("request_format=/v1/responses,server_history=true").expect("accepted");
+        assert!(c.server_history);
+        let err = config("request_format=chat,server_history=true").expect_err("refused");
+        assert!(
+            err.to_string()
+                .contains("only supported with request_format=responses"),
+            "{err}"
+        );
+        assert!(
+            !config("server_history=false")
+                .expect("false is fine anywhere")
+                .server_history
+        );
     }
 
     #[test]

@@ -1,10 +1,10 @@
 //! # guidebench-openai
 //!
 //! The `openai_http` backend kind: a benchmark target behind an
-//! OpenAI-compatible HTTP API (`/v1/chat/completions` or `/v1/completions`,
-//! streamed as server-sent events or not; `/v1/embeddings` or vLLM's
-//! `/pooling`, answered whole), and an in-process
-//! OpenAI-compatible [`mock_server`] with configurable latencies and fault
+//! OpenAI-compatible HTTP API (`/v1/chat/completions`, `/v1/completions` or
+//! the Responses API's `/v1/responses`, streamed as server-sent events or
+//! not; `/v1/embeddings` or vLLM's `/pooling`, answered whole), and an
+//! in-process OpenAI-compatible [`mock_server`] with configurable latencies and fault
 //! injection, for tests, dry runs and `guidebench mock-server`.
 //!
 //! ```text
@@ -32,8 +32,8 @@ pub use error::{OpenAiError, error_label};
 
 guidebench_core::register_backend! {
     name: KIND,
-    description: "an OpenAI-compatible HTTP server (chat or text completions, streamed or not; \
-                  embeddings or pooling)",
+    description: "an OpenAI-compatible HTTP server (chat or text completions or the Responses \
+                  API, streamed or not; embeddings or pooling)",
     options: OPTIONS,
     create: OpenAiHttpBackend::from_args,
 }

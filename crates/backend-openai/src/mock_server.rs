@@ -3,7 +3,8 @@
 //!
 //! It answers `POST /v1/chat/completions` and `POST /v1/completions`
 //! (streamed as server-sent events or not, with `stream_options.include_usage`),
-//! `POST /v1/embeddings` and vLLM's `POST /pooling` (never streamed),
+//! `POST /v1/responses` (OpenAI's Responses API, streamed as typed events or
+//! not), `POST /v1/embeddings` and vLLM's `POST /pooling` (never streamed),
 //! `GET /v1/models` and `GET /health`, over HTTP/1.1 and HTTP/2 (prior
 //! knowledge). Output is made of fixed words, one per token.
 //!
@@ -15,6 +16,18 @@
 //! event (`tokens_per_event`); each time is drawn from a normal distribution
 //! with the configured standard deviation, clamped at zero. A non-streamed
 //! response is sent when the last token would have been.
+//!
+//! A Responses API stream sends `response.created` at once, each
+//! `response.output_text.delta` (`response.reasoning_text.delta` for
+//! reasoning tokens) as the chat chunks are timed, then the `*.done`
+//! events and `response.completed` (`response.incomplete`, reason
+//! `max_output_tokens`, when the output was capped by
+//! `max_output_tokens`) with the usage, `input_tokens` and
+//! `output_tokens`, at the last token's instant. Answers get the ids
+//! `resp_mock_N` (N the request's number) and are kept, unless the
+//! request says `store: false`: a request naming an unknown
+//! `previous_response_id` is answered 400, as OpenAI answers it, and a
+//! known one adds the conversation so far to `input_tokens`.
 //!
 //! An embeddings or pooling answer has no output tokens: like a prefill, it
 //! is sent whole `ttft` after its request arrived (plus `ttft_per_request`
@@ -39,7 +52,10 @@
 //! `stop` otherwise); without it, the request's `max_tokens` (default 16) is
 //! produced, as a server asked to `ignore_eos` would. The first
 //! `reasoning_tokens` tokens of a chat response are sent as
-//! `reasoning_content` and reported in `usage.completion_tokens_details`.
+//! `reasoning_content` and reported in `usage.completion_tokens_details`
+//! (of a Responses API answer: as reasoning text, reported in
+//! `usage.output_tokens_details`); `max_output_tokens` is the Responses
+//! API's `max_tokens`.
 //!
 //! # Faults
 //!
@@ -60,7 +76,8 @@
 //!   non-streamed body is invalid JSON).
 //!
 //! Embeddings and pooling answers take the faults of a non-streamed
-//! response.
+//! response. A Responses API stream cut short (`truncate_rate`) ends
+//! without `response.completed`.
 //!
 //! # Keep-alive
 //!
@@ -111,6 +128,7 @@
 //! `shutdown_grace` and closes what remains. [`MockServer::start`] runs it
 //! in the background on `127.0.0.1` with a free port, for tests.
 
+use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -780,6 +798,9 @@ struct Shared {
     recorded: Mutex<Vec<RecordedRequest>>,
     /// Write instants of streamed responses, with `record_timings`.
     timings: Mutex<Vec<TimingSlot>>,
+    /// The Responses API answers kept, by id: the tokens of their
+    /// conversation so far (input and output).
+    responses: Mutex<HashMap<String, u64>>,
     /// Cancelled at shutdown: stalled responses end.
     stop: CancellationToken,
 }
@@ -816,6 +837,7 @@ impl Shared {
             active: AtomicU64::new(0),
             recorded: Mutex::new(Vec::new()),
             timings: Mutex::new(Vec::new()),
+            responses: Mutex::new(HashMap::new()),
             stop: CancellationToken::new(),
         }
     }
@@ -1551,6 +1573,9 @@ async fn handle(
         (&Method::POST, "/v1/completions" | "/completions") => {
             completion(shared, conn, request, path, false).await
         }
+        (&Method::POST, "/v1/responses" | "/responses") => {
+            responses(shared, conn, request, path).await
+        }
         (&Method::POST, "/v1/embeddings" | "/embeddings") => {
             pooled(shared, conn, request, path, Pooling::Embeddings).await
         }
@@ -1561,6 +1586,7 @@ async fn handle(
             | "/v1/models"
             | "/v1/chat/completions"
             | "/v1/completions"
+            | "/v1/responses"
             | "/v1/embeddings"
             | "/pooling",
         ) => error_body(
@@ -1723,17 +1749,7 @@ async fn completion(
     }
 
     let limit = parsed.max_tokens.or(parsed.max_completion_tokens);
-    let (tokens, finish) = match config.output_tokens {
-        Some(mean) => {
-            let drawn = (f64::from(mean) + config.output_tokens_std * rng.normal()).round();
-            let drawn = drawn.clamp(1.0, f64::from(u32::MAX)) as u32;
-            match limit {
-                Some(max) if drawn >= max => (max, "length"),
-                _ => (drawn, "stop"),
-            }
-        }
-        None => (limit.unwrap_or(16), "length"),
-    };
+    let (tokens, finish) = output_length(config, &mut rng, limit);
     let reasoning = if chat {
         config.reasoning_tokens.min(tokens)
     } else {
@@ -1783,14 +1799,7 @@ async fn completion(
     }
 
     // Non-streamed: answer when the last token would have been produced.
-    let mut end = arrived + ttft;
-    let per_event = config.tokens_per_event.max(1);
-    let mut left = tokens.saturating_sub(per_event.min(tokens));
-    while left > 0 {
-        let k = per_event.min(left);
-        end += event_gap(config, &mut rng, k);
-        left -= k;
-    }
+    let end = last_token_at(config, &mut rng, arrived + ttft, tokens);
     match fault {
         Fault::Stall => {
             shared.stop.cancelled().await;
@@ -1813,6 +1822,42 @@ async fn completion(
         Fault::Malformed => full(StatusCode::OK, "application/json", "{not json"),
         _ => full(StatusCode::OK, "application/json", body),
     }
+}
+
+/// How many tokens to produce, and the finish reason: drawn around
+/// `output_tokens` and capped by the request's `limit` (`length` when
+/// capped, else `stop`), or without `output_tokens` the limit (default 16).
+fn output_length(
+    config: &MockServerConfig,
+    rng: &mut Rng,
+    limit: Option<u32>,
+) -> (u32, &'static str) {
+    match config.output_tokens {
+        Some(mean) => {
+            let drawn = (f64::from(mean) + config.output_tokens_std * rng.normal()).round();
+            // Cast: clamped to the range of u32 first.
+            let drawn = drawn.clamp(1.0, f64::from(u32::MAX)) as u32;
+            match limit {
+                Some(max) if drawn >= max => (max, "length"),
+                _ => (drawn, "stop"),
+            }
+        }
+        None => (limit.unwrap_or(16), "length"),
+    }
+}
+
+/// When the last of `tokens` tokens is produced, the first at `first`: a
+/// non-streamed answer is sent then.
+fn last_token_at(config: &MockServerConfig, rng: &mut Rng, first: Instant, tokens: u32) -> Instant {
+    let mut end = first;
+    let per_event = config.tokens_per_event.max(1);
+    let mut left = tokens.saturating_sub(per_event.min(tokens));
+    while left > 0 {
+        let k = per_event.min(left);
+        end += event_gap(config, rng, k);
+        left -= k;
+    }
+    end
 }
 
 /// Keeps a completion, embeddings or pooling request, with
@@ -2386,6 +2431,391 @@ fn full_response(ids: &Ids<'_>, usage: Usage, finish: &str) -> String {
         "text_completion"
     });
     format!("{head},\"choices\":[{choice}],\"usage\":{}}}", usage.json())
+}
+
+/// The fields of a Responses API request that the mock reads.
+#[derive(Debug, Default, Deserialize)]
+struct ResponsesRequest {
+    #[serde(default)]
+    input: Option<Value>,
+    #[serde(default)]
+    instructions: Option<String>,
+    #[serde(default)]
+    max_output_tokens: Option<u32>,
+    #[serde(default)]
+    stream: bool,
+    #[serde(default)]
+    previous_response_id: Option<String>,
+    #[serde(default)]
+    store: Option<bool>,
+}
+
+/// The tokens of a Responses API request's own input: its instructions
+/// and its `input` (a string, or items whose `content` is a string or a
+/// list of parts with `text`).
+fn responses_input_tokens(shared: &Shared, request: &ResponsesRequest) -> u32 {
+    let mut text = String::new();
+    let mut push = |s: &str| {
+        text.push_str(s);
+        text.push('\n');
+    };
+    if let Some(instructions) = &request.instructions {
+        push(instructions);
+    }
+    match &request.input {
+        Some(Value::String(s)) => push(s),
+        Some(Value::Array(items)) => {
+            for item in items {
+                match item.get("content") {
+                    Some(Value::String(s)) => push(s),
+                    Some(Value::Array(parts)) => {
+                        for part in parts {
+                            if let Some(s) = part.get("text").and_then(Value::as_str) {
+                                push(s);
+                            }
+                        }
+                    }
+                    _ => {
+                        // A function call's output, say.
+                        if let Some(s) = item.get("output").and_then(Value::as_str) {
+                            push(s);
+                        }
+                    }
+                }
+            }
+        }
+        _ => {}
+    }
+    count_tokens(shared, &text)
+}
+
+/// `POST /v1/responses`: OpenAI's Responses API, with chat's latency model
+/// and faults (see the module docs).
+async fn responses(
+    shared: Arc<Shared>,
+    conn: &Arc<ConnState>,
+    request: Request<Incoming>,
+    path: String,
+) -> Answer {
+    let Arrival {
+        received,
+        parts,
+        arrived,
+        active,
+        others,
+        index,
+        value,
+    } = match Arrival::read(&shared, request).await {
+        Ok(arrival) => arrival,
+        Err(answer) => return answer,
+    };
+    let parsed: ResponsesRequest = match ResponsesRequest::deserialize(&value) {
+        Ok(p) => p,
+        Err(e) => {
+            return error_body(
+                StatusCode::BAD_REQUEST,
+                &format!("invalid request: {e}"),
+                "invalid_request_error",
+            );
+        }
+    };
+    record_request(&shared, &parts, path, value);
+    let history = match &parsed.previous_response_id {
+        None => 0,
+        Some(id) => match lock(&shared.responses).get(id) {
+            Some(&tokens) => tokens,
+            None => {
+                return error_body(
+                    StatusCode::BAD_REQUEST,
+                    &format!("Previous response with id '{id}' not found."),
+                    "invalid_request_error",
+                );
+            }
+        },
+    };
+
+    let config = &shared.config;
+    let mut rng = Rng::new(config.seed, index);
+    let fault = decide_fault(config, &mut rng, index);
+    if fault == Fault::Status {
+        return status_fault(config);
+    }
+    let (tokens, finish) = output_length(config, &mut rng, parsed.max_output_tokens);
+    let own_input = u64::from(responses_input_tokens(&shared, &parsed));
+    let input = u32::try_from(history + own_input).unwrap_or(u32::MAX);
+    let usage = Usage {
+        prompt: input,
+        completion: tokens,
+        reasoning: config.reasoning_tokens.min(tokens),
+    };
+    let answer = ResponsesAnswer {
+        id: format!("resp_mock_{index}"),
+        model: &shared.model_json,
+        usage,
+        capped: finish == "length" && parsed.max_output_tokens.is_some(),
+    };
+    if fault == Fault::None && parsed.store != Some(false) {
+        lock(&shared.responses).insert(answer.id.clone(), u64::from(input) + u64::from(tokens));
+    }
+    let load = queue_wait(config, others);
+    let ttft = rng.duration(config.ttft, config.ttft_std) + load;
+    if parsed.stream {
+        let steps =
+            plan_responses_stream(&shared, &answer, &mut rng, arrived + ttft, arrived, fault);
+        let timings = timing_slot(&shared, conn, &parts, index, received, arrived, steps.len());
+        let stream = SseStream {
+            steps: steps.into_iter(),
+            timings,
+            pending: None,
+            sleep: None,
+            stalled: None,
+            shared: shared.clone(),
+            finished: false,
+            _active: active,
+        };
+        let mut response = Response::new(MockBody::Stream(Box::new(stream)));
+        response
+            .headers_mut()
+            .insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+        return Ok(response);
+    }
+
+    let end = last_token_at(config, &mut rng, arrived + ttft, tokens);
+    match fault {
+        Fault::Stall => {
+            shared.stop.cancelled().await;
+            return Err(Abort);
+        }
+        Fault::Reset => return Err(Abort),
+        _ => {}
+    }
+    tokio::select! {
+        () = tokio::time::sleep_until(end) => {}
+        () = shared.stop.cancelled() => return Err(Abort),
+    }
+    let body = answer.object(true).to_string();
+    shared.completed.fetch_add(1, Ordering::Relaxed);
+    match fault {
+        Fault::Truncate => {
+            let half = body.len() / 2;
+            full(StatusCode::OK, "application/json", body[..half].to_owned())
+        }
+        Fault::Malformed => full(StatusCode::OK, "application/json", "{not json"),
+        _ => full(StatusCode::OK, "application/json", body),
+    }
+}
+
+/// One Responses API answer of the mock.
+struct ResponsesAnswer<'a> {
+    id: String,
+    /// The model id, as JSON text.
+    model: &'a str,
+    usage: Usage,
+    /// Whether `max_output_tokens` cut the output short.
+    capped: bool,
+}
+
+impl ResponsesAnswer<'_> {
+    fn message_id(&self) -> String {
+        format!("msg_{}", self.id)
+    }
+
+    /// The response object: in progress and empty, or whole (its output
+    /// items and usage).
+    fn object(&self, done: bool) -> Value {
+        let model: Value = serde_json::from_str(self.model).unwrap_or(Value::Null);
+        let mut object = json!({
+            "id": self.id,
+            "object": "response",
+            "created_at": 0,
+            "status": "in_progress",
+            "model": model,
+            "output": [],
+            "usage": null,
+            "error": null,
+            "incomplete_details": null,
+        });
+        if done {
+            let reasoning = self.usage.reasoning;
+            let mut output = Vec::new();
+            if reasoning > 0 {
+                output.push(json!({
+                    "id": format!("rs_{}", self.id),
+                    "type": "reasoning",
+                    "summary": [],
+                    "content": [{"type": "reasoning_text", "text": words(0, reasoning)}],
+                }));
+            }
+            output.push(json!({
+                "id": self.message_id(),
+                "type": "message",
+                "status": "completed",
+                "role": "assistant",
+                "content": [{
+                    "type": "output_text",
+                    "text": words(reasoning, self.usage.completion - reasoning),
+                    "annotations": [],
+                }],
+            }));
+            object["output"] = Value::Array(output);
+            object["status"] = json!(if self.capped {
+                "incomplete"
+            } else {
+                "completed"
+            });
+            if self.capped {
+                object["incomplete_details"] = json!({"reason": "max_output_tokens"});
+            }
+            object["usage"] = json!({
+                "input_tokens": self.usage.prompt,
+                "input_tokens_details": {"cached_tokens": 0},
+                "output_tokens": self.usage.completion,
+                "output_tokens_details": {"reasoning_tokens": reasoning},
+                "total_tokens": u64::from(self.usage.prompt) + u64::from(self.usage.completion),
+            });
+        }
+        object
+    }
+}
+
+/// One server-sent event of a Responses API stream: `event:` and `data:`
+/// lines, the data its `type` and `fields`.
+fn response_event(kind: &str, sequence: &mut u32, mut fields: Value) -> Bytes {
+    fields["type"] = json!(kind);
+    fields["sequence_number"] = json!(*sequence);
+    *sequence += 1;
+    Bytes::from(format!("event: {kind}\ndata: {fields}\n\n"))
+}
+
+/// The steps of a Responses API stream (see the module docs).
+fn plan_responses_stream(
+    shared: &Shared,
+    answer: &ResponsesAnswer<'_>,
+    rng: &mut Rng,
+    first: Instant,
+    arrived: Instant,
+    fault: Fault,
+) -> Vec<Step> {
+    let config = &shared.config;
+    let usage = answer.usage;
+    let per_event = config.tokens_per_event.max(1);
+    let mut steps = Vec::with_capacity((usage.completion / per_event) as usize + 8);
+    let mut seq = 0u32;
+    let message = answer.message_id();
+    let send = |at: Instant, bytes: Bytes| Step::Send(at, bytes, 0);
+    steps.push(send(
+        arrived,
+        response_event(
+            "response.created",
+            &mut seq,
+            json!({"response": answer.object(false)}),
+        ),
+    ));
+    steps.push(send(
+        arrived,
+        response_event(
+            "response.in_progress",
+            &mut seq,
+            json!({"response": answer.object(false)}),
+        ),
+    ));
+    let total = usage.completion;
+    let events = total.div_ceil(per_event);
+    let cut = match fault {
+        Fault::Truncate => Some((events / 2).max(1)),
+        Fault::Reset | Fault::Stall | Fault::Malformed => Some(1),
+        Fault::None | Fault::Status => None,
+    };
+    let mut at = first;
+    let mut produced = 0u32;
+    let mut event = 0u32;
+    while produced < total {
+        // An event never mixes reasoning and output text.
+        let reasoning = produced < usage.reasoning;
+        let boundary = if reasoning { usage.reasoning } else { total };
+        let k = per_event.min(boundary - produced);
+        if event > 0 {
+            at += event_gap(config, rng, k);
+        }
+        if produced == usage.reasoning {
+            // The message item opens with its first output text.
+            steps.push(send(
+                at,
+                response_event(
+                    "response.output_item.added",
+                    &mut seq,
+                    json!({"output_index": usize::from(usage.reasoning > 0), "item": {
+                        "id": message, "type": "message", "status": "in_progress",
+                        "role": "assistant", "content": []}}),
+                ),
+            ));
+        }
+        let (kind, item) = if reasoning {
+            ("response.reasoning_text.delta", format!("rs_{}", answer.id))
+        } else {
+            ("response.output_text.delta", message.clone())
+        };
+        let delta = json!({
+            "item_id": item,
+            "output_index": usize::from(!reasoning && usage.reasoning > 0),
+            "content_index": 0,
+            "delta": words(produced, k),
+        });
+        steps.push(Step::Send(at, response_event(kind, &mut seq, delta), k));
+        produced += k;
+        event += 1;
+        if cut == Some(event) {
+            match fault {
+                Fault::Truncate => return steps,
+                Fault::Reset => {
+                    steps.push(Step::Flush);
+                    steps.push(Step::Abort);
+                    return steps;
+                }
+                Fault::Stall => {
+                    steps.push(Step::Stall);
+                    return steps;
+                }
+                Fault::Malformed => steps.push(send(
+                    at,
+                    Bytes::from_static(
+                        b"event: response.output_text.delta\ndata: {\"type\": \"response.\n\n",
+                    ),
+                )),
+                Fault::None | Fault::Status => {}
+            }
+        }
+    }
+    let done = answer.object(true);
+    let text = words(usage.reasoning, total - usage.reasoning);
+    steps.push(send(
+        at,
+        response_event(
+            "response.output_text.done",
+            &mut seq,
+            json!({"item_id": message, "output_index": usize::from(usage.reasoning > 0),
+                   "content_index": 0, "text": text}),
+        ),
+    ));
+    steps.push(send(
+        at,
+        response_event(
+            "response.output_item.done",
+            &mut seq,
+            json!({"output_index": usize::from(usage.reasoning > 0),
+                   "item": done["output"].as_array().and_then(|o| o.last()).cloned()}),
+        ),
+    ));
+    let last = if answer.capped {
+        "response.incomplete"
+    } else {
+        "response.completed"
+    };
+    steps.push(send(
+        at,
+        response_event(last, &mut seq, json!({"response": done})),
+    ));
+    steps
 }
 
 #[cfg(test)]

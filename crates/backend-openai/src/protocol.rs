@@ -108,6 +108,158 @@ pub(crate) struct Body<'a> {
     pub error: Option<ErrorField<'a>>,
 }
 
+/// `usage` of a Responses API answer (`input_tokens`, `output_tokens`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+pub(crate) struct ResponsesUsage {
+    #[serde(default)]
+    pub input_tokens: Option<u32>,
+    #[serde(default)]
+    pub output_tokens: Option<u32>,
+    #[serde(default)]
+    pub output_tokens_details: Option<CompletionDetails>,
+}
+
+impl From<ResponsesUsage> for Usage {
+    fn from(usage: ResponsesUsage) -> Self {
+        Usage {
+            prompt_tokens: usage.input_tokens,
+            completion_tokens: usage.output_tokens,
+            completion_tokens_details: usage.output_tokens_details,
+        }
+    }
+}
+
+/// A text part of a Responses API output item: `output_text` in a
+/// `message`, `reasoning_text` or `summary_text` in a `reasoning` item.
+#[derive(Debug, Deserialize)]
+pub(crate) struct OutputPart<'a> {
+    #[serde(rename = "type", borrow, default)]
+    pub kind: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub text: Option<Cow<'a, str>>,
+}
+
+/// One item of a Responses API answer's `output`.
+#[derive(Debug, Deserialize)]
+pub(crate) struct OutputItem<'a> {
+    #[serde(rename = "type", borrow, default)]
+    pub kind: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub content: Option<Vec<OutputPart<'a>>>,
+    #[serde(borrow, default)]
+    pub summary: Option<Vec<OutputPart<'a>>>,
+}
+
+/// `incomplete_details` of a Responses API answer.
+#[derive(Debug, Deserialize)]
+pub(crate) struct IncompleteDetails<'a> {
+    #[serde(borrow, default)]
+    pub reason: Option<Cow<'a, str>>,
+}
+
+/// A Responses API answer: the whole body of a non-streamed one, or the
+/// `response` of a `response.created`, `response.completed`,
+/// `response.incomplete` or `response.failed` event.
+#[derive(Debug, Deserialize)]
+pub(crate) struct ResponseObject<'a> {
+    #[serde(borrow, default)]
+    pub id: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub status: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub output: Option<Vec<OutputItem<'a>>>,
+    #[serde(default)]
+    pub usage: Option<ResponsesUsage>,
+    #[serde(borrow, default)]
+    pub error: Option<ErrorField<'a>>,
+    #[serde(borrow, default)]
+    pub incomplete_details: Option<IncompleteDetails<'a>>,
+}
+
+impl ResponseObject<'_> {
+    /// Whether the answer stopped at `max_output_tokens`.
+    pub fn hit_max_output_tokens(&self) -> bool {
+        self.incomplete_details
+            .as_ref()
+            .and_then(|d| d.reason.as_deref())
+            == Some("max_output_tokens")
+    }
+
+    /// The answer's output text (its `message` items' `output_text`
+    /// parts) and its reasoning text (its `reasoning` items' text and
+    /// summary parts), each empty when absent.
+    pub fn texts(&self) -> (String, String) {
+        let mut text = String::new();
+        let mut reasoning = String::new();
+        for item in self.output.iter().flatten() {
+            match item.kind.as_deref() {
+                Some("message") => {
+                    for part in item.content.iter().flatten() {
+                        if part.kind.as_deref() == Some("output_text")
+                            && let Some(t) = &part.text
+                        {
+                            text.push_str(t);
+                        }
+                    }
+                }
+                Some("reasoning") => {
+                    let parts = item.content.iter().chain(&item.summary).flatten();
+                    for part in parts {
+                        if let Some(t) = &part.text {
+                            reasoning.push_str(t);
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        (text, reasoning)
+    }
+}
+
+/// One server-sent event of a streamed Responses API answer; its `type`
+/// says which fields it has.
+#[derive(Debug, Deserialize)]
+pub(crate) struct ResponsesEvent<'a> {
+    #[serde(rename = "type", borrow, default)]
+    pub kind: Option<Cow<'a, str>>,
+    /// The text of a `*.delta` event.
+    #[serde(borrow, default)]
+    pub delta: Option<Cow<'a, str>>,
+    /// The answer, in `response.*` lifecycle events.
+    #[serde(borrow, default)]
+    pub response: Option<ResponseObject<'a>>,
+    /// The message of an `error` event.
+    #[serde(borrow, default)]
+    pub message: Option<Cow<'a, str>>,
+    /// The code of an `error` event (a string or a number).
+    #[serde(default)]
+    pub code: Option<serde_json::Value>,
+    /// An `error` object, as some servers send one in place of an event.
+    #[serde(borrow, default)]
+    pub error: Option<ErrorField<'a>>,
+}
+
+impl ResponsesEvent<'_> {
+    /// The message of an `error` event: its code and message.
+    pub fn error_message(&self) -> String {
+        let code = match &self.code {
+            Some(serde_json::Value::String(c)) if !c.is_empty() => Some(c.clone()),
+            Some(serde_json::Value::Number(n)) => Some(n.to_string()),
+            _ => None,
+        };
+        match (code, self.message.as_deref().filter(|m| !m.is_empty())) {
+            (Some(code), Some(message)) => format!("{code}: {message}"),
+            (None, Some(message)) => message.to_owned(),
+            (Some(code), None) => code,
+            (None, None) => match &self.error {
+                Some(error) => error.message(),
+                None => "an error event without a message".to_owned(),
+            },
+        }
+    }
+}
+
 /// One vector of an embeddings or pooling answer: numbers, rows of
 /// numbers (vLLM's token-level pooling), or with `encoding_format=base64`
 /// little-endian `f32` bytes in base64.
