@@ -5,12 +5,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use candle_core::{DType, Device};
-use guidebench_core::engine::open::OpenStep;
 use guidebench_core::engine::{
     CheckedEngineOptions, DeviceRequest, EngineDescription, EngineOptions, LoadError, PrefillDone,
 };
 use guidebench_core::generation::{Decode, Logits, ModelText, Prefill, StepEngine, StepLimits};
 use guidebench_core::model::{ComputeDtype, DtypeChoice, ModelFolder};
+use guidebench_core::open::OpenStep;
 use guidebench_core::options::{OptionSpec, OptionType};
 use guidebench_core::vision::{ClipImageProcessor, ImageProcessor};
 use serde::{Deserialize, Serialize};

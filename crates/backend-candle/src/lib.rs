@@ -95,5 +95,5 @@ guidebench_core::register_engine! {
     description: "pure-Rust engine on candle: Llama/Mistral/Qwen2/Qwen3 safetensors, batched with a KV cache",
     options: OPTIONS,
     inputs: &["image"],
-    create: guidebench_core::engine::open::create_step_engine::<CandleEngine>,
+    create: guidebench_core::open::create_step_engine::<CandleEngine>,
 }

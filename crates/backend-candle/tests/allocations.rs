@@ -10,8 +10,8 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use guidebench_candle::{CandleEngine, CandleOptions};
-use guidebench_core::engine::open::OpenStep;
 use guidebench_core::engine::{Decode, EngineOptions, Logits, Prefill, StepEngine};
+use guidebench_core::open::OpenStep;
 use guidebench_testkit::fixtures::{FixtureSpec, write_llama_fixture};
 
 /// Counts the allocations every thread of the process asks for.

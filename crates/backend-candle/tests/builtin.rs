@@ -1,9 +1,9 @@
 //! The built-in default model, generated on first use.
 
 use guidebench_candle::{CandleEngine, CandleOptions};
-use guidebench_core::engine::open::OpenStep;
 use guidebench_core::engine::{Engine, EngineRequest};
 use guidebench_core::model::DecoderConfig as ModelConfig;
+use guidebench_core::open::OpenStep;
 use guidebench_core::sampling::Sampling;
 use guidebench_testkit::fixtures::{FixtureSpec, builtin_model_dir_in};
 

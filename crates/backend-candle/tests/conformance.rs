@@ -10,7 +10,7 @@ use std::path::Path;
 
 use guidebench_candle::{CandleEngine, CandleOptions};
 use guidebench_core::engine::EngineOptions;
-use guidebench_core::engine::open::OpenStep;
+use guidebench_core::open::OpenStep;
 
 fn load(dir: &Path) -> CandleEngine {
     let options = CandleOptions {

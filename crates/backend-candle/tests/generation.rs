@@ -4,9 +4,9 @@
 use std::path::Path;
 
 use guidebench_candle::{CandleEngine, CandleOptions};
-use guidebench_core::engine::open::OpenStep;
 use guidebench_core::engine::{Engine, EngineOptions, EngineOutput, EngineRequest};
 use guidebench_core::generation::{StepEngine, StepRunner};
+use guidebench_core::open::OpenStep;
 use guidebench_core::sampling::Sampling;
 use guidebench_testkit::fixtures::{FixtureSpec, write_llama_fixture};
 

@@ -6,8 +6,8 @@ use std::path::Path;
 
 use guidebench_candle::{CandleEngine, CandleOptions};
 use guidebench_core::engine::EngineOptions;
-use guidebench_core::engine::open::OpenStep;
 use guidebench_core::generation::first_step_logits;
+use guidebench_core::open::OpenStep;
 use guidebench_testkit::conformance::largest_difference;
 use guidebench_testkit::fixtures::FixtureSpec;
 use guidebench_testkit::gguf::{GgufType, gguf_fixtures, gguf_reference_dir, write_gguf_fixture};

@@ -5,12 +5,12 @@ use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use guidebench_core::engine::open::OpenStep;
 use guidebench_core::engine::{
     CheckedEngineOptions, EngineDescription, EngineOptions, LoadError, PrefillDone, positive,
 };
 use guidebench_core::generation::{Decode, Logits, ModelText, Prefill, StepEngine, StepLimits};
 use guidebench_core::model::{ModelFolder, WeightFormat};
+use guidebench_core::open::OpenStep;
 use guidebench_core::options::{OptionSpec, OptionType};
 use ort::session::builder::GraphOptimizationLevel;
 use ort::session::{Session, SessionInputValue, SessionOutputs};

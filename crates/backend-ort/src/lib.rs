@@ -73,5 +73,5 @@ guidebench_core::register_engine! {
     name: ENGINE_NAME,
     description: "ONNX Runtime engine: Optimum-layout ONNX decoders, batched with a KV cache by slot",
     options: OPTIONS,
-    create: guidebench_core::engine::open::create_step_engine::<OrtEngine>,
+    create: guidebench_core::open::create_step_engine::<OrtEngine>,
 }

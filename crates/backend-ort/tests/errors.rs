@@ -5,7 +5,7 @@ mod common;
 
 use std::path::Path;
 
-use guidebench_core::engine::open::OpenStep;
+use guidebench_core::open::OpenStep;
 use guidebench_ort::{OrtEngine, OrtError, OrtOptions};
 use guidebench_testkit::fixtures::{FixtureSpec, write_llama_fixture};
 

@@ -3,7 +3,7 @@
 //! Alone in its test binary: ONNX Runtime is loaded once per process, so
 //! this must run before any test loads the real library.
 
-use guidebench_core::engine::open::OpenStep;
+use guidebench_core::open::OpenStep;
 use guidebench_ort::{OrtEngine, OrtError, OrtOptions};
 use guidebench_testkit::fixtures::{FixtureSpec, write_llama_fixture};
 

@@ -3,12 +3,12 @@
 
 use std::path::{Path, PathBuf};
 
-use guidebench_core::engine::open::OpenStep;
 use guidebench_core::engine::{
     CheckedEngineOptions, DeviceRequest, EngineDescription, EngineOptions, LoadError, PrefillDone,
 };
 use guidebench_core::generation::{Decode, Logits, ModelText, Prefill, StepEngine, StepLimits};
 use guidebench_core::model::{ComputeDtype, DtypeChoice, ModelFolder};
+use guidebench_core::open::OpenStep;
 use guidebench_core::options::{OptionSpec, OptionType};
 use serde::{Deserialize, Serialize};
 use tch::{Device, Kind, Tensor};

@@ -72,7 +72,7 @@ guidebench_core::register_engine! {
     name: ENGINE_NAME,
     description: "libtorch engine through tch: Llama/Mistral/Qwen2/Qwen3 safetensors, batched with a KV cache by slot",
     options: OPTIONS,
-    create: guidebench_core::engine::open::create_step_engine::<TchEngine>,
+    create: guidebench_core::open::create_step_engine::<TchEngine>,
 }
 
 /// A dimension as libtorch's `i64`; model dimensions are far below

@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use guidebench_core::engine::EngineOptions;
-use guidebench_core::engine::open::OpenStep;
+use guidebench_core::open::OpenStep;
 use guidebench_tch::{TchEngine, TchOptions};
 
 fn load(dir: &Path) -> TchEngine {

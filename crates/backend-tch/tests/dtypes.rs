@@ -5,9 +5,9 @@
 use std::path::Path;
 
 use guidebench_core::engine::EngineOptions;
-use guidebench_core::engine::open::OpenStep;
 use guidebench_core::generation::StepEngine;
 use guidebench_core::model::ComputeDtype;
+use guidebench_core::open::OpenStep;
 use guidebench_tch::engine::OPTIONS;
 use guidebench_tch::{TchEngine, TchOptions};
 use guidebench_testkit::fixtures::{FixtureDtype, FixtureSpec, write_llama_fixture};

@@ -5,8 +5,8 @@
 use std::path::Path;
 
 use guidebench_core::engine::EngineOptions;
-use guidebench_core::engine::open::OpenStep;
 use guidebench_core::generation::{Decode, Logits, ModelText, Prefill, StepEngine};
+use guidebench_core::open::OpenStep;
 use guidebench_tch::{TchEngine, TchError, TchOptions};
 use guidebench_testkit::conformance;
 use guidebench_testkit::fixtures::{FixtureSpec, write_llama_fixture};

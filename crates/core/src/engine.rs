@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-pub mod open;
 mod options;
 
 pub use crate::error::LoadError;
@@ -220,7 +219,7 @@ impl EngineConfig {
 /// Any engine error converts into core's error as
 /// [`Error::Engine`](crate::Error::Engine) (`?` in a
 /// [`StepEngine`] method); a load failure goes through [`load_error`]
-/// instead, which [`open::create_step_engine`] does.
+/// instead, which [`crate::open::create_step_engine`] does.
 pub trait EngineError: std::error::Error + From<LoadError> + Send + Sync + Sized + 'static {
     /// The shared load failure inside, or this error back.
     fn into_load(self) -> std::result::Result<LoadError, Self>;

@@ -52,9 +52,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use guidebench_candle::{CandleEngine, CandleOptions};
-use guidebench_core::engine::open::OpenStep;
 use guidebench_core::engine::{Engine, EngineOptions, EngineRequest};
 use guidebench_core::model::ModelFolder;
+use guidebench_core::open::OpenStep;
 use guidebench_core::sampling::Sampling;
 use guidebench_engine_bench::machine::{Bandwidth, MatmulPeak, cpu_name};
 use guidebench_engine_bench::roofline::ModelCost;

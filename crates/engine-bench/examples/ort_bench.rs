@@ -52,10 +52,10 @@ use std::time::Instant;
 
 use guidebench_bench::analysis::stats::quantile_interval;
 use guidebench_bench::metrics::percentile;
-use guidebench_core::engine::open::OpenStep;
 use guidebench_core::engine::{Engine, EngineOptions, EngineRequest};
 use guidebench_core::generation::StepRunner;
 use guidebench_core::model::ModelFolder;
+use guidebench_core::open::OpenStep;
 use guidebench_core::sampler::argmax;
 use guidebench_engine_bench::machine::{Bandwidth, MatmulPeak, cpu_name, load_average};
 use guidebench_engine_bench::median;

@@ -27,8 +27,8 @@
 
 use std::time::Instant;
 
-use guidebench_core::engine::open::OpenStep;
 use guidebench_core::engine::{Engine, EngineOptions, EngineOutput, EngineRequest};
+use guidebench_core::open::OpenStep;
 use guidebench_engine_bench::BoxError;
 use guidebench_engine_bench::machine::{MatmulPeak, cpu_name, load_average};
 use guidebench_engine_bench::roofline::ModelCost;

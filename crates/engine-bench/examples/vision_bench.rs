@@ -34,9 +34,9 @@ use guidebench_candle::model::Weights;
 use guidebench_candle::vision::VisionTower;
 use guidebench_candle::{CandleEngine, CandleOptions};
 use guidebench_core::backend::Backend;
-use guidebench_core::engine::open::OpenStep;
 use guidebench_core::engine::{Engine, EngineOptions, EngineRequest};
 use guidebench_core::model::ModelFolder;
+use guidebench_core::open::OpenStep;
 use guidebench_core::request::{
     ChatMessage, ContentPart, GenerationRequest, MediaSource, RequestInput,
 };

@@ -6,9 +6,9 @@ use std::time::Instant;
 
 use guidebench_bench::data::SyntheticText;
 use guidebench_candle::{CandleEngine, CandleError, CandleOptions};
-use guidebench_core::engine::open::OpenStep;
 use guidebench_core::engine::{Engine, EngineOptions, EngineOutput, EngineRequest};
 use guidebench_core::generation::StepRunner;
+use guidebench_core::open::OpenStep;
 use guidebench_core::sampling::Sampling;
 use guidebench_core::tokenizer::Tokenizer;
 

@@ -4,9 +4,9 @@
 use std::path::Path;
 
 use guidebench_candle::{CandleEngine, CandleOptions};
-use guidebench_core::engine::open::OpenStep;
 use guidebench_core::engine::{Engine, EngineOptions, EngineRequest};
 use guidebench_core::generation::{ModelText, StepEngine, StepRunner, first_step_logits};
+use guidebench_core::open::OpenStep;
 use guidebench_core::sampling::Sampling;
 use guidebench_tch::{TchEngine, TchOptions};
 use guidebench_testkit::conformance::{LOGITS_TOLERANCE, largest_difference};

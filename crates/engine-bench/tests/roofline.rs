@@ -4,7 +4,7 @@
 
 use guidebench_candle::{CandleEngine, CandleOptions};
 use guidebench_core::engine::EngineOptions;
-use guidebench_core::engine::open::OpenStep;
+use guidebench_core::open::OpenStep;
 use guidebench_engine_bench::roofline::ModelCost;
 use guidebench_testkit::fixtures::{FixtureSpec, write_llama_fixture};
 

@@ -50,12 +50,12 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use guidebench_core::engine::open::{OpenStep, create_step_engine};
 use guidebench_core::engine::{EngineDescription, LoadError};
 use guidebench_core::generation::{
     Decode, Logits, ModelText, Prefill, PrefillDone, StepEngine, StepLimits,
 };
 use guidebench_core::model::{DecoderConfig, ModelFolder};
+use guidebench_core::open::{OpenStep, create_step_engine};
 use guidebench_core::options::{OptionSpec, OptionType};
 use guidebench_core::{Error, Result};
 use serde::{Deserialize, Serialize};

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use guidebench_core::engine::open::OpenStep;
+use guidebench_core::open::OpenStep;
 use guidebench_example_custom_engine::{ReferenceEngine, ReferenceOptions};
 
 fn load(dir: &Path) -> ReferenceEngine {

@@ -5,8 +5,8 @@
 
 use std::arch::x86_64::*;
 
-use super::acts::quantize_row_body;
 use super::repack::group_block_bytes;
+use super::tile::quantize_row_body;
 use super::{
     ActTile, GroupOut, Q4_0_BYTES, Q4K_BYTES, Q5K_BYTES, QK_K, QuantType, TILE_ROWS, add_k, f16_at,
     k_scales,

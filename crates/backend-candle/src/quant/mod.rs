@@ -145,12 +145,14 @@ use rayon::prelude::*;
 
 mod acts;
 pub(crate) mod portable;
+mod tile;
 
 pub(crate) mod repack;
 
 use repack::{GROUP, group_block_bytes, pack_group, repacked, unpack_block};
 
-pub(crate) use acts::{ActTile, Acts, QuantInput};
+pub(crate) use acts::{Acts, QuantInput};
+pub(crate) use tile::ActTile;
 
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx2;

@@ -7,9 +7,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
-use guidebench_core::engine::open::OpenStep;
 use guidebench_core::engine::{EngineOptions, EngineRequest};
 use guidebench_core::generation::{ModelText, StepRunner};
+use guidebench_core::open::OpenStep;
 use guidebench_core::sampling::Sampling;
 use guidebench_ort::{OrtEngine, OrtOptions};
 use guidebench_testkit::expected::{PromptExpectation, stored};

@@ -7,7 +7,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::dtype::StoredDtype;
-use super::files::{read_required, token_ids};
+use crate::files::{read_required, token_ids};
 use crate::{Error, Result};
 
 /// The decoder families the engine-neutral description covers: one

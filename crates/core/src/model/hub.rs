@@ -18,12 +18,12 @@ use std::path::PathBuf;
 
 use guidebench_hub::{Hub, HubSettings, RepoKind, RepoRef, Snapshot, block_on};
 
-use super::files::{
+use super::weights::{INDEX_JSON, shard_names};
+use crate::Result;
+use crate::files::{
     CHAT_TEMPLATE_JINJA, CHAT_TEMPLATE_JSON, CONFIG_JSON, GENERATION_CONFIG_JSON,
     TOKENIZER_CONFIG_JSON, TOKENIZER_JSON,
 };
-use super::weights::{INDEX_JSON, shard_names};
-use crate::Result;
 use crate::vision::{PREPROCESSOR_CONFIG_JSON, PROCESSOR_CONFIG_JSON};
 
 /// The weights an engine reads from a Hugging Face folder.

@@ -103,12 +103,11 @@
 mod builtin;
 mod config;
 mod dtype;
-pub(crate) mod files;
 pub mod gguf;
 pub mod hub;
 mod resolve;
 #[cfg(test)]
-mod testing;
+pub(crate) mod testing;
 mod weights;
 
 use std::path::{Path, PathBuf};
@@ -127,10 +126,10 @@ pub use hub::WeightFormat;
 pub use resolve::{BUILTIN_PREFIX, ModelSearch, cache_root, is_hub_name, resolve};
 pub use weights::{SafetensorsEntry, safetensors_header, weight_files};
 
+use crate::files::{self, CONFIG_JSON, FolderFiles, require_dir};
 use crate::tokenizer::{HfTokenizer, Tokenizer};
 use crate::vision::{ClipImageProcessor, VisionLanguageConfig, VisionWeightNames};
 use crate::{Error, Result};
-use files::{CONFIG_JSON, FolderFiles, require_dir};
 
 /// A model folder (or a GGUF file), read once: the decoder description,
 /// the generation defaults, the tokenizer with its special tokens, and the

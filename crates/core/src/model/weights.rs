@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use super::files::{parse_json, read_required};
+use crate::files::{parse_json, read_required};
 use crate::{Error, Result};
 
 /// The index of sharded weights.

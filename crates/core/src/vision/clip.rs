@@ -9,8 +9,8 @@ use serde_json::Value;
 
 use super::config::VisionLanguageConfig;
 use super::processor::{ImageProcessor, PreparedImage};
+use crate::files::{parse_json as parse_model_json, read_required as read_model_file};
 use crate::media::{MediaSource, media_name, read_media};
-use crate::model::files::{parse_json as parse_model_json, read_required as read_model_file};
 use crate::{Error, Result};
 
 /// `preprocessor_config.json`.

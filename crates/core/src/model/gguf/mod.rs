@@ -92,7 +92,7 @@ mod tokenizer;
 use std::path::{Path, PathBuf};
 
 use super::config::{Architecture, DecoderConfig};
-use super::files::GenerationConfig;
+use crate::files::GenerationConfig;
 use crate::tokenizer::HfTokenizer;
 use crate::{Error, Result};
 
@@ -245,10 +245,10 @@ pub(crate) struct GgufModel {
 pub(crate) fn open(path: &Path, dir: &Path) -> Result<GgufModel> {
     let file = read::GgufFile::read(path)?;
     let config = file.decoder_config()?;
-    let (tokenizer, generation) = if dir.join(super::files::TOKENIZER_JSON).is_file() {
+    let (tokenizer, generation) = if dir.join(crate::files::TOKENIZER_JSON).is_file() {
         // The files beside the GGUF, read as for a folder; the GGUF's ids
         // stand where config.json's would.
-        let files = super::files::FolderFiles::read(dir)?;
+        let files = crate::files::FolderFiles::read(dir)?;
         let (mut tokenizer, generation) = files.tokenizer_and_generation(&config.eos_token_ids)?;
         if crate::tokenizer::Tokenizer::chat_template(&tokenizer).is_none()
             && let Some(template) = file.chat_template()?

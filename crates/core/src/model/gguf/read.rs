@@ -530,7 +530,7 @@ impl GgufFile {
                     .path
                     .parent()
                     .unwrap_or(Path::new("."))
-                    .join(super::super::files::TOKENIZER_JSON),
+                    .join(crate::files::TOKENIZER_JSON),
                 what: "a tokenizer: the GGUF file holds no vocabulary (tokenizer.ggml.model and \
                        .tokens), and no tokenizer.json lies beside it",
             });

@@ -31,7 +31,9 @@
 
 use serde::de::DeserializeOwned;
 
-use super::{Engine, EngineConfig, EngineError, LoadError, ModelText, StepEngine, load_error};
+use crate::engine::{
+    Engine, EngineConfig, EngineError, LoadError, ModelText, StepEngine, load_error,
+};
 use crate::generation::StepRunner;
 
 /// A step engine that opens from a model (`model=`) and its typed options.
