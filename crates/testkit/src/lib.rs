@@ -49,6 +49,7 @@ pub mod gguf;
 pub mod hub;
 pub mod llava;
 pub mod reference;
+pub mod smolvlm;
 mod step;
 
 pub use error::{Error, Result};
