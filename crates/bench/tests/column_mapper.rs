@@ -3,7 +3,8 @@
 //! README's dataset example) and a GuideLLM scenario's
 //! `data_column_mapper`: each mapping becomes guidebench's column option
 //! of every `--data` that has columns, and whatever cannot be honoured is
-//! refused by name.
+//! refused by name. GuideLLM's `kind=pooling_column_mapper` names the
+//! column whose text embeddings and pooling requests send.
 
 use std::path::Path;
 use std::time::Duration;
@@ -271,8 +272,11 @@ fn an_unknown_column_type_is_refused_listing_guidellms_and_one_without_equal_say
     // Another option of the mapper, or another kind.
     let err = refusal(flags("kind=generative_column_mapper,columns.text=article"));
     assert!(err.contains("unknown option `columns`"), "{err}");
-    let err = refusal(flags("kind=pooling_column_mapper"));
-    assert!(err.contains("pooling"), "{err}");
+    let err = refusal(flags("kind=pooled_column_mapper"));
+    assert!(
+        err.contains("kind=generative_column_mapper") && err.contains("kind=pooling_column_mapper"),
+        "{err}"
+    );
     // The CLI's check refuses the same, with what to write.
     let err = check_guidellm_pipeline(&[("--data-column-mapper", &["kind=mine".to_owned()])])
         .expect_err("unknown kind");
@@ -444,6 +448,249 @@ fn a_guidellm_scenarios_data_column_mapper_maps_its_data_and_that_of_data_flags(
     let err = err.to_string();
     assert!(
         err.contains("`spec.data_column_mapper`") && err.contains("video_column"),
+        "{err}"
+    );
+}
+
+/// `openai_http` sending embeddings (nothing is sent in these tests).
+const EMBEDDINGS: &str = "kind=openai_http,target=http://127.0.0.1:9,model=m,\
+                          request_format=/v1/embeddings";
+
+/// A JSONL file whose texts to embed are in `passage`, beside a `prompt`
+/// and a `question` column of other texts.
+fn passages(dir: &Path) -> String {
+    let path = dir.join("passages.jsonl");
+    std::fs::write(
+        &path,
+        "{\"question\": \"q1\", \"passage\": \"first passage\", \"prompt\": \"p1\"}\n\
+         {\"question\": \"q2\", \"passage\": \"second passage\", \"prompt\": \"p2\"}\n",
+    )
+    .expect("write");
+    path.display().to_string()
+}
+
+/// The flags of an embeddings run of `path` through `mapper`.
+fn pooled(path: &str, mapper: &str, backend: &str) -> Flags {
+    Flags {
+        backend: vec![backend.to_owned()],
+        data: vec![format!("kind=file,path={path}")],
+        data_column_mapper: Some(mapper.to_owned()),
+        ..Flags::default()
+    }
+}
+
+#[test]
+fn the_pooling_mappers_pooling_column_becomes_the_input_of_the_embeddings_requests() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = passages(dir.path());
+    for (mapper, format) in [
+        (
+            "kind=pooling_column_mapper,column_mappings.pooling_column=passage",
+            "/v1/embeddings",
+        ),
+        (
+            "{\"kind\": \"pooling_column_mapper\", \"column_mappings\": {\"pooling_column\": [\"passage\"]}}",
+            "embeddings",
+        ),
+        (
+            "kind=pooling_column_mapper,column_mappings.pooling_column=0.passage",
+            "/pooling",
+        ),
+        (
+            "kind=pooling_column_mapper,column_mappings.pooling_column=passage",
+            "pooling",
+        ),
+    ] {
+        let backend = EMBEDDINGS.replace("/v1/embeddings", format);
+        let plan = plan(pooled(&path, mapper, &backend)).expect(mapper);
+        assert_eq!(plan.data[0].args.options["prompt_column"], "passage");
+        assert_eq!(
+            prompts(&plan),
+            ["first passage", "second passage"],
+            "{mapper} {format}"
+        );
+    }
+    // A mapped column the file lacks is named with the columns present.
+    let plan = plan(pooled(
+        &path,
+        "kind=pooling_column_mapper,column_mappings.pooling_column=body",
+        EMBEDDINGS,
+    ))
+    .expect("plan");
+    let data = &plan.data[0];
+    let err = PreparedSource::new(data.args.clone(), data.on_error, plan.seed)
+        .expect_err("no body column")
+        .to_string();
+    assert!(err.contains("`body`") && err.contains("passage"), "{err}");
+}
+
+#[test]
+fn the_pooling_mappers_default_finds_the_prompt_column_and_yields_to_one_named_on_data() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = passages(dir.path());
+    // GuideLLM's generative default would take `question`, the first of
+    // its names in the file; the pooling mapper's default is `prompt`.
+    for mapper in [
+        "kind=pooling_column_mapper",
+        "{\"kind\": \"pooling_column_mapper\", \"column_mappings\": null}",
+        "{\"kind\": \"pooling_column_mapper\", \"column_mappings\": {}}",
+    ] {
+        let plan = plan(pooled(&path, mapper, EMBEDDINGS)).expect(mapper);
+        assert_eq!(prompts(&plan), ["p1", "p2"], "{mapper}");
+    }
+    // A prompt column named on --data wins over the default.
+    let named = plan(Flags {
+        data: vec![format!("kind=file,path={path},prompt_column=passage")],
+        ..pooled(&path, "kind=pooling_column_mapper", EMBEDDINGS)
+    })
+    .expect("plan");
+    assert_eq!(prompts(&named), ["first passage", "second passage"]);
+    // Without a `prompt` column it is named, with the columns present.
+    let q = questions(dir.path());
+    let without = plan(pooled(&q, "kind=pooling_column_mapper", EMBEDDINGS)).expect("plan");
+    let data = &without.data[0];
+    let err = PreparedSource::new(data.args.clone(), data.on_error, without.seed)
+        .expect_err("no prompt column")
+        .to_string();
+    assert!(
+        err.contains("`prompt`") && err.contains("question"),
+        "{err}"
+    );
+    // Synthetic data has no columns: GuideLLM's default finds none and
+    // stops, and so does guidebench's.
+    let err = refusal(Flags {
+        data: vec!["kind=synthetic_text,prompt_tokens=8,output_tokens=4".to_owned()],
+        ..pooled(&path, "kind=pooling_column_mapper", EMBEDDINGS)
+    });
+    assert!(
+        err.contains("default column_mappings.pooling_column=prompt") && err.contains("no columns"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_column_type_the_pooling_mapper_does_not_take_is_refused_naming_the_types_it_takes() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = passages(dir.path());
+    for (mapper, generative) in [
+        (
+            "kind=pooling_column_mapper,column_mappings.text_column=passage",
+            true,
+        ),
+        (
+            "kind=pooling_column_mapper,column_mappings.passage_column=passage",
+            false,
+        ),
+        (
+            "kind=pooling_column_mapper,column_mappings.pooling_column=passage,\
+             column_mappings.prompt_tokens_count_column=n",
+            true,
+        ),
+    ] {
+        let err = refusal(pooled(&path, mapper, EMBEDDINGS));
+        assert!(
+            err.contains("is not kind=pooling_column_mapper's")
+                && err.contains("it takes pooling_column"),
+            "{mapper}: {err}"
+        );
+        assert_eq!(
+            err.contains("is kind=generative_column_mapper's"),
+            generative,
+            "{mapper}: {err}"
+        );
+    }
+    // The generative mapper does not take the pooling type either.
+    let err = refusal(pooled(
+        &path,
+        "kind=generative_column_mapper,column_mappings.pooling_column=passage",
+        EMBEDDINGS,
+    ));
+    assert!(
+        err.contains("`column_mappings.pooling_column`") && err.contains("text_column"),
+        "{err}"
+    );
+    let err = refusal(pooled(
+        &path,
+        "kind=pooling_column_mapper,columns.pooling=passage",
+        EMBEDDINGS,
+    ));
+    assert!(
+        err.contains("unknown option `columns`") && err.contains("kind=pooling_column_mapper"),
+        "{err}"
+    );
+}
+
+#[test]
+fn the_pooling_mapper_with_a_generation_request_format_is_refused_as_guidellm_fails_each_request() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = passages(dir.path());
+    let mapper = "kind=pooling_column_mapper,column_mappings.pooling_column=passage";
+    for (backend, named) in [
+        (
+            "kind=openai_http,target=http://127.0.0.1:9,model=m",
+            "request_format=chat (its default)",
+        ),
+        (
+            "kind=openai_http,target=http://127.0.0.1:9,request_format=/v1/chat/completions",
+            "request_format=/v1/chat/completions",
+        ),
+        (
+            "kind=openai_http,target=http://127.0.0.1:9,request_format=text",
+            "request_format=text",
+        ),
+        (MOCK, "the backend, kind=offline,"),
+    ] {
+        let err = refusal(pooled(&path, mapper, backend));
+        assert!(
+            err.contains(named)
+                && err.contains("request_format=/v1/embeddings or /pooling")
+                && err.contains("kind=generative_column_mapper"),
+            "{backend}: {err}"
+        );
+    }
+    // The CLI's check reads the mapper alone: the backend is checked with
+    // the plan.
+    check_guidellm_pipeline(&[("--data-column-mapper", &[mapper.to_owned()])])
+        .expect("the pooling mapper");
+}
+
+#[test]
+fn a_guidellm_scenario_with_a_pooling_column_mapper_embeds_its_mapped_column() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = passages(dir.path());
+    let scenario = dir.path().join("guidellm.yaml");
+    let write = |mapper: &str| {
+        std::fs::write(
+            &scenario,
+            format!(
+                "spec:\n  backend:\n    kind: openai_http\n    target: http://127.0.0.1:9\n    \
+                 model: m\n    request_format: /v1/embeddings\n  data:\n    - kind: json_file\n      \
+                 path: {path}\n  data_column_mapper:\n{mapper}"
+            ),
+        )
+        .expect("write");
+    };
+    let from_file = || {
+        let mut run = Flags {
+            scenario: Some(scenario.clone()),
+            ..Flags::default()
+        }
+        .plan(MOCK)?;
+        Plan::new(run.plans.remove(0))
+    };
+    write("    kind: pooling_column_mapper\n    column_mappings:\n      pooling_column: passage\n");
+    let plan = from_file().expect("plan");
+    assert_eq!(plan.backend.kind, "openai_http");
+    assert_eq!(prompts(&plan), ["first passage", "second passage"]);
+    write("    kind: pooling_column_mapper\n");
+    assert_eq!(prompts(&from_file().expect("plan")), ["p1", "p2"]);
+    // A type the mapper does not take is named by its path in the file.
+    write("    kind: pooling_column_mapper\n    column_mappings:\n      text_column: passage\n");
+    let err = from_file().expect_err("refused");
+    assert!(matches!(err, Error::GuideLlm { .. }), "{err:?}");
+    let err = err.to_string();
+    assert!(
+        err.contains("`spec.data_column_mapper`") && err.contains("it takes pooling_column"),
         "{err}"
     );
 }

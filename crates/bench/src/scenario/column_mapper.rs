@@ -2,9 +2,12 @@
 //! kind=generative_column_mapper,column_mappings.text_column=article` (and
 //! a GuideLLM scenario's `data_column_mapper`) in guidebench's words: each
 //! mapping becomes a column option of every `--data` that has columns
-//! ([`ColumnMappings`]).
+//! ([`ColumnMappings`]). GuideLLM's `kind=pooling_column_mapper`
+//! (`column_mappings.pooling_column=passage`, by default a `prompt`
+//! column) names the column whose text embeddings and pooling requests
+//! send.
 
-use guidebench_core::options::parse_kind_args;
+use guidebench_core::options::{KindArgs, parse_kind_args};
 use serde_json::{Map, Value};
 
 use crate::{Error, Result};
@@ -12,12 +15,69 @@ use crate::{Error, Result};
 /// The flag of GuideLLM's column mapper.
 pub(super) const MAPPER_FLAG: &str = "--data-column-mapper";
 
-/// GuideLLM's one column mapper kind for generation.
+/// GuideLLM's column mapper kind for generation (its default).
 const MAPPER_KIND: &str = "generative_column_mapper";
+
+/// GuideLLM's column mapper kind for pooling (embeddings) requests.
+const POOLING_KIND: &str = "pooling_column_mapper";
 
 /// The data kind whose column options mappings become (GuideLLM's file
 /// and dataset kinds resolve to it).
 const COLUMNS_KIND: &str = "file";
+
+/// The backend that sends embeddings and pooling requests, and the
+/// `request_format` values (ours and GuideLLM's) that make it do so.
+const POOLING_BACKEND: &str = "openai_http";
+const POOLING_FORMATS: &[&str] = &["embeddings", "/v1/embeddings", "pooling", "/pooling"];
+
+/// GuideLLM 0.8.1's `PoolingColumnMapper` column types: its one type, the
+/// input of an embeddings or pooling request, becomes the prompt column.
+const POOLING_TYPES: &[(&str, std::result::Result<&str, &str>)] =
+    &[("pooling_column", Ok("prompt_column"))];
+
+/// `PoolingColumnMapper.defaults`: without mappings, the input is the
+/// `prompt` column.
+const POOLING_DEFAULT: (&str, &str) = ("pooling_column", "prompt");
+
+/// Which of GuideLLM's column mappers a `kind` names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+enum MapperKind {
+    /// `generative_column_mapper`: columns of generation requests.
+    #[default]
+    Generative,
+    /// `pooling_column_mapper`: the input of embeddings and pooling
+    /// requests.
+    Pooling,
+}
+
+impl MapperKind {
+    /// GuideLLM's name of the kind.
+    fn name(self) -> &'static str {
+        match self {
+            MapperKind::Generative => MAPPER_KIND,
+            MapperKind::Pooling => POOLING_KIND,
+        }
+    }
+
+    /// The column types of `column_mappings` the kind takes.
+    fn types(
+        self,
+    ) -> &'static [(
+        &'static str,
+        std::result::Result<&'static str, &'static str>,
+    )] {
+        match self {
+            MapperKind::Generative => COLUMN_TYPES,
+            MapperKind::Pooling => POOLING_TYPES,
+        }
+    }
+
+    /// The names of [`MapperKind::types`], for errors.
+    fn type_names(self) -> String {
+        let names: Vec<&str> = self.types().iter().map(|(t, _)| *t).collect();
+        names.join(", ")
+    }
+}
 
 /// GuideLLM 0.8.1's column types (the keys of `column_mappings`, its
 /// `GenerativeDatasetColumnType`), each with guidebench's column option
@@ -83,9 +143,24 @@ struct ColumnMapping {
     option: &'static str,
     /// The names as given, each with the `--data` index it is for.
     names: Vec<(Option<usize>, String)>,
+    /// Whether it is the mapper's default (not given): then an option
+    /// given on `--data` wins over it.
+    by_default: bool,
 }
 
 impl ColumnMapping {
+    /// The mapping of `column`, as errors name it.
+    fn describe(&self, column: &str) -> String {
+        if self.by_default {
+            format!(
+                "kind={POOLING_KIND}'s default column_mappings.{}={column}",
+                self.theirs
+            )
+        } else {
+            format!("column_mappings.{}={column}", self.theirs)
+        }
+    }
+
     /// The one column for the `--data` at `index`, if any is named for it.
     fn column_for(&self, source: &'static str, index: usize) -> Result<Option<&str>> {
         let names: Vec<&str> = self
@@ -124,10 +199,20 @@ impl ColumnMapping {
 /// refused, as GuideLLM stops there too (it finds no mapped column in
 /// them); so is one that differs from the option given on that `--data`.
 /// Without mappings (GuideLLM's default mapper) nothing changes.
+///
+/// `kind=pooling_column_mapper` takes one type, `pooling_column`, the
+/// column whose text an embeddings or pooling request sends (guidebench's
+/// `prompt_column`); without mappings it is the `prompt` column, as
+/// GuideLLM's `PoolingColumnMapper.defaults`, unless `--data` names its
+/// prompt column itself. Its data are only for `kind=openai_http` with
+/// `request_format=/v1/embeddings` or `/pooling`
+/// ([`ColumnMappings::check_backend`]).
 #[derive(Debug, Clone, PartialEq, Default)]
 pub(crate) struct ColumnMappings {
     /// Where the mappings come from, for errors.
     source: &'static str,
+    /// The mapper's kind.
+    kind: MapperKind,
     mappings: Vec<ColumnMapping>,
 }
 
@@ -141,9 +226,9 @@ pub(super) fn scenario_mapper(value: &Value) -> Option<&Value> {
 }
 
 impl ColumnMappings {
-    /// From `--data-column-mapper`: `kind=generative_column_mapper` with
-    /// `column_mappings.TYPE=COLUMN` (a list: `COLUMN,COLUMN`), or the same
-    /// as a JSON object.
+    /// From `--data-column-mapper`: `kind=generative_column_mapper` or
+    /// `kind=pooling_column_mapper` with `column_mappings.TYPE=COLUMN` (a
+    /// list: `COLUMN,COLUMN`), or the same as a JSON object.
     ///
     /// # Errors
     ///
@@ -181,12 +266,13 @@ impl ColumnMappings {
 
     /// From GuideLLM's mapper object (`{"kind": ..., "column_mappings":
     /// {...}}`, `kind` defaulting to `generative_column_mapper` as in
-    /// GuideLLM).
+    /// GuideLLM; `pooling_column_mapper` without mappings maps its
+    /// default, `pooling_column: prompt`).
     ///
     /// # Errors
     ///
-    /// Why, for another kind, another option, a column type GuideLLM does
-    /// not have (listing those it has) or guidebench has no option for
+    /// Why, for another kind, another option, a column type the kind does
+    /// not take (listing those it takes) or guidebench has no option for
     /// (saying why), a value that is not a column name or a list of them,
     /// and two types that become the same option.
     pub(super) fn from_value(mapper: &Value) -> std::result::Result<Self, String> {
@@ -200,32 +286,49 @@ impl ColumnMappings {
         };
         let instead = "or name the columns in --data: prompt_column=, output_tokens_column=, \
                        prompt_tokens_column=, image_column=, audio_column=, system_column=";
-        match mapper.get("kind") {
-            None | Some(Value::Null) => {}
-            Some(Value::String(kind)) if kind == MAPPER_KIND => {}
-            Some(Value::String(kind)) if kind == "pooling_column_mapper" => {
-                return Err(format!(
-                    "kind=pooling_column_mapper is for GuideLLM's pooling (embedding) requests, \
-                     which guidebench does not send; kind={MAPPER_KIND} maps columns for \
-                     generation, {instead}"
-                ));
-            }
+        let kind = match mapper.get("kind") {
+            None | Some(Value::Null) => MapperKind::Generative,
+            Some(Value::String(kind)) if kind == MAPPER_KIND => MapperKind::Generative,
+            Some(Value::String(kind)) if kind == POOLING_KIND => MapperKind::Pooling,
             Some(kind) => {
                 return Err(format!(
-                    "guidebench has only kind={MAPPER_KIND} (column_mappings.text_column=COLUMN, \
-                     ...), {instead}; got kind {kind}"
+                    "guidebench has kind={MAPPER_KIND} (column_mappings.text_column=COLUMN, \
+                     ...) and kind={POOLING_KIND} (column_mappings.pooling_column=COLUMN, the \
+                     input of embeddings and pooling requests), {instead}; got kind {kind}"
                 ));
             }
-        }
+        };
         if let Some(key) = mapper
             .keys()
             .find(|k| !matches!(k.as_str(), "kind" | "column_mappings"))
         {
             return Err(format!(
-                "unknown option `{key}` (kind={MAPPER_KIND} takes column_mappings)"
+                "unknown option `{key}` (kind={} takes column_mappings)",
+                kind.name()
             ));
         }
+        let pooling_default = || {
+            let (theirs, column) = POOLING_DEFAULT;
+            ColumnMappings {
+                source: MAPPER_FLAG,
+                kind,
+                mappings: vec![ColumnMapping {
+                    theirs: theirs.to_owned(),
+                    option: "prompt_column",
+                    names: vec![(None, column.to_owned())],
+                    by_default: true,
+                }],
+            }
+        };
         let given = match mapper.get("column_mappings") {
+            // GuideLLM's mapper falls back on its defaults without
+            // mappings (none, or an empty map).
+            None | Some(Value::Null) if kind == MapperKind::Pooling => {
+                return Ok(pooling_default());
+            }
+            Some(Value::Object(given)) if given.is_empty() && kind == MapperKind::Pooling => {
+                return Ok(pooling_default());
+            }
             None | Some(Value::Null) => return Ok(ColumnMappings::default()),
             Some(Value::Object(given)) => given,
             Some(other) => {
@@ -236,12 +339,26 @@ impl ColumnMappings {
         };
         let mut mappings: Vec<ColumnMapping> = Vec::new();
         for (theirs, value) in given {
-            let Some((_, option)) = COLUMN_TYPES.iter().find(|(t, _)| t == theirs) else {
-                let known: Vec<&str> = COLUMN_TYPES.iter().map(|(t, _)| *t).collect();
-                return Err(format!(
-                    "unknown column type `column_mappings.{theirs}`; GuideLLM's are {}",
-                    known.join(", ")
-                ));
+            let Some((_, option)) = kind.types().iter().find(|(t, _)| t == theirs) else {
+                return Err(match kind {
+                    MapperKind::Generative => format!(
+                        "unknown column type `column_mappings.{theirs}`; GuideLLM's are {}",
+                        kind.type_names()
+                    ),
+                    MapperKind::Pooling => {
+                        let generative = if COLUMN_TYPES.iter().any(|(t, _)| t == theirs) {
+                            format!(" (`{theirs}` is kind={MAPPER_KIND}'s)")
+                        } else {
+                            String::new()
+                        };
+                        format!(
+                            "column type `column_mappings.{theirs}` is not \
+                             kind={POOLING_KIND}'s{generative}; it takes {}: the column whose \
+                             text embeddings and pooling requests send",
+                            kind.type_names()
+                        )
+                    }
+                });
             };
             let option = (*option).map_err(|why| {
                 format!("`column_mappings.{theirs}` has no guidebench column option: {why}")
@@ -271,6 +388,7 @@ impl ColumnMappings {
                 theirs: theirs.clone(),
                 option,
                 names,
+                by_default: false,
             };
             if let Some(other) = mappings.iter().find(|m| m.option == option) {
                 return Err(format!(
@@ -283,7 +401,57 @@ impl ColumnMappings {
         }
         Ok(ColumnMappings {
             source: MAPPER_FLAG,
+            kind,
             mappings,
+        })
+    }
+
+    /// Checks that `backend` sends what the mapper maps: the pooling
+    /// mapper's column is the input of embeddings and pooling requests,
+    /// so it needs `kind=openai_http` with `request_format=/v1/embeddings`
+    /// or `/pooling` (GuideLLM's chat, text and responses formatters find
+    /// none of their columns in its data and fail every request).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Flag`] for the pooling mapper with any other backend or
+    /// request format, naming it and the formats that take the mapper.
+    pub(crate) fn check_backend(&self, backend: &KindArgs) -> Result<()> {
+        if self.kind != MapperKind::Pooling {
+            return Ok(());
+        }
+        let wanted = format!(
+            "kind={POOLING_KIND} maps the input of embeddings and pooling requests, which \
+             --backend kind={POOLING_BACKEND} sends with request_format=/v1/embeddings or \
+             /pooling"
+        );
+        let instead = format!(
+            "for generation, map the prompt with kind={MAPPER_KIND},\
+             column_mappings.text_column=COLUMN"
+        );
+        let reason = if backend.kind != POOLING_BACKEND {
+            format!(
+                "{wanted}; the backend, kind={}, sends no such requests; {instead}",
+                backend.kind
+            )
+        } else {
+            let format = match backend.options.get("request_format") {
+                None | Some(Value::Null) => "chat (its default)".to_owned(),
+                Some(Value::String(format)) if POOLING_FORMATS.contains(&format.as_str()) => {
+                    return Ok(());
+                }
+                Some(Value::String(format)) => format.clone(),
+                Some(other) => other.to_string(),
+            };
+            format!(
+                "{wanted}; the backend has request_format={format}, whose requests GuideLLM \
+                 cannot build from the mapper's pooling_column (it fails each one, finding \
+                 no text_column); {instead}"
+            )
+        };
+        Err(Error::Flag {
+            flag: self.source,
+            reason,
         })
     }
 
@@ -342,11 +510,13 @@ impl ColumnMappings {
             if kind.name != COLUMNS_KIND {
                 let (mapping, column) = wanted[0];
                 return Err(refuse(format!(
-                    "column_mappings.{}={column} is for --data {index}, kind={}, which has no \
-                     columns to map (GuideLLM finds none there either and stops); map the \
-                     columns of a file or dataset (kind=file, hf, json_file, ...) or name \
-                     them for one --data only (column_mappings.{}=N.{column})",
-                    mapping.theirs, args.kind, mapping.theirs
+                    "{} is for --data {index}, kind={}, which has no columns to map \
+                     (GuideLLM finds none there either and stops); map the columns of a file \
+                     or dataset (kind=file, hf, json_file, ...) or name them for one --data \
+                     only (column_mappings.{}=N.{column})",
+                    mapping.describe(column),
+                    args.kind,
+                    mapping.theirs
                 )));
             }
             for (mapping, column) in wanted {
@@ -356,14 +526,17 @@ impl ColumnMappings {
                             .insert(mapping.option.to_owned(), Value::String(column.to_owned()));
                     }
                     Some(Value::String(given)) if given == column => {}
+                    // The default yields to the column `--data` names.
+                    Some(_) if mapping.by_default => {}
                     Some(given) => {
                         let given = given
                             .as_str()
                             .map_or_else(|| given.to_string(), str::to_owned);
                         return Err(refuse(format!(
-                            "column_mappings.{}={column} and --data {index}'s {}={given} name \
-                             the same column option: give it once",
-                            mapping.theirs, mapping.option
+                            "{} and --data {index}'s {}={given} name the same column option: \
+                             give it once",
+                            mapping.describe(column),
+                            mapping.option
                         )));
                     }
                 }

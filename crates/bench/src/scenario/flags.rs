@@ -203,6 +203,7 @@ impl Flags {
                 };
                 apply_overrides(&mut plan, &self.overrides)?;
                 env.fill_defaults(&mut plan);
+                mappings.check_backend(&plan.backend.args)?;
                 Ok(plan)
             })
             .collect::<Result<Vec<_>>>()?;
