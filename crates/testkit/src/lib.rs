@@ -42,6 +42,7 @@
 #![forbid(unsafe_code)]
 
 pub mod backend;
+pub mod bert;
 pub mod conformance;
 mod error;
 pub mod expected;
