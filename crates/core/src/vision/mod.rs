@@ -33,6 +33,7 @@
 mod clip;
 mod config;
 mod processor;
+mod smolvlm;
 
 pub use crate::media::{ImageStats, media_name, read_media};
 
@@ -45,3 +46,8 @@ pub use config::{
 };
 pub(crate) use config::{is_llava, split_llava};
 pub use processor::{ImageProcessor, PreparedImage, expand_image_tokens};
+pub use smolvlm::{
+    DEFAULT_IMAGE_SEQ_LEN, MAX_IMAGE_SIZE, PillowFilter, SmolVlmBatch, SmolVlmImage,
+    SmolVlmImageProcessor, SmolVlmTokens, longest_edge_size, pad_frames, pillow_resize,
+    tile_multiple_size,
+};
