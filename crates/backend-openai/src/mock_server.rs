@@ -1542,6 +1542,67 @@ fn full(status: StatusCode, content_type: &'static str, body: impl Into<Bytes>) 
     Ok(response)
 }
 
+/// An answer written as its `steps` come due (server-sent events, or a
+/// whole body written at its instant), with `content_type`; `active`
+/// counts the request in flight until the stream ends or is dropped.
+fn stream_answer(
+    shared: &Arc<Shared>,
+    steps: Vec<Step>,
+    timings: Option<(TimingSlot, Arc<ConnState>)>,
+    active: Active,
+    content_type: &'static str,
+) -> Answer {
+    let stream = SseStream {
+        steps: steps.into_iter(),
+        timings,
+        pending: None,
+        sleep: None,
+        stalled: None,
+        shared: shared.clone(),
+        finished: false,
+        _active: active,
+    };
+    let mut response = Response::new(MockBody::Stream(Box::new(stream)));
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    Ok(response)
+}
+
+/// A non-streamed JSON answer sent at `end` (when its last token would
+/// have been produced), with the request's fault: a stall holds it until
+/// shutdown, a reset drops the connection, a truncated or malformed body
+/// is cut or replaced.
+async fn whole_answer(
+    shared: &Shared,
+    end: Instant,
+    fault: Fault,
+    body: impl FnOnce() -> String,
+) -> Answer {
+    match fault {
+        Fault::Stall => {
+            shared.stop.cancelled().await;
+            return Err(Abort);
+        }
+        Fault::Reset => return Err(Abort),
+        _ => {}
+    }
+    tokio::select! {
+        () = tokio::time::sleep_until(end) => {}
+        () = shared.stop.cancelled() => return Err(Abort),
+    }
+    let body = body();
+    shared.completed.fetch_add(1, Ordering::Relaxed);
+    match fault {
+        Fault::Truncate => {
+            let half = body.len() / 2;
+            full(StatusCode::OK, "application/json", body[..half].to_owned())
+        }
+        Fault::Malformed => full(StatusCode::OK, "application/json", "{not json"),
+        _ => full(StatusCode::OK, "application/json", body),
+    }
+}
+
 fn error_body(status: StatusCode, message: &str, kind: &str) -> Answer {
     let body = json!({"error": {"message": message, "type": kind, "code": status.as_u16()}});
     full(status, "application/json", body.to_string())
@@ -1781,47 +1842,12 @@ async fn completion(
             fault,
         );
         let timings = timing_slot(&shared, conn, &parts, index, received, arrived, steps.len());
-        let stream = SseStream {
-            steps: steps.into_iter(),
-            timings,
-            pending: None,
-            sleep: None,
-            stalled: None,
-            shared: shared.clone(),
-            finished: false,
-            _active: active,
-        };
-        let mut response = Response::new(MockBody::Stream(Box::new(stream)));
-        response
-            .headers_mut()
-            .insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
-        return Ok(response);
+        return stream_answer(&shared, steps, timings, active, "text/event-stream");
     }
 
     // Non-streamed: answer when the last token would have been produced.
     let end = last_token_at(config, &mut rng, arrived + ttft, tokens);
-    match fault {
-        Fault::Stall => {
-            shared.stop.cancelled().await;
-            return Err(Abort);
-        }
-        Fault::Reset => return Err(Abort),
-        _ => {}
-    }
-    tokio::select! {
-        () = tokio::time::sleep_until(end) => {}
-        () = shared.stop.cancelled() => return Err(Abort),
-    }
-    let body = full_response(&ids, usage, finish);
-    shared.completed.fetch_add(1, Ordering::Relaxed);
-    match fault {
-        Fault::Truncate => {
-            let half = body.len() / 2;
-            full(StatusCode::OK, "application/json", body[..half].to_owned())
-        }
-        Fault::Malformed => full(StatusCode::OK, "application/json", "{not json"),
-        _ => full(StatusCode::OK, "application/json", body),
-    }
+    whole_answer(&shared, end, fault, || full_response(&ids, usage, finish)).await
 }
 
 /// How many tokens to produce, and the finish reason: drawn around
@@ -2158,21 +2184,13 @@ async fn pooled(
         _ => Bytes::from(answer),
     };
     let timings = timing_slot(&shared, conn, &parts, index, received, arrived, 1);
-    let stream = SseStream {
-        steps: vec![Step::Answer(at, answer)].into_iter(),
+    stream_answer(
+        &shared,
+        vec![Step::Answer(at, answer)],
         timings,
-        pending: None,
-        sleep: None,
-        stalled: None,
-        shared: shared.clone(),
-        finished: false,
-        _active: active,
-    };
-    let mut response = Response::new(MockBody::Stream(Box::new(stream)));
-    response
-        .headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    Ok(response)
+        active,
+        "application/json",
+    )
 }
 
 /// A whole embeddings or pooling answer: a unit vector of `dimensions`
@@ -2563,46 +2581,11 @@ async fn responses(
         let steps =
             plan_responses_stream(&shared, &answer, &mut rng, arrived + ttft, arrived, fault);
         let timings = timing_slot(&shared, conn, &parts, index, received, arrived, steps.len());
-        let stream = SseStream {
-            steps: steps.into_iter(),
-            timings,
-            pending: None,
-            sleep: None,
-            stalled: None,
-            shared: shared.clone(),
-            finished: false,
-            _active: active,
-        };
-        let mut response = Response::new(MockBody::Stream(Box::new(stream)));
-        response
-            .headers_mut()
-            .insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
-        return Ok(response);
+        return stream_answer(&shared, steps, timings, active, "text/event-stream");
     }
 
     let end = last_token_at(config, &mut rng, arrived + ttft, tokens);
-    match fault {
-        Fault::Stall => {
-            shared.stop.cancelled().await;
-            return Err(Abort);
-        }
-        Fault::Reset => return Err(Abort),
-        _ => {}
-    }
-    tokio::select! {
-        () = tokio::time::sleep_until(end) => {}
-        () = shared.stop.cancelled() => return Err(Abort),
-    }
-    let body = answer.object(true).to_string();
-    shared.completed.fetch_add(1, Ordering::Relaxed);
-    match fault {
-        Fault::Truncate => {
-            let half = body.len() / 2;
-            full(StatusCode::OK, "application/json", body[..half].to_owned())
-        }
-        Fault::Malformed => full(StatusCode::OK, "application/json", "{not json"),
-        _ => full(StatusCode::OK, "application/json", body),
-    }
+    whole_answer(&shared, end, fault, || answer.object(true).to_string()).await
 }
 
 /// One Responses API answer of the mock.
