@@ -202,41 +202,7 @@ fn vision_weights(spec: &LlavaSpec) -> Vec<(String, Weight)> {
             n.tensor(&[d], 0.0, 0.05),
         ),
     ];
-    for l in 0..spec.vision_layers {
-        let at = format!("{vision}.encoder.layers.{l}");
-        for norm in ["layer_norm1", "layer_norm2"] {
-            out.push((format!("{at}.{norm}.weight"), n.tensor(&[d], 1.0, 0.05)));
-            out.push((format!("{at}.{norm}.bias"), n.tensor(&[d], 0.0, 0.05)));
-        }
-        for name in ["q_proj", "k_proj", "v_proj", "out_proj"] {
-            out.push((
-                format!("{at}.self_attn.{name}.weight"),
-                n.tensor(&[d, d], 0.0, inv(d)),
-            ));
-            out.push((
-                format!("{at}.self_attn.{name}.bias"),
-                n.tensor(&[d], 0.0, 0.05),
-            ));
-        }
-        out.push((
-            format!("{at}.mlp.fc1.weight"),
-            n.tensor(&[inter, d], 0.0, inv(d)),
-        ));
-        out.push((format!("{at}.mlp.fc1.bias"), n.tensor(&[inter], 0.0, 0.05)));
-        out.push((
-            format!("{at}.mlp.fc2.weight"),
-            n.tensor(&[d, inter], 0.0, inv(inter)),
-        ));
-        out.push((format!("{at}.mlp.fc2.bias"), n.tensor(&[d], 0.0, 0.05)));
-    }
-    out.push((
-        format!("{vision}.post_layernorm.weight"),
-        n.tensor(&[d], 1.0, 0.05),
-    ));
-    out.push((
-        format!("{vision}.post_layernorm.bias"),
-        n.tensor(&[d], 0.0, 0.05),
-    ));
+    push_vision_encoder(&mut out, &mut n, vision, spec.vision_layers, d, inter);
     let (t, input) = (spec.text.hidden_size, d * spec.feature_states());
     out.push((
         format!("{projector}.linear_1.weight"),
@@ -603,4 +569,55 @@ impl LlavaExpected {
 pub fn stored_llava() -> Result<LlavaExpected> {
     serde_json::from_str(include_str!("../expected/llava.json"))
         .map_err(|e| Error::json("expected/llava.json", e))
+}
+
+/// The encoder layers and the closing layer norm of a CLIP or SigLIP
+/// vision tower named under `vision` (`layers` layers of width `d`, MLP
+/// `inter`), as transformers names them, drawn from `n` in one fixed
+/// order: the LLaVA and SmolVLM fixtures share it, so each keeps its
+/// weights.
+pub(crate) fn push_vision_encoder(
+    out: &mut Vec<(String, Weight)>,
+    n: &mut Normal,
+    vision: &str,
+    layers: usize,
+    d: usize,
+    inter: usize,
+) {
+    let inv = |fan_in: usize| 1.0 / (fan_in as f32).sqrt();
+    for l in 0..layers {
+        let at = format!("{vision}.encoder.layers.{l}");
+        for norm in ["layer_norm1", "layer_norm2"] {
+            out.push((format!("{at}.{norm}.weight"), n.tensor(&[d], 1.0, 0.05)));
+            out.push((format!("{at}.{norm}.bias"), n.tensor(&[d], 0.0, 0.05)));
+        }
+        for name in ["q_proj", "k_proj", "v_proj", "out_proj"] {
+            out.push((
+                format!("{at}.self_attn.{name}.weight"),
+                n.tensor(&[d, d], 0.0, inv(d)),
+            ));
+            out.push((
+                format!("{at}.self_attn.{name}.bias"),
+                n.tensor(&[d], 0.0, 0.05),
+            ));
+        }
+        out.push((
+            format!("{at}.mlp.fc1.weight"),
+            n.tensor(&[inter, d], 0.0, inv(d)),
+        ));
+        out.push((format!("{at}.mlp.fc1.bias"), n.tensor(&[inter], 0.0, 0.05)));
+        out.push((
+            format!("{at}.mlp.fc2.weight"),
+            n.tensor(&[d, inter], 0.0, inv(inter)),
+        ));
+        out.push((format!("{at}.mlp.fc2.bias"), n.tensor(&[d], 0.0, 0.05)));
+    }
+    out.push((
+        format!("{vision}.post_layernorm.weight"),
+        n.tensor(&[d], 1.0, 0.05),
+    ));
+    out.push((
+        format!("{vision}.post_layernorm.bias"),
+        n.tensor(&[d], 0.0, 0.05),
+    ));
 }

@@ -44,7 +44,7 @@ use crate::fixtures::{
     ConfigLayout, FixtureSpec, Normal, SPECIAL_TOKENS, Weight, config_json, pretty, save,
     train_fixture_tokenizer, weights, write,
 };
-use crate::llava::{FixtureImage, fixture_images};
+use crate::llava::{FixtureImage, fixture_images, push_vision_encoder};
 
 /// The image placeholder: a prompt holds one per image, and the processor
 /// repeats it `image_seq_len` times per tile.
@@ -186,41 +186,7 @@ fn vision_weights(spec: &SmolVlmSpec) -> Vec<(String, Weight)> {
             n.tensor(&[positions, d], 0.0, 0.5),
         ),
     ];
-    for l in 0..spec.vision_layers {
-        let at = format!("{vision}.encoder.layers.{l}");
-        for norm in ["layer_norm1", "layer_norm2"] {
-            out.push((format!("{at}.{norm}.weight"), n.tensor(&[d], 1.0, 0.05)));
-            out.push((format!("{at}.{norm}.bias"), n.tensor(&[d], 0.0, 0.05)));
-        }
-        for name in ["q_proj", "k_proj", "v_proj", "out_proj"] {
-            out.push((
-                format!("{at}.self_attn.{name}.weight"),
-                n.tensor(&[d, d], 0.0, inv(d)),
-            ));
-            out.push((
-                format!("{at}.self_attn.{name}.bias"),
-                n.tensor(&[d], 0.0, 0.05),
-            ));
-        }
-        out.push((
-            format!("{at}.mlp.fc1.weight"),
-            n.tensor(&[inter, d], 0.0, inv(d)),
-        ));
-        out.push((format!("{at}.mlp.fc1.bias"), n.tensor(&[inter], 0.0, 0.05)));
-        out.push((
-            format!("{at}.mlp.fc2.weight"),
-            n.tensor(&[d, inter], 0.0, inv(inter)),
-        ));
-        out.push((format!("{at}.mlp.fc2.bias"), n.tensor(&[d], 0.0, 0.05)));
-    }
-    out.push((
-        format!("{vision}.post_layernorm.weight"),
-        n.tensor(&[d], 1.0, 0.05),
-    ));
-    out.push((
-        format!("{vision}.post_layernorm.bias"),
-        n.tensor(&[d], 0.0, 0.05),
-    ));
+    push_vision_encoder(&mut out, &mut n, vision, spec.vision_layers, d, inter);
     // The features take the place of token embeddings (unit scale).
     let (t, input) = (spec.text.hidden_size, d * spec.scale_factor.pow(2));
     out.push((
