@@ -59,6 +59,7 @@ mod aligned;
 mod arena;
 mod attention;
 mod cpu;
+pub mod encoder;
 pub mod engine;
 pub mod error;
 pub mod gguf;

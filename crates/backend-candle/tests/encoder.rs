@@ -1,0 +1,195 @@
+//! The BERT sentence encoder on the tiny BERT fixture gives what
+//! transformers and sentence-transformers compute on it
+//! (`crates/testkit/expected/bert.json`): the last hidden state, and each
+//! text's sentence vector under mean (normalised) and CLS pooling, one
+//! batch for every text.
+
+use std::path::Path;
+
+use guidebench_candle::encoder::{BertEncoder, Pooling};
+use guidebench_testkit::bert::{
+    BertExpected, BertSpec, Pooling as FixturePooling, stored_bert, write_bert_fixture,
+};
+
+fn stored() -> BertExpected {
+    stored_bert().expect("expected/bert.json parses")
+}
+
+fn fixture(pooling: FixturePooling) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_bert_fixture(dir.path(), &BertSpec::tiny(), pooling).expect("the BERT fixture");
+    dir
+}
+
+fn open(dir: &Path) -> BertEncoder {
+    BertEncoder::open(dir).expect("the fixture opens")
+}
+
+/// Every text's token ids, as one batch.
+fn batch(stored: &BertExpected) -> Vec<&[u32]> {
+    stored
+        .texts
+        .iter()
+        .map(|t| t.input_ids.as_slice())
+        .collect()
+}
+
+fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
+
+fn cosine(a: &[f32], b: &[f32]) -> f64 {
+    let dot: f64 = a
+        .iter()
+        .zip(b)
+        .map(|(x, y)| f64::from(*x) * f64::from(*y))
+        .sum();
+    let norm = |v: &[f32]| v.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
+    dot / (norm(a) * norm(b))
+}
+
+#[test]
+fn the_first_texts_last_hidden_state_equals_transformers_within_1e_5_alone_and_in_the_batch() {
+    let stored = stored();
+    let dir = fixture(FixturePooling::Mean);
+    let encoder = open(dir.path());
+    let want = &stored.first_last_hidden_state;
+    let alone = encoder
+        .last_hidden_states(&[stored.texts[0].input_ids.as_slice()])
+        .expect("the first text alone");
+    let batched = encoder
+        .last_hidden_states(&batch(&stored))
+        .expect("the whole batch");
+    assert_eq!(batched.len(), stored.texts.len());
+    for (what, got) in [("alone", &alone[0]), ("in the batch", &batched[0])] {
+        let diff = max_abs_diff(got, &want.values);
+        eprintln!("last hidden state {what}: max abs diff {diff:e}");
+        assert!(diff <= 1e-5, "{what}: max abs diff {diff}");
+    }
+}
+
+#[test]
+fn every_texts_embedding_matches_sentence_transformers_for_both_poolings_in_one_batch() {
+    let stored = stored();
+    for (pooling, ours) in [
+        (FixturePooling::Mean, Pooling::Mean),
+        (FixturePooling::Cls, Pooling::Cls),
+    ] {
+        let dir = fixture(pooling);
+        let encoder = open(dir.path());
+        assert_eq!(encoder.sentence().pooling, ours);
+        assert_eq!(encoder.sentence().normalize, pooling.normalizes());
+        let got = encoder.embed(&batch(&stored)).expect("the batch embeds");
+        let want = stored.embeddings_of(pooling).expect("stored vectors");
+        assert_eq!(got.len(), want.len());
+        let (mut worst_cos, mut worst_diff) = (1f64, 0f32);
+        for (i, (g, w)) in got.iter().zip(want).enumerate() {
+            assert_eq!(g.len(), encoder.dim());
+            let (cos, diff) = (cosine(g, w), max_abs_diff(g, w));
+            (worst_cos, worst_diff) = (worst_cos.min(cos), worst_diff.max(diff));
+            assert!(
+                cos >= 0.99999 && diff <= 1e-5,
+                "{} text {i}: cosine {cos}, max abs diff {diff}",
+                pooling.name()
+            );
+        }
+        eprintln!(
+            "{}: min cosine {worst_cos}, max abs diff {worst_diff:e}",
+            pooling.name()
+        );
+    }
+}
+
+#[test]
+fn a_batch_of_one_gives_each_text_the_vector_the_whole_batch_gives_it() {
+    let stored = stored();
+    for pooling in FixturePooling::ALL {
+        let dir = fixture(pooling);
+        let encoder = open(dir.path());
+        let all = encoder.embed(&batch(&stored)).expect("the batch");
+        for (text, in_batch) in stored.texts.iter().zip(&all) {
+            let alone = encoder
+                .embed(&[text.input_ids.as_slice()])
+                .expect("one text");
+            let diff = max_abs_diff(&alone[0], in_batch);
+            assert!(diff <= 1e-6, "{} {:?}: {diff}", pooling.name(), text.text);
+        }
+    }
+}
+
+#[test]
+fn an_empty_batch_gives_no_vectors_and_bad_inputs_are_errors() {
+    let dir = fixture(FixturePooling::Cls);
+    let encoder = open(dir.path());
+    assert!(encoder.embed(&[]).expect("an empty batch").is_empty());
+    let config = encoder.config();
+    let too_long = vec![2u32; config.max_position_embeddings + 1];
+    let past_vocab = [2, config.vocab_size as u32, 3];
+    for (input, said) in [
+        (&[][..], "no tokens"),
+        (too_long.as_slice(), "positions"),
+        (&past_vocab[..], "vocabulary"),
+    ] {
+        let texts: [&[u32]; 2] = [&[2, 3], input];
+        let err = encoder.embed(&texts).expect_err(said);
+        assert!(err.to_string().contains("text 1"), "{err}");
+        assert!(err.to_string().contains(said), "{err}");
+    }
+}
+
+#[test]
+fn a_missing_pooling_config_is_refused_naming_the_file() {
+    let dir = fixture(FixturePooling::Mean);
+    let path = dir.path().join("1_Pooling").join("config.json");
+    std::fs::remove_file(&path).expect("remove the pooling config");
+    let err = BertEncoder::open(dir.path()).expect_err("no pooling config");
+    assert!(
+        err.to_string().contains(&path.display().to_string()),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_missing_modules_json_or_config_is_refused_naming_the_file() {
+    for name in ["modules.json", "config.json"] {
+        let dir = fixture(FixturePooling::Cls);
+        let path = dir.path().join(name);
+        std::fs::remove_file(&path).expect("remove the file");
+        let err = BertEncoder::open(dir.path()).expect_err(name);
+        assert!(
+            err.to_string().contains(&path.display().to_string()),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn an_unknown_pooling_mode_is_refused_naming_the_mode() {
+    let dir = fixture(FixturePooling::Cls);
+    let path = dir.path().join("1_Pooling").join("config.json");
+    let text = std::fs::read_to_string(&path).expect("read the pooling config");
+    let mut config: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+    config["pooling_mode_cls_token"] = false.into();
+    config["pooling_mode_max_tokens"] = true.into();
+    std::fs::write(&path, config.to_string()).expect("write the pooling config");
+    let err = BertEncoder::open(dir.path()).expect_err("max pooling");
+    let text = err.to_string();
+    assert!(text.contains("pooling_mode_max_tokens"), "{text}");
+    assert!(text.contains(&path.display().to_string()), "{text}");
+}
+
+#[test]
+fn an_unsupported_activation_is_refused_naming_it() {
+    let dir = fixture(FixturePooling::Cls);
+    let path = dir.path().join("config.json");
+    let text = std::fs::read_to_string(&path).expect("read the config");
+    let mut config: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+    config["hidden_act"] = "silu".into();
+    std::fs::write(&path, config.to_string()).expect("write the config");
+    let err = BertEncoder::open(dir.path()).expect_err("silu");
+    assert!(err.to_string().contains("`silu`"), "{err}");
+}
