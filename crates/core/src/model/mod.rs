@@ -93,6 +93,19 @@
 //!   ([`ModelFolder::dtype_choice`]). Tests:
 //!   `gguf::tests::the_stored_dtype_is_the_file_type_and_the_tensor_mix`,
 //!   `gguf::tests::an_explicit_dtype_on_a_gguf_is_refused_with_the_reason`.
+//! - **A vision-language folder opens with its vision side**: LLaVA
+//!   (`model_type: llava`) for every opener, as
+//!   [`vision`](ModelFolder::vision) and
+//!   [`image_processor`](ModelFolder::image_processor); SmolVLM and
+//!   Idefics3 (`model_type: smolvlm` / `idefics3`) for an engine that runs
+//!   their tower ([`ModelFolder::open_with_vision`] with
+//!   [`VisionFamily::SmolVlm`]), as [`smolvlm`](ModelFolder::smolvlm) and
+//!   [`smolvlm_processor`](ModelFolder::smolvlm_processor): the Llama
+//!   `text_config` as the [`DecoderConfig`], the SigLIP tower, the
+//!   connector, the image token and the weight names, the processor's
+//!   `image_seq_len` checked against the model's. Every other opener
+//!   refuses such a folder, saying its tower is not implemented by the
+//!   engine, before any weight is read. Tests: `tests/smolvlm_folder.rs`.
 //! - **Engines map GGUF tensors with one table**:
 //!   [`gguf_tensor_hf_name`], and [`gguf_rows_are_interleaved`] with
 //!   [`hf_row_of_gguf_row`] / [`gguf_row_of_hf_row`] for llama.cpp's q/k
@@ -128,7 +141,10 @@ pub use weights::{SafetensorsEntry, safetensors_header, weight_files};
 
 use crate::files::{self, CONFIG_JSON, FolderFiles, require_dir};
 use crate::tokenizer::{HfTokenizer, Tokenizer};
-use crate::vision::{ClipImageProcessor, VisionLanguageConfig, VisionWeightNames};
+use crate::vision::{
+    ClipImageProcessor, ImageProcessor, SmolVlmConfig, SmolVlmImageProcessor, SmolVlmProcessor,
+    VisionFamily, VisionLanguageConfig, VisionWeightNames,
+};
 use crate::{Error, Result};
 
 /// A model folder (or a GGUF file), read once: the decoder description,
@@ -142,8 +158,23 @@ pub struct ModelFolder {
     generation: GenerationConfig,
     tokenizer: Arc<HfTokenizer>,
     eos_token_ids: Vec<u32>,
-    /// A LLaVA-style folder's vision side and image processor.
-    vision: Option<(Arc<VisionLanguageConfig>, Arc<ClipImageProcessor>)>,
+    /// A vision-language folder's vision side and image processor.
+    vision: Option<VisionSide>,
+}
+
+/// The vision side of a vision-language folder.
+#[derive(Debug, Clone)]
+enum VisionSide {
+    /// `LlavaForConditionalGeneration`.
+    Llava(Arc<VisionLanguageConfig>, Arc<ClipImageProcessor>),
+    /// `SmolVLMForConditionalGeneration` / `Idefics3ForConditionalGeneration`.
+    SmolVlm(Arc<SmolVlmConfig>, Arc<SmolVlmProcessor>),
+}
+
+/// A vision side read from `config.json`, before the tokenizer is.
+enum VisionConfig {
+    Llava(VisionLanguageConfig),
+    SmolVlm(SmolVlmConfig),
 }
 
 impl ModelFolder {
@@ -162,11 +193,27 @@ impl ModelFolder {
     /// Reads a `.gguf` file ([`from_gguf`](Self::from_gguf)) or a folder
     /// ([`from_dir`](Self::from_dir)).
     pub fn from_path(path: impl AsRef<Path>) -> Result<Self> {
+        ModelFolder::from_path_with_vision(path, &[])
+    }
+
+    /// As [`open`](Self::open), for an engine that also runs the vision
+    /// `families` listed (a SmolVLM folder opens only where
+    /// [`VisionFamily::SmolVlm`] is among them).
+    pub fn open_with_vision(spec: &str, families: &[VisionFamily]) -> Result<Self> {
+        ModelFolder::from_path_with_vision(resolve(spec)?, families)
+    }
+
+    /// As [`from_path`](Self::from_path), for an engine that also runs
+    /// the vision `families` listed.
+    pub fn from_path_with_vision(
+        path: impl AsRef<Path>,
+        families: &[VisionFamily],
+    ) -> Result<Self> {
         let path = path.as_ref();
         if path.is_file() && gguf::is_gguf_path(path) {
             ModelFolder::from_gguf(path)
         } else {
-            ModelFolder::from_dir(path)
+            ModelFolder::from_dir_with_vision(path, families)
         }
     }
 
@@ -237,7 +284,30 @@ impl ModelFolder {
     /// `.gguf` files there are [`Error::InvalidModelConfig`] naming them.
     /// A missing folder or required file is [`Error::MissingModelFile`];
     /// see the [module docs](self) for the other errors.
+    ///
+    /// A LLaVA folder opens with its vision side. A SmolVLM (or Idefics3)
+    /// folder is refused, its tower being one this opener's engine does
+    /// not run; [`from_dir_with_vision`](Self::from_dir_with_vision)
+    /// opens it.
     pub fn from_dir(dir: impl AsRef<Path>) -> Result<Self> {
+        ModelFolder::from_dir_with_vision(dir, &[])
+    }
+
+    /// As [`from_dir`](Self::from_dir), for an engine that also runs the
+    /// vision `families` listed. With [`VisionFamily::SmolVlm`], a
+    /// SmolVLM or Idefics3 folder opens: its `text_config` (a Llama) as
+    /// the [`DecoderConfig`], its vision side as
+    /// [`smolvlm`](Self::smolvlm) (weight names from the safetensors
+    /// headers), its processor as
+    /// [`smolvlm_processor`](Self::smolvlm_processor) (from
+    /// `preprocessor_config.json` or `processor_config.json`, the token
+    /// texts from `tokenizer_config.json`). The image token must be the
+    /// tokenizer's `<image>` (the processor's image token), and the
+    /// processor's `image_seq_len` the model's
+    /// `(image_size / patch_size)² / scale_factor²`, its tile the tower's
+    /// `image_size`: otherwise [`Error::InvalidModelConfig`] naming both
+    /// files and values.
+    pub fn from_dir_with_vision(dir: impl AsRef<Path>, families: &[VisionFamily]) -> Result<Self> {
         let dir = dir.as_ref();
         require_dir(dir)?;
         if !dir.join(CONFIG_JSON).exists()
@@ -254,7 +324,22 @@ impl ModelFolder {
             let (text_config, vision) = crate::vision::split_llava(&value, &config_path, names)?;
             (
                 DecoderConfig::from_value(text_config, &config_path)?,
-                Some(vision),
+                Some(VisionConfig::Llava(vision)),
+            )
+        } else if let Some(kind) = crate::vision::smolvlm_kind(&value) {
+            if !families.contains(&VisionFamily::SmolVlm) {
+                return Err(Error::Config(format!(
+                    "`{}` is a SmolVLM-family model (`model_type: {kind}`): its SigLIP vision \
+                     tower and connector are not implemented by this engine; run the model on \
+                     a server with --backend kind=openai_http",
+                    config_path.display()
+                )));
+            }
+            let names = smolvlm_weight_names(dir)?;
+            let (text_config, vision) = crate::vision::split_smolvlm(&value, &config_path, names)?;
+            (
+                DecoderConfig::from_value(text_config, &config_path)?,
+                Some(VisionConfig::SmolVlm(vision)),
             )
         } else {
             (DecoderConfig::from_value(value, &config_path)?, None)
@@ -262,8 +347,11 @@ impl ModelFolder {
         // The only read of each tokenizer-side file.
         let files = FolderFiles::read(dir)?;
         let (tokenizer, generation) = files.tokenizer_and_generation(&config.eos_token_ids)?;
+        // SmolVLM's processor holds the tokenizer, shared once the folder
+        // is assembled.
+        let mut smolvlm = None;
         let vision = match vision {
-            Some(vision) => {
+            Some(VisionConfig::Llava(vision)) => {
                 let token = tokenizer.inner().id_to_token(vision.image_token_id);
                 if token.is_none() || vision.image_token_id as usize >= config.vocab_size {
                     return Err(Error::InvalidModelConfig {
@@ -276,12 +364,38 @@ impl ModelFolder {
                     });
                 }
                 let processor = ClipImageProcessor::from_dir(dir, &vision, token)?;
-                Some((Arc::new(vision), Arc::new(processor)))
+                Some(VisionSide::Llava(Arc::new(vision), Arc::new(processor)))
+            }
+            Some(VisionConfig::SmolVlm(vision)) => {
+                let token = tokenizer.inner().id_to_token(vision.image_token_id);
+                let Some(token) =
+                    token.filter(|_| (vision.image_token_id as usize) < config.vocab_size)
+                else {
+                    return Err(Error::InvalidModelConfig {
+                        path: config_path,
+                        reason: format!(
+                            "image_token_id {} is not a token of the tokenizer and the text \
+                             model's vocabulary ({} entries)",
+                            vision.image_token_id, config.vocab_size
+                        ),
+                    });
+                };
+                let images = SmolVlmImageProcessor::from_dir(dir)?;
+                check_smolvlm_processor(&vision, &images, &token, dir)?;
+                smolvlm = Some((vision, images));
+                None
             }
             None => None,
         };
         let mut folder = ModelFolder::assemble(dir.to_owned(), None, config, generation, tokenizer);
-        folder.vision = vision;
+        folder.vision = match smolvlm {
+            Some((vision, images)) => {
+                let id = vision.image_token_id;
+                let processor = SmolVlmProcessor::new(images, Arc::clone(&folder.tokenizer), id);
+                Some(VisionSide::SmolVlm(Arc::new(vision), Arc::new(processor)))
+            }
+            None => vision,
+        };
         Ok(folder)
     }
 
@@ -290,15 +404,58 @@ impl ModelFolder {
     /// and where each part's weights are named); `None` for a text model.
     /// [`config`](Self::config) is then its `text_config`.
     pub fn vision(&self) -> Option<&Arc<VisionLanguageConfig>> {
-        self.vision.as_ref().map(|(vision, _)| vision)
+        match &self.vision {
+            Some(VisionSide::Llava(vision, _)) => Some(vision),
+            _ => None,
+        }
     }
 
     /// The image processor of a LLaVA-style folder, read from its
     /// `preprocessor_config.json` or the `image_processor` object of its
     /// `processor_config.json` (and checked against the latter); `None`
-    /// for a text model.
+    /// for a text model (and for a SmolVLM folder: see
+    /// [`smolvlm_processor`](Self::smolvlm_processor)).
     pub fn image_processor(&self) -> Option<&Arc<ClipImageProcessor>> {
-        self.vision.as_ref().map(|(_, processor)| processor)
+        match &self.vision {
+            Some(VisionSide::Llava(_, processor)) => Some(processor),
+            _ => None,
+        }
+    }
+
+    /// A SmolVLM-family folder's vision side (the SigLIP tower, the
+    /// connector, the image token and where each part's weights are
+    /// named), when it was opened for an engine that runs it
+    /// ([`from_dir_with_vision`](Self::from_dir_with_vision));
+    /// [`config`](Self::config) is then its `text_config`.
+    pub fn smolvlm(&self) -> Option<&Arc<SmolVlmConfig>> {
+        match &self.vision {
+            Some(VisionSide::SmolVlm(vision, _)) => Some(vision),
+            _ => None,
+        }
+    }
+
+    /// A SmolVLM-family folder's processor: the image processor and the
+    /// prompt layout as token ids.
+    pub fn smolvlm_processor(&self) -> Option<&Arc<SmolVlmProcessor>> {
+        match &self.vision {
+            Some(VisionSide::SmolVlm(_, processor)) => Some(processor),
+            _ => None,
+        }
+    }
+
+    /// The folder's image processor as the generation loop takes it,
+    /// whichever the family (LLaVA's or SmolVLM's); `None` for a text
+    /// model.
+    pub fn images(&self) -> Option<Arc<dyn ImageProcessor>> {
+        match &self.vision {
+            Some(VisionSide::Llava(_, processor)) => {
+                Some(Arc::clone(processor) as Arc<dyn ImageProcessor>)
+            }
+            Some(VisionSide::SmolVlm(_, processor)) => {
+                Some(Arc::clone(processor) as Arc<dyn ImageProcessor>)
+            }
+            None => None,
+        }
     }
 
     /// The folder (for a GGUF file, the folder holding it).
@@ -429,14 +586,90 @@ impl ModelFolder {
     }
 }
 
-/// Where a LLaVA folder's weights are named, from its safetensors
-/// headers: transformers 4's layout or 5's.
-fn vision_weight_names(dir: &Path) -> Result<VisionWeightNames> {
+/// The tensor names of a folder's safetensors files, from their headers.
+fn tensor_names(dir: &Path) -> Result<Vec<String>> {
     let files = weight_files(dir)?;
     let mut names = Vec::new();
     for file in &files {
         names.extend(safetensors_header(file)?.into_iter().map(|e| e.name));
     }
+    Ok(names)
+}
+
+/// Where a SmolVLM-family folder's weights are named, from its
+/// safetensors headers.
+fn smolvlm_weight_names(dir: &Path) -> Result<VisionWeightNames> {
+    let names = tensor_names(dir)?;
+    VisionWeightNames::detect_smolvlm(names.iter().map(String::as_str)).ok_or_else(|| {
+        Error::InvalidModelConfig {
+            path: dir.to_owned(),
+            reason:
+                "a SmolVLM folder whose weights hold no `model.text_model.embed_tokens.weight` \
+                     (nor `text_model.embed_tokens.weight`)"
+                    .into(),
+        }
+    })
+}
+
+/// Checks a SmolVLM-family processor against the model: its image token
+/// is the model's (`token`, the tokenizer's text for `image_token_id`),
+/// its `image_seq_len` the model's, its tile the tower's input.
+fn check_smolvlm_processor(
+    vision: &SmolVlmConfig,
+    images: &SmolVlmImageProcessor,
+    token: &str,
+    dir: &Path,
+) -> Result<()> {
+    let config_path = dir.join(CONFIG_JSON);
+    if images.tokens().image != token {
+        return Err(Error::InvalidModelConfig {
+            path: dir.join("tokenizer_config.json"),
+            reason: format!(
+                "the processor's image token `{}` (`extra_special_tokens.image_token`) is not \
+                 `{token}`, the token of `{}`'s image_token_id {}",
+                images.tokens().image,
+                config_path.display(),
+                vision.image_token_id
+            ),
+        });
+    }
+    let v = &vision.vision;
+    if images.image_seq_len() != vision.image_seq_len() {
+        return Err(Error::InvalidModelConfig {
+            path: dir.join(crate::vision::PROCESSOR_CONFIG_JSON),
+            reason: format!(
+                "image_seq_len {} (the processor's, {} where the file states none) is not the \
+                 {} image tokens per frame that `{}` gives: (vision_config.image_size {} / \
+                 patch_size {})² / scale_factor {}²; transformers would fail at the first image",
+                images.image_seq_len(),
+                crate::vision::DEFAULT_IMAGE_SEQ_LEN,
+                vision.image_seq_len(),
+                config_path.display(),
+                v.image_size,
+                v.patch_size,
+                vision.scale_factor
+            ),
+        });
+    }
+    if images.tile() != v.image_size {
+        return Err(Error::InvalidModelConfig {
+            path: images.source().to_owned(),
+            reason: format!(
+                "max_image_size.longest_edge {} (the tile) is not the vision tower's image_size \
+                 {} in `{}`",
+                images.tile(),
+                v.image_size,
+                config_path.display()
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// Where a LLaVA folder's weights are named, from its safetensors
+/// headers: transformers 4's layout or 5's.
+fn vision_weight_names(dir: &Path) -> Result<VisionWeightNames> {
+    let names = tensor_names(dir)?;
     VisionWeightNames::detect(names.iter().map(String::as_str)).ok_or_else(|| {
         Error::InvalidModelConfig {
             path: dir.to_owned(),

@@ -484,10 +484,14 @@ impl ImageProcessor for ClipImageProcessor {
         })?;
         Ok(PreparedImage {
             pixels,
+            frames: 1,
+            rows: 0,
+            cols: 0,
             channels: 3,
             height: self.input.0 as usize,
             width: self.input.1 as usize,
             tokens: self.tokens,
+            prompt: None,
             prepare_time: started.elapsed(),
         })
     }

@@ -100,6 +100,11 @@ pub enum FeatureSelect {
 /// in-memory names of transformers 4.52+ and 5 (`model.language_model.*`,
 /// `lm_head.*`, `model.vision_tower[.vision_model].*`,
 /// `model.multi_modal_projector.*`).
+///
+/// A SmolVLM-family checkpoint's parts are held here too
+/// ([`detect_smolvlm`](Self::detect_smolvlm)): `model.text_model`,
+/// `lm_head`, the SigLIP tower `model.vision_model` and the connector
+/// `model.connector.modality_projection` as the projector.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct VisionWeightNames {
@@ -255,36 +260,7 @@ pub(crate) fn split_llava(
     let top = config
         .as_object()
         .ok_or_else(|| invalid("the config is not a JSON object".into()))?;
-    let mut text: Map<String, Value> = match top.get("text_config") {
-        Some(Value::Object(text)) => text.clone(),
-        None | Some(Value::Null) => Map::new(),
-        Some(_) => return Err(invalid("`text_config` is not an object".into())),
-    };
-    text.entry("model_type")
-        .or_insert_with(|| Value::String("llama".into()));
-    // A text config names its own model type; its architectures (if any)
-    // are the text model's, never the composite's.
-    text.remove("architectures");
-    for key in [
-        "torch_dtype",
-        "dtype",
-        "eos_token_id",
-        "bos_token_id",
-        "pad_token_id",
-        "tie_word_embeddings",
-    ] {
-        if let Some(value) = top.get(key)
-            && !text.contains_key(key)
-        {
-            text.insert(key.into(), value.clone());
-        }
-    }
-    let text_hidden_size = text
-        .get("hidden_size")
-        .and_then(Value::as_u64)
-        .and_then(|n| usize::try_from(n).ok())
-        .filter(|&n| n > 0)
-        .ok_or_else(|| invalid("`text_config.hidden_size` is missing or zero".into()))?;
+    let (text, text_hidden_size) = text_side(top, path)?;
 
     let vision = clip_vision(top.get("vision_config"), path)?;
     let image_token_id = top
@@ -366,8 +342,53 @@ pub(crate) fn split_llava(
     ))
 }
 
+/// The text config of a composite `config.json` (its `text_config`, with
+/// the top level's dtype and special ids where the text config lacks them,
+/// and `llama` as the model type where it states none) and the text
+/// model's width.
+pub(crate) fn text_side(
+    top: &Map<String, Value>,
+    path: &Path,
+) -> Result<(Map<String, Value>, usize)> {
+    let invalid = |reason: String| Error::InvalidModelConfig {
+        path: path.to_owned(),
+        reason,
+    };
+    let mut text: Map<String, Value> = match top.get("text_config") {
+        Some(Value::Object(text)) => text.clone(),
+        None | Some(Value::Null) => Map::new(),
+        Some(_) => return Err(invalid("`text_config` is not an object".into())),
+    };
+    text.entry("model_type")
+        .or_insert_with(|| Value::String("llama".into()));
+    // A text config names its own model type; its architectures (if any)
+    // are the text model's, never the composite's.
+    text.remove("architectures");
+    for key in [
+        "torch_dtype",
+        "dtype",
+        "eos_token_id",
+        "bos_token_id",
+        "pad_token_id",
+        "tie_word_embeddings",
+    ] {
+        if let Some(value) = top.get(key)
+            && !text.contains_key(key)
+        {
+            text.insert(key.into(), value.clone());
+        }
+    }
+    let text_hidden_size = text
+        .get("hidden_size")
+        .and_then(Value::as_u64)
+        .and_then(|n| usize::try_from(n).ok())
+        .filter(|&n| n > 0)
+        .ok_or_else(|| invalid("`text_config.hidden_size` is missing or zero".into()))?;
+    Ok((text, text_hidden_size))
+}
+
 /// An activation named by `value` (`default` when absent).
-fn activation(
+pub(crate) fn activation(
     value: Option<&Value>,
     default: &str,
     key: &str,

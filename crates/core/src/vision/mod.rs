@@ -16,9 +16,11 @@
 //!    the loop prepares the ones that arrive unprepared;
 //! 2. the prompt is tokenized and each occurrence of the model's image
 //!    token (the placeholder `<image>` written by the request format) is
-//!    expanded into that image's token count ([`expand_image_tokens`]), as
-//!    the model's own processor expands it. The expanded length is the
-//!    request's prompt-token count;
+//!    expanded ([`expand_image_tokens`]) as the model's own processor
+//!    expands it: into that image's token count (LLaVA), or into the token
+//!    ids the processor laid the image out as ([`PreparedImage::prompt`]:
+//!    SmolVLM's tiles, row tokens and global view, [`SmolVlmProcessor`]).
+//!    The expanded length is the request's prompt-token count;
 //! 3. the prefill receives the prepared images of each sequence in order
 //!    ([`Prefill::images`]); the engine encodes them (batched over the
 //!    prefill group), writes the projected features at the image-token
@@ -34,6 +36,7 @@ mod clip;
 mod config;
 mod processor;
 mod smolvlm;
+mod smolvlm_config;
 
 pub use crate::media::{ImageStats, media_name, read_media};
 
@@ -48,6 +51,8 @@ pub(crate) use config::{is_llava, split_llava};
 pub use processor::{ImageProcessor, PreparedImage, expand_image_tokens};
 pub use smolvlm::{
     DEFAULT_IMAGE_SEQ_LEN, MAX_IMAGE_SIZE, PillowFilter, SmolVlmBatch, SmolVlmImage,
-    SmolVlmImageProcessor, SmolVlmTokens, longest_edge_size, pad_frames, pillow_resize,
-    tile_multiple_size,
+    SmolVlmImageProcessor, SmolVlmProcessor, SmolVlmTokens, longest_edge_size, pad_frames,
+    pillow_resize, tile_multiple_size,
 };
+pub use smolvlm_config::{SiglipVisionConfig, SmolVlmConfig, VisionFamily};
+pub(crate) use smolvlm_config::{smolvlm_kind, split_smolvlm};

@@ -1,7 +1,9 @@
 //! The image processor contract: one image prepared as the model takes it
-//! ([`PreparedImage`]), the processor that prepares it
-//! ([`ImageProcessor`]), and the expansion of image tokens in a prompt
-//! ([`expand_image_tokens`]).
+//! ([`PreparedImage`]: one frame, or several with their tile grid), the
+//! processor that prepares it ([`ImageProcessor`]), and the expansion of
+//! each image's placeholder in a prompt ([`expand_image_tokens`]): the
+//! image token repeated (LLaVA), or the token ids the processor laid the
+//! image out as (SmolVLM's tiles and global view).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,24 +11,46 @@ use std::time::Duration;
 use crate::media::MediaSource;
 use crate::{Error, Result};
 
-/// One image as the model takes it: normalized pixel values and the number
-/// of prompt positions it fills.
+/// One image as the model takes it: normalized pixel values (one frame,
+/// or several: tiles and a global view), the prompt positions its
+/// features fill, and what its placeholder expands to.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PreparedImage {
-    /// Pixel values, channel-major (`[channels, height, width]`), after
-    /// every step of the model's processor (resize, crop, rescale,
-    /// normalize).
+    /// Pixel values, frame by frame, each channel-major
+    /// (`[frames, channels, height, width]`), after every step of the
+    /// model's processor (resize, crop or split, rescale, normalize).
     pub pixels: Vec<f32>,
+    /// Frames: 1 for a LLaVA image; for SmolVLM the tiles row by row and
+    /// then the global view (`rows * cols + 1`), or the global view alone.
+    pub frames: usize,
+    /// Rows of tiles (0 when the image is one frame, not split).
+    pub rows: usize,
+    /// Columns of tiles (0 when the image is one frame, not split).
+    pub cols: usize,
     /// Channels (3 for RGB).
     pub channels: usize,
-    /// Height in pixels.
+    /// Height of a frame in pixels.
     pub height: usize,
-    /// Width in pixels.
+    /// Width of a frame in pixels.
     pub width: usize,
-    /// Prompt positions the image takes (its image tokens).
+    /// Prompt positions the image's features take (its image tokens).
     pub tokens: usize,
+    /// The token ids its placeholder expands to, where the processor lays
+    /// the image out itself (SmolVLM: per tile
+    /// `<fake_token_around_image><row_r_col_c>` and its image tokens, then
+    /// the global view, tokenized as the model's processor tokenizes that
+    /// text); `None`: the image token repeated [`tokens`](Self::tokens)
+    /// times (LLaVA).
+    pub prompt: Option<Vec<u32>>,
     /// Wall time spent reading, decoding and preparing it.
     pub prepare_time: Duration,
+}
+
+impl PreparedImage {
+    /// The prompt tokens its placeholder expands to.
+    pub fn prompt_len(&self) -> usize {
+        self.prompt.as_ref().map_or(self.tokens, Vec::len)
+    }
 }
 
 /// Prepares images for one model, the way its processor config says.
@@ -43,9 +67,11 @@ pub trait ImageProcessor: Send + Sync + std::fmt::Debug {
     fn prepare(&self, source: &MediaSource) -> Result<PreparedImage>;
 }
 
-/// Expands each occurrence of `image_token` in `tokens` into as many
-/// copies as the matching image takes (`images[i].tokens` for the `i`-th
-/// occurrence). Fails when the prompt has not exactly one image token per
+/// Expands each occurrence of `image_token` in `tokens` into what the
+/// matching image stands for in the prompt (the `i`-th occurrence for
+/// `images[i]`): its [`prompt`](PreparedImage::prompt) ids where the
+/// processor laid it out, else `images[i].tokens` copies of the image
+/// token. Fails when the prompt has not exactly one image token per
 /// image.
 pub fn expand_image_tokens(
     request: u64,
@@ -65,7 +91,7 @@ pub fn expand_image_tokens(
     }
     let extra: usize = images
         .iter()
-        .map(|image| image.tokens.saturating_sub(1))
+        .map(|image| image.prompt_len().saturating_sub(1))
         .sum();
     let mut out = Vec::with_capacity(tokens.len() + extra);
     let mut next = images.iter();
@@ -73,7 +99,10 @@ pub fn expand_image_tokens(
         if token == image_token
             && let Some(image) = next.next()
         {
-            out.extend(std::iter::repeat_n(image_token, image.tokens));
+            match &image.prompt {
+                Some(ids) => out.extend_from_slice(ids),
+                None => out.extend(std::iter::repeat_n(image_token, image.tokens)),
+            }
         } else {
             out.push(token);
         }
@@ -88,12 +117,38 @@ mod tests {
     fn image(tokens: usize) -> Arc<PreparedImage> {
         Arc::new(PreparedImage {
             pixels: Vec::new(),
+            frames: 1,
+            rows: 0,
+            cols: 0,
             channels: 3,
             height: 1,
             width: 1,
             tokens,
+            prompt: None,
             prepare_time: Duration::ZERO,
         })
+    }
+
+    /// An image its processor laid out as `ids` (4 image positions).
+    fn laid_out(ids: &[u32]) -> Arc<PreparedImage> {
+        let mut image = (*image(4)).clone();
+        image.prompt = Some(ids.to_vec());
+        Arc::new(image)
+    }
+
+    #[test]
+    fn an_image_the_processor_laid_out_expands_to_its_own_ids() {
+        let out = expand_image_tokens(
+            1,
+            &[1, 9, 2, 9, 3],
+            9,
+            "<image>",
+            &[laid_out(&[5, 9, 9, 6, 9, 9, 5]), image(2)],
+        )
+        .expect("expands");
+        assert_eq!(out, vec![1, 5, 9, 9, 6, 9, 9, 5, 2, 9, 9, 3]);
+        assert_eq!(laid_out(&[5, 9]).prompt_len(), 2);
+        assert_eq!(image(3).prompt_len(), 3);
     }
 
     #[test]

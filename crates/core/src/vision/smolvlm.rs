@@ -1,16 +1,21 @@
 //! `SmolVLMImageProcessor` (the Idefics3 family's image splitting): see
-//! [`SmolVlmImageProcessor`]; and Pillow's resampling, ported to its
-//! fixed-point arithmetic ([`pillow_resize`]).
+//! [`SmolVlmImageProcessor`]; the processor the generation loop takes,
+//! with the prompt layout as token ids ([`SmolVlmProcessor`]); and
+//! Pillow's resampling, ported to its fixed-point arithmetic
+//! ([`pillow_resize`]).
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use image::{ImageBuffer, RgbImage};
 use serde_json::Value;
 
 use super::clip::{PREPROCESSOR_CONFIG_JSON, PROCESSOR_CONFIG_JSON, to_rgb};
+use super::processor::{ImageProcessor, PreparedImage};
 use crate::files::{parse_json as parse_model_json, read_required as read_model_file};
 use crate::media::{MediaSource, media_name, read_media};
+use crate::tokenizer::{HfTokenizer, Tokenizer};
 use crate::{Error, Result};
 
 /// The largest side transformers lets an image keep after the
@@ -414,10 +419,14 @@ pub struct SmolVlmImageProcessor {
 }
 
 /// The `image_processor_type`s this processor reads.
+/// (Idefics3's image processor is the same code in transformers.)
 const SMOLVLM_PROCESSORS: &[&str] = &[
     "SmolVLMImageProcessor",
     "SmolVLMImageProcessorFast",
     "SmolVLMImageProcessorPil",
+    "Idefics3ImageProcessor",
+    "Idefics3ImageProcessorFast",
+    "Idefics3ImageProcessorPil",
 ];
 
 impl SmolVlmImageProcessor {
@@ -754,6 +763,109 @@ impl SmolVlmImageProcessor {
         }
         out.push_str(parts.last().copied().unwrap_or_default());
         Ok(out)
+    }
+}
+
+/// SmolVLM's processor as the generation loop takes it (an
+/// [`ImageProcessor`]): the image processor ([`SmolVlmImageProcessor`])
+/// and the model's tokenizer, so that each prepared image carries the
+/// token ids its placeholder expands to.
+///
+/// `SmolVLMProcessor` expands each `<image>` of the prompt text into the
+/// image's layout ([`SmolVlmImageProcessor::image_prompt`]) and then
+/// tokenizes the whole text. Here the prompt is tokenized with its
+/// placeholders and each placeholder's id is replaced by the layout text
+/// tokenized alone (without special tokens). The two agree because the
+/// tokenizer splits text at its added tokens before anything else, and
+/// the layout begins and ends with one (`<fake_token_around_image>`),
+/// as the placeholder itself is one; held on the fixture's prompts by
+/// `an_image_through_the_contract_expands_to_transformers_input_ids`.
+#[derive(Debug, Clone)]
+pub struct SmolVlmProcessor {
+    images: SmolVlmImageProcessor,
+    tokenizer: Arc<HfTokenizer>,
+    image_token_id: u32,
+}
+
+impl SmolVlmProcessor {
+    /// The processor of `images` with the model's `tokenizer`, in which
+    /// `image_token_id` is the image token (`images.tokens().image`).
+    pub fn new(
+        images: SmolVlmImageProcessor,
+        tokenizer: Arc<HfTokenizer>,
+        image_token_id: u32,
+    ) -> Self {
+        SmolVlmProcessor {
+            images,
+            tokenizer,
+            image_token_id,
+        }
+    }
+
+    /// The image processor.
+    pub fn image_processor(&self) -> &SmolVlmImageProcessor {
+        &self.images
+    }
+
+    /// The token ids of the layout of an image of `rows` × `cols` tiles
+    /// (`(0, 0)`: not split): its
+    /// [`image_prompt`](SmolVlmImageProcessor::image_prompt) tokenized
+    /// without special tokens. Fails where the tokenizer does not read
+    /// the layout's image tokens as the image token (`media` names the
+    /// image).
+    pub fn layout_ids(&self, rows: usize, cols: usize, media: &str) -> Result<Vec<u32>> {
+        let ids = self
+            .tokenizer
+            .encode(&self.images.image_prompt(rows, cols), false)?;
+        let found = ids.iter().filter(|&&t| t == self.image_token_id).count();
+        let want = self.images.image_positions(rows, cols);
+        if found != want {
+            return Err(Error::Media {
+                media: media.to_owned(),
+                reason: format!(
+                    "the tokenizer reads the image's layout ({rows} × {cols} tiles) as {found} \
+                     image tokens (id {}), not {want}",
+                    self.image_token_id
+                ),
+            });
+        }
+        Ok(ids)
+    }
+
+    /// A prepared SmolVLM image as the contract holds it: its frames,
+    /// grid, image positions and layout ids.
+    pub fn to_prepared(&self, image: SmolVlmImage, media: &str) -> Result<PreparedImage> {
+        let prompt = self.layout_ids(image.rows, image.cols, media)?;
+        Ok(PreparedImage {
+            tokens: self.images.image_positions(image.rows, image.cols),
+            prompt: Some(prompt),
+            frames: image.frames,
+            rows: image.rows,
+            cols: image.cols,
+            channels: 3,
+            height: image.tile,
+            width: image.tile,
+            pixels: image.pixels,
+            prepare_time: image.prepare_time,
+        })
+    }
+}
+
+impl ImageProcessor for SmolVlmProcessor {
+    fn image_token_id(&self) -> u32 {
+        self.image_token_id
+    }
+
+    fn image_token(&self) -> String {
+        self.images.tokens().image.clone()
+    }
+
+    fn prepare(&self, source: &MediaSource) -> Result<PreparedImage> {
+        let started = Instant::now();
+        let image = self.images.prepare(source)?;
+        let mut prepared = self.to_prepared(image, &media_name(source))?;
+        prepared.prepare_time = started.elapsed();
+        Ok(prepared)
     }
 }
 
