@@ -1603,6 +1603,17 @@ async fn whole_answer(
     }
 }
 
+/// A 400 answer, as OpenAI words a request it refuses.
+fn bad_request(message: &str) -> Answer {
+    error_body(StatusCode::BAD_REQUEST, message, "invalid_request_error")
+}
+
+/// The JSON body as the endpoint's request type, or the reason to refuse
+/// it (for [`bad_request`]).
+fn parse_body<T: serde::de::DeserializeOwned>(value: &Value) -> std::result::Result<T, String> {
+    T::deserialize(value).map_err(|e| format!("invalid request: {e}"))
+}
+
 fn error_body(status: StatusCode, message: &str, kind: &str) -> Answer {
     let body = json!({"error": {"message": message, "type": kind, "code": status.as_u16()}});
     full(status, "application/json", body.to_string())
@@ -1790,15 +1801,9 @@ async fn completion(
         Ok(arrival) => arrival,
         Err(answer) => return answer,
     };
-    let parsed: CompletionRequest = match CompletionRequest::deserialize(&value) {
+    let parsed: CompletionRequest = match parse_body(&value) {
         Ok(p) => p,
-        Err(e) => {
-            return error_body(
-                StatusCode::BAD_REQUEST,
-                &format!("invalid request: {e}"),
-                "invalid_request_error",
-            );
-        }
+        Err(reason) => return bad_request(&reason),
     };
     record_request(&shared, &parts, path, value);
 
@@ -2089,11 +2094,7 @@ impl Arrival {
                 index,
                 value,
             }),
-            Err(e) => Err(error_body(
-                StatusCode::BAD_REQUEST,
-                &format!("invalid JSON body: {e}"),
-                "invalid_request_error",
-            )),
+            Err(e) => Err(bad_request(&format!("invalid JSON body: {e}"))),
         }
     }
 }
@@ -2130,11 +2131,7 @@ async fn pooled(
     let inputs = match pooled_inputs(&shared, &value, endpoint) {
         Ok(inputs) => inputs,
         Err(reason) => {
-            return error_body(
-                StatusCode::BAD_REQUEST,
-                &format!("invalid request: {reason}"),
-                "invalid_request_error",
-            );
+            return bad_request(&format!("invalid request: {reason}"));
         }
     };
     let dimensions = match value.get("dimensions") {
@@ -2142,11 +2139,9 @@ async fn pooled(
         Some(d) => match d.as_u64().filter(|d| (1..=MAX_DIMENSIONS).contains(d)) {
             Some(d) => usize::try_from(d).unwrap_or(EMBEDDING_DIMENSIONS),
             None => {
-                return error_body(
-                    StatusCode::BAD_REQUEST,
-                    &format!("invalid request: `dimensions` must be 1 to {MAX_DIMENSIONS}"),
-                    "invalid_request_error",
-                );
+                return bad_request(&format!(
+                    "invalid request: `dimensions` must be 1 to {MAX_DIMENSIONS}"
+                ));
             }
         },
     };
@@ -2527,15 +2522,9 @@ async fn responses(
         Ok(arrival) => arrival,
         Err(answer) => return answer,
     };
-    let parsed: ResponsesRequest = match ResponsesRequest::deserialize(&value) {
+    let parsed: ResponsesRequest = match parse_body(&value) {
         Ok(p) => p,
-        Err(e) => {
-            return error_body(
-                StatusCode::BAD_REQUEST,
-                &format!("invalid request: {e}"),
-                "invalid_request_error",
-            );
-        }
+        Err(reason) => return bad_request(&reason),
     };
     record_request(&shared, &parts, path, value);
     let history = match &parsed.previous_response_id {
@@ -2543,11 +2532,7 @@ async fn responses(
         Some(id) => match lock(&shared.responses).get(id) {
             Some(&tokens) => tokens,
             None => {
-                return error_body(
-                    StatusCode::BAD_REQUEST,
-                    &format!("Previous response with id '{id}' not found."),
-                    "invalid_request_error",
-                );
+                return bad_request(&format!("Previous response with id '{id}' not found."));
             }
         },
     };
