@@ -428,16 +428,7 @@ fn clip_vision(value: Option<&Value>, path: &Path) -> Result<ClipVisionConfig> {
     } else {
         [768, 3072, 12, 12, 224, 32]
     };
-    let size = |key: &str, default: usize| -> Result<usize> {
-        match v.get(key) {
-            None | Some(Value::Null) => Ok(default),
-            Some(value) => value
-                .as_u64()
-                .and_then(|n| usize::try_from(n).ok())
-                .filter(|&n| n > 0)
-                .ok_or_else(|| invalid(format!("`vision_config.{key}` {value} must be positive"))),
-        }
-    };
+    let size = |key: &str, default: usize| tower_size(v, key, default).map_err(invalid);
     let config = ClipVisionConfig {
         hidden_size: size("hidden_size", defaults[0])?,
         intermediate_size: size("intermediate_size", defaults[1])?,
@@ -457,28 +448,59 @@ fn clip_vision(value: Option<&Value>, path: &Path) -> Result<ClipVisionConfig> {
         )
         .map_err(invalid)?,
     };
-    if !config
-        .hidden_size
-        .is_multiple_of(config.num_attention_heads)
-    {
-        return Err(invalid(format!(
-            "vision hidden_size {} is not a multiple of num_attention_heads {}",
-            config.hidden_size, config.num_attention_heads
-        )));
-    }
-    if !config.image_size.is_multiple_of(config.patch_size) {
-        return Err(invalid(format!(
-            "vision image_size {} is not a multiple of patch_size {}",
-            config.image_size, config.patch_size
-        )));
-    }
-    if config.num_channels != 3 {
-        return Err(invalid(format!(
-            "vision num_channels {}: only RGB (3) images are supported",
-            config.num_channels
-        )));
-    }
+    check_tower_shape(
+        config.hidden_size,
+        config.num_attention_heads,
+        config.image_size,
+        config.patch_size,
+        config.num_channels,
+    )
+    .map_err(invalid)?;
     Ok(config)
+}
+
+/// A positive size of a vision config object `v` (`key`, else `default`
+/// when absent or null), or why not.
+pub(super) fn tower_size(
+    v: &Map<String, Value>,
+    key: &str,
+    default: usize,
+) -> std::result::Result<usize, String> {
+    match v.get(key) {
+        None | Some(Value::Null) => Ok(default),
+        Some(value) => value
+            .as_u64()
+            .and_then(|n| usize::try_from(n).ok())
+            .filter(|&n| n > 0)
+            .ok_or_else(|| format!("`vision_config.{key}` {value} must be a positive integer")),
+    }
+}
+
+/// The shape every vision tower here needs (CLIP's and SigLIP's alike):
+/// heads that divide the width, patches that tile the image, RGB input.
+pub(super) fn check_tower_shape(
+    hidden: usize,
+    heads: usize,
+    image: usize,
+    patch: usize,
+    channels: usize,
+) -> std::result::Result<(), String> {
+    if !hidden.is_multiple_of(heads) {
+        return Err(format!(
+            "vision hidden_size {hidden} is not a multiple of num_attention_heads {heads}"
+        ));
+    }
+    if !image.is_multiple_of(patch) {
+        return Err(format!(
+            "vision image_size {image} is not a multiple of patch_size {patch}"
+        ));
+    }
+    if channels != 3 {
+        return Err(format!(
+            "vision num_channels {channels}: only RGB (3) images are supported"
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

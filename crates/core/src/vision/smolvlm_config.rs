@@ -9,7 +9,9 @@ use std::path::Path;
 
 use serde_json::{Map, Value};
 
-use super::config::{VisionActivation, VisionWeightNames, activation, text_side};
+use super::config::{
+    VisionActivation, VisionWeightNames, activation, check_tower_shape, text_side, tower_size,
+};
 use crate::{Error, Result};
 
 /// A vision-language family that a model folder opens as only for an
@@ -257,20 +259,7 @@ fn siglip_vision(value: Option<&Value>, path: &Path) -> Result<SiglipVisionConfi
             SIGLIP_KINDS.join(", ")
         )));
     }
-    let size = |key: &str, default: usize| -> Result<usize> {
-        match v.get(key) {
-            None | Some(Value::Null) => Ok(default),
-            Some(value) => value
-                .as_u64()
-                .and_then(|n| usize::try_from(n).ok())
-                .filter(|&n| n > 0)
-                .ok_or_else(|| {
-                    invalid(format!(
-                        "`vision_config.{key}` {value} must be a positive integer"
-                    ))
-                }),
-        }
-    };
+    let size = |key: &str, default: usize| tower_size(v, key, default).map_err(invalid);
     let layer_norm_eps = match v.get("layer_norm_eps") {
         None | Some(Value::Null) => 1e-6,
         Some(value) => value.as_f64().ok_or_else(|| {
@@ -295,27 +284,14 @@ fn siglip_vision(value: Option<&Value>, path: &Path) -> Result<SiglipVisionConfi
         )
         .map_err(invalid)?,
     };
-    if !config
-        .hidden_size
-        .is_multiple_of(config.num_attention_heads)
-    {
-        return Err(invalid(format!(
-            "vision hidden_size {} is not a multiple of num_attention_heads {}",
-            config.hidden_size, config.num_attention_heads
-        )));
-    }
-    if !config.image_size.is_multiple_of(config.patch_size) {
-        return Err(invalid(format!(
-            "vision image_size {} is not a multiple of patch_size {}",
-            config.image_size, config.patch_size
-        )));
-    }
-    if config.num_channels != 3 {
-        return Err(invalid(format!(
-            "vision num_channels {}: only RGB (3) images are supported",
-            config.num_channels
-        )));
-    }
+    check_tower_shape(
+        config.hidden_size,
+        config.num_attention_heads,
+        config.image_size,
+        config.patch_size,
+        config.num_channels,
+    )
+    .map_err(invalid)?;
     Ok(config)
 }
 
