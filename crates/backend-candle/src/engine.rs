@@ -12,13 +12,13 @@ use guidebench_core::generation::{Decode, Logits, ModelText, Prefill, StepEngine
 use guidebench_core::model::{ComputeDtype, DtypeChoice, ModelFolder};
 use guidebench_core::open::OpenStep;
 use guidebench_core::options::{OptionSpec, OptionType};
-use guidebench_core::vision::{ClipImageProcessor, ImageProcessor};
+use guidebench_core::vision::{ImageProcessor, VisionFamily};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{CandleError, Result};
 use crate::loader;
 use crate::model::{Decoder, PrefillImages, SlotCache, Weights};
-use crate::vision::VisionTower;
+use crate::vision::{ImageEncoder, SmolVlmTower, VisionTower};
 
 /// The engine's options (`engine=candle,key=value,...`): the shared ones
 /// ([`EngineOptions`]) and candle's own.
@@ -196,15 +196,20 @@ pub struct CandleEngine {
     /// Scratch for the decoding step's slots and tokens.
     slots: Vec<usize>,
     tokens: Vec<u32>,
-    /// A LLaVA-style model's vision tower, projector and image processor.
+    /// A vision-language model's image encoder and image processor
+    /// (LLaVA's, SmolVLM's).
     vision: Option<Vision>,
 }
 
 /// The vision side of a loaded vision-language model.
 struct Vision {
-    tower: VisionTower,
-    processor: Arc<ClipImageProcessor>,
+    encoder: ImageEncoder,
+    processor: Arc<dyn ImageProcessor>,
 }
+
+/// The vision families this engine runs besides LLaVA, which every
+/// engine's folder opens as.
+const VISION_FAMILIES: &[VisionFamily] = &[VisionFamily::SmolVlm];
 
 impl std::fmt::Debug for CandleEngine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -240,7 +245,7 @@ impl OpenStep for CandleEngine {
             .common
             .check(|key, reason| CandleError::from(LoadError::InvalidOption { key, reason }))?;
         let device = candle_device(device)?;
-        let folder = ModelFolder::open(model)?;
+        let folder = ModelFolder::open_with_vision(model, VISION_FAMILIES)?;
         // On a GGUF file: its own types, any other dtype refused with why.
         let choice = folder.dtype_choice(request, AUTO_DTYPES)?;
         let dtype = candle_dtype(choice.dtype);
@@ -262,8 +267,8 @@ impl OpenStep for CandleEngine {
                     reason: e.to_string(),
                 })
             })?;
-        let vision_config = folder.vision().cloned();
-        let (decoder, tower) = pool.install(|| -> Result<(Decoder, Option<VisionTower>)> {
+        let (llava, smolvlm) = (folder.vision().cloned(), folder.smolvlm().cloned());
+        let (decoder, encoder) = pool.install(|| -> Result<(Decoder, Option<ImageEncoder>)> {
             let config = folder.config();
             // Each tensor is read as the decoder asks for it, packed (or,
             // quantized, kept as stored) and dropped: no whole copy of the
@@ -282,31 +287,36 @@ impl OpenStep for CandleEngine {
             .with_bf16_activations(bf16_activations)
             .with_candle_quant_kernels(candle_kernels);
             let max_seq_len = max_seq_len.unwrap_or(config.max_position_embeddings);
-            let (decoder, tower) = match &vision_config {
-                Some(vision) => {
-                    let names = &vision.weight_names;
-                    let decoder = Decoder::load_named(
-                        &weights,
-                        config,
-                        max_seq_len,
-                        &names.text_model,
-                        &names.lm_head,
-                    )?;
-                    (decoder, Some(VisionTower::load(&weights, vision)?))
-                }
-                None => (Decoder::load(&weights, config, max_seq_len)?, None),
+            // A vision-language model's text model under the names its
+            // checkpoint gives it, and its image encoder.
+            let named = |names: &guidebench_core::vision::VisionWeightNames| {
+                Decoder::load_named(
+                    &weights,
+                    config,
+                    max_seq_len,
+                    &names.text_model,
+                    &names.lm_head,
+                )
+            };
+            let (decoder, encoder) = match (&llava, &smolvlm) {
+                (Some(vision), _) => (
+                    named(&vision.weight_names)?,
+                    Some(ImageEncoder::Llava(VisionTower::load(&weights, vision)?)),
+                ),
+                (None, Some(vision)) => (
+                    named(&vision.weight_names)?,
+                    Some(ImageEncoder::SmolVlm(SmolVlmTower::load(&weights, vision)?)),
+                ),
+                (None, None) => (Decoder::load(&weights, config, max_seq_len)?, None),
             };
             let decoder = match kv_dtype {
                 Some(kv) => decoder.with_kv_dtype(kv)?,
                 None => decoder,
             };
-            Ok((decoder, tower))
+            Ok((decoder, encoder))
         })?;
-        let vision = match (tower, folder.image_processor()) {
-            (Some(tower), Some(processor)) => Some(Vision {
-                tower,
-                processor: Arc::clone(processor),
-            }),
+        let vision = match (encoder, folder.images()) {
+            (Some(encoder), Some(processor)) => Some(Vision { encoder, processor }),
             _ => None,
         };
         let device_name = match device.location() {
@@ -392,17 +402,16 @@ impl CandleEngine {
             .iter()
             .flat_map(|s| s.images.iter().map(|i| &**i))
             .collect();
-        let per_image = vision.tower.tokens_per_image();
+        let encoder = &vision.encoder;
         let mut ranges = Vec::with_capacity(seqs.len());
         let mut at = 0;
         for seq in seqs {
-            let n = seq.images.len() * per_image;
+            let n: usize = seq.images.iter().map(|i| encoder.rows(i)).sum();
             ranges.push(at..at + n);
             at += n;
         }
-        let tower = &vision.tower;
         let started = Instant::now();
-        let features = self.pool.install(|| tower.encode(&images))?;
+        let features = self.pool.install(|| encoder.encode(&images))?;
         let spent = started.elapsed();
         let images = PrefillImages {
             token: vision.processor.image_token_id(),
@@ -455,9 +464,7 @@ impl StepEngine for CandleEngine {
     }
 
     fn image_processor(&self) -> Option<Arc<dyn ImageProcessor>> {
-        self.vision
-            .as_ref()
-            .map(|v| Arc::clone(&v.processor) as Arc<dyn ImageProcessor>)
+        self.vision.as_ref().map(|v| Arc::clone(&v.processor))
     }
 
     fn describe(&self) -> EngineDescription {

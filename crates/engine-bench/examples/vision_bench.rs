@@ -315,6 +315,7 @@ fn main() -> Result<(), BoxError> {
                         content.push(ContentPart::text(text.clone()));
                         let input = RequestInput::Chat(vec![ChatMessage {
                             role: "user".into(),
+                            tool: None,
                             content,
                         }]);
                         let sampling = Sampling::fixed_length(OUTPUT).expect("valid sampling");

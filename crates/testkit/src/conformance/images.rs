@@ -312,6 +312,7 @@ pub fn images_through_the_offline_backend_match_direct_calls<E: StepEngine>(
             }
             RequestInput::Chat(vec![ChatMessage {
                 role: "user".into(),
+                tool: None,
                 content,
             }])
         })
@@ -387,6 +388,7 @@ pub fn a_prompt_holding_its_own_placeholders_gives_transformers_tokens(
         content.extend(images.iter().map(|name| image(name)));
         RequestInput::Chat(vec![ChatMessage {
             role: "user".into(),
+            tool: None,
             content,
         }])
     };

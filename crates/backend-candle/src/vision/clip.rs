@@ -12,111 +12,18 @@
 //! `default` strategy, the selected states concatenated, and the
 //! projector `linear_2(act(linear_1(x)))`. It runs in `f32` on the
 //! engine's device whatever the checkpoint's dtype (2-byte weights are
-//! widened once at load): the tower is a small part of a VLM's weights,
-//! and this keeps its features exact. The features come back as rows of
-//! the text model's width, in image order, for the decoder to write over
-//! the image tokens' embeddings.
+//! widened: the embeddings and norms once at load, the projections'
+//! as the packed kernels read them): the tower is a small part of a
+//! VLM's weights, and this keeps its features exact. The features
+//! come back as rows of the text model's width, in image order, for the
+//! decoder to write over the image tokens' embeddings.
 
 use candle_core::{D, DType, Device, Tensor};
-use guidebench_core::engine::LoadError;
-use guidebench_core::vision::{
-    FeatureSelect, PreparedImage, VisionActivation, VisionLanguageConfig,
-};
+use guidebench_core::vision::{FeatureSelect, PreparedImage, VisionLanguageConfig};
 
-use crate::error::{CandleError, Result};
-use crate::model::{Weights, float_linear};
-use crate::proj::{Proj, cpu_f32_slice, packs_weights};
-
-/// A linear layer on the engine's packed projection kernels (the text
-/// decoder's), `x W^T + b` on rows of host memory.
-#[derive(Debug, Clone)]
-struct Linear {
-    proj: Proj,
-    /// Outputs per row.
-    n: usize,
-}
-
-impl Linear {
-    fn load(w: &Weights, rows: usize, cols: usize, bias: bool) -> Result<Self> {
-        Ok(Linear {
-            proj: float_linear(w, cols, rows, bias)?,
-            n: rows,
-        })
-    }
-
-    /// `x`: `(rows, in)` on the CPU.
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let x = x.contiguous()?;
-        let (rows, _) = x.dims2()?;
-        let (storage, layout) = x.storage_and_layout();
-        let input = cpu_f32_slice(&storage, layout)?;
-        let mut out = vec![0f32; rows * self.n];
-        // The plain kernel's transposed scratch, where weights are not
-        // packed (CPUs without AVX2).
-        let mut scratch = match packs_weights() {
-            true => Vec::new(),
-            false => vec![0f32; rows * self.n],
-        };
-        self.proj
-            .forward_rows(input, rows, &mut scratch, &mut out)?;
-        drop(storage);
-        Ok(Tensor::from_vec(out, (rows, self.n), x.device())?)
-    }
-}
-
-/// A layer norm with its weight and bias in `f32`.
-#[derive(Debug, Clone)]
-struct LayerNorm {
-    weight: Tensor,
-    bias: Tensor,
-    eps: f32,
-}
-
-impl LayerNorm {
-    fn load(w: &Weights, d: usize, eps: f64) -> Result<Self> {
-        Ok(LayerNorm {
-            weight: w.get(d, "weight")?.to_dtype(DType::F32)?,
-            bias: w.get(d, "bias")?.to_dtype(DType::F32)?,
-            eps: eps as f32,
-        })
-    }
-
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        Ok(candle_nn::ops::layer_norm(
-            x,
-            &self.weight,
-            &self.bias,
-            self.eps,
-        )?)
-    }
-}
-
-fn activate(act: VisionActivation, x: &Tensor) -> Result<Tensor> {
-    Ok(match act {
-        VisionActivation::QuickGelu => (x * candle_nn::ops::sigmoid(&(x * 1.702)?)?)?,
-        VisionActivation::Gelu => x.gelu_erf()?,
-        VisionActivation::GeluTanh => x.gelu()?,
-        other => {
-            return Err(CandleError::from(LoadError::InvalidOption {
-                key: "model",
-                reason: format!("vision activation {other:?} is not implemented"),
-            }));
-        }
-    })
-}
-
-/// One CLIP encoder layer.
-#[derive(Debug, Clone)]
-struct EncoderLayer {
-    norm1: LayerNorm,
-    q: Linear,
-    k: Linear,
-    v: Linear,
-    out: Linear,
-    norm2: LayerNorm,
-    fc1: Linear,
-    fc2: Linear,
-}
+use super::layers::{EncoderLayer, LayerNorm, LayerShape, Linear, activate};
+use crate::error::Result;
+use crate::model::Weights;
 
 /// Images the tower encodes at once (a prefill's images go through in
 /// groups of at most this many).
@@ -152,22 +59,15 @@ impl VisionTower {
             .get((d, c.num_channels, p, p), "weight")?
             .to_dtype(DType::F32)?
             .reshape((d, c.num_channels * p * p))?;
+        let shape = LayerShape {
+            d,
+            intermediate: c.intermediate_size,
+            heads: c.num_attention_heads,
+            eps,
+            act: c.hidden_act,
+        };
         let layers = (0..config.layers_to_run())
-            .map(|i| {
-                let l = v.pp("encoder.layers").pp(i);
-                let a = l.pp("self_attn");
-                let linear = |name: &str, rows, cols| Linear::load(&a.pp(name), rows, cols, true);
-                Ok(EncoderLayer {
-                    norm1: LayerNorm::load(&l.pp("layer_norm1"), d, eps)?,
-                    q: linear("q_proj", d, d)?,
-                    k: linear("k_proj", d, d)?,
-                    v: linear("v_proj", d, d)?,
-                    out: linear("out_proj", d, d)?,
-                    norm2: LayerNorm::load(&l.pp("layer_norm2"), d, eps)?,
-                    fc1: Linear::load(&l.pp("mlp.fc1"), c.intermediate_size, d, true)?,
-                    fc2: Linear::load(&l.pp("mlp.fc2"), d, c.intermediate_size, true)?,
-                })
-            })
+            .map(|i| EncoderLayer::load(&v.pp("encoder.layers").pp(i), shape))
             .collect::<Result<Vec<_>>>()?;
         let projector = w.pp(&config.weight_names.projector);
         let t = config.text_hidden_size;
@@ -225,7 +125,9 @@ impl VisionTower {
         let (n, s, p, d) = (images.len(), c.image_size, c.patch_size, c.hidden_size);
         let mut pixels = Vec::with_capacity(n * 3 * s * s);
         for image in images {
-            if (image.channels, image.height, image.width) != (3, s, s) {
+            if (image.channels, image.height, image.width) != (3, s, s)
+                || image.pixels.len() != 3 * s * s
+            {
                 return Err(candle_core::Error::Msg(format!(
                     "an image of {}×{}×{} for a tower taking 3×{s}×{s}",
                     image.channels, image.height, image.width
@@ -250,7 +152,7 @@ impl VisionTower {
         let mut x = self.pre_norm.forward(&x.reshape((n * t, d))?)?;
         let mut states = vec![x.clone()];
         for layer in &self.layers {
-            x = self.layer(layer, &x, n, t)?;
+            x = layer.forward(&x, n, t)?;
             states.push(x.clone());
         }
         let skip = usize::from(self.config.feature_select == FeatureSelect::Patches);
@@ -266,28 +168,5 @@ impl VisionTower {
         let x = activate(self.config.projector_act, &self.proj1.forward(&x)?)?;
         let x = self.proj2.forward(&x)?;
         Ok(x.flatten_all()?.to_vec1::<f32>()?)
-    }
-
-    /// One encoder layer on `(n t, width)` rows of `n` images.
-    fn layer(&self, l: &EncoderLayer, x: &Tensor, n: usize, t: usize) -> Result<Tensor> {
-        let c = &self.config.vision;
-        let (heads, hd) = (c.num_attention_heads, c.head_dim());
-        let h = l.norm1.forward(x)?;
-        let split = |y: Tensor| -> candle_core::Result<Tensor> {
-            y.reshape((n, t, heads, hd))?.transpose(1, 2)?.contiguous()
-        };
-        let q = split((l.q.forward(&h)? * (1.0 / (hd as f64).sqrt()))?)?;
-        let k = split(l.k.forward(&h)?)?;
-        let v = split(l.v.forward(&h)?)?;
-        let scores = q.matmul(&k.t()?.contiguous()?)?;
-        let weights = candle_nn::ops::softmax_last_dim(&scores)?;
-        let attn = weights
-            .matmul(&v)?
-            .transpose(1, 2)?
-            .contiguous()?
-            .reshape((n * t, heads * hd))?;
-        let x = (x + l.out.forward(&attn)?)?;
-        let h = activate(c.hidden_act, &l.fc1.forward(&l.norm2.forward(&x)?)?)?;
-        Ok((x + l.fc2.forward(&h)?)?)
     }
 }
