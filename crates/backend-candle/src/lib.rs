@@ -41,6 +41,18 @@
 //! (default: the model's `max_position_embeddings`), `max_slots`
 //! (sequences held at once, default 256).
 //!
+//! ## Sentence-embedding encoders
+//!
+//! A `model=` folder whose `config.json` names a BERT or XLM-RoBERTa
+//! encoder (`model_type` `bert` / `xlm-roberta`, or `architectures`
+//! `BertModel` / `XLMRobertaModel`) with sentence-transformers' files
+//! runs as an [`encoder::EncoderEngine`] instead: each micro-batch of the
+//! offline backend embedded in one forward pass, answers with no
+//! generated tokens (reported as pooled). It takes `dtype` (`auto` or
+//! `f32`), `threads` and `device=cpu`; the decoder's other options are
+//! refused by name, and so is `scheduling=continuous`. See
+//! [`encoder`].
+//!
 //! ## The forward pass
 //!
 //! A prefill left-pads the new prompts of a group to the longest; an
@@ -93,8 +105,8 @@ pub const CANDLE_VERSION: &str = "0.11";
 
 guidebench_core::register_engine! {
     name: ENGINE_NAME,
-    description: "pure-Rust engine on candle: Llama/Mistral/Qwen2/Qwen3 safetensors, batched with a KV cache",
+    description: "pure-Rust engine on candle: Llama/Mistral/Qwen2/Qwen3 safetensors, batched with a KV cache; BERT/XLM-RoBERTa sentence-transformers folders as embedding encoders",
     options: OPTIONS,
     inputs: &["image"],
-    create: guidebench_core::open::create_step_engine::<CandleEngine>,
+    create: encoder::create,
 }

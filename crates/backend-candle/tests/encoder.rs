@@ -1,14 +1,18 @@
-//! The BERT sentence encoder on the tiny BERT fixture gives what
-//! transformers and sentence-transformers compute on it
-//! (`crates/testkit/expected/bert.json`): the last hidden state, and each
-//! text's sentence vector under mean (normalised) and CLS pooling, one
-//! batch for every text.
+//! The sentence encoder on the tiny BERT and XLM-RoBERTa fixtures gives
+//! what transformers and sentence-transformers compute on them
+//! (`crates/testkit/expected/bert.json`, `xlm-roberta.json`): the last
+//! hidden state, and each text's sentence vector under mean (normalised)
+//! and CLS pooling, one batch for every text; and the engine around it
+//! tokenizes and cuts texts to `max_seq_length` as sentence-transformers
+//! does.
 
 use std::path::Path;
 
-use guidebench_candle::encoder::{BertEncoder, Pooling};
+use guidebench_candle::CandleOptions;
+use guidebench_candle::encoder::{BertEncoder, EncoderEngine, EncoderKind, Pooling};
 use guidebench_testkit::bert::{
-    BertExpected, BertSpec, Pooling as FixturePooling, stored_bert, write_bert_fixture,
+    BertExpected, BertSpec, Pooling as FixturePooling, stored_bert, stored_xlm_roberta,
+    write_bert_fixture, write_xlm_roberta_fixture,
 };
 
 fn stored() -> BertExpected {
@@ -19,6 +23,21 @@ fn fixture(pooling: FixturePooling) -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("tempdir");
     write_bert_fixture(dir.path(), &BertSpec::tiny(), pooling).expect("the BERT fixture");
     dir
+}
+
+fn xlmr_fixture() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_xlm_roberta_fixture(
+        dir.path(),
+        &BertSpec::tiny_xlm_roberta(),
+        FixturePooling::Mean,
+    )
+    .expect("the XLM-RoBERTa fixture");
+    dir
+}
+
+fn stored_xlmr() -> BertExpected {
+    stored_xlm_roberta().expect("expected/xlm-roberta.json parses")
 }
 
 fn open(dir: &Path) -> BertEncoder {
@@ -192,4 +211,102 @@ fn an_unsupported_activation_is_refused_naming_it() {
     std::fs::write(&path, config.to_string()).expect("write the config");
     let err = BertEncoder::open(dir.path()).expect_err("silu");
     assert!(err.to_string().contains("`silu`"), "{err}");
+}
+
+/// Every text's vector against the stored ones: the lowest cosine and the
+/// largest difference.
+fn compare(got: &[Vec<f32>], want: &[Vec<f32>], what: &str) -> (f64, f32) {
+    assert_eq!(got.len(), want.len(), "{what}");
+    let (mut worst_cos, mut worst_diff) = (1f64, 0f32);
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        let (cos, diff) = (cosine(g, w), max_abs_diff(g, w));
+        (worst_cos, worst_diff) = (worst_cos.min(cos), worst_diff.max(diff));
+        assert!(
+            cos >= 0.99999 && diff <= 1e-5,
+            "{what} text {i}: cosine {cos}, max abs diff {diff}"
+        );
+    }
+    eprintln!("{what}: min cosine {worst_cos}, max abs diff {worst_diff:e}");
+    (worst_cos, worst_diff)
+}
+
+#[test]
+fn an_xlm_roberta_folder_embeds_every_text_as_sentence_transformers_does() {
+    let stored = stored_xlmr();
+    let dir = xlmr_fixture();
+    let encoder = open(dir.path());
+    assert_eq!(encoder.config().kind, EncoderKind::XlmRoberta);
+    assert_eq!(encoder.config().position_offset, 2);
+    assert_eq!(encoder.max_seq_length(), stored.max_seq_length);
+    assert!(encoder.sentence().normalize);
+    let got = encoder.embed(&batch(&stored)).expect("the batch embeds");
+    let want = stored.embeddings_of(FixturePooling::Mean).expect("stored");
+    compare(&got, want, "xlm-roberta mean");
+    let hidden = encoder
+        .last_hidden_states(&[stored.texts[0].input_ids.as_slice()])
+        .expect("the first text");
+    let diff = max_abs_diff(&hidden[0], &stored.first_last_hidden_state.values);
+    eprintln!("xlm-roberta last hidden state: max abs diff {diff:e}");
+    assert!(diff <= 1e-5, "max abs diff {diff}");
+}
+
+#[test]
+fn xlm_roberta_weights_under_a_roberta_prefix_load_as_the_bare_ones() {
+    let stored = stored_xlmr();
+    let dir = xlmr_fixture();
+    let bare = open(dir.path())
+        .embed(&batch(&stored))
+        .expect("the bare names");
+    let path = dir.path().join("model.safetensors");
+    let tensors = candle_core::safetensors::load(&path, &candle_core::Device::Cpu).expect("load");
+    let renamed: std::collections::HashMap<String, candle_core::Tensor> = tensors
+        .into_iter()
+        .map(|(name, t)| (format!("roberta.{name}"), t))
+        .collect();
+    candle_core::safetensors::save(&renamed, &path).expect("save");
+    let prefixed = open(dir.path())
+        .embed(&batch(&stored))
+        .expect("the prefixed names");
+    assert_eq!(bare, prefixed);
+}
+
+fn engine(dir: &Path) -> EncoderEngine {
+    let dir = dir.to_str().expect("UTF-8");
+    EncoderEngine::open(dir, &CandleOptions::default()).expect("the engine opens")
+}
+
+#[test]
+fn a_text_longer_than_max_seq_length_is_cut_as_sentence_transformers_cuts_it() {
+    for (name, stored, dir) in [
+        ("bert", stored(), fixture(FixturePooling::Mean)),
+        ("xlm-roberta", stored_xlmr(), xlmr_fixture()),
+    ] {
+        let mut engine = engine(dir.path());
+        assert_eq!(engine.encoder().max_seq_length(), stored.max_seq_length);
+        assert!(
+            stored.max_seq_length < engine.encoder().config().max_tokens(),
+            "{name}: the cut is sentence-transformers', not the positions'"
+        );
+        let mut cut = 0;
+        for text in stored.texts.iter().filter(|t| !t.text.is_empty()) {
+            let ids = engine.tokenize(&text.text).expect("tokenizes");
+            assert_eq!(ids, text.input_ids, "{name}: {:?}", text.text);
+            cut += usize::from(ids.len() == stored.max_seq_length);
+        }
+        assert_eq!(cut, 1, "{name}: one text is cut");
+        // The engine's vectors, from the raw texts.
+        let texts: Vec<&str> = stored.texts.iter().map(|t| t.text.as_str()).collect();
+        let want = stored
+            .embeddings_of(FixturePooling::Mean)
+            .expect("stored vectors");
+        let embedded = engine.embed_texts(&texts).expect("the batch");
+        let (got, want): (Vec<Vec<f32>>, Vec<Vec<f32>>) = embedded
+            .into_iter()
+            .zip(want)
+            .filter_map(|(got, want)| Some((got.ok()?.0, want.clone())))
+            .unzip();
+        assert_eq!(got.len(), texts.len() - 1, "{name}: all but the empty text");
+        compare(&got, &want, &format!("{name} through the engine"));
+        assert_eq!(engine.forward_passes(), 1);
+    }
 }

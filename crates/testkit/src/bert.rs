@@ -2,8 +2,8 @@
 //! fixture that an in-process embedding engine (BERT-family encoders with
 //! sentence-transformers' pooling and normalisation) is to be checked
 //! against, vector by vector, with what sentence-transformers computes.
-//! No engine runs it yet; this module holds the inputs and the stored
-//! expectations.
+//! The candle engine runs it (`guidebench-candle`'s `encoder`); this
+//! module holds the inputs and the stored expectations.
 //!
 //! [`write_bert_fixture`] writes what a published sentence-transformers
 //! BERT folder holds:
@@ -40,6 +40,16 @@
 //! computed on both variants (`crates/testkit/expected/bert.json`, from
 //! `scripts/bert-expected`), with the digests of the fixture files it
 //! was computed on.
+//!
+//! [`write_xlm_roberta_fixture`] writes the same kind of folder for an
+//! XLM-RoBERTa encoder (`XLMRobertaModel`, as transformers saves it:
+//! positions from `pad_token_id + 1`, one token type, `<s> … </s>`),
+//! with the Unigram `tokenizer.json` transformers' `XLMRobertaTokenizer`
+//! builds (no normaliser, whitespace split then Metaspace `▁` with a
+//! prefix, `<unk>` id 3) over [`xlm_roberta_vocab`]: mean pooling, then
+//! `Normalize`. [`stored_xlm_roberta`] reads what sentence-transformers
+//! computed on it (`crates/testkit/expected/xlm-roberta.json`, from the
+//! same script).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -71,9 +81,12 @@ pub struct BertSpec {
     pub num_heads: usize,
     /// Width of the feed-forward layer (`intermediate_size`).
     pub intermediate_size: usize,
-    /// Positions the model has embeddings for (`max_position_embeddings`),
-    /// which is also sentence-transformers' `max_seq_length` here.
+    /// Position embeddings (`max_position_embeddings`); an XLM-RoBERTa
+    /// encoder's first two (up to its `pad_token_id`) are never used.
     pub max_position_embeddings: usize,
+    /// sentence-transformers' `max_seq_length` (`sentence_bert_config.json`):
+    /// longer inputs are cut to it.
+    pub max_seq_length: usize,
     /// Token types (`type_vocab_size`).
     pub type_vocab_size: usize,
     /// The layer norms' epsilon (`layer_norm_eps`).
@@ -84,7 +97,8 @@ pub struct BertSpec {
 
 impl BertSpec {
     /// The tiny BERT: width 32, 2 layers of 2 heads, feed-forward width
-    /// 64, 64 positions, 2 token types, `layer_norm_eps` 1e-12.
+    /// 64, 64 positions, inputs cut to 48 tokens, 2 token types,
+    /// `layer_norm_eps` 1e-12.
     pub fn tiny() -> Self {
         BertSpec {
             hidden_size: 32,
@@ -92,9 +106,28 @@ impl BertSpec {
             num_heads: 2,
             intermediate_size: 64,
             max_position_embeddings: 64,
+            max_seq_length: 48,
             type_vocab_size: 2,
             layer_norm_eps: 1e-12,
             seed: 181,
+        }
+    }
+
+    /// The tiny XLM-RoBERTa: width 32, 2 layers of 2 heads, feed-forward
+    /// width 64, 66 positions (64 after the padding id, as the published
+    /// models have 514 for 512), inputs cut to 40 tokens, 1 token type,
+    /// `layer_norm_eps` 1e-5.
+    pub fn tiny_xlm_roberta() -> Self {
+        BertSpec {
+            hidden_size: 32,
+            num_layers: 2,
+            num_heads: 2,
+            intermediate_size: 64,
+            max_position_embeddings: 66,
+            max_seq_length: 40,
+            type_vocab_size: 1,
+            layer_norm_eps: 1e-5,
+            seed: 182,
         }
     }
 }
@@ -376,8 +409,7 @@ pub fn write_bert_fixture(dir: &Path, spec: &BertSpec, pooling: Pooling) -> Resu
             reason: "the width must divide into the attention heads".into(),
         });
     }
-    let pooling_dir = dir.join("1_Pooling");
-    std::fs::create_dir_all(&pooling_dir).map_err(|e| Error::io(&pooling_dir, e))?;
+    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     let vocab = bert_vocab().len();
     write(&dir.join("config.json"), pretty(&bert_config(spec, vocab)))?;
     save(&bert_weights(spec, vocab), &dir.join("model.safetensors"))?;
@@ -389,7 +421,7 @@ pub fn write_bert_fixture(dir: &Path, spec: &BertSpec, pooling: Pooling) -> Resu
             "cls_token": CLS_TOKEN,
             "do_lower_case": true,
             "mask_token": MASK_TOKEN,
-            "model_max_length": spec.max_position_embeddings,
+            "model_max_length": spec.max_seq_length,
             "pad_token": PAD_TOKEN,
             "sep_token": SEP_TOKEN,
             "strip_accents": null,
@@ -408,14 +440,27 @@ pub fn write_bert_fixture(dir: &Path, spec: &BertSpec, pooling: Pooling) -> Resu
             "unk_token": UNK_TOKEN
         })),
     )?;
-    write(&dir.join("modules.json"), pretty(&modules_json(pooling)))?;
     write(
         &dir.join("sentence_bert_config.json"),
-        pretty(&json!({
-            "max_seq_length": spec.max_position_embeddings,
-            "do_lower_case": false
-        })),
+        pretty(&sentence_bert_json(spec)),
     )?;
+    write_sentence_modules(dir, spec, pooling)
+}
+
+/// sentence-transformers' `sentence_bert_config.json`.
+fn sentence_bert_json(spec: &BertSpec) -> serde_json::Value {
+    json!({
+        "max_seq_length": spec.max_seq_length,
+        "do_lower_case": false
+    })
+}
+
+/// `modules.json`, `1_Pooling/config.json` and (normalised) the empty
+/// `2_Normalize/`.
+fn write_sentence_modules(dir: &Path, spec: &BertSpec, pooling: Pooling) -> Result<()> {
+    let pooling_dir = dir.join("1_Pooling");
+    std::fs::create_dir_all(&pooling_dir).map_err(|e| Error::io(&pooling_dir, e))?;
+    write(&dir.join("modules.json"), pretty(&modules_json(pooling)))?;
     write(
         &pooling_dir.join("config.json"),
         pretty(&pooling_json(spec, pooling)),
@@ -428,13 +473,209 @@ pub fn write_bert_fixture(dir: &Path, spec: &BertSpec, pooling: Pooling) -> Resu
     Ok(())
 }
 
-/// Writes both variants of the fixture of `spec` into `dir/mean` and
-/// `dir/cls` (the layout the stored digests name).
+/// The folder of the XLM-RoBERTa variant in [`write_bert_fixtures`]'s
+/// layout (and in the stored digests of [`stored_xlm_roberta`]).
+pub const XLM_ROBERTA_DIR: &str = "xlmr";
+
+/// Writes both BERT variants of `spec` into `dir/mean` and `dir/cls`, and
+/// the XLM-RoBERTa fixture ([`BertSpec::tiny_xlm_roberta`]) into
+/// `dir/xlmr` (the layout the stored digests name).
 pub fn write_bert_fixtures(dir: &Path, spec: &BertSpec) -> Result<()> {
     for pooling in Pooling::ALL {
         write_bert_fixture(&dir.join(pooling.name()), spec, pooling)?;
     }
-    Ok(())
+    write_xlm_roberta_fixture(
+        &dir.join(XLM_ROBERTA_DIR),
+        &BertSpec::tiny_xlm_roberta(),
+        Pooling::Mean,
+    )
+}
+
+/// XLM-RoBERTa's special tokens, in id order (`<mask>` comes last, after
+/// the pieces, as in the published vocabularies).
+const XLMR_SPECIALS: [&str; 4] = ["<s>", "<pad>", "</s>", "<unk>"];
+/// XLM-RoBERTa's mask token.
+const XLMR_MASK: &str = "<mask>";
+/// SentencePiece's word-start mark.
+const METASPACE: &str = "\u{2581}";
+
+/// The fixture's XLM-RoBERTa Unigram vocabulary, in id order, with each
+/// piece's log-probability: `<s>` 0, `<pad>` 1, `</s>` 2, `<unk>` 3, then
+/// `▁`, single characters (ASCII punctuation, digits, letters of both
+/// cases, a few accented letters, `中`, `ß`), a few words after `▁`, and
+/// the fixture corpus' syllables with and without `▁`, and `<mask>` last.
+/// A longer piece scores higher, so a word takes its longest pieces. No
+/// piece appears twice; no emoji is in it (`<unk>`).
+pub fn xlm_roberta_vocab() -> Vec<(String, f64)> {
+    const ONSETS: [&str; 12] = [
+        "b", "d", "g", "h", "k", "m", "r", "s", "t", "br", "st", "tr",
+    ];
+    const VOWELS: [&str; 6] = ["a", "e", "i", "o", "ou", "y"];
+    const CODAS: [&str; 6] = ["n", "r", "s", "t", "l", "ck"];
+    const WORDS: [&str; 10] = [
+        "the", "and", "in", "with", "at", "café", "mixed", "emoji", "Tickets", "serves",
+    ];
+    let mut pieces: Vec<String> = vec![METASPACE.to_owned()];
+    pieces.extend(
+        (b'!'..=b'~')
+            .filter(|b| b.is_ascii_punctuation() || b.is_ascii_alphanumeric())
+            .map(|b| char::from(b).to_string()),
+    );
+    pieces.extend(["é", "è", "ü", "û", "中", "ß"].map(String::from));
+    pieces.extend(WORDS.iter().map(|w| format!("{METASPACE}{w}")));
+    let syllables: Vec<String> = ONSETS
+        .iter()
+        .flat_map(|o| VOWELS.iter().map(move |v| format!("{o}{v}")))
+        .collect();
+    pieces.extend(syllables.iter().map(|s| format!("{METASPACE}{s}")));
+    pieces.extend(syllables.iter().cloned());
+    pieces.extend(VOWELS.iter().chain(CODAS.iter()).map(|s| (*s).to_owned()));
+    let mut seen = std::collections::HashSet::new();
+    pieces.retain(|piece| seen.insert(piece.clone()));
+    let mut out: Vec<(String, f64)> = XLMR_SPECIALS
+        .iter()
+        .map(|s| ((*s).to_owned(), 0.0))
+        .collect();
+    for (i, piece) in pieces.into_iter().enumerate() {
+        // Exact in binary: a quarter per character, 1/1024 per rank.
+        let score = -8.0 + 0.25 * piece.chars().count() as f64 - i as f64 / 1024.0;
+        out.push((piece, score));
+    }
+    out.push((XLMR_MASK.to_owned(), 0.0));
+    out
+}
+
+/// The fixture's XLM-RoBERTa `tokenizer.json`, as transformers'
+/// `XLMRobertaTokenizer` builds one: a Unigram model over
+/// [`xlm_roberta_vocab`] (`<unk>` id 3, no byte fallback), no normaliser,
+/// whitespace split then Metaspace (`▁`, prefix always), the
+/// `<s> A </s>` and `<s> A </s> </s> B </s>` templates, a Metaspace
+/// decoder.
+pub fn xlm_roberta_tokenizer_json() -> serde_json::Value {
+    let vocab = xlm_roberta_vocab();
+    let id_of = |token: &str| vocab.iter().position(|(t, _)| t == token).unwrap_or(0);
+    let (bos, eos) = (XLMR_SPECIALS[0], XLMR_SPECIALS[2]);
+    let special = |id: &str| json!({"SpecialToken": {"id": id, "type_id": 0}});
+    let sequence = |id: &str| json!({"Sequence": {"id": id, "type_id": 0}});
+    let added: Vec<serde_json::Value> = XLMR_SPECIALS
+        .iter()
+        .chain([XLMR_MASK].iter())
+        .map(|content| {
+            json!({
+                "id": id_of(content),
+                "content": content,
+                "single_word": false,
+                "lstrip": *content == XLMR_MASK,
+                "rstrip": false,
+                "normalized": false,
+                "special": true,
+            })
+        })
+        .collect();
+    let metaspace = |kind: &str| json!({"type": kind, "replacement": METASPACE, "prepend_scheme": "always", "split": true});
+    json!({
+        "version": "1.0",
+        "truncation": null,
+        "padding": null,
+        "added_tokens": added,
+        "normalizer": null,
+        "pre_tokenizer": {
+            "type": "Sequence",
+            "pretokenizers": [{"type": "WhitespaceSplit"}, metaspace("Metaspace")]
+        },
+        "post_processor": {
+            "type": "TemplateProcessing",
+            "single": [special(bos), sequence("A"), special(eos)],
+            "pair": [special(bos), sequence("A"), special(eos), special(eos), sequence("B"), special(eos)],
+            "special_tokens": {
+                bos: {"id": bos, "ids": [id_of(bos)], "tokens": [bos]},
+                eos: {"id": eos, "ids": [id_of(eos)], "tokens": [eos]}
+            }
+        },
+        "decoder": metaspace("Metaspace"),
+        "model": {
+            "type": "Unigram",
+            "unk_id": id_of(XLMR_SPECIALS[3]),
+            "vocab": vocab.iter().map(|(piece, score)| json!([piece, score])).collect::<Vec<_>>(),
+            "byte_fallback": false
+        }
+    })
+}
+
+/// The `config.json` of an XLM-RoBERTa encoder of `spec` with `vocab`
+/// entries, with the keys transformers' `XLMRobertaConfig` writes.
+fn xlm_roberta_config(spec: &BertSpec, vocab: usize) -> serde_json::Value {
+    let mut config = bert_config(spec, vocab);
+    if let Some(map) = config.as_object_mut() {
+        map.insert("architectures".into(), json!(["XLMRobertaModel"]));
+        map.insert("model_type".into(), json!("xlm-roberta"));
+        map.insert("bos_token_id".into(), json!(0));
+        map.insert("eos_token_id".into(), json!(2));
+        map.insert("pad_token_id".into(), json!(1));
+    }
+    config
+}
+
+/// Writes an XLM-RoBERTa sentence-embedding model of `spec` with
+/// `pooling` into `dir` (created if needed): config, weights (named as
+/// `XLMRobertaModel.save_pretrained` names them, as BERT's are), the
+/// Unigram tokenizer files and sentence-transformers' modules. See the
+/// [module docs](self).
+pub fn write_xlm_roberta_fixture(dir: &Path, spec: &BertSpec, pooling: Pooling) -> Result<()> {
+    if spec.num_heads == 0 || !spec.hidden_size.is_multiple_of(spec.num_heads) {
+        return Err(Error::InvalidSpec {
+            reason: "the width must divide into the attention heads".into(),
+        });
+    }
+    if spec.max_seq_length + 2 > spec.max_position_embeddings {
+        return Err(Error::InvalidSpec {
+            reason: "max_seq_length must leave the two positions up to the padding id".into(),
+        });
+    }
+    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    let vocab = xlm_roberta_vocab().len();
+    write(
+        &dir.join("config.json"),
+        pretty(&xlm_roberta_config(spec, vocab)),
+    )?;
+    save(&bert_weights(spec, vocab), &dir.join("model.safetensors"))?;
+    write(
+        &dir.join("tokenizer.json"),
+        pretty(&xlm_roberta_tokenizer_json()),
+    )?;
+    write(
+        &dir.join("tokenizer_config.json"),
+        pretty(&json!({
+            "add_prefix_space": true,
+            "backend": "tokenizers",
+            "bos_token": "<s>",
+            "cls_token": "<s>",
+            "eos_token": "</s>",
+            "mask_token": XLMR_MASK,
+            "model_max_length": spec.max_seq_length,
+            "pad_token": "<pad>",
+            "sep_token": "</s>",
+            "tokenizer_class": "XLMRobertaTokenizer",
+            "unk_token": "<unk>"
+        })),
+    )?;
+    write(
+        &dir.join("special_tokens_map.json"),
+        pretty(&json!({
+            "bos_token": "<s>",
+            "cls_token": "<s>",
+            "eos_token": "</s>",
+            "mask_token": XLMR_MASK,
+            "pad_token": "<pad>",
+            "sep_token": "</s>",
+            "unk_token": "<unk>"
+        })),
+    )?;
+    write(
+        &dir.join("sentence_bert_config.json"),
+        pretty(&sentence_bert_json(spec)),
+    )?;
+    write_sentence_modules(dir, spec, pooling)
 }
 
 /// What sentence-transformers and transformers compute on the tiny BERT
@@ -506,6 +747,14 @@ pub fn stored_bert() -> Result<BertExpected> {
         .map_err(|e| Error::json("expected/bert.json", e))
 }
 
+/// The stored sentence-transformers outputs of the tiny XLM-RoBERTa
+/// fixture (its one variant, mean pooling then `Normalize`, under
+/// `mean`; its digests under `xlmr/`).
+pub fn stored_xlm_roberta() -> Result<BertExpected> {
+    serde_json::from_str(include_str!("../expected/xlm-roberta.json"))
+        .map_err(|e| Error::json("expected/xlm-roberta.json", e))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -521,36 +770,52 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         write_bert_fixtures(dir.path(), &BertSpec::tiny()).expect("write the fixtures");
         let got = fixture_digests(dir.path()).expect("digests");
-        let want = stored().fixture_files;
-        let changed: std::collections::BTreeSet<&String> = want
-            .keys()
-            .chain(got.keys())
-            .filter(|name| want.get(*name) != got.get(*name))
-            .collect();
-        assert!(
-            changed.is_empty(),
-            "the BERT writer changed {changed:?}: rerun scripts/bert-expected"
-        );
+        let xlmr = format!("{XLM_ROBERTA_DIR}/");
+        let stored_xlmr = stored_xlm_roberta().expect("expected/xlm-roberta.json parses");
+        for (file, want, ours) in [
+            ("bert.json", stored().fixture_files, false),
+            ("xlm-roberta.json", stored_xlmr.fixture_files, true),
+        ] {
+            let got: BTreeMap<&String, &String> = got
+                .iter()
+                .filter(|(name, _)| name.starts_with(&xlmr) == ours)
+                .collect();
+            let want: BTreeMap<&String, &String> = want.iter().collect();
+            let changed: std::collections::BTreeSet<&&String> = want
+                .keys()
+                .chain(got.keys())
+                .filter(|name| want.get(*name) != got.get(*name))
+                .collect();
+            assert!(
+                changed.is_empty(),
+                "the writer changed {changed:?} of {file}: rerun scripts/bert-expected"
+            );
+        }
     }
 
     #[test]
-    fn the_fixture_tokenizer_gives_the_stored_token_ids_through_the_tokenizers_crate() {
+    fn the_fixture_tokenizers_give_the_stored_token_ids_through_the_tokenizers_crate() {
         let dir = tempfile::tempdir().expect("tempdir");
-        write_bert_fixture(dir.path(), &BertSpec::tiny(), Pooling::Mean).expect("write");
-        let tok = HfTokenizer::from_file(dir.path().join("tokenizer.json")).expect("tokenizer");
-        let stored = stored();
-        let sep = bert_vocab()
-            .iter()
-            .position(|t| t == SEP_TOKEN)
-            .expect("[SEP]") as u32;
-        for text in &stored.texts {
-            let mut ids = tok.encode(&text.text, true).expect("encode");
-            // sentence-transformers cuts the text's pieces, keeping [SEP].
-            if ids.len() > stored.max_seq_length {
-                ids.truncate(stored.max_seq_length - 1);
-                ids.push(sep);
+        write_bert_fixtures(dir.path(), &BertSpec::tiny()).expect("write");
+        let bert = stored();
+        let xlmr = stored_xlm_roberta().expect("expected/xlm-roberta.json parses");
+        for (folder, stored) in [("mean", &bert), (XLM_ROBERTA_DIR, &xlmr)] {
+            let tok = HfTokenizer::from_file(dir.path().join(folder).join("tokenizer.json"))
+                .expect("tokenizer");
+            let mut long = 0;
+            for text in &stored.texts {
+                let mut ids = tok.encode(&text.text, true).expect("encode");
+                // sentence-transformers cuts the text's pieces, keeping the
+                // closing special token.
+                if ids.len() > stored.max_seq_length {
+                    long += 1;
+                    let last = ids[ids.len() - 1];
+                    ids.truncate(stored.max_seq_length - 1);
+                    ids.push(last);
+                }
+                assert_eq!(ids, text.input_ids, "{folder}: {:?}", text.text);
             }
-            assert_eq!(ids, text.input_ids, "{:?}", text.text);
+            assert!(long > 0, "{folder}: a text is longer than max_seq_length");
         }
     }
 
@@ -576,6 +841,24 @@ mod tests {
             assert!(ids[n..].iter().all(|&id| id == 0), "padded with [PAD]");
             assert_eq!(mask.iter().filter(|&&m| m == 1).count(), n);
             assert!(mask[..n].iter().all(|&m| m == 1) && mask[n..].iter().all(|&m| m == 0));
+        }
+    }
+
+    #[test]
+    fn the_stored_xlm_roberta_vectors_are_normalised_and_its_texts_open_and_close_with_s() {
+        let stored = stored_xlm_roberta().expect("expected/xlm-roberta.json parses");
+        let spec = BertSpec::tiny_xlm_roberta();
+        assert_eq!(stored.max_seq_length, spec.max_seq_length);
+        for text in &stored.texts {
+            assert_eq!(text.input_ids.first(), Some(&0), "{:?}", text.text);
+            assert_eq!(text.input_ids.last(), Some(&2), "{:?}", text.text);
+        }
+        let vectors = stored.embeddings_of(Pooling::Mean).expect("mean");
+        assert_eq!(vectors.len(), stored.texts.len());
+        for v in vectors {
+            let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+            assert_eq!(v.len(), spec.hidden_size);
+            assert!((norm - 1.0).abs() < 1e-5, "norm {norm}");
         }
     }
 

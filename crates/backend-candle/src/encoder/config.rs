@@ -1,6 +1,8 @@
-//! What a sentence-transformers BERT folder says of its encoder and of
-//! the sentence vector: `config.json` ([`BertConfig`]), `modules.json`
-//! and the pooling module's `config.json` ([`SentenceConfig`]).
+//! What a sentence-transformers folder of a BERT-family encoder (BERT,
+//! XLM-RoBERTa) says of its encoder and of the sentence vector:
+//! `config.json` ([`BertConfig`], [`EncoderKind`]), `modules.json`, the
+//! pooling module's `config.json` and `sentence_bert_config.json`
+//! ([`SentenceConfig`]).
 
 use std::path::{Path, PathBuf};
 
@@ -13,6 +15,94 @@ use crate::error::{CandleError, Result};
 pub const CONFIG_JSON: &str = "config.json";
 /// sentence-transformers' list of modules.
 pub const MODULES_JSON: &str = "modules.json";
+/// sentence-transformers' settings of its `Transformer` module
+/// (`max_seq_length`).
+pub const SENTENCE_BERT_CONFIG_JSON: &str = "sentence_bert_config.json";
+
+/// The encoder architectures this crate runs, as `config.json` names
+/// them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EncoderKind {
+    /// `model_type: "bert"` (`BertModel`): positions from 0, two token
+    /// types, weights at the root or under `bert.`.
+    Bert,
+    /// `model_type: "xlm-roberta"` (`XLMRobertaModel`): positions from
+    /// `pad_token_id + 1`, one token type, weights at the root or under
+    /// `roberta.`.
+    XlmRoberta,
+}
+
+impl EncoderKind {
+    /// The kind `model_type` names; `None` for any other.
+    pub fn from_model_type(model_type: &str) -> Option<Self> {
+        match model_type {
+            "bert" => Some(EncoderKind::Bert),
+            "xlm-roberta" => Some(EncoderKind::XlmRoberta),
+            _ => None,
+        }
+    }
+
+    /// The kind a transformers class name (`architectures`) names.
+    pub fn from_class_name(class: &str) -> Option<Self> {
+        match class {
+            "BertModel" => Some(EncoderKind::Bert),
+            "XLMRobertaModel" => Some(EncoderKind::XlmRoberta),
+            _ => None,
+        }
+    }
+
+    /// `model_type`'s value for this kind.
+    pub fn model_type(self) -> &'static str {
+        match self {
+            EncoderKind::Bert => "bert",
+            EncoderKind::XlmRoberta => "xlm-roberta",
+        }
+    }
+
+    /// The architecture's name, for descriptions (`BERT`, `XLM-RoBERTa`).
+    pub fn display_name(self) -> &'static str {
+        match self {
+            EncoderKind::Bert => "BERT",
+            EncoderKind::XlmRoberta => "XLM-RoBERTa",
+        }
+    }
+
+    /// The prefix the weights may carry (`bert`, `roberta`), as a
+    /// checkpoint saved from a task model names them.
+    pub fn weight_prefix(self) -> &'static str {
+        match self {
+            EncoderKind::Bert => "bert",
+            EncoderKind::XlmRoberta => "roberta",
+        }
+    }
+
+    /// The encoder kind of the folder `dir`, from its `config.json`:
+    /// `model_type` (`bert`, `xlm-roberta`), else `architectures`
+    /// (`BertModel`, `XLMRobertaModel`); `None` when the folder has no
+    /// `config.json`, or one that names neither (a decoder). An unreadable
+    /// or malformed `config.json` is an error naming it.
+    pub fn of_dir(dir: &Path) -> Result<Option<Self>> {
+        let path = dir.join(CONFIG_JSON);
+        if !path.is_file() {
+            return Ok(None);
+        }
+        let value: serde_json::Value = read_json(&path, "the model config")?;
+        let by_type = value
+            .get("model_type")
+            .and_then(serde_json::Value::as_str)
+            .and_then(EncoderKind::from_model_type);
+        let by_class = || {
+            value
+                .get("architectures")
+                .and_then(serde_json::Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(serde_json::Value::as_str)
+                .find_map(EncoderKind::from_class_name)
+        };
+        Ok(by_type.or_else(by_class))
+    }
+}
 
 /// core's error for a model file, as this crate's.
 fn model_error(error: guidebench_core::Error) -> CandleError {
@@ -71,6 +161,7 @@ impl BertActivation {
 #[derive(Debug, Deserialize)]
 struct RawBertConfig {
     model_type: Option<String>,
+    pad_token_id: Option<usize>,
     vocab_size: usize,
     hidden_size: usize,
     num_hidden_layers: usize,
@@ -103,11 +194,19 @@ fn default_position_type() -> String {
     "absolute".into()
 }
 
-/// A BERT encoder's shape, from its `config.json` (transformers'
+/// A BERT-family encoder's shape, from its `config.json` (transformers'
 /// `BertConfig` defaults where a key is absent: 2 token types,
-/// `layer_norm_eps` 1e-12, `gelu`, absolute positions).
+/// `layer_norm_eps` 1e-12, `gelu`, absolute positions; an XLM-RoBERTa
+/// `pad_token_id` of 1).
 #[derive(Debug, Clone, PartialEq)]
 pub struct BertConfig {
+    /// The architecture (`model_type`).
+    pub kind: EncoderKind,
+    /// The first position's row in the position embeddings: 0 for BERT,
+    /// `pad_token_id + 1` for XLM-RoBERTa (transformers'
+    /// `create_position_ids_from_input_ids`: positions count from there
+    /// and skip padding).
+    pub position_offset: usize,
     /// Entries of the word embeddings (`vocab_size`).
     pub vocab_size: usize,
     /// Width of the token vectors (`hidden_size`).
@@ -130,7 +229,8 @@ pub struct BertConfig {
 }
 
 impl BertConfig {
-    /// Reads `dir/config.json`. A `model_type` other than `bert`, a
+    /// Reads `dir/config.json`. A `model_type` other than `bert` or
+    /// `xlm-roberta` (no `model_type`: BERT), a
     /// `hidden_act` other than `gelu`, `gelu_new` or `gelu_pytorch_tanh`,
     /// position embeddings other than `absolute`, a zero size or heads
     /// that do not divide the width are refused, naming the value.
@@ -141,12 +241,22 @@ impl BertConfig {
     }
 
     fn from_raw(raw: RawBertConfig, path: &Path) -> Result<Self> {
-        if let Some(model_type) = raw.model_type.as_deref().filter(|t| *t != "bert") {
-            return Err(invalid(
-                path,
-                format!("model_type `{model_type}`: only `bert` encoders are supported"),
-            ));
-        }
+        let kind = match raw.model_type.as_deref() {
+            None => EncoderKind::Bert,
+            Some(model_type) => EncoderKind::from_model_type(model_type).ok_or_else(|| {
+                invalid(
+                    path,
+                    format!(
+                        "model_type `{model_type}`: only `bert` and `xlm-roberta` encoders are \
+                         supported"
+                    ),
+                )
+            })?,
+        };
+        let position_offset = match kind {
+            EncoderKind::Bert => 0,
+            EncoderKind::XlmRoberta => raw.pad_token_id.unwrap_or(1) + 1,
+        };
         let hidden_act = BertActivation::from_name(&raw.hidden_act).ok_or_else(|| {
             invalid(
                 path,
@@ -177,6 +287,16 @@ impl BertConfig {
         if let Some((key, _)) = sizes.iter().find(|(_, v)| *v == 0) {
             return Err(invalid(path, format!("{key} is 0")));
         }
+        if position_offset >= raw.max_position_embeddings {
+            return Err(invalid(
+                path,
+                format!(
+                    "max_position_embeddings {} leaves no position after pad_token_id {}",
+                    raw.max_position_embeddings,
+                    position_offset.saturating_sub(1)
+                ),
+            ));
+        }
         if !raw.hidden_size.is_multiple_of(raw.num_attention_heads) {
             return Err(invalid(
                 path,
@@ -187,6 +307,8 @@ impl BertConfig {
             ));
         }
         Ok(BertConfig {
+            kind,
+            position_offset,
             vocab_size: raw.vocab_size,
             hidden_size: raw.hidden_size,
             num_layers: raw.num_hidden_layers,
@@ -202,6 +324,12 @@ impl BertConfig {
     /// Width of one attention head.
     pub fn head_dim(&self) -> usize {
         self.hidden_size / self.num_heads
+    }
+
+    /// The longest input, in tokens: the position embeddings from
+    /// [`position_offset`](Self::position_offset) on.
+    pub fn max_tokens(&self) -> usize {
+        self.max_position_embeddings - self.position_offset
     }
 }
 
@@ -257,6 +385,17 @@ pub struct SentenceConfig {
     pub dimension: Option<usize>,
     /// The pooling module's `config.json`.
     pub pooling_config: PathBuf,
+    /// `sentence_bert_config.json`'s `max_seq_length`, where the folder
+    /// has one: sentence-transformers cuts longer inputs to it (the
+    /// tokenizer's truncation: the text's tokens cut, the closing special
+    /// token kept).
+    pub max_seq_length: Option<usize>,
+}
+
+/// The keys of `sentence_bert_config.json` this encoder reads.
+#[derive(Debug, Deserialize)]
+struct RawSentenceBert {
+    max_seq_length: Option<usize>,
 }
 
 impl SentenceConfig {
@@ -264,7 +403,8 @@ impl SentenceConfig {
     /// a `Transformer` module, one `Pooling` with one mode of mean or CLS,
     /// and an optional `Normalize`. Any other module type (a `Dense`
     /// projection, ...), pooling mode (max, weighted mean, ...) or a mix
-    /// of modes is refused, naming it.
+    /// of modes is refused, naming it. `sentence_bert_config.json` is
+    /// read where it exists (a `max_seq_length` of 0 is refused).
     pub fn from_dir(dir: &Path) -> Result<Self> {
         let modules_path = dir.join(MODULES_JSON);
         let modules: Vec<Module> = read_json(&modules_path, "sentence-transformers' modules")?;
@@ -329,11 +469,23 @@ impl SentenceConfig {
                 ));
             }
         };
+        let sentence_bert = dir.join(SENTENCE_BERT_CONFIG_JSON);
+        let max_seq_length = if sentence_bert.is_file() {
+            let raw: RawSentenceBert =
+                read_json(&sentence_bert, "sentence-transformers' Transformer config")?;
+            if raw.max_seq_length == Some(0) {
+                return Err(invalid(&sentence_bert, "max_seq_length is 0".into()));
+            }
+            raw.max_seq_length
+        } else {
+            None
+        };
         Ok(SentenceConfig {
             pooling,
             normalize,
             dimension: raw.word_embedding_dimension,
             pooling_config,
+            max_seq_length,
         })
     }
 }
@@ -382,7 +534,7 @@ mod tests {
     #[test]
     fn other_architectures_positions_and_bad_sizes_are_refused_by_name() {
         let cases = [
-            (json!({"model_type": "xlm-roberta"}), "`xlm-roberta`"),
+            (json!({"model_type": "distilbert"}), "`distilbert`"),
             (
                 json!({"position_embedding_type": "relative_key"}),
                 "`relative_key`",
@@ -394,6 +546,61 @@ mod tests {
             let err = config(patch).expect_err(said);
             assert!(err.to_string().contains(said), "{err}");
         }
+    }
+
+    #[test]
+    fn an_xlm_roberta_config_counts_positions_from_after_its_padding_id() {
+        let c = config(json!({"model_type": "xlm-roberta", "type_vocab_size": 1}))
+            .expect("xlm-roberta");
+        assert_eq!((c.kind, c.position_offset), (EncoderKind::XlmRoberta, 2));
+        assert_eq!(c.max_tokens(), 10);
+        let c = config(json!({"model_type": "xlm-roberta", "pad_token_id": 3})).expect("pad 3");
+        assert_eq!(c.position_offset, 4);
+        let err = config(json!({"model_type": "xlm-roberta", "pad_token_id": 11}))
+            .expect_err("no positions left");
+        assert!(err.to_string().contains("pad_token_id 11"), "{err}");
+        let bert = config(json!({})).expect("bert");
+        assert_eq!((bert.kind, bert.position_offset), (EncoderKind::Bert, 0));
+        assert_eq!(bert.max_tokens(), 12);
+    }
+
+    #[test]
+    fn a_folder_is_an_encoder_by_its_model_type_or_its_architecture() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join(CONFIG_JSON);
+        assert_eq!(EncoderKind::of_dir(dir.path()).expect("no config"), None);
+        for (config, kind) in [
+            (json!({"model_type": "bert"}), Some(EncoderKind::Bert)),
+            (
+                json!({"model_type": "xlm-roberta"}),
+                Some(EncoderKind::XlmRoberta),
+            ),
+            (
+                json!({"architectures": ["XLMRobertaModel"]}),
+                Some(EncoderKind::XlmRoberta),
+            ),
+            (
+                json!({"architectures": ["BertModel"]}),
+                Some(EncoderKind::Bert),
+            ),
+            (
+                json!({"model_type": "llama", "architectures": ["LlamaForCausalLM"]}),
+                None,
+            ),
+        ] {
+            std::fs::write(&path, config.to_string()).expect("write");
+            assert_eq!(
+                EncoderKind::of_dir(dir.path()).expect("reads"),
+                kind,
+                "{config}"
+            );
+        }
+        std::fs::write(&path, "{").expect("write");
+        let err = EncoderKind::of_dir(dir.path()).expect_err("malformed");
+        assert!(
+            err.to_string().contains(&path.display().to_string()),
+            "{err}"
+        );
     }
 
     fn sentence(modules: serde_json::Value, flags: serde_json::Value) -> Result<SentenceConfig> {

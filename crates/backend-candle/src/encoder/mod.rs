@@ -1,18 +1,29 @@
-//! A BERT encoder for sentence embeddings, as sentence-transformers
-//! computes them from a published model folder.
+//! A BERT-family encoder (BERT, XLM-RoBERTa) for sentence embeddings, as
+//! sentence-transformers computes them from a published model folder,
+//! and the engine that runs it behind the offline backend
+//! ([`EncoderEngine`], chosen by [`create`] from the folder's
+//! `config.json`).
 //!
 //! [`BertEncoder::open`] reads the folder: `config.json`
-//! ([`BertConfig`]), the safetensors weights named as transformers'
-//! `BertModel.save_pretrained` names them (`embeddings.*`,
-//! `encoder.layer.N.*`; a `bert.` prefix is taken too), and
+//! ([`BertConfig`]: `model_type` `bert` or `xlm-roberta`), the
+//! safetensors weights named as transformers' `BertModel` or
+//! `XLMRobertaModel.save_pretrained` names them (`embeddings.*`,
+//! `encoder.layer.N.*`; a `bert.` or `roberta.` prefix is taken too), and
 //! sentence-transformers' `modules.json` with its pooling module's
-//! `config.json` ([`SentenceConfig`]: mean or CLS pooling, and whether a
-//! `Normalize` module follows).
+//! `config.json` and `sentence_bert_config.json` ([`SentenceConfig`]:
+//! mean or CLS pooling, whether a `Normalize` module follows, the
+//! `max_seq_length` inputs are cut to).
+//!
+//! The two architectures differ only in their embeddings: XLM-RoBERTa
+//! counts positions from `pad_token_id + 1` (transformers'
+//! `create_position_ids_from_input_ids`; the padding, on the right and
+//! hidden from attention, takes no part), and has one token type.
 //!
 //! [`BertEncoder::embed`] runs one forward pass over a whole batch of
 //! token id sequences (each as the tokenizer gives it, `[CLS]` and
 //! `[SEP]` included), padded on the right to the longest: the
-//! embeddings (word, token type 0, absolute position) and their layer
+//! embeddings (word, token type 0, absolute position from the
+//! architecture's first position) and their layer
 //! norm, then the post-norm layers (self-attention over every position
 //! of the text, the padding hidden from it by an additive mask; the
 //! feed-forward layer with GELU), all in `f32` on the CPU, the
@@ -23,8 +34,13 @@
 //! (at least 1e-12, as `torch.nn.functional.normalize`).
 
 mod config;
+pub mod engine;
 
-pub use config::{BertActivation, BertConfig, CONFIG_JSON, MODULES_JSON, Pooling, SentenceConfig};
+pub use config::{
+    BertActivation, BertConfig, CONFIG_JSON, EncoderKind, MODULES_JSON, Pooling,
+    SENTENCE_BERT_CONFIG_JSON, SentenceConfig,
+};
+pub use engine::{ENCODER_REFUSED_OPTIONS, Embedded, EncoderEngine, create, truncate};
 
 use std::path::Path;
 
@@ -110,7 +126,8 @@ impl Layer {
     }
 }
 
-/// A BERT sentence-embedding model. See the [module docs](self).
+/// A BERT-family sentence-embedding model (BERT or XLM-RoBERTa). See the
+/// [module docs](self).
 #[derive(Debug, Clone)]
 pub struct BertEncoder {
     config: BertConfig,
@@ -132,9 +149,11 @@ fn bad_input(reason: String) -> CandleError {
 }
 
 impl BertEncoder {
-    /// Reads the sentence-transformers BERT folder `dir`: its
-    /// `config.json`, `modules.json`, pooling config and safetensors
-    /// weights (onto the CPU, in `f32`). A missing file is an error
+    /// Reads the sentence-transformers folder `dir` of a BERT or
+    /// XLM-RoBERTa encoder: its `config.json`, `modules.json`, pooling
+    /// config, `sentence_bert_config.json` and safetensors weights (onto
+    /// the CPU, in `f32`: bf16 and f16 checkpoints are widened, exactly,
+    /// as they load). A missing file is an error
     /// naming its path; an unsupported activation, pooling mode or module
     /// one naming the value.
     pub fn open(dir: &Path) -> Result<Self> {
@@ -157,12 +176,14 @@ impl BertEncoder {
     }
 
     /// The encoder of `config` from `weights` (at their root, or under
-    /// `bert.`), pooled as `sentence` says.
+    /// `bert.` or `roberta.` as [`EncoderKind::weight_prefix`] says),
+    /// pooled as `sentence` says.
     pub fn load(weights: &Weights, config: BertConfig, sentence: SentenceConfig) -> Result<Self> {
+        let prefix = config.kind.weight_prefix();
         let w = if !weights.contains("embeddings.word_embeddings.weight")
-            && weights.contains("bert.embeddings.word_embeddings.weight")
+            && weights.contains(&format!("{prefix}.embeddings.word_embeddings.weight"))
         {
-            weights.pp("bert")
+            weights.pp(prefix)
         } else {
             weights.clone()
         };
@@ -207,9 +228,19 @@ impl BertEncoder {
         self.config.hidden_size
     }
 
+    /// The most tokens of one input, `[CLS]` and `[SEP]` (or `<s>` and
+    /// `</s>`) included: sentence-transformers' `max_seq_length`, at most
+    /// the positions the encoder has ([`BertConfig::max_tokens`]).
+    pub fn max_seq_length(&self) -> usize {
+        let positions = self.config.max_tokens();
+        self.sentence
+            .max_seq_length
+            .map_or(positions, |m| m.min(positions))
+    }
+
     /// Each text's sentence vector, computed in one forward pass over the
     /// whole batch (see the [module docs](self)). Every sequence must hold
-    /// at least one token, at most `max_position_embeddings`, each below
+    /// at least one token, at most [`BertConfig::max_tokens`], each below
     /// `vocab_size`; otherwise an error says which text is at fault.
     pub fn embed(&self, batch: &[&[u32]]) -> Result<Vec<Vec<f32>>> {
         let d = self.config.hidden_size;
@@ -270,11 +301,11 @@ impl BertEncoder {
             if text.is_empty() {
                 return Err(bad_input(format!("text {i} has no tokens")));
             }
-            if text.len() > c.max_position_embeddings {
+            if text.len() > c.max_tokens() {
                 return Err(bad_input(format!(
                     "text {i} has {} tokens, more than the encoder's {} positions",
                     text.len(),
-                    c.max_position_embeddings
+                    c.max_tokens()
                 )));
             }
             if let Some(id) = text.iter().find(|&&id| id as usize >= c.vocab_size) {
@@ -306,7 +337,12 @@ impl BertEncoder {
             .index_select(&ids, 0)?
             .reshape((n, t, d))?
             .broadcast_add(&self.token_type)?
-            .broadcast_add(&self.position.narrow(0, 0, t)?.unsqueeze(0)?)?;
+            .broadcast_add(
+                &self
+                    .position
+                    .narrow(0, c.position_offset, t)?
+                    .unsqueeze(0)?,
+            )?;
         let mut x = self.norm.forward(&x.reshape((n * t, d))?)?;
         for layer in &self.layers {
             x = self.layer(layer, &x, &mask, n, t)?;

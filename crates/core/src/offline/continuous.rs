@@ -190,6 +190,8 @@ pub(crate) fn run(
 
 /// Checks that `engine` can be scheduled continuously.
 pub(crate) fn check_engine(engine: &mut dyn Engine, name: &str) -> Result<()> {
+    // What the engine is (a sentence encoder, ...), for the refusal.
+    let library = engine.describe().library;
     match engine.step_engine() {
         Some((step, _)) if step.limits().max_slots > 0 => Ok(()),
         Some(_) => Err(Error::InvalidOption {
@@ -201,8 +203,9 @@ pub(crate) fn check_engine(engine: &mut dyn Engine, name: &str) -> Result<()> {
             context: "backend offline".into(),
             key: "scheduling".into(),
             reason: format!(
-                "engine `{name}` runs whole batches only (it implements `Engine`, not \
-                 `StepEngine`); use scheduling=static"
+                "engine `{name}` ({}) runs whole batches only, in static micro-batches (it \
+                 implements `Engine`, not `StepEngine`); use scheduling=static",
+                library
             ),
         }),
     }
