@@ -1,6 +1,6 @@
 //! The `openai_http` backend.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::hash::{DefaultHasher, Hash as _, Hasher as _};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -16,7 +16,7 @@ use guidebench_core::options::KindArgs;
 use guidebench_core::redact::redact_urls;
 use guidebench_core::request::{
     ChatMessage, ContentPart, FinishReason, GenerationRequest, GenerationResponse, MediaSource,
-    RequestInput, RequestTimings,
+    MessageTool, RequestInput, RequestTimings, ToolCall, ToolCallOutput, ToolSet,
 };
 use guidebench_core::template::{Placeholders, PromptFormatter, RequestFormat as TemplateFormat};
 use guidebench_core::tokenizer::SpecialTokens;
@@ -27,12 +27,12 @@ use tokio::time::timeout_at;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::config::{OpenAiConfig, RequestFormat};
+use crate::config::{OpenAiConfig, RequestFormat, ToolCallMissing};
 use crate::error::{OpenAiError, chain, snippet};
 use crate::keep_alive::{KeepAlive, idle_timeout_for, unanswered};
 use crate::protocol::{
-    Body, LineSplitter, OutputEvent, PooledBody, ResponseObject, ResponsesEvent, Usage,
-    data_payload, token_timestamps,
+    Body, LineSplitter, OutputEvent, PooledBody, ResponseObject, ResponsesEvent, ToolCallPart,
+    Usage, data_payload, token_timestamps,
 };
 
 /// The registered name of this backend kind.
@@ -93,6 +93,18 @@ pub const STREAM_EVENTS: &str = "guidebench_openai::stream_events";
 /// how many tokens were reasoning ([`RequestTimings::reasoning_tokens`]:
 /// `usage.completion_tokens_details.reasoning_tokens`, else the tokens
 /// before the first answer token).
+///
+/// # Tool calls
+///
+/// A chat request with [`ToolSet`] tools sends `tools` and `tool_choice`
+/// (a turn that expects a call drops `max_tokens`, `ignore_eos` and
+/// `stop`, as GuideLLM does). Streamed `delta.tool_calls` fragments are
+/// merged by `index` into whole calls (a non-streamed `message.tool_calls`
+/// is read whole); each fragment is an event carrying output, like text.
+/// The calls, their count and the instant of the first tool-call event are
+/// left in the request's [`ToolSet::answer`]; a turn that expected a call
+/// and got none then does what `tool_call_missing_behavior` says.
+/// `finish_reason: "tool_calls"` is [`FinishReason::ToolCalls`].
 ///
 /// # Embeddings and pooling
 ///
@@ -582,7 +594,10 @@ impl OpenAiHttpBackend {
             );
         }
         let mut events = std::mem::take(&mut output.events);
-        if events.is_empty() && usage.completion_tokens.is_none() && !output.text.is_empty() {
+        if events.is_empty()
+            && usage.completion_tokens.is_none()
+            && (!output.text.is_empty() || !output.tool_calls.is_empty())
+        {
             events.push(OutputEvent {
                 at: arrived,
                 text_bytes: u32::try_from(output.text.len()).unwrap_or(u32::MAX),
@@ -608,11 +623,17 @@ impl OpenAiHttpBackend {
             Some(RawFinish::Length) => FinishReason::Length,
             Some(RawFinish::Stop) if !request.sampling.stop.is_empty() => FinishReason::Stop,
             Some(RawFinish::Stop) => FinishReason::Eos,
+            Some(RawFinish::ToolCalls) => FinishReason::ToolCalls,
             None if output_tokens >= request.sampling.max_tokens => FinishReason::Length,
             None => FinishReason::Eos,
         };
+        let tool_calls = match &request.tools {
+            Some(tools) => self.tool_calls(tools, &mut output, arrived, interrupted, url_label)?,
+            None => None,
+        };
         Ok(GenerationResponse {
             images: None,
+            tool_calls,
             id: request.id,
             text: output.text,
             token_ids: Vec::new(),
@@ -632,6 +653,46 @@ impl OpenAiHttpBackend {
                 ..RequestTimings::default()
             },
         })
+    }
+
+    /// The answer's tool calls (when it made some, or was expected to),
+    /// after `tool_call_missing_behavior` is applied to a turn that
+    /// expected a call and got none.
+    fn tool_calls(
+        &self,
+        tools: &ToolSet,
+        output: &mut Output,
+        arrived: Instant,
+        interrupted: bool,
+        url: &str,
+    ) -> Result<Option<ToolCallOutput>> {
+        let calls: Vec<ToolCall> = std::mem::take(&mut output.tool_calls)
+            .into_values()
+            .collect();
+        if calls.is_empty() && !tools.expect_call {
+            return Ok(None);
+        }
+        let first = (!calls.is_empty())
+            .then(|| output.first_tool_call.unwrap_or(arrived))
+            .map(|at| Clock::global().wall(at));
+        let missing = calls.is_empty() && !interrupted;
+        let answer = ToolCallOutput {
+            count: u32::try_from(calls.len()).unwrap_or(u32::MAX),
+            with_text: !output.text.is_empty(),
+            first,
+            calls,
+        };
+        if !missing {
+            return Ok(Some(answer));
+        }
+        match self.config.tool_call_missing_behavior {
+            ToolCallMissing::IgnoreContinue => Ok(Some(answer)),
+            ToolCallMissing::IgnoreStop => Err(Error::Interrupted),
+            ToolCallMissing::ErrorStop => Err(OpenAiError::ToolCallMissing {
+                url: url.to_owned(),
+            }
+            .into()),
+        }
     }
 
     fn classify(&self, error: &reqwest::Error, url: &str, during: &str) -> OpenAiError {
@@ -697,6 +758,7 @@ fn pooled_response(
         output_tokens: 0,
         finish_reason: FinishReason::Eos,
         timings: RequestTimings::default(),
+        tool_calls: None,
     })
 }
 
@@ -809,6 +871,8 @@ fn unverified_tls_warning(config: &OpenAiConfig) -> Option<String> {
 enum RawFinish {
     Length,
     Stop,
+    /// `tool_calls` (or the older `function_call`).
+    ToolCalls,
 }
 
 /// What has arrived of one response.
@@ -828,6 +892,12 @@ struct Output {
     responses: bool,
     /// The Responses API answer's id.
     response_id: Option<String>,
+    /// The tool calls assembled so far, by their `index`.
+    tool_calls: BTreeMap<u32, ToolCall>,
+    /// How many tool-call parts (whole calls or stream fragments) arrived.
+    tool_parts: usize,
+    /// When the first event carrying a tool-call part was read.
+    first_tool_call: Option<Instant>,
 }
 
 impl Output {
@@ -849,12 +919,21 @@ impl Output {
             return Ok(true);
         }
         let content_before = self.text.len();
+        let parts_before = self.tool_parts;
         let (text_bytes, done) = if self.responses {
             self.absorb_event(payload, url)?
         } else {
             (self.absorb(payload, url)?, false)
         };
-        if self.reasoned && self.first_content.is_none() && self.text.len() > content_before {
+        let called = self.tool_parts > parts_before;
+        if called && self.first_tool_call.is_none() {
+            self.first_tool_call = Some(now);
+        }
+        // A tool call is answer output, as GuideLLM counts it for TTFOT.
+        if self.reasoned
+            && self.first_content.is_none()
+            && (self.text.len() > content_before || called)
+        {
             self.first_content = Some(now);
         }
         if text_bytes > 0 {
@@ -951,8 +1030,37 @@ impl Output {
         }
     }
 
+    /// Merges a tool call, or a streamed fragment of one, into the calls
+    /// assembled so far (by its `index`, else its position in the list):
+    /// the id is replaced, the name and the arguments are appended, as
+    /// GuideLLM assembles them. The weight it carries as output: the bytes
+    /// of name and arguments, at least 1 (every fragment is an output
+    /// event, as GuideLLM counts it).
+    fn absorb_tool_call(&mut self, position: usize, part: &ToolCallPart<'_>) -> usize {
+        let index = part
+            .index
+            .unwrap_or_else(|| u32::try_from(position).unwrap_or(u32::MAX));
+        let call = self.tool_calls.entry(index).or_default();
+        if let Some(id) = part.id.as_deref().filter(|id| !id.is_empty()) {
+            id.clone_into(&mut call.id);
+        }
+        let mut bytes = 0;
+        if let Some(function) = &part.function {
+            if let Some(name) = function.name.as_deref() {
+                call.name.push_str(name);
+                bytes += name.len();
+            }
+            if let Some(arguments) = function.arguments.as_deref() {
+                call.arguments.push_str(arguments);
+                bytes += arguments.len();
+            }
+        }
+        self.tool_parts += 1;
+        bytes.max(1)
+    }
+
     /// Parses a chunk or body; the bytes of output text (content and
-    /// reasoning) it carried.
+    /// reasoning) and tool calls it carried.
     fn absorb(&mut self, json: &[u8], url: &str) -> std::result::Result<usize, OpenAiError> {
         let body: Body<'_> = parse_json(json, url)?;
         if let Some(error) = &body.error {
@@ -969,13 +1077,16 @@ impl Output {
                 self.reasoned = true;
                 carried += reasoning.len();
             }
+            for (position, part) in choice.tool_calls().iter().enumerate() {
+                carried += self.absorb_tool_call(position, part);
+            }
             if self.finish.is_none()
                 && let Some(reason) = choice.finish_reason.as_deref()
             {
-                self.finish = Some(if reason == "length" {
-                    RawFinish::Length
-                } else {
-                    RawFinish::Stop
+                self.finish = Some(match reason {
+                    "length" => RawFinish::Length,
+                    "tool_calls" | "function_call" => RawFinish::ToolCalls,
+                    _ => RawFinish::Stop,
                 });
             }
         }
@@ -1125,6 +1236,10 @@ fn build_body(config: &OpenAiConfig, model: &str, request: &GenerationRequest) -
                     .collect::<Result<Vec<_>>>()?,
             };
             body.insert("messages".into(), Value::Array(messages));
+            insert_sampling(&mut body, request, "max_tokens");
+            if let Some(tools) = request.tools.as_ref().filter(|t| !t.tools.is_empty()) {
+                insert_tools(&mut body, tools, "max_tokens");
+            }
         }
         RequestFormat::Text => {
             let prompt = match &request.input {
@@ -1132,6 +1247,7 @@ fn build_body(config: &OpenAiConfig, model: &str, request: &GenerationRequest) -
                 RequestInput::Chat(messages) => flatten_chat(messages, config.request_format)?,
             };
             body.insert("prompt".into(), Value::String(prompt));
+            insert_sampling(&mut body, request, "max_tokens");
         }
         RequestFormat::Responses => {
             return responses_body(config, model, request, None).map(|(body, _)| body);
@@ -1148,7 +1264,6 @@ fn build_body(config: &OpenAiConfig, model: &str, request: &GenerationRequest) -
             return finish_body(config, body);
         }
     }
-    insert_sampling(&mut body, request, "max_tokens");
     if config.stream {
         body.insert("stream".into(), Value::Bool(true));
         body.insert("stream_options".into(), json!({"include_usage": true}));
@@ -1176,6 +1291,39 @@ fn insert_sampling(body: &mut Map<String, Value>, request: &GenerationRequest, m
     }
     if sampling.ignore_eos {
         body.insert("ignore_eos".into(), Value::Bool(true));
+    }
+}
+
+/// The tools of a chat request, as GuideLLM sends them: `tools` (each in
+/// the chat shape; a flat Responses API definition, with `name` at the top,
+/// is wrapped into `function`) and `tool_choice`. A turn that expects a
+/// call drops `ignore_eos`, `stop` and the output limit (`max_key`), which
+/// would cut constrained tool decoding short.
+fn insert_tools(body: &mut Map<String, Value>, tools: &ToolSet, max_key: &str) {
+    let definitions = tools.tools.iter().map(chat_tool).collect();
+    body.insert("tools".into(), Value::Array(definitions));
+    body.insert("tool_choice".into(), tools.choice.to_json());
+    if tools.expect_call {
+        for key in ["ignore_eos", "stop", max_key] {
+            body.remove(key);
+        }
+    }
+}
+
+/// A tool definition in the chat shape (`{"type", "function": {...}}`).
+fn chat_tool(tool: &Value) -> Value {
+    match tool {
+        Value::Object(flat) if flat.contains_key("name") && !flat.contains_key("function") => {
+            let function: Map<String, Value> = ["name", "description", "parameters", "strict"]
+                .into_iter()
+                .filter_map(|key| Some((key.to_owned(), flat.get(key)?.clone())))
+                .collect();
+            json!({
+                "type": flat.get("type").cloned().unwrap_or_else(|| "function".into()),
+                "function": function,
+            })
+        }
+        other => other.clone(),
     }
 }
 
@@ -1416,12 +1564,34 @@ fn finish_body(config: &OpenAiConfig, mut body: Map<String, Value>) -> Result<Ve
 
 /// A chat message in the OpenAI shape: a string for text-only content,
 /// a list of parts otherwise.
+///
+/// An assistant message with tool calls has them as `tool_calls` (its
+/// content `null` when it had no text), a `tool` message names the call it
+/// answers as `tool_call_id`: the history GuideLLM sends after a tool call.
 fn chat_message(message: &ChatMessage) -> Result<Value> {
-    let content = match message.content.as_slice() {
-        [ContentPart::Text { text }] => Value::String(text.clone()),
-        parts => Value::Array(parts.iter().map(content_part).collect::<Result<_>>()?),
+    let content = match (message.content.as_slice(), &message.tool) {
+        ([], Some(MessageTool::Calls(_))) => Value::Null,
+        ([ContentPart::Text { text }], _) => Value::String(text.clone()),
+        (parts, _) => Value::Array(parts.iter().map(content_part).collect::<Result<_>>()?),
     };
-    Ok(json!({"role": message.role, "content": content}))
+    let mut value = json!({"role": message.role, "content": content});
+    match &message.tool {
+        Some(MessageTool::Calls(calls)) => {
+            value["tool_calls"] = calls
+                .iter()
+                .map(|call| {
+                    json!({
+                        "id": call.id,
+                        "type": "function",
+                        "function": {"name": call.name, "arguments": call.arguments},
+                    })
+                })
+                .collect();
+        }
+        Some(MessageTool::Answers(id)) => value["tool_call_id"] = Value::String(id.clone()),
+        None => {}
+    }
+    Ok(value)
 }
 
 fn content_part(part: &ContentPart) -> Result<Value> {
@@ -1741,6 +1911,7 @@ mod tests {
         let c = config(RequestFormat::Chat);
         let messages = vec![ChatMessage {
             role: "user".into(),
+            tool: None,
             content: vec![
                 ContentPart::text("look"),
                 ContentPart::Image {
@@ -1785,6 +1956,7 @@ mod tests {
             ChatMessage::text("system", "be brief"),
             ChatMessage {
                 role: "user".into(),
+                tool: None,
                 content: vec![
                     ContentPart::Text {
                         text: "first part".into(),
@@ -1839,6 +2011,7 @@ mod tests {
         assert_eq!(body_of(&c, &request)["prompt"], "be brief\nhi");
         let media = vec![ChatMessage {
             role: "user".into(),
+            tool: None,
             content: vec![ContentPart::Image {
                 source: MediaSource::Url("u".into()),
             }],
@@ -1879,6 +2052,7 @@ mod tests {
             assert_eq!(body_of(&c, &request)["input"], "be brief\nhi");
             let media = vec![ChatMessage {
                 role: "user".into(),
+                tool: None,
                 content: vec![ContentPart::Image {
                     source: MediaSource::Url("u".into()),
                 }],
@@ -1931,6 +2105,7 @@ mod tests {
             ChatMessage::text("system", "be brief"),
             ChatMessage {
                 role: "user".into(),
+                tool: None,
                 content: vec![
                     ContentPart::text("look"),
                     ContentPart::Image {
@@ -1971,6 +2146,7 @@ mod tests {
         // An answer holding media cannot be sent back as an input item.
         let media_answer = vec![ChatMessage {
             role: "assistant".into(),
+            tool: None,
             content: vec![ContentPart::Image {
                 source: MediaSource::Url("u".into()),
             }],
@@ -2020,6 +2196,151 @@ mod tests {
             sent["input"],
             json!([{"role": "user", "content": [{"type": "input_text", "text": "q2"}]}])
         );
+    }
+
+    fn weather_tools(expect_call: bool) -> ToolSet {
+        ToolSet {
+            tools: vec![
+                json!({"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}),
+                json!({"type": "function", "name": "lookup", "description": "flat", "extra": 1}),
+            ],
+            choice: guidebench_core::request::ToolChoice::Required,
+            expect_call,
+        }
+    }
+
+    #[test]
+    fn a_chat_body_with_tools_sends_them_in_the_chat_shape_with_tool_choice() {
+        let sampling = SamplingParams {
+            max_tokens: Some(8),
+            ignore_eos: Some(true),
+            stop: Some(vec!["\n".into()]),
+            ..SamplingParams::default()
+        }
+        .validate()
+        .expect("valid");
+        let mut request = GenerationRequest::text(1, "hi", sampling);
+        request.tools = Some(weather_tools(false));
+        let body = body_of(&config(RequestFormat::Chat), &request);
+        assert_eq!(body["tool_choice"], "required");
+        assert_eq!(body["tools"][0]["function"]["name"], "get_weather");
+        assert_eq!(
+            body["tools"][1],
+            json!({"type": "function", "function": {"name": "lookup", "description": "flat"}}),
+            "a flat definition is wrapped, unknown keys left out"
+        );
+        assert_eq!(
+            body["max_tokens"], 8,
+            "a turn that expects no call keeps its limits"
+        );
+        assert_eq!(body["ignore_eos"], true);
+        request.tools = Some(weather_tools(true));
+        let body = body_of(&config(RequestFormat::Chat), &request);
+        for key in ["max_tokens", "ignore_eos", "stop"] {
+            assert!(
+                body.get(key).is_none(),
+                "{key} is dropped on a tool-call turn"
+            );
+        }
+        request.tools = None;
+        let body = body_of(&config(RequestFormat::Chat), &request);
+        assert!(body.get("tools").is_none() && body.get("tool_choice").is_none());
+    }
+
+    #[test]
+    fn a_tool_call_history_sends_the_calls_and_the_answers_to_them() {
+        let call = ToolCall {
+            id: "call_1".into(),
+            name: "get_data".into(),
+            arguments: r#"{"query":"x"}"#.into(),
+        };
+        let messages = vec![
+            ChatMessage::text("user", "look it up"),
+            ChatMessage::tool_calls("", vec![call]),
+            ChatMessage::tool_result("call_1", r#"{"status": "ok"}"#),
+        ];
+        let request = GenerationRequest::new(
+            1,
+            RequestInput::Chat(messages),
+            Sampling::fixed_length(4).expect("valid"),
+        );
+        let body = body_of(&config(RequestFormat::Chat), &request);
+        assert_eq!(
+            body["messages"],
+            json!([
+                {"role": "user", "content": "look it up"},
+                {"role": "assistant", "content": null, "tool_calls": [
+                    {"id": "call_1", "type": "function",
+                     "function": {"name": "get_data", "arguments": "{\"query\":\"x\"}"}}
+                ]},
+                {"role": "tool", "content": "{\"status\": \"ok\"}", "tool_call_id": "call_1"},
+            ])
+        );
+    }
+
+    #[test]
+    fn streamed_tool_call_deltas_are_assembled_by_index_and_each_is_an_output_event() {
+        let url = "u";
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let mut out = Output::default();
+        let lines: [&[u8]; 6] = [
+            br#"data: {"choices":[{"delta":{"role":"assistant","content":null,"tool_calls":null}}]}"#,
+            br#"data: {"choices":[{"delta":{"tool_calls":[{"index":0,"id":"call_a","type":"function","function":{"name":"get_weather","arguments":""}}]}}]}"#,
+            br#"data: {"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"city\":"}}]}}]}"#,
+            br#"data: {"choices":[{"delta":{"tool_calls":[{"index":1,"id":"call_b","function":{"name":"lookup","arguments":"{}"}}]}}]}"#,
+            br#"data: {"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":"\"Paris\"}"}}]}}]}"#,
+            br#"data: {"choices":[{"delta":{},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":5,"completion_tokens":9}}"#,
+        ];
+        for (i, line) in lines.iter().enumerate() {
+            assert!(!out.on_line(line, at(10 * i as u64), url).expect("parsed"));
+        }
+        assert!(out.on_line(b"data: [DONE]", at(99), url).expect("parsed"));
+        let calls: Vec<&ToolCall> = out.tool_calls.values().collect();
+        assert_eq!(calls.len(), 2);
+        assert_eq!(
+            (
+                calls[0].id.as_str(),
+                calls[0].name.as_str(),
+                calls[0].arguments.as_str()
+            ),
+            ("call_a", "get_weather", r#"{"city":"Paris"}"#)
+        );
+        assert_eq!(
+            (
+                calls[1].id.as_str(),
+                calls[1].name.as_str(),
+                calls[1].arguments.as_str()
+            ),
+            ("call_b", "lookup", "{}")
+        );
+        assert_eq!(
+            out.first_tool_call,
+            Some(at(10)),
+            "the first tool-call delta"
+        );
+        assert_eq!(
+            out.events.len(),
+            4,
+            "every tool-call delta is an output event"
+        );
+        assert_eq!(out.finish, Some(RawFinish::ToolCalls));
+        assert!(out.text.is_empty());
+    }
+
+    #[test]
+    fn a_whole_answers_tool_calls_are_read_in_order() {
+        let mut out = Output::default();
+        let body = br#"{"choices":[{"message":{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{\"a\":1}"}},{"id":"c2","type":"function","function":{"name":"g","arguments":"{}"}}]},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":3,"completion_tokens":12}}"#;
+        out.on_body(body, "u").expect("parsed");
+        let names: Vec<(&str, &str)> = out
+            .tool_calls
+            .values()
+            .map(|c| (c.id.as_str(), c.name.as_str()))
+            .collect();
+        assert_eq!(names, [("c1", "f"), ("c2", "g")]);
+        assert_eq!(out.finish, Some(RawFinish::ToolCalls));
+        assert_eq!(out.usage.and_then(|u| u.completion_tokens), Some(12));
     }
 
     #[test]

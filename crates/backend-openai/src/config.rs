@@ -44,6 +44,15 @@ pub const OPTIONS: &[OptionSpec] = &[
     )
     .default_from::<OpenAiDefaults>(),
     OptionSpec::optional(
+        "tool_call_missing_behavior",
+        OptionType::Choice(&["ignore_continue", "ignore_stop", "error_stop"]),
+        "what a chat turn that expected a tool call does when the model answered without one: \
+         ignore_continue (go on with the conversation), ignore_stop (record the turn as \
+         incomplete and end the conversation) or error_stop (fail the turn as \
+         tool_call_missing and end the conversation), as GuideLLM's option",
+    )
+    .default_from::<OpenAiDefaults>(),
+    OptionSpec::optional(
         "validate",
         OptionType::Bool,
         "check the server before the run (GET /health); false skips it (GuideLLM's \
@@ -118,6 +127,7 @@ pub const OPTIONS: &[OptionSpec] = &[
 struct OpenAiDefaults {
     request_format: RequestFormat,
     server_history: bool,
+    tool_call_missing_behavior: ToolCallMissing,
     validate: bool,
     stream: bool,
     #[serde(serialize_with = "serialize_duration")]
@@ -135,6 +145,7 @@ impl Default for OpenAiDefaults {
         OpenAiDefaults {
             request_format: RequestFormat::default(),
             server_history: false,
+            tool_call_missing_behavior: ToolCallMissing::ErrorStop,
             validate: true,
             stream: true,
             timeout: Duration::from_secs(300),
@@ -324,6 +335,24 @@ fn accept_guidellm_spellings(options: &mut Map<String, Value>) -> Result<()> {
     Ok(())
 }
 
+/// What a chat turn that expected a tool call
+/// ([`ToolSet::expect_call`](guidebench_core::request::ToolSet::expect_call))
+/// does when the model answered without one: GuideLLM's
+/// `tool_call_missing_behavior`, with its names.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolCallMissing {
+    /// The answer is a success and the conversation goes on.
+    IgnoreContinue,
+    /// The turn is recorded as incomplete and the conversation ends
+    /// (GuideLLM cancels the remaining turns).
+    IgnoreStop,
+    /// The turn fails as `tool_call_missing` and the conversation ends
+    /// (GuideLLM's default).
+    #[default]
+    ErrorStop,
+}
+
 /// The configuration of an [`OpenAiHttpBackend`](crate::OpenAiHttpBackend).
 #[derive(Debug, Clone, PartialEq)]
 pub struct OpenAiConfig {
@@ -340,6 +369,8 @@ pub struct OpenAiConfig {
     /// or when the previous answer is not known, the whole history is sent
     /// as input items.
     pub server_history: bool,
+    /// What a turn that expected a tool call does when the answer has none.
+    pub tool_call_missing_behavior: ToolCallMissing,
     /// Whether `validate` checks the server (`GET /health`) before the run.
     /// Without a `model`, the models are listed once before the run
     /// either way.
@@ -385,6 +416,7 @@ impl OpenAiConfig {
             model: None,
             request_format: defaults.request_format,
             server_history: defaults.server_history,
+            tool_call_missing_behavior: defaults.tool_call_missing_behavior,
             validate: defaults.validate,
             stream: defaults.stream,
             api_key: None,
@@ -426,6 +458,9 @@ impl OpenAiConfig {
                 ),
             ));
         }
+        config.tool_call_missing_behavior = raw
+            .tool_call_missing_behavior
+            .unwrap_or(defaults.tool_call_missing_behavior);
         config.validate = raw.validate.unwrap_or(defaults.validate);
         config.stream = raw.stream.unwrap_or(defaults.stream);
         config.api_key = raw
@@ -481,6 +516,7 @@ struct RawArgs {
     model: Option<String>,
     request_format: Option<RequestFormat>,
     server_history: Option<bool>,
+    tool_call_missing_behavior: Option<ToolCallMissing>,
     validate: Option<bool>,
     stream: Option<bool>,
     api_key: Option<String>,
@@ -581,6 +617,29 @@ mod tests {
             .expect("parse");
         let err = OpenAiConfig::from_args(args).expect_err("invalid name");
         assert_eq!(err.label(), "invalid_option");
+    }
+
+    #[test]
+    fn tool_call_missing_behavior_takes_guidellms_values_and_defaults_to_error_stop() {
+        let config = |extra: &str| {
+            OpenAiConfig::from_args(
+                parse_kind_args(&format!("kind=openai_http,target=http://x{extra}"))
+                    .expect("parse"),
+            )
+        };
+        assert_eq!(
+            config("").expect("config").tool_call_missing_behavior,
+            ToolCallMissing::ErrorStop
+        );
+        for (value, behavior) in [
+            ("ignore_continue", ToolCallMissing::IgnoreContinue),
+            ("ignore_stop", ToolCallMissing::IgnoreStop),
+            ("error_stop", ToolCallMissing::ErrorStop),
+        ] {
+            let c = config(&format!(",tool_call_missing_behavior={value}")).expect("config");
+            assert_eq!(c.tool_call_missing_behavior, behavior);
+        }
+        assert!(config(",tool_call_missing_behavior=retry").is_err());
     }
 
     #[test]

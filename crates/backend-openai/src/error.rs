@@ -70,6 +70,13 @@ pub enum OpenAiError {
         message: String,
     },
 
+    /// A chat turn that expected a tool call was answered without one,
+    /// under `tool_call_missing_behavior=error_stop`.
+    #[error("{url} answered a turn that expected a tool call without one")]
+    ToolCallMissing {
+        /// The URL requested.
+        url: String,
+    },
     /// `validate` could not confirm the server is ready.
     #[error("the server at {url} is not ready: {reason}")]
     NotReady {
@@ -98,6 +105,7 @@ impl OpenAiError {
             OpenAiError::StreamTruncated { .. } => "stream_truncated",
             OpenAiError::MalformedResponse { .. } => "malformed_response",
             OpenAiError::ServerError { .. } => "server_error",
+            OpenAiError::ToolCallMissing { .. } => "tool_call_missing",
             OpenAiError::NotReady { .. } => "unreachable",
             OpenAiError::MockServer(_) => "mock_server",
         }

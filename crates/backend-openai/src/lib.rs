@@ -27,7 +27,7 @@ mod precise;
 mod protocol;
 
 pub use backend::{KIND, OpenAiHttpBackend, STREAM_EVENTS};
-pub use config::{OPTIONS, OpenAiConfig, RequestFormat};
+pub use config::{OPTIONS, OpenAiConfig, RequestFormat, ToolCallMissing};
 pub use error::{OpenAiError, error_label};
 
 guidebench_core::register_backend! {

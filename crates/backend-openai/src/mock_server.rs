@@ -57,6 +57,21 @@
 //! `usage.output_tokens_details`); `max_output_tokens` is the Responses
 //! API's `max_tokens`.
 //!
+//! # Tool calls
+//!
+//! A chat request with `tools` whose `tool_choice` is not `"none"` is
+//! answered with one tool call instead of text (GuideLLM's mock answers
+//! only `"required"`): of the function `tool_choice` names, else of the
+//! first tool, with the id `call_mock_N`. Its output tokens are the
+//! arguments, words making the JSON object `{"text":"..."}`, timed as text
+//! tokens are: a stream's first `delta.tool_calls` (with the id and the
+//! name) comes at `ttft`, each later fragment of the arguments `k × itl`
+//! after the previous one, and a non-streamed answer has `message.tool_calls`
+//! with `content: null`. The finish reason is `tool_calls` (`length` when
+//! a drawn `output_tokens` was capped by the request's limit). Reasoning
+//! tokens come first, as reasoning text; faults and write instants apply
+//! to these answers as to text.
+//!
 //! # Faults
 //!
 //! Requests are numbered from 0 in arrival order. Each fault is decided per
@@ -1689,6 +1704,64 @@ struct CompletionRequest {
     stream: bool,
     #[serde(default)]
     stream_options: Option<StreamOptions>,
+    #[serde(default)]
+    tools: Vec<Value>,
+    #[serde(default)]
+    tool_choice: Option<Value>,
+}
+
+/// The tool call a chat answer makes instead of text: one call of the
+/// function `tool_choice` names, else of the first tool.
+#[derive(Debug, Clone)]
+struct ToolAnswer {
+    /// The call's id: `call_mock_N`, N the request's number.
+    id: String,
+    /// The function called.
+    name: String,
+}
+
+impl ToolAnswer {
+    /// The call a chat request gets: when it offers tools and its
+    /// `tool_choice` is not `"none"`.
+    fn of(request: &CompletionRequest, index: u64) -> Option<Self> {
+        if request.tools.is_empty()
+            || request.tool_choice.as_ref().and_then(Value::as_str) == Some("none")
+        {
+            return None;
+        }
+        let named = request
+            .tool_choice
+            .as_ref()
+            .and_then(|c| c.get("function"))
+            .and_then(|f| f.get("name"))
+            .and_then(Value::as_str);
+        let first = request.tools.first().and_then(|tool| {
+            tool.get("function")
+                .and_then(|f| f.get("name"))
+                .or_else(|| tool.get("name"))
+                .and_then(Value::as_str)
+        });
+        Some(ToolAnswer {
+            id: format!("call_mock_{index}"),
+            name: named.or(first).unwrap_or("mock_function").to_owned(),
+        })
+    }
+
+    /// The arguments' fragment carried by the event with output tokens
+    /// `from..from + n` of `total` (the reasoning tokens before it
+    /// excluded): words, opened by `{"text":"` and closed by `"}`, so that
+    /// the fragments make one JSON object.
+    fn fragment(from: u32, n: u32, first: bool, last: bool) -> String {
+        let mut text = String::new();
+        if first {
+            text.push_str(r#"{"text":""#);
+        }
+        text.push_str(&words(from, n));
+        if last {
+            text.push_str(r#""}"#);
+        }
+        text
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -1816,6 +1889,14 @@ async fn completion(
 
     let limit = parsed.max_tokens.or(parsed.max_completion_tokens);
     let (tokens, finish) = output_length(config, &mut rng, limit);
+    let tool = chat.then(|| ToolAnswer::of(&parsed, index)).flatten();
+    // A tool call ends with `tool_calls`, unless a drawn length
+    // (`output_tokens`) was cut by the request's limit; without
+    // `output_tokens` the limit is the call's length, its arguments whole.
+    let finish = match &tool {
+        Some(_) if config.output_tokens.is_none() || finish == "stop" => "tool_calls",
+        _ => finish,
+    };
     let reasoning = if chat {
         config.reasoning_tokens.min(tokens)
     } else {
@@ -1845,6 +1926,7 @@ async fn completion(
             finish,
             include_usage,
             fault,
+            tool.as_ref(),
         );
         let timings = timing_slot(&shared, conn, &parts, index, received, arrived, steps.len());
         return stream_answer(&shared, steps, timings, active, "text/event-stream");
@@ -1852,7 +1934,10 @@ async fn completion(
 
     // Non-streamed: answer when the last token would have been produced.
     let end = last_token_at(config, &mut rng, arrived + ttft, tokens);
-    whole_answer(&shared, end, fault, || full_response(&ids, usage, finish)).await
+    whole_answer(&shared, end, fault, || {
+        full_response(&ids, usage, finish, tool.as_ref())
+    })
+    .await
 }
 
 /// How many tokens to produce, and the finish reason: drawn around
@@ -2324,6 +2409,32 @@ fn chunk(ids: &Ids<'_>, text: &str, reasoning: bool, finish: Option<&str>) -> By
     Bytes::from(format!("data: {head},\"choices\":[{choice}]}}\n\n"))
 }
 
+/// One SSE event carrying a fragment of a tool call's arguments; the first
+/// fragment also carries the call's id and function name.
+fn tool_chunk(
+    ids: &Ids<'_>,
+    tool: &ToolAnswer,
+    arguments: &str,
+    first: bool,
+    finish: Option<&str>,
+) -> Bytes {
+    let head = ids.head("chat.completion.chunk");
+    let arguments = Value::String(arguments.to_owned());
+    let call = if first {
+        format!(
+            r#"{{"index":0,"id":{},"type":"function","function":{{"name":{},"arguments":{arguments}}}}}"#,
+            Value::String(tool.id.clone()),
+            Value::String(tool.name.clone()),
+        )
+    } else {
+        format!(r#"{{"index":0,"function":{{"arguments":{arguments}}}}}"#)
+    };
+    let finish = finish_json(finish);
+    Bytes::from(format!(
+        "data: {head},\"choices\":[{{\"index\":0,\"delta\":{{\"tool_calls\":[{call}]}},\"finish_reason\":{finish}}}]}}\n\n"
+    ))
+}
+
 #[allow(clippy::too_many_arguments)]
 fn plan_stream(
     shared: &Shared,
@@ -2335,6 +2446,7 @@ fn plan_stream(
     finish: &str,
     include_usage: bool,
     fault: Fault,
+    tool: Option<&ToolAnswer>,
 ) -> Vec<Step> {
     let config = &shared.config;
     let per_event = config.tokens_per_event.max(1);
@@ -2368,13 +2480,21 @@ fn plan_stream(
             at += event_gap(config, rng, k);
         }
         let last = produced + k == total;
-        let text = words(produced, k);
         let finish_here = last && fault != Fault::Truncate;
-        steps.push(Step::Send(
-            at,
-            chunk(ids, &text, reasoning, finish_here.then_some(finish)),
-            k,
-        ));
+        let bytes = match tool {
+            Some(tool) if !reasoning => {
+                let first = produced == usage.reasoning;
+                let arguments = ToolAnswer::fragment(produced, k, first, last);
+                tool_chunk(ids, tool, &arguments, first, finish_here.then_some(finish))
+            }
+            _ => chunk(
+                ids,
+                &words(produced, k),
+                reasoning,
+                finish_here.then_some(finish),
+            ),
+        };
+        steps.push(Step::Send(at, bytes, k));
         produced += k;
         event += 1;
         if cut == Some(event) {
@@ -2420,9 +2540,23 @@ fn plan_stream(
 }
 
 /// A whole non-streamed response.
-fn full_response(ids: &Ids<'_>, usage: Usage, finish: &str) -> String {
+fn full_response(ids: &Ids<'_>, usage: Usage, finish: &str, tool: Option<&ToolAnswer>) -> String {
     let reasoning = usage.reasoning;
-    let content = Value::String(words(reasoning, usage.completion - reasoning));
+    let answer = usage.completion - reasoning;
+    let (content, tool_calls) = match tool {
+        Some(tool) => {
+            let call = serde_json::json!([{
+                "id": tool.id,
+                "type": "function",
+                "function": {
+                    "name": tool.name,
+                    "arguments": ToolAnswer::fragment(reasoning, answer, true, true),
+                },
+            }]);
+            (Value::Null, format!(r#","tool_calls":{call}"#))
+        }
+        None => (Value::String(words(reasoning, answer)), String::new()),
+    };
     let choice = if ids.chat {
         let reasoning_field = if reasoning > 0 {
             format!(
@@ -2433,7 +2567,7 @@ fn full_response(ids: &Ids<'_>, usage: Usage, finish: &str) -> String {
             String::new()
         };
         format!(
-            r#"{{"index":0,"message":{{"role":"assistant","content":{content}{reasoning_field}}},"finish_reason":"{finish}"}}"#
+            r#"{{"index":0,"message":{{"role":"assistant","content":{content}{reasoning_field}{tool_calls}}},"finish_reason":"{finish}"}}"#
         )
     } else {
         format!(r#"{{"index":0,"text":{content},"finish_reason":"{finish}"}}"#)

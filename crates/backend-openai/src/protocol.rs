@@ -69,6 +69,34 @@ pub(crate) struct Message<'a> {
     pub reasoning_content: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     pub reasoning: Option<Cow<'a, str>>,
+    /// Tool calls: whole in a message, in fragments in a streamed delta
+    /// (`null` is read as none).
+    #[serde(borrow, default)]
+    pub tool_calls: Option<Vec<ToolCallPart<'a>>>,
+}
+
+/// One entry of `tool_calls`: a whole call in a message, a fragment of
+/// one in a streamed delta (the first fragment of a call has its `id` and
+/// function `name`, later ones pieces of its `arguments`).
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct ToolCallPart<'a> {
+    /// Which call of the answer this is a part of (absent in a whole
+    /// message, where the position says it).
+    #[serde(default)]
+    pub index: Option<u32>,
+    #[serde(borrow, default)]
+    pub id: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub function: Option<FunctionPart<'a>>,
+}
+
+/// `function` of a tool call or a fragment of one.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct FunctionPart<'a> {
+    #[serde(borrow, default)]
+    pub name: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub arguments: Option<Cow<'a, str>>,
 }
 
 /// One choice of a chunk or a response (chat and text shapes at once).
@@ -94,6 +122,15 @@ impl<'a> Choice<'a> {
         let reasoning =
             message.and_then(|m| m.reasoning_content.as_deref().or(m.reasoning.as_deref()));
         (content, reasoning)
+    }
+
+    /// The tool calls (or fragments of them) this choice carries.
+    pub fn tool_calls(&self) -> &[ToolCallPart<'a>] {
+        self.delta
+            .as_ref()
+            .or(self.message.as_ref())
+            .and_then(|m| m.tool_calls.as_deref())
+            .unwrap_or(&[])
     }
 }
 

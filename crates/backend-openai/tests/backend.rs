@@ -782,6 +782,7 @@ async fn requests_carry_ignore_eos_the_api_key_headers_and_extra_body() {
     .await;
     let messages = vec![ChatMessage {
         role: "user".into(),
+        tool: None,
         content: vec![
             ContentPart::text("what is this?"),
             ContentPart::Image {
@@ -830,6 +831,7 @@ async fn image_bytes_reach_the_server_as_a_base64_data_url_before_the_text() {
     let png: Arc<[u8]> = Arc::from(&b"\x89PNG\r\n\x1a\n"[..]);
     let messages = vec![ChatMessage {
         role: "user".into(),
+        tool: None,
         content: vec![
             ContentPart::Image {
                 source: MediaSource::Bytes {

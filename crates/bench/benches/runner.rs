@@ -100,6 +100,7 @@ fn memory(records: u64) {
         let record = RequestRecord::success(
             GenerationResponse {
                 images: None,
+                tool_calls: None,
                 id,
                 text: String::new(),
                 token_ids: Vec::new(),

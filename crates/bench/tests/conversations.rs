@@ -84,7 +84,7 @@ fn chat(input: &RequestInput) -> Vec<(String, String)> {
     };
     messages
         .iter()
-        .map(|ChatMessage { role, content }| {
+        .map(|ChatMessage { role, content, .. }| {
             let text = content
                 .iter()
                 .map(|part| match part {

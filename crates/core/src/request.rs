@@ -37,10 +37,25 @@ impl ContentPart {
 /// One message of a chat conversation.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ChatMessage {
-    /// `system`, `user`, `assistant`, ...
+    /// `system`, `user`, `assistant`, `tool`, ...
     pub role: String,
     /// The content, in order.
     pub content: Vec<ContentPart>,
+    /// For an assistant message, the tool calls it made; for a `tool`
+    /// message, the call it answers. `None` for any other message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool: Option<MessageTool>,
+}
+
+/// What a message of a tool-calling conversation says of tool calls.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MessageTool {
+    /// An assistant message's tool calls (OpenAI's `tool_calls`).
+    Calls(Vec<ToolCall>),
+    /// A `tool` message's answer to the call with this id (OpenAI's
+    /// `tool_call_id`).
+    Answers(String),
 }
 
 impl ChatMessage {
@@ -49,6 +64,31 @@ impl ChatMessage {
         ChatMessage {
             role: role.into(),
             content: vec![ContentPart::text(text)],
+            tool: None,
+        }
+    }
+
+    /// An assistant message with its tool calls, and its text (empty
+    /// when it had none).
+    pub fn tool_calls(text: impl Into<String>, calls: Vec<ToolCall>) -> Self {
+        let text = text.into();
+        ChatMessage {
+            role: "assistant".into(),
+            content: if text.is_empty() {
+                Vec::new()
+            } else {
+                vec![ContentPart::text(text)]
+            },
+            tool: Some(MessageTool::Calls(calls)),
+        }
+    }
+
+    /// A `tool` message: the result of the call `call_id`.
+    pub fn tool_result(call_id: impl Into<String>, result: impl Into<String>) -> Self {
+        ChatMessage {
+            role: "tool".into(),
+            content: vec![ContentPart::text(result)],
+            tool: Some(MessageTool::Answers(call_id.into())),
         }
     }
 }
@@ -61,6 +101,124 @@ pub enum RequestInput {
     Text(String),
     /// A chat conversation, rendered through the request format.
     Chat(Vec<ChatMessage>),
+}
+
+/// Which tool, if any, a chat request asks the model to call: OpenAI's
+/// `tool_choice`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolChoice {
+    /// `"auto"`: the model decides.
+    #[default]
+    Auto,
+    /// `"none"`: the model must not call a tool.
+    None,
+    /// `"required"`: the model must call at least one tool.
+    Required,
+    /// `{"type": "function", "function": {"name": ...}}`: the model must
+    /// call this function.
+    Function(String),
+}
+
+impl ToolChoice {
+    /// Reads OpenAI's `tool_choice` value: `"auto"`, `"none"`, `"required"`
+    /// or `{"type": "function", "function": {"name": ...}}`; `None` for
+    /// anything else.
+    pub fn from_json(value: &serde_json::Value) -> Option<Self> {
+        match value {
+            serde_json::Value::String(s) => match s.as_str() {
+                "auto" => Some(ToolChoice::Auto),
+                "none" => Some(ToolChoice::None),
+                "required" => Some(ToolChoice::Required),
+                _ => None,
+            },
+            serde_json::Value::Object(o) => o
+                .get("function")
+                .and_then(|f| f.get("name"))
+                .and_then(serde_json::Value::as_str)
+                .map(|name| ToolChoice::Function(name.to_owned())),
+            _ => None,
+        }
+    }
+
+    /// OpenAI's `tool_choice` value.
+    pub fn to_json(&self) -> serde_json::Value {
+        match self {
+            ToolChoice::Auto => "auto".into(),
+            ToolChoice::None => "none".into(),
+            ToolChoice::Required => "required".into(),
+            ToolChoice::Function(name) => {
+                serde_json::json!({"type": "function", "function": {"name": name}})
+            }
+        }
+    }
+}
+
+/// The tools a chat request offers the model, as GuideLLM sends them
+/// (its `tools_column` and `tool_choice`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ToolSet {
+    /// The tool definitions, each in OpenAI's chat shape
+    /// (`{"type": "function", "function": {"name", "description",
+    /// "parameters"}}`), sent as they are.
+    pub tools: Vec<serde_json::Value>,
+    /// What the model is asked to do with them.
+    pub choice: ToolChoice,
+    /// Whether this turn expects the model to answer with a tool call
+    /// (GuideLLM's `client_tool_call` turn): an answer without one is then
+    /// handled by the run's `tool_call_missing_behavior`, and its tool-call
+    /// count is recorded as 0 rather than left out.
+    #[serde(default)]
+    pub expect_call: bool,
+}
+
+/// A tool call the model made: a function name and its arguments (a JSON
+/// text, as the model generated it).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolCall {
+    /// The call's id, which a later `tool` message answers.
+    pub id: String,
+    /// The function called.
+    pub name: String,
+    /// The arguments, as generated (usually JSON).
+    pub arguments: String,
+}
+
+/// The tool calls of one answer: how many, whether text came with them,
+/// and the calls themselves.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolCallOutput {
+    /// How many tool calls the answer made (GuideLLM's `tool_call_count`);
+    /// 0 for a turn that expected a call and got none.
+    pub count: u32,
+    /// Whether the answer also carried text content (GuideLLM's mixed
+    /// content and tool call turn): its output tokens are then GuideLLM's
+    /// `mixed_content_tool_tokens`, else its `tool_call_tokens`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub with_text: bool,
+    /// When the first event carrying a tool call arrived (a streamed
+    /// `delta.tool_calls`; the whole answer's instant when not streamed).
+    /// Tool-call deltas are output tokens, so the timings' `tokens` hold
+    /// this instant too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first: Option<Timestamp>,
+    /// The calls, in the order of their `index`. A record keeps them only
+    /// when it keeps the generated text.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub calls: Vec<ToolCall>,
+}
+
+impl ToolCallOutput {
+    /// These calls as a record keeps them: their contents (ids, names,
+    /// arguments) only when it keeps the generated text; the count, the
+    /// text flag and the first call's instant always.
+    #[must_use]
+    pub fn kept(mut self, keep_text: bool) -> Self {
+        if !keep_text {
+            self.calls.clear();
+        }
+        self
+    }
 }
 
 /// A validated generation request.
@@ -77,6 +235,8 @@ pub struct GenerationRequest {
     pub sampling: Sampling,
     /// The prompt's token count as the data source computed it, if known.
     pub expected_prompt_tokens: Option<u32>,
+    /// The tools offered to the model, for a chat request that has some.
+    pub tools: Option<ToolSet>,
 }
 
 impl GenerationRequest {
@@ -87,6 +247,7 @@ impl GenerationRequest {
             input,
             sampling,
             expected_prompt_tokens: None,
+            tools: None,
         }
     }
 
@@ -111,6 +272,9 @@ pub enum FinishReason {
     /// until then. The runner records such a request as incomplete, with
     /// its tokens.
     Interrupted,
+    /// The model stopped to call tools (OpenAI's `tool_calls` finish
+    /// reason).
+    ToolCalls,
 }
 
 /// The timings of one request, in wall-clock time through one anchor
@@ -230,6 +394,12 @@ pub struct GenerationResponse {
     /// the time spent preparing and encoding them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub images: Option<ImageStats>,
+    /// For a request that offered tools ([`GenerationRequest::tools`]):
+    /// the answer's tool calls, when it made some or was expected to
+    /// ([`ToolSet::expect_call`]: then a count of 0); `None` otherwise,
+    /// and from backends that know no tools.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<ToolCallOutput>,
 }
 
 /// How a request ended.
@@ -315,6 +485,13 @@ pub struct RequestRecord {
     /// ([`RequestRecord::note_max_tokens`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cut_short_of: Option<u32>,
+    /// For a request that offered tools: the answer's tool calls (absent
+    /// when it made none and none was expected;
+    /// [`RequestRecord::expecting_a_tool_call`] gives a turn that expected
+    /// one and failed a count of 0). The calls' contents are kept only
+    /// with the text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<ToolCallOutput>,
 }
 
 impl RequestRecord {
@@ -342,6 +519,7 @@ impl RequestRecord {
             images: response.images,
             timings: response.timings,
             cut_short_of: None,
+            tool_calls: response.tool_calls.map(|t| t.kept(keep_text)),
         }
     }
 
@@ -362,6 +540,7 @@ impl RequestRecord {
                 ..RequestTimings::default()
             },
             cut_short_of: None,
+            tool_calls: None,
         }
     }
 
@@ -381,6 +560,7 @@ impl RequestRecord {
                 ..RequestTimings::default()
             },
             cut_short_of: None,
+            tool_calls: None,
         }
     }
 
@@ -399,7 +579,31 @@ impl RequestRecord {
             images: response.images,
             timings: response.timings,
             cut_short_of: None,
+            tool_calls: response.tool_calls.map(|t| t.kept(keep_text)),
         }
+    }
+
+    /// The record of a turn that expected a tool call
+    /// ([`ToolSet::expect_call`]): one that failed or was cut short
+    /// without an answer gets a tool-call count of 0, as GuideLLM counts
+    /// it; a record with its answer's calls is left as it is.
+    #[must_use]
+    pub fn expecting_a_tool_call(mut self) -> Self {
+        self.tool_calls.get_or_insert_with(ToolCallOutput::default);
+        self
+    }
+
+    /// Time to the first tool call, in seconds: first tool-call event −
+    /// request start. `None` for an answer without tool calls.
+    pub fn ttftc(&self) -> Option<f64> {
+        let first = self.tool_calls.as_ref()?.first?;
+        Some(first.secs_since(self.timings.start?))
+    }
+
+    /// How many tool calls the answer made: `None` unless the request
+    /// offered tools and the answer made calls or was expected to.
+    pub fn tool_call_count(&self) -> Option<u32> {
+        self.tool_calls.as_ref().map(|t| t.count)
     }
 
     /// Whether the request was served.
@@ -423,6 +627,7 @@ mod tests {
             finish_reason,
             timings: RequestTimings::default(),
             images: None,
+            tool_calls: None,
         };
         let noted = |output_tokens, finish_reason| {
             let mut record = RequestRecord::success(response(output_tokens, finish_reason), false);
@@ -513,5 +718,80 @@ mod tests {
         );
         let back: RequestError = serde_json::from_value(json).expect("reads");
         assert_eq!(back, RequestError::new("timeout", "slow"));
+    }
+
+    #[test]
+    fn tool_choice_reads_and_writes_openais_values() {
+        for (json, choice) in [
+            (serde_json::json!("auto"), ToolChoice::Auto),
+            (serde_json::json!("none"), ToolChoice::None),
+            (serde_json::json!("required"), ToolChoice::Required),
+            (
+                serde_json::json!({"type": "function", "function": {"name": "get_weather"}}),
+                ToolChoice::Function("get_weather".into()),
+            ),
+        ] {
+            assert_eq!(ToolChoice::from_json(&json), Some(choice.clone()));
+            assert_eq!(choice.to_json(), json);
+        }
+        assert_eq!(ToolChoice::from_json(&serde_json::json!("always")), None);
+    }
+
+    #[test]
+    fn records_without_tool_fields_still_read_and_are_written_without_them() {
+        let record = RequestRecord::incomplete(4, ts(1));
+        let mut json = serde_json::to_value(&record).expect("json");
+        assert!(json.get("tool_calls").is_none(), "absent when none");
+        json.as_object_mut().expect("object").remove("cut_short_of");
+        let back: RequestRecord = serde_json::from_value(json).expect("old records read");
+        assert_eq!(back, record);
+        let reason: FinishReason = serde_json::from_str("\"tool_calls\"").expect("reads");
+        assert_eq!(reason, FinishReason::ToolCalls);
+    }
+
+    #[test]
+    fn a_turn_that_expected_a_tool_call_and_failed_counts_zero_calls_and_an_answer_keeps_its_own() {
+        let failed = RequestRecord::error(1, &crate::Error::ShuttingDown, ts(1), ts(2));
+        assert_eq!(failed.tool_call_count(), None, "nothing expected, nothing counted");
+        assert_eq!(failed.expecting_a_tool_call().tool_call_count(), Some(0));
+        let mut answered = RequestRecord::incomplete(2, ts(1));
+        answered.tool_calls = Some(ToolCallOutput {
+            count: 2,
+            ..ToolCallOutput::default()
+        });
+        assert_eq!(answered.expecting_a_tool_call().tool_call_count(), Some(2));
+    }
+
+    #[test]
+    fn a_record_keeps_tool_call_contents_only_when_it_keeps_text() {
+        let response = GenerationResponse {
+            id: 3,
+            text: String::new(),
+            token_ids: Vec::new(),
+            prompt_tokens: 5,
+            output_tokens: 4,
+            finish_reason: FinishReason::ToolCalls,
+            timings: RequestTimings {
+                start: Some(ts(0)),
+                ..Default::default()
+            },
+            images: None,
+            tool_calls: Some(ToolCallOutput {
+                count: 1,
+                with_text: false,
+                first: Some(ts(30)),
+                calls: vec![ToolCall {
+                    id: "call_0".into(),
+                    name: "f".into(),
+                    arguments: "{}".into(),
+                }],
+            }),
+        };
+        let kept = RequestRecord::success(response.clone(), true);
+        assert_eq!(kept.tool_calls.expect("tools").calls.len(), 1);
+        let dropped = RequestRecord::success(response, false);
+        assert_eq!(dropped.tool_call_count(), Some(1), "the count stays");
+        assert!((dropped.ttftc().expect("ttftc") - 0.030).abs() < 1e-12);
+        assert!(dropped.tool_calls.expect("tools").calls.is_empty());
     }
 }

@@ -674,6 +674,7 @@ mod tests {
         RequestInput::Chat(vec![
             ChatMessage {
                 role: "user".into(),
+                tool: None,
                 content: vec![
                     image("a.png"),
                     ContentPart::text("What is in these?"),
@@ -683,6 +684,7 @@ mod tests {
             },
             ChatMessage {
                 role: "user".into(),
+                tool: None,
                 content: vec![ContentPart::text("And this?"), image("c.png")],
             },
         ])
@@ -1022,6 +1024,7 @@ mod tests {
             content.extend((0..images).map(|i| image(&format!("{i}.png"))));
             RequestInput::Chat(vec![ChatMessage {
                 role: "user".into(),
+                tool: None,
                 content,
             }])
         };
@@ -1047,6 +1050,7 @@ mod tests {
             ChatMessage::text("system", "Look at <image> closely."),
             ChatMessage {
                 role: "user".into(),
+                tool: None,
                 content: vec![
                     image("a.png"),
                     ContentPart::Text {

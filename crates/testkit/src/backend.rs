@@ -298,6 +298,7 @@ impl Backend for MockBackend {
         let output_tokens = u32::try_from(tokens.len()).unwrap_or(u32::MAX);
         Ok(GenerationResponse {
             images: None,
+            tool_calls: None,
             id: request.id,
             text: format!("answer-{}", request.id),
             token_ids: (1..=output_tokens).collect(),

@@ -468,6 +468,8 @@ impl FileItems {
                                     input: later.input,
                                     output_tokens: later.output_tokens,
                                     think: plan.think,
+                                    tools: None,
+                                    tool_results: None,
                                 });
                             }
                             first.history = plan.history;
@@ -570,6 +572,8 @@ impl TurnPlan {
                 input: RequestInput::Chat(messages),
                 output_tokens: item.output_tokens,
                 think: self.think,
+                tools: None,
+                tool_results: None,
             })
             .collect();
         item.history = self.history;
@@ -829,6 +833,7 @@ fn item_from_row(
                 Some(user) => user.content.extend(media),
                 None => messages.push(ChatMessage {
                     role: "user".to_string(),
+                    tool: None,
                     content: media,
                 }),
             }
@@ -881,6 +886,7 @@ fn item_from_row(
         at: None,
         turns: Vec::new(),
         history: History::Full,
+        tools: None,
     })
 }
 
@@ -1032,6 +1038,7 @@ fn chat(messages: &[Value], base: &Path) -> std::result::Result<Vec<ChatMessage>
             };
             Ok(ChatMessage {
                 role: role.to_string(),
+                tool: None,
                 content,
             })
         })
@@ -1216,6 +1223,7 @@ mod tests {
             at: None,
             turns: Vec::new(),
             history: History::Full,
+            tools: None,
         }
     }
 
@@ -1292,6 +1300,8 @@ mod tests {
             input: RequestInput::Text("second".into()),
             output_tokens: Some(3),
             think: d.turn_delay,
+            tools: None,
+            tool_results: None,
         }];
         first.history = d.history;
         assert_eq!(items, vec![first]);
@@ -1531,6 +1541,7 @@ mod tests {
                 ChatMessage::text("system", "be brief"),
                 ChatMessage {
                     role: "user".to_string(),
+                    tool: None,
                     content: vec![
                         ContentPart::text("what is this?"),
                         ContentPart::Image {
@@ -1575,6 +1586,7 @@ mod tests {
             items[0].input,
             RequestInput::Chat(vec![ChatMessage {
                 role: "user".to_string(),
+                tool: None,
                 content: vec![
                     ContentPart::text("describe"),
                     ContentPart::Image {
@@ -1682,6 +1694,7 @@ mod tests {
                 ChatMessage::text("system", "you transcribe"),
                 ChatMessage {
                     role: "user".to_string(),
+                    tool: None,
                     content: vec![
                         ContentPart::text("listen"),
                         ContentPart::Audio {
@@ -1772,6 +1785,8 @@ mod tests {
                 input: RequestInput::Text("second".to_string()),
                 output_tokens: Some(4),
                 think: Duration::from_millis(1500),
+                tools: None,
+                tool_results: None,
             }]
         );
         assert_eq!(items[1].input, RequestInput::Text("alone".to_string()));

@@ -118,6 +118,7 @@ impl Columns {
         }
         messages.push(ChatMessage {
             role: "user".to_owned(),
+            tool: None,
             content,
         });
         RequestInput::Chat(messages)
@@ -197,6 +198,18 @@ fn merge_items(items: Vec<DataItem>, origin: &str) -> Result<DataItem, String> {
     });
     let output_tokens = sum_given(items.iter().map(|item| item.output_tokens));
     let at = items.iter().find_map(|item| item.at);
+    // A tool-calling conversation's turns pair calls with their results:
+    // they are not merged with another source's turns.
+    if items
+        .iter()
+        .flat_map(|item| &item.turns)
+        .any(|turn| turn.tools.is_some() || turn.tool_results.is_some())
+    {
+        return Err(
+            "a conversation with tool-call turns cannot be merged with another source".into(),
+        );
+    }
+    let tools = items.iter().find_map(|item| item.tools.clone());
     let mut history: Option<History> = None;
     for item in items.iter().filter(|item| !item.turns.is_empty()) {
         match history {
@@ -237,9 +250,12 @@ fn merge_items(items: Vec<DataItem>, origin: &str) -> Result<DataItem, String> {
                 input: columns.into_input(),
                 output_tokens: sum_given(outputs),
                 think,
+                tools: None,
+                tool_results: None,
             })
             .collect(),
         history: history.unwrap_or_default(),
+        tools,
     })
 }
 
@@ -267,6 +283,7 @@ mod tests {
             at: None,
             turns: Vec::new(),
             history: History::default(),
+            tools: None,
         }
     }
 
@@ -316,6 +333,7 @@ mod tests {
             "images, item 0",
             vec![ChatMessage {
                 role: "user".to_owned(),
+                tool: None,
                 content: vec![image(1), image(2), ContentPart::text("describe")],
             }],
             Some(16),
@@ -329,6 +347,7 @@ mod tests {
             merged.input,
             RequestInput::Chat(vec![ChatMessage {
                 role: "user".to_owned(),
+                tool: None,
                 content: vec![
                     ContentPart::text("hello"),
                     image(1),
@@ -367,6 +386,7 @@ mod tests {
                 ChatMessage::text("system", "be brief be kind"),
                 ChatMessage {
                     role: "user".to_owned(),
+                    tool: None,
                     content: vec![ContentPart::text("hi"), ContentPart::text("there")],
                 },
             ])
@@ -425,6 +445,8 @@ mod tests {
             input: RequestInput::Text("two".into()),
             output_tokens: Some(2),
             think: Duration::from_secs(1),
+            tools: None,
+            tool_results: None,
         }];
         let mut b = text("b", "uno", None, Some(1));
         b.at = Some(Duration::from_secs(3));
@@ -433,11 +455,15 @@ mod tests {
                 input: RequestInput::Text("dos".into()),
                 output_tokens: Some(5),
                 think: Duration::from_secs(2),
+                tools: None,
+                tool_results: None,
             },
             Turn {
                 input: RequestInput::Text("tres".into()),
                 output_tokens: None,
                 think: Duration::ZERO,
+                tools: None,
+                tool_results: None,
             },
         ];
         let merged = merge(vec![a, b]).unwrap();

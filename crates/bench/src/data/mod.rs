@@ -57,7 +57,7 @@ use serde_json::{Map, Value};
 use crate::{Error, Result};
 use guidebench_core::Error as CoreError;
 use guidebench_core::options::{KindArgs, OptionSpec, OptionType, check_options};
-use guidebench_core::request::RequestInput;
+use guidebench_core::request::{RequestInput, ToolSet};
 use guidebench_core::sampling::SamplingParams;
 use guidebench_core::tokenizer::Tokenizer;
 
@@ -124,6 +124,9 @@ pub struct DataItem {
     pub turns: Vec<Turn>,
     /// How much history later turns send.
     pub history: History,
+    /// The tools the first turn offers the model, when it is a tool-call
+    /// turn (GuideLLM's `tools_column`; see [`Turn::tools`]).
+    pub tools: Option<ToolSet>,
 }
 
 /// A later turn of a conversation, as the data gives it.
@@ -135,6 +138,15 @@ pub struct Turn {
     pub output_tokens: Option<u32>,
     /// How long the user thinks after the previous answer.
     pub think: Duration,
+    /// The tools this turn offers the model: for GuideLLM's
+    /// `client_tool_call` turn, with `tool_choice` `required` and a call
+    /// expected.
+    pub tools: Option<ToolSet>,
+    /// For GuideLLM's `tool_response_injection` turn, which follows a
+    /// tool-call turn: the result of each tool call the previous answer
+    /// made, sent as a `tool` message answering it (the turn's own `input`
+    /// adds nothing then).
+    pub tool_results: Option<String>,
 }
 
 /// A source of benchmark items.

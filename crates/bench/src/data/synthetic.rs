@@ -32,7 +32,7 @@ use super::{DataItem, DataSource, History, Turn, int_option, string_option, u32_
 use crate::{Error, Result};
 use guidebench_core::Error as CoreError;
 use guidebench_core::options::{OptionSpec, OptionType};
-use guidebench_core::request::RequestInput;
+use guidebench_core::request::{RequestInput, ToolChoice, ToolSet};
 use guidebench_core::sampling::SamplingParams;
 use guidebench_core::tokenizer::Tokenizer;
 
@@ -148,6 +148,41 @@ pub const SYNTHETIC_TEXT_OPTIONS: &[OptionSpec] = &[
         "what later turns send: every earlier message, the last exchange, or none",
     )
     .default_from::<SyntheticTextDefaults>(),
+    OptionSpec::optional(
+        "tool_call_turns",
+        OptionType::Any,
+        "GuideLLM's tool-call turns: which user turns offer tools and expect a tool call \
+         (0-based indices, a list; N: the first N turns; -1: every turn; 0 or []: none). \
+         Each is followed by a turn sending the result of each call, so a conversation \
+         sends turns + len(tool_call_turns) requests",
+    ),
+    OptionSpec::optional(
+        "tools",
+        OptionType::Any,
+        "the tool definitions of tool-call turns, a JSON list in OpenAI's format (default: \
+         GuideLLM's placeholder get_data tool)",
+    ),
+    OptionSpec::optional(
+        "tool_response_tokens",
+        OptionType::Int,
+        "mean length in tokens of each synthetic tool result (default: GuideLLM's \
+         {\"status\": \"ok\"})",
+    ),
+    OptionSpec::optional(
+        "tool_response_tokens_stdev",
+        OptionType::Float,
+        "standard deviation of the tool result length (normal distribution)",
+    ),
+    OptionSpec::optional(
+        "tool_response_tokens_min",
+        OptionType::Int,
+        "shortest tool result in tokens",
+    ),
+    OptionSpec::optional(
+        "tool_response_tokens_max",
+        OptionType::Int,
+        "longest tool result in tokens",
+    ),
     OptionSpec::optional(
         "count",
         OptionType::Int,
@@ -958,6 +993,186 @@ pub struct SyntheticTextConfig {
     pub count: Option<u64>,
     /// The seed of the text and the lengths.
     pub seed: u64,
+    /// GuideLLM's tool-call workload; `None` without `tool_call_turns`.
+    pub tool_calls: Option<ToolWorkload>,
+}
+
+/// GuideLLM's synthetic tool-call workload: which user turns offer tools
+/// and expect a call, the tools, and the results sent back.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolWorkload {
+    /// The user turns (0-based, sorted, distinct) that offer the tools with
+    /// `tool_choice` `required` and expect a call; each is followed by a
+    /// turn sending the result of each call (GuideLLM's
+    /// `tool_response_injection`), with the user turn's output length.
+    pub turns: Vec<u32>,
+    /// The tool definitions, in OpenAI's format.
+    pub tools: Vec<Value>,
+    /// The length of each synthetic tool result; `None` sends GuideLLM's
+    /// placeholder [`DEFAULT_TOOL_RESPONSE`].
+    pub response_tokens: Option<LengthDistribution>,
+}
+
+/// GuideLLM's placeholder tool result (`default_synthetic_tool_response`).
+pub const DEFAULT_TOOL_RESPONSE: &str = r#"{"status": "ok"}"#;
+
+/// GuideLLM's placeholder tool, offered when `tool_call_turns` is set
+/// without `tools`.
+pub fn default_tools() -> Vec<Value> {
+    vec![serde_json::json!({
+        "type": "function",
+        "function": {
+            "name": "get_data",
+            "description": "Retrieve data from the system",
+            "parameters": {
+                "type": "object",
+                "properties": {"query": {"type": "string", "description": "The query"}},
+                "required": ["query"],
+            },
+        },
+    })]
+}
+
+const TOOL_RESULT_OPTIONS: [&str; 5] = [
+    "tools",
+    "tool_response_tokens",
+    "tool_response_tokens_stdev",
+    "tool_response_tokens_min",
+    "tool_response_tokens_max",
+];
+
+impl ToolWorkload {
+    /// Reads `tool_call_turns`, `tools` and `tool_response_tokens*` for a
+    /// conversation of `turns` user turns; `None` when no turn calls
+    /// tools.
+    fn from_options(
+        context: &str,
+        options: &Map<String, Value>,
+        turns: u32,
+    ) -> Result<Option<Self>> {
+        let invalid = |key: &str, reason: String| {
+            Error::from(CoreError::InvalidOption {
+                context: context.to_string(),
+                key: key.to_string(),
+                reason,
+            })
+        };
+        let given = TOOL_RESULT_OPTIONS
+            .iter()
+            .copied()
+            .find(|key| options.contains_key(*key));
+        let indices = match options.get("tool_call_turns") {
+            None => Vec::new(),
+            Some(value) => tool_call_turns(value, turns)
+                .map_err(|reason| invalid("tool_call_turns", reason))?,
+        };
+        if indices.is_empty() {
+            return match given {
+                Some(key) => Err(invalid(
+                    key,
+                    "needs tool_call_turns naming at least one turn".to_string(),
+                )),
+                None => Ok(None),
+            };
+        }
+        let tools = match options.get("tools") {
+            None => default_tools(),
+            Some(value) => {
+                let parsed = match value {
+                    Value::String(text) => serde_json::from_str::<Value>(text)
+                        .map_err(|e| invalid("tools", format!("not JSON: {e}")))?,
+                    other => other.clone(),
+                };
+                match parsed {
+                    Value::Array(list) if !list.is_empty() && list.iter().all(Value::is_object) => {
+                        list
+                    }
+                    _ => {
+                        return Err(invalid(
+                            "tools",
+                            "must be a non-empty JSON list of tool definitions".to_string(),
+                        ));
+                    }
+                }
+            }
+        };
+        let response_tokens = if options.contains_key("tool_response_tokens") {
+            Some(LengthDistribution::from_options(
+                context,
+                options,
+                "tool_response_tokens",
+                0.0,
+                1,
+            )?)
+        } else {
+            if let Some(key) = TOOL_RESULT_OPTIONS[2..]
+                .iter()
+                .find(|key| options.contains_key(**key))
+            {
+                return Err(invalid(key, "needs tool_response_tokens".to_string()));
+            }
+            None
+        };
+        Ok(Some(ToolWorkload {
+            turns: indices,
+            tools,
+            response_tokens,
+        }))
+    }
+}
+
+/// `tool_call_turns` as GuideLLM reads it: an int N is the first N turns
+/// (-1 every turn, 0 none), a list names turns by 0-based index.
+fn tool_call_turns(value: &Value, turns: u32) -> std::result::Result<Vec<u32>, String> {
+    let as_int = |v: &Value| {
+        v.as_i64()
+            .or_else(|| v.as_str().and_then(|s| s.trim().parse().ok()))
+    };
+    let indices: Vec<i64> = match value {
+        Value::Array(list) => list
+            .iter()
+            .map(|v| as_int(v).ok_or_else(|| format!("`{v}` is not a turn index")))
+            .collect::<std::result::Result<_, _>>()?,
+        Value::String(text) if text.contains([',', ';', '[']) => text
+            .trim_matches(|c| c == '[' || c == ']')
+            .split([',', ';'])
+            .filter(|part| !part.trim().is_empty())
+            .map(|part| {
+                part.trim()
+                    .parse()
+                    .map_err(|_| format!("`{part}` is not a turn index"))
+            })
+            .collect::<std::result::Result<_, _>>()?,
+        other => match as_int(other) {
+            Some(-1) => vec![-1],
+            Some(n) if n >= 0 => {
+                if n > i64::from(turns) {
+                    return Err(format!(
+                        "the first {n} turns asked, the conversation has {turns}"
+                    ));
+                }
+                (0..n).collect()
+            }
+            _ => {
+                return Err(format!(
+                    "must be -1, a count or a list of indices, got {other}"
+                ));
+            }
+        },
+    };
+    if indices == [-1] {
+        return Ok((0..turns).collect());
+    }
+    let mut out = Vec::with_capacity(indices.len());
+    for index in indices {
+        match u32::try_from(index) {
+            Ok(i) if i < turns => out.push(i),
+            _ => return Err(format!("index {index} out of range [0, {turns})")),
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    Ok(out)
 }
 
 impl SyntheticTextConfig {
@@ -1033,6 +1248,11 @@ impl SyntheticTextConfig {
             count: int_option(context, options, "count", 0, i64::MAX)?
                 .and_then(|n| u64::try_from(n).ok()),
             seed,
+            tool_calls: None,
+        };
+        let config = SyntheticTextConfig {
+            tool_calls: ToolWorkload::from_options(context, options, config.turns)?,
+            ..config
         };
         Ok(config)
     }
@@ -1139,6 +1359,51 @@ impl SyntheticTextSource {
     }
 }
 
+/// After a tool-call turn: the turn that sends the result of each call
+/// (GuideLLM's `tool_response_injection`), at once, with the tool-call
+/// turn's output length.
+fn push_results(turns: &mut Vec<Turn>, call: Option<(ToolSet, String)>, output: u32) {
+    if let Some((_, results)) = call {
+        turns.push(Turn {
+            input: RequestInput::Chat(Vec::new()),
+            output_tokens: Some(output),
+            think: Duration::ZERO,
+            tools: None,
+            tool_results: Some(results),
+        });
+    }
+}
+
+impl SyntheticTextSource {
+    /// For a user turn that calls tools: the tools it offers (expecting a
+    /// call) and the result sent back for each call.
+    fn tool_turn(&mut self, index: u32) -> Result<Option<(ToolSet, String)>> {
+        let Some(workload) = self
+            .config
+            .tool_calls
+            .as_ref()
+            .filter(|w| w.turns.contains(&index))
+        else {
+            return Ok(None);
+        };
+        let tools = ToolSet {
+            tools: workload.tools.clone(),
+            choice: ToolChoice::Required,
+            expect_call: true,
+        };
+        let results = match &workload.response_tokens {
+            Some(lengths) => {
+                let tokens = lengths.sample(&mut self.lengths);
+                self.corpus
+                    .prompt(self.tokenizer.as_ref(), "", 0, tokens as usize)?
+                    .0
+            }
+            None => DEFAULT_TOOL_RESPONSE.to_owned(),
+        };
+        Ok(Some((tools, results)))
+    }
+}
+
 impl DataSource for SyntheticTextSource {
     fn next_item(&mut self) -> Result<Option<DataItem>> {
         if self
@@ -1171,20 +1436,28 @@ impl DataSource for SyntheticTextSource {
             prompt_tokens as usize,
         )?;
         // Later turns: fresh prompts (no prefix) of the usual lengths,
-        // each after a think time.
+        // each after a think time. A tool-call turn is followed by the turn
+        // that sends its results, at once, with its output length.
+        let first_call = self.tool_turn(0)?;
+        let first_tools = first_call.as_ref().map(|(set, _)| set.clone());
         let mut turns = Vec::new();
-        for _ in 1..self.config.turns {
+        push_results(&mut turns, first_call, output_tokens);
+        for index in 1..self.config.turns {
             let tokens = self.config.prompt_tokens.sample(&mut self.lengths);
             let output = self.config.output_tokens.sample(&mut self.lengths);
             let think = self.config.turn_delay.sample(&mut self.lengths);
             let (text, _) = self
                 .corpus
                 .prompt(self.tokenizer.as_ref(), "", 0, tokens as usize)?;
+            let call = self.tool_turn(index)?;
             turns.push(Turn {
                 input: RequestInput::Text(text),
                 output_tokens: Some(output),
                 think,
+                tools: call.as_ref().map(|(set, _)| set.clone()),
+                tool_results: None,
             });
+            push_results(&mut turns, call, output);
         }
         self.produced += 1;
         Ok(Some(DataItem {
@@ -1196,6 +1469,7 @@ impl DataSource for SyntheticTextSource {
             at: None,
             turns,
             history: self.config.history,
+            tools: first_tools,
         }))
     }
 
@@ -1245,6 +1519,94 @@ mod tests {
         let mut options = args.options;
         guidebench_core::options::check_options(KIND, &[SYNTHETIC_TEXT_OPTIONS], &mut options)?;
         SyntheticTextSource::from_options(KIND, &options, tokenizer, 42)
+    }
+
+    fn tool_turns(value: &str, turns: u32) -> std::result::Result<Vec<u32>, String> {
+        let value = serde_json::from_str(value).unwrap_or_else(|_| Value::String(value.into()));
+        tool_call_turns(&value, turns)
+    }
+
+    #[test]
+    fn tool_call_turns_are_read_as_guidellm_reads_them() {
+        assert_eq!(tool_turns("2", 3), Ok(vec![0, 1]), "N: the first N turns");
+        assert_eq!(tool_turns("0", 3), Ok(vec![]), "0: none");
+        assert_eq!(tool_turns("-1", 3), Ok(vec![0, 1, 2]), "-1: every turn");
+        assert_eq!(tool_turns("[-1]", 2), Ok(vec![0, 1]));
+        assert_eq!(
+            tool_turns("[2, 0, 2]", 3),
+            Ok(vec![0, 2]),
+            "sorted, distinct"
+        );
+        assert_eq!(tool_turns("0;2", 3), Ok(vec![0, 2]));
+        assert!(tool_turns("[3]", 3).is_err(), "out of range");
+        assert!(
+            tool_turns("4", 3).is_err(),
+            "more turns than the conversation has"
+        );
+        let err = source(
+            "kind=synthetic_text,prompt_tokens=4,output_tokens=2,tools=[]",
+            bpe(),
+        )
+        .expect_err("tools without tool_call_turns");
+        assert!(err.to_string().contains("tool_call_turns"), "{err}");
+        let err = source(
+            "kind=synthetic_text,prompt_tokens=4,output_tokens=2,tool_call_turns=1,tool_response_tokens_max=3",
+            bpe(),
+        )
+        .expect_err("a bound without its mean");
+        assert!(err.to_string().contains("tool_response_tokens"), "{err}");
+    }
+
+    #[test]
+    fn a_tool_call_turn_offers_the_tools_and_is_followed_by_the_turn_sending_its_results() {
+        let tokenizer = bpe();
+        let mut one = source(
+            "kind=synthetic_text,prompt_tokens=4,output_tokens=3,tool_call_turns=1",
+            tokenizer.clone(),
+        )
+        .expect("source");
+        let item = one.next_item().expect("item").expect("some");
+        let tools = item.tools.expect("the first turn calls tools");
+        assert_eq!(tools.tools, default_tools(), "GuideLLM's placeholder tool");
+        assert_eq!(tools.choice, ToolChoice::Required);
+        assert!(tools.expect_call);
+        assert_eq!(item.turns.len(), 1, "turns + len(tool_call_turns) requests");
+        let results = &item.turns[0];
+        assert_eq!(results.tool_results.as_deref(), Some(DEFAULT_TOOL_RESPONSE));
+        assert_eq!(
+            results.input,
+            RequestInput::Chat(Vec::new()),
+            "no new user message"
+        );
+        assert_eq!(
+            results.output_tokens,
+            Some(3),
+            "the tool-call turn's output length"
+        );
+        assert_eq!(results.think, Duration::ZERO);
+        assert!(results.tools.is_none());
+
+        let mut two = source(
+            "kind=synthetic_text,prompt_tokens=4,output_tokens=3,turns=3,tool_call_turns=[1],\
+             tool_response_tokens=5,tools=[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]",
+            tokenizer.clone(),
+        )
+        .expect("source");
+        let item = two.next_item().expect("item").expect("some");
+        assert!(item.tools.is_none(), "turn 0 calls no tool");
+        let kinds: Vec<(bool, bool)> = item
+            .turns
+            .iter()
+            .map(|t| (t.tools.is_some(), t.tool_results.is_some()))
+            .collect();
+        assert_eq!(kinds, [(true, false), (false, true), (false, false)]);
+        assert_eq!(
+            item.turns[0].tools.as_ref().expect("tools").tools[0]["function"]["name"],
+            "f"
+        );
+        let result = item.turns[1].tool_results.as_deref().expect("results");
+        assert_eq!(tokenizer.encode(result, false).expect("encodes").len(), 5);
+        assert_eq!(item.turns[1].output_tokens, item.turns[0].output_tokens);
     }
 
     fn texts(source: &mut SyntheticTextSource, n: usize) -> Vec<String> {

@@ -464,6 +464,7 @@ impl DataSource for SyntheticImageSource {
         Ok(Some(DataItem {
             input: RequestInput::Chat(vec![ChatMessage {
                 role: "user".to_owned(),
+                tool: None,
                 content,
             }]),
             // Image tokens are the model's to count: the backend reports
@@ -475,6 +476,7 @@ impl DataSource for SyntheticImageSource {
             at: None,
             turns: Vec::new(),
             history: History::default(),
+            tools: None,
         }))
     }
 

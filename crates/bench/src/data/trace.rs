@@ -401,6 +401,7 @@ impl DataSource for TraceSource {
             at: Some(at),
             turns: Vec::new(),
             history: super::History::Full,
+            tools: None,
         }))
     }
 

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use guidebench_core::clock::Timestamp;
 use guidebench_core::request::{
-    FinishReason, RequestError, RequestRecord, RequestStatus, RequestTimings,
+    FinishReason, RequestError, RequestRecord, RequestStatus, RequestTimings, ToolCallOutput,
 };
 
 /// Rounds a time in nanoseconds since the epoch to the nearest whole
@@ -98,6 +98,27 @@ pub struct CompactRecord {
     /// otherwise (see [`RequestRecord::cut_short_of`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cut_short_of: Option<u32>,
+    /// The answer's tool calls, for a request that offered tools (see
+    /// [`RequestRecord::tool_calls`]); absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Box<CompactToolCalls>>,
+}
+
+/// What a record keeps of an answer's tool calls
+/// ([`ToolCallOutput`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompactToolCalls {
+    /// How many calls the answer made.
+    pub count: u32,
+    /// Whether text came with them.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub with_text: bool,
+    /// When the first tool-call event arrived (µs offset).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first: Option<i64>,
+    /// The calls, when the text is kept.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub calls: Vec<guidebench_core::request::ToolCall>,
 }
 
 /// What a record keeps of a request's images
@@ -373,6 +394,14 @@ impl CompactRecords {
             }),
             images: record.images.map(CompactImages::of),
             cut_short_of: record.cut_short_of,
+            tool_calls: record.tool_calls.as_ref().map(|t| {
+                Box::new(CompactToolCalls {
+                    count: t.count,
+                    with_text: t.with_text,
+                    first: offset(t.first),
+                    calls: t.calls.clone(),
+                })
+            }),
         };
         self.records.push(compact);
     }
@@ -404,6 +433,12 @@ impl CompactRecords {
                 reasoning_tokens: record.reasoning.as_ref().and_then(|r| r.tokens),
             },
             cut_short_of: record.cut_short_of,
+            tool_calls: record.tool_calls.as_ref().map(|t| ToolCallOutput {
+                count: t.count,
+                with_text: t.with_text,
+                first: at(t.first),
+                calls: t.calls.clone(),
+            }),
         }
     }
 
@@ -429,6 +464,9 @@ impl CompactRecords {
             copy.first_token = moved(record.first_token);
             if let Some(reasoning) = copy.reasoning.as_mut() {
                 reasoning.first_content = moved(reasoning.first_content);
+            }
+            if let Some(tools) = copy.tool_calls.as_mut() {
+                tools.first = moved(tools.first);
             }
             self.records.push(copy);
         }
@@ -489,6 +527,7 @@ mod tests {
                 reasoning_tokens: None,
             },
             cut_short_of: None,
+            tool_calls: None,
         }
     }
 
@@ -597,6 +636,26 @@ mod tests {
     }
 
     #[test]
+    fn tool_calls_round_trip_and_move_with_their_record_in_a_merge() {
+        let mut record = sixteen_token_record(7);
+        record.tool_calls = Some(ToolCallOutput {
+            count: 2,
+            with_text: true,
+            first: Some(at_us(21_000)),
+            calls: vec![guidebench_core::request::ToolCall {
+                id: "call_0".into(),
+                name: "get_data".into(),
+                arguments: "{}".into(),
+            }],
+        });
+        let compact = CompactRecords::from_records(at_us(0), std::slice::from_ref(&record));
+        assert_eq!(compact.to_records(), vec![record.clone()]);
+        let mut earlier = CompactRecords::from_records(at_us(-5_000), &[]);
+        earlier.merge(&compact);
+        assert_eq!(earlier.to_records(), vec![record]);
+    }
+
+    #[test]
     fn a_sixteen_token_request_takes_at_most_512_bytes() {
         let compact = CompactRecords::from_records(at_us(0), &[sixteen_token_record(1)]);
         let bytes = compact.records[0].size_bytes();
@@ -662,6 +721,7 @@ mod tests {
                         reasoning_tokens: delay.map(|d| u32::try_from(d).unwrap_or(0)),
                     },
                     cut_short_of: None,
+                    tool_calls: None,
                 };
                 let compact = CompactRecords::from_records(origin, [&record]);
                 prop_assert_eq!(&compact.to_records()[0], &record);

@@ -72,6 +72,7 @@ pub(crate) mod testing {
                 ..RequestTimings::default()
             },
             cut_short_of: None,
+            tool_calls: None,
         }
     }
 }

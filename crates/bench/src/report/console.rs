@@ -449,6 +449,9 @@ pub fn console_summary(report: &Report) -> String {
         out.push_str(&image_line(b));
     }
     for b in &report.benchmarks {
+        out.push_str(&tool_call_line(b));
+    }
+    for b in &report.benchmarks {
         if let Some(skipped) = b
             .extra
             .get("data_skipped")
@@ -556,6 +559,33 @@ fn image_line(b: &super::model::BenchmarkReport) -> String {
         ms(encode.median),
         ms(encode.at(95.0).unwrap_or(encode.max)),
         ms(m.ttft.median),
+    )
+}
+
+/// What a benchmark's tool calls were, for one whose requests offered
+/// tools: the answers counted (those with calls, and turns that expected a
+/// call), calls per answer, the time to first tool call and the answers
+/// that expected a call and made none.
+fn tool_call_line(b: &super::model::BenchmarkReport) -> String {
+    let m = &b.metrics.successful;
+    let Some(calls) = &m.tool_calls else {
+        return String::new();
+    };
+    let ms = |s: f64| format!("{:.1}", s * 1e3);
+    let first = m.ttftc.as_ref().map_or_else(String::new, |d| {
+        format!(
+            "; time to first tool call p50 {} ms, p95 {} ms",
+            ms(d.median),
+            ms(d.at(95.0).unwrap_or(d.max))
+        )
+    });
+    let answered = m.ttftc.as_ref().map_or(0, |d| d.count);
+    format!(
+        "tool calls in {}: {} of {} answers called tools, {:.2} calls per answer{first}\n",
+        b.label(),
+        answered,
+        calls.count,
+        calls.mean,
     )
 }
 
@@ -1151,6 +1181,46 @@ mod tests {
         );
         assert!(text.contains(&line), "{text}");
         assert!(m.prompt_tokens_per_s > 0.0);
+    }
+
+    #[test]
+    fn a_benchmark_with_tool_calls_gets_a_line_with_their_count_and_time_to_first_call() {
+        use crate::report::tests::served_at;
+        use guidebench_core::request::ToolCallOutput;
+        let mut report = sample_report();
+        assert!(
+            !console_summary(&report).contains("tool calls in"),
+            "none without tools"
+        );
+        let mut records: Vec<_> = (0..4).map(|i| served_at(i, 0, &[40, 50], 60, 12)).collect();
+        for (record, count) in records.iter_mut().zip([1, 1, 2, 0]) {
+            record.tool_calls = Some(ToolCallOutput {
+                count,
+                with_text: false,
+                first: (count > 0).then(|| crate::report::tests::ms(40)),
+                calls: Vec::new(),
+            });
+        }
+        report.benchmarks[0] = crate::report::BenchmarkReport::from_records(
+            "synchronous",
+            "synchronous".into(),
+            crate::report::tests::ms(0),
+            crate::report::tests::ms(1_000),
+            &records,
+        );
+        let text = console_summary(&report);
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("tool calls in"))
+            .expect("a tool-call line");
+        assert!(
+            line.contains("3 of 4 answers called tools, 1.00 calls per answer"),
+            "{line}"
+        );
+        assert!(
+            line.contains("time to first tool call p50 40.0 ms"),
+            "{line}"
+        );
     }
 
     #[test]

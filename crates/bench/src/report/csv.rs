@@ -37,8 +37,8 @@ fn header() -> Vec<String> {
         }
     }
     cols.push("dispatch_delay_mean_ms".to_owned());
-    for extra in SLO_COLUMNS {
-        cols.push(extra.to_owned());
+    for extra in SLO_COLUMNS.iter().chain(&TOOL_COLUMNS) {
+        cols.push((*extra).to_owned());
     }
     cols
 }
@@ -48,6 +48,15 @@ const SLO_COLUMNS: [&str; 3] = [
     "slo_attainment",
     "goodput_requests_per_s",
     "goodput_output_tokens_per_s",
+];
+
+/// Tool-call columns, empty without tool calls: calls per answer and the
+/// time to first tool call of successful requests.
+const TOOL_COLUMNS: [&str; 4] = [
+    "tool_calls_mean",
+    "ttftc_p50_ms",
+    "ttftc_p95_ms",
+    "ttftc_p99_ms",
 ];
 
 fn row(b: &BenchmarkReport) -> Vec<String> {
@@ -77,6 +86,10 @@ fn row(b: &BenchmarkReport) -> Vec<String> {
     cells.push(number(slo.and_then(|s| s.attainment)));
     cells.push(number(slo.map(|s| s.goodput_requests_per_s)));
     cells.push(number(slo.map(|s| s.goodput_output_tokens_per_s)));
+    cells.push(number(s.tool_calls.as_ref().map(|d| d.mean)));
+    for (p, _) in PERCENTILES {
+        cells.push(number(s.ttftc.as_ref().and_then(|d| ms_at(d, p))));
+    }
     cells
 }
 
@@ -85,7 +98,9 @@ fn row(b: &BenchmarkReport) -> Vec<String> {
 /// (s), requests/s, output and total tokens/s, mean concurrency, the median,
 /// p95 and p99 of latency, TTFT, ITL (per gap) and TPOT of successful
 /// requests (ms), the mean dispatch delay (ms), and with `--slo` the
-/// attainment and goodput (requests/s, output tokens/s). Empty cells mark
+/// attainment and goodput (requests/s, output tokens/s), then with tool
+/// calls their mean per answer and the median, p95 and p99 time to first
+/// tool call (ms). Empty cells mark
 /// values that do not exist.
 /// Fields are quoted by the `csv` crate's writer where they need it.
 pub fn to_csv(report: &Report) -> String {
@@ -132,9 +147,12 @@ mod tests {
             "name,profile,requests_ok,requests_errored,requests_incomplete,duration_s,"
         ));
         assert!(lines[0].contains("latency_p50_ms,latency_p95_ms,latency_p99_ms,ttft_p50_ms"));
-        assert!(lines[0].ends_with("dispatch_delay_mean_ms,slo_attainment,goodput_requests_per_s,goodput_output_tokens_per_s"));
+        assert!(lines[0].ends_with(
+            "dispatch_delay_mean_ms,slo_attainment,goodput_requests_per_s,goodput_output_tokens_per_s,\
+             tool_calls_mean,ttftc_p50_ms,ttftc_p95_ms,ttftc_p99_ms"
+        ));
         let columns = lines[0].split(',').count();
-        assert_eq!(columns, 26);
+        assert_eq!(columns, 30);
         let first: Vec<&str> = lines[1].split(',').collect();
         assert_eq!(first.len(), columns);
         let m = &report.benchmarks[0].metrics;

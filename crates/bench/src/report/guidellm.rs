@@ -657,6 +657,7 @@ fn record(id: u64, status: RequestStatus, request: &Request) -> RequestRecord {
             ..RequestTimings::default()
         },
         cut_short_of: None,
+        tool_calls: None,
     }
 }
 
@@ -791,6 +792,10 @@ fn metrics(
             images: None,
             image_tokens: None,
             vision_encode: None,
+            ttftc: None,
+            tool_calls: None,
+            tool_call_tokens: None,
+            mixed_content_tool_tokens: None,
         }
     };
     let totals = m.request_totals;

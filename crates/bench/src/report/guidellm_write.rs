@@ -732,6 +732,9 @@ struct Req<'a> {
     error: Option<&'a RequestError>,
     /// (conversation, turn index).
     turn: Option<(u64, u32)>,
+    /// (tool calls, whether text came with them), for an answer to a
+    /// request that offered tools.
+    tools: Option<(u32, bool)>,
 }
 
 impl<'a> Req<'a> {
@@ -770,7 +773,24 @@ impl<'a> Req<'a> {
             pooled,
             error: records.error_of(r),
             turn: r.turn.as_ref().map(|t| (t.conversation, t.index)),
+            tools: r.tool_calls.as_ref().map(|t| (t.count, t.with_text)),
         }
+    }
+
+    /// GuideLLM's `tool_call_count`: set on an answer with tool calls, and
+    /// 0 on a turn that expected one.
+    fn tool_call_count(&self) -> Option<u32> {
+        self.tools.map(|(count, _)| count)
+    }
+    /// GuideLLM's `tool_call_tokens`: the output tokens of an answer made
+    /// of tool calls only.
+    fn tool_call_tokens(&self) -> Option<u32> {
+        matches!(self.tools, Some((1.., false))).then(|| self.output_tokens().unwrap_or(0))
+    }
+    /// GuideLLM's `mixed_content_tool_tokens`: the output tokens of an
+    /// answer with text and tool calls.
+    fn mixed_content_tool_tokens(&self) -> Option<u32> {
+        matches!(self.tools, Some((1.., true))).then(|| self.output_tokens().unwrap_or(0))
     }
 
     fn end_time(&self) -> f64 {
@@ -874,6 +894,10 @@ impl<'a> Req<'a> {
         let latency = self.latency().filter(|l| *l != 0.0);
         let per_second = |n: Option<u32>| Some(f64::from(n?) / latency?);
         let id = self.id.to_string();
+        let mut output_metrics = usage(self.output, None, counts);
+        output_metrics["tool_call_tokens"] = json!(self.tool_call_tokens());
+        output_metrics["mixed_content_tool_tokens"] = json!(self.mixed_content_tool_tokens());
+        output_metrics["tool_call_count"] = json!(self.tool_call_count());
         json!({
             "type_": "generative_request_stats",
             "request_id": id,
@@ -901,7 +925,7 @@ impl<'a> Req<'a> {
                 "completed_at": self.end_time(),
             },
             "input_metrics": usage(self.prompt.map(|p| p.saturating_sub(images)), self.images, None),
-            "output_metrics": usage(self.output, None, counts),
+            "output_metrics": output_metrics,
             "request_start_time": self.start,
             "request_end_time": self.end_time(),
             "request_latency": self.latency(),
@@ -1077,7 +1101,11 @@ fn metrics(reqs: &[Req], window: (f64, f64), schedule: bool) -> Value {
         },
         "video": nulls(&["tokens", "frames", "seconds", "bytes"]),
         "audio": nulls(&["tokens", "samples", "seconds", "bytes"]),
-        "tool_call": nulls(&["tokens", "mixed_tokens", "count"]),
+        "tool_call": {
+            "tokens": summary_of(&all, |r| (None, r.tool_call_tokens().map(f64::from))),
+            "mixed_tokens": summary_of(&all, |r| (None, r.mixed_content_tool_tokens().map(f64::from))),
+            "count": summary_of(&all, |r| (None, r.tool_call_count().map(f64::from))),
+        },
         "turns": turns(&all, &first, &after_first),
         "slo_attainment": null,
         "slo_determined_requests": 0,
@@ -1473,6 +1501,63 @@ mod tests {
         second.records.merge(&overlapping);
         second.recompute();
         report
+    }
+
+    #[test]
+    fn tool_calls_are_written_under_guidellms_tool_call_names() {
+        use guidebench_core::request::ToolCallOutput;
+        let tools = |count, with_text| {
+            Some(ToolCallOutput {
+                count,
+                with_text,
+                first: Some(ms(50)),
+                calls: Vec::new(),
+            })
+        };
+        let mut only = served_at(1, 0, &[50, 60, 70], 80, 10);
+        only.tool_calls = tools(1, false);
+        let mut mixed = served_at(2, 0, &[50, 60], 80, 10);
+        mixed.tool_calls = tools(2, true);
+        let mut missing = served_at(3, 0, &[50], 80, 10);
+        missing.tool_calls = tools(0, true);
+        let plain = served_at(4, 0, &[50], 80, 10);
+        let mut report = sample_report();
+        report.benchmarks.truncate(1);
+        report.benchmarks[0] = crate::report::BenchmarkReport::from_records(
+            "synchronous",
+            "synchronous".into(),
+            ms(0),
+            ms(1_000),
+            &[only, mixed, missing, plain],
+        );
+        let value = to_guidellm(&report);
+        let benchmark = &value["benchmarks"][0];
+        let tool_call = &benchmark["metrics"]["tool_call"];
+        let mean = |name: &str| tool_call[name]["output"]["successful"]["mean"].as_f64();
+        assert_eq!(mean("count"), Some(1.0), "1, 2 and the missing call's 0");
+        assert_eq!(tool_call["count"]["output"]["successful"]["count"], 3);
+        assert_eq!(
+            mean("tokens"),
+            Some(3.0),
+            "the tool-only answer's output tokens"
+        );
+        assert_eq!(mean("mixed_tokens"), Some(2.0));
+        let requests = benchmark["requests"]["successful"]
+            .as_array()
+            .expect("requests");
+        let output = |id: &str| {
+            requests
+                .iter()
+                .find(|r| r["request_id"] == id)
+                .map(|r| r["output_metrics"].clone())
+                .expect("the request")
+        };
+        assert_eq!(output("1")["tool_call_count"], 1);
+        assert_eq!(output("1")["tool_call_tokens"], 3);
+        assert_eq!(output("1")["mixed_content_tool_tokens"], Value::Null);
+        assert_eq!(output("2")["mixed_content_tool_tokens"], 2);
+        assert_eq!(output("3")["tool_call_count"], 0);
+        assert_eq!(output("4")["tool_call_count"], Value::Null);
     }
 
     #[test]

@@ -68,6 +68,24 @@ pub struct StatusMetrics {
     /// requests: the encoder's wall time in the prefill that took each.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vision_encode: Option<Distribution>,
+    /// Time to first tool call in seconds: `first tool-call event − start`,
+    /// over the answers that made tool calls; absent when none did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttftc: Option<Distribution>,
+    /// Tool calls per answer (GuideLLM's `tool_call.count`), over the
+    /// answers that made calls or were expected to (0 then); absent when
+    /// no request offered tools that way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Distribution>,
+    /// Output tokens of the answers made of tool calls only (GuideLLM's
+    /// `tool_call.tokens`, its `tool_call_tokens`); absent when none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_tokens: Option<Distribution>,
+    /// Output tokens of the answers with text and tool calls (GuideLLM's
+    /// `tool_call.mixed_tokens`, its `mixed_content_tool_tokens`); absent
+    /// when none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mixed_content_tool_tokens: Option<Distribution>,
 }
 
 impl StatusMetrics {
@@ -85,8 +103,24 @@ impl StatusMetrics {
         let mut ttfot = Vec::new();
         let mut reasoning = Vec::new();
         let (mut images, mut image_tokens, mut vision) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut ttftc, mut tool_calls, mut tool_tokens, mut mixed) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for r in records {
             count += 1;
+            if let Some(tools) = &r.tool_calls {
+                tool_calls.push(f64::from(tools.count));
+                if let (Some(first), Some(start)) = (tools.first, r.start) {
+                    ttftc.push(micros_as_secs(first.saturating_sub(start)));
+                }
+                if tools.count > 0 {
+                    let tokens = f64::from(r.output_tokens);
+                    if tools.with_text {
+                        mixed.push(tokens);
+                    } else {
+                        tool_tokens.push(tokens);
+                    }
+                }
+            }
             if let Some(seen) = &r.images {
                 images.push(f64::from(seen.count));
                 image_tokens.push(f64::from(seen.tokens));
@@ -138,6 +172,12 @@ impl StatusMetrics {
             images: (!images.is_empty()).then(|| Distribution::from_values(images)),
             image_tokens: (!image_tokens.is_empty())
                 .then(|| Distribution::from_values(image_tokens)),
+            ttftc: (!ttftc.is_empty()).then(|| Distribution::from_values(ttftc)),
+            tool_calls: (!tool_calls.is_empty()).then(|| Distribution::from_values(tool_calls)),
+            tool_call_tokens: (!tool_tokens.is_empty())
+                .then(|| Distribution::from_values(tool_tokens)),
+            mixed_content_tool_tokens: (!mixed.is_empty())
+                .then(|| Distribution::from_values(mixed)),
             vision_encode: (!vision.is_empty()).then(|| Distribution::from_values(vision)),
         }
     }
@@ -460,6 +500,49 @@ mod tests {
         assert!(close(m.successful.ttft.mean, 0.150), "TTFT is unchanged");
         let reasoning = m.successful.reasoning_tokens.expect("counted");
         assert!(close(reasoning.mean, 2.0));
+    }
+
+    #[test]
+    fn tool_call_metrics_count_calls_time_the_first_and_split_tokens_as_guidellm_does() {
+        use guidebench_core::request::ToolCallOutput;
+        let (_, m) = fixture();
+        assert_eq!(m.successful.ttftc, None, "no tools, no distribution");
+        assert_eq!(m.successful.tool_calls, None);
+        let tools = |count, with_text, first: Option<i64>| {
+            Some(ToolCallOutput {
+                count,
+                with_text,
+                first: first.map(ms),
+                calls: Vec::new(),
+            })
+        };
+        // Tool-only (first call 100 ms after its start at 0), mixed, and
+        // a turn that expected a call and got none.
+        let mut only = served(1, 0, &[100, 120], 130, 10);
+        only.tool_calls = tools(2, false, Some(100));
+        let mut mixed = served(2, 100, &[150, 200, 250], 260, 10);
+        mixed.tool_calls = tools(1, true, Some(200));
+        let mut missing = served(3, 300, &[400], 410, 10);
+        missing.tool_calls = tools(0, true, None);
+        let plain = served(4, 300, &[350], 360, 10);
+        let compact = CompactRecords::from_records(ms(0), &[only, mixed, missing, plain]);
+        let m = BenchmarkMetrics::compute(&compact, ms(0), ms(1_000));
+        let ttftc = m.successful.ttftc.expect("calls were made");
+        assert_eq!(ttftc.count, 2);
+        assert!(close(ttftc.mean, 0.100), "{}", ttftc.mean);
+        let calls = m.successful.tool_calls.expect("counted");
+        assert_eq!(
+            calls.count, 3,
+            "the missing call counts 0, a plain request not at all"
+        );
+        assert!(close(calls.mean, 1.0));
+        let only = m.successful.tool_call_tokens.expect("a tool-only answer");
+        assert_eq!((only.count, only.mean), (1, 2.0));
+        let mixed = m
+            .successful
+            .mixed_content_tool_tokens
+            .expect("a mixed answer");
+        assert_eq!((mixed.count, mixed.mean), (1, 3.0));
     }
 
     #[test]

@@ -132,6 +132,7 @@ pub(crate) mod tests {
                 reasoning_tokens: None,
             },
             cut_short_of: None,
+            tool_calls: None,
         }
     }
 

@@ -287,6 +287,7 @@ mod tests {
                 ..RequestTimings::default()
             },
             cut_short_of: None,
+            tool_calls: None,
         }
     }
 

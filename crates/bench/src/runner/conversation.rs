@@ -22,6 +22,17 @@
 //!   waited is recorded (`later_turns_are_timed_from_their_own_send`);
 //! * `history=last` and `history=none` send what they say
 //!   (`history_last_sends_only_the_previous_exchange`).
+//!
+//! Tool calling (GuideLLM's `client_tool_call` and
+//! `tool_response_injection` turns): a turn that offers tools carries them
+//! in its request ([`PlannedTurn::tools`]); the answer's tool calls become
+//! the assistant message of the history (its `tool_calls`), and a turn
+//! with [`PlannedTurn::tool_results`] sends one `tool` message per call
+//! answering it, in the calls' order, before its own messages. With
+//! `history=none` such a turn still sends the assistant's calls before
+//! their results, which cannot stand alone. Held by the unit tests below
+//! (`a_tool_result_turn_answers_each_call_of_the_previous_answer`,
+//! `history_none_keeps_the_calls_a_tool_result_answers`).
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
@@ -32,7 +43,9 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use guidebench_core::request::{ChatMessage, GenerationRequest, RequestInput};
+#[cfg(test)]
+use guidebench_core::request::ContentPart;
+use guidebench_core::request::{ChatMessage, GenerationRequest, RequestInput, ToolCall, ToolSet};
 use guidebench_core::sampling::Sampling;
 
 /// How much of a conversation's history each later turn sends.
@@ -75,6 +88,11 @@ pub struct PlannedTurn {
     /// How long the user thinks after the previous answer before sending
     /// this turn.
     pub think: Duration,
+    /// The tools the turn offers the model (a tool-call turn).
+    pub tools: Option<ToolSet>,
+    /// For a turn that answers the previous answer's tool calls: the
+    /// result sent for each call, as a `tool` message.
+    pub tool_results: Option<String>,
 }
 
 /// The conversation a request belongs to, and what is left of it.
@@ -101,38 +119,62 @@ pub struct Conversation {
 
 impl Conversation {
     /// The next turn's request, with the conversation advanced to it, given
-    /// this turn's answer; `None` after the last turn.
+    /// this turn's answer and the tool calls it made; `None` after the last
+    /// turn.
     pub fn next_turn(
         mut self,
         answer: &str,
+        calls: &[ToolCall],
     ) -> Option<(GenerationRequest, Conversation, Duration)> {
         let next = self.rest.pop_front()?;
-        let answered = ChatMessage::text("assistant", answer);
+        let answered = if calls.is_empty() {
+            ChatMessage::text("assistant", answer)
+        } else {
+            ChatMessage::tool_calls(answer, calls.to_vec())
+        };
+        // A tool-result turn answers every call before its own messages.
+        let results = next.tool_results.as_deref().map_or(0, |_| calls.len());
+        let new: Vec<ChatMessage> = calls
+            .iter()
+            .take(results)
+            .map(|call| {
+                ChatMessage::tool_result(
+                    call.id.clone(),
+                    next.tool_results.as_deref().unwrap_or(""),
+                )
+            })
+            .chain(next.messages)
+            .collect();
         let mut before = std::mem::take(&mut self.before);
         let previous = std::mem::take(&mut self.current);
         let sent: Vec<ChatMessage> = match self.history {
             History::Full => {
                 before.extend(previous);
                 before.push(answered);
-                before.iter().chain(&next.messages).cloned().collect()
+                before.iter().chain(&new).cloned().collect()
             }
             History::Last => {
                 before = previous;
                 before.push(answered);
-                before.iter().chain(&next.messages).cloned().collect()
+                before.iter().chain(&new).cloned().collect()
             }
             History::None => {
                 before.clear();
-                next.messages.clone()
+                if results > 0 {
+                    // Results cannot stand without the calls they answer.
+                    before.push(answered);
+                }
+                before.iter().chain(&new).cloned().collect()
             }
         };
-        let request = GenerationRequest::new(next.id, RequestInput::Chat(sent), next.sampling);
+        let mut request = GenerationRequest::new(next.id, RequestInput::Chat(sent), next.sampling);
+        request.tools = next.tools;
         let conversation = Conversation {
             id: self.id,
             turn: self.turn + 1,
             history: self.history,
             before,
-            current: next.messages,
+            current: new,
             rest: self.rest,
             waited: None,
             predecessor_end: None,
@@ -216,5 +258,107 @@ impl Followups {
     /// Resolves when a turn is pushed or the last conversation closes.
     pub(super) fn changed(&self) -> tokio::sync::futures::Notified<'_> {
         self.changed.notified()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use guidebench_core::request::{MessageTool, ToolChoice};
+
+    use super::*;
+
+    fn planned(id: u64, messages: Vec<ChatMessage>, results: Option<&str>) -> PlannedTurn {
+        PlannedTurn {
+            id,
+            messages,
+            sampling: Sampling::fixed_length(2).expect("valid"),
+            think: Duration::ZERO,
+            tools: None,
+            tool_results: results.map(str::to_owned),
+        }
+    }
+
+    fn call(id: &str) -> ToolCall {
+        ToolCall {
+            id: id.into(),
+            name: "get_data".into(),
+            arguments: "{}".into(),
+        }
+    }
+
+    fn conversation(history: History, rest: Vec<PlannedTurn>) -> Conversation {
+        Conversation {
+            id: 1,
+            turn: 0,
+            history,
+            before: Vec::new(),
+            current: vec![ChatMessage::text("user", "look it up")],
+            rest: rest.into(),
+            waited: None,
+            predecessor_end: None,
+        }
+    }
+
+    fn sent(request: &GenerationRequest) -> &[ChatMessage] {
+        match &request.input {
+            RequestInput::Chat(messages) => messages,
+            RequestInput::Text(_) => panic!("a chat"),
+        }
+    }
+
+    #[test]
+    fn a_tool_result_turn_answers_each_call_of_the_previous_answer() {
+        let mut asks = planned(3, vec![ChatMessage::text("user", "and then?")], None);
+        asks.tools = Some(ToolSet {
+            tools: vec![serde_json::json!({"type": "function", "function": {"name": "f"}})],
+            choice: ToolChoice::Required,
+            expect_call: true,
+        });
+        let rest = vec![planned(2, Vec::new(), Some("42")), asks];
+        let first = conversation(History::Full, rest);
+        let (request, next, _) = first
+            .next_turn("", &[call("a"), call("b")])
+            .expect("a next turn");
+        let messages = sent(&request);
+        assert_eq!(messages.len(), 4, "user, assistant calls, two results");
+        assert_eq!(
+            messages[1].tool,
+            Some(MessageTool::Calls(vec![call("a"), call("b")]))
+        );
+        assert!(
+            messages[1].content.is_empty(),
+            "a tool-only answer has no text"
+        );
+        for (message, id) in messages[2..].iter().zip(["a", "b"]) {
+            assert_eq!(message.role, "tool");
+            assert_eq!(message.tool, Some(MessageTool::Answers(id.into())));
+            assert_eq!(message.content, vec![ContentPart::text("42")]);
+        }
+        assert!(request.tools.is_none(), "the results turn offers no tools");
+        let (request, _, _) = next.next_turn("sunny", &[]).expect("the third turn");
+        let messages = sent(&request);
+        assert_eq!(
+            messages.len(),
+            6,
+            "the whole history, the text answer, the new question"
+        );
+        assert_eq!(messages[4], ChatMessage::text("assistant", "sunny"));
+        assert!(request.tools.as_ref().is_some_and(|t| t.expect_call));
+    }
+
+    #[test]
+    fn history_none_keeps_the_calls_a_tool_result_answers() {
+        let first = conversation(History::None, vec![planned(2, Vec::new(), Some("ok"))]);
+        let (request, _, _) = first.next_turn("", &[call("a")]).expect("next");
+        let roles: Vec<&str> = sent(&request).iter().map(|m| m.role.as_str()).collect();
+        assert_eq!(roles, ["assistant", "tool"]);
+    }
+
+    #[test]
+    fn a_results_turn_after_an_answer_without_calls_sends_the_history_alone() {
+        let first = conversation(History::Full, vec![planned(2, Vec::new(), Some("ok"))]);
+        let (request, _, _) = first.next_turn("no tool", &[]).expect("next");
+        let roles: Vec<&str> = sent(&request).iter().map(|m| m.role.as_str()).collect();
+        assert_eq!(roles, ["user", "assistant"]);
     }
 }

@@ -265,7 +265,10 @@ impl Execution {
                 .map(|end| Instant::now().saturating_duration_since(end));
         }
         let asked = request.sampling.max_tokens;
+        let expects_a_tool_call = request.tools.as_ref().is_some_and(|t| t.expect_call);
         let result = self.backend.resolve(request).await;
+        // The calls the next turn answers, whatever the record keeps.
+        let tool_calls = result.as_ref().ok().and_then(|r| r.tool_calls.clone());
         guard.armed = None;
         let answer = match (&result, &conversation) {
             (Ok(response), Some(_)) if response.finish_reason != FinishReason::Interrupted => {
@@ -276,7 +279,7 @@ impl Execution {
         if watched_send.is_some() {
             self.in_flight.fetch_sub(1, Ordering::AcqRel);
         }
-        let mut record = match result {
+        let record = match result {
             // Cut short by an interrupt: incomplete, with what it had.
             Ok(response) if response.finish_reason == FinishReason::Interrupted => {
                 RequestRecord::interrupted(response, self.keep_text)
@@ -288,6 +291,10 @@ impl Execution {
                 record
             }
             Err(err) => RequestRecord::error(id, &err, sent, now()),
+        };
+        let mut record = match expects_a_tool_call {
+            true => record.expecting_a_tool_call(),
+            false => record,
         };
         record.note_max_tokens(asked);
         // Start is when the caller sent the request, on the schedule's clock,
@@ -318,7 +325,8 @@ impl Execution {
             stop_with(&self.stop, reason);
         }
         if let Some(conversation) = conversation {
-            self.next_turn(*conversation, id, answer.as_deref());
+            let calls = tool_calls.as_ref().map_or(&[][..], |t| t.calls.as_slice());
+            self.next_turn(*conversation, id, answer.as_deref(), calls);
         }
         let _ = self.records.send(record);
     }
@@ -326,7 +334,13 @@ impl Execution {
     /// Records a turn of a conversation and queues the next one for its
     /// think time after now, given this turn's answer; a failed turn, or a
     /// run cut off, ends the conversation.
-    fn next_turn(&self, conversation: Conversation, id: u64, answer: Option<&str>) {
+    fn next_turn(
+        &self,
+        conversation: Conversation,
+        id: u64,
+        answer: Option<&str>,
+        calls: &[guidebench_core::request::ToolCall],
+    ) {
         self.turns
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -342,7 +356,7 @@ impl Execution {
             Some(reason) if !matches!(reason, StopReason::MaxRequests | StopReason::DataExhausted)
         );
         let next = match answer {
-            Some(answer) if !stopped => conversation.next_turn(answer),
+            Some(answer) if !stopped => conversation.next_turn(answer, calls),
             _ => None,
         };
         match next {

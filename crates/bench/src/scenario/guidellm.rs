@@ -452,8 +452,9 @@ fn map_tokenizer(path: &str, value: &Value, out: &mut Map<String, Value>, proble
 type IsDefault = fn(&Value) -> bool;
 
 /// Backend fields GuideLLM's reports write out at their defaults, which
-/// are what guidebench does: HTTP redirects followed, no tools (so no
-/// tool-call behaviour), no server-side history, no reasoning carried
+/// are what guidebench does: HTTP redirects followed, `error_stop` for a
+/// missing tool call (another value passes on as the `openai_http`
+/// option of the same name), no server-side history, no reasoning carried
 /// between turns.
 const BACKEND_DEFAULTS: &[(&str, IsDefault)] = &[
     ("follow_redirects", |v| v.as_bool() == Some(true)),

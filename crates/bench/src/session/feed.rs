@@ -38,6 +38,7 @@ pub fn to_request(id: u64, item: DataItem, run: &SamplingParams) -> Result<Gener
         at: _,
         turns: _,
         history: _,
+        tools,
     } = item;
     let mut params = SamplingParams {
         temperature: sampling.temperature.or(run.temperature),
@@ -65,6 +66,7 @@ pub fn to_request(id: u64, item: DataItem, run: &SamplingParams) -> Result<Gener
         .map_err(|source| Error::Item { origin, source })?;
     let mut request = GenerationRequest::new(id, input, sampling);
     request.expected_prompt_tokens = prompt_tokens;
+    request.tools = tools;
     Ok(request)
 }
 
@@ -110,6 +112,7 @@ pub fn to_job(id: u64, mut item: DataItem, run: &SamplingParams) -> Result<Job> 
                     at: None,
                     turns: Vec::new(),
                     history,
+                    tools: None,
                 },
                 run,
             )?;
@@ -118,6 +121,8 @@ pub fn to_job(id: u64, mut item: DataItem, run: &SamplingParams) -> Result<Job> 
                 messages: messages(turn.input),
                 sampling: planned.sampling,
                 think: turn.think,
+                tools: turn.tools,
+                tool_results: turn.tool_results,
             })
         })
         .collect::<Result<_>>()?;
@@ -319,6 +324,7 @@ mod tests {
             at: None,
             turns: Vec::new(),
             history: History::Full,
+            tools: None,
         }
     }
 
