@@ -47,6 +47,13 @@ pub const OPTIONS: &[OptionSpec] = &[
          repacked copy of those weights)",
     )
     .default_from::<CandleOptions>(),
+    OptionSpec::optional(
+        "mmproj",
+        OptionType::String,
+        "with model=TEXT.gguf: llama.cpp's mmproj GGUF of the model's vision tower and \
+         projector (SmolVLM / Idefics3: clip.projector_type=idefics3), images prepared and \
+         laid out as llama.cpp's mtmd does",
+    ),
     EngineOptions::THREADS.with_description("CPU threads (default: all available)"),
     EngineOptions::DEVICE.with_description("cpu, or cuda[:N] with the `cuda` feature"),
     EngineOptions::MAX_SEQ_LEN,
@@ -73,6 +80,9 @@ pub struct CandleOptions {
     /// GGUF files: `own` (default) or `candle` kernels for quantized
     /// products.
     pub quant_kernels: String,
+    /// llama.cpp's mmproj file of a GGUF model's vision tower and
+    /// projector (`model=TEXT.gguf,mmproj=MMPROJ.gguf`); none by default.
+    pub mmproj: Option<String>,
 }
 
 impl Default for CandleOptions {
@@ -82,6 +92,7 @@ impl Default for CandleOptions {
             kv_dtype: "auto".into(),
             activations: "f32".into(),
             quant_kernels: "own".into(),
+            mmproj: None,
         }
     }
 }
@@ -246,6 +257,10 @@ impl OpenStep for CandleEngine {
             .check(|key, reason| CandleError::from(LoadError::InvalidOption { key, reason }))?;
         let device = candle_device(device)?;
         let folder = ModelFolder::open_with_vision(model, VISION_FAMILIES)?;
+        let folder = match &options.mmproj {
+            Some(mmproj) => folder.with_mmproj(mmproj)?,
+            None => folder,
+        };
         // On a GGUF file: its own types, any other dtype refused with why.
         let choice = folder.dtype_choice(request, AUTO_DTYPES)?;
         let dtype = candle_dtype(choice.dtype);
@@ -303,10 +318,22 @@ impl OpenStep for CandleEngine {
                     named(&vision.weight_names)?,
                     Some(ImageEncoder::Llava(VisionTower::load(&weights, vision)?)),
                 ),
-                (None, Some(vision)) => (
-                    named(&vision.weight_names)?,
-                    Some(ImageEncoder::SmolVlm(SmolVlmTower::load(&weights, vision)?)),
-                ),
+                (None, Some(vision)) => match folder.mmproj_file() {
+                    // llama.cpp's pair: the text model from its GGUF, the
+                    // tower and projector from the mmproj file, in f32.
+                    Some(mmproj) => {
+                        let tower = crate::gguf::GgufTensors::open_mmproj(mmproj)?;
+                        let tower = Weights::from_gguf(tower, DType::F32, &device);
+                        (
+                            Decoder::load(&weights, config, max_seq_len)?,
+                            Some(ImageEncoder::SmolVlm(SmolVlmTower::load(&tower, vision)?)),
+                        )
+                    }
+                    None => (
+                        named(&vision.weight_names)?,
+                        Some(ImageEncoder::SmolVlm(SmolVlmTower::load(&weights, vision)?)),
+                    ),
+                },
                 (None, None) => (Decoder::load(&weights, config, max_seq_len)?, None),
             };
             let decoder = match kv_dtype {

@@ -95,6 +95,38 @@ impl GgufTensors {
     /// type this engine cannot run is [`LoadError::InvalidWeights`]
     /// naming the file.
     pub fn open(path: &Path, config: &DecoderConfig) -> Result<Self> {
+        let interleaved = gguf_rows_are_interleaved(config.architecture);
+        let arch = config.architecture;
+        GgufTensors::open_named(path, |name| {
+            let hf_name = gguf_tensor_hf_name(arch, name)?;
+            let is_qk = hf_name.ends_with("self_attn.q_proj.weight")
+                || hf_name.ends_with("self_attn.k_proj.weight")
+                || hf_name.ends_with("self_attn.q_proj.bias")
+                || hf_name.ends_with("self_attn.k_proj.bias");
+            Some((hf_name, (interleaved && is_qk).then_some(config.head_dim)))
+        })
+    }
+
+    /// Indexes the tensors of llama.cpp's mmproj file `path` (a SmolVLM
+    /// tower and projector) under the names a SmolVLM checkpoint gives
+    /// them, through core's table
+    /// ([`mmproj_tensor_hf_name`](guidebench_core::model::mmproj_tensor_hf_name)):
+    /// the converter stores the patch kernel, the position embedding and
+    /// every matrix in the checkpoint's own layouts (ggml's dims reversed),
+    /// so they load as they are. Errors as [`open`](Self::open)'s.
+    pub fn open_mmproj(path: &Path) -> Result<Self> {
+        GgufTensors::open_named(path, |name| {
+            guidebench_core::model::mmproj_tensor_hf_name(name).map(|hf| (hf, None))
+        })
+    }
+
+    /// Indexes the tensors of `path` that `name` maps to a Hugging Face
+    /// name (with the head size of rows to put back in order, for q and
+    /// k); the others are ignored.
+    fn open_named(
+        path: &Path,
+        name_of: impl Fn(&str) -> Option<(String, Option<usize>)>,
+    ) -> Result<Self> {
         let invalid = |reason: String| {
             CandleError::from(LoadError::InvalidWeights {
                 path: path.to_owned(),
@@ -105,10 +137,9 @@ impl GgufTensors {
         let file_len = file.metadata().map_err(|e| invalid(e.to_string()))?.len();
         let content = gguf_file::Content::read(&mut file)
             .map_err(|e| invalid(crate::error::candle_message(&e)))?;
-        let interleaved = gguf_rows_are_interleaved(config.architecture);
         let mut entries = HashMap::new();
         for (name, info) in &content.tensor_infos {
-            let Some(hf_name) = gguf_tensor_hf_name(config.architecture, name) else {
+            let Some((hf_name, interleaved_head)) = name_of(name) else {
                 continue;
             };
             let ggml = info.ggml_dtype;
@@ -134,10 +165,6 @@ impl GgufTensors {
                      file ({file_len} bytes): the file is truncated"
                 )));
             }
-            let is_qk = hf_name.ends_with("self_attn.q_proj.weight")
-                || hf_name.ends_with("self_attn.k_proj.weight")
-                || hf_name.ends_with("self_attn.q_proj.bias")
-                || hf_name.ends_with("self_attn.k_proj.bias");
             entries.insert(
                 hf_name,
                 Entry {
@@ -146,7 +173,7 @@ impl GgufTensors {
                     shape: info.shape.dims().to_vec(),
                     offset,
                     len,
-                    interleaved_head: (interleaved && is_qk).then_some(config.head_dim),
+                    interleaved_head,
                 },
             );
         }

@@ -260,6 +260,7 @@ fn options_an_encoder_has_no_use_for_are_refused_by_name() {
         ("max_seq_len=16", "`max_seq_len`"),
         ("activations=f32", "`activations`"),
         ("quant_kernels=own", "`quant_kernels`"),
+        ("mmproj=vision.gguf", "`mmproj`"),
         ("dtype=bf16", "dtype=bf16 is not supported"),
         ("device=cuda", "CPU only"),
     ] {

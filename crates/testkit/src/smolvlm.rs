@@ -6,7 +6,9 @@
 //! `SmolVLMForConditionalGeneration` folder holds: `config.json`
 //! (`model_type: "smolvlm"`, a SigLIP-style `vision_config` of
 //! `model_type: "smolvlm_vision"`, a Llama `text_config` as
-//! [`FixtureSpec`] makes it, `scale_factor`, `image_token_id`),
+//! [`FixtureSpec`] makes it with `architectures: ["VLlama3ForCausalLM"]`
+//! as the hub's SmolVLM configs have it, `scale_factor`,
+//! `image_token_id`),
 //! `model.safetensors` with the tensors named as the published SmolVLM
 //! checkpoints and transformers name them (`model.vision_model.*`,
 //! `model.connector.modality_projection.proj.weight`,
@@ -57,6 +59,9 @@ pub const GLOBAL_IMAGE_TOKEN: &str = "<global-img>";
 pub const END_OF_UTTERANCE: &str = "<end_of_utterance>";
 /// The start of a chat, as SmolVLM's template writes it.
 pub const IM_START: &str = "<|im_start|>";
+/// Two newlines: one token of the published SmolVLM vocabularies, which
+/// llama.cpp's idefics3 layout puts before the global view.
+pub const NEWLINE_PAIR: &str = "\n\n";
 /// The largest tile grid with its own `<row_r_col_c>` tokens (as the
 /// published SmolVLM tokenizers: rows and columns 1 to 6).
 pub const MAX_GRID: usize = 6;
@@ -95,6 +100,14 @@ pub struct SmolVlmSpec {
     pub longest_edge: usize,
     /// The processor's `do_image_splitting`.
     pub do_image_splitting: bool,
+    /// Whether the tokenizer has [`NEWLINE_PAIR`] (`"\n\n"`) as one
+    /// added (not special) token, the last id, as the published SmolVLM
+    /// vocabularies have it as one token: llama.cpp's idefics3 prompt
+    /// layout looks that token up (its server answers "Invalid token"
+    /// where the vocabulary lacks it). Off in [`tiny`](Self::tiny) (the
+    /// fixture of the transformers expectations), on in
+    /// [`tiny_gguf`](Self::tiny_gguf).
+    pub newline_pair_token: bool,
 }
 
 impl SmolVlmSpec {
@@ -120,6 +133,18 @@ impl SmolVlmSpec {
             seed: 173,
             longest_edge: 64,
             do_image_splitting: true,
+            newline_pair_token: false,
+        }
+    }
+
+    /// [`tiny`](Self::tiny) with [`NEWLINE_PAIR`] in its vocabulary: the
+    /// fixture the SmolVLM GGUF files are converted from (see
+    /// [`SMOLVLM_GGUF_DIR`]). Its vocabulary is one longer, so its random
+    /// weights differ from `tiny`'s.
+    pub fn tiny_gguf() -> Self {
+        SmolVlmSpec {
+            newline_pair_token: true,
+            ..SmolVlmSpec::tiny()
         }
     }
 
@@ -235,7 +260,12 @@ pub fn write_smolvlm_fixture(dir: &Path, spec: &SmolVlmSpec) -> Result<()> {
     }
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     let tok = smolvlm_tokenizer(spec.text.vocab_size)?;
-    let vocab = tok.vocab_size();
+    let mut tokenizer_json = tok.to_json().map_err(Error::Tokenizer)?;
+    let mut vocab = tok.vocab_size();
+    if spec.newline_pair_token {
+        tokenizer_json = with_added_token(&tokenizer_json, NEWLINE_PAIR, vocab)?;
+        vocab += 1;
+    }
     let bos = token_id(&tok, SPECIAL_TOKENS[0])?;
     let eos = token_id(&tok, SPECIAL_TOKENS[1])?;
     let pad = token_id(&tok, SPECIAL_TOKENS[2])?;
@@ -248,6 +278,9 @@ pub fn write_smolvlm_fixture(dir: &Path, spec: &SmolVlmSpec) -> Result<()> {
         obj.remove("dtype");
         obj.remove("transformers_version");
         obj.insert("pad_token_id".into(), json!(pad));
+        // As the hub's SmolVLM configs have it: llama.cpp's converter
+        // picks the text model's architecture from this key.
+        obj.insert("architectures".into(), json!(["VLlama3ForCausalLM"]));
     }
     let (dtype_key, version) = match spec.text.layout {
         ConfigLayout::Transformers4 => ("torch_dtype", "4.51.0"),
@@ -279,10 +312,7 @@ pub fn write_smolvlm_fixture(dir: &Path, spec: &SmolVlmSpec) -> Result<()> {
         }
     });
     write(&dir.join("config.json"), pretty(&config))?;
-    write(
-        &dir.join("tokenizer.json"),
-        tok.to_json().map_err(Error::Tokenizer)?,
-    )?;
+    write(&dir.join("tokenizer.json"), tokenizer_json)?;
     write(
         &dir.join("tokenizer_config.json"),
         pretty(&json!({
@@ -346,6 +376,29 @@ pub fn write_smolvlm_fixture(dir: &Path, spec: &SmolVlmSpec) -> Result<()> {
         &dir.join("model.safetensors"),
     )?;
     Ok(())
+}
+
+/// `tokenizer.json` text with `content` added as a plain (not special,
+/// not normalized) added token of id `id`.
+fn with_added_token(json: &str, content: &str, id: usize) -> Result<String> {
+    let mut value: serde_json::Value =
+        serde_json::from_str(json).map_err(|e| Error::json("tokenizer.json", e))?;
+    let added = value
+        .get_mut("added_tokens")
+        .and_then(serde_json::Value::as_array_mut)
+        .ok_or_else(|| Error::InvalidSpec {
+            reason: "the trained tokenizer has no added_tokens list".into(),
+        })?;
+    added.push(json!({
+        "id": id,
+        "content": content,
+        "single_word": false,
+        "lstrip": false,
+        "rstrip": false,
+        "normalized": false,
+        "special": false,
+    }));
+    serde_json::to_string(&value).map_err(|e| Error::json("tokenizer.json", e))
 }
 
 /// A wide strip with gradients, a disc and diagonal stripes.
@@ -537,6 +590,73 @@ pub fn stored_smolvlm() -> Result<SmolVlmExpected> {
         .map_err(|e| Error::json("expected/smolvlm.json", e))
 }
 
+/// The folder of the stored SmolVLM GGUF files, as llama.cpp ships
+/// SmolVLM: `text-f32.gguf` (the text model), `mmproj-f32.gguf` and
+/// `mmproj-f16.gguf` (the vision tower and projector), made by
+/// llama.cpp's converter from the [`SmolVlmSpec::tiny_gguf`] fixture
+/// (`scripts/smolvlm-gguf`).
+pub const SMOLVLM_GGUF_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/gguf/smolvlm");
+
+/// The stored SmolVLM GGUF file `name` (in [`SMOLVLM_GGUF_DIR`]).
+pub fn smolvlm_gguf_file(name: &str) -> PathBuf {
+    Path::new(SMOLVLM_GGUF_DIR).join(name)
+}
+
+/// What llama.cpp computes on the stored SmolVLM GGUF files
+/// (`crates/testkit/expected/smolvlm-gguf.json`, written by
+/// `scripts/smolvlm-gguf`).
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+pub struct SmolVlmGgufExpected {
+    /// The llama.cpp version that converted and ran them.
+    pub generator: String,
+    /// The text model's file name.
+    pub text: String,
+    /// The SHA-256 of each stored file, by name.
+    pub files: BTreeMap<String, String>,
+    /// One run per mmproj file, the text model the same.
+    pub runs: Vec<SmolVlmGgufRun>,
+}
+
+/// llama.cpp's outputs with one mmproj file.
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+pub struct SmolVlmGgufRun {
+    /// The mmproj file's name.
+    pub mmproj: String,
+    /// The cases.
+    pub cases: Vec<SmolVlmGgufCase>,
+}
+
+/// One prompt as llama.cpp ran it.
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+pub struct SmolVlmGgufCase {
+    /// The name of the transformers case whose prompt it is.
+    pub name: String,
+    /// The prompt text, `<image>` where the image goes.
+    pub prompt: String,
+    /// The fixture image, if any.
+    pub image: Option<String>,
+    /// The prompt's positions: text tokens and image embeddings.
+    pub prompt_positions: usize,
+    /// 8 greedy tokens (no stop at EOS).
+    pub greedy: Vec<u32>,
+    /// The top-two logit gap at each step, where llama.cpp reports it
+    /// (not for a token that is part of a character).
+    pub gaps: Vec<Option<f32>>,
+}
+
+impl SmolVlmGgufExpected {
+    /// The run of the mmproj file `mmproj`.
+    pub fn run(&self, mmproj: &str) -> Option<&SmolVlmGgufRun> {
+        self.runs.iter().find(|r| r.mmproj == mmproj)
+    }
+}
+
+/// The stored llama.cpp outputs on the SmolVLM GGUF files.
+pub fn stored_smolvlm_gguf() -> Result<SmolVlmGgufExpected> {
+    serde_json::from_str(include_str!("../expected/smolvlm-gguf.json"))
+        .map_err(|e| Error::json("expected/smolvlm-gguf.json", e))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -561,6 +681,43 @@ mod tests {
             changed.is_empty(),
             "the SmolVLM writer changed {changed:?}: rerun scripts/smolvlm-expected"
         );
+    }
+
+    #[test]
+    fn the_stored_gguf_files_are_the_ones_llama_cpp_ran_on() {
+        let stored = stored_smolvlm_gguf().expect("expected/smolvlm-gguf.json parses");
+        let mut names: Vec<String> = std::fs::read_dir(SMOLVLM_GGUF_DIR)
+            .expect("the GGUF folder")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        assert_eq!(names, stored.files.keys().cloned().collect::<Vec<_>>());
+        for (name, want) in &stored.files {
+            let bytes = std::fs::read(smolvlm_gguf_file(name)).expect("read");
+            let got: String = Sha256::digest(&bytes)
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect();
+            assert_eq!(&got, want, "{name}: rerun scripts/smolvlm-gguf");
+        }
+        assert!(stored.files.contains_key(&stored.text));
+        for run in &stored.runs {
+            assert!(stored.files.contains_key(&run.mmproj), "{}", run.mmproj);
+            assert!(run.cases.iter().all(|c| c.greedy.len() == 8));
+        }
+    }
+
+    #[test]
+    fn the_gguf_source_fixture_has_two_newlines_as_one_plain_token() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        write_smolvlm_fixture(dir.path(), &SmolVlmSpec::tiny_gguf()).expect("write");
+        let tok =
+            guidebench_core::tokenizer::HfTokenizer::from_file(dir.path().join("tokenizer.json"))
+                .expect("tokenizer.json loads");
+        let plain = smolvlm_tokenizer(SmolVlmSpec::tiny().text.vocab_size).expect("tokenizer");
+        let id = u32::try_from(plain.vocab_size()).expect("id");
+        assert_eq!(tok.inner().token_to_id(NEWLINE_PAIR), Some(id));
+        assert_eq!(tok.encode("a\n\nb", false).expect("encodes").len(), 3);
     }
 
     #[test]

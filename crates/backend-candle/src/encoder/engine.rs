@@ -44,14 +44,15 @@ use crate::engine::{CandleEngine, CandleOptions};
 use crate::error::{CandleError, Result};
 
 /// The candle options that mean nothing to an encoder (a KV cache, its
-/// slots, generated lengths, bf16 activations, GGUF kernels): given with
-/// an encoder folder, each is refused by name.
+/// slots, generated lengths, bf16 activations, GGUF kernels, a vision
+/// projector file): given with an encoder folder, each is refused by name.
 pub const ENCODER_REFUSED_OPTIONS: &[&str] = &[
     "kv_dtype",
     "activations",
     "quant_kernels",
     "max_seq_len",
     "max_slots",
+    "mmproj",
 ];
 
 /// The candle engine's registry constructor: an [`EncoderEngine`] for a

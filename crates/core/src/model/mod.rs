@@ -133,7 +133,9 @@ pub use dtype::{
 };
 pub use files::GenerationConfig;
 pub use gguf::{
-    gguf_row_of_hf_row, gguf_rows_are_interleaved, gguf_tensor_hf_name, hf_row_of_gguf_row,
+    MMPROJ_PROJECTOR, MMPROJ_PROJECTOR_TYPES, MMPROJ_VISION_MODEL, gguf_row_of_hf_row,
+    gguf_rows_are_interleaved, gguf_tensor_hf_name, hf_row_of_gguf_row, mmproj_tensor_hf_name,
+    mmproj_weight_names,
 };
 pub use hub::WeightFormat;
 pub use resolve::{BUILTIN_PREFIX, ModelSearch, cache_root, is_hub_name, resolve};
@@ -160,6 +162,8 @@ pub struct ModelFolder {
     eos_token_ids: Vec<u32>,
     /// A vision-language folder's vision side and image processor.
     vision: Option<VisionSide>,
+    /// llama.cpp's mmproj file joined with a GGUF text model.
+    mmproj: Option<PathBuf>,
 }
 
 /// The vision side of a vision-language folder.
@@ -243,6 +247,81 @@ impl ModelFolder {
         ))
     }
 
+    /// A GGUF text model joined with llama.cpp's `mmproj` file of its
+    /// vision tower and projector (`model=TEXT.gguf,mmproj=MMPROJ.gguf`):
+    /// the SmolVLM side as [`smolvlm`](Self::smolvlm) (read from the
+    /// file's metadata, see [`gguf`]'s `mmproj` module) and llama.cpp's
+    /// idefics3 preprocessing and prompt layout as
+    /// [`smolvlm_processor`](Self::smolvlm_processor). The mmproj file
+    /// stays where it is: [`mmproj_file`](Self::mmproj_file) names it for
+    /// engines.
+    ///
+    /// Errors, each naming the file: a model that is not a GGUF file, or
+    /// a text model without an `<image>` token or of another width than
+    /// the projector's output, is [`Error::InvalidModelConfig`]; a
+    /// missing mmproj file [`Error::MissingModelFile`]; a corrupt one, or
+    /// one whose metadata lacks a key, [`Error::InvalidGguf`]; a
+    /// projector type other than `idefics3`
+    /// [`Error::UnsupportedArchitecture`].
+    pub fn with_mmproj(mut self, mmproj: impl AsRef<Path>) -> Result<Self> {
+        let mmproj = mmproj.as_ref();
+        let Some(text) = self.gguf.clone() else {
+            return Err(Error::InvalidModelConfig {
+                path: mmproj.to_owned(),
+                reason: format!(
+                    "mmproj= (llama.cpp's vision projector) goes with a GGUF text model                      (model=FILE.gguf); `{}` is a Hugging Face folder",
+                    self.dir.display()
+                ),
+            });
+        };
+        let (mut vision, settings) = gguf::mmproj::open(mmproj)?;
+        let token = crate::vision::SmolVlmTokens::default().image;
+        let id = self
+            .tokenizer
+            .inner()
+            .token_to_id(&token)
+            .filter(|&id| (id as usize) < self.config.vocab_size)
+            .ok_or_else(|| Error::InvalidModelConfig {
+                path: text.clone(),
+                reason: format!(
+                    "the text model has no {token} token in its vocabulary, which the                      vision projector `{}` needs",
+                    mmproj.display()
+                ),
+            })?;
+        if vision.text_hidden_size != self.config.hidden_size {
+            return Err(Error::InvalidModelConfig {
+                path: mmproj.to_owned(),
+                reason: format!(
+                    "the projector's output is {} wide (clip.vision.projection_dim), the text                      model `{}` {} wide",
+                    vision.text_hidden_size,
+                    text.display(),
+                    self.config.hidden_size
+                ),
+            });
+        }
+        vision.image_token_id = id;
+        let size = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+        let images = SmolVlmImageProcessor::llama_cpp(
+            size(settings.tile),
+            size(settings.longest_edge),
+            settings.mean,
+            settings.std,
+            vision.image_seq_len(),
+            mmproj,
+        );
+        let processor = SmolVlmProcessor::new(images, Arc::clone(&self.tokenizer), id);
+        self.vision = Some(VisionSide::SmolVlm(Arc::new(vision), Arc::new(processor)));
+        self.mmproj = Some(mmproj.to_owned());
+        Ok(self)
+    }
+
+    /// The mmproj file joined with the GGUF text model
+    /// ([`with_mmproj`](Self::with_mmproj)): engines read the tower's
+    /// tensors from it, named as [`mmproj_tensor_hf_name`] maps them.
+    pub fn mmproj_file(&self) -> Option<&Path> {
+        self.mmproj.as_deref()
+    }
+
     /// The folder from what was read, the end-of-sequence ids the
     /// tokenizer's.
     fn assemble(
@@ -266,6 +345,7 @@ impl ModelFolder {
             tokenizer: Arc::new(tokenizer),
             eos_token_ids,
             vision: None,
+            mmproj: None,
         }
     }
 

@@ -50,9 +50,9 @@ pub use config::{
 pub(crate) use config::{is_llava, split_llava};
 pub use processor::{ImageProcessor, PreparedImage, expand_image_tokens};
 pub use smolvlm::{
-    DEFAULT_IMAGE_SEQ_LEN, MAX_IMAGE_SIZE, PillowFilter, SmolVlmBatch, SmolVlmImage,
+    DEFAULT_IMAGE_SEQ_LEN, MAX_IMAGE_SIZE, PillowFilter, SmolVlmBatch, SmolVlmFlavor, SmolVlmImage,
     SmolVlmImageProcessor, SmolVlmProcessor, SmolVlmTokens, longest_edge_size, pad_frames,
-    pillow_resize, tile_multiple_size,
+    pillow_resize, pillow_resize_horizontal_first, tile_multiple_size,
 };
 pub use smolvlm_config::{SiglipVisionConfig, SmolVlmConfig, VisionFamily};
 pub(crate) use smolvlm_config::{smolvlm_kind, split_smolvlm};

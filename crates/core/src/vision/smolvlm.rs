@@ -193,6 +193,26 @@ pub fn pillow_resize(image: &RgbImage, width: u32, height: u32, filter: PillowFi
     }
 }
 
+/// [`pillow_resize`] with the horizontal pass always first (where both
+/// sides change), as Pillow up to 12 and llama.cpp's `img_tool::resize`
+/// (its port of Pillow's `Resample.c`) run it.
+pub fn pillow_resize_horizontal_first(
+    image: &RgbImage,
+    width: u32,
+    height: u32,
+    filter: PillowFilter,
+) -> RgbImage {
+    let (w0, h0) = image.dimensions();
+    if (w0, h0) == (width, height) {
+        return image.clone();
+    }
+    if width == 0 || height == 0 || w0 == 0 || h0 == 0 {
+        return RgbImage::new(width, height);
+    }
+    let wide = resample_horizontal(image, width, filter);
+    resample_vertical(&wide, height, filter)
+}
+
 /// Pillow's horizontal pass (`ImagingResampleHorizontal_8bpc`): every row
 /// resampled to `width`; the image itself where it has that width.
 fn resample_horizontal(image: &RgbImage, width: u32, filter: PillowFilter) -> RgbImage {
@@ -315,6 +335,25 @@ impl Default for SmolVlmTokens {
     }
 }
 
+/// Whose preprocessing and prompt layout a [`SmolVlmImageProcessor`]
+/// reproduces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SmolVlmFlavor {
+    /// transformers' `SmolVLMImageProcessor` (Pillow backend) and
+    /// `SmolVLMProcessor`: a Hugging Face folder.
+    Transformers,
+    /// llama.cpp's mtmd for `clip.projector_type=idefics3` (an mmproj
+    /// GGUF): the longest-edge resize and the resize to whole tiles
+    /// (each side rounded up to a multiple of the tile on its own),
+    /// every resize Pillow's arithmetic with the horizontal pass first,
+    /// always split (a 1 × 1 grid too), the global view the tiled image
+    /// resized to one tile (mtmd rescales `level / 255` in `f32`, which
+    /// is transformers' value for every level); the layout as mtmd
+    /// writes it: no newline after the last row, then
+    /// the vocabulary's `"\n\n"` token before the global view.
+    LlamaCpp,
+}
+
 /// One image as SmolVLM takes it: its frames (the tiles row by row, then
 /// the global view; or the global view alone) and its tile grid.
 #[derive(Debug, Clone, PartialEq)]
@@ -414,6 +453,7 @@ pub struct SmolVlmImageProcessor {
     normalize: Option<([f32; 3], [f32; 3])>,
     image_seq_len: usize,
     tokens: SmolVlmTokens,
+    flavor: SmolVlmFlavor,
     /// Where the config came from, for messages.
     source: PathBuf,
 }
@@ -585,8 +625,42 @@ impl SmolVlmImageProcessor {
             normalize,
             image_seq_len,
             tokens,
+            flavor: SmolVlmFlavor::Transformers,
             source: path.to_owned(),
         })
+    }
+
+    /// llama.cpp's idefics3 preprocessing ([`SmolVlmFlavor::LlamaCpp`]):
+    /// tiles of `tile` pixels, images resized to `longest_edge` first
+    /// (`clip.vision.preproc_image_size`), Lanczos, normalized with
+    /// `mean` and `std` (`clip.vision.image_mean`, `image_std`);
+    /// `source` (the mmproj file) names it in messages.
+    pub fn llama_cpp(
+        tile: u32,
+        longest_edge: u32,
+        mean: [f32; 3],
+        std: [f32; 3],
+        image_seq_len: usize,
+        source: &Path,
+    ) -> Self {
+        SmolVlmImageProcessor {
+            convert_rgb: true,
+            resize: Some(longest_edge),
+            filter: PillowFilter::Lanczos,
+            split: true,
+            tile,
+            rescale: Some(1.0 / 255.0),
+            normalize: Some((mean, std)),
+            image_seq_len,
+            tokens: SmolVlmTokens::default(),
+            flavor: SmolVlmFlavor::LlamaCpp,
+            source: source.to_owned(),
+        }
+    }
+
+    /// Whose preprocessing and layout this is.
+    pub fn flavor(&self) -> SmolVlmFlavor {
+        self.flavor
     }
 
     /// The side of a tile (and of the global view) in pixels.
@@ -624,6 +698,9 @@ impl SmolVlmImageProcessor {
     /// by row and the global view, with `(rows, cols)` (`(0, 0)` when not
     /// split).
     pub fn frames(&self, image: &RgbImage) -> (Vec<RgbImage>, usize, usize) {
+        if self.flavor == SmolVlmFlavor::LlamaCpp {
+            return self.llama_cpp_frames(image);
+        }
         let resized;
         let mut image = image;
         if let Some(edge) = self.resize {
@@ -652,6 +729,41 @@ impl SmolVlmImageProcessor {
         (frames, rows as usize, cols as usize)
     }
 
+    /// mtmd's idefics3 frames: see [`SmolVlmFlavor::LlamaCpp`].
+    fn llama_cpp_frames(&self, image: &RgbImage) -> (Vec<RgbImage>, usize, usize) {
+        let resize = |image: &RgbImage, w: u32, h: u32| {
+            pillow_resize_horizontal_first(image, w, h, self.filter)
+        };
+        let t = self.tile;
+        let resized;
+        let mut image = image;
+        if let Some(edge) = self.resize {
+            // mtmd: the longest side to `edge`, the other `int(edge /
+            // aspect)` (aspect in f64) rounded up to even.
+            let (w0, h0) = (f64::from(image.width()), f64::from(image.height()));
+            let aspect = w0 / h0;
+            let (w, h) = if w0 >= h0 {
+                let h = (f64::from(edge) / aspect) as u32;
+                (edge, h + h % 2)
+            } else {
+                let w = (f64::from(edge) * aspect) as u32;
+                (w + w % 2, edge)
+            };
+            resized = resize(image, w.max(1), h.max(1));
+            image = &resized;
+        }
+        let (cols, rows) = (image.width().div_ceil(t), image.height().div_ceil(t));
+        let refined = resize(image, cols * t, rows * t);
+        let mut frames = Vec::with_capacity((rows * cols + 1) as usize);
+        for r in 0..rows {
+            for c in 0..cols {
+                frames.push(image::imageops::crop_imm(&refined, c * t, r * t, t, t).to_image());
+            }
+        }
+        frames.push(resize(&refined, t, t));
+        (frames, rows as usize, cols as usize)
+    }
+
     /// Prepares decoded RGB pixels (what [`prepare`](Self::prepare) does
     /// after decoding).
     pub fn pixels(&self, image: &RgbImage) -> SmolVlmImage {
@@ -667,7 +779,9 @@ impl SmolVlmImageProcessor {
                     let level = pixel.0[c];
                     let mut v = f32::from(level);
                     if let Some(factor) = self.rescale {
-                        // transformers rescales in f64, then casts to f32.
+                        // transformers rescales in f64, then casts to f32
+                        // (mtmd's `level / 255.0f` gives the same f32 for
+                        // every level: `mtmd_rescaling_in_f32_gives_transformers_values`).
                         v = (f64::from(level) * factor) as f32;
                     }
                     if let Some((mean, std)) = &self.normalize {
@@ -814,9 +928,12 @@ impl SmolVlmProcessor {
     /// the layout's image tokens as the image token (`media` names the
     /// image).
     pub fn layout_ids(&self, rows: usize, cols: usize, media: &str) -> Result<Vec<u32>> {
-        let ids = self
-            .tokenizer
-            .encode(&self.images.image_prompt(rows, cols), false)?;
+        let ids = match self.images.flavor {
+            SmolVlmFlavor::Transformers => self
+                .tokenizer
+                .encode(&self.images.image_prompt(rows, cols), false)?,
+            SmolVlmFlavor::LlamaCpp => self.llama_cpp_layout(rows, cols, media)?,
+        };
         let found = ids.iter().filter(|&&t| t == self.image_token_id).count();
         let want = self.images.image_positions(rows, cols);
         if found != want {
@@ -829,6 +946,52 @@ impl SmolVlmProcessor {
                 ),
             });
         }
+        Ok(ids)
+    }
+
+    /// mtmd's idefics3 layout as token ids: per tile
+    /// `<fake_token_around_image><row_r_col_c>` (tokenized with special
+    /// tokens) and `image_seq_len` image positions, the `"\n"` token
+    /// between rows (none after the last), then the `"\n\n"`,
+    /// `<fake_token_around_image>` and `<global-img>` tokens, the global
+    /// view's positions and `<fake_token_around_image>`. mtmd looks each
+    /// single token up by its text; one the vocabulary lacks is refused
+    /// here, naming it.
+    fn llama_cpp_layout(&self, rows: usize, cols: usize, media: &str) -> Result<Vec<u32>> {
+        let one = |text: &str| -> Result<u32> {
+            match self.tokenizer.encode(text, false)?.as_slice() {
+                [id] => Ok(*id),
+                ids => Err(Error::Media {
+                    media: media.to_owned(),
+                    reason: format!(
+                        "llama.cpp's idefics3 layout needs {text:?} as one token of the                          vocabulary; the tokenizer reads it as {} tokens",
+                        ids.len()
+                    ),
+                }),
+            }
+        };
+        let SmolVlmTokens {
+            fake_image,
+            global_image,
+            ..
+        } = &self.images.tokens;
+        let seq = std::iter::repeat_n(self.image_token_id, self.images.image_seq_len);
+        let mut ids = Vec::new();
+        for r in 1..=rows {
+            for c in 1..=cols {
+                let start = format!("{fake_image}<row_{r}_col_{c}>");
+                ids.extend(self.tokenizer.encode(&start, false)?);
+                ids.extend(seq.clone());
+            }
+            if r != rows {
+                ids.push(one("\n")?);
+            }
+        }
+        ids.push(one("\n\n")?);
+        ids.push(one(fake_image)?);
+        ids.push(one(global_image)?);
+        ids.extend(seq);
+        ids.push(one(fake_image)?);
         Ok(ids)
     }
 
@@ -947,6 +1110,94 @@ mod tests {
     /// A 4 × 9 grey image to 3 × 3 with Lanczos: the height shrinks by 6
     /// pixels, the width by 1, so Pillow 13 runs the vertical pass first
     /// (the other order gives other levels here).
+    #[test]
+    fn llama_cpp_resizes_run_the_horizontal_pass_first_whatever_the_sides() {
+        // The 4 × 9 image of the Pillow 13 test below, whose order matters.
+        let image = ImageBuffer::from_fn(4, 9, |x, y| {
+            image::Rgb([
+                ((x * 37 + y * 91) % 256) as u8,
+                (x * 50) as u8,
+                (y * 20) as u8,
+            ])
+        });
+        let want = resample_vertical(
+            &resample_horizontal(&image, 3, PillowFilter::Lanczos),
+            3,
+            PillowFilter::Lanczos,
+        );
+        assert_eq!(
+            pillow_resize_horizontal_first(&image, 3, 3, PillowFilter::Lanczos),
+            want
+        );
+        assert_eq!(
+            pillow_resize_horizontal_first(&image, 4, 9, PillowFilter::Lanczos),
+            image
+        );
+    }
+
+    fn llama_cpp_processor() -> SmolVlmImageProcessor {
+        SmolVlmImageProcessor::llama_cpp(32, 64, [0.5; 3], [0.5; 3], 4, Path::new("mm.gguf"))
+    }
+
+    #[test]
+    fn mtmd_splits_even_a_one_tile_image_and_adds_the_global_view() {
+        let processor = llama_cpp_processor();
+        // 20 × 20: resized to 64 × 64, 2 × 2 tiles and the global view.
+        let square = RgbImage::from_pixel(20, 20, image::Rgb([10, 20, 30]));
+        let (frames, rows, cols) = processor.frames(&square);
+        assert_eq!((frames.len(), rows, cols), (5, 2, 2));
+        // A processor whose longest edge is the tile: one tile, still
+        // split (a 1 × 1 grid and the global view; transformers gives
+        // one frame).
+        let one = SmolVlmImageProcessor::llama_cpp(32, 32, [0.5; 3], [0.5; 3], 4, Path::new("m"));
+        let (frames, rows, cols) = one.frames(&square);
+        assert_eq!((frames.len(), rows, cols), (2, 1, 1));
+        assert!(frames.iter().all(|f| f.dimensions() == (32, 32)));
+        // 64 × 20 (the fixture's strip): 64 × 20 → 64 × 32, 1 × 2 tiles.
+        let strip = RgbImage::from_pixel(64, 20, image::Rgb([1, 2, 3]));
+        let (frames, rows, cols) = processor.frames(&strip);
+        assert_eq!((frames.len(), rows, cols), (3, 1, 2));
+        // 30 × 100: 20 × 64 (int(64 × 0.3) = 19, rounded up to even),
+        // then each side up to whole tiles on its own: 32 × 64.
+        let tall = RgbImage::from_pixel(30, 100, image::Rgb([1, 2, 3]));
+        let (_, rows, cols) = processor.frames(&tall);
+        assert_eq!((rows, cols), (2, 1));
+    }
+
+    #[test]
+    fn mtmd_rescaling_in_f32_gives_transformers_values() {
+        for level in 0..=255u8 {
+            let mtmd = f32::from(level) / 255.0;
+            let transformers = (f64::from(level) * (1.0 / 255.0)) as f32;
+            assert_eq!(mtmd.to_bits(), transformers.to_bits(), "level {level}");
+        }
+    }
+
+    #[test]
+    fn mtmd_normalizes_with_the_files_mean_and_std() {
+        let processor = SmolVlmImageProcessor::llama_cpp(
+            32,
+            32,
+            [0.25, 0.5, 0.75],
+            [0.5, 0.25, 0.125],
+            4,
+            Path::new("m"),
+        );
+        let image = RgbImage::from_pixel(32, 32, image::Rgb([51, 128, 255]));
+        let out = processor.pixels(&image);
+        let area = 32 * 32;
+        for (c, (level, (mean, std))) in [51u8, 128, 255]
+            .into_iter()
+            .zip([(0.25f32, 0.5f32), (0.5, 0.25), (0.75, 0.125)])
+            .enumerate()
+        {
+            let want = (f32::from(level) / 255.0 - mean) / std;
+            assert_eq!(out.pixels[c * area], want, "channel {c}");
+        }
+        // 1 × 1 tiles and the global view, each a uniform frame.
+        assert_eq!(out.frames, 2);
+    }
+
     #[test]
     fn a_resize_that_mostly_shrinks_the_height_runs_the_vertical_pass_first_as_pillow_13() {
         const ROWS: [[u8; 4]; 9] = [

@@ -82,6 +82,7 @@
 //! - **The q/k row map is a permutation and its inverse.** Test:
 //!   `tests::the_qk_row_map_round_trips_and_undoes_llama_cpp_permutation`.
 
+pub(crate) mod mmproj;
 #[cfg(feature = "gguf")]
 mod read;
 #[cfg(all(test, feature = "gguf"))]
@@ -90,6 +91,11 @@ mod tests;
 mod tokenizer;
 
 use std::path::{Path, PathBuf};
+
+pub use mmproj::{
+    MMPROJ_PROJECTOR, MMPROJ_PROJECTOR_TYPES, MMPROJ_VISION_MODEL, mmproj_tensor_hf_name,
+    mmproj_weight_names,
+};
 
 use super::config::{Architecture, DecoderConfig};
 use crate::files::GenerationConfig;

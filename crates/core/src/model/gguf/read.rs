@@ -229,7 +229,7 @@ impl GgufFile {
         })
     }
 
-    fn invalid(&self, reason: String) -> Error {
+    pub(super) fn invalid(&self, reason: String) -> Error {
         Error::InvalidGguf {
             path: self.path.clone(),
             reason,
@@ -243,12 +243,12 @@ impl GgufFile {
         ))
     }
 
-    fn has_tensor(&self, name: &str) -> bool {
+    pub(super) fn has_tensor(&self, name: &str) -> bool {
         self.tensors.contains_key(name)
     }
 
     /// An unsigned integer (of any width; a negative one is refused).
-    fn uint(&self, key: &str) -> Result<Option<u64>> {
+    pub(super) fn uint(&self, key: &str) -> Result<Option<u64>> {
         self.content
             .metadata
             .get(key)
@@ -257,7 +257,7 @@ impl GgufFile {
     }
 
     /// An unsigned integer that fits `usize`.
-    fn size(&self, key: &str) -> Result<Option<usize>> {
+    pub(super) fn size(&self, key: &str) -> Result<Option<usize>> {
         self.uint(key)?
             .map(|n| {
                 usize::try_from(n).map_err(|_| self.invalid(format!("metadata `{key}` is {n}")))
@@ -276,7 +276,7 @@ impl GgufFile {
     }
 
     /// A float (`f32` or `f64`).
-    fn float(&self, key: &str) -> Result<Option<f64>> {
+    pub(super) fn float(&self, key: &str) -> Result<Option<f64>> {
         self.content
             .metadata
             .get(key)
@@ -288,7 +288,7 @@ impl GgufFile {
             .transpose()
     }
 
-    fn boolean(&self, key: &str) -> Result<Option<bool>> {
+    pub(super) fn boolean(&self, key: &str) -> Result<Option<bool>> {
         self.content
             .metadata
             .get(key)
@@ -299,7 +299,7 @@ impl GgufFile {
             .transpose()
     }
 
-    fn string(&self, key: &str) -> Result<Option<&str>> {
+    pub(super) fn string(&self, key: &str) -> Result<Option<&str>> {
         self.content
             .metadata
             .get(key)
@@ -311,7 +311,7 @@ impl GgufFile {
     }
 
     /// An array whose elements each convert with `element`.
-    fn array<T>(
+    pub(super) fn array<T>(
         &self,
         key: &str,
         expected: &str,
