@@ -18,10 +18,31 @@
 //!    requests, one static batch, 32 output tokens each): output tok/s
 //!    with one image per request beside the same prompts without images.
 //!
-//! The fixture is written once under `target/bench-models/`.
+//! Then SmolVLM (Idefics3), on testkit's SmolVLM fixture at
+//! SmolVLM-256M-Instruct's shape (SigLIP: 512-pixel tiles in 16-pixel
+//! patches, width 768, 12 layers, 12 heads, MLP 3072, pixel shuffle 4: 64
+//! image tokens a frame; text: SmolLM2-135M's Llama, width 576, 30 layers,
+//! 9 heads, 3 KV heads, MLP 1536, with the fixture's small vocabulary;
+//! random weights, f32), the processor's default size (longest edge 2048,
+//! split into tiles plus the global view) and one tile (a copy of the
+//! folder whose processor neither upsizes nor splits):
+//!
+//! 4. the SigLIP tower and connector alone: images/s and share of the FLOP
+//!    bound at batch 1 and 8 at one tile, batch 1 at the default size;
+//! 5. candle beside llama.cpp's `llama-mtmd-cli` on the same weights (the
+//!    folder converted by llama.cpp's converter, `gguf=DIR`: `text-f32`,
+//!    `text-f16`, `text-Q8_0`, `mmproj-f32`, `mmproj-f16`, and
+//!    `mmproj-Q8_0` where llama-quantize takes it), measured alternately
+//!    in the same run: the encoder's time per image (llama.cpp: the sum of
+//!    its `slice encoded in` lines) and the TTFT of one image and 64 text
+//!    tokens (llama.cpp: the encoding plus its `prompt eval time`, which
+//!    holds the image tokens' and the text's decoding), at both sizes.
+//!
+//! The fixtures are written once under `target/bench-models/`.
 //!
 //! ```text
-//! cargo run --release -p guidebench-engine-bench --example vision_bench -- [rounds=3]
+//! cargo run --release -p guidebench-engine-bench --example vision_bench -- [rounds=3] [gguf=DIR llama=BIN_DIR]
+//! cargo run --release -p guidebench-engine-bench --example vision_bench -- smolvlm-dir
 //! ```
 
 use std::path::PathBuf;
@@ -45,7 +66,9 @@ use guidebench_core::tokenizer::Tokenizer;
 use guidebench_core::vision::{ImageProcessor, VisionLanguageConfig};
 use guidebench_engine_bench::machine::{MatmulPeak, cpu_name, load_average};
 use guidebench_engine_bench::{BoxError, median};
+use guidebench_testkit::fixtures::FixtureSpec;
 use guidebench_testkit::llava::{LlavaSpec, write_fixture_images, write_llava_fixture};
+use guidebench_testkit::smolvlm::{SmolVlmSpec, write_smolvlm_fixture, write_smolvlm_images};
 
 /// Text tokens of every prompt (besides its image tokens).
 const TEXT_TOKENS: usize = 64;
@@ -120,10 +143,26 @@ fn text_of(tokenizer: &dyn Tokenizer, n: usize) -> Result<String, BoxError> {
 
 fn main() -> Result<(), BoxError> {
     let mut rounds = 3usize;
+    let mut gguf: Option<PathBuf> = None;
+    let mut llama_bin: Option<PathBuf> = None;
+    let mut llava = true;
     for arg in std::env::args().skip(1) {
         match arg.split_once('=') {
             Some(("rounds", n)) => rounds = n.parse()?,
-            _ => return Err(format!("unknown argument `{arg}` (rounds=N)").into()),
+            Some(("gguf", dir)) => gguf = Some(PathBuf::from(dir)),
+            Some(("llama", dir)) => llama_bin = Some(PathBuf::from(dir)),
+            Some(("only", "smolvlm")) => llava = false,
+            None if arg == "smolvlm-dir" => {
+                let (dir, _) = smolvlm::model_dirs()?;
+                println!("{}", dir.display());
+                return Ok(());
+            }
+            _ => {
+                return Err(format!(
+                    "unknown argument `{arg}` (rounds=N, gguf=DIR, llama=BIN_DIR, only=smolvlm, smolvlm-dir)"
+                )
+                .into());
+            }
         }
     }
     let threads = std::thread::available_parallelism().map_or(1, usize::from);
@@ -133,6 +172,38 @@ fn main() -> Result<(), BoxError> {
         guidebench_candle::kernel_path(),
         load_average()
     );
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()?;
+    let mut peak = MatmulPeak::new(threads)?;
+    if llava {
+        llava_sections(rounds, threads, &pool, &mut peak)?;
+    }
+
+    // 4 and 5. SmolVLM, and llama.cpp beside it.
+    let llama = match (gguf, llama_bin) {
+        (Some(gguf), Some(bin)) => Some(smolvlm::Llama {
+            cli: bin.join("llama-mtmd-cli"),
+            gguf,
+        }),
+        _ => {
+            println!(
+                "\n(no gguf=DIR llama=BIN_DIR: SmolVLM on candle only; bench/vision passes both)"
+            );
+            None
+        }
+    };
+    smolvlm::run(rounds, threads, &pool, &mut peak, llama.as_ref())?;
+    Ok(())
+}
+
+/// Sections 1 to 3: the LLaVA fixture.
+fn llava_sections(
+    rounds: usize,
+    threads: usize,
+    pool: &rayon::ThreadPool,
+    peak: &mut MatmulPeak,
+) -> Result<(), BoxError> {
     let dir = model_dir()?;
     let folder = ModelFolder::from_dir(&dir)?;
     let vl = folder
@@ -161,9 +232,6 @@ fn main() -> Result<(), BoxError> {
     );
 
     // 1. The tower alone.
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .build()?;
     let weights = Weights::from_files(
         SafetensorsFiles::open(&folder.weight_files()?)?,
         DType::F32,
@@ -178,7 +246,6 @@ fn main() -> Result<(), BoxError> {
             t.elapsed().as_secs_f64()
         })
         .collect();
-    let mut peak = MatmulPeak::new(threads)?;
     let flops = tower_flops(&vl);
     println!(
         "\nvision tower + projector alone ({:.1} GFLOP per image; matmul peak {:.1} GFLOP/s):",
@@ -352,5 +419,9 @@ fn main() -> Result<(), BoxError> {
         "  with images / without: {:.2}x",
         rates[0] / rates[1].max(f64::MIN_POSITIVE)
     );
+
     Ok(())
 }
+
+#[path = "vision_bench/smolvlm.rs"]
+mod smolvlm;

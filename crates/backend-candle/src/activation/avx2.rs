@@ -1,6 +1,9 @@
 //! The activations for AVX2 with FMA: eight lanes.
 
-use super::{EXP_HIGH, EXP_LOW, EXP_POLY, LN2_HIGH, LN2_LOW, silu_mul_portable};
+use super::{
+    ERF_CLAMP, ERF_DEN, ERF_NUM, EXP_HIGH, EXP_LOW, EXP_POLY, Gelu, LN2_HIGH, LN2_LOW, QUICK_GELU,
+    TANH_CUBE, TANH_SCALE, gelu_bias_portable, silu_mul_portable,
+};
 
 /// One row of [`super::silu_mul_rows`], eight values at a time.
 #[target_feature(enable = "avx2,fma")]
@@ -59,4 +62,80 @@ pub(crate) fn exp_avx2(x: std::arch::x86_64::__m256) -> std::arch::x86_64::__m25
         _mm256_set1_epi32(127),
     ));
     _mm256_andnot_ps(below, _mm256_mul_ps(p, _mm256_castsi256_ps(scale)))
+}
+
+/// One row of [`super::gelu_bias_rows`], eight values at a time: the
+/// portable kernel's operations lane by lane.
+#[target_feature(enable = "avx2,fma")]
+pub(super) fn gelu_bias_avx2(act: Gelu, x: &mut [f32], bias: Option<&[f32]>) {
+    use std::arch::x86_64::{
+        _mm256_add_ps, _mm256_div_ps, _mm256_loadu_ps, _mm256_mul_ps, _mm256_set1_ps,
+        _mm256_setzero_ps, _mm256_storeu_ps,
+    };
+    let n = match bias {
+        Some(b) => x.len().min(b.len()),
+        None => x.len(),
+    };
+    let main = n - n % 8;
+    let one = _mm256_set1_ps(1.0);
+    let mut at = 0;
+    while at < main {
+        // SAFETY: `at + 8 <= main <= n`, within `x` and any `bias`.
+        unsafe {
+            let p = x.as_mut_ptr().add(at);
+            let b = match bias {
+                Some(b) => _mm256_loadu_ps(b.as_ptr().add(at)),
+                None => _mm256_setzero_ps(),
+            };
+            let v = match bias {
+                Some(_) => _mm256_add_ps(_mm256_loadu_ps(p), b),
+                None => _mm256_loadu_ps(p),
+            };
+            let y = match act {
+                Gelu::Quick => {
+                    let e = exp_avx2(_mm256_mul_ps(v, _mm256_set1_ps(-QUICK_GELU)));
+                    _mm256_div_ps(v, _mm256_add_ps(one, e))
+                }
+                Gelu::Tanh => {
+                    let cube = _mm256_mul_ps(_mm256_mul_ps(v, v), v);
+                    let u = _mm256_add_ps(v, _mm256_mul_ps(cube, _mm256_set1_ps(TANH_CUBE)));
+                    let e = exp_avx2(_mm256_mul_ps(u, _mm256_set1_ps(-TANH_SCALE)));
+                    _mm256_div_ps(v, _mm256_add_ps(one, e))
+                }
+                Gelu::Erf => {
+                    let e = erf_avx2(_mm256_mul_ps(
+                        v,
+                        _mm256_set1_ps(std::f32::consts::FRAC_1_SQRT_2),
+                    ));
+                    _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.5), v), _mm256_add_ps(one, e))
+                }
+            };
+            _mm256_storeu_ps(p, y);
+        }
+        at += 8;
+    }
+    gelu_bias_portable(act, &mut x[main..n], bias.map(|b| &b[main..n]));
+}
+
+/// `erf` for eight lanes, as [`super::erf_poly`] computes it.
+#[target_feature(enable = "avx2,fma")]
+fn erf_avx2(x: std::arch::x86_64::__m256) -> std::arch::x86_64::__m256 {
+    use std::arch::x86_64::{
+        _mm256_div_ps, _mm256_fmadd_ps, _mm256_max_ps, _mm256_min_ps, _mm256_mul_ps, _mm256_set1_ps,
+    };
+    let x = _mm256_min_ps(
+        _mm256_max_ps(x, _mm256_set1_ps(-ERF_CLAMP)),
+        _mm256_set1_ps(ERF_CLAMP),
+    );
+    let x2 = _mm256_mul_ps(x, x);
+    let mut p = _mm256_set1_ps(ERF_NUM[0]);
+    for c in &ERF_NUM[1..] {
+        p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(*c));
+    }
+    let p = _mm256_mul_ps(p, x);
+    let mut q = _mm256_set1_ps(ERF_DEN[0]);
+    for c in &ERF_DEN[1..] {
+        q = _mm256_fmadd_ps(q, x2, _mm256_set1_ps(*c));
+    }
+    _mm256_div_ps(p, q)
 }

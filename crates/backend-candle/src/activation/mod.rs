@@ -1,5 +1,8 @@
 //! Elementwise activations on the CPU, f32: the exponential the softmax
-//! and SiLU use, and the MLP's `silu(gate) * up`. With AVX2 and FMA they
+//! and SiLU use, the MLP's `silu(gate) * up`, and the vision towers'
+//! GELUs with their bias (`gelu_bias_rows`: quick_gelu, the tanh GELU,
+//! the erf GELU with a rational error function; eight lanes with AVX2,
+//! which the AVX-512 path runs too). With AVX2 and FMA they
 //! run eight lanes at a time, and `silu(gate) * up` sixteen with AVX-512;
 //! the portable path performs the same operations one value at a time, so
 //! every path gives the same bits.
@@ -108,11 +111,183 @@ fn silu_mul_portable(gate: &[f32], up: &[f32], out: &mut [f32]) {
         *o = *g / (1.0 + exp_poly(-*g)) * *u;
     }
 }
+/// The GELU variants the vision towers and projectors name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Gelu {
+    /// CLIP's `quick_gelu`: `x sigmoid(1.702 x)`.
+    Quick,
+    /// `gelu_pytorch_tanh`: `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715
+    /// x^3)))`, computed as the equal `x / (1 + e^(-2 sqrt(2/pi) (x +
+    /// 0.044715 x^3)))`.
+    Tanh,
+    /// The exact GELU, `0.5 x (1 + erf(x / sqrt 2))`, with [`erf_poly`]'s
+    /// error function.
+    Erf,
+}
+
+/// `x = act(x + bias)` for every row of `x` (each `bias.len()` values),
+/// rows spread over rayon's threads, on the fastest kernels this CPU
+/// runs: eight lanes at a time with AVX2 (the AVX-512 path runs the same
+/// kernel), one value at a time otherwise, the same bits every way.
+pub(crate) fn gelu_bias_rows(act: Gelu, x: &mut [f32], bias: &[f32]) {
+    gelu_bias_rows_on(Path::best(), act, x, bias);
+}
+
+/// [`gelu_bias_rows`] on the kernels of `path` (which the CPU must
+/// support). An empty `bias` is no bias (rows of any width).
+pub(crate) fn gelu_bias_rows_on(path: Path, act: Gelu, x: &mut [f32], bias: &[f32]) {
+    let width = match bias.len() {
+        0 => x.len().clamp(1, 1 << 14),
+        n => n,
+    };
+    let row = |x: &mut [f32]| {
+        let bias = match bias.len() {
+            0 => None,
+            _ => Some(bias),
+        };
+        #[cfg(target_arch = "x86_64")]
+        if path != Path::Portable {
+            // SAFETY: the vector paths are only taken when the CPU
+            // supports AVX2 and FMA.
+            return unsafe { avx2::gelu_bias_avx2(act, x, bias) };
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = path;
+        gelu_bias_portable(act, x, bias);
+    };
+    if x.len() >= 1 << 14 {
+        x.par_chunks_mut(width).with_min_len(4).for_each(row);
+    } else {
+        x.chunks_mut(width).for_each(row);
+    }
+}
+
+/// `act(x + bias)` one value at a time: the operations of the vector
+/// kernel, so the same bits.
+fn gelu_bias_portable(act: Gelu, x: &mut [f32], bias: Option<&[f32]>) {
+    let one = |v: f32| match act {
+        Gelu::Quick => v / (1.0 + exp_poly(v * -QUICK_GELU)),
+        Gelu::Tanh => {
+            let cube = v * v * v;
+            let u = v + cube * TANH_CUBE;
+            v / (1.0 + exp_poly(u * -TANH_SCALE))
+        }
+        Gelu::Erf => 0.5 * v * (1.0 + erf_poly(v * std::f32::consts::FRAC_1_SQRT_2)),
+    };
+    match bias {
+        Some(bias) => {
+            for (v, b) in x.iter_mut().zip(bias) {
+                *v = one(*v + *b);
+            }
+        }
+        None => {
+            for v in x.iter_mut() {
+                *v = one(*v);
+            }
+        }
+    }
+}
+
+/// `quick_gelu`'s factor.
+const QUICK_GELU: f32 = 1.702;
+/// The cube's factor of the tanh GELU.
+const TANH_CUBE: f32 = 0.044_715;
+/// `2 sqrt(2 / pi)`: the tanh GELU as a sigmoid.
+const TANH_SCALE: f32 = 1.595_769;
+/// `erf_poly`'s odd numerator, highest power first (x^13 .. x^1): the
+/// rational approximation of Eigen's `generic_fast_erf_float`, within a
+/// few ulp of `erf` in f32.
+#[allow(clippy::excessive_precision)]
+const ERF_NUM: [f32; 7] = [
+    -2.726_142_258_013_06e-10,
+    2.770_681_424_959_02e-08,
+    -2.101_024_020_825_08e-06,
+    -5.692_506_394_623_46e-05,
+    -7.349_906_303_268_55e-04,
+    -2.954_599_808_540_25e-03,
+    -1.609_603_332_624_15e-02,
+];
+/// `erf_poly`'s even denominator, highest power first (x^8 .. x^0).
+#[allow(clippy::excessive_precision)]
+const ERF_DEN: [f32; 5] = [
+    -1.456_607_184_649_96e-05,
+    -2.133_740_552_789_05e-04,
+    -1.682_826_974_382_03e-03,
+    -7.373_329_167_204_68e-03,
+    -1.426_473_905_141_89e-02,
+];
+/// Beyond this, `erf` is ±1 in f32.
+const ERF_CLAMP: f32 = 4.0;
+
+/// `erf(x)`: `x` clamped to ±4, then an odd polynomial over an even one
+/// (Horner's rule with fused multiply-adds), as `avx2::erf_avx2` computes
+/// it lane by lane.
+pub(crate) fn erf_poly(x: f32) -> f32 {
+    #[allow(clippy::manual_clamp)]
+    let x = x.max(-ERF_CLAMP).min(ERF_CLAMP);
+    let x2 = x * x;
+    let mut p = ERF_NUM[0];
+    for c in &ERF_NUM[1..] {
+        p = p.mul_add(x2, *c);
+    }
+    let p = p * x;
+    let mut q = ERF_DEN[0];
+    for c in &ERF_DEN[1..] {
+        q = q.mul_add(x2, *c);
+    }
+    p / q
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use candle_core::{Device, Tensor};
     use guidebench_testkit::conformance::largest_difference;
+
+    #[test]
+    fn every_gelu_matches_candles_within_rounding_and_every_path_gives_the_same_bits() {
+        let dev = Device::Cpu;
+        let (rows, width) = (3usize, 37usize);
+        let x = Tensor::randn(0f32, 3., (rows, width), &dev).expect("x");
+        let bias = Tensor::randn(0f32, 1., width, &dev).expect("bias");
+        let sum = x.broadcast_add(&bias).expect("sum");
+        let quick = (&sum * candle_nn::ops::sigmoid(&(&sum * 1.702).expect("scaled")).expect("s"))
+            .expect("quick");
+        let cases = [
+            (Gelu::Quick, quick),
+            (Gelu::Tanh, sum.gelu().expect("tanh")),
+            (Gelu::Erf, sum.gelu_erf().expect("erf")),
+        ];
+        let flat =
+            |t: &Tensor| -> Vec<f32> { t.flatten_all().and_then(|t| t.to_vec1()).expect("values") };
+        let (x, bias) = (flat(&x), flat(&bias));
+        for (act, want) in cases {
+            let want = flat(&want);
+            let mut first: Option<Vec<u32>> = None;
+            for path in Path::available() {
+                let mut got = x.clone();
+                gelu_bias_rows_on(path, act, &mut got, &bias);
+                let (_, worst) = largest_difference(&got, &want);
+                assert!(worst < 2e-6, "{act:?} {path:?}: off by {worst}");
+                let bits: Vec<u32> = got.iter().map(|v| v.to_bits()).collect();
+                match &first {
+                    None => first = Some(bits),
+                    Some(f) => assert_eq!(f, &bits, "{act:?} {path:?}"),
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_rational_error_function_is_within_a_few_ulp_of_the_exact_one() {
+        let mut x = -5.0f64;
+        while x < 5.0 {
+            let want = candle_core::cpu::erf::erf_f64(x) as f32;
+            let got = erf_poly(x as f32);
+            assert!((got - want).abs() <= 4e-7, "erf({x}) = {got}, want {want}");
+            x += 0.0037;
+        }
+    }
 
     #[test]
     fn the_polynomial_exponential_is_within_two_ulp_of_the_standard_one() {

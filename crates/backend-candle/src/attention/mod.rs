@@ -219,6 +219,23 @@ fn attend_block<T: PackedElem>(
     }
 }
 
+/// `probs` multiplied by `scale`, then a softmax over it, in place, on
+/// the kernels of `path` (which the CPU must support): the softmax of
+/// every decoding step's attention, for other attention passes (the
+/// vision towers'). The same bits on every path.
+pub(crate) fn softmax_scaled(path: Path, probs: &mut [f32], scale: f32) {
+    #[cfg(target_arch = "x86_64")]
+    if path != Path::Portable {
+        // SAFETY: the vector paths are only taken when the CPU supports
+        // AVX2, FMA and F16C (the AVX-512 path needs them too).
+        unsafe { avx2::softmax_avx2(probs, scale) };
+        return;
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = path;
+    softmax_portable(probs, scale);
+}
+
 /// `scores[r * total + j]` = the dot product of key `j` with query head
 /// `r`, one value at a time: the dot-product kernels' sum
 /// ([`portable::dot`]) on the keys widened to f32.

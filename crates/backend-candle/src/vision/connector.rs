@@ -10,7 +10,7 @@ use super::layers::Linear;
 use crate::error::Result;
 use crate::model::Weights;
 
-/// The pixel shuffle and the projection. See the [module docs](self).
+/// The pixel shuffle and the projection. See the [vision module docs](crate::vision).
 #[derive(Debug, Clone)]
 pub struct Connector {
     proj: Linear,

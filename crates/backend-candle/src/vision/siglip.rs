@@ -20,11 +20,11 @@
 use candle_core::{DType, Device, Tensor};
 use guidebench_core::vision::SiglipVisionConfig;
 
-use super::layers::{EncoderLayer, LayerNorm, LayerShape};
+use super::layers::{EncoderLayer, LayerNorm, LayerScratch, LayerShape};
 use crate::error::Result;
 use crate::model::Weights;
 
-/// A SigLIP vision tower. See the [module docs](self).
+/// A SigLIP vision tower. See the [vision module docs](crate::vision).
 #[derive(Debug, Clone)]
 pub struct SiglipTower {
     /// The flattened patch kernel, transposed: `(3 p p, width)`.
@@ -82,6 +82,8 @@ impl SiglipTower {
 
     /// The tower's last states of `n` frames (`pixels`: `[n, 3, size,
     /// size]` back to back): `(n patches, width)`, frame after frame.
+    /// The patch product and the embeddings as tensors, then the layers
+    /// and `post_layernorm` on rows of host memory.
     pub fn forward(&self, pixels: Vec<f32>, n: usize) -> Result<Tensor> {
         let c = &self.config;
         let (p, d, ch) = (c.patch_size, c.hidden_size, c.num_channels);
@@ -97,11 +99,17 @@ impl SiglipTower {
             .broadcast_add(&self.patch_bias)?
             .reshape((n, patches, d))?
             .broadcast_add(&self.positions)?;
-        let mut x = x.reshape((n * patches, d))?;
-        for layer in &self.layers {
-            x = layer.forward(&x, n, patches)?;
+        let mut x = x.flatten_all()?.to_vec1::<f32>()?;
+        let shape = self.layers.first().map(EncoderLayer::shape);
+        if let Some(shape) = shape {
+            let mut scratch = LayerScratch::new(n * patches, shape);
+            for layer in &self.layers {
+                layer.forward_rows(&mut x, n, patches, &mut scratch)?;
+            }
         }
-        self.post_norm.forward(&x)
+        let mut out = vec![0f32; n * patches * d];
+        self.post_norm.forward_rows(&x, &mut out);
+        Ok(Tensor::from_vec(out, (n * patches, d), &self.device)?)
     }
 }
 

@@ -33,7 +33,7 @@ use crate::model::Weights;
 pub const ENCODE_ROWS: usize = 4096;
 
 /// The SigLIP tower and connector of a SmolVLM-family model. See the
-/// [module docs](self).
+/// [vision module docs](crate::vision).
 #[derive(Debug, Clone)]
 pub struct SmolVlmTower {
     tower: SiglipTower,
