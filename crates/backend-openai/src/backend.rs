@@ -102,8 +102,8 @@ pub const STREAM_EVENTS: &str = "guidebench_openai::stream_events";
 /// merged by `index` into whole calls (a non-streamed `message.tool_calls`
 /// is read whole); each fragment is an event carrying output, like text.
 /// The calls, their count and the instant of the first tool-call event are
-/// left in the request's [`ToolSet::answer`]; a turn that expected a call
-/// and got none then does what `tool_call_missing_behavior` says.
+/// the response's [`GenerationResponse::tool_calls`]; a turn that expected
+/// a call and got none then does what `tool_call_missing_behavior` says.
 /// `finish_reason: "tool_calls"` is [`FinishReason::ToolCalls`].
 ///
 /// # Embeddings and pooling

@@ -752,7 +752,11 @@ mod tests {
     #[test]
     fn a_turn_that_expected_a_tool_call_and_failed_counts_zero_calls_and_an_answer_keeps_its_own() {
         let failed = RequestRecord::error(1, &crate::Error::ShuttingDown, ts(1), ts(2));
-        assert_eq!(failed.tool_call_count(), None, "nothing expected, nothing counted");
+        assert_eq!(
+            failed.tool_call_count(),
+            None,
+            "nothing expected, nothing counted"
+        );
         assert_eq!(failed.expecting_a_tool_call().tool_call_count(), Some(0));
         let mut answered = RequestRecord::incomplete(2, ts(1));
         answered.tool_calls = Some(ToolCallOutput {
