@@ -17,9 +17,11 @@
 //!   also takes as its batch and micro-batch for a non-causal model),
 //!   tried at 1024, 2048 and 4096 tokens (capped at the batch's tokens),
 //!   its best kept and printed. llama.cpp's time for a batch is its wall
-//!   time on the batch's texts twice over less its wall time on them once:
-//!   loading, warming up and the process itself cancel out, the forward
-//!   passes (and the tokenization and printing of one batch) remain. Its
+//!   time on the batch's texts `2r` times over less its wall time on them
+//!   `r` times, divided by `r` (`r` makes at least 32 inputs: a batch of
+//!   one is a few milliseconds): loading, warming up and the process
+//!   itself cancel out, the forward passes (and the tokenization and
+//!   printing of the texts) remain. Its
 //!   own `prompt eval time` counts nothing for a decode of many sequences,
 //!   and its log is written by a thread the program does not wait for at
 //!   exit, so the vectors it prints can be cut short;
@@ -231,12 +233,12 @@ fn tail(text: &str) -> String {
     lines[lines.len().saturating_sub(8)..].join("\n")
 }
 
-/// llama.cpp's fastest run over [`LLAMA_CONTEXTS`]: `twice` holds the
-/// texts of `once` two times over.
+/// llama.cpp's fastest run over [`LLAMA_CONTEXTS`]: `once` holds the
+/// batch's texts `repeat` times, `twice` `2 × repeat` times.
 fn llama_best(
     bin: &Path,
     gguf: &Path,
-    (once, twice): (&Path, &Path),
+    (once, twice, repeat): (&Path, &Path, usize),
     batch: usize,
 ) -> Result<LlamaRun, BoxError> {
     let mut contexts: Vec<usize> = LLAMA_CONTEXTS
@@ -246,8 +248,9 @@ fn llama_best(
     contexts.dedup();
     let mut best: Option<LlamaRun> = None;
     for context in contexts {
-        let seconds =
-            llama_wall(bin, gguf, twice, context)? - llama_wall(bin, gguf, once, context)?;
+        let seconds = (llama_wall(bin, gguf, twice, context)?
+            - llama_wall(bin, gguf, once, context)?)
+            / repeat as f64;
         if best.as_ref().is_none_or(|b| seconds < b.seconds) {
             best = Some(LlamaRun { seconds, context });
         }
@@ -303,9 +306,11 @@ fn run(args: &[String]) -> Result<(), BoxError> {
         let once = scratch.join(format!("inputs-{batch}.txt"));
         let twice = scratch.join(format!("inputs-{batch}-twice.txt"));
         let body: Vec<&str> = inputs.iter().map(|(t, _)| t.as_str()).collect();
-        std::fs::write(&once, body.join("\n"))?;
-        std::fs::write(&twice, [body.join("\n"), body.join("\n")].join("\n"))?;
-        let files = (once.as_path(), twice.as_path());
+        let repeat = 32usize.div_ceil(batch);
+        let lines = |times: usize| vec![body.join("\n"); times].join("\n");
+        std::fs::write(&once, lines(repeat))?;
+        std::fs::write(&twice, lines(2 * repeat))?;
+        let files = (once.as_path(), twice.as_path(), repeat);
         let ids: Vec<&[u32]> = inputs.iter().map(|(_, ids)| ids.as_slice()).collect();
         // one call first, untimed: the weights and the scratch warm
         encoder.embed(&ids)?;
