@@ -272,16 +272,7 @@ impl OpenStep for CandleEngine {
         // the caller's thread outside the pool, it and the pool's idle
         // workers would compete for the same cores.
         let threads = threads.unwrap_or_else(candle_core::utils::get_num_threads);
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .thread_name(|i| format!("candle-{i}"))
-            .build()
-            .map_err(|e| {
-                CandleError::from(LoadError::InvalidOption {
-                    key: "threads",
-                    reason: e.to_string(),
-                })
-            })?;
+        let pool = engine_pool(threads, "candle")?;
         let (llava, smolvlm) = (folder.vision().cloned(), folder.smolvlm().cloned());
         let (decoder, encoder) = pool.install(|| -> Result<(Decoder, Option<ImageEncoder>)> {
             let config = folder.config();
@@ -504,4 +495,19 @@ impl StepEngine for CandleEngine {
             dtype: Some(self.dtype_text()),
         }
     }
+}
+
+/// The engine's own rayon pool of `threads` threads, named `PREFIX-N`
+/// (a pool that cannot be built is the `threads` option's error).
+pub(crate) fn engine_pool(threads: usize, prefix: &'static str) -> Result<rayon::ThreadPool> {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .thread_name(move |i| format!("{prefix}-{i}"))
+        .build()
+        .map_err(|e| {
+            CandleError::from(LoadError::InvalidOption {
+                key: "threads",
+                reason: e.to_string(),
+            })
+        })
 }

@@ -169,6 +169,7 @@ fn the_registry_lists_candles_options_in_its_order() {
             "kv_dtype",
             "activations",
             "quant_kernels",
+            "mmproj",
             "threads",
             "device",
             "max_seq_len",

@@ -189,16 +189,7 @@ impl EncoderEngine {
         let threads = checked
             .threads
             .unwrap_or_else(candle_core::utils::get_num_threads);
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .thread_name(|i| format!("candle-encoder-{i}"))
-            .build()
-            .map_err(|e| {
-                CandleError::from(LoadError::InvalidOption {
-                    key: "threads",
-                    reason: e.to_string(),
-                })
-            })?;
+        let pool = crate::engine::engine_pool(threads, "candle-encoder")?;
         let encoder = pool.install(|| BertEncoder::open(dir))?;
         let tokenizer = HfTokenizer::from_file(dir.join("tokenizer.json"))?;
         Ok(EncoderEngine {

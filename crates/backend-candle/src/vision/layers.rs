@@ -536,23 +536,7 @@ mod tests {
     fn a_layer_on_host_rows_matches_candles_tensor_ops() {
         let dev = Device::Cpu;
         let (d, inter, heads, n, t) = (32usize, 48usize, 4usize, 3usize, 13usize);
-        let mut map = HashMap::new();
-        let mut put = |name: &str, shape: &[usize], std: f32| {
-            let v = Tensor::randn(0f32, std, shape, &dev).expect("randn");
-            map.insert(name.to_string(), v);
-        };
-        for p in ["q_proj", "k_proj", "v_proj", "out_proj"] {
-            put(&format!("self_attn.{p}.weight"), &[d, d], 0.2);
-            put(&format!("self_attn.{p}.bias"), &[d], 0.1);
-        }
-        for p in ["layer_norm1", "layer_norm2"] {
-            put(&format!("{p}.weight"), &[d], 1.0);
-            put(&format!("{p}.bias"), &[d], 0.1);
-        }
-        put("mlp.fc1.weight", &[inter, d], 0.2);
-        put("mlp.fc1.bias", &[inter], 0.1);
-        put("mlp.fc2.weight", &[d, inter], 0.2);
-        put("mlp.fc2.bias", &[d], 0.1);
+        let map = layer_weights(d, inter);
         let x = Tensor::randn(0f32, 1., (n * t, d), &dev).expect("x");
         let want: Vec<f32> = reference(&map, &x, n, t, heads)
             .flatten_all()
