@@ -86,7 +86,7 @@ pub(crate) fn parse_json(text: &str, path: &Path) -> Result<Value> {
 }
 
 /// A JSON file that may be absent.
-fn read_optional_json(path: &Path) -> Result<Option<Value>> {
+pub(crate) fn read_optional_json(path: &Path) -> Result<Option<Value>> {
     read_optional(path)?
         .map(|text| parse_json(&text, path))
         .transpose()

@@ -9,7 +9,9 @@ use serde_json::Value;
 
 use super::config::VisionLanguageConfig;
 use super::processor::{ImageProcessor, PreparedImage};
-use crate::files::{parse_json as parse_model_json, read_required as read_model_file};
+use crate::files::{
+    parse_json as parse_model_json, read_optional_json, read_required as read_model_file,
+};
 use crate::media::{MediaSource, media_name, read_media};
 use crate::{Error, Result};
 
@@ -17,6 +19,50 @@ use crate::{Error, Result};
 pub const PREPROCESSOR_CONFIG_JSON: &str = "preprocessor_config.json";
 /// `processor_config.json`.
 pub const PROCESSOR_CONFIG_JSON: &str = "processor_config.json";
+
+/// A folder's image-processor settings: `preprocessor_config.json`, or,
+/// where a folder has none (as transformers 5's `save_pretrained` writes
+/// it), the `image_processor` object of `processor_config.json`; and
+/// `processor_config.json` itself, when there is one.
+pub(crate) struct ProcessorConfigs {
+    /// The image processor's settings.
+    pub config: Value,
+    /// The file they came from, for errors.
+    pub path: PathBuf,
+    /// `processor_config.json`, parsed, if the folder has it.
+    pub processor: Option<Value>,
+    /// Its path.
+    pub processor_path: PathBuf,
+}
+
+impl ProcessorConfigs {
+    /// Reads them from `dir`; one of the two sources of the settings is
+    /// required.
+    pub(crate) fn read(dir: &Path) -> Result<Self> {
+        let processor_path = dir.join(PROCESSOR_CONFIG_JSON);
+        let processor = read_optional_json(&processor_path)?;
+        let nested = processor
+            .as_ref()
+            .and_then(|p| p.get("image_processor"))
+            .filter(|v| v.is_object());
+        let path = dir.join(PREPROCESSOR_CONFIG_JSON);
+        let (config, path) = match (path.exists(), nested) {
+            (false, Some(nested)) => (nested.clone(), processor_path.clone()),
+            _ => {
+                let what = "the image processor config (or an `image_processor` object in \
+                            processor_config.json)";
+                let text = read_model_file(&path, what)?;
+                (parse_model_json(&text, &path)?, path)
+            }
+        };
+        Ok(ProcessorConfigs {
+            config,
+            path,
+            processor,
+            processor_path,
+        })
+    }
+}
 
 /// How an image is resized.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -122,26 +168,12 @@ impl ClipImageProcessor {
         vision: &VisionLanguageConfig,
         image_token: Option<String>,
     ) -> Result<Self> {
-        let processor_path = dir.join(PROCESSOR_CONFIG_JSON);
-        let processor = match std::fs::read_to_string(&processor_path) {
-            Ok(text) => Some(parse_model_json(&text, &processor_path)?),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            Err(e) => return Err(Error::io(&processor_path, e)),
-        };
-        let nested = processor
-            .as_ref()
-            .and_then(|p| p.get("image_processor"))
-            .filter(|v| v.is_object());
-        let path = dir.join(PREPROCESSOR_CONFIG_JSON);
-        let (config, path) = match (path.exists(), nested) {
-            (false, Some(nested)) => (nested.clone(), processor_path.clone()),
-            _ => {
-                let what = "the image processor config (or an `image_processor` object in \
-                            processor_config.json)";
-                let text = read_model_file(&path, what)?;
-                (parse_model_json(&text, &path)?, path)
-            }
-        };
+        let ProcessorConfigs {
+            config,
+            path,
+            processor,
+            processor_path,
+        } = ProcessorConfigs::read(dir)?;
         ClipImageProcessor::from_configs(&config, &path, processor.as_ref(), vision, image_token)
             .map_err(|reason| Error::InvalidModelConfig {
                 path: path.clone(),

@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 use image::{ImageBuffer, RgbImage};
 use serde_json::Value;
 
-use super::clip::{PREPROCESSOR_CONFIG_JSON, PROCESSOR_CONFIG_JSON, to_rgb};
+use super::clip::{ProcessorConfigs, to_rgb};
 use super::processor::{ImageProcessor, PreparedImage};
-use crate::files::{parse_json as parse_model_json, read_required as read_model_file};
+use crate::files::read_optional_json;
 use crate::media::{MediaSource, media_name, read_media};
 use crate::tokenizer::{HfTokenizer, Tokenizer};
 use crate::{Error, Result};
@@ -478,22 +478,12 @@ impl SmolVlmImageProcessor {
     /// and `tokenizer_config.json`'s `extra_special_tokens` the token
     /// texts where it names them.
     pub fn from_dir(dir: &Path) -> Result<Self> {
-        let processor_path = dir.join(PROCESSOR_CONFIG_JSON);
-        let processor = read_optional_json(&processor_path)?;
-        let nested = processor
-            .as_ref()
-            .and_then(|p| p.get("image_processor"))
-            .filter(|v| v.is_object());
-        let path = dir.join(PREPROCESSOR_CONFIG_JSON);
-        let (config, path) = match (path.exists(), nested) {
-            (false, Some(nested)) => (nested.clone(), processor_path.clone()),
-            _ => {
-                let what = "the image processor config (or an `image_processor` object in \
-                            processor_config.json)";
-                let text = read_model_file(&path, what)?;
-                (parse_model_json(&text, &path)?, path)
-            }
-        };
+        let ProcessorConfigs {
+            config,
+            path,
+            processor,
+            processor_path,
+        } = ProcessorConfigs::read(dir)?;
         let image_seq_len = match processor.as_ref().and_then(|p| p.get("image_seq_len")) {
             None | Some(Value::Null) => DEFAULT_IMAGE_SEQ_LEN,
             Some(v) => v
@@ -1029,15 +1019,6 @@ impl ImageProcessor for SmolVlmProcessor {
         let mut prepared = self.to_prepared(image, &media_name(source))?;
         prepared.prepare_time = started.elapsed();
         Ok(prepared)
-    }
-}
-
-/// A JSON file of the folder that may be absent.
-fn read_optional_json(path: &Path) -> Result<Option<Value>> {
-    match std::fs::read_to_string(path) {
-        Ok(text) => parse_model_json(&text, path).map(Some),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(Error::io(path, e)),
     }
 }
 
