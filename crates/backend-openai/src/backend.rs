@@ -634,6 +634,7 @@ impl OpenAiHttpBackend {
         Ok(GenerationResponse {
             images: None,
             tool_calls,
+            audio: None,
             id: request.id,
             text: output.text,
             token_ids: Vec::new(),
@@ -759,6 +760,7 @@ fn pooled_response(
         finish_reason: FinishReason::Eos,
         timings: RequestTimings::default(),
         tool_calls: None,
+        audio: None,
     })
 }
 

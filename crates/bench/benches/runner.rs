@@ -101,6 +101,7 @@ fn memory(records: u64) {
             GenerationResponse {
                 images: None,
                 tool_calls: None,
+                audio: None,
                 id,
                 text: String::new(),
                 token_ids: Vec::new(),

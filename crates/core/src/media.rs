@@ -45,6 +45,28 @@ pub struct ImageStats {
     pub encode: Duration,
 }
 
+/// What a request's audio input was, for an audio endpoint
+/// (transcriptions, translations): the clip's length as its own file
+/// states it, its size, and the prompt tokens the server charged for it.
+/// GuideLLM's names for the same figures are `audio_seconds`,
+/// `audio_samples`, `audio_bytes` and `audio_tokens`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct AudioStats {
+    /// Seconds of audio sent, from the file's own header or frames;
+    /// `None` where the format gives no length without decoding it all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seconds: Option<f64>,
+    /// Samples per channel sent, where the file states them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub samples: Option<u64>,
+    /// Bytes of the uploaded file.
+    pub bytes: u64,
+    /// Prompt tokens the server charged for the audio (its answer's
+    /// `usage.prompt_tokens`), when it said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<u32>,
+}
+
 /// The bytes of an image or audio source: a local file, a `data:` URL
 /// (base64 or percent-free plain data) or bytes given inline. An
 /// `http(s)://` URL is refused: an in-process engine fetches nothing.

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::clock::Timestamp;
-pub use crate::media::{ImageStats, MediaSource};
+pub use crate::media::{AudioStats, ImageStats, MediaSource};
 use crate::sampling::Sampling;
 
 /// One part of a chat message's content.
@@ -400,6 +400,10 @@ pub struct GenerationResponse {
     /// and from backends that know no tools.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_calls: Option<ToolCallOutput>,
+    /// For a request to an audio endpoint: the clip it sent and what the
+    /// server charged for it; `None` otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audio: Option<AudioStats>,
 }
 
 /// How a request ended.
@@ -492,6 +496,10 @@ pub struct RequestRecord {
     /// with the text.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_calls: Option<ToolCallOutput>,
+    /// For a request to an audio endpoint that was served: the clip it
+    /// sent ([`GenerationResponse::audio`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audio: Option<AudioStats>,
 }
 
 impl RequestRecord {
@@ -520,6 +528,7 @@ impl RequestRecord {
             timings: response.timings,
             cut_short_of: None,
             tool_calls: response.tool_calls.map(|t| t.kept(keep_text)),
+            audio: response.audio,
         }
     }
 
@@ -541,6 +550,7 @@ impl RequestRecord {
             },
             cut_short_of: None,
             tool_calls: None,
+            audio: None,
         }
     }
 
@@ -561,6 +571,7 @@ impl RequestRecord {
             },
             cut_short_of: None,
             tool_calls: None,
+            audio: None,
         }
     }
 
@@ -580,6 +591,7 @@ impl RequestRecord {
             timings: response.timings,
             cut_short_of: None,
             tool_calls: response.tool_calls.map(|t| t.kept(keep_text)),
+            audio: response.audio,
         }
     }
 
@@ -606,6 +618,16 @@ impl RequestRecord {
         self.tool_calls.as_ref().map(|t| t.count)
     }
 
+    /// The real-time factor of an audio request: its latency (end −
+    /// start) over the seconds of audio it sent; below 1 the server
+    /// answered faster than the clip plays. `None` without audio seconds
+    /// or timings.
+    pub fn real_time_factor(&self) -> Option<f64> {
+        let seconds = self.audio?.seconds.filter(|s| *s > 0.0)?;
+        let latency = self.timings.end?.secs_since(self.timings.start?);
+        Some(latency / seconds)
+    }
+
     /// Whether the request was served.
     pub fn is_success(&self) -> bool {
         self.status == RequestStatus::Success
@@ -628,6 +650,7 @@ mod tests {
             timings: RequestTimings::default(),
             images: None,
             tool_calls: None,
+            audio: None,
         };
         let noted = |output_tokens, finish_reason| {
             let mut record = RequestRecord::success(response(output_tokens, finish_reason), false);
@@ -769,6 +792,7 @@ mod tests {
     #[test]
     fn a_record_keeps_tool_call_contents_only_when_it_keeps_text() {
         let response = GenerationResponse {
+            audio: None,
             id: 3,
             text: String::new(),
             token_ids: Vec::new(),

@@ -299,6 +299,7 @@ impl Backend for MockBackend {
         Ok(GenerationResponse {
             images: None,
             tool_calls: None,
+            audio: None,
             id: request.id,
             text: format!("answer-{}", request.id),
             token_ids: (1..=output_tokens).collect(),

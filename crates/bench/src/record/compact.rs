@@ -410,6 +410,7 @@ impl CompactRecords {
     pub fn to_record(&self, record: &CompactRecord) -> RequestRecord {
         let at = |offset: Option<i64>| offset.map(|o| self.timestamp_of(o));
         RequestRecord {
+            audio: None,
             id: record.id,
             status: record.status,
             error: self.error_of(record).cloned(),
@@ -528,6 +529,7 @@ mod tests {
             },
             cut_short_of: None,
             tool_calls: None,
+            audio: None,
         }
     }
 
@@ -722,6 +724,7 @@ mod tests {
                     },
                     cut_short_of: None,
                     tool_calls: None,
+                    audio: None,
                 };
                 let compact = CompactRecords::from_records(origin, [&record]);
                 prop_assert_eq!(&compact.to_records()[0], &record);

@@ -73,6 +73,7 @@ pub(crate) mod testing {
             },
             cut_short_of: None,
             tool_calls: None,
+            audio: None,
         }
     }
 }

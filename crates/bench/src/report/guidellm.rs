@@ -658,6 +658,7 @@ fn record(id: u64, status: RequestStatus, request: &Request) -> RequestRecord {
         },
         cut_short_of: None,
         tool_calls: None,
+        audio: None,
     }
 }
 

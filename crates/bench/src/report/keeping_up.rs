@@ -164,6 +164,7 @@ mod tests {
                     },
                     cut_short_of: None,
                     tool_calls: None,
+                    audio: None,
                 }
             })
             .collect();

@@ -133,6 +133,7 @@ pub(crate) mod tests {
             },
             cut_short_of: None,
             tool_calls: None,
+            audio: None,
         }
     }
 

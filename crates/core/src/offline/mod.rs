@@ -714,6 +714,7 @@ impl Backend for OfflineBackend {
         let output_tokens = u32::try_from(output.token_ids.len()).unwrap_or(u32::MAX);
         Ok(GenerationResponse {
             tool_calls: None,
+            audio: None,
             id: request.id,
             text: output.text,
             token_ids: output.token_ids,
