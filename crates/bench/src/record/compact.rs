@@ -14,7 +14,8 @@ use serde::{Deserialize, Serialize};
 
 use guidebench_core::clock::Timestamp;
 use guidebench_core::request::{
-    FinishReason, RequestError, RequestRecord, RequestStatus, RequestTimings, ToolCallOutput,
+    AudioStats, FinishReason, RequestError, RequestRecord, RequestStatus, RequestTimings,
+    ToolCallOutput,
 };
 
 /// Rounds a time in nanoseconds since the epoch to the nearest whole
@@ -102,6 +103,64 @@ pub struct CompactRecord {
     /// [`RequestRecord::tool_calls`]); absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_calls: Option<Box<CompactToolCalls>>,
+    /// The audio clip it sent, for a request to an audio endpoint (see
+    /// [`RequestRecord::audio`]); absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audio: Option<Box<CompactAudio>>,
+}
+
+/// What a record keeps of a request's audio clip ([`AudioStats`]): every
+/// figure as it was, so a round trip is exact. Seconds that are not finite
+/// (which JSON cannot carry) are kept as unknown.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct CompactAudio {
+    /// Seconds of audio sent, when the file states its length.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seconds: Option<f64>,
+    /// Samples per channel sent, when the file states them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub samples: Option<u64>,
+    /// Bytes of the uploaded file.
+    pub bytes: u64,
+    /// Prompt tokens the server charged for the audio, when it said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<u32>,
+}
+
+/// Equal when every figure is, seconds compared bit for bit (so the
+/// relation is an equivalence, as [`Eq`] requires).
+impl PartialEq for CompactAudio {
+    fn eq(&self, other: &Self) -> bool {
+        self.seconds.map(f64::to_bits) == other.seconds.map(f64::to_bits)
+            && self.samples == other.samples
+            && self.bytes == other.bytes
+            && self.tokens == other.tokens
+    }
+}
+
+impl Eq for CompactAudio {}
+
+impl CompactAudio {
+    /// The compact form of `stats`; seconds that are not finite become
+    /// unknown.
+    pub fn of(stats: AudioStats) -> Self {
+        CompactAudio {
+            seconds: stats.seconds.filter(|s| s.is_finite()),
+            samples: stats.samples,
+            bytes: stats.bytes,
+            tokens: stats.tokens,
+        }
+    }
+
+    /// The [`AudioStats`] it keeps.
+    pub fn stats(self) -> AudioStats {
+        AudioStats {
+            seconds: self.seconds,
+            samples: self.samples,
+            bytes: self.bytes,
+            tokens: self.tokens,
+        }
+    }
 }
 
 /// What a record keeps of an answer's tool calls
@@ -237,6 +296,10 @@ impl CompactRecord {
         std::mem::size_of::<Self>()
             + std::mem::size_of_val::<[u32]>(&self.token_gaps)
             + self.text.as_ref().map_or(0, |t| t.len())
+            + self
+                .audio
+                .as_ref()
+                .map_or(0, |_| std::mem::size_of::<CompactAudio>())
     }
 }
 
@@ -402,6 +465,7 @@ impl CompactRecords {
                     calls: t.calls.clone(),
                 })
             }),
+            audio: record.audio.map(|a| Box::new(CompactAudio::of(a))),
         };
         self.records.push(compact);
     }
@@ -410,7 +474,6 @@ impl CompactRecords {
     pub fn to_record(&self, record: &CompactRecord) -> RequestRecord {
         let at = |offset: Option<i64>| offset.map(|o| self.timestamp_of(o));
         RequestRecord {
-            audio: None,
             id: record.id,
             status: record.status,
             error: self.error_of(record).cloned(),
@@ -440,6 +503,7 @@ impl CompactRecords {
                 first: at(t.first),
                 calls: t.calls.clone(),
             }),
+            audio: record.audio.as_deref().map(|a| a.stats()),
         }
     }
 
@@ -658,6 +722,56 @@ mod tests {
     }
 
     #[test]
+    fn a_requests_audio_clip_survives_the_compact_form_and_json_exactly() {
+        let mut with = sixteen_token_record(1);
+        with.audio = Some(AudioStats {
+            seconds: Some(16_000.0 / 44_100.0),
+            samples: Some(16_000),
+            bytes: 32_044,
+            tokens: Some(7),
+        });
+        let mut unknown_length = sixteen_token_record(2);
+        unknown_length.audio = Some(AudioStats {
+            seconds: None,
+            samples: None,
+            bytes: 5_000,
+            tokens: None,
+        });
+        let records = vec![with, unknown_length, sixteen_token_record(3)];
+        let compact = CompactRecords::from_records(at_us(0), &records);
+        assert_eq!(compact.to_records(), records);
+        let json = serde_json::to_string(&compact).expect("json");
+        let back: CompactRecords = serde_json::from_str(&json).expect("parse");
+        assert_eq!(back.to_records(), records);
+        let first = serde_json::to_value(&compact.records[1]).expect("json");
+        assert_eq!(first["audio"], serde_json::json!({"bytes": 5000}));
+        assert!(
+            serde_json::to_value(&compact.records[2])
+                .expect("json")
+                .get("audio")
+                .is_none(),
+            "no audio, no key"
+        );
+        let mut earlier = CompactRecords::from_records(at_us(-5_000), &[]);
+        earlier.merge(&compact);
+        assert_eq!(earlier.to_records(), records, "a merge keeps the clip");
+    }
+
+    #[test]
+    fn audio_seconds_that_json_cannot_carry_are_kept_as_unknown() {
+        let mut record = sixteen_token_record(1);
+        record.audio = Some(AudioStats {
+            seconds: Some(f64::NAN),
+            samples: None,
+            bytes: 10,
+            tokens: None,
+        });
+        let compact = CompactRecords::from_records(at_us(0), [&record]);
+        let audio = compact.to_records()[0].audio.expect("kept");
+        assert_eq!((audio.seconds, audio.bytes), (None, 10));
+    }
+
+    #[test]
     fn a_sixteen_token_request_takes_at_most_512_bytes() {
         let compact = CompactRecords::from_records(at_us(0), &[sixteen_token_record(1)]);
         let bytes = compact.records[0].size_bytes();
@@ -686,6 +800,16 @@ mod tests {
                 tail in proptest::option::of(0i64..1_000_000),
                 failed in any::<bool>(),
                 sub_us in 0i64..1_000,
+                audio in proptest::option::of((
+                    proptest::option::of(
+                        proptest::num::f64::NORMAL
+                            | proptest::num::f64::SUBNORMAL
+                            | proptest::num::f64::ZERO,
+                    ),
+                    proptest::option::of(any::<u64>()),
+                    any::<u64>(),
+                    proptest::option::of(any::<u32>()),
+                )),
             ) {
                 let origin = Timestamp(origin_us * 1_000 + sub_us);
                 let base = round_to_micros(origin.0);
@@ -724,7 +848,14 @@ mod tests {
                     },
                     cut_short_of: None,
                     tool_calls: None,
-                    audio: None,
+                    // An audio clip, on some records: every figure, any
+                    // finite number of seconds, survives bit for bit.
+                    audio: audio.map(|(seconds, samples, bytes, tokens)| AudioStats {
+                        seconds,
+                        samples,
+                        bytes,
+                        tokens,
+                    }),
                 };
                 let compact = CompactRecords::from_records(origin, [&record]);
                 prop_assert_eq!(&compact.to_records()[0], &record);

@@ -22,7 +22,8 @@ pub mod footprint;
 pub mod saturation;
 
 pub use compact::{
-    CompactImages, CompactRecord, CompactRecords, CompactTurn, Excluded, round_to_micros,
+    CompactAudio, CompactImages, CompactRecord, CompactRecords, CompactTurn, Excluded,
+    round_to_micros,
 };
 pub use conclusion::{Conclusion, KneeConclusion};
 pub use footprint::{CLIENT_THREAD_NAME, ClientFootprint, ProcessUsage};

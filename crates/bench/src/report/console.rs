@@ -452,6 +452,9 @@ pub fn console_summary(report: &Report) -> String {
         out.push_str(&tool_call_line(b));
     }
     for b in &report.benchmarks {
+        out.push_str(&audio_line(b));
+    }
+    for b in &report.benchmarks {
         if let Some(skipped) = b
             .extra
             .get("data_skipped")
@@ -586,6 +589,39 @@ fn tool_call_line(b: &super::model::BenchmarkReport) -> String {
         answered,
         calls.count,
         calls.mean,
+    )
+}
+
+/// What a benchmark's audio clips were, for one whose requests went to an
+/// audio endpoint: the clips sent, the seconds of audio per request, the
+/// real-time factor of the successful requests (latency / audio seconds;
+/// below 1, faster than the clip plays) and the seconds of audio served
+/// per wall second.
+fn audio_line(b: &super::model::BenchmarkReport) -> String {
+    let Some(audio) = &b.metrics.all.audio else {
+        return String::new();
+    };
+    let served = b.metrics.successful.audio.as_ref();
+    let rtf = served
+        .map(|a| &a.real_time_factor)
+        .filter(|d| d.count > 0)
+        .map_or_else(String::new, |d| {
+            format!(
+                "; real-time factor p50 {:.3}, p95 {:.3}",
+                d.median,
+                d.at(95.0).unwrap_or(d.max)
+            )
+        });
+    let seconds = if audio.seconds.count > 0 {
+        format!("{:.2} s of audio per request", audio.seconds.mean)
+    } else {
+        "no clip stated its length".to_owned()
+    };
+    format!(
+        "audio in {}: {} requests sent clips, {seconds}{rtf}; {} s of audio per s\n",
+        b.label(),
+        audio.requests,
+        fixed(b.metrics.audio_seconds_per_s, 2),
     )
 }
 

@@ -275,6 +275,45 @@ const IMAGE: &MetricGroups = &[
     ),
 ];
 
+const AUDIO: &MetricGroups = &[
+    (
+        "tokens",
+        [
+            "Input tok/req",
+            "Input tok/s",
+            "Output tok/req",
+            "Output tok/s",
+        ],
+    ),
+    (
+        "samples",
+        [
+            "Input samples/req",
+            "Input samples/s",
+            "Output samples/req",
+            "Output samples/s",
+        ],
+    ),
+    (
+        "seconds",
+        [
+            "Input sec/req",
+            "Input sec/s",
+            "Output sec/req",
+            "Output sec/s",
+        ],
+    ),
+    (
+        "bytes",
+        [
+            "Input bytes/req",
+            "Input bytes/s",
+            "Output bytes/req",
+            "Output bytes/s",
+        ],
+    ),
+];
+
 /// A modality's table (GuideLLM's `_print_modality_table`): per metric
 /// with data, its per-request median and p95 and its per-second median
 /// and mean of successful requests; the inputs' tables, then the
@@ -393,7 +432,8 @@ fn throughput(labels: &[String], benchmarks: &[Value]) -> String {
 
 /// GuideLLM's console tables for `report`, in GuideLLM's order, without
 /// its latency table: "Run Summary Info", "Text Metrics Statistics",
-/// "Image Metrics Statistics" (only when images ran), "Request Token
+/// "Image Metrics Statistics" (only when images ran), "Audio Metrics
+/// Statistics" (only when audio clips were sent), "Request Token
 /// Statistics" and "Server Throughput Statistics". Each table is no wider
 /// than [`CONSOLE_WIDTH`] (wider ones split in two, or more). Empty for a
 /// report without benchmarks.
@@ -409,6 +449,7 @@ pub(crate) fn guidellm_tables(report: &Report) -> String {
     let mut out = run_summary(labels, benchmarks);
     out.push_str(&modality(labels, benchmarks, "text", TEXT));
     out.push_str(&modality(labels, benchmarks, "image", IMAGE));
+    out.push_str(&modality(labels, benchmarks, "audio", AUDIO));
     out.push_str(&request_tokens(labels, benchmarks));
     out.push_str(&throughput(labels, benchmarks));
     out

@@ -37,7 +37,11 @@ fn header() -> Vec<String> {
         }
     }
     cols.push("dispatch_delay_mean_ms".to_owned());
-    for extra in SLO_COLUMNS.iter().chain(&TOOL_COLUMNS) {
+    for extra in SLO_COLUMNS
+        .iter()
+        .chain(&TOOL_COLUMNS)
+        .chain(&AUDIO_COLUMNS)
+    {
         cols.push((*extra).to_owned());
     }
     cols
@@ -57,6 +61,17 @@ const TOOL_COLUMNS: [&str; 4] = [
     "ttftc_p50_ms",
     "ttftc_p95_ms",
     "ttftc_p99_ms",
+];
+
+/// Audio columns, empty without audio clips: the mean seconds of audio per
+/// request, the median and p95 real-time factor of successful requests
+/// (latency / audio seconds) and the seconds of audio they sent per second
+/// of the window.
+const AUDIO_COLUMNS: [&str; 4] = [
+    "audio_seconds_mean",
+    "rtf_p50",
+    "rtf_p95",
+    "audio_seconds_per_s",
 ];
 
 fn row(b: &BenchmarkReport) -> Vec<String> {
@@ -90,6 +105,18 @@ fn row(b: &BenchmarkReport) -> Vec<String> {
     for (p, _) in PERCENTILES {
         cells.push(number(s.ttftc.as_ref().and_then(|d| ms_at(d, p))));
     }
+    let clips = m.all.audio.as_ref();
+    cells.push(number(
+        clips.and_then(|a| (a.seconds.count > 0).then_some(a.seconds.mean)),
+    ));
+    let rtf = s
+        .audio
+        .as_ref()
+        .map(|a| &a.real_time_factor)
+        .filter(|d| d.count > 0);
+    cells.push(number(rtf.and_then(|d| d.at(50.0))));
+    cells.push(number(rtf.and_then(|d| d.at(95.0))));
+    cells.push(number(m.audio_seconds_per_s));
     cells
 }
 
@@ -100,7 +127,9 @@ fn row(b: &BenchmarkReport) -> Vec<String> {
 /// requests (ms), the mean dispatch delay (ms), and with `--slo` the
 /// attainment and goodput (requests/s, output tokens/s), then with tool
 /// calls their mean per answer and the median, p95 and p99 time to first
-/// tool call (ms). Empty cells mark
+/// tool call (ms), then with audio clips the mean seconds of audio per
+/// request, the median and p95 real-time factor of successful requests and
+/// the seconds of audio per second. Empty cells mark
 /// values that do not exist.
 /// Fields are quoted by the `csv` crate's writer where they need it.
 pub fn to_csv(report: &Report) -> String {
@@ -149,10 +178,16 @@ mod tests {
         assert!(lines[0].contains("latency_p50_ms,latency_p95_ms,latency_p99_ms,ttft_p50_ms"));
         assert!(lines[0].ends_with(
             "dispatch_delay_mean_ms,slo_attainment,goodput_requests_per_s,goodput_output_tokens_per_s,\
-             tool_calls_mean,ttftc_p50_ms,ttftc_p95_ms,ttftc_p99_ms"
+             tool_calls_mean,ttftc_p50_ms,ttftc_p95_ms,ttftc_p99_ms,\
+             audio_seconds_mean,rtf_p50,rtf_p95,audio_seconds_per_s"
         ));
         let columns = lines[0].split(',').count();
-        assert_eq!(columns, 30);
+        assert_eq!(columns, 34);
+        assert!(
+            lines[1].ends_with(",,,,"),
+            "no audio, empty audio cells: {}",
+            lines[1]
+        );
         let first: Vec<&str> = lines[1].split(',').collect();
         assert_eq!(first.len(), columns);
         let m = &report.benchmarks[0].metrics;

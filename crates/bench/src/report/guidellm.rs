@@ -41,14 +41,16 @@ use std::collections::{BTreeMap, HashMap};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use super::metrics::{BenchmarkMetrics, StatusMetrics};
+use super::metrics::{AudioMetrics, BenchmarkMetrics, StatusMetrics, audio_seconds_per_s};
 use super::model::{BenchmarkReport, Environment, Report};
 use crate::analysis::stats::Interval;
 use crate::metrics::{CONFIDENCE, Distribution};
 use crate::record::{CompactRecords, CompactTurn, Excluded};
 use crate::{Error, Result};
 use guidebench_core::clock::Timestamp;
-use guidebench_core::request::{RequestError, RequestRecord, RequestStatus, RequestTimings};
+use guidebench_core::request::{
+    AudioStats, RequestError, RequestRecord, RequestStatus, RequestTimings,
+};
 
 /// The GuideLLM report schema version this build reads (the one GuideLLM
 /// 0.8.1 writes).
@@ -258,6 +260,47 @@ struct Request {
     prompt_tokens: Option<u32>,
     #[serde(default)]
     output_tokens: Option<u32>,
+    #[serde(default)]
+    input_metrics: Option<InputUsage>,
+}
+
+/// The audio figures of a request's `input_metrics` (GuideLLM's
+/// `UsageMetrics`); the rest is read from the request's own fields.
+#[derive(Deserialize, Default)]
+struct InputUsage {
+    #[serde(default)]
+    audio_tokens: Option<f64>,
+    #[serde(default)]
+    audio_samples: Option<f64>,
+    #[serde(default)]
+    audio_seconds: Option<f64>,
+    #[serde(default)]
+    audio_bytes: Option<f64>,
+}
+
+impl InputUsage {
+    /// The request's audio clip, when GuideLLM recorded any audio figure
+    /// (a count that is not a whole number in range is left unknown).
+    fn audio(&self) -> Option<AudioStats> {
+        let whole = |v: Option<f64>| {
+            v.filter(|v| v.is_finite() && *v >= 0.0 && v.fract() == 0.0 && *v < 1.8e19)
+        };
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // checked by `whole`.
+        let (tokens, samples, bytes) = (
+            whole(self.audio_tokens).and_then(|t| u32::try_from(t as u64).ok()),
+            whole(self.audio_samples).map(|n| n as u64),
+            whole(self.audio_bytes).map(|n| n as u64),
+        );
+        let seconds = self.audio_seconds.filter(|s| s.is_finite());
+        (tokens.is_some() || samples.is_some() || bytes.is_some() || seconds.is_some()).then_some(
+            AudioStats {
+                seconds,
+                samples,
+                bytes: bytes.unwrap_or(0),
+                tokens,
+            },
+        )
+    }
 }
 
 #[derive(Deserialize)]
@@ -658,7 +701,7 @@ fn record(id: u64, status: RequestStatus, request: &Request) -> RequestRecord {
         },
         cut_short_of: None,
         tool_calls: None,
-        audio: None,
+        audio: request.input_metrics.as_ref().and_then(InputUsage::audio),
     }
 }
 
@@ -776,8 +819,15 @@ fn metrics(
     end: Timestamp,
     intervals: bool,
 ) -> BenchmarkMetrics {
-    let status = |pick: fn(&StatusDist) -> &Dist, count: u64| {
+    let status = |pick: fn(&StatusDist) -> &Dist, count: u64, of: Option<RequestStatus>| {
         let d = |s: &StatusDist, scale: f64| distribution(pick(s), scale, intervals);
+        // GuideLLM's audio summary has no real-time factor: the clips are
+        // measured from the requests it kept.
+        let audio = AudioMetrics::compute(
+            records
+                .measured()
+                .filter(|r| of.is_none_or(|s| r.status == s)),
+        );
         StatusMetrics {
             count: usize::try_from(count).unwrap_or(usize::MAX),
             latency: d(&m.request_latency, 1.0),
@@ -797,6 +847,7 @@ fn metrics(
             tool_calls: None,
             tool_call_tokens: None,
             mixed_content_tool_tokens: None,
+            audio,
         }
     };
     let totals = m.request_totals;
@@ -817,10 +868,18 @@ fn metrics(
     }
     BenchmarkMetrics {
         duration_s: end.secs_since(start),
-        successful: status(|s| &s.successful, totals.successful),
-        errored: status(|s| &s.errored, totals.errored),
-        incomplete: status(|s| &s.incomplete, totals.incomplete),
-        all: status(|s| &s.total, totals.total),
+        successful: status(
+            |s| &s.successful,
+            totals.successful,
+            Some(RequestStatus::Success),
+        ),
+        errored: status(|s| &s.errored, totals.errored, Some(RequestStatus::Error)),
+        incomplete: status(
+            |s| &s.incomplete,
+            totals.incomplete,
+            Some(RequestStatus::Incomplete),
+        ),
+        all: status(|s| &s.total, totals.total, None),
         requests_per_s: m.requests_per_second.successful.mean,
         output_tokens_per_s: m.output_tokens_per_second.successful.mean,
         total_tokens_per_s: m.tokens_per_second.successful.mean,
@@ -839,6 +898,7 @@ fn metrics(
         errors_by_label,
         retries: 0,
         slo: None,
+        audio_seconds_per_s: audio_seconds_per_s(records, end.secs_since(start).max(0.0)),
         by_turn: Vec::new(),
     }
 }

@@ -42,7 +42,7 @@ use super::micros_as_secs;
 use super::model::{BenchmarkReport, Report};
 use crate::analysis::stats::{Interval, mean_interval, quantile_interval};
 use crate::metrics::CONFIDENCE;
-use crate::record::{CompactRecord, CompactRecords, count_as_f64};
+use crate::record::{CompactAudio, CompactRecord, CompactRecords, count_as_f64};
 use guidebench_core::request::{RequestError, RequestStatus};
 
 /// GuideLLM's percentile fields and the quantile each reports.
@@ -708,6 +708,12 @@ fn benchmark(
 // One request as GuideLLM sees it, with GuideLLM's derived values
 // (`GenerativeRequestStats`' properties).
 
+/// A count of samples or bytes as GuideLLM's float.
+#[allow(clippy::cast_precision_loss)] // a clip's samples and bytes are far below 2^53.
+fn amount_as_f64(n: u64) -> f64 {
+    n as f64
+}
+
 struct Req<'a> {
     id: u64,
     status: RequestStatus,
@@ -735,6 +741,8 @@ struct Req<'a> {
     /// (tool calls, whether text came with them), for an answer to a
     /// request that offered tools.
     tools: Option<(u32, bool)>,
+    /// The clip a request to an audio endpoint sent.
+    audio: Option<CompactAudio>,
 }
 
 impl<'a> Req<'a> {
@@ -774,7 +782,37 @@ impl<'a> Req<'a> {
             error: records.error_of(r),
             turn: r.turn.as_ref().map(|t| (t.conversation, t.index)),
             tools: r.tool_calls.as_ref().map(|t| (t.count, t.with_text)),
+            audio: r.audio.as_deref().copied(),
         }
+    }
+
+    /// GuideLLM's input `text_tokens`: the prompt tokens less the image
+    /// and audio tokens among them; none for a request to an audio
+    /// endpoint whose prompt was all audio (GuideLLM's audio handler
+    /// counts its prompt as `audio_tokens` only).
+    fn input_text_tokens(&self) -> Option<u32> {
+        let images = self.images.map_or(0, |i| i.1);
+        let audio = self.audio_tokens().unwrap_or(0);
+        let text = self
+            .prompt
+            .map(|p| p.saturating_sub(images).saturating_sub(audio));
+        text.filter(|t| self.audio.is_none() || *t > 0)
+    }
+    /// GuideLLM's `audio_tokens`: the prompt tokens charged for the clip.
+    fn audio_tokens(&self) -> Option<u32> {
+        self.audio.and_then(|a| a.tokens)
+    }
+    /// GuideLLM's `audio_samples`.
+    fn audio_samples(&self) -> Option<f64> {
+        self.audio.and_then(|a| a.samples).map(amount_as_f64)
+    }
+    /// GuideLLM's `audio_seconds`.
+    fn audio_seconds(&self) -> Option<f64> {
+        self.audio.and_then(|a| a.seconds)
+    }
+    /// GuideLLM's `audio_bytes`.
+    fn audio_bytes(&self) -> Option<f64> {
+        self.audio.map(|a| amount_as_f64(a.bytes))
     }
 
     /// GuideLLM's `tool_call_count`: set on an answer with tool calls, and
@@ -881,7 +919,6 @@ impl<'a> Req<'a> {
             let (images, image_tokens) = (images.map(|i| i.0), images.map(|i| i.1));
             json!({"text_tokens": text, "text_words": words, "text_characters": chars, "image_tokens": image_tokens, "image_count": images, "total_tokens": total})
         };
-        let images = self.images.map_or(0, |i| i.1);
         let counts = self
             .text
             .filter(|_| !self.pooled)
@@ -898,6 +935,25 @@ impl<'a> Req<'a> {
         output_metrics["tool_call_tokens"] = json!(self.tool_call_tokens());
         output_metrics["mixed_content_tool_tokens"] = json!(self.mixed_content_tool_tokens());
         output_metrics["tool_call_count"] = json!(self.tool_call_count());
+        let mut input_metrics = usage(self.input_text_tokens(), self.images, None);
+        if let Some(audio) = &self.audio {
+            // GuideLLM's total counts every modality's tokens.
+            let total = [
+                self.input_text_tokens(),
+                self.images.map(|i| i.1),
+                audio.tokens,
+            ]
+            .into_iter()
+            .flatten()
+            .fold(None, |sum: Option<u32>, t| {
+                Some(sum.unwrap_or(0).saturating_add(t))
+            });
+            input_metrics["audio_tokens"] = json!(audio.tokens);
+            input_metrics["audio_samples"] = json!(audio.samples);
+            input_metrics["audio_seconds"] = json!(audio.seconds);
+            input_metrics["audio_bytes"] = json!(audio.bytes);
+            input_metrics["total_tokens"] = json!(total);
+        }
         json!({
             "type_": "generative_request_stats",
             "request_id": id,
@@ -924,7 +980,7 @@ impl<'a> Req<'a> {
                 "started_at": self.start,
                 "completed_at": self.end_time(),
             },
-            "input_metrics": usage(self.prompt.map(|p| p.saturating_sub(images)), self.images, None),
+            "input_metrics": input_metrics,
             "output_metrics": output_metrics,
             "request_start_time": self.start,
             "request_end_time": self.end_time(),
@@ -1089,7 +1145,7 @@ fn metrics(reqs: &[Req], window: (f64, f64), schedule: bool) -> Value {
         "output_tokens_per_iteration": weighted(&all, false, |r| r.output_timings().into_iter().map(|(_, n)| (n, 1.0)).collect()),
         "iter_tokens_per_iteration": weighted(&all, false, |r| r.iter_timings().into_iter().map(|(_, n)| (n, 1.0)).collect()),
         "text": {
-            "tokens": summary_of(&all, |r| (r.prompt.map(|p| f64::from(p.saturating_sub(r.images.map_or(0, |i| i.1)))), r.output.map(f64::from))),
+            "tokens": summary_of(&all, |r| (r.input_text_tokens().map(f64::from), r.output.map(f64::from))),
             "words": summary_of(&all, |r| (None, r.text.map(|t| count_as_f64(t.split_whitespace().count())))),
             "characters": summary_of(&all, |r| (None, r.text.map(|t| count_as_f64(t.chars().count())))),
         },
@@ -1100,7 +1156,12 @@ fn metrics(reqs: &[Req], window: (f64, f64), schedule: bool) -> Value {
             "bytes": none(),
         },
         "video": nulls(&["tokens", "frames", "seconds", "bytes"]),
-        "audio": nulls(&["tokens", "samples", "seconds", "bytes"]),
+        "audio": {
+            "tokens": summary_of(&all, |r| (r.audio_tokens().map(f64::from), None)),
+            "samples": summary_of(&all, |r| (r.audio_samples(), None)),
+            "seconds": summary_of(&all, |r| (r.audio_seconds(), None)),
+            "bytes": summary_of(&all, |r| (r.audio_bytes(), None)),
+        },
         "tool_call": {
             "tokens": summary_of(&all, |r| (None, r.tool_call_tokens().map(f64::from))),
             "mixed_tokens": summary_of(&all, |r| (None, r.mixed_content_tool_tokens().map(f64::from))),

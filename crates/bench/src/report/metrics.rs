@@ -86,6 +86,109 @@ pub struct StatusMetrics {
     /// when none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mixed_content_tool_tokens: Option<Distribution>,
+    /// The audio clips of the group's requests to an audio endpoint
+    /// (transcriptions, translations); absent when none had a clip.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audio: Option<AudioMetrics>,
+}
+
+/// The audio clips a group of requests sent to an audio endpoint, and how
+/// fast the successful ones were served ([`CompactRecord::audio`]).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct AudioMetrics {
+    /// Requests that sent a clip.
+    pub requests: usize,
+    /// Seconds of audio per request, over the clips whose file states its
+    /// length.
+    pub seconds: Distribution,
+    /// Real-time factor per successful request: latency (`end − start`) /
+    /// seconds of audio, over the successful requests with both; below 1
+    /// the server answered faster than the clip plays. The same as
+    /// [`RequestRecord::real_time_factor`](guidebench_core::request::RequestRecord::real_time_factor)
+    /// at the records' microsecond resolution.
+    pub real_time_factor: Distribution,
+    /// Prompt tokens the server charged per clip, over the answers that
+    /// said (GuideLLM's `audio_tokens`).
+    pub tokens: Distribution,
+    /// Samples per channel per clip, over the files that state them.
+    pub samples: Distribution,
+    /// Bytes per uploaded file, over every clip.
+    pub bytes: Distribution,
+    /// Seconds of audio of every clip that states its length.
+    pub total_seconds: f64,
+    /// Tokens charged for every clip whose answer said.
+    pub total_tokens: u64,
+    /// Bytes of every clip.
+    pub total_bytes: u64,
+}
+
+impl AudioMetrics {
+    /// The audio metrics of `records`; `None` when none sent a clip.
+    pub fn compute<'a>(records: impl IntoIterator<Item = &'a CompactRecord>) -> Option<Self> {
+        let mut requests = 0;
+        let (mut seconds, mut rtf, mut tokens, mut samples, mut bytes) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let (mut total_tokens, mut total_bytes) = (0u64, 0u64);
+        for r in records {
+            let Some(audio) = r.audio.as_deref() else {
+                continue;
+            };
+            requests += 1;
+            if let Some(s) = audio.seconds {
+                seconds.push(s);
+                if let (RequestStatus::Success, Some(start), Some(end), true) =
+                    (r.status, r.start, r.end, s > 0.0)
+                {
+                    rtf.push(micros_as_secs(end.saturating_sub(start)) / s);
+                }
+            }
+            if let Some(t) = audio.tokens {
+                tokens.push(f64::from(t));
+                total_tokens = total_tokens.saturating_add(u64::from(t));
+            }
+            if let Some(n) = audio.samples {
+                samples.push(tokens_as_f64(n));
+            }
+            bytes.push(tokens_as_f64(audio.bytes));
+            total_bytes = total_bytes.saturating_add(audio.bytes);
+        }
+        (requests > 0).then(|| AudioMetrics {
+            requests,
+            total_seconds: seconds.iter().sum(),
+            seconds: Distribution::from_values(seconds),
+            real_time_factor: Distribution::from_values(rtf),
+            tokens: Distribution::from_values(tokens),
+            samples: Distribution::from_values(samples),
+            bytes: Distribution::from_values(bytes),
+            total_tokens,
+            total_bytes,
+        })
+    }
+}
+
+/// Seconds of audio the successful measured requests of `records` sent,
+/// over the window of `duration_s` seconds (0 for an empty window); `None`
+/// when no measured request sent a clip. See
+/// [`BenchmarkMetrics::audio_seconds_per_s`].
+pub(crate) fn audio_seconds_per_s(records: &CompactRecords, duration_s: f64) -> Option<f64> {
+    let mut any = false;
+    let mut seconds = 0.0;
+    for r in records.measured() {
+        let Some(audio) = r.audio.as_deref() else {
+            continue;
+        };
+        any = true;
+        if r.status == RequestStatus::Success {
+            seconds += audio.seconds.unwrap_or(0.0);
+        }
+    }
+    any.then(|| {
+        if duration_s > 0.0 {
+            seconds / duration_s
+        } else {
+            0.0
+        }
+    })
 }
 
 impl StatusMetrics {
@@ -105,8 +208,12 @@ impl StatusMetrics {
         let (mut images, mut image_tokens, mut vision) = (Vec::new(), Vec::new(), Vec::new());
         let (mut ttftc, mut tool_calls, mut tool_tokens, mut mixed) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let mut clips: Vec<&CompactRecord> = Vec::new();
         for r in records {
             count += 1;
+            if r.audio.is_some() {
+                clips.push(r);
+            }
             if let Some(tools) = &r.tool_calls {
                 tool_calls.push(f64::from(tools.count));
                 if let (Some(first), Some(start)) = (tools.first, r.start) {
@@ -179,6 +286,7 @@ impl StatusMetrics {
             mixed_content_tool_tokens: (!mixed.is_empty())
                 .then(|| Distribution::from_values(mixed)),
             vision_encode: (!vision.is_empty()).then(|| Distribution::from_values(vision)),
+            audio: AudioMetrics::compute(clips),
         }
     }
 }
@@ -235,6 +343,13 @@ pub struct BenchmarkMetrics {
     /// it set any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slo: Option<SloMetrics>,
+    /// Seconds of audio sent by the successful requests to an audio
+    /// endpoint / window length: how many seconds of audio the server
+    /// transcribed (or translated) per second of wall time; above 1 it
+    /// keeps ahead of that many live streams. Absent when no measured
+    /// request sent a clip.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audio_seconds_per_s: Option<f64>,
     /// For multi-turn conversations, the metrics of each turn index, first
     /// turn first; empty without conversations.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -340,6 +455,10 @@ impl BenchmarkMetrics {
             errors_by_label,
             retries: records.measured().map(|r| u64::from(r.retries)).sum(),
             slo: None,
+            audio_seconds_per_s: audio_seconds_per_s(
+                records,
+                if window_ns > 0 { duration_s } else { 0.0 },
+            ),
             by_turn: TurnMetrics::compute(records),
         }
     }

@@ -34,8 +34,8 @@ mod table;
 mod yaml;
 
 pub use crate::record::{
-    ClientFootprint, CompactRecord, CompactRecords, CompactTurn, Excluded, ProcessUsage,
-    round_to_micros,
+    ClientFootprint, CompactAudio, CompactRecord, CompactRecords, CompactTurn, Excluded,
+    ProcessUsage, round_to_micros,
 };
 pub use compare::{
     BenchmarkComparison, Comparison, MetricComparison, Verdict, compare, comparison_text,
@@ -51,7 +51,7 @@ pub use keeping_up::{
     CPU_SHARE, ClientSaturation, MIN_CPU_WALL_S, MIN_DISPATCH_BOUND_S, MIN_PLANNED,
     client_saturation,
 };
-pub use metrics::{BenchmarkMetrics, StatusMetrics, TurnMetrics, answers_are_pooled};
+pub use metrics::{AudioMetrics, BenchmarkMetrics, StatusMetrics, TurnMetrics, answers_are_pooled};
 pub use model::{
     BackendRun, BenchmarkReport, Environment, GUIDEBENCH_VERSION, OutputAgreement, Report,
     SCHEMA_VERSION,
