@@ -43,6 +43,32 @@
 //!   present beside the data file says so and what to write, and is never
 //!   taken from there
 //!   (`a_relative_media_path_is_read_against_the_working_folder_and_must_exist`);
+//! * an image or audio cell may also be a `{bytes, path}` struct, as the
+//!   Hugging Face `datasets` library stores its `Audio` and `Image`
+//!   features (a Parquet or Arrow file's binary `bytes` read as a base64
+//!   `data:` URL, see `rows`; in JSON a `data:` URL or plain base64): the
+//!   bytes are sent as they are ([`MediaSource::Bytes`]), typed by the
+//!   path's extension ([`MEDIA_TYPES`]: wav, mp3, flac, ogg, png, jpg,
+//!   jpeg, webp), else by the bytes' own header; a struct whose `bytes` is
+//!   null is the file at its `path`, as above, and one with neither is no
+//!   media (`tests/audio_data.rs`, on files `datasets` wrote);
+//! * tools, as GuideLLM 0.8.1 reads its `tools_column`,
+//!   `tool_choice_column` and `tool_response_column`: `tools_column`, or
+//!   `tools`, `functions`, `tool_definitions`, a JSON list of tool
+//!   definitions (or its text, in CSV or JSON); `tool_choice_column`, or
+//!   `tool_choice`, `required` (the default) or `auto`, anything else a
+//!   row error; `tool_response_column`, or `tool_response`,
+//!   `tool_result`, `tool_output`, the text sent back as each call's
+//!   result (GuideLLM's `{"status": "ok"}` without one). A row with tools
+//!   becomes GuideLLM's client tool-call turn (the request's
+//!   [`ToolSet`], a call expected, its length left to the model) followed
+//!   by its `tool_response_injection` turn, which answers each call of
+//!   the answer and takes the row's output length; a row without tools
+//!   (or with an empty list) stays a plain request
+//!   (`tests/tool_columns.rs`). Where it differs from GuideLLM: the turn
+//!   sends one result text for every call (of a list, the first), where
+//!   GuideLLM answers call `i` with the `i`-th and the rest with its
+//!   placeholder;
 //! * the system prompt is a system message put first;
 //! * sampling: the columns `temperature`, `top_p`, `top_k`, `seed` and
 //!   `stop` (a string, or a list of strings; in CSV a JSON list in the cell),
@@ -93,12 +119,15 @@ use serde_json::{Map, Value};
 
 use super::OnError;
 use super::open::read_rows;
-use super::rows::{FORMATS, Row, json_in_cell};
+use super::rows::{BINARY_PREFIX, FORMATS, Row, json_in_cell};
+use super::synthetic::DEFAULT_TOOL_RESPONSE;
 use super::{DataItem, DataSource, History, RowFault, Turn, string_option, u32_option};
 use crate::{Error, Result};
 use guidebench_core::Error as CoreError;
 use guidebench_core::options::{OptionSpec, OptionType};
-use guidebench_core::request::{ChatMessage, ContentPart, MediaSource, RequestInput};
+use guidebench_core::request::{
+    ChatMessage, ContentPart, MediaSource, RequestInput, ToolChoice, ToolSet,
+};
 use guidebench_core::sampling::SamplingParams;
 use guidebench_core::tokenizer::Tokenizer;
 
@@ -172,6 +201,26 @@ pub const FILE_OPTIONS: &[OptionSpec] = &[
     )
     .default_from::<FileDefaults>(),
     OptionSpec::optional(
+        "tools_column",
+        OptionType::String,
+        "a column of tool definitions (a JSON list in OpenAI's format, or its text): a row with \
+         tools is a tool-call turn followed by a turn sending the tool results",
+    )
+    .default_from::<FileDefaults>(),
+    OptionSpec::optional(
+        "tool_choice_column",
+        OptionType::String,
+        "a column of each tool row's tool_choice: required (the default) or auto",
+    )
+    .default_from::<FileDefaults>(),
+    OptionSpec::optional(
+        "tool_response_column",
+        OptionType::String,
+        "a column of the result sent back for each tool call of a tool row (default: \
+         {\"status\": \"ok\"})",
+    )
+    .default_from::<FileDefaults>(),
+    OptionSpec::optional(
         "conversation_column",
         OptionType::String,
         "the column of conversation ids: rows of one id are the turns of one conversation",
@@ -237,6 +286,9 @@ const PROMPT_TOKENS_COLUMNS: &[&str] =
 const IMAGE_COLUMNS: &[&str] = &["image", "picture", "photo", "img"];
 const AUDIO_COLUMNS: &[&str] = &["audio", "sound", "voice", "speech", "wav", "mp3"];
 const SYSTEM_COLUMNS: &[&str] = &["system_prompt", "system", "prefix"];
+const TOOLS_COLUMNS: &[&str] = &["tools", "functions", "tool_definitions"];
+const TOOL_CHOICE_COLUMNS: &[&str] = &["tool_choice"];
+const TOOL_RESPONSE_COLUMNS: &[&str] = &["tool_response", "tool_result", "tool_output"];
 
 /// Whether a column's name is one of `names`, as GuideLLM matches it: in
 /// any case, singular or plural (`s`, `es`).
@@ -268,6 +320,12 @@ pub(super) struct FileDefaults {
     audio_column: &'static [&'static str],
     #[serde(serialize_with = "serialize_columns")]
     system_column: &'static [&'static str],
+    #[serde(serialize_with = "serialize_columns")]
+    tools_column: &'static [&'static str],
+    #[serde(serialize_with = "serialize_columns")]
+    tool_choice_column: &'static [&'static str],
+    #[serde(serialize_with = "serialize_columns")]
+    tool_response_column: &'static [&'static str],
     conversation_column: &'static str,
     turn_column: &'static str,
     chat_turns: &'static str,
@@ -286,6 +344,9 @@ impl Default for FileDefaults {
             image_column: IMAGE_COLUMNS,
             audio_column: AUDIO_COLUMNS,
             system_column: SYSTEM_COLUMNS,
+            tools_column: TOOLS_COLUMNS,
+            tool_choice_column: TOOL_CHOICE_COLUMNS,
+            tool_response_column: TOOL_RESPONSE_COLUMNS,
             conversation_column: "conversation_id",
             turn_column: "turn",
             chat_turns: "split",
@@ -320,6 +381,9 @@ struct Columns {
     image: Option<String>,
     audio: Option<String>,
     system: Option<String>,
+    tools: Option<String>,
+    tool_choice: Option<String>,
+    tool_response: Option<String>,
 }
 
 /// The items of a data file, read and checked once, before the backend
@@ -397,6 +461,9 @@ impl FileItems {
             image: find("image_column", d.image_column)?,
             audio: find("audio_column", d.audio_column)?,
             system: find("system_column", d.system_column)?,
+            tools: find("tools_column", d.tools_column)?,
+            tool_choice: find("tool_choice_column", d.tool_choice_column)?,
+            tool_response: find("tool_response_column", d.tool_response_column)?,
         };
 
         if conversation.is_none() && string_option(options, "turn_column").is_some() {
@@ -468,9 +535,11 @@ impl FileItems {
                                     input: later.input,
                                     output_tokens: later.output_tokens,
                                     think: plan.think,
-                                    tools: None,
+                                    tools: later.tools,
                                     tool_results: None,
                                 });
+                                // A tool row's turn sending the results.
+                                first.turns.extend(later.turns);
                             }
                             first.history = plan.history;
                             Ok(first)
@@ -566,16 +635,19 @@ impl TurnPlan {
             }
         }
         item.input = RequestInput::Chat(first);
-        item.turns = later
-            .into_iter()
-            .map(|messages| Turn {
-                input: RequestInput::Chat(messages),
-                output_tokens: item.output_tokens,
-                think: self.think,
-                tools: None,
-                tool_results: None,
-            })
-            .collect();
+        // A tool row's first turn sends its results next (with the row's
+        // output length, which the tool-call turn leaves open).
+        let output_tokens = match item.turns.first() {
+            Some(results) if results.tool_results.is_some() => results.output_tokens,
+            _ => item.output_tokens,
+        };
+        item.turns.extend(later.into_iter().map(|messages| Turn {
+            input: RequestInput::Chat(messages),
+            output_tokens,
+            think: self.think,
+            tools: None,
+            tool_results: None,
+        }));
         item.history = self.history;
         item
     }
@@ -877,7 +949,7 @@ fn item_from_row(
             "must be at least 1, got 0",
         ));
     }
-    Ok(DataItem {
+    let mut item = DataItem {
         input,
         prompt_tokens: count(&columns.prompt_tokens)?,
         output_tokens,
@@ -887,7 +959,127 @@ fn item_from_row(
         turns: Vec::new(),
         history: History::Full,
         tools: None,
-    })
+    };
+    if let Some((tools, results)) = row_tools(row, columns)? {
+        // GuideLLM's client tool-call turn and the `tool_response_injection`
+        // turn after it, which takes the row's output length; the call is
+        // left to end on its own.
+        item.tools = Some(tools);
+        item.turns.push(Turn {
+            input: RequestInput::Chat(Vec::new()),
+            output_tokens: item.output_tokens.take(),
+            think: Duration::ZERO,
+            tools: None,
+            tool_results: Some(results),
+        });
+    }
+    Ok(item)
+}
+
+/// A row's tools, as GuideLLM 0.8.1 reads its `tools_column`,
+/// `tool_choice_column` and `tool_response_column`: the tool definitions
+/// (a JSON list, or its text), offered with `tool_choice` `required` (the
+/// default) or `auto` and a call expected, and the result text sent back
+/// for each call (GuideLLM's placeholder [`DEFAULT_TOOL_RESPONSE`] without
+/// one; of a list, the first). `None` for a row without tools (no cell, an
+/// empty one, or an empty list): its choice and response are then unused.
+fn row_tools<'a>(
+    row: &'a Row,
+    columns: &'a Columns,
+) -> std::result::Result<Option<(ToolSet, String)>, Fault> {
+    let field = |column: &'a Option<String>| -> Option<(&'a str, &'a Value)> {
+        let name = column.as_deref()?;
+        let value = row
+            .fields
+            .get(name)
+            .filter(|v| !(v.is_null() || v.as_str().is_some_and(|s| s.trim().is_empty())))?;
+        Some((name, value))
+    };
+    let Some((column, cell)) = field(&columns.tools) else {
+        return Ok(None);
+    };
+    let parsed;
+    let cell = match cell {
+        Value::String(text) => {
+            parsed = serde_json::from_str::<Value>(text).map_err(|e| {
+                Fault::at(
+                    column,
+                    format!(
+                        "expected a JSON list of tool definitions, got text that is not JSON: {e}"
+                    ),
+                )
+            })?;
+            &parsed
+        }
+        other => other,
+    };
+    let Value::Array(tools) = cell else {
+        return Err(Fault::at(
+            column,
+            format!(
+                "expected a JSON list of tool definitions, got {}",
+                shape(cell)
+            ),
+        ));
+    };
+    if tools.is_empty() {
+        return Ok(None);
+    }
+    for (index, tool) in tools.iter().enumerate() {
+        let named = tool
+            .get("function")
+            .unwrap_or(tool)
+            .get("name")
+            .and_then(Value::as_str)
+            .is_some_and(|name| !name.is_empty());
+        if !named {
+            return Err(Fault::at(
+                column,
+                format!(
+                    "tool {} has no name: expected {{\"type\": \"function\", \"function\": \
+                     {{\"name\": ...}}}} or {{\"name\": ...}}, got {}",
+                    index + 1,
+                    shape(tool)
+                ),
+            ));
+        }
+    }
+    let choice = match field(&columns.tool_choice) {
+        None => ToolChoice::Required,
+        Some((_, Value::String(choice))) if choice == "required" => ToolChoice::Required,
+        Some((_, Value::String(choice))) if choice == "auto" => ToolChoice::Auto,
+        Some((name, other)) => {
+            return Err(Fault::at(
+                name,
+                format!("unsupported tool_choice {other}; expected `required` or `auto`"),
+            ));
+        }
+    };
+    let text = |value: &Value| match value {
+        Value::String(text) => text.clone(),
+        other => other.to_string(),
+    };
+    let results = match field(&columns.tool_response) {
+        None => DEFAULT_TOOL_RESPONSE.to_owned(),
+        Some((_, Value::String(cell))) if row.csv => match json_in_cell(cell) {
+            Some(Value::Array(list)) => list
+                .first()
+                .map_or_else(|| DEFAULT_TOOL_RESPONSE.to_owned(), text),
+            _ => cell.clone(),
+        },
+        Some((_, Value::Array(list))) => list
+            .first()
+            .map_or_else(|| DEFAULT_TOOL_RESPONSE.to_owned(), text),
+        Some((_, other)) => text(other),
+    };
+    Ok(Some((
+        ToolSet {
+            tools: tools.clone(),
+            choice,
+            expect_call: true,
+        },
+        results,
+    )))
 }
 
 /// The columns a row may set sampling with; each wins over the run's
@@ -1101,7 +1293,10 @@ fn content_part(part: &Value, base: &Path) -> std::result::Result<ContentPart, S
     }
 }
 
-/// The media of a cell: one location, or a list of them.
+/// The media of a cell: one location, a `{bytes, path}` struct (how the
+/// Hugging Face `datasets` library stores an `Audio` or `Image` feature),
+/// the bytes of a binary column, or a list of these. A struct with neither
+/// bytes nor a path (an empty cell of a media feature) gives nothing.
 fn media_sources(
     value: &Value,
     csv: bool,
@@ -1110,28 +1305,186 @@ fn media_sources(
     let parsed;
     let value = match value {
         Value::String(text) if csv => match json_in_cell(text) {
-            Some(list @ Value::Array(_)) => {
-                parsed = list;
+            Some(json @ (Value::Array(_) | Value::Object(_))) => {
+                parsed = json;
                 &parsed
             }
             _ => value,
         },
         _ => value,
     };
-    match value {
-        Value::String(location) => Ok(vec![media_source(location, base)?]),
-        Value::Array(list) => list
-            .iter()
-            .map(|item| {
-                item.as_str()
-                    .ok_or_else(|| format!("expected a path or URL, got {item}"))
-                    .and_then(|location| media_source(location, base))
-            })
-            .collect(),
+    let one = |item: &Value| match item {
+        Value::String(location) => match location.strip_prefix(BINARY_PREFIX) {
+            Some(encoded) => media_bytes(encoded, None, None).map(Some),
+            None => media_source(location, base).map(Some),
+        },
+        Value::Object(cell) => media_cell(cell, base),
         other => Err(format!(
-            "expected a path, a URL or a list of them, got {other}"
+            "expected a path, a URL or a {{bytes, path}} struct, got {}",
+            shape(other)
+        )),
+    };
+    match value {
+        Value::Array(list) => Ok(list
+            .iter()
+            .map(one)
+            .collect::<std::result::Result<Vec<_>, _>>()?
+            .into_iter()
+            .flatten()
+            .collect()),
+        other => Ok(one(other)?.into_iter().collect()),
+    }
+}
+
+/// A value's kind for messages, without its content (a cell may hold
+/// megabytes of base64).
+fn shape(value: &Value) -> String {
+    match value {
+        Value::Null => "null".to_owned(),
+        Value::Bool(b) => b.to_string(),
+        Value::Number(n) => n.to_string(),
+        Value::String(_) => "text".to_owned(),
+        Value::Array(list) => format!("a list of {}", list.len()),
+        Value::Object(object) => format!(
+            "an object with keys {}",
+            object.keys().cloned().collect::<Vec<_>>().join(", ")
+        ),
+    }
+}
+
+/// A `{bytes, path}` media struct, as the Hugging Face `datasets` library
+/// stores an `Audio` or `Image` feature: the bytes (read from a Parquet or
+/// Arrow file as a base64 `data:` URL; in JSON, a `data:` URL or plain
+/// base64) with the MIME type of the path's extension, or, without bytes,
+/// the file at the path; `None` when it holds neither.
+fn media_cell(
+    cell: &Map<String, Value>,
+    base: &Path,
+) -> std::result::Result<Option<MediaSource>, String> {
+    let path = match cell.get("path") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(path)) if path.trim().is_empty() => None,
+        Some(Value::String(path)) => Some(path.as_str()),
+        Some(other) => {
+            return Err(format!(
+                "the `path` of a media struct must be text, got {}",
+                shape(other)
+            ));
+        }
+    };
+    match cell.get("bytes") {
+        Some(Value::String(text)) if !text.is_empty() => {
+            let (encoded, declared) = match text.strip_prefix("data:") {
+                Some(rest) => {
+                    let (meta, payload) = rest.split_once(',').ok_or_else(|| {
+                        "the `bytes` of a media struct are a data: URL without a comma".to_owned()
+                    })?;
+                    let Some(mime) = meta.strip_suffix(";base64") else {
+                        return Err(
+                            "the `bytes` of a media struct are a data: URL that is not base64"
+                                .to_owned(),
+                        );
+                    };
+                    (payload, Some(mime).filter(|m| !m.is_empty()))
+                }
+                None => (text.as_str(), None),
+            };
+            media_bytes(encoded, path, declared).map(Some)
+        }
+        None | Some(Value::Null) => match path {
+            Some(path) => media_source(path, base).map(Some),
+            None if cell.contains_key("bytes") || cell.contains_key("path") => Ok(None),
+            None => Err(format!(
+                "expected a path, a URL or a {{bytes, path}} struct (a Hugging Face Audio or                  Image feature), got {}",
+                shape(&Value::Object(cell.clone()))
+            )),
+        },
+        Some(Value::String(_)) => Ok(path.map(|p| media_source(p, base)).transpose()?),
+        Some(other) => Err(format!(
+            "the `bytes` of a media struct must be binary (or base64 text), got {}",
+            shape(other)
         )),
     }
+}
+
+/// The media types of file extensions: the audio formats servers take
+/// (GuideLLM's audio column reads the same) and the image formats.
+pub const MEDIA_TYPES: &[(&str, &str)] = &[
+    ("wav", "audio/wav"),
+    ("mp3", "audio/mpeg"),
+    ("flac", "audio/flac"),
+    ("ogg", "audio/ogg"),
+    ("png", "image/png"),
+    ("jpg", "image/jpeg"),
+    ("jpeg", "image/jpeg"),
+    ("webp", "image/webp"),
+];
+
+/// The media type of a file's first bytes, for those of [`MEDIA_TYPES`].
+fn sniff(data: &[u8]) -> Option<&'static str> {
+    let riff = |kind: &[u8]| data.starts_with(b"RIFF") && data.get(8..12) == Some(kind);
+    if riff(b"WAVE") {
+        Some("audio/wav")
+    } else if riff(b"WEBP") {
+        Some("image/webp")
+    } else if data.starts_with(b"fLaC") {
+        Some("audio/flac")
+    } else if data.starts_with(b"OggS") {
+        Some("audio/ogg")
+    } else if data.starts_with(b"ID3") || matches!(data, [0xFF, b, ..] if b & 0xE0 == 0xE0) {
+        Some("audio/mpeg")
+    } else if data.starts_with(b"\x89PNG\r\n\x1a\n") {
+        Some("image/png")
+    } else if data.starts_with(&[0xFF, 0xD8, 0xFF]) {
+        Some("image/jpeg")
+    } else {
+        None
+    }
+}
+
+/// Base64 media bytes as [`MediaSource::Bytes`]: their MIME type is the
+/// path's extension's, else the one `declared` (a `data:` URL's, unless
+/// `application/octet-stream`), else the one their first bytes show.
+fn media_bytes(
+    encoded: &str,
+    path: Option<&str>,
+    declared: Option<&str>,
+) -> std::result::Result<MediaSource, String> {
+    use base64::Engine as _;
+    let data = base64::engine::general_purpose::STANDARD
+        .decode(encoded.trim())
+        .map_err(|e| format!("the media bytes are not base64: {e}"))?;
+    let extension = path
+        .and_then(|p| Path::new(p).extension())
+        .and_then(|e| e.to_str())
+        .map(str::to_ascii_lowercase);
+    let by_extension = extension
+        .as_deref()
+        .and_then(|e| MEDIA_TYPES.iter().find(|(known, _)| *known == e))
+        .map(|(_, mime)| (*mime).to_owned());
+    let declared = declared
+        .filter(|m| *m != "application/octet-stream")
+        .map(str::to_owned);
+    let mime = by_extension
+        .or(declared)
+        .or_else(|| sniff(&data).map(str::to_owned))
+        .ok_or_else(|| {
+            let known: Vec<&str> = MEDIA_TYPES.iter().map(|(e, _)| *e).collect();
+            format!(
+                "cannot tell the media type of {} bytes: {} and the bytes are none of the known \
+                 formats ({})",
+                data.len(),
+                match path {
+                    Some(path) => format!("the path `{path}` has no known extension"),
+                    None => "no path names them".to_owned(),
+                },
+                known.join(", ")
+            )
+        })?;
+    Ok(MediaSource::Bytes {
+        mime,
+        data: Arc::from(data),
+    })
 }
 
 /// A URL (`http://`, `https://`, `data:`) as it is; anything else is a

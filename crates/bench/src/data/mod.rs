@@ -6,12 +6,16 @@
 //! parsed argument through it, and an unknown kind is an error that lists
 //! the known ones.
 //!
-//! Four kinds exist:
+//! Five kinds exist:
 //!
 //! * `synthetic_text` ([`SyntheticTextSource`]): reproducible prompts of
 //!   exact token counts through the model's tokenizer;
 //! * `synthetic_image` ([`SyntheticImageSource`]): requests of synthetic
 //!   JPEG or PNG pictures followed by a line of text, GuideLLM's kind;
+//! * `synthetic_audio` ([`SyntheticAudioSource`]): requests of one
+//!   synthetic WAV clip (a seeded tone sweep with noise) followed by a line
+//!   of text, for audio endpoints; guidebench's own (GuideLLM 0.8.1 has
+//!   none);
 //! * `file` ([`FileSource`]): a local JSONL, JSON, CSV, Parquet, Arrow or
 //!   plain text file, or a Hugging Face dataset by name (downloaded into
 //!   the Hugging Face cache), with column mapping, chat conversations
@@ -46,7 +50,8 @@
 //! name, through the Hub client), `open` (a kind's `path` option: a file
 //! or a dataset, read into rows), then the kinds that map rows or options to
 //! items ([`file`](mod@file), [`trace`], [`synthetic`], [`synthetic_image`],
-//! whose pictures come from `pixels`), and this module's registry on top.
+//! whose pictures come from `pixels`, [`synthetic_audio`]), and this
+//! module's registry on top.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -70,6 +75,7 @@ mod open;
 mod pixels;
 mod rows;
 pub mod synthetic;
+pub mod synthetic_audio;
 pub mod synthetic_image;
 #[cfg(test)]
 mod testing;
@@ -83,6 +89,7 @@ pub use pixels::{Content as ImageContent, Format as ImageFormat};
 pub use synthetic::{
     SYNTHETIC_TEXT_OPTIONS, SyntheticText, SyntheticTextConfig, SyntheticTextSource,
 };
+pub use synthetic_audio::{SYNTHETIC_AUDIO_OPTIONS, SyntheticAudioConfig, SyntheticAudioSource};
 pub use synthetic_image::{SYNTHETIC_IMAGE_OPTIONS, SyntheticImageConfig, SyntheticImageSource};
 pub use trace::{TRACE_OPTIONS, TraceSource};
 
@@ -357,6 +364,19 @@ pub const DATA_KINDS: &[DataKind] = &[
         },
     },
     DataKind {
+        name: synthetic_audio::KIND,
+        description: "requests of one synthetic WAV clip (a seeded tone sweep with noise) \
+                      followed by a line of text, for audio endpoints (guidebench's own)",
+        options: SYNTHETIC_AUDIO_OPTIONS,
+        datasets: false,
+        alias: None,
+        prepare: |context, options, _on_error, seed| {
+            Ok(Arc::new(PreparedSyntheticAudio(Arc::new(
+                SyntheticAudioConfig::from_options(context, options, seed)?,
+            ))))
+        },
+    },
+    DataKind {
         name: file::KIND,
         description: "a local JSONL, JSON, CSV, Parquet, Arrow or text file, or a Hugging Face \
                       dataset by name (downloaded into the Hugging Face cache), with column \
@@ -455,6 +475,20 @@ impl Prepared for PreparedSyntheticImage {
 
     fn source(&self, _tokenizer: Option<Arc<dyn Tokenizer>>) -> Result<Box<dyn DataSource>> {
         Ok(Box::new(SyntheticImageSource::new(Arc::clone(&self.0))))
+    }
+}
+
+/// Synthetic audio clips, their settings checked.
+#[derive(Debug)]
+struct PreparedSyntheticAudio(Arc<SyntheticAudioConfig>);
+
+impl Prepared for PreparedSyntheticAudio {
+    fn needs_tokenizer(&self) -> bool {
+        false
+    }
+
+    fn source(&self, _tokenizer: Option<Arc<dyn Tokenizer>>) -> Result<Box<dyn DataSource>> {
+        Ok(Box::new(SyntheticAudioSource::new(Arc::clone(&self.0))))
     }
 }
 

@@ -4,8 +4,16 @@
 //! Every column becomes a JSON value: text as a string, integers and
 //! floats as numbers, booleans, lists as JSON lists and structs as JSON
 //! objects (so a `messages` column of `{role, content}` structs is a chat),
-//! dictionary-encoded columns as their values. Columns of other types
-//! (binary, dates, times, decimals) read as null.
+//! dictionary-encoded columns as their values, binary cells as a base64
+//! `data:` URL of type `application/octet-stream` ([`BINARY_PREFIX`]).
+//! Columns of other types (dates, times, decimals) read as null.
+//!
+//! The Hugging Face `datasets` library stores an `Audio` or `Image`
+//! feature as a struct `{bytes: binary, path: string}`: it reads as
+//! `{"bytes": "data:application/octet-stream;base64,...", "path":
+//! "clip.wav"}` (`bytes` null where the file holds the path alone), which
+//! the media columns of `--data kind=file` turn into the clip's bytes with
+//! the MIME type of the path's extension.
 //!
 //! Parquet files may be uncompressed or snappy-compressed (what the Hugging
 //! Face `datasets` library and pandas write by default). Arrow IPC files
@@ -25,7 +33,7 @@ use arrow_array::{Array, RecordBatch};
 use arrow_schema::{ArrowError, DataType};
 use serde_json::{Map, Number, Value};
 
-use super::Row;
+use super::{BINARY_PREFIX, Row};
 use crate::{Error, Result};
 use guidebench_core::Error as CoreError;
 
@@ -152,6 +160,10 @@ fn value(array: &dyn Array, index: usize) -> Value {
         DataType::Utf8 => Value::from(array.as_string::<i32>().value(index)),
         DataType::LargeUtf8 => Value::from(array.as_string::<i64>().value(index)),
         DataType::Utf8View => Value::from(array.as_string_view().value(index)),
+        DataType::Binary => binary(array.as_binary::<i32>().value(index)),
+        DataType::LargeBinary => binary(array.as_binary::<i64>().value(index)),
+        DataType::BinaryView => binary(array.as_binary_view().value(index)),
+        DataType::FixedSizeBinary(_) => binary(array.as_fixed_size_binary().value(index)),
         DataType::List(_) => list(array.as_list::<i32>().value(index).as_ref()),
         DataType::LargeList(_) => list(array.as_list::<i64>().value(index).as_ref()),
         DataType::FixedSizeList(..) => list(array.as_fixed_size_list().value(index).as_ref()),
@@ -172,6 +184,15 @@ fn value(array: &dyn Array, index: usize) -> Value {
         }
         _ => Value::Null,
     }
+}
+
+/// A binary cell as a base64 `data:` URL ([`BINARY_PREFIX`]).
+fn binary(bytes: &[u8]) -> Value {
+    use base64::Engine as _;
+    let mut url = String::with_capacity(BINARY_PREFIX.len() + bytes.len().div_ceil(3) * 4);
+    url.push_str(BINARY_PREFIX);
+    base64::engine::general_purpose::STANDARD.encode_string(bytes, &mut url);
+    Value::String(url)
 }
 
 /// Every element of a list value.

@@ -23,6 +23,10 @@ use guidebench_core::Error as CoreError;
 mod columnar;
 mod text;
 
+/// How a binary cell of a Parquet or Arrow file reads: this prefix, then
+/// its bytes in base64 (a `data:` URL).
+pub(crate) const BINARY_PREFIX: &str = "data:application/octet-stream;base64,";
+
 /// The formats a data file may have.
 pub(crate) const FORMATS: &[&str] = &["jsonl", "json", "csv", "parquet", "arrow", "text"];
 
