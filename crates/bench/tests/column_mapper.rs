@@ -170,7 +170,9 @@ fn each_guidellm_column_type_becomes_its_guidebench_column_option() {
         data: vec![format!("kind=file,path={}", path.display())],
         data_column_mapper: Some(
             "{\"kind\": \"generative_column_mapper\", \"column_mappings\": \
-             {\"image_column\": \"pic\", \"audio_column\": \"wav\"}}"
+             {\"image_column\": \"pic\", \"audio_column\": \"wav\", \
+             \"tools_column\": \"fns\", \"tool_choice_column\": \"choice\", \
+             \"tool_response_column\": \"result\"}}"
                 .to_owned(),
         ),
         ..Flags::default()
@@ -180,6 +182,17 @@ fn each_guidellm_column_type_becomes_its_guidebench_column_option() {
     let data = &run.plans[0].data;
     assert!(data[0].contains("\"image_column\":\"pic\""), "{data:?}");
     assert!(data[0].contains("\"audio_column\":\"wav\""), "{data:?}");
+    // And the tool columns GuideLLM reads tool calling from.
+    for (option, column) in [
+        ("tools_column", "fns"),
+        ("tool_choice_column", "choice"),
+        ("tool_response_column", "result"),
+    ] {
+        assert!(
+            data[0].contains(&format!("\"{option}\":\"{column}\"")),
+            "{option}: {data:?}"
+        );
+    }
 }
 
 #[test]
@@ -266,9 +279,9 @@ fn an_unknown_column_type_is_refused_listing_guidellms_and_one_without_equal_say
         "{err}"
     );
     let err = refusal(flags(
-        "kind=generative_column_mapper,column_mappings.tools_column=tools",
+        "kind=generative_column_mapper,column_mappings.turn_type_column=kind",
     ));
-    assert!(err.contains("no tool definitions"), "{err}");
+    assert!(err.contains("follow from its tools column"), "{err}");
     // Another option of the mapper, or another kind.
     let err = refusal(flags("kind=generative_column_mapper,columns.text=article"));
     assert!(err.contains("unknown option `columns`"), "{err}");

@@ -93,21 +93,14 @@ const COLUMN_TYPES: &[(&str, std::result::Result<&str, &str>)] = &[
     ("image_column", Ok("image_column")),
     ("audio_column", Ok("audio_column")),
     ("video_column", Err("guidebench sends no video")),
-    (
-        "tools_column",
-        Err("guidebench's data carry no tool definitions"),
-    ),
-    (
-        "tool_response_column",
-        Err("guidebench's data carry no tool calls"),
-    ),
-    (
-        "tool_choice_column",
-        Err("guidebench's data carry no tool calls"),
-    ),
+    ("tools_column", Ok("tools_column")),
+    ("tool_response_column", Ok("tool_response_column")),
+    ("tool_choice_column", Ok("tool_choice_column")),
     (
         "turn_type_column",
-        Err("guidebench's data carry no tool calls"),
+        Err(
+            "a row's turns follow from its tools column: a row with tools is a tool-call turn then a results turn",
+        ),
     ),
     (
         "relative_timestamp_column",
