@@ -77,7 +77,10 @@ fn a_jsonl_tools_column_becomes_the_requests_toolset_with_its_choice_and_results
     let [results] = tool.turns.as_slice() else {
         panic!("one results turn, got {:?}", tool.turns);
     };
-    assert_eq!(results.tool_results.as_deref(), Some("{\"temp\": 4}"));
+    assert_eq!(
+        results.tool_results.as_deref(),
+        Some(["{\"temp\": 4}".to_owned()].as_slice())
+    );
     assert_eq!(results.output_tokens, Some(7));
     assert_eq!(results.tools, None);
     assert_eq!(results.think, std::time::Duration::ZERO);
@@ -121,8 +124,8 @@ fn a_csv_tools_cell_of_json_text_gives_the_same_definitions_with_guidellms_defau
     );
     assert_eq!(
         tool.turns[0].tool_results.as_deref(),
-        Some("{\"status\": \"ok\"}"),
-        "GuideLLM's placeholder result"
+        Some([].as_slice()),
+        "no results given: each call gets GuideLLM's placeholder"
     );
     assert_eq!(tool.turns[0].output_tokens, Some(6));
     assert_eq!(plain.tools, None);
@@ -209,8 +212,11 @@ fn tool_columns_are_named_with_options_as_the_other_columns_are() {
     let tools = items[0].tools.as_ref().expect("tools");
     assert_eq!(tools.tools, vec![weather()]);
     assert_eq!(tools.choice, ToolChoice::Auto);
-    // One result text per turn: a list's first.
-    assert_eq!(items[0].turns[0].tool_results.as_deref(), Some("sunny"));
+    // A list answers the calls in order.
+    assert_eq!(
+        items[0].turns[0].tool_results.as_deref(),
+        Some(["sunny".to_owned(), "rain".to_owned()].as_slice())
+    );
 
     // A column that is not there is named with those that are.
     let err = read(&format!("kind=file,path={path},tools_column=tools")).expect_err("absent");
@@ -255,7 +261,7 @@ fn a_conversations_tool_row_is_followed_by_its_results_before_the_next_turn() {
         turns,
         [
             (Some(ToolChoice::Required), None, None),
-            (None, Some("cold".to_owned()), Some(3)),
+            (None, Some(vec!["cold".to_owned()]), Some(3)),
             (None, None, Some(4)),
         ]
     );

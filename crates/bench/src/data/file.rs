@@ -120,7 +120,6 @@ use serde_json::{Map, Value};
 use super::OnError;
 use super::open::read_rows;
 use super::rows::{BINARY_PREFIX, FORMATS, Row, json_in_cell};
-use super::synthetic::DEFAULT_TOOL_RESPONSE;
 use super::{DataItem, DataSource, History, RowFault, Turn, string_option, u32_option};
 use crate::{Error, Result};
 use guidebench_core::Error as CoreError;
@@ -980,13 +979,15 @@ fn item_from_row(
 /// `tool_choice_column` and `tool_response_column`: the tool definitions
 /// (a JSON list, or its text), offered with `tool_choice` `required` (the
 /// default) or `auto` and a call expected, and the result text sent back
-/// for each call (GuideLLM's placeholder [`DEFAULT_TOOL_RESPONSE`] without
-/// one; of a list, the first). `None` for a row without tools (no cell, an
+/// of each call, in order (a list, or one text for the first call; a call
+/// beyond them gets GuideLLM's placeholder
+/// [`DEFAULT_TOOL_RESPONSE`](super::synthetic::DEFAULT_TOOL_RESPONSE), as
+/// without the column). `None` for a row without tools (no cell, an
 /// empty one, or an empty list): its choice and response are then unused.
 fn row_tools<'a>(
     row: &'a Row,
     columns: &'a Columns,
-) -> std::result::Result<Option<(ToolSet, String)>, Fault> {
+) -> std::result::Result<Option<(ToolSet, Vec<String>)>, Fault> {
     let field = |column: &'a Option<String>| -> Option<(&'a str, &'a Value)> {
         let name = column.as_deref()?;
         let value = row
@@ -1060,17 +1061,13 @@ fn row_tools<'a>(
         other => other.to_string(),
     };
     let results = match field(&columns.tool_response) {
-        None => DEFAULT_TOOL_RESPONSE.to_owned(),
+        None => Vec::new(),
         Some((_, Value::String(cell))) if row.csv => match json_in_cell(cell) {
-            Some(Value::Array(list)) => list
-                .first()
-                .map_or_else(|| DEFAULT_TOOL_RESPONSE.to_owned(), text),
-            _ => cell.clone(),
+            Some(Value::Array(list)) => list.iter().map(text).collect(),
+            _ => vec![cell.clone()],
         },
-        Some((_, Value::Array(list))) => list
-            .first()
-            .map_or_else(|| DEFAULT_TOOL_RESPONSE.to_owned(), text),
-        Some((_, other)) => text(other),
+        Some((_, Value::Array(list))) => list.iter().map(text).collect(),
+        Some((_, other)) => vec![text(other)],
     };
     Ok(Some((
         ToolSet {

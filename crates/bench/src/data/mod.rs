@@ -150,10 +150,12 @@ pub struct Turn {
     /// expected.
     pub tools: Option<ToolSet>,
     /// For GuideLLM's `tool_response_injection` turn, which follows a
-    /// tool-call turn: the result of each tool call the previous answer
-    /// made, sent as a `tool` message answering it (the turn's own `input`
-    /// adds nothing then).
-    pub tool_results: Option<String>,
+    /// tool-call turn: the results of the tool calls the previous answer
+    /// made, each sent as a `tool` message answering its call, in order
+    /// (a call beyond the list gets GuideLLM's placeholder
+    /// [`DEFAULT_TOOL_RESPONSE`](synthetic::DEFAULT_TOOL_RESPONSE), as
+    /// GuideLLM answers it); the turn's own `input` adds nothing then.
+    pub tool_results: Option<Vec<String>>,
 }
 
 /// A source of benchmark items.

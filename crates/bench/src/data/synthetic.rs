@@ -1362,7 +1362,7 @@ impl SyntheticTextSource {
 /// After a tool-call turn: the turn that sends the result of each call
 /// (GuideLLM's `tool_response_injection`), at once, with the tool-call
 /// turn's output length.
-fn push_results(turns: &mut Vec<Turn>, call: Option<(ToolSet, String)>, output: u32) {
+fn push_results(turns: &mut Vec<Turn>, call: Option<(ToolSet, Vec<String>)>, output: u32) {
     if let Some((_, results)) = call {
         turns.push(Turn {
             input: RequestInput::Chat(Vec::new()),
@@ -1377,7 +1377,7 @@ fn push_results(turns: &mut Vec<Turn>, call: Option<(ToolSet, String)>, output: 
 impl SyntheticTextSource {
     /// For a user turn that calls tools: the tools it offers (expecting a
     /// call) and the result sent back for each call.
-    fn tool_turn(&mut self, index: u32) -> Result<Option<(ToolSet, String)>> {
+    fn tool_turn(&mut self, index: u32) -> Result<Option<(ToolSet, Vec<String>)>> {
         let Some(workload) = self
             .config
             .tool_calls
@@ -1400,7 +1400,9 @@ impl SyntheticTextSource {
             }
             None => DEFAULT_TOOL_RESPONSE.to_owned(),
         };
-        Ok(Some((tools, results)))
+        // GuideLLM's one result text: the first call's; a later call gets
+        // the placeholder.
+        Ok(Some((tools, vec![results])))
     }
 }
 
@@ -1572,7 +1574,10 @@ mod tests {
         assert!(tools.expect_call);
         assert_eq!(item.turns.len(), 1, "turns + len(tool_call_turns) requests");
         let results = &item.turns[0];
-        assert_eq!(results.tool_results.as_deref(), Some(DEFAULT_TOOL_RESPONSE));
+        assert_eq!(
+            results.tool_results.as_deref(),
+            Some([DEFAULT_TOOL_RESPONSE.to_owned()].as_slice())
+        );
         assert_eq!(
             results.input,
             RequestInput::Chat(Vec::new()),
@@ -1604,8 +1609,16 @@ mod tests {
             item.turns[0].tools.as_ref().expect("tools").tools[0]["function"]["name"],
             "f"
         );
-        let result = item.turns[1].tool_results.as_deref().expect("results");
-        assert_eq!(tokenizer.encode(result, false).expect("encodes").len(), 5);
+        let results = item.turns[1].tool_results.as_deref().expect("results");
+        assert_eq!(
+            results.len(),
+            1,
+            "GuideLLM's one result, for the first call"
+        );
+        assert_eq!(
+            tokenizer.encode(&results[0], false).expect("encodes").len(),
+            5
+        );
         assert_eq!(item.turns[1].output_tokens, item.turns[0].output_tokens);
     }
 

@@ -48,6 +48,8 @@ use guidebench_core::request::ContentPart;
 use guidebench_core::request::{ChatMessage, GenerationRequest, RequestInput, ToolCall, ToolSet};
 use guidebench_core::sampling::Sampling;
 
+use crate::data::synthetic::DEFAULT_TOOL_RESPONSE;
+
 /// How much of a conversation's history each later turn sends.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -91,8 +93,10 @@ pub struct PlannedTurn {
     /// The tools the turn offers the model (a tool-call turn).
     pub tools: Option<ToolSet>,
     /// For a turn that answers the previous answer's tool calls: the
-    /// result sent for each call, as a `tool` message.
-    pub tool_results: Option<String>,
+    /// result sent for each call, in order, as a `tool` message (a call
+    /// beyond the list gets GuideLLM's placeholder
+    /// [`DEFAULT_TOOL_RESPONSE`]).
+    pub tool_results: Option<Vec<String>>,
 }
 
 /// The conversation a request belongs to, and what is left of it.
@@ -133,15 +137,15 @@ impl Conversation {
             ChatMessage::tool_calls(answer, calls.to_vec())
         };
         // A tool-result turn answers every call before its own messages.
-        let results = next.tool_results.as_deref().map_or(0, |_| calls.len());
+        let results = next.tool_results.as_ref().map_or(0, |_| calls.len());
+        let texts = next.tool_results.unwrap_or_default();
         let new: Vec<ChatMessage> = calls
             .iter()
             .take(results)
-            .map(|call| {
-                ChatMessage::tool_result(
-                    call.id.clone(),
-                    next.tool_results.as_deref().unwrap_or(""),
-                )
+            .enumerate()
+            .map(|(i, call)| {
+                let text = texts.get(i).map_or(DEFAULT_TOOL_RESPONSE, String::as_str);
+                ChatMessage::tool_result(call.id.clone(), text)
             })
             .chain(next.messages)
             .collect();
@@ -267,14 +271,14 @@ mod tests {
 
     use super::*;
 
-    fn planned(id: u64, messages: Vec<ChatMessage>, results: Option<&str>) -> PlannedTurn {
+    fn planned(id: u64, messages: Vec<ChatMessage>, results: Option<&[&str]>) -> PlannedTurn {
         PlannedTurn {
             id,
             messages,
             sampling: Sampling::fixed_length(2).expect("valid"),
             think: Duration::ZERO,
             tools: None,
-            tool_results: results.map(str::to_owned),
+            tool_results: results.map(|texts| texts.iter().map(|t| (*t).to_owned()).collect()),
         }
     }
 
@@ -307,6 +311,25 @@ mod tests {
     }
 
     #[test]
+    fn a_call_beyond_the_turns_results_gets_guidellms_placeholder() {
+        let first = conversation(History::Full, vec![planned(2, Vec::new(), Some(&["42"]))]);
+        let (request, _, _) = first
+            .next_turn("", &[call("a"), call("b")])
+            .expect("a next turn");
+        let answers: Vec<_> = sent(&request)[2..]
+            .iter()
+            .map(|m| m.content.clone())
+            .collect();
+        assert_eq!(
+            answers,
+            [
+                vec![ContentPart::text("42")],
+                vec![ContentPart::text(DEFAULT_TOOL_RESPONSE)]
+            ]
+        );
+    }
+
+    #[test]
     fn a_tool_result_turn_answers_each_call_of_the_previous_answer() {
         let mut asks = planned(3, vec![ChatMessage::text("user", "and then?")], None);
         asks.tools = Some(ToolSet {
@@ -314,7 +337,7 @@ mod tests {
             choice: ToolChoice::Required,
             expect_call: true,
         });
-        let rest = vec![planned(2, Vec::new(), Some("42")), asks];
+        let rest = vec![planned(2, Vec::new(), Some(&["42", "43"])), asks];
         let first = conversation(History::Full, rest);
         let (request, next, _) = first
             .next_turn("", &[call("a"), call("b")])
@@ -329,10 +352,14 @@ mod tests {
             messages[1].content.is_empty(),
             "a tool-only answer has no text"
         );
-        for (message, id) in messages[2..].iter().zip(["a", "b"]) {
+        for (message, (id, result)) in messages[2..].iter().zip([("a", "42"), ("b", "43")]) {
             assert_eq!(message.role, "tool");
             assert_eq!(message.tool, Some(MessageTool::Answers(id.into())));
-            assert_eq!(message.content, vec![ContentPart::text("42")]);
+            assert_eq!(
+                message.content,
+                vec![ContentPart::text(result)],
+                "call {id}"
+            );
         }
         assert!(request.tools.is_none(), "the results turn offers no tools");
         let (request, _, _) = next.next_turn("sunny", &[]).expect("the third turn");
@@ -348,7 +375,7 @@ mod tests {
 
     #[test]
     fn history_none_keeps_the_calls_a_tool_result_answers() {
-        let first = conversation(History::None, vec![planned(2, Vec::new(), Some("ok"))]);
+        let first = conversation(History::None, vec![planned(2, Vec::new(), Some(&["ok"]))]);
         let (request, _, _) = first.next_turn("", &[call("a")]).expect("next");
         let roles: Vec<&str> = sent(&request).iter().map(|m| m.role.as_str()).collect();
         assert_eq!(roles, ["assistant", "tool"]);
@@ -356,7 +383,7 @@ mod tests {
 
     #[test]
     fn a_results_turn_after_an_answer_without_calls_sends_the_history_alone() {
-        let first = conversation(History::Full, vec![planned(2, Vec::new(), Some("ok"))]);
+        let first = conversation(History::Full, vec![planned(2, Vec::new(), Some(&["ok"]))]);
         let (request, _, _) = first.next_turn("no tool", &[]).expect("next");
         let roles: Vec<&str> = sent(&request).iter().map(|m| m.role.as_str()).collect();
         assert_eq!(roles, ["user", "assistant"]);
