@@ -15,8 +15,8 @@ use guidebench_core::clock::Clock;
 use guidebench_core::options::KindArgs;
 use guidebench_core::redact::redact_urls;
 use guidebench_core::request::{
-    ChatMessage, ContentPart, FinishReason, GenerationRequest, GenerationResponse, MediaSource,
-    MessageTool, RequestInput, RequestTimings, ToolCall, ToolCallOutput, ToolSet,
+    AudioStats, ChatMessage, ContentPart, FinishReason, GenerationRequest, GenerationResponse,
+    MediaSource, MessageTool, RequestInput, RequestTimings, ToolCall, ToolCallOutput, ToolSet,
 };
 use guidebench_core::template::{Placeholders, PromptFormatter, RequestFormat as TemplateFormat};
 use guidebench_core::tokenizer::SpecialTokens;
@@ -27,12 +27,13 @@ use tokio::time::timeout_at;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::audio::audio_upload;
 use crate::config::{OpenAiConfig, RequestFormat, ToolCallMissing};
 use crate::error::{OpenAiError, chain, snippet};
 use crate::keep_alive::{KeepAlive, idle_timeout_for, unanswered};
 use crate::protocol::{
-    Body, LineSplitter, OutputEvent, PooledBody, ResponseObject, ResponsesEvent, ToolCallPart,
-    Usage, data_payload, token_timestamps,
+    AudioBody, AudioUsage, Body, LineSplitter, OutputEvent, PooledBody, ResponseObject,
+    ResponsesEvent, ToolCallPart, Usage, data_payload, token_timestamps,
 };
 
 /// The registered name of this backend kind.
@@ -147,12 +148,28 @@ pub const STREAM_EVENTS: &str = "guidebench_openai::stream_events";
 /// the last exchange, more than 65,536 answers ago) the whole history is
 /// sent as input items, as it always is without `server_history`.
 ///
+/// # Audio
+///
+/// With `request_format=transcriptions` or `translations` (GuideLLM's
+/// `/v1/audio/transcriptions`, `/v1/audio/translations`) the request's one
+/// audio clip is uploaded as `multipart/form-data` (see the `audio`
+/// module). The answer is `{"text", "usage"}` whole, or streamed as vLLM's
+/// `transcription.chunk`s or OpenAI's `transcript.text.delta` /
+/// `transcript.text.done` events; each text delta is an event carrying
+/// output, as a chat delta is. A whole answer without `text` fails as
+/// `malformed_response`. Output tokens are the usage's completion
+/// (output) tokens, else one per delta; prompt tokens the usage's prompt
+/// (input) tokens, else 0. The response's [`GenerationResponse::audio`]
+/// has the clip's length as its file states it (core's
+/// [`probe_audio`](guidebench_core::media::probe_audio); else the usage's
+/// `seconds`), its size and the audio tokens the server charged.
+///
 /// # Errors
 ///
 /// Failures of one request are returned as [`Error::Backend`] wrapping an
 /// [`OpenAiError`] whose [`label`](OpenAiError::label) is one of
 /// `http_status`, `timeout`, `connection`, `stream_truncated`,
-/// `malformed_response`, `server_error`; the run goes on. An error the
+/// `malformed_response`, `server_error`, `audio_input`; the run goes on. An error the
 /// server answered (an error status, an error event) also carries the
 /// status and the first line of the server's message apart
 /// ([`guidebench_core::Error::server_answer`]), which the request's record
@@ -392,15 +409,24 @@ impl OpenAiHttpBackend {
         let started = now();
         let deadline = tokio::time::Instant::from_std(started) + self.config.timeout;
         let responses = self.config.request_format == RequestFormat::Responses;
+        let audio = self.config.request_format.audio();
+        let url_label = running.completions_label.as_str();
+        let mut content_type = HeaderValue::from_static("application/json");
+        let mut upload = None;
         let (body, conversation) = if responses {
             let ids = self.config.server_history.then_some(&running.response_ids);
             let (body, conversation) = responses_body(&self.config, &model, &request, ids)?;
             (body, Some(conversation))
+        } else if audio {
+            let form = audio_upload(&self.config, &model, &request, url_label)?;
+            content_type = HeaderValue::from_str(&form.content_type)
+                .map_err(|e| Error::Config(format!("the upload's content type: {e}")))?;
+            upload = Some((form.bytes, form.probe));
+            (form.body, None)
         } else {
             (build_body(&self.config, &model, &request)?, None)
         };
         let body = bytes::Bytes::from(body);
-        let url_label = running.completions_label.as_str();
         let timeout = || OpenAiError::Timeout {
             url: url_label.to_owned(),
             after: self.config.timeout,
@@ -417,7 +443,7 @@ impl OpenAiHttpBackend {
             };
             let mut post = client
                 .post(running.completions_url.clone())
-                .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
+                .header(CONTENT_TYPE, content_type.clone())
                 .body(body.clone());
             if let Some(name) = &self.config.request_id_header {
                 post = post.header(name.as_str(), request.id);
@@ -487,6 +513,7 @@ impl OpenAiHttpBackend {
 
         let mut output = Output {
             responses,
+            audio,
             ..Output::default()
         };
         let arrived;
@@ -585,7 +612,12 @@ impl OpenAiHttpBackend {
         {
             lock(&running.response_ids).remember(conversation.answered(&output.text), id);
         }
-        let usage = output.usage.unwrap_or_default();
+        let audio_usage = output.audio_usage.unwrap_or_default();
+        let usage = if audio {
+            audio_usage.tokens()
+        } else {
+            output.usage.unwrap_or_default()
+        };
         if let Some(reasoning) = usage.reasoning_tokens() {
             tracing::debug!(
                 request = request.id,
@@ -621,27 +653,36 @@ impl OpenAiHttpBackend {
         let finish_reason = match output.finish {
             None if interrupted => FinishReason::Interrupted,
             Some(RawFinish::Length) => FinishReason::Length,
-            Some(RawFinish::Stop) if !request.sampling.stop.is_empty() => FinishReason::Stop,
+            Some(RawFinish::Stop) if !audio && !request.sampling.stop.is_empty() => {
+                FinishReason::Stop
+            }
             Some(RawFinish::Stop) => FinishReason::Eos,
             Some(RawFinish::ToolCalls) => FinishReason::ToolCalls,
-            None if output_tokens >= request.sampling.max_tokens => FinishReason::Length,
+            // An audio request asks for no output limit.
+            None if !audio && output_tokens >= request.sampling.max_tokens => FinishReason::Length,
             None => FinishReason::Eos,
         };
         let tool_calls = match &request.tools {
-            Some(tools) => self.tool_calls(tools, &mut output, arrived, interrupted, url_label)?,
-            None => None,
+            Some(tools) if !audio => {
+                self.tool_calls(tools, &mut output, arrived, interrupted, url_label)?
+            }
+            _ => None,
+        };
+        // An audio answer's prompt tokens are the server's, else none (the
+        // data's text prompt was not sent).
+        let prompt_tokens = if audio {
+            usage.prompt_tokens
+        } else {
+            usage.prompt_tokens.or(request.expected_prompt_tokens)
         };
         Ok(GenerationResponse {
             images: None,
             tool_calls,
-            audio: None,
+            audio: upload.map(|(bytes, probe)| audio_stats(bytes, probe, &audio_usage)),
             id: request.id,
             text: output.text,
             token_ids: Vec::new(),
-            prompt_tokens: usage
-                .prompt_tokens
-                .or(request.expected_prompt_tokens)
-                .unwrap_or(0),
+            prompt_tokens: prompt_tokens.unwrap_or(0),
             output_tokens,
             finish_reason,
             timings: RequestTimings {
@@ -708,6 +749,24 @@ impl OpenAiHttpBackend {
                 reason: format!("{during}: {}", chain(error)),
             }
         }
+    }
+}
+
+/// What an audio request sent: the clip's length as its file states it
+/// (else the seconds the server's usage says it heard), its size, and the
+/// tokens the server charged for it.
+fn audio_stats(
+    bytes: u64,
+    probe: Option<guidebench_core::media::AudioProbe>,
+    usage: &AudioUsage,
+) -> AudioStats {
+    AudioStats {
+        seconds: probe
+            .map(|p| p.seconds)
+            .or(usage.seconds.filter(|s| s.is_finite() && *s >= 0.0)),
+        samples: probe.map(|p| p.samples),
+        bytes,
+        tokens: usage.audio_tokens(),
     }
 }
 
@@ -894,6 +953,12 @@ struct Output {
     responses: bool,
     /// The Responses API answer's id.
     response_id: Option<String>,
+    /// Whether the answer is an audio endpoint's (`text` and an audio
+    /// usage; vLLM's transcription chunks or OpenAI's `transcript.text.*`
+    /// events).
+    audio: bool,
+    /// The usage of an audio answer.
+    audio_usage: Option<AudioUsage>,
     /// The tool calls assembled so far, by their `index`.
     tool_calls: BTreeMap<u32, ToolCall>,
     /// How many tool-call parts (whole calls or stream fragments) arrived.
@@ -924,6 +989,8 @@ impl Output {
         let parts_before = self.tool_parts;
         let (text_bytes, done) = if self.responses {
             self.absorb_event(payload, url)?
+        } else if self.audio {
+            self.absorb_audio(payload, url)?
         } else {
             (self.absorb(payload, url)?, false)
         };
@@ -964,7 +1031,81 @@ impl Output {
             self.end_response(&answer);
             return Ok(());
         }
+        if self.audio {
+            let answer: AudioBody<'_> = parse_json(body, url)?;
+            if let Some(error) = &answer.error {
+                return Err(server_error(url, error.message()));
+            }
+            // GuideLLM: an answer without `text` is unusable; "" is a
+            // valid transcript (silence).
+            let Some(text) = &answer.text else {
+                return Err(OpenAiError::MalformedResponse {
+                    url: url.to_owned(),
+                    reason: "the answer has no `text`: no transcript".into(),
+                    snippet: snippet(&String::from_utf8_lossy(body), SNIPPET_CHARS),
+                });
+            };
+            self.text.push_str(text);
+            self.audio_usage = answer.usage;
+            return Ok(());
+        }
         self.absorb(body, url).map(|_| ())
+    }
+
+    /// Parses one event of a streamed audio answer: a vLLM
+    /// `transcription.chunk` (`choices[].delta.content`, a usage chunk) or
+    /// an OpenAI `transcript.text.delta` / `transcript.text.done` event;
+    /// the bytes of text it carried, and whether it ended the answer
+    /// (`transcript.text.done`).
+    fn absorb_audio(
+        &mut self,
+        json: &[u8],
+        url: &str,
+    ) -> std::result::Result<(usize, bool), OpenAiError> {
+        let event: AudioBody<'_> = parse_json(json, url)?;
+        if let Some(error) = &event.error {
+            return Err(server_error(url, error.message()));
+        }
+        if let Some(usage) = event.usage {
+            self.audio_usage = Some(usage);
+        }
+        match event.kind.as_deref() {
+            Some("transcript.text.delta") => {
+                let delta = event.delta.as_deref().unwrap_or("");
+                self.text.push_str(delta);
+                Ok((delta.len(), false))
+            }
+            Some("transcript.text.done") => {
+                // The deltas made the text; a stream without them has it here.
+                if self.text.is_empty()
+                    && let Some(text) = &event.text
+                {
+                    self.text.push_str(text);
+                }
+                self.finish = Some(RawFinish::Stop);
+                Ok((0, true))
+            }
+            Some("error") => Err(server_error(url, "the transcription failed".to_owned())),
+            _ => {
+                let mut carried = 0;
+                for choice in &event.choices {
+                    if let (Some(text), _) = choice.texts() {
+                        self.text.push_str(text);
+                        carried += text.len();
+                    }
+                    if self.finish.is_none()
+                        && let Some(reason) = choice.finish_reason.as_deref()
+                    {
+                        self.finish = Some(if reason == "length" {
+                            RawFinish::Length
+                        } else {
+                            RawFinish::Stop
+                        });
+                    }
+                }
+                Ok((carried, false))
+            }
+        }
     }
 
     /// Parses one event of a streamed Responses API answer; the bytes of
@@ -1253,6 +1394,11 @@ fn build_body(config: &OpenAiConfig, model: &str, request: &GenerationRequest) -
         }
         RequestFormat::Responses => {
             return responses_body(config, model, request, None).map(|(body, _)| body);
+        }
+        RequestFormat::Transcriptions | RequestFormat::Translations => {
+            return Err(Error::Config(
+                "an audio endpoint takes a multipart/form-data upload, not a JSON body".into(),
+            ));
         }
         RequestFormat::Embeddings | RequestFormat::Pooling => {
             // As GuideLLM sends it: the model and the input text; no
@@ -1655,7 +1801,9 @@ fn data_url(mime: &str, data: &[u8]) -> String {
     )
 }
 
-fn mime_from_path(path: &Path, kind: &str) -> &'static str {
+/// The MIME type of a file by its extension; an unknown audio file is
+/// `audio/wav`.
+pub(crate) fn mime_from_path(path: &Path, kind: &str) -> &'static str {
     let ext = path
         .extension()
         .and_then(|e| e.to_str())

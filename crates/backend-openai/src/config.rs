@@ -28,11 +28,20 @@ pub const OPTIONS: &[OptionSpec] = &[
     ),
     OptionSpec::optional(
         "request_format",
-        OptionType::Choice(&["chat", "text", "responses", "embeddings", "pooling"]),
+        OptionType::Choice(&[
+            "chat",
+            "text",
+            "responses",
+            "embeddings",
+            "pooling",
+            "transcriptions",
+            "translations",
+        ]),
         "chat (/v1/chat/completions), text (/v1/completions), responses (/v1/responses), \
-         embeddings (/v1/embeddings) or pooling (vLLM's /pooling); GuideLLM's spellings \
-         /v1/chat/completions, /v1/completions, /v1/responses, /v1/embeddings and /pooling \
-         are accepted",
+         embeddings (/v1/embeddings), pooling (vLLM's /pooling), transcriptions \
+         (/v1/audio/transcriptions) or translations (/v1/audio/translations); GuideLLM's \
+         spellings /v1/chat/completions, /v1/completions, /v1/responses, /v1/embeddings, \
+         /pooling, /v1/audio/transcriptions and /v1/audio/translations are accepted",
     )
     .default_from::<OpenAiDefaults>(),
     OptionSpec::optional(
@@ -158,9 +167,11 @@ impl Default for OpenAiDefaults {
 }
 
 /// Which endpoint requests go to; written `chat`, `text`, `responses`,
-/// `embeddings` or `pooling` (the `request_format` option), or as GuideLLM
-/// writes them, `/v1/chat/completions`, `/v1/completions`, `/v1/responses`,
-/// `/v1/embeddings` or `/pooling`.
+/// `embeddings`, `pooling`, `transcriptions` or `translations` (the
+/// `request_format` option), or as GuideLLM writes them,
+/// `/v1/chat/completions`, `/v1/completions`, `/v1/responses`,
+/// `/v1/embeddings`, `/pooling`, `/v1/audio/transcriptions` or
+/// `/v1/audio/translations`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum RequestFormat {
@@ -178,6 +189,13 @@ pub enum RequestFormat {
     /// vLLM's `/pooling` with `input`: as `Embeddings`, the vectors under
     /// `data[].data`.
     Pooling,
+    /// `/v1/audio/transcriptions`: one audio clip uploaded as
+    /// `multipart/form-data`, answered with its transcript (`text`), whole
+    /// or streamed.
+    Transcriptions,
+    /// `/v1/audio/translations`: as `Transcriptions`, the transcript in
+    /// English.
+    Translations,
 }
 
 impl RequestFormat {
@@ -189,11 +207,13 @@ impl RequestFormat {
             RequestFormat::Responses => "/v1/responses",
             RequestFormat::Embeddings => "/v1/embeddings",
             RequestFormat::Pooling => "/pooling",
+            RequestFormat::Transcriptions => "/v1/audio/transcriptions",
+            RequestFormat::Translations => "/v1/audio/translations",
         }
     }
 
     /// The option's value that names it (`chat`, `text`, `responses`,
-    /// `embeddings`, `pooling`).
+    /// `embeddings`, `pooling`, `transcriptions`, `translations`).
     pub fn name(self) -> &'static str {
         match self {
             RequestFormat::Chat => "chat",
@@ -201,6 +221,8 @@ impl RequestFormat {
             RequestFormat::Responses => "responses",
             RequestFormat::Embeddings => "embeddings",
             RequestFormat::Pooling => "pooling",
+            RequestFormat::Transcriptions => "transcriptions",
+            RequestFormat::Translations => "translations",
         }
     }
 
@@ -209,6 +231,16 @@ impl RequestFormat {
     /// inter-token latency and output tokens do not apply.
     pub fn pools(self) -> bool {
         matches!(self, RequestFormat::Embeddings | RequestFormat::Pooling)
+    }
+
+    /// Whether the endpoint takes one audio clip as a `multipart/form-data`
+    /// upload and answers with its transcript (`transcriptions`,
+    /// `translations`).
+    pub fn audio(self) -> bool {
+        matches!(
+            self,
+            RequestFormat::Transcriptions | RequestFormat::Translations
+        )
     }
 }
 
@@ -226,6 +258,8 @@ const FORMAT_ALIASES: &[(&str, &str)] = &[
     ("/v1/responses", "responses"),
     ("/v1/embeddings", "embeddings"),
     ("/pooling", "pooling"),
+    ("/v1/audio/transcriptions", "transcriptions"),
+    ("/v1/audio/translations", "translations"),
 ];
 
 /// GuideLLM 0.8.1's `openai_http` options that have no equal here, and
@@ -243,8 +277,8 @@ const REFUSED: &[(&str, &str)] = &[
     (
         "api_routes",
         "routes are fixed (/health, /v1/models, /v1/chat/completions, /v1/completions, \
-         /v1/responses, /v1/embeddings, /pooling) under `target`; put a path prefix in \
-         `target`",
+         /v1/responses, /v1/embeddings, /pooling, /v1/audio/transcriptions, \
+         /v1/audio/translations) under `target`; put a path prefix in `target`",
     ),
 ];
 
@@ -705,9 +739,9 @@ mod tests {
         assert!(refused("max_tokens=64").contains("sampling.max_tokens"));
         assert!(refused("extras.body.a=1").contains("extra_body"));
         assert!(refused("follow_redirects=false").contains("always followed"));
-        let other = refused("request_format=/v1/audio/translations");
+        let other = refused("request_format=/v1/audio/speech");
         assert!(
-            other.contains("`/v1/audio/translations` is not supported"),
+            other.contains("`/v1/audio/speech` is not supported"),
             "{other}"
         );
         for known in [
@@ -716,10 +750,12 @@ mod tests {
             "/v1/responses (responses)",
             "/v1/embeddings (embeddings)",
             "/pooling (pooling)",
+            "/v1/audio/transcriptions (transcriptions)",
+            "/v1/audio/translations (translations)",
         ] {
             assert!(other.contains(known), "{other}");
         }
-        assert!(refused("request_format=/v1/audio/transcriptions").contains("/pooling (pooling)"));
+        assert!(refused("request_format=/v1/realtime").contains("/pooling (pooling)"));
         assert!(refused("validate=true,validate_backend=true").contains("give one of them"));
         assert!(refused("validate_backend=/v1/models").contains("validate=false"));
         // What guidebench always does is accepted.
@@ -794,6 +830,44 @@ mod tests {
                 .expect("false is fine anywhere")
                 .server_history
         );
+    }
+
+    #[test]
+    fn guidellm_s_audio_spellings_and_short_names_name_the_audio_endpoints() {
+        let format = |value: &str| {
+            let args = parse_kind_args(&format!(
+                "kind=openai_http,target=http://x,request_format={value}"
+            ))
+            .expect("parse");
+            OpenAiConfig::from_args(args).map(|c| c.request_format)
+        };
+        for (value, expected) in [
+            ("/v1/audio/transcriptions", RequestFormat::Transcriptions),
+            ("/v1/audio/transcriptions/", RequestFormat::Transcriptions),
+            ("transcriptions", RequestFormat::Transcriptions),
+            ("/v1/audio/translations", RequestFormat::Translations),
+            ("translations", RequestFormat::Translations),
+        ] {
+            assert_eq!(format(value).expect("accepted"), expected, "{value}");
+        }
+        for (format, path, name) in [
+            (
+                RequestFormat::Transcriptions,
+                "/v1/audio/transcriptions",
+                "transcriptions",
+            ),
+            (
+                RequestFormat::Translations,
+                "/v1/audio/translations",
+                "translations",
+            ),
+        ] {
+            assert_eq!((format.path(), format.name()), (path, name));
+            assert!(format.audio() && !format.pools());
+        }
+        assert!(!RequestFormat::Chat.audio());
+        let err = format("transcription").expect_err("not a choice");
+        assert!(err.to_string().contains("translations"), "{err}");
     }
 
     #[test]

@@ -77,6 +77,17 @@ pub enum OpenAiError {
         /// The URL requested.
         url: String,
     },
+    /// A request an audio endpoint (`transcriptions`, `translations`)
+    /// cannot take: it must hold exactly one audio clip, given as a file,
+    /// bytes or a `data:` URL, in a conversation turn without history.
+    #[error("{url}: {reason}")]
+    AudioInput {
+        /// The URL the request was for.
+        url: String,
+        /// What is wrong with the request.
+        reason: String,
+    },
+
     /// `validate` could not confirm the server is ready.
     #[error("the server at {url} is not ready: {reason}")]
     NotReady {
@@ -106,6 +117,7 @@ impl OpenAiError {
             OpenAiError::MalformedResponse { .. } => "malformed_response",
             OpenAiError::ServerError { .. } => "server_error",
             OpenAiError::ToolCallMissing { .. } => "tool_call_missing",
+            OpenAiError::AudioInput { .. } => "audio_input",
             OpenAiError::NotReady { .. } => "unreachable",
             OpenAiError::MockServer(_) => "mock_server",
         }

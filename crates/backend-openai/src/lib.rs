@@ -3,7 +3,9 @@
 //! The `openai_http` backend kind: a benchmark target behind an
 //! OpenAI-compatible HTTP API (`/v1/chat/completions`, `/v1/completions` or
 //! the Responses API's `/v1/responses`, streamed as server-sent events or
-//! not; `/v1/embeddings` or vLLM's `/pooling`, answered whole), and an
+//! not; `/v1/embeddings` or vLLM's `/pooling`, answered whole;
+//! `/v1/audio/transcriptions` and `/v1/audio/translations`, one clip
+//! uploaded as `multipart/form-data`, streamed or not), and an
 //! in-process OpenAI-compatible [`mock_server`] with configurable latencies and fault
 //! injection, for tests, dry runs and `guidebench mock-server`.
 //!
@@ -18,6 +20,7 @@
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 #![forbid(unsafe_code)]
 
+mod audio;
 mod backend;
 mod config;
 mod error;
@@ -33,7 +36,8 @@ pub use error::{OpenAiError, error_label};
 guidebench_core::register_backend! {
     name: KIND,
     description: "an OpenAI-compatible HTTP server (chat or text completions or the Responses \
-                  API, streamed or not; embeddings or pooling)",
+                  API, streamed or not; embeddings or pooling; audio transcriptions or \
+                  translations)",
     options: OPTIONS,
     create: OpenAiHttpBackend::from_args,
 }

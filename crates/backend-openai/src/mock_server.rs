@@ -5,8 +5,11 @@
 //! (streamed as server-sent events or not, with `stream_options.include_usage`),
 //! `POST /v1/responses` (OpenAI's Responses API, streamed as typed events or
 //! not), `POST /v1/embeddings` and vLLM's `POST /pooling` (never streamed),
-//! `GET /v1/models` and `GET /health`, over HTTP/1.1 and HTTP/2 (prior
-//! knowledge). Output is made of fixed words, one per token.
+//! `POST /v1/audio/transcriptions` and `POST /v1/audio/translations`
+//! (`multipart/form-data` uploads, streamed as vLLM's transcription chunks
+//! or not; see the [`audio`] module), `GET /v1/models` and `GET /health`,
+//! over HTTP/1.1 and HTTP/2 (prior knowledge); every `/v1/...` route also
+//! answers without its `/v1`. Output is made of fixed words, one per token.
 //!
 //! # Timing
 //!
@@ -91,7 +94,8 @@
 //!   non-streamed body is invalid JSON).
 //!
 //! Embeddings and pooling answers take the faults of a non-streamed
-//! response. A Responses API stream cut short (`truncate_rate`) ends
+//! response; audio answers take those of a stream or of a whole answer,
+//! as chat's do. A Responses API stream cut short (`truncate_rate`) ends
 //! without `response.completed`.
 //!
 //! # Keep-alive
@@ -123,8 +127,8 @@
 //! With `record_timings` the server keeps, for every streamed response,
 //! when each event carrying output tokens was handed to hyper (`polled_ns`)
 //! and when the first socket write carrying it began (`written_ns`), and
-//! for every embeddings or pooling answer the same of its whole body (one
-//! event of 0 tokens), both
+//! for every embeddings, pooling or non-streamed audio answer the same of
+//! its whole body (one event of 0 tokens), both
 //! in nanoseconds since the Unix epoch through guidebench's own clock
 //! ([`Clock::global`]: the same monotonic-to-wall mapping the client uses,
 //! so in one process the two sides compare exactly, and across processes
@@ -180,6 +184,8 @@ use crate::precise::PreciseSleep;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 use crate::error::OpenAiError;
+
+pub mod audio;
 
 /// The context named in option errors.
 const CONTEXT: &str = "mock-server";
@@ -313,6 +319,13 @@ pub const OPTIONS: &[OptionSpec] = &[
         "record when each streamed token was written, served at GET /debug/timings",
     )
     .default_from::<MockServerConfig>(),
+    OptionSpec::optional(
+        "audio_tokens_per_second",
+        OptionType::Float,
+        "prompt tokens charged per second of an uploaded audio clip (transcriptions, \
+         translations)",
+    )
+    .default_from::<MockServerConfig>(),
 ];
 
 /// The mock server's behaviour.
@@ -395,6 +408,9 @@ pub struct MockServerConfig {
     /// response, `Connection: close` on a connection's last); when false
     /// they are enforced without warning (see the module docs).
     pub announce_keep_alive: bool,
+    /// Prompt tokens charged per second of an uploaded audio clip, rounded
+    /// up (GuideLLM's mock's `audio_tokens_per_second`, default 25).
+    pub audio_tokens_per_second: f64,
     /// Wait for streamed events on tokio's timer instead of the precise
     /// timer thread: to the millisecond only, but on tokio's clock, so a
     /// test that pauses it gets every event at exactly its planned instant
@@ -444,6 +460,7 @@ impl std::fmt::Debug for MockServerConfig {
             .field("keep_alive_max", &self.keep_alive_max)
             .field("connection_close", &self.connection_close)
             .field("announce_keep_alive", &self.announce_keep_alive)
+            .field("audio_tokens_per_second", &self.audio_tokens_per_second)
             .field("tokio_timer", &self.tokio_timer)
             .finish()
     }
@@ -480,6 +497,7 @@ impl Default for MockServerConfig {
             keep_alive_max: None,
             connection_close: false,
             announce_keep_alive: true,
+            audio_tokens_per_second: 25.0,
             tokio_timer: false,
         }
     }
@@ -514,6 +532,7 @@ struct RawOptions {
     connection_close: Option<bool>,
     announce_keep_alive: Option<bool>,
     record_timings: Option<bool>,
+    audio_tokens_per_second: Option<f64>,
 }
 
 fn invalid(key: &str, reason: String) -> Error {
@@ -563,8 +582,9 @@ pub const REFUSED_GUIDELLM_FLAGS: &[(&str, &str)] = &[
          --set ttft_per_request=5ms",
     ),
     (
-        "--image-tokens, --video-tokens and --audio-tokens-per-second",
-        "this server counts the prompt's text tokens only",
+        "--image-tokens and --video-tokens",
+        "this server charges no prompt tokens for a chat request's images or video, only for \
+         its text (an uploaded audio clip is charged with --audio-tokens-per-second)",
     ),
     (
         "--log-request-received",
@@ -639,6 +659,15 @@ impl MockServerConfig {
             }
         };
         let output_tokens_std = raw.output_tokens_std.unwrap_or(defaults.output_tokens_std);
+        let audio_tokens_per_second = raw
+            .audio_tokens_per_second
+            .unwrap_or(defaults.audio_tokens_per_second);
+        if !(audio_tokens_per_second.is_finite() && audio_tokens_per_second >= 0.0) {
+            return Err(invalid(
+                "audio_tokens_per_second",
+                format!("must be a number >= 0, got {audio_tokens_per_second}"),
+            ));
+        }
         if output_tokens_std < 0.0 {
             return Err(invalid(
                 "output_tokens_std",
@@ -720,6 +749,7 @@ impl MockServerConfig {
             announce_keep_alive: raw
                 .announce_keep_alive
                 .unwrap_or(defaults.announce_keep_alive),
+            audio_tokens_per_second,
             tokio_timer: defaults.tokio_timer,
         })
     }
@@ -1667,6 +1697,12 @@ async fn handle(
             pooled(shared, conn, request, path, Pooling::Embeddings).await
         }
         (&Method::POST, "/pooling") => pooled(shared, conn, request, path, Pooling::Pooling).await,
+        (&Method::POST, "/v1/audio/transcriptions" | "/audio/transcriptions") => {
+            audio::audio(shared, conn, request, path, audio::Task::Transcription).await
+        }
+        (&Method::POST, "/v1/audio/translations" | "/audio/translations") => {
+            audio::audio(shared, conn, request, path, audio::Task::Translation).await
+        }
         (
             _,
             "/health"
@@ -1675,7 +1711,9 @@ async fn handle(
             | "/v1/completions"
             | "/v1/responses"
             | "/v1/embeddings"
-            | "/pooling",
+            | "/pooling"
+            | "/v1/audio/transcriptions"
+            | "/v1/audio/translations",
         ) => error_body(
             StatusCode::METHOD_NOT_ALLOWED,
             "method not allowed",
@@ -1906,10 +1944,12 @@ async fn completion(
         prompt: prompt_tokens(&shared, &parsed),
         completion: tokens,
         reasoning,
+        seconds: None,
     };
     let ids = Ids {
         index,
         chat,
+        audio: false,
         model: &shared.model_json,
     };
     let load = queue_wait(config, others);
@@ -2160,6 +2200,23 @@ impl Arrival {
         shared: &Arc<Shared>,
         request: Request<Incoming>,
     ) -> std::result::Result<Arrival, Answer> {
+        let (mut arrival, bytes) = Arrival::read_raw(shared, request).await?;
+        match serde_json::from_slice(&bytes) {
+            Ok(value) => {
+                arrival.value = value;
+                Ok(arrival)
+            }
+            Err(e) => Err(bad_request(&format!("invalid JSON body: {e}"))),
+        }
+    }
+
+    /// Reads `request`'s whole body and counts it in flight; the body is
+    /// returned as it came (the arrival's `value` is `null`), the error is
+    /// a body cut off the connection's end.
+    async fn read_raw(
+        shared: &Arc<Shared>,
+        request: Request<Incoming>,
+    ) -> std::result::Result<(Arrival, Bytes), Answer> {
         let received = shared.config.record_timings.then(std::time::Instant::now);
         let (parts, body) = request.into_parts();
         let bytes = match body.collect().await {
@@ -2169,18 +2226,16 @@ impl Arrival {
         let arrived = Instant::now();
         let (active, others) = Active::arrive(shared);
         let index = shared.requests.fetch_add(1, Ordering::Relaxed);
-        match serde_json::from_slice(&bytes) {
-            Ok(value) => Ok(Arrival {
-                received,
-                parts,
-                arrived,
-                active,
-                others,
-                index,
-                value,
-            }),
-            Err(e) => Err(bad_request(&format!("invalid JSON body: {e}"))),
-        }
+        let arrival = Arrival {
+            received,
+            parts,
+            arrived,
+            active,
+            others,
+            index,
+            value: Value::Null,
+        };
+        Ok((arrival, bytes))
     }
 }
 
@@ -2241,6 +2296,33 @@ async fn pooled(
     }
     let load = queue_wait(config, others);
     let at = arrived + rng.duration(config.ttft, config.ttft_std) + load;
+    let answer = whole_step(&shared, fault, at, || {
+        pooled_answer(
+            endpoint,
+            index,
+            &shared.model_json,
+            &inputs,
+            dimensions,
+            base64,
+            &mut rng,
+        )
+    })
+    .await?;
+    let timings = timing_slot(&shared, conn, &parts, index, received, arrived, 1);
+    stream_answer(&shared, vec![answer], timings, active, "application/json")
+}
+
+/// A whole answer (of an embeddings, pooling or non-streamed audio
+/// request) as the step that sends it at `at`, its write instants recorded
+/// as one event of 0 tokens, with the request's fault: a stall holds it
+/// until the server stops and a reset drops the connection (both as the
+/// error), a truncated body is cut in half, a malformed one is not JSON.
+async fn whole_step(
+    shared: &Shared,
+    fault: Fault,
+    at: Instant,
+    answer: impl FnOnce() -> String,
+) -> std::result::Result<Step, Abort> {
     match fault {
         Fault::Stall => {
             shared.stop.cancelled().await;
@@ -2249,28 +2331,13 @@ async fn pooled(
         Fault::Reset => return Err(Abort),
         _ => {}
     }
-    let answer = pooled_answer(
-        endpoint,
-        index,
-        &shared.model_json,
-        &inputs,
-        dimensions,
-        base64,
-        &mut rng,
-    );
+    let answer = answer();
     let answer = match fault {
         Fault::Truncate => Bytes::from(answer[..answer.len() / 2].to_owned()),
         Fault::Malformed => Bytes::from_static(b"{not json"),
         _ => Bytes::from(answer),
     };
-    let timings = timing_slot(&shared, conn, &parts, index, received, arrived, 1);
-    stream_answer(
-        &shared,
-        vec![Step::Answer(at, answer)],
-        timings,
-        active,
-        "application/json",
-    )
+    Ok(Step::Answer(at, answer))
 }
 
 /// A whole embeddings or pooling answer: a unit vector of `dimensions`
@@ -2345,6 +2412,8 @@ struct Usage {
     prompt: u32,
     completion: u32,
     reasoning: u32,
+    /// Seconds of an uploaded audio clip (audio endpoints).
+    seconds: Option<f64>,
 }
 
 impl Usage {
@@ -2362,6 +2431,9 @@ impl Usage {
                 self.reasoning
             );
         }
+        if let Some(seconds) = self.seconds {
+            let _ = write!(s, r#","seconds":{}"#, Value::from(seconds));
+        }
         s.push('}');
         s
     }
@@ -2369,13 +2441,34 @@ impl Usage {
 
 struct Ids<'a> {
     index: u64,
+    /// Chat completions (else text completions, or audio).
     chat: bool,
+    /// An audio endpoint's answer: vLLM's `transcription.chunk`s, with
+    /// chat's `delta.content`.
+    audio: bool,
     model: &'a str,
 }
 
 impl Ids<'_> {
+    /// The `object` of a stream chunk.
+    fn chunk_object(&self) -> &'static str {
+        if self.audio {
+            "transcription.chunk"
+        } else if self.chat {
+            "chat.completion.chunk"
+        } else {
+            "text_completion"
+        }
+    }
+
     fn head(&self, object: &str) -> String {
-        let prefix = if self.chat { "chatcmpl" } else { "cmpl" };
+        let prefix = if self.audio {
+            "trsc"
+        } else if self.chat {
+            "chatcmpl"
+        } else {
+            "cmpl"
+        };
         format!(
             r#"{{"id":"{prefix}-mock-{}","object":"{object}","created":0,"model":{}"#,
             self.index, self.model
@@ -2389,14 +2482,10 @@ fn finish_json(finish: Option<&str>) -> String {
 
 /// One SSE event carrying `text` (content or reasoning).
 fn chunk(ids: &Ids<'_>, text: &str, reasoning: bool, finish: Option<&str>) -> Bytes {
-    let head = ids.head(if ids.chat {
-        "chat.completion.chunk"
-    } else {
-        "text_completion"
-    });
+    let head = ids.head(ids.chunk_object());
     let text = Value::String(text.to_owned());
     let finish = finish_json(finish);
-    let choice = if ids.chat {
+    let choice = if ids.chat || ids.audio {
         let field = if reasoning {
             "reasoning_content"
         } else {
@@ -2521,11 +2610,7 @@ fn plan_stream(
         }
     }
     if include_usage {
-        let head = ids.head(if ids.chat {
-            "chat.completion.chunk"
-        } else {
-            "text_completion"
-        });
+        let head = ids.head(ids.chunk_object());
         steps.push(Step::Send(
             at,
             Bytes::from(format!(
@@ -2684,6 +2769,7 @@ async fn responses(
         prompt: input,
         completion: tokens,
         reasoning: config.reasoning_tokens.min(tokens),
+        seconds: None,
     };
     let answer = ResponsesAnswer {
         id: format!("resp_mock_{index}"),

@@ -400,6 +400,90 @@ impl PooledBody<'_> {
     }
 }
 
+/// `usage` of an audio answer (transcriptions, translations), in any of
+/// the shapes servers write: vLLM's (and GuideLLM's mock's)
+/// `{prompt_tokens, completion_tokens, total_tokens, seconds}`, OpenAI
+/// whisper-1's `{"type": "duration", "seconds"}`, or OpenAI
+/// gpt-4o-transcribe's `{"type": "tokens", "input_tokens",
+/// "output_tokens", "input_token_details": {"audio_tokens"}}`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Deserialize)]
+pub(crate) struct AudioUsage {
+    #[serde(default)]
+    pub prompt_tokens: Option<u32>,
+    #[serde(default)]
+    pub completion_tokens: Option<u32>,
+    #[serde(default)]
+    pub input_tokens: Option<u32>,
+    #[serde(default)]
+    pub output_tokens: Option<u32>,
+    #[serde(default)]
+    pub input_token_details: Option<InputTokenDetails>,
+    /// Seconds of audio the server heard.
+    #[serde(default)]
+    pub seconds: Option<f64>,
+}
+
+/// `usage.input_token_details` of an OpenAI transcription.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+pub(crate) struct InputTokenDetails {
+    #[serde(default)]
+    pub audio_tokens: Option<u32>,
+}
+
+impl AudioUsage {
+    /// The prompt tokens: `prompt_tokens`, else `input_tokens`, else the
+    /// audio tokens.
+    pub fn prompt(&self) -> Option<u32> {
+        self.prompt_tokens
+            .or(self.input_tokens)
+            .or_else(|| self.audio_tokens())
+    }
+
+    /// The tokens charged for the audio: `input_token_details.audio_tokens`,
+    /// else the prompt tokens (all of a vLLM prompt is the audio).
+    pub fn audio_tokens(&self) -> Option<u32> {
+        self.input_token_details
+            .and_then(|d| d.audio_tokens)
+            .or(self.prompt_tokens)
+            .or(self.input_tokens)
+    }
+
+    /// The output tokens: `completion_tokens`, else `output_tokens`.
+    pub fn output(&self) -> Option<u32> {
+        self.completion_tokens.or(self.output_tokens)
+    }
+
+    /// The usage in the chat shape, for the token counts.
+    pub fn tokens(&self) -> Usage {
+        Usage {
+            prompt_tokens: self.prompt(),
+            completion_tokens: self.output(),
+            completion_tokens_details: None,
+        }
+    }
+}
+
+/// A whole audio answer, or one event of a streamed one: vLLM's
+/// `transcription.chunk` (`choices[].delta.content`, `usage`), or OpenAI's
+/// typed events (`transcript.text.delta` with `delta`,
+/// `transcript.text.done` with `text` and `usage`); a whole answer is
+/// `{"text", "usage"}`.
+#[derive(Debug, Deserialize)]
+pub(crate) struct AudioBody<'a> {
+    #[serde(rename = "type", borrow, default)]
+    pub kind: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub text: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub delta: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub choices: Vec<Choice<'a>>,
+    #[serde(default)]
+    pub usage: Option<AudioUsage>,
+    #[serde(borrow, default)]
+    pub error: Option<ErrorField<'a>>,
+}
+
 /// Splits a byte stream into lines without copying complete lines: only a
 /// partial line at the end of a network read is kept for the next one.
 #[derive(Debug, Default)]

@@ -3,7 +3,9 @@
 //! chat and text completions, the Responses API (`/v1/responses`, streamed
 //! events and `previous_response_id`), `/v1/embeddings` and vLLM's `/pooling` (an
 //! embeddings or pooling answer comes whole after `--ttft`, with the same
-//! faults as a non-streamed completion; see
+//! faults as a non-streamed completion), and `/v1/audio/transcriptions` and
+//! `/v1/audio/translations` (a clip uploaded as `multipart/form-data`,
+//! charged `--audio-tokens-per-second` prompt tokens per second of it; see
 //! [`guidebench_openai::mock_server`]).
 
 use std::path::PathBuf;
@@ -57,6 +59,10 @@ pub struct MockServerArgs {
     /// Standard deviation of the tokens per answer.
     #[arg(long)]
     output_tokens_std: Option<f64>,
+    /// Prompt tokens charged per second of an uploaded audio clip
+    /// (transcriptions, translations), rounded up; default 25, as GuideLLM's.
+    #[arg(long)]
+    audio_tokens_per_second: Option<f64>,
     /// A tokenizer.json or model folder for prompt token counts.
     #[arg(long, visible_alias = "processor")]
     tokenizer: Option<PathBuf>,
@@ -103,8 +109,6 @@ struct RefusedGuideLlmFlags {
     #[arg(long, hide = true)]
     video_tokens: Option<String>,
     #[arg(long, hide = true)]
-    audio_tokens_per_second: Option<String>,
-    #[arg(long, hide = true)]
     log_request_received: bool,
 }
 
@@ -116,10 +120,8 @@ fn options(args: &MockServerArgs) -> Result<Map<String, Value>, Failure> {
         r.max_concurrent_requests
             .is_some()
             .then_some("--max-concurrent-requests"),
-        (r.image_tokens.is_some()
-            || r.video_tokens.is_some()
-            || r.audio_tokens_per_second.is_some())
-        .then_some("--image-tokens, --video-tokens and --audio-tokens-per-second"),
+        (r.image_tokens.is_some() || r.video_tokens.is_some())
+            .then_some("--image-tokens and --video-tokens"),
         r.log_request_received.then_some("--log-request-received"),
     ];
     refuse_guidellm_flag(&given.into_iter().flatten().collect::<Vec<_>>())?;
@@ -145,6 +147,10 @@ fn options(args: &MockServerArgs) -> Result<Map<String, Value>, Failure> {
     put("itl_std", latency_flag("itl_std", None, args.itl_ms_std)?);
     put("output_tokens", args.output_tokens.map(Value::from));
     put("output_tokens_std", args.output_tokens_std.map(Value::from));
+    put(
+        "audio_tokens_per_second",
+        args.audio_tokens_per_second.map(Value::from),
+    );
     put("error_after", args.fail_after_requests.map(Value::from));
     put(
         "keep_alive_timeout",
@@ -186,4 +192,50 @@ pub fn run(args: &MockServerArgs) -> Result<(), Failure> {
         .await
         .map_err(|e| Failure::Run(e.into()))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Debug, Parser)]
+    struct Command {
+        #[command(flatten)]
+        args: MockServerArgs,
+    }
+
+    fn config(flags: &[&str]) -> Result<MockServerConfig, String> {
+        let command =
+            Command::try_parse_from(std::iter::once("mock-server").chain(flags.iter().copied()))
+                .map_err(|e| e.to_string())?;
+        let options = options(&command.args).map_err(|failure| match failure {
+            Failure::Usage(e) | Failure::Run(e) | Failure::InterruptedEarly(e) => format!("{e:#}"),
+            Failure::Interrupted => "interrupted".to_owned(),
+        })?;
+        MockServerConfig::from_options(options).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn guidellm_s_audio_tokens_per_second_sets_what_an_audio_clip_is_charged() {
+        let c = config(&["--audio-tokens-per-second", "12.5"]).expect("accepted");
+        assert!((c.audio_tokens_per_second - 12.5).abs() < f64::EPSILON);
+        let c = config(&[]).expect("defaults");
+        assert!(
+            (c.audio_tokens_per_second - 25.0).abs() < f64::EPSILON,
+            "GuideLLM's default"
+        );
+        let err = config(&["--audio-tokens-per-second=-1"]).expect_err("negative");
+        assert!(err.contains("audio_tokens_per_second"), "{err}");
+    }
+
+    #[test]
+    fn image_and_video_token_flags_stay_refused_with_what_the_server_charges() {
+        for flag in ["--image-tokens", "--video-tokens"] {
+            let err = config(&[flag, "10"]).expect_err("refused");
+            assert!(err.contains("--image-tokens and --video-tokens"), "{err}");
+            assert!(err.contains("--audio-tokens-per-second"), "{err}");
+        }
+    }
 }

@@ -1,6 +1,8 @@
 //! Images and audio clips as a request carries them ([`MediaSource`]),
-//! how their bytes are read in process ([`read_media`]), and what a
-//! request's images cost ([`ImageStats`]). Below both the request model
+//! how their bytes are read in process ([`read_media`]), what a
+//! request's images cost ([`ImageStats`]), how long an audio clip is by
+//! its own file ([`probe_audio`]) and what an audio request sent
+//! ([`AudioStats`]). Below both the request model
 //! ([`crate::request`]) and the image processors ([`crate::vision`]),
 //! which re-export these items.
 
@@ -67,6 +69,86 @@ pub struct AudioStats {
     pub tokens: Option<u32>,
 }
 
+/// How long an audio clip is, as its own file states it: read by
+/// [`probe_audio`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AudioProbe {
+    /// Its length in seconds (`samples / sample_rate`).
+    pub seconds: f64,
+    /// Samples per channel.
+    pub samples: u64,
+    /// Samples per second per channel.
+    pub sample_rate: u32,
+    /// Channels, where the file says (an MP3 or Ogg stream may not until
+    /// decoded).
+    pub channels: Option<u16>,
+}
+
+/// The length of the audio clip `bytes` (WAV, FLAC, MP3 or Ogg), from its
+/// header where it states the length (a WAV data chunk, FLAC's stream
+/// info, an MP3 Xing/LAME tag, an Ogg stream's last granule position),
+/// else by walking its frames without decoding them (an MP3 without a
+/// tag). An MP3's encoder delay and padding are left out where its LAME
+/// tag states them, so the samples are those the encoder was given.
+///
+/// `hint` is the clip's MIME type (`audio/wav`) or file name
+/// (`clip.flac`), used as a first guess at the format; the bytes decide.
+/// `None` for bytes that are not a clip of these formats, or one that
+/// states no sample rate.
+pub fn probe_audio(bytes: &[u8], hint: Option<&str>) -> Option<AudioProbe> {
+    use symphonia::core::formats::FormatOptions;
+    use symphonia::core::io::MediaSourceStream;
+    use symphonia::core::meta::MetadataOptions;
+    use symphonia::core::probe::Hint;
+
+    let mut format_hint = Hint::new();
+    if let Some(hint) = hint {
+        let hint = hint.trim().to_ascii_lowercase();
+        if hint.contains('/') && !hint.contains('.') {
+            format_hint.mime_type(hint.split(';').next().unwrap_or(&hint).trim());
+        } else if let Some((_, extension)) = hint.rsplit_once('.') {
+            format_hint.with_extension(extension);
+        }
+    }
+    let source = std::io::Cursor::new(bytes.to_vec());
+    let stream = MediaSourceStream::new(Box::new(source), Default::default());
+    let options = FormatOptions {
+        enable_gapless: true,
+        ..FormatOptions::default()
+    };
+    let probed = symphonia::default::get_probe()
+        .format(&format_hint, stream, &options, &MetadataOptions::default())
+        .ok()?;
+    let mut reader = probed.format;
+    let track = reader.default_track()?;
+    let track_id = track.id;
+    let params = track.codec_params.clone();
+    let sample_rate = params.sample_rate.filter(|rate| *rate > 0)?;
+    let samples = match params.n_frames {
+        Some(frames) => frames,
+        // No length in the header: the frames' own durations, summed
+        // (less the padding and delay the reader trims), without decoding.
+        None => {
+            let mut frames = 0u64;
+            while let Ok(packet) = reader.next_packet() {
+                if packet.track_id() == track_id {
+                    let trimmed = u64::from(packet.trim_start) + u64::from(packet.trim_end);
+                    frames += packet.dur.saturating_sub(trimmed);
+                }
+            }
+            frames
+        }
+    };
+    // Cast: a sample count below 2^53 is exact in an f64.
+    let seconds = samples as f64 / f64::from(sample_rate);
+    Some(AudioProbe {
+        seconds,
+        samples,
+        sample_rate,
+        channels: params.channels.and_then(|c| u16::try_from(c.count()).ok()),
+    })
+}
+
 /// The bytes of an image or audio source: a local file, a `data:` URL
 /// (base64 or percent-free plain data) or bytes given inline. An
 /// `http(s)://` URL is refused: an in-process engine fetches nothing.
@@ -131,6 +213,54 @@ fn shorten(url: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A 16-bit PCM WAV file of `samples` samples per channel, written
+    /// by hand (the real encoders' files are checked in the openai
+    /// backend's tests, where the fixtures live).
+    fn wav(samples: u32, rate: u32, channels: u16) -> Vec<u8> {
+        let data = samples * u32::from(channels) * 2;
+        let mut out = Vec::new();
+        out.extend_from_slice(b"RIFF");
+        out.extend_from_slice(&(36 + data).to_le_bytes());
+        out.extend_from_slice(b"WAVEfmt ");
+        out.extend_from_slice(&16u32.to_le_bytes());
+        out.extend_from_slice(&1u16.to_le_bytes());
+        out.extend_from_slice(&channels.to_le_bytes());
+        out.extend_from_slice(&rate.to_le_bytes());
+        out.extend_from_slice(&(rate * u32::from(channels) * 2).to_le_bytes());
+        out.extend_from_slice(&(channels * 2).to_le_bytes());
+        out.extend_from_slice(&16u16.to_le_bytes());
+        out.extend_from_slice(b"data");
+        out.extend_from_slice(&data.to_le_bytes());
+        out.resize(out.len() + data as usize, 0);
+        out
+    }
+
+    #[test]
+    fn a_wav_clip_s_length_is_read_from_its_header_whatever_the_hint() {
+        let clip = wav(12_345, 8_000, 2);
+        for hint in [
+            None,
+            Some("audio/wav"),
+            Some("clip.WAV"),
+            Some("audio/mpeg"),
+        ] {
+            let probe = probe_audio(&clip, hint).expect("a WAV clip");
+            assert_eq!(probe.samples, 12_345, "{hint:?}");
+            assert_eq!(probe.sample_rate, 8_000);
+            assert_eq!(probe.channels, Some(2));
+            assert!((probe.seconds - 12_345.0 / 8_000.0).abs() < 1e-12);
+        }
+    }
+
+    #[test]
+    fn bytes_that_are_no_audio_clip_have_no_length() {
+        assert_eq!(probe_audio(b"", None), None);
+        assert_eq!(probe_audio(b"not audio at all", Some("audio/wav")), None);
+        let mut cut = wav(100, 16_000, 1);
+        cut.truncate(20);
+        assert_eq!(probe_audio(&cut, Some("x.wav")), None);
+    }
 
     #[test]
     fn data_urls_and_files_are_read_and_web_urls_are_refused() {
