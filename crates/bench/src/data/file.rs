@@ -374,7 +374,9 @@ fn serialize_seconds<S: serde::Serializer>(
 /// The columns used, resolved against the file's columns.
 #[derive(Debug, Default)]
 struct Columns {
-    prompt: String,
+    /// `None` for a file of media without text (a column of audio clips
+    /// to transcribe, of images): its requests hold the media alone.
+    prompt: Option<String>,
     output_tokens: Option<String>,
     prompt_tokens: Option<String>,
     image: Option<String>,
@@ -447,18 +449,23 @@ impl FileItems {
                 .find(|c| named(c, d.prompt_column))
                 .cloned(),
         };
-        let prompt = prompt.ok_or_else(|| Error::NoPromptColumn {
-            context: context.to_string(),
-            path: path.to_path_buf(),
-            tried: d.prompt_column,
-            present: list(&present),
-        })?;
+        let image = find("image_column", d.image_column)?;
+        let audio = find("audio_column", d.audio_column)?;
+        // A file of media alone (audio clips to transcribe) needs no text.
+        if prompt.is_none() && image.is_none() && audio.is_none() {
+            return Err(Error::NoPromptColumn {
+                context: context.to_string(),
+                path: path.to_path_buf(),
+                tried: d.prompt_column,
+                present: list(&present),
+            });
+        }
         let columns = Columns {
             prompt,
             output_tokens: find("output_tokens_column", d.output_tokens_column)?,
             prompt_tokens: find("prompt_tokens_column", d.prompt_tokens_column)?,
-            image: find("image_column", d.image_column)?,
-            audio: find("audio_column", d.audio_column)?,
+            image,
+            audio,
             system: find("system_column", d.system_column)?,
             tools: find("tools_column", d.tools_column)?,
             tool_choice: find("tool_choice_column", d.tool_choice_column)?,
@@ -821,33 +828,23 @@ impl From<String> for Fault {
 }
 
 /// Builds one item; the error is the fault, without the location.
-fn item_from_row(
-    row: &Row,
-    columns: &Columns,
-    base: &Path,
-) -> std::result::Result<DataItem, Fault> {
-    let field = |column: &Option<String>| {
-        column
-            .as_ref()
-            .and_then(|c| row.fields.get(c))
-            .filter(|v| !(v.is_null() || (row.csv && v.as_str().is_some_and(str::is_empty))))
-    };
 
+/// The request input of a row's prompt cell: text, or a chat (a list of
+/// `{role, content}` messages, or one).
+fn prompt_input(row: &Row, column: &str, base: &Path) -> std::result::Result<RequestInput, Fault> {
     let prompt = row
         .fields
-        .get(&columns.prompt)
+        .get(column)
         .filter(|v| !v.is_null())
         .ok_or_else(|| {
             let mut present: Vec<String> = row.fields.keys().cloned().collect();
             present.sort();
             Fault::from(format!(
-                "no value in column `{}`; columns present: {}",
-                columns.prompt,
+                "no value in column `{column}`; columns present: {}",
                 list(&present)
             ))
         })?;
-    let column = &columns.prompt;
-    let mut input = match prompt {
+    Ok(match prompt {
         Value::String(text) if row.csv => match json_in_cell(text) {
             Some(Value::Array(messages)) if looks_like_chat(&messages) => {
                 RequestInput::Chat(chat(&messages, base).map_err(|e| Fault::at(column, e))?)
@@ -868,6 +865,24 @@ fn item_from_row(
                 format!("expected text or a list of chat messages, got {other}"),
             ));
         }
+    })
+}
+
+fn item_from_row(
+    row: &Row,
+    columns: &Columns,
+    base: &Path,
+) -> std::result::Result<DataItem, Fault> {
+    let field = |column: &Option<String>| {
+        column
+            .as_ref()
+            .and_then(|c| row.fields.get(c))
+            .filter(|v| !(v.is_null() || (row.csv && v.as_str().is_some_and(str::is_empty))))
+    };
+
+    let mut input = match &columns.prompt {
+        Some(column) => prompt_input(row, column, base)?,
+        None => RequestInput::Chat(Vec::new()),
     };
 
     let mut media = Vec::new();
@@ -894,6 +909,18 @@ fn item_from_row(
         }
     };
 
+    if columns.prompt.is_none() && media.is_empty() {
+        // A file of media alone: this row has none.
+        let named: Vec<&str> = [&columns.image, &columns.audio]
+            .into_iter()
+            .flatten()
+            .map(String::as_str)
+            .collect();
+        return Err(Fault::from(format!(
+            "no media in column `{}` and the file has no prompt column",
+            named.join("` or `")
+        )));
+    }
     if !media.is_empty() || system.is_some() {
         let mut messages = match input {
             RequestInput::Text(text) => vec![ChatMessage::text("user", text)],
@@ -2054,6 +2081,42 @@ mod tests {
                 },
             ])
         );
+    }
+
+    #[test]
+    fn a_file_of_audio_clips_alone_gives_requests_of_the_clip_alone() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let clip = "data:audio/wav;base64,UklGRg==";
+        let path = write(
+            dir.path(),
+            "clips.jsonl",
+            &format!("{{\"audio\": \"{clip}\"}}\n"),
+        );
+        let items = all(&mut open(&path, "").expect("no prompt column needed"));
+        assert_eq!(
+            items[0].input,
+            RequestInput::Chat(vec![ChatMessage {
+                role: "user".to_string(),
+                tool: None,
+                content: vec![ContentPart::Audio {
+                    source: MediaSource::Url(clip.to_string()),
+                }],
+            }])
+        );
+        // A row without its clip has nothing to send.
+        let path = write(
+            dir.path(),
+            "gap.jsonl",
+            &format!("{{\"audio\": \"{clip}\"}}\n{{\"audio\": null}}\n"),
+        );
+        let message = error_of(open(&path, ""));
+        assert!(
+            message.contains("line 2") && message.contains("no media in column `audio`"),
+            "{message}"
+        );
+        // Without a media column either, the prompt column is missing.
+        let path = write(dir.path(), "none.jsonl", "{\"other\": 1}\n");
+        assert!(error_of(open(&path, "")).contains("no prompt column"));
     }
 
     #[test]
