@@ -827,8 +827,6 @@ impl From<String> for Fault {
     }
 }
 
-/// Builds one item; the error is the fault, without the location.
-
 /// The request input of a row's prompt cell: text, or a chat (a list of
 /// `{role, content}` messages, or one).
 fn prompt_input(row: &Row, column: &str, base: &Path) -> std::result::Result<RequestInput, Fault> {
@@ -868,6 +866,7 @@ fn prompt_input(row: &Row, column: &str, base: &Path) -> std::result::Result<Req
     })
 }
 
+/// Builds one item; the error is the fault, without the location.
 fn item_from_row(
     row: &Row,
     columns: &Columns,
