@@ -16,7 +16,8 @@ use guidebench_core::options::KindArgs;
 use guidebench_core::redact::redact_urls;
 use guidebench_core::request::{
     AudioStats, ChatMessage, ContentPart, FinishReason, GenerationRequest, GenerationResponse,
-    MediaSource, MessageTool, RequestInput, RequestTimings, ToolCall, ToolCallOutput, ToolSet,
+    MediaSource, MessageTool, RequestInput, RequestTimings, ToolCall, ToolCallOutput, ToolChoice,
+    ToolSet,
 };
 use guidebench_core::template::{Placeholders, PromptFormatter, RequestFormat as TemplateFormat};
 use guidebench_core::tokenizer::SpecialTokens;
@@ -32,8 +33,8 @@ use crate::config::{OpenAiConfig, RequestFormat, ToolCallMissing};
 use crate::error::{OpenAiError, chain, snippet};
 use crate::keep_alive::{KeepAlive, idle_timeout_for, unanswered};
 use crate::protocol::{
-    AudioBody, AudioUsage, Body, LineSplitter, OutputEvent, PooledBody, ResponseObject,
-    ResponsesEvent, ToolCallPart, Usage, data_payload, token_timestamps,
+    AudioBody, AudioUsage, Body, FunctionPart, LineSplitter, OutputEvent, OutputItem, PooledBody,
+    ResponseObject, ResponsesEvent, ToolCallPart, Usage, data_payload, token_timestamps,
 };
 
 /// The registered name of this backend kind.
@@ -106,6 +107,21 @@ pub const STREAM_EVENTS: &str = "guidebench_openai::stream_events";
 /// the response's [`GenerationResponse::tool_calls`]; a turn that expected
 /// a call and got none then does what `tool_call_missing_behavior` says.
 /// `finish_reason: "tool_calls"` is [`FinishReason::ToolCalls`].
+///
+/// With `request_format=responses` the tools are sent as GuideLLM's
+/// Responses handler sends them: in that API's flat shape (a chat-shaped
+/// definition's `function` fields lifted to the top), `tool_choice` a
+/// string or `{"type": "function", "name"}`, and a turn that expects a
+/// call drops `max_output_tokens`, `ignore_eos` and `stop`. An earlier
+/// answer with calls is replayed as its `function_call` items, a tool
+/// result as a `function_call_output` item. The answer's `function_call`
+/// output items are its calls (`call_id` the id); streamed,
+/// `response.output_item.added` opens a call, each
+/// `response.function_call_arguments.delta` is an event carrying output
+/// (as a chat fragment is), and `response.function_call_arguments.done` /
+/// `response.output_item.done` give the whole arguments. An answer with
+/// calls finishes with [`FinishReason::ToolCalls`] (unless capped at
+/// `max_output_tokens`).
 ///
 /// # Embeddings and pooling
 ///
@@ -610,7 +626,8 @@ impl OpenAiHttpBackend {
             && !interrupted
             && let (Some(conversation), Some(id)) = (conversation, output.response_id.take())
         {
-            lock(&running.response_ids).remember(conversation.answered(&output.text), id);
+            let key = conversation.answered(&output.text, output.tool_calls.values());
+            lock(&running.response_ids).remember(key, id);
         }
         let audio_usage = output.audio_usage.unwrap_or_default();
         let usage = if audio {
@@ -965,6 +982,9 @@ struct Output {
     tool_parts: usize,
     /// When the first event carrying a tool-call part was read.
     first_tool_call: Option<Instant>,
+    /// The Responses API function call streamed last (by its
+    /// `output_index`), for events that do not name theirs.
+    current_call: Option<u32>,
 }
 
 impl Output {
@@ -1028,6 +1048,7 @@ impl Output {
             let (text, reasoning) = answer.texts();
             self.text.push_str(&text);
             self.reasoned |= !reasoning.is_empty();
+            self.absorb_function_calls(&answer);
             self.end_response(&answer);
             return Ok(());
         }
@@ -1135,13 +1156,49 @@ impl Output {
                 self.reasoned |= !delta.is_empty();
                 Ok((delta.len(), false))
             }
-            // A tool call's arguments are generated tokens, not text.
-            "response.function_call_arguments.delta" => Ok((delta.len(), false)),
+            // A function call's arguments are generated tokens, not text:
+            // each fragment is an output event, as chat's are.
+            "response.function_call_arguments.delta" => {
+                let call = self.streamed_call(event.output_index);
+                call.arguments.push_str(delta);
+                self.tool_parts += 1;
+                Ok((delta.len().max(1), false))
+            }
+            "response.function_call_arguments.done" => {
+                let finished = OutputItem {
+                    name: event.name.clone(),
+                    arguments: event.arguments.clone(),
+                    ..OutputItem::default()
+                };
+                Ok((self.finish_call(event.output_index, &finished), false))
+            }
+            "response.output_item.added" => match &event.item {
+                Some(item) if item.is_function_call() => {
+                    self.current_call = Some(
+                        event
+                            .output_index
+                            .unwrap_or_else(|| next_index(&self.tool_calls)),
+                    );
+                    Ok((self.finish_call(event.output_index, item), false))
+                }
+                _ => Ok((0, false)),
+            },
+            "response.output_item.done" => match &event.item {
+                Some(item) if item.is_function_call() => {
+                    Ok((self.finish_call(event.output_index, item), false))
+                }
+                _ => Ok((0, false)),
+            },
             "response.completed" | "response.incomplete" => {
+                let mut carried = 0;
                 if let Some(answer) = &event.response {
+                    // Calls the stream did not send as events.
+                    if self.tool_calls.is_empty() {
+                        carried = self.absorb_function_calls(answer);
+                    }
                     self.end_response(answer);
                 }
-                Ok((0, true))
+                Ok((carried, true))
             }
             "response.failed" => {
                 let message = event
@@ -1168,8 +1225,75 @@ impl Output {
         }
         if answer.hit_max_output_tokens() {
             self.finish = Some(RawFinish::Length);
+        } else if !self.tool_calls.is_empty() {
+            self.finish = Some(RawFinish::ToolCalls);
         } else if answer.status.as_deref() == Some("incomplete") {
             self.finish = Some(RawFinish::Stop);
+        }
+    }
+
+    /// Reads the `function_call` items of a whole Responses API answer as
+    /// tool calls (`call_id` is the id), in the order of `output`; the
+    /// weight they carry as output (as [`Output::absorb_tool_call`]
+    /// counts a whole call).
+    fn absorb_function_calls(&mut self, answer: &ResponseObject<'_>) -> usize {
+        let mut carried = 0;
+        for (position, item) in answer.output.iter().flatten().enumerate() {
+            if item.is_function_call() {
+                let part = ToolCallPart {
+                    index: u32::try_from(position).ok(),
+                    id: item.call_id.clone(),
+                    function: Some(FunctionPart {
+                        name: item.name.clone(),
+                        arguments: item.arguments.clone(),
+                    }),
+                };
+                carried += self.absorb_tool_call(position, &part);
+            }
+        }
+        carried
+    }
+
+    /// The streamed Responses API function call an event is about: the
+    /// one at its `output_index`, else the one streamed last (created if
+    /// new).
+    fn streamed_call(&mut self, output_index: Option<u32>) -> &mut ToolCall {
+        let index = output_index
+            .or(self.current_call)
+            .unwrap_or_else(|| next_index(&self.tool_calls));
+        self.current_call = Some(index);
+        self.tool_calls.entry(index).or_default()
+    }
+
+    /// Takes what a streamed function call's `response.output_item.added`,
+    /// `response.function_call_arguments.done` or
+    /// `response.output_item.done` says of it: its `call_id` and `name`
+    /// where it had none yet, and its whole `arguments`, which replace the
+    /// fragments (GuideLLM takes the final arguments). The weight it
+    /// carries as output: the arguments' bytes when they are the first to
+    /// arrive for the call (a server that sends no deltas), else 0.
+    fn finish_call(&mut self, output_index: Option<u32>, item: &OutputItem<'_>) -> usize {
+        let call = self.streamed_call(output_index);
+        if let Some(id) = item.call_id.as_deref().filter(|id| !id.is_empty())
+            && call.id.is_empty()
+        {
+            id.clone_into(&mut call.id);
+        }
+        if let Some(name) = item.name.as_deref().filter(|n| !n.is_empty())
+            && call.name.is_empty()
+        {
+            name.clone_into(&mut call.name);
+        }
+        let Some(arguments) = item.arguments.as_deref().filter(|a| !a.is_empty()) else {
+            return 0;
+        };
+        let first = call.arguments.is_empty();
+        arguments.clone_into(&mut call.arguments);
+        if first {
+            self.tool_parts += 1;
+            arguments.len()
+        } else {
+            0
         }
     }
 
@@ -1238,6 +1362,13 @@ impl Output {
         }
         Ok(carried)
     }
+}
+
+/// The index after the last of `calls` (0 for none).
+fn next_index(calls: &BTreeMap<u32, ToolCall>) -> u32 {
+    calls
+        .last_key_value()
+        .map_or(0, |(&index, _)| index.saturating_add(1))
 }
 
 /// `json` parsed as `T`, or a `malformed_response` error quoting it.
@@ -1451,6 +1582,13 @@ fn insert_tools(body: &mut Map<String, Value>, tools: &ToolSet, max_key: &str) {
     let definitions = tools.tools.iter().map(chat_tool).collect();
     body.insert("tools".into(), Value::Array(definitions));
     body.insert("tool_choice".into(), tools.choice.to_json());
+    constrain_tool_call_body(body, tools, max_key);
+}
+
+/// On a turn that expects a call, drops `ignore_eos`, `stop` and the
+/// output limit (`max_key`), which would cut constrained tool decoding
+/// short (GuideLLM's `_constrain_tool_call_body`).
+fn constrain_tool_call_body(body: &mut Map<String, Value>, tools: &ToolSet, max_key: &str) {
     if tools.expect_call {
         for key in ["ignore_eos", "stop", max_key] {
             body.remove(key);
@@ -1458,11 +1596,63 @@ fn insert_tools(body: &mut Map<String, Value>, tools: &ToolSet, max_key: &str) {
     }
 }
 
+/// The tools of a Responses API request, as GuideLLM sends them: `tools`
+/// in the API's flat shape (a chat-shaped definition has its `function`'s
+/// fields lifted to the top; a flat one is kept), `tool_choice`
+/// ([`responses_tool_choice`]), and on a turn that expects a call no
+/// `ignore_eos`, `stop` or `max_output_tokens`.
+fn insert_responses_tools(body: &mut Map<String, Value>, tools: &ToolSet) {
+    let definitions = tools.tools.iter().map(flat_tool).collect();
+    body.insert("tools".into(), Value::Array(definitions));
+    body.insert("tool_choice".into(), responses_tool_choice(&tools.choice));
+    constrain_tool_call_body(body, tools, "max_output_tokens");
+}
+
+/// A tool definition in the Responses API's flat shape (`{"type", "name",
+/// "description", "parameters", "strict"}`), as GuideLLM's
+/// `_ensure_tool_format` makes it.
+fn flat_tool(tool: &Value) -> Value {
+    match tool {
+        Value::Object(chat) if !chat.contains_key("name") => {
+            let Some(Value::Object(function)) = chat.get("function") else {
+                return tool.clone();
+            };
+            let mut flat = Map::new();
+            flat.insert(
+                "type".into(),
+                chat.get("type")
+                    .cloned()
+                    .unwrap_or_else(|| "function".into()),
+            );
+            for key in FUNCTION_FIELDS {
+                if let Some(value) = function.get(key) {
+                    flat.insert(key.to_owned(), value.clone());
+                }
+            }
+            Value::Object(flat)
+        }
+        other => other.clone(),
+    }
+}
+
+/// The fields of a function tool's definition, nested under `function` in
+/// the chat shape and at the top in the Responses API's.
+const FUNCTION_FIELDS: [&str; 4] = ["name", "description", "parameters", "strict"];
+
+/// `tool_choice` as the Responses API spells it: `"auto"`, `"none"`,
+/// `"required"`, or `{"type": "function", "name"}` for a named function.
+fn responses_tool_choice(choice: &ToolChoice) -> Value {
+    match choice {
+        ToolChoice::Function(name) => json!({"type": "function", "name": name}),
+        other => other.to_json(),
+    }
+}
+
 /// A tool definition in the chat shape (`{"type", "function": {...}}`).
 fn chat_tool(tool: &Value) -> Value {
     match tool {
         Value::Object(flat) if flat.contains_key("name") && !flat.contains_key("function") => {
-            let function: Map<String, Value> = ["name", "description", "parameters", "strict"]
+            let function: Map<String, Value> = FUNCTION_FIELDS
                 .into_iter()
                 .filter_map(|key| Some((key.to_owned(), flat.get(key)?.clone())))
                 .collect();
@@ -1528,9 +1718,14 @@ impl ConversationKey {
         self.0.finish()
     }
 
-    /// The key of the conversation once `answer` was answered to it.
-    fn answered(mut self, answer: &str) -> u64 {
-        self.push(&assistant_item(answer));
+    /// The key of the conversation once it was answered with `answer`,
+    /// or with `calls` when the answer made some (as a later turn's input
+    /// holds the answer: [`answer_items`]).
+    fn answered<'c>(mut self, answer: &str, calls: impl IntoIterator<Item = &'c ToolCall>) -> u64 {
+        let calls: Vec<&ToolCall> = calls.into_iter().collect();
+        for item in answer_items(answer, &calls) {
+            self.push(&item);
+        }
         self.key()
     }
 }
@@ -1545,14 +1740,18 @@ fn responses_body(
     request: &GenerationRequest,
     ids: Option<&Mutex<ResponseIds>>,
 ) -> Result<(Vec<u8>, ConversationKey)> {
-    let (instructions, items) = response_input(request)?;
+    let ResponseInput {
+        instructions,
+        items,
+        answer_ends,
+    } = response_input(request)?;
     let mut conversation = ConversationKey::new(instructions.as_deref());
-    // Where an earlier answer may end: after an assistant item that more
-    // items follow.
+    // Where an earlier answer may end: after an assistant message's items
+    // (its text, or its function calls) that more items follow.
     let mut answers = Vec::new();
     for (i, item) in items.iter().enumerate() {
         conversation.push(item);
-        if i + 1 < items.len() && item.get("role").and_then(Value::as_str) == Some("assistant") {
+        if i + 1 < items.len() && answer_ends.contains(&(i + 1)) {
             answers.push((i + 1, conversation.key()));
         }
     }
@@ -1577,6 +1776,9 @@ fn responses_body(
     };
     body.insert("input".into(), Value::Array(input));
     insert_sampling(&mut body, request, "max_output_tokens");
+    if let Some(tools) = request.tools.as_ref().filter(|t| !t.tools.is_empty()) {
+        insert_responses_tools(&mut body, tools);
+    }
     if config.stream {
         // As GuideLLM: no stream_options (the usage comes with
         // response.completed).
@@ -1585,15 +1787,33 @@ fn responses_body(
     Ok((finish_body(config, body)?, conversation))
 }
 
-/// The `instructions` (the leading system messages' text, a line each)
-/// and the `input` items of a Responses API request.
-fn response_input(request: &GenerationRequest) -> Result<(Option<String>, Vec<Value>)> {
+/// What a Responses API request's conversation becomes.
+struct ResponseInput {
+    /// The leading system messages' text, a line each.
+    instructions: Option<String>,
+    /// The `input` items.
+    items: Vec<Value>,
+    /// The positions in `items` just after each assistant message's
+    /// items: where an earlier answer ends.
+    answer_ends: Vec<usize>,
+}
+
+/// The `instructions` and the `input` items of a Responses API request.
+///
+/// As GuideLLM replays a tool-calling conversation: an assistant message
+/// with tool calls becomes its `function_call` items (`call_id`, `name`,
+/// `arguments`; its text, if any, is not sent), a `tool` message
+/// answering a call a `function_call_output` item (`call_id`, `output`).
+fn response_input(request: &GenerationRequest) -> Result<ResponseInput> {
     let messages = match &request.input {
         RequestInput::Text(text) => {
-            return Ok((
-                None,
-                vec![json!({"role": "user", "content": [{"type": "input_text", "text": text}]})],
-            ));
+            return Ok(ResponseInput {
+                instructions: None,
+                items: vec![
+                    json!({"role": "user", "content": [{"type": "input_text", "text": text}]}),
+                ],
+                answer_ends: Vec::new(),
+            });
         }
         RequestInput::Chat(messages) => messages,
     };
@@ -1613,10 +1833,11 @@ fn response_input(request: &GenerationRequest) -> Result<(Option<String>, Vec<Va
             .collect::<Vec<_>>()
             .join("\n")
     });
-    let items = messages[leading..]
-        .iter()
-        .map(|m| {
-            if m.role == "assistant" {
+    let mut items = Vec::with_capacity(messages.len() - leading);
+    let mut answer_ends = Vec::new();
+    for m in &messages[leading..] {
+        match (m.role.as_str(), &m.tool) {
+            ("assistant", tool) => {
                 if let Some(input) = m.content.iter().find_map(|p| match p {
                     ContentPart::Text { .. } => None,
                     ContentPart::Image { .. } => Some("image"),
@@ -1627,17 +1848,53 @@ fn response_input(request: &GenerationRequest) -> Result<(Option<String>, Vec<Va
                         input,
                     ));
                 }
-                return Ok(assistant_item(&message_text(m)));
+                let calls: Vec<&ToolCall> = match tool {
+                    Some(MessageTool::Calls(calls)) => calls.iter().collect(),
+                    _ => Vec::new(),
+                };
+                items.extend(answer_items(&message_text(m), &calls));
+                answer_ends.push(items.len());
             }
-            let parts = m
-                .content
-                .iter()
-                .map(response_part)
-                .collect::<Result<Vec<_>>>()?;
-            Ok(json!({"role": m.role, "content": parts}))
+            (_, Some(MessageTool::Answers(call_id))) => items.push(json!({
+                "type": "function_call_output",
+                "call_id": call_id,
+                "output": message_text(m),
+            })),
+            _ => {
+                let parts = m
+                    .content
+                    .iter()
+                    .map(response_part)
+                    .collect::<Result<Vec<_>>>()?;
+                items.push(json!({"role": m.role, "content": parts}));
+            }
+        }
+    }
+    Ok(ResponseInput {
+        instructions,
+        items,
+        answer_ends,
+    })
+}
+
+/// An answer as the input items of a later turn: its `function_call`
+/// items when it made calls (GuideLLM sends a tool-call turn's calls
+/// only), else an assistant message with its text.
+fn answer_items(text: &str, calls: &[&ToolCall]) -> Vec<Value> {
+    if calls.is_empty() {
+        return vec![assistant_item(text)];
+    }
+    calls
+        .iter()
+        .map(|call| {
+            json!({
+                "type": "function_call",
+                "call_id": call.id,
+                "name": call.name,
+                "arguments": call.arguments,
+            })
         })
-        .collect::<Result<Vec<_>>>()?;
-    Ok((instructions, items))
+        .collect()
 }
 
 /// An assistant message as a Responses API input item.
@@ -2337,9 +2594,9 @@ mod tests {
         // Not yet remembered: the whole history.
         assert_eq!(body(&ids)["input"].as_array().map(Vec::len), Some(3));
         // Another answer text is another conversation.
-        lock(&ids).remember(conversation.clone().answered("other"), "r0".into());
+        lock(&ids).remember(conversation.clone().answered("other", &[]), "r0".into());
         assert!(body(&ids).get("previous_response_id").is_none());
-        lock(&ids).remember(conversation.answered("a1"), "r1".into());
+        lock(&ids).remember(conversation.answered("a1", &[]), "r1".into());
         let sent = body(&ids);
         assert_eq!(sent["previous_response_id"], "r1");
         assert_eq!(
@@ -2592,5 +2849,273 @@ mod tests {
         );
         assert_eq!(warning("https://gpu.example:8443", true), None);
         assert_eq!(warning("http://gpu.example:8000", false), None);
+    }
+
+    fn responses_body_json(
+        config: &OpenAiConfig,
+        request: &GenerationRequest,
+        ids: Option<&Mutex<ResponseIds>>,
+    ) -> Value {
+        let (bytes, _) = responses_body(config, "m", request, ids).expect("body");
+        serde_json::from_slice(&bytes).expect("json")
+    }
+
+    #[test]
+    fn a_responses_body_with_tools_sends_them_flat_with_the_responses_tool_choice() {
+        let c = config(RequestFormat::Responses);
+        let mut sampling = Sampling::fixed_length(8).expect("valid");
+        sampling.stop = vec!["END".into()];
+        let mut request = GenerationRequest::text(1, "weather?", sampling);
+        request.tools = Some(weather_tools(false));
+        let body = responses_body_json(&c, &request, None);
+        assert_eq!(
+            body["tools"],
+            json!([
+                {"type": "function", "name": "get_weather", "parameters": {"type": "object"}},
+                {"type": "function", "name": "lookup", "description": "flat", "extra": 1},
+            ]),
+            "a chat-shaped tool is flattened, a flat one kept as it is"
+        );
+        assert_eq!(body["tool_choice"], "required");
+        assert_eq!(body["max_output_tokens"], 8, "not a tool-call turn");
+        assert_eq!(body["stop"], json!(["END"]));
+
+        request.tools = Some(ToolSet {
+            choice: ToolChoice::Function("lookup".into()),
+            ..weather_tools(true)
+        });
+        let body = responses_body_json(&c, &request, None);
+        assert_eq!(
+            body["tool_choice"],
+            json!({"type": "function", "name": "lookup"})
+        );
+        for key in ["max_output_tokens", "stop", "ignore_eos"] {
+            assert!(
+                body.get(key).is_none(),
+                "{key} is dropped on a tool-call turn"
+            );
+        }
+        for choice in [ToolChoice::Auto, ToolChoice::None] {
+            request.tools = Some(ToolSet {
+                choice: choice.clone(),
+                ..weather_tools(false)
+            });
+            assert_eq!(
+                responses_body_json(&c, &request, None)["tool_choice"],
+                choice.to_json()
+            );
+        }
+        request.tools = None;
+        let body = responses_body_json(&c, &request, None);
+        assert!(body.get("tools").is_none() && body.get("tool_choice").is_none());
+    }
+
+    /// A results turn: the question, the answer's calls, their results and
+    /// a new question.
+    fn results_turn() -> (Vec<ChatMessage>, Vec<ChatMessage>, Vec<ToolCall>) {
+        let calls = vec![
+            ToolCall {
+                id: "call_1".into(),
+                name: "get_weather".into(),
+                arguments: r#"{"city":"Paris"}"#.into(),
+            },
+            ToolCall {
+                id: "call_2".into(),
+                name: "lookup".into(),
+                arguments: "{}".into(),
+            },
+        ];
+        let first = vec![
+            ChatMessage::text("system", "be brief"),
+            ChatMessage::text("user", "weather?"),
+        ];
+        let mut second = first.clone();
+        second.push(ChatMessage::tool_calls("let me look", calls.clone()));
+        second.push(ChatMessage::tool_result("call_1", "sunny"));
+        second.push(ChatMessage::tool_result("call_2", "found"));
+        second.push(ChatMessage::text("user", "thanks"));
+        (first, second, calls)
+    }
+
+    #[test]
+    fn a_results_turn_sends_function_call_and_function_call_output_items() {
+        let c = config(RequestFormat::Responses);
+        let (_, second, _) = results_turn();
+        let request = GenerationRequest::new(
+            2,
+            RequestInput::Chat(second),
+            Sampling::fixed_length(4).expect("valid"),
+        );
+        let body = responses_body_json(&c, &request, None);
+        assert_eq!(body["instructions"], "be brief");
+        assert_eq!(
+            body["input"],
+            json!([
+                {"role": "user", "content": [{"type": "input_text", "text": "weather?"}]},
+                {"type": "function_call", "call_id": "call_1", "name": "get_weather",
+                 "arguments": "{\"city\":\"Paris\"}"},
+                {"type": "function_call", "call_id": "call_2", "name": "lookup", "arguments": "{}"},
+                {"type": "function_call_output", "call_id": "call_1", "output": "sunny"},
+                {"type": "function_call_output", "call_id": "call_2", "output": "found"},
+                {"role": "user", "content": [{"type": "input_text", "text": "thanks"}]},
+            ]),
+            "the calls replace the tool-call turn's text, as GuideLLM replays it"
+        );
+    }
+
+    #[test]
+    fn under_server_history_a_results_turn_sends_only_the_outputs_and_the_new_message() {
+        let mut c = config(RequestFormat::Responses);
+        c.server_history = true;
+        let (first, second, calls) = results_turn();
+        let sampling = Sampling::fixed_length(4).expect("valid");
+        let ids = Mutex::new(ResponseIds::default());
+        let request = GenerationRequest::new(1, RequestInput::Chat(first), sampling.clone());
+        let (_, conversation) = responses_body(&c, "m", &request, Some(&ids)).expect("body");
+        let request = GenerationRequest::new(2, RequestInput::Chat(second), sampling);
+        // The answer remembered with its text only is not the one the
+        // history holds.
+        lock(&ids).remember(
+            conversation.clone().answered("let me look", &[]),
+            "r0".into(),
+        );
+        assert!(
+            responses_body_json(&c, &request, Some(&ids))
+                .get("previous_response_id")
+                .is_none()
+        );
+        // As `execute` remembers an answer with calls: by its calls.
+        lock(&ids).remember(
+            conversation.answered("let me look", calls.iter()),
+            "r1".into(),
+        );
+        let body = responses_body_json(&c, &request, Some(&ids));
+        assert_eq!(body["previous_response_id"], "r1");
+        assert_eq!(
+            body["input"],
+            json!([
+                {"type": "function_call_output", "call_id": "call_1", "output": "sunny"},
+                {"type": "function_call_output", "call_id": "call_2", "output": "found"},
+                {"role": "user", "content": [{"type": "input_text", "text": "thanks"}]},
+            ])
+        );
+    }
+
+    #[test]
+    fn streamed_function_call_events_are_assembled_and_each_arguments_delta_is_an_output_event() {
+        let url = "u";
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let mut out = Output {
+            responses: true,
+            ..Output::default()
+        };
+        let lines: [&[u8]; 9] = [
+            br#"data: {"type":"response.created","response":{"id":"r5","status":"in_progress"}}"#,
+            br#"data: {"type":"response.output_item.added","output_index":0,"item":{"type":"function_call","id":"fc_a","call_id":"call_a","name":"get_weather","arguments":""}}"#,
+            br#"data: {"type":"response.function_call_arguments.delta","output_index":0,"item_id":"fc_a","delta":"{\"city\":"}"#,
+            br#"data: {"type":"response.output_item.added","output_index":1,"item":{"type":"function_call","id":"fc_b","call_id":"call_b","name":"lookup","arguments":""}}"#,
+            br#"data: {"type":"response.function_call_arguments.delta","output_index":1,"delta":"{}"}"#,
+            br#"data: {"type":"response.function_call_arguments.delta","output_index":0,"delta":"\"Par"}"#,
+            // The final arguments win over the fragments.
+            br#"data: {"type":"response.function_call_arguments.done","output_index":0,"arguments":"{\"city\":\"Paris\"}"}"#,
+            br#"data: {"type":"response.output_item.done","output_index":0,"item":{"type":"function_call","call_id":"call_a","name":"get_weather","arguments":"{\"city\":\"Paris\"}"}}"#,
+            br#"data: {"type":"response.output_item.done","output_index":1,"item":{"type":"function_call","call_id":"call_b","name":"lookup","arguments":"{}"}}"#,
+        ];
+        for (i, line) in lines.iter().enumerate() {
+            assert!(!out.on_line(line, at(10 * i as u64), url).expect("parsed"));
+        }
+        let completed = br#"data: {"type":"response.completed","response":{"id":"r5","status":"completed","output":[],"usage":{"input_tokens":5,"output_tokens":9}}}"#;
+        assert!(out.on_line(completed, at(99), url).expect("parsed"));
+        let calls: Vec<(&str, &str, &str)> = out
+            .tool_calls
+            .values()
+            .map(|c| (c.id.as_str(), c.name.as_str(), c.arguments.as_str()))
+            .collect();
+        assert_eq!(
+            calls,
+            vec![
+                ("call_a", "get_weather", r#"{"city":"Paris"}"#),
+                ("call_b", "lookup", "{}"),
+            ]
+        );
+        assert_eq!(
+            out.first_tool_call,
+            Some(at(20)),
+            "the first arguments delta, not the item's announcement"
+        );
+        let instants: Vec<Instant> = out.events.iter().map(|e| e.at).collect();
+        assert_eq!(
+            instants,
+            vec![at(20), at(40), at(50)],
+            "every arguments delta, and only they, is an output event"
+        );
+        assert_eq!(out.finish, Some(RawFinish::ToolCalls));
+        assert_eq!(out.usage.and_then(|u| u.completion_tokens), Some(9));
+        assert!(out.text.is_empty());
+        assert_eq!(out.response_id.as_deref(), Some("r5"));
+    }
+
+    #[test]
+    fn a_function_call_streamed_without_deltas_still_arrives_as_output() {
+        let url = "u";
+        let t0 = Instant::now();
+        let mut out = Output {
+            responses: true,
+            ..Output::default()
+        };
+        let added = br#"data: {"type":"response.output_item.added","output_index":0,"item":{"type":"function_call","call_id":"c","name":"f","arguments":""}}"#;
+        let done = br#"data: {"type":"response.output_item.done","output_index":0,"item":{"type":"function_call","call_id":"c","name":"f","arguments":"{\"a\":1}"}}"#;
+        assert!(!out.on_line(added, t0, url).expect("parsed"));
+        let later = t0 + Duration::from_millis(5);
+        assert!(!out.on_line(done, later, url).expect("parsed"));
+        assert_eq!(out.tool_calls[&0].arguments, r#"{"a":1}"#);
+        assert_eq!(out.first_tool_call, Some(later));
+        assert_eq!(out.events.len(), 1);
+
+        // Nor with no call event at all: response.completed's output has it.
+        let mut out = Output {
+            responses: true,
+            ..Output::default()
+        };
+        let completed = br#"data: {"type":"response.completed","response":{"id":"r","status":"completed","output":[{"type":"function_call","call_id":"c9","name":"g","arguments":"{}"}],"usage":{"output_tokens":2}}}"#;
+        assert!(out.on_line(completed, t0, url).expect("parsed"));
+        assert_eq!(out.tool_calls[&0].id, "c9");
+        assert_eq!(out.first_tool_call, Some(t0));
+        assert_eq!(out.finish, Some(RawFinish::ToolCalls));
+    }
+
+    #[test]
+    fn a_whole_responses_answer_s_function_calls_are_read_in_order() {
+        let mut out = Output {
+            responses: true,
+            ..Output::default()
+        };
+        let body = br#"{"id":"r1","status":"completed","output":[
+            {"type":"reasoning","summary":[{"type":"summary_text","text":"think"}]},
+            {"type":"function_call","id":"fc_1","call_id":"c1","name":"f","arguments":"{\"a\":1}","status":"completed"},
+            {"type":"function_call","id":"fc_2","call_id":"c2","name":"g","arguments":"{}","status":"completed"}],
+            "usage":{"input_tokens":2,"output_tokens":12}}"#;
+        out.on_body(body, "u").expect("parsed");
+        let calls: Vec<(&str, &str, &str)> = out
+            .tool_calls
+            .values()
+            .map(|c| (c.id.as_str(), c.name.as_str(), c.arguments.as_str()))
+            .collect();
+        assert_eq!(calls, vec![("c1", "f", r#"{"a":1}"#), ("c2", "g", "{}")]);
+        assert_eq!(out.finish, Some(RawFinish::ToolCalls));
+        assert_eq!(out.usage.and_then(|u| u.completion_tokens), Some(12));
+        assert!(out.text.is_empty() && out.reasoned);
+
+        // Capped by max_output_tokens: length wins.
+        let mut out = Output {
+            responses: true,
+            ..Output::default()
+        };
+        let capped = br#"{"id":"r2","status":"incomplete","incomplete_details":{"reason":"max_output_tokens"},"output":[
+            {"type":"function_call","call_id":"c1","name":"f","arguments":"{\"a\""}]}"#;
+        out.on_body(capped, "u").expect("parsed");
+        assert_eq!(out.finish, Some(RawFinish::Length));
+        assert_eq!(out.tool_calls.len(), 1);
     }
 }

@@ -75,6 +75,18 @@
 //! tokens come first, as reasoning text; faults and write instants apply
 //! to these answers as to text.
 //!
+//! A Responses API request with `tools` whose `tool_choice` is not
+//! `"none"` is answered the same way, in that API's shape: one
+//! `function_call` output item (`call_id` `call_mock_N`) in place of the
+//! `message` item, streamed as `response.output_item.added` and
+//! `response.function_call_arguments.delta` events timed as text deltas
+//! are (the first at `ttft`), then `response.function_call_arguments.done`
+//! and `response.output_item.done` with the whole arguments (see the
+//! `responses_tools` module). Such an answer is stored for
+//! `previous_response_id` as a text answer is, and a later request's
+//! `function_call` and `function_call_output` items count in its
+//! `input_tokens`.
+//!
 //! # Faults
 //!
 //! Requests are numbered from 0 in arrival order. Each fault is decided per
@@ -186,6 +198,7 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 use crate::error::OpenAiError;
 
 pub mod audio;
+mod responses_tools;
 
 /// The context named in option errors.
 const CONTEXT: &str = "mock-server";
@@ -1762,18 +1775,20 @@ impl ToolAnswer {
     /// The call a chat request gets: when it offers tools and its
     /// `tool_choice` is not `"none"`.
     fn of(request: &CompletionRequest, index: u64) -> Option<Self> {
-        if request.tools.is_empty()
-            || request.tool_choice.as_ref().and_then(Value::as_str) == Some("none")
-        {
+        Self::offered(&request.tools, request.tool_choice.as_ref(), index)
+    }
+
+    /// The call a request offering `tools` with `tool_choice` gets (chat's
+    /// or the Responses API's shapes of either), `None` when it offers
+    /// none or `tool_choice` is `"none"`.
+    fn offered(tools: &[Value], tool_choice: Option<&Value>, index: u64) -> Option<Self> {
+        if tools.is_empty() || tool_choice.and_then(Value::as_str) == Some("none") {
             return None;
         }
-        let named = request
-            .tool_choice
-            .as_ref()
-            .and_then(|c| c.get("function"))
-            .and_then(|f| f.get("name"))
+        let named = tool_choice
+            .and_then(|c| c.get("function").unwrap_or(c).get("name"))
             .and_then(Value::as_str);
-        let first = request.tools.first().and_then(|tool| {
+        let first = tools.first().and_then(|tool| {
             tool.get("function")
                 .and_then(|f| f.get("name"))
                 .or_else(|| tool.get("name"))
@@ -2680,6 +2695,10 @@ struct ResponsesRequest {
     previous_response_id: Option<String>,
     #[serde(default)]
     store: Option<bool>,
+    #[serde(default)]
+    tools: Vec<Value>,
+    #[serde(default)]
+    tool_choice: Option<Value>,
 }
 
 /// The tokens of a Responses API request's own input: its instructions
@@ -2708,9 +2727,12 @@ fn responses_input_tokens(shared: &Shared, request: &ResponsesRequest) -> u32 {
                         }
                     }
                     _ => {
-                        // A function call's output, say.
-                        if let Some(s) = item.get("output").and_then(Value::as_str) {
-                            push(s);
+                        // A function call's output, or a function call's
+                        // arguments.
+                        for field in ["output", "arguments"] {
+                            if let Some(s) = item.get(field).and_then(Value::as_str) {
+                                push(s);
+                            }
                         }
                     }
                 }
@@ -2763,6 +2785,7 @@ async fn responses(
         return status_fault(config);
     }
     let (tokens, finish) = output_length(config, &mut rng, parsed.max_output_tokens);
+    let tool = ToolAnswer::of_responses(&parsed, index);
     let own_input = u64::from(responses_input_tokens(&shared, &parsed));
     let input = u32::try_from(history + own_input).unwrap_or(u32::MAX);
     let usage = Usage {
@@ -2775,7 +2798,12 @@ async fn responses(
         id: format!("resp_mock_{index}"),
         model: &shared.model_json,
         usage,
-        capped: finish == "length" && parsed.max_output_tokens.is_some(),
+        // As for chat: without `output_tokens` the limit is the call's
+        // length, its arguments whole.
+        capped: finish == "length"
+            && parsed.max_output_tokens.is_some()
+            && (tool.is_none() || config.output_tokens.is_some()),
+        tool,
     };
     if fault == Fault::None && parsed.store != Some(false) {
         lock(&shared.responses).insert(answer.id.clone(), u64::from(input) + u64::from(tokens));
@@ -2801,6 +2829,8 @@ struct ResponsesAnswer<'a> {
     usage: Usage,
     /// Whether `max_output_tokens` cut the output short.
     capped: bool,
+    /// The function call the answer makes in place of text, if any.
+    tool: Option<ToolAnswer>,
 }
 
 impl ResponsesAnswer<'_> {
@@ -2834,17 +2864,21 @@ impl ResponsesAnswer<'_> {
                     "content": [{"type": "reasoning_text", "text": words(0, reasoning)}],
                 }));
             }
-            output.push(json!({
-                "id": self.message_id(),
-                "type": "message",
-                "status": "completed",
-                "role": "assistant",
-                "content": [{
-                    "type": "output_text",
-                    "text": words(reasoning, self.usage.completion - reasoning),
-                    "annotations": [],
-                }],
-            }));
+            let answer = self.usage.completion - reasoning;
+            output.push(match &self.tool {
+                Some(tool) => tool.item(&ToolAnswer::fragment(reasoning, answer, true, true), true),
+                None => json!({
+                    "id": self.message_id(),
+                    "type": "message",
+                    "status": "completed",
+                    "role": "assistant",
+                    "content": [{
+                        "type": "output_text",
+                        "text": words(reasoning, answer),
+                        "annotations": [],
+                    }],
+                }),
+            });
             object["output"] = Value::Array(output);
             object["status"] = json!(if self.capped {
                 "incomplete"
@@ -2925,31 +2959,44 @@ fn plan_responses_stream(
         if event > 0 {
             at += event_gap(config, rng, k);
         }
+        let output_index = usize::from(!reasoning && usage.reasoning > 0);
         if produced == usage.reasoning {
-            // The message item opens with its first output text.
-            steps.push(send(
-                at,
-                response_event(
+            // The message (or function call) item opens with its first
+            // output.
+            let opened = match &answer.tool {
+                Some(tool) => responses_tools::call_added(tool, output_index, &mut seq),
+                None => response_event(
                     "response.output_item.added",
                     &mut seq,
-                    json!({"output_index": usize::from(usage.reasoning > 0), "item": {
+                    json!({"output_index": output_index, "item": {
                         "id": message, "type": "message", "status": "in_progress",
                         "role": "assistant", "content": []}}),
                 ),
-            ));
+            };
+            steps.push(send(at, opened));
         }
-        let (kind, item) = if reasoning {
-            ("response.reasoning_text.delta", format!("rs_{}", answer.id))
-        } else {
-            ("response.output_text.delta", message.clone())
+        let bytes = match &answer.tool {
+            Some(tool) if !reasoning => {
+                let first = produced == usage.reasoning;
+                let fragment = ToolAnswer::fragment(produced, k, first, produced + k == total);
+                responses_tools::arguments_delta(tool, output_index, &fragment, &mut seq)
+            }
+            _ => {
+                let (kind, item) = if reasoning {
+                    ("response.reasoning_text.delta", format!("rs_{}", answer.id))
+                } else {
+                    ("response.output_text.delta", message.clone())
+                };
+                let delta = json!({
+                    "item_id": item,
+                    "output_index": output_index,
+                    "content_index": 0,
+                    "delta": words(produced, k),
+                });
+                response_event(kind, &mut seq, delta)
+            }
         };
-        let delta = json!({
-            "item_id": item,
-            "output_index": usize::from(!reasoning && usage.reasoning > 0),
-            "content_index": 0,
-            "delta": words(produced, k),
-        });
-        steps.push(Step::Send(at, response_event(kind, &mut seq, delta), k));
+        steps.push(Step::Send(at, bytes, k));
         produced += k;
         event += 1;
         if cut == Some(event) {
@@ -2975,25 +3022,34 @@ fn plan_responses_stream(
         }
     }
     let done = answer.object(true);
-    let text = words(usage.reasoning, total - usage.reasoning);
-    steps.push(send(
-        at,
-        response_event(
-            "response.output_text.done",
-            &mut seq,
-            json!({"item_id": message, "output_index": usize::from(usage.reasoning > 0),
-                   "content_index": 0, "text": text}),
-        ),
-    ));
-    steps.push(send(
-        at,
-        response_event(
-            "response.output_item.done",
-            &mut seq,
-            json!({"output_index": usize::from(usage.reasoning > 0),
-                   "item": done["output"].as_array().and_then(|o| o.last()).cloned()}),
-        ),
-    ));
+    let output_index = usize::from(usage.reasoning > 0);
+    let answered = usage.reasoning;
+    if let Some(tool) = &answer.tool {
+        let arguments = ToolAnswer::fragment(answered, total - answered, true, true);
+        for bytes in responses_tools::call_done(tool, output_index, &arguments, &mut seq) {
+            steps.push(send(at, bytes));
+        }
+    } else {
+        let text = words(answered, total - answered);
+        steps.push(send(
+            at,
+            response_event(
+                "response.output_text.done",
+                &mut seq,
+                json!({"item_id": message, "output_index": output_index,
+                       "content_index": 0, "text": text}),
+            ),
+        ));
+        steps.push(send(
+            at,
+            response_event(
+                "response.output_item.done",
+                &mut seq,
+                json!({"output_index": output_index,
+                       "item": done["output"].as_array().and_then(|o| o.last()).cloned()}),
+            ),
+        ));
+    }
     let last = if answer.capped {
         "response.incomplete"
     } else {

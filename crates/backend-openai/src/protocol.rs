@@ -176,8 +176,11 @@ pub(crate) struct OutputPart<'a> {
     pub text: Option<Cow<'a, str>>,
 }
 
-/// One item of a Responses API answer's `output`.
-#[derive(Debug, Deserialize)]
+/// One item of a Responses API answer's `output` (or the `item` of a
+/// `response.output_item.added` / `.done` event): a `message`, a
+/// `reasoning` item, or a `function_call` (`call_id`, `name`,
+/// `arguments`).
+#[derive(Debug, Default, Deserialize)]
 pub(crate) struct OutputItem<'a> {
     #[serde(rename = "type", borrow, default)]
     pub kind: Option<Cow<'a, str>>,
@@ -185,6 +188,22 @@ pub(crate) struct OutputItem<'a> {
     pub content: Option<Vec<OutputPart<'a>>>,
     #[serde(borrow, default)]
     pub summary: Option<Vec<OutputPart<'a>>>,
+    /// A function call's id, which a later `function_call_output` names.
+    #[serde(borrow, default)]
+    pub call_id: Option<Cow<'a, str>>,
+    /// The function a function call calls.
+    #[serde(borrow, default)]
+    pub name: Option<Cow<'a, str>>,
+    /// A function call's arguments (a JSON text, as generated).
+    #[serde(borrow, default)]
+    pub arguments: Option<Cow<'a, str>>,
+}
+
+impl OutputItem<'_> {
+    /// Whether the item is a function call.
+    pub fn is_function_call(&self) -> bool {
+        self.kind.as_deref() == Some("function_call")
+    }
 }
 
 /// `incomplete_details` of a Responses API answer.
@@ -263,6 +282,19 @@ pub(crate) struct ResponsesEvent<'a> {
     /// The text of a `*.delta` event.
     #[serde(borrow, default)]
     pub delta: Option<Cow<'a, str>>,
+    /// Which output item an item or function-call event is about.
+    #[serde(default)]
+    pub output_index: Option<u32>,
+    /// The item of a `response.output_item.added` / `.done` event.
+    #[serde(borrow, default)]
+    pub item: Option<OutputItem<'a>>,
+    /// The whole arguments of a `response.function_call_arguments.done`.
+    #[serde(borrow, default)]
+    pub arguments: Option<Cow<'a, str>>,
+    /// The function of a `response.function_call_arguments.done`, where
+    /// the server names it.
+    #[serde(borrow, default)]
+    pub name: Option<Cow<'a, str>>,
     /// The answer, in `response.*` lifecycle events.
     #[serde(borrow, default)]
     pub response: Option<ResponseObject<'a>>,
