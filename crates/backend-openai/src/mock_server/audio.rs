@@ -39,11 +39,12 @@ use hyper::body::Incoming;
 use hyper::header::CONTENT_TYPE;
 use serde_json::{Map, Value, json};
 
-use super::{
-    Answer, Arrival, ConnState, Fault, Ids, Rng, Shared, Usage, bad_request, decide_fault,
-    last_token_at, output_length, plan_stream, queue_wait, record_request, status_fault,
-    stream_answer, timing_slot, whole_step, words,
-};
+use super::Shared;
+use super::body::{Answer, bad_request, status_fault, stream_answer, whole_step};
+use super::chat::{Ids, Usage, plan_stream};
+use super::connection::ConnState;
+use super::plan::{Fault, Rng, decide_fault, last_token_at, output_length, queue_wait, words};
+use super::request::{Arrival, record_request, timing_slot};
 
 /// Which audio endpoint a request came to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -18,7 +18,8 @@
 use bytes::Bytes;
 use serde_json::{Value, json};
 
-use super::{ResponsesRequest, ToolAnswer, response_event};
+use super::chat::ToolAnswer;
+use super::responses::{ResponsesRequest, response_event};
 
 impl ToolAnswer {
     /// The call a Responses API request gets: when it offers tools and
