@@ -181,7 +181,7 @@ async fn both_audio_endpoints_give_the_transcript_tokens_and_the_clip_s_exact_le
             }
 
             // Token instants against the server's writes.
-            let timings = mock.timings();
+            let timings = common::written_timings(&mock, &[id.to_string()]).await;
             let server: &StreamTimings = timings
                 .iter()
                 .find(|t| t.id == id.to_string())

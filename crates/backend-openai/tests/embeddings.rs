@@ -245,7 +245,8 @@ async fn the_client_latency_covers_the_servers_from_arrival_to_the_write_of_its_
             .into_iter()
             .map(|r| r.expect("served"))
             .collect();
-        let timings = mock.timings();
+        let ids: Vec<String> = responses.iter().map(|r| r.id.to_string()).collect();
+        let timings = common::written_timings(&mock, &ids).await;
         for r in &responses {
             let id = r.id.to_string();
             let server: &StreamTimings = timings

@@ -130,3 +130,31 @@ pub async fn resolve_in_lockstep(
     }
     response.await.expect("the resolve task")
 }
+
+/// The mock server's records once every event of the requests `ids` has
+/// its write instant. The server stamps a write when the socket has taken
+/// it, which can be just after the client read the bytes and returned (an
+/// answer written whole is its request's last write); this yields to the
+/// server until the stamps are there, failing after 10 s of wall time.
+pub async fn written_timings(
+    mock: &MockServer,
+    ids: &[String],
+) -> Vec<guidebench_openai::mock_server::StreamTimings> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let timings = mock.timings();
+        let stamped = ids.iter().all(|id| {
+            timings
+                .iter()
+                .any(|t| &t.id == id && t.events.iter().all(|e| e.written_ns.is_some()))
+        });
+        if stamped {
+            return timings;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the server never stamped the writes of {ids:?}: {timings:?}"
+        );
+        tokio::task::yield_now().await;
+    }
+}
