@@ -140,6 +140,52 @@ fn a_batch_of_one_gives_each_text_the_vector_the_whole_batch_gives_it() {
     }
 }
 
+/// A text of `len` tokens: the stored first text's `[CLS]`, then ids
+/// from a fixed sequence (below `vocab`), then its `[SEP]`.
+fn synthetic(stored: &BertExpected, len: usize, seed: u32, vocab: usize) -> Vec<u32> {
+    let ids = &stored.texts[0].input_ids;
+    let (first, last) = (ids[0], ids[ids.len() - 1]);
+    let mut state = seed;
+    let mut text = vec![first];
+    while text.len() + 1 < len {
+        state = state.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+        text.push(5 + (state >> 8) % (vocab as u32 - 5));
+    }
+    text.push(last);
+    text.truncate(len);
+    text
+}
+
+#[test]
+fn a_texts_vector_is_the_same_alone_and_among_longer_and_shorter_texts_in_several_groups() {
+    let stored = stored();
+    for pooling in FixturePooling::ALL {
+        let dir = fixture(pooling);
+        let encoder = open(dir.path());
+        let (vocab, max) = (encoder.config().vocab_size, encoder.max_seq_length());
+        // Lengths from 1 to the longest, enough rows for several groups
+        // of GROUP_ROWS.
+        let texts: Vec<Vec<u32>> = (0..120u32)
+            .map(|i| synthetic(&stored, 1 + (i as usize * 7) % max, i, vocab))
+            .collect();
+        assert!(
+            texts.iter().map(Vec::len).sum::<usize>() > 2 * guidebench_candle::encoder::GROUP_ROWS
+        );
+        let batch: Vec<&[u32]> = texts.iter().map(Vec::as_slice).collect();
+        let together = encoder.embed(&batch).expect("the batch");
+        let hidden = encoder.last_hidden_states(&batch).expect("the states");
+        for (i, text) in batch.iter().enumerate() {
+            let alone = encoder.embed(&[text]).expect("one text");
+            let diff = max_abs_diff(&alone[0], &together[i]);
+            assert!(diff <= 1e-6, "{} text {i}: {diff}", pooling.name());
+            let state = encoder.last_hidden_states(&[text]).expect("one state");
+            assert_eq!(hidden[i].len(), text.len() * encoder.dim());
+            let diff = max_abs_diff(&state[0], &hidden[i]);
+            assert!(diff <= 1e-5, "{} text {i} state: {diff}", pooling.name());
+        }
+    }
+}
+
 #[test]
 fn an_empty_batch_gives_no_vectors_and_bad_inputs_are_errors() {
     let dir = fixture(FixturePooling::Cls);

@@ -10,7 +10,8 @@
 //!   this size, random weights);
 //! - inputs/s at batch 1, 32 and 256 of 128-token inputs (`[CLS]` and
 //!   `[SEP]` included), all cores: candle embeds the batch in one call of
-//!   [`BertEncoder::embed`] (one forward pass over the padded batch),
+//!   [`BertEncoder::embed`] (one forward pass, the texts packed back to
+//!   back without padding, on host rows),
 //!   timed around the call (token ids made beforehand, after one untimed
 //!   call); llama.cpp's `llama-embedding` gets the same texts in one file
 //!   and splits them into decodes of at most its context (`-c`, which it
@@ -34,7 +35,11 @@
 //! embeddings_bench texts N
 //! embeddings_bench vectors < texts
 //! embeddings_bench llama=DIR gguf_f32=PATH gguf_f16=PATH [rounds=3] [batches=1,32,256]
+//! embeddings_bench [rounds=3] [batches=1,32,256]
 //! ```
+//!
+//! Without `llama=` (the last form) only candle is measured, where
+//! llama.cpp is not built.
 //!
 //! The first writes the model folder (once per shape and seed) and prints
 //! its path, which `bench/embeddings` converts to GGUF. `texts N` prints
@@ -116,11 +121,17 @@ fn main() -> Result<(), BoxError> {
 }
 
 struct Args {
-    llama: PathBuf,
-    gguf_f32: PathBuf,
-    gguf_f16: PathBuf,
+    /// llama.cpp's programs and the two GGUF files; `None`: candle only.
+    llama: Option<Llama>,
     rounds: usize,
     batches: Vec<usize>,
+}
+
+/// llama.cpp's side: the folder of its programs and the model as GGUF.
+struct Llama {
+    bin: PathBuf,
+    gguf_f32: PathBuf,
+    gguf_f16: PathBuf,
 }
 
 fn parse(args: &[String]) -> Result<Args, BoxError> {
@@ -157,10 +168,16 @@ fn parse(args: &[String]) -> Result<Args, BoxError> {
         }
     }
     let need = |v: Option<PathBuf>, name: &str| v.ok_or_else(|| format!("missing {name}=PATH"));
+    let llama = match llama {
+        None if f32.is_none() && f16.is_none() => None,
+        bin => Some(Llama {
+            bin: need(bin, "llama")?,
+            gguf_f32: need(f32, "gguf_f32")?,
+            gguf_f16: need(f16, "gguf_f16")?,
+        }),
+    };
     Ok(Args {
-        llama: need(llama, "llama")?,
-        gguf_f32: need(f32, "gguf_f32")?,
-        gguf_f16: need(f16, "gguf_f16")?,
+        llama,
         rounds: rounds.max(1),
         batches,
     })
@@ -327,18 +344,30 @@ fn run(args: &[String]) -> Result<(), BoxError> {
             if candle_first {
                 time_candle(&mut row)?;
             }
-            let f32_run = llama_best(&args.llama, &args.gguf_f32, files, batch)?;
-            let f16_run = llama_best(&args.llama, &args.gguf_f16, files, batch)?;
+            if let Some(llama) = &args.llama {
+                let f32_run = llama_best(&llama.bin, &llama.gguf_f32, files, batch)?;
+                let f16_run = llama_best(&llama.bin, &llama.gguf_f16, files, batch)?;
+                row.llama_f32.push(f32_run.seconds);
+                row.llama_f16.push(f16_run.seconds);
+                row.contexts = (f32_run.context, f16_run.context);
+            }
             if !candle_first {
                 time_candle(&mut row)?;
             }
-            row.llama_f32.push(f32_run.seconds);
-            row.llama_f16.push(f16_run.seconds);
-            row.contexts = (f32_run.context, f16_run.context);
         }
         rows.push((batch, row));
     }
     println!();
+    if args.llama.is_none() {
+        println!("| batch | candle f32 inputs/s |");
+        println!("|---|---|");
+        for (batch, row) in &rows {
+            let c = *batch as f64 / median(row.candle.iter().copied());
+            println!("| {batch} | {c:.1} |");
+        }
+        println!("# load at the end: {}", load_average());
+        return Ok(());
+    }
     println!(
         "| batch | candle f32 inputs/s | llama.cpp f32 inputs/s (-c) | llama.cpp f16 inputs/s (-c) | candle / llama f32 | candle / llama f16 |"
     );
@@ -358,5 +387,6 @@ fn run(args: &[String]) -> Result<(), BoxError> {
             c / l16,
         );
     }
+    println!("# load at the end: {}", load_average());
     Ok(())
 }

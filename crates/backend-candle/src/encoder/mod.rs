@@ -16,25 +16,34 @@
 //!
 //! The two architectures differ only in their embeddings: XLM-RoBERTa
 //! counts positions from `pad_token_id + 1` (transformers'
-//! `create_position_ids_from_input_ids`; the padding, on the right and
-//! hidden from attention, takes no part), and has one token type.
+//! `create_position_ids_from_input_ids`, which skips transformers'
+//! padding; there is none here), and has one token type.
 //!
 //! [`BertEncoder::embed`] runs one forward pass over a whole batch of
 //! token id sequences (each as the tokenizer gives it, `[CLS]` and
-//! `[SEP]` included), padded on the right to the longest: the
-//! embeddings (word, token type 0, absolute position from the
-//! architecture's first position) and their layer
-//! norm, then the post-norm layers (self-attention over every position
-//! of the text, the padding hidden from it by an additive mask; the
-//! feed-forward layer with GELU), all in `f32` on the CPU, the
-//! projections on the engine's packed kernels. The padding changes no
-//! text's vectors (beyond the rounding of a sum's order). Each text's
-//! token vectors are then pooled (the mean over its own tokens, or its
-//! first token's vector) and, under `Normalize`, divided by their length
-//! (at least 1e-12, as `torch.nn.functional.normalize`).
+//! `[SEP]` included), all in `f32` on rows of host memory, the texts
+//! packed back to back with no padding (in groups of at most
+//! [`GROUP_ROWS`] rows, each through the whole stack): the embeddings
+//! (word, token type 0, absolute position from the architecture's first
+//! position, counted in each text) and their layer norm, then the
+//! post-norm layers (`layer`: self-attention of each text over its own
+//! positions, so no mask; the feed-forward layer with GELU) on the
+//! vision towers' blocks and the engine's packed projection kernels.
+//! A text's vectors do not depend on the texts beside it. Each text's
+//! token vectors are then pooled (the mean over its tokens, or its first
+//! token's vector) and, under `Normalize`, divided by their length (at
+//! least 1e-12, as `torch.nn.functional.normalize`).
+//!
+//! | guarantee | test |
+//! |---|---|
+//! | transformers' last hidden state, sentence-transformers' vectors (BERT, XLM-RoBERTa; mean and CLS pooling) | `tests/encoder.rs` |
+//! | a text's vector alone, and among longer and shorter texts, to rounding | `tests/encoder.rs` |
+//! | a layer over packed texts of three lengths: candle's tensor ops on each text | unit test of `layer` |
+//! | the attention over frames of their own lengths: the same bits on every kernel path, each frame's values wherever it sits | unit tests of `vision::layers::attention` |
 
 mod config;
 pub mod engine;
+mod layer;
 
 pub use config::{
     BertActivation, BertConfig, CONFIG_JSON, EncoderKind, MODULES_JSON, Pooling,
@@ -44,87 +53,21 @@ pub use engine::{ENCODER_REFUSED_OPTIONS, Embedded, EncoderEngine, create, trunc
 
 use std::path::Path;
 
-use candle_core::{DType, Device, Tensor};
+use candle_core::{DType, Device};
 use guidebench_core::engine::LoadError;
+use rayon::prelude::*;
 
-use crate::arena::WeightArena;
+use self::layer::BertLayer;
 use crate::error::{CandleError, Result};
 use crate::loader::SafetensorsFiles;
 use crate::model::Weights;
-use crate::proj::Proj;
+use crate::vision::layers::{LayerNorm, LayerScratch, f32_values};
 
-/// A layer norm with its weight and bias in `f32`.
-#[derive(Debug, Clone)]
-struct LayerNorm {
-    weight: Tensor,
-    bias: Tensor,
-    eps: f32,
-}
-
-impl LayerNorm {
-    fn load(w: &Weights, d: usize, eps: f64) -> Result<Self> {
-        Ok(LayerNorm {
-            weight: w.get(d, "weight")?,
-            bias: w.get(d, "bias")?,
-            eps: eps as f32,
-        })
-    }
-
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        Ok(candle_nn::ops::layer_norm(
-            x,
-            &self.weight,
-            &self.bias,
-            self.eps,
-        )?)
-    }
-}
-
-/// The linear layer `w` holds (`weight` `(rows, cols)` and `bias`).
-fn linear(w: &Weights, arena: &WeightArena, rows: usize, cols: usize) -> Result<Proj> {
-    let weight = w.get((rows, cols), "weight")?;
-    let bias = w.get(rows, "bias")?;
-    Ok(Proj::new(weight, Some(bias), arena)?)
-}
-
-/// One BERT layer: self-attention, then the feed-forward layer, each
-/// added to its input and layer-normed.
-#[derive(Debug, Clone)]
-struct Layer {
-    /// `query`, `key` and `value` stacked: one product for the three.
-    qkv: Proj,
-    attn_out: Proj,
-    attn_norm: LayerNorm,
-    up: Proj,
-    down: Proj,
-    out_norm: LayerNorm,
-}
-
-impl Layer {
-    fn load(w: &Weights, arena: &WeightArena, c: &BertConfig) -> Result<Self> {
-        let (d, eps) = (c.hidden_size, c.layer_norm_eps);
-        let s = w.pp("attention.self");
-        let (mut weights, mut biases) = (Vec::new(), Vec::new());
-        for name in ["query", "key", "value"] {
-            weights.push(s.pp(name).get((d, d), "weight")?);
-            biases.push(s.pp(name).get(d, "bias")?);
-        }
-        let qkv = Proj::new(
-            Tensor::cat(&weights, 0)?,
-            Some(Tensor::cat(&biases, 0)?),
-            arena,
-        )?;
-        let o = w.pp("attention.output");
-        Ok(Layer {
-            qkv,
-            attn_out: linear(&o.pp("dense"), arena, d, d)?,
-            attn_norm: LayerNorm::load(&o.pp("LayerNorm"), d, eps)?,
-            up: linear(&w.pp("intermediate.dense"), arena, c.intermediate_size, d)?,
-            down: linear(&w.pp("output.dense"), arena, d, c.intermediate_size)?,
-            out_norm: LayerNorm::load(&w.pp("output.LayerNorm"), d, eps)?,
-        })
-    }
-}
+/// Rows (tokens) one group of texts takes at most: a batch's texts go
+/// through the whole stack of layers a group at a time, packed back to
+/// back, so that a group's buffers stay in the caches (a text longer
+/// than this is a group of its own).
+pub const GROUP_ROWS: usize = 1024;
 
 /// A BERT-family sentence-embedding model (BERT or XLM-RoBERTa). See the
 /// [module docs](self).
@@ -132,15 +75,14 @@ impl Layer {
 pub struct BertEncoder {
     config: BertConfig,
     sentence: SentenceConfig,
-    /// `(vocab, width)`.
-    word: Tensor,
-    /// `(positions, width)`.
-    position: Tensor,
-    /// Token type 0's row, `(1, 1, width)`.
-    token_type: Tensor,
+    /// The word embeddings: `vocab × width` values.
+    word: Vec<f32>,
+    /// The position embeddings: `positions × width` values.
+    position: Vec<f32>,
+    /// Token type 0's row: `width` values.
+    token_type: Vec<f32>,
     norm: LayerNorm,
-    layers: Vec<Layer>,
-    device: Device,
+    layers: Vec<BertLayer>,
 }
 
 /// An input the encoder cannot run, as this crate's error.
@@ -189,25 +131,24 @@ impl BertEncoder {
         };
         let d = config.hidden_size;
         let e = w.pp("embeddings");
-        let arena = WeightArena::new();
         let layers = (0..config.num_layers)
-            .map(|i| Layer::load(&w.pp("encoder.layer").pp(i), &arena, &config))
+            .map(|i| BertLayer::load(&w.pp("encoder.layer").pp(i), &config))
             .collect::<Result<Vec<_>>>()?;
+        let token_types = e
+            .pp("token_type_embeddings")
+            .get((config.type_vocab_size, d), "weight")?;
         Ok(BertEncoder {
-            word: e
-                .pp("word_embeddings")
-                .get((config.vocab_size, d), "weight")?,
-            position: e
-                .pp("position_embeddings")
-                .get((config.max_position_embeddings, d), "weight")?,
-            token_type: e
-                .pp("token_type_embeddings")
-                .get((config.type_vocab_size, d), "weight")?
-                .narrow(0, 0, 1)?
-                .reshape((1, 1, d))?,
+            word: f32_values(
+                &e.pp("word_embeddings")
+                    .get((config.vocab_size, d), "weight")?,
+            )?,
+            position: f32_values(
+                &e.pp("position_embeddings")
+                    .get((config.max_position_embeddings, d), "weight")?,
+            )?,
+            token_type: f32_values(&token_types.narrow(0, 0, 1)?)?,
             norm: LayerNorm::load(&e.pp("LayerNorm"), d, config.layer_norm_eps)?,
             layers,
-            device: weights.device().clone(),
             config,
             sentence,
         })
@@ -244,58 +185,89 @@ impl BertEncoder {
     /// `vocab_size`; otherwise an error says which text is at fault.
     pub fn embed(&self, batch: &[&[u32]]) -> Result<Vec<Vec<f32>>> {
         let d = self.config.hidden_size;
-        let Some((values, t)) = self.forward(batch)? else {
-            return Ok(Vec::new());
-        };
-        let vectors = batch
-            .iter()
-            .enumerate()
-            .map(|(i, text)| {
-                let rows = &values[i * t * d..(i * t + text.len()) * d];
-                let mut v = match self.sentence.pooling {
-                    Pooling::Cls => rows[..d].to_vec(),
-                    Pooling::Mean => {
-                        let mut sum = vec![0f32; d];
-                        for row in rows.chunks_exact(d) {
-                            for (s, x) in sum.iter_mut().zip(row) {
-                                *s += x;
-                            }
+        let mut vectors = Vec::with_capacity(batch.len());
+        self.forward(batch, |rows| {
+            let mut v = match self.sentence.pooling {
+                Pooling::Cls => rows[..d].to_vec(),
+                Pooling::Mean => {
+                    let mut sum = vec![0f32; d];
+                    for row in rows.chunks_exact(d) {
+                        for (s, x) in sum.iter_mut().zip(row) {
+                            *s += x;
                         }
-                        let count = text.len() as f32;
-                        sum.iter_mut().for_each(|s| *s /= count);
-                        sum
                     }
-                };
-                if self.sentence.normalize {
-                    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
-                    v.iter_mut().for_each(|x| *x /= norm);
+                    let count = (rows.len() / d) as f32;
+                    sum.iter_mut().for_each(|s| *s /= count);
+                    sum
                 }
-                v
-            })
-            .collect();
+            };
+            if self.sentence.normalize {
+                let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
+                v.iter_mut().for_each(|x| *x /= norm);
+            }
+            vectors.push(v);
+        })?;
         Ok(vectors)
     }
 
     /// Each text's last hidden state (the encoder's output before
-    /// pooling): its own tokens' vectors, `len × width` values row after
-    /// row, the padding dropped; computed in one pass as
-    /// [`BertEncoder::embed`] computes it.
+    /// pooling): its tokens' vectors, `len × width` values row after
+    /// row; computed in one pass as [`BertEncoder::embed`] computes it.
     pub fn last_hidden_states(&self, batch: &[&[u32]]) -> Result<Vec<Vec<f32>>> {
-        let d = self.config.hidden_size;
-        let Some((values, t)) = self.forward(batch)? else {
-            return Ok(Vec::new());
-        };
-        Ok(batch
-            .iter()
-            .enumerate()
-            .map(|(i, text)| values[i * t * d..(i * t + text.len()) * d].to_vec())
-            .collect())
+        let mut states = Vec::with_capacity(batch.len());
+        self.forward(batch, |rows| states.push(rows.to_vec()))?;
+        Ok(states)
     }
 
-    /// Checks `batch` and runs the encoder over it padded to its longest
-    /// text: the last hidden state `(texts, longest, width)` as values,
-    /// and the longest; `None` for an empty batch.
-    fn forward(&self, batch: &[&[u32]]) -> Result<Option<(Vec<f32>, usize)>> {
+    /// Checks `batch` and runs the encoder over it, texts packed back to
+    /// back in groups of at most [`GROUP_ROWS`] rows: `each` gets every
+    /// text's last hidden state (its rows), in order.
+    fn forward(&self, batch: &[&[u32]], mut each: impl FnMut(&[f32])) -> Result<()> {
+        self.check(batch)?;
+        let d = self.config.hidden_size;
+        let mut group_rows = 0;
+        let mut groups = vec![0usize];
+        for (i, text) in batch.iter().enumerate() {
+            if group_rows > 0 && group_rows + text.len() > GROUP_ROWS {
+                groups.push(i);
+                group_rows = 0;
+            }
+            group_rows += text.len();
+        }
+        groups.push(batch.len());
+        groups.dedup();
+        let most_rows = groups
+            .windows(2)
+            .map(|g| batch[g[0]..g[1]].iter().map(|t| t.len()).sum::<usize>())
+            .max()
+            .unwrap_or(0);
+        let mut scratch = LayerScratch::with_widths(most_rows, d, self.config.intermediate_size);
+        let mut x = vec![0f32; most_rows * d];
+        for group in groups.windows(2) {
+            let texts = &batch[group[0]..group[1]];
+            let mut bounds = Vec::with_capacity(texts.len() + 1);
+            bounds.push(0);
+            for text in texts {
+                bounds.push(bounds[bounds.len() - 1] + text.len());
+            }
+            let rows = bounds[texts.len()];
+            let x = &mut x[..rows * d];
+            self.embeddings(texts, &mut scratch.h[..rows * d]);
+            self.norm.forward_rows(&scratch.h[..rows * d], x);
+            for layer in &self.layers {
+                layer.forward_rows(x, &bounds, &mut scratch)?;
+            }
+            for r in bounds.windows(2) {
+                each(&x[r[0] * d..r[1] * d]);
+            }
+        }
+        Ok(())
+    }
+
+    /// Every text of `batch` fits the encoder: at least one token, at most
+    /// [`BertConfig::max_tokens`], each below `vocab_size`; otherwise an
+    /// error naming the first text at fault.
+    fn check(&self, batch: &[&[u32]]) -> Result<()> {
         let c = &self.config;
         for (i, text) in batch.iter().enumerate() {
             if text.is_empty() {
@@ -315,66 +287,33 @@ impl BertEncoder {
                 )));
             }
         }
-        let Some(t) = batch.iter().map(|text| text.len()).max() else {
-            return Ok(None);
-        };
-        let (n, d) = (batch.len(), c.hidden_size);
-        let mut ids = Vec::with_capacity(n * t);
-        let mut mask = Vec::with_capacity(n * t);
-        for text in batch {
-            let pad = t - text.len();
-            ids.extend_from_slice(text);
-            ids.extend(std::iter::repeat_n(0u32, pad));
-            mask.extend(std::iter::repeat_n(0f32, text.len()));
-            // What transformers adds to a padded key's score: its
-            // probability comes out exactly zero.
-            mask.extend(std::iter::repeat_n(f32::MIN, pad));
-        }
-        let ids = Tensor::from_vec(ids, n * t, &self.device)?;
-        let mask = Tensor::from_vec(mask, (n, 1, 1, t), &self.device)?;
-        let x = self
-            .word
-            .index_select(&ids, 0)?
-            .reshape((n, t, d))?
-            .broadcast_add(&self.token_type)?
-            .broadcast_add(
-                &self
-                    .position
-                    .narrow(0, c.position_offset, t)?
-                    .unsqueeze(0)?,
-            )?;
-        let mut x = self.norm.forward(&x.reshape((n * t, d))?)?;
-        for layer in &self.layers {
-            x = self.layer(layer, &x, &mask, n, t)?;
-        }
-        Ok(Some((x.flatten_all()?.to_vec1::<f32>()?, t)))
+        Ok(())
     }
 
-    /// One layer on `(n t, width)` rows of `n` texts of `t` positions.
-    fn layer(&self, l: &Layer, x: &Tensor, mask: &Tensor, n: usize, t: usize) -> Result<Tensor> {
-        let c = &self.config;
-        let (d, heads, hd) = (c.hidden_size, c.num_heads, c.head_dim());
-        let qkv = l.qkv.forward(x)?;
-        let split = |i: usize| -> candle_core::Result<Tensor> {
-            qkv.narrow(1, i * d, d)?
-                .reshape((n, t, heads, hd))?
-                .transpose(1, 2)?
-                .contiguous()
-        };
-        let (q, k, v) = (split(0)?, split(1)?, split(2)?);
-        let scores = (q.matmul(&k.t()?.contiguous()?)? / (hd as f64).sqrt())?;
-        let probs = candle_nn::ops::softmax_last_dim(&scores.broadcast_add(mask)?)?;
-        let attn = probs
-            .matmul(&v)?
-            .transpose(1, 2)?
-            .contiguous()?
-            .reshape((n * t, d))?;
-        let x = l.attn_norm.forward(&(x + l.attn_out.forward(&attn)?)?)?;
-        let h = l.up.forward(&x)?;
-        let h = match c.hidden_act {
-            BertActivation::Gelu => h.gelu_erf()?,
-            BertActivation::GeluTanh => h.gelu()?,
-        };
-        l.out_norm.forward(&(&x + l.down.forward(&h)?)?)
+    /// The embeddings of `texts` (checked) packed back to back into `out`,
+    /// one row per token: its word's row plus token type 0's plus its
+    /// position's (counted from the architecture's first position in each
+    /// text), added in that order.
+    fn embeddings(&self, texts: &[&[u32]], out: &mut [f32]) {
+        let (d, first) = (self.config.hidden_size, self.config.position_offset);
+        let tokens: Vec<(usize, usize)> = texts
+            .iter()
+            .flat_map(|text| {
+                text.iter()
+                    .enumerate()
+                    .map(move |(p, id)| (*id as usize, first + p))
+            })
+            .collect();
+        out.par_chunks_exact_mut(d)
+            .zip(tokens)
+            .with_min_len(16)
+            .for_each(|(row, (id, p))| {
+                let word = &self.word[id * d..(id + 1) * d];
+                let position = &self.position[p * d..(p + 1) * d];
+                for (((o, w), t), p) in row.iter_mut().zip(word).zip(&self.token_type).zip(position)
+                {
+                    *o = (*w + *t) + *p;
+                }
+            });
     }
 }

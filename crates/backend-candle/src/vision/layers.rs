@@ -12,6 +12,12 @@
 //! `fc2`, with the activation after `fc1`: `crate::activation`), and the
 //! products on the packed kernels, all in buffers kept for the whole
 //! stack ([`LayerScratch`]).
+//!
+//! The sentence encoder's post-norm BERT layers (`crate::encoder`) run on
+//! the same blocks: [`Linear`], [`LayerNorm`] (with the residual sum and
+//! the norm in one pass, [`LayerNorm::residual_rows`]), [`LayerScratch`],
+//! and the attention over frames of their own lengths
+//! (`attention::frames_attention`: texts packed without padding).
 
 use candle_core::{DType, Tensor};
 use guidebench_core::engine::LoadError;
@@ -19,7 +25,7 @@ use guidebench_core::vision::VisionActivation;
 use rayon::prelude::*;
 
 use self::attention::{TowerShape, tower_attention};
-use self::norm::layer_norm_rows;
+use self::norm::{layer_norm_rows, residual_layer_norm_rows};
 use crate::activation::{Gelu, gelu_bias_rows};
 use crate::arena::WeightArena;
 use crate::error::{CandleError, Result};
@@ -29,15 +35,15 @@ use crate::proj::{Proj, cpu_f32_slice, packs_weights};
 // The tower kernels, in their own folders beside this file (declared
 // here, under the layers that run them).
 #[path = "attention/mod.rs"]
-mod attention;
+pub(crate) mod attention;
 #[path = "norm/mod.rs"]
-mod norm;
+pub(crate) mod norm;
 
 /// A linear layer on the engine's packed projection kernels (the text
 /// decoder's), `x W^T + b` on rows of host memory; the bias is kept apart
 /// so that the pass consuming the product adds it.
 #[derive(Debug, Clone)]
-pub(super) struct Linear {
+pub(crate) struct Linear {
     proj: Proj,
     /// Outputs per row.
     n: usize,
@@ -49,7 +55,7 @@ pub(super) struct Linear {
 
 impl Linear {
     /// `weight` `(rows, cols)` and, where `bias`, `bias` `(rows)`.
-    pub(super) fn load(w: &Weights, rows: usize, cols: usize, bias: bool) -> Result<Self> {
+    pub(crate) fn load(w: &Weights, rows: usize, cols: usize, bias: bool) -> Result<Self> {
         Ok(Linear {
             proj: float_linear(w, cols, rows, false)?,
             n: rows,
@@ -64,7 +70,7 @@ impl Linear {
     /// The layers under `parts` (each `weight` `(rows, cols)` and `bias`
     /// `(rows)`) as one: their weights stacked, their outputs side by side
     /// in each row.
-    fn stacked(parts: &[Weights], rows: usize, cols: usize) -> Result<Self> {
+    pub(crate) fn stacked(parts: &[Weights], rows: usize, cols: usize) -> Result<Self> {
         let weights = parts
             .iter()
             .map(|w| w.get((rows, cols), "weight"))
@@ -89,13 +95,13 @@ impl Linear {
     }
 
     /// The bias (empty where there is none).
-    pub(super) fn bias(&self) -> &[f32] {
+    pub(crate) fn bias(&self) -> &[f32] {
         &self.bias
     }
 
     /// `x` (`rows` rows of `k`) times the weight, without the bias, into
     /// `out` (`rows` rows of `n`).
-    pub(super) fn forward_into(&self, x: &[f32], rows: usize, out: &mut [f32]) -> Result<()> {
+    pub(crate) fn forward_into(&self, x: &[f32], rows: usize, out: &mut [f32]) -> Result<()> {
         // The plain kernel's transposed scratch, where weights are not
         // packed (CPUs without AVX2).
         let mut scratch = match packs_weights() {
@@ -126,7 +132,7 @@ impl Linear {
 
     /// `act(x W^T + b)` on host rows: the product into `out`, then the
     /// bias and the activation in one pass.
-    pub(super) fn forward_act(
+    pub(crate) fn forward_act(
         &self,
         x: &[f32],
         rows: usize,
@@ -140,12 +146,12 @@ impl Linear {
 }
 
 /// A tensor's values as `f32`, in order.
-fn f32_values(t: &Tensor) -> Result<Vec<f32>> {
+pub(crate) fn f32_values(t: &Tensor) -> Result<Vec<f32>> {
     Ok(t.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?)
 }
 
 /// `x[r][j] += bias[j]` for every row (an empty bias adds nothing).
-pub(super) fn add_rows(x: &mut [f32], bias: &[f32]) {
+pub(crate) fn add_rows(x: &mut [f32], bias: &[f32]) {
     if bias.is_empty() {
         return;
     }
@@ -176,7 +182,7 @@ fn add_residual(x: &mut [f32], y: &[f32], bias: &[f32]) {
 
 /// A layer norm with its weight and bias in `f32`.
 #[derive(Debug, Clone)]
-pub(super) struct LayerNorm {
+pub(crate) struct LayerNorm {
     weight: Vec<f32>,
     bias: Vec<f32>,
     eps: f32,
@@ -184,7 +190,7 @@ pub(super) struct LayerNorm {
 
 impl LayerNorm {
     /// `weight` and `bias` of width `d`.
-    pub(super) fn load(w: &Weights, d: usize, eps: f64) -> Result<Self> {
+    pub(crate) fn load(w: &Weights, d: usize, eps: f64) -> Result<Self> {
         Ok(LayerNorm {
             weight: f32_values(&w.get(d, "weight")?)?,
             bias: f32_values(&w.get(d, "bias")?)?,
@@ -193,8 +199,16 @@ impl LayerNorm {
     }
 
     /// Rows of `x` (width `d`) normalized into `out`.
-    pub(super) fn forward_rows(&self, x: &[f32], out: &mut [f32]) {
+    pub(crate) fn forward_rows(&self, x: &[f32], out: &mut [f32]) {
         layer_norm_rows(x, &self.weight, &self.bias, self.eps, out);
+    }
+
+    /// Post-norm residual rows, in place: each row of `x` becomes the norm
+    /// of `x + (y + bias)`, `y` (a projection's output, `bias` its bias)
+    /// the room the sum is made in.
+    pub(crate) fn residual_rows(&self, x: &mut [f32], y: &mut [f32], bias: &[f32]) {
+        let norm = (self.weight.as_slice(), self.bias.as_slice(), self.eps);
+        residual_layer_norm_rows(x, y, bias, norm);
     }
 }
 
@@ -232,25 +246,31 @@ pub(super) struct LayerShape {
 /// The buffers a stack of encoder layers of one shape works in, for up to
 /// `rows` rows, allocated once per stack.
 #[derive(Debug)]
-pub(super) struct LayerScratch {
+pub(crate) struct LayerScratch {
     /// Normalized rows, then projection outputs: `rows × d`.
-    h: Vec<f32>,
+    pub(crate) h: Vec<f32>,
     /// The q/k/v product: `rows × 3d`.
-    qkv: Vec<f32>,
+    pub(crate) qkv: Vec<f32>,
     /// The attention's output, then `fc2`'s: `rows × d`.
-    attn: Vec<f32>,
+    pub(crate) attn: Vec<f32>,
     /// The MLP's hidden rows: `rows × intermediate`.
-    mlp: Vec<f32>,
+    pub(crate) mlp: Vec<f32>,
 }
 
 impl LayerScratch {
     /// Buffers for `rows` rows of layers of `shape`.
     pub(super) fn new(rows: usize, shape: LayerShape) -> Self {
+        Self::with_widths(rows, shape.d, shape.intermediate)
+    }
+
+    /// Buffers for `rows` rows of layers `d` wide with an MLP (or
+    /// feed-forward layer) `intermediate` wide.
+    pub(crate) fn with_widths(rows: usize, d: usize, intermediate: usize) -> Self {
         LayerScratch {
-            h: vec![0f32; rows * shape.d],
-            qkv: vec![0f32; rows * 3 * shape.d],
-            attn: vec![0f32; rows * shape.d],
-            mlp: vec![0f32; rows * shape.intermediate],
+            h: vec![0f32; rows * d],
+            qkv: vec![0f32; rows * 3 * d],
+            attn: vec![0f32; rows * d],
+            mlp: vec![0f32; rows * intermediate],
         }
     }
 }

@@ -26,7 +26,7 @@
 
 mod clip;
 mod connector;
-mod layers;
+pub(crate) mod layers;
 mod siglip;
 mod smolvlm;
 

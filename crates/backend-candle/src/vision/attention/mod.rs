@@ -1,8 +1,11 @@
-//! A vision tower's attention on the CPU, in f32: every position of a
-//! frame attends to every position of the same frame (no mask), each
-//! head on its own, the queries, keys and values read in place from the
-//! rows of the fused q/k/v product (`[q | k | v]`, heads side by side in
-//! each).
+//! A vision tower's (and the sentence encoder's) attention on the CPU,
+//! in f32: every position of a frame attends to every position of the
+//! same frame (no mask), each head on its own, the queries, keys and
+//! values read in place from the rows of the fused q/k/v product
+//! (`[q | k | v]`, heads side by side in each). A tower's frames all have
+//! the same length ([`TowerShape`]); the encoder's texts are frames of
+//! their own lengths packed back to back ([`Frames`]), so that no padding
+//! is computed and no mask is needed.
 //!
 //! Per frame, the keys are first transposed (`(heads, head_dim, t)`);
 //! then each block of [`QUERY_BLOCK`] query rows, head after head, takes
@@ -46,10 +49,34 @@ pub(crate) struct TowerShape {
     pub head_dim: usize,
 }
 
-impl TowerShape {
+/// Frames of their own lengths packed back to back (a batch of texts, no
+/// padding): frame `f` is rows `bounds[f]..bounds[f + 1]`, so `bounds`
+/// holds `frames + 1` ascending row numbers, the first 0; `heads` heads
+/// of `head_dim` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Frames<'a> {
+    /// Each frame's first row, then the rows of all.
+    pub bounds: &'a [usize],
+    /// Heads.
+    pub heads: usize,
+    /// Values per head.
+    pub head_dim: usize,
+}
+
+impl Frames<'_> {
     /// The model width, `heads * head_dim`.
     fn d(self) -> usize {
         self.heads * self.head_dim
+    }
+
+    /// The rows of every frame.
+    fn rows(self) -> usize {
+        self.bounds.last().copied().unwrap_or(0)
+    }
+
+    /// Each frame's rows, as ranges.
+    fn ranges(self) -> impl Iterator<Item = std::ops::Range<usize>> {
+        self.bounds.windows(2).map(|w| w[0]..w[1])
     }
 }
 
@@ -62,7 +89,8 @@ pub(crate) fn tower_attention(shape: TowerShape, qkv: &[f32], scale: f32, out: &
 }
 
 /// [`tower_attention`] on the kernels of `path` (which the CPU must
-/// support), so that tests reach every path.
+/// support), so that tests reach every path: [`frames_attention_on`] on
+/// frames of `t` rows each.
 pub(crate) fn tower_attention_on(
     path: Path,
     shape: TowerShape,
@@ -70,25 +98,61 @@ pub(crate) fn tower_attention_on(
     scale: f32,
     out: &mut [f32],
 ) {
-    let TowerShape {
-        frames,
-        t,
-        heads,
-        head_dim: hd,
-    } = shape;
-    let d = shape.d();
-    assert!(qkv.len() >= frames * t * 3 * d && out.len() >= frames * t * d);
-    if frames == 0 || t == 0 || d == 0 {
+    let bounds: Vec<usize> = (0..=shape.frames).map(|f| f * shape.t).collect();
+    let frames = Frames {
+        bounds: &bounds,
+        heads: shape.heads,
+        head_dim: shape.head_dim,
+    };
+    frames_attention_on(path, frames, qkv, scale, out);
+}
+
+/// Attention over each frame's own positions, frames of any lengths
+/// packed back to back ([`Frames`]): `qkv` holds the rows of every frame,
+/// `3 d` values each (`[q | k | v]`), `out` gets as many rows of `d`
+/// (the heads side by side); scores are multiplied by `scale` before the
+/// softmax. No position sees another frame's, so no mask is needed. On
+/// the fastest kernels this CPU runs.
+pub(crate) fn frames_attention(frames: Frames<'_>, qkv: &[f32], scale: f32, out: &mut [f32]) {
+    frames_attention_on(Path::best(), frames, qkv, scale, out);
+}
+
+/// [`frames_attention`] on the kernels of `path` (which the CPU must
+/// support). A frame's values depend on its own rows only: the same
+/// bits wherever it sits and whatever frames are beside it.
+pub(crate) fn frames_attention_on(
+    path: Path,
+    frames: Frames<'_>,
+    qkv: &[f32],
+    scale: f32,
+    out: &mut [f32],
+) {
+    let (d, heads, hd, rows) = (frames.d(), frames.heads, frames.head_dim, frames.rows());
+    assert!(
+        frames.bounds.first().is_none_or(|b| *b == 0)
+            && frames.bounds.windows(2).all(|w| w[0] <= w[1]),
+        "attention: frame bounds must start at 0 and ascend"
+    );
+    assert!(qkv.len() >= rows * 3 * d && out.len() >= rows * d);
+    if rows == 0 || d == 0 {
         return;
     }
-    // Keys transposed: frame f, head h at `(f * heads + h) * hd * t`.
-    let mut keys_t = vec![0f32; frames * d * t];
-    keys_t
-        .par_chunks_mut(hd * t)
-        .enumerate()
-        .for_each(|(fh, kt)| {
-            let (f, h) = (fh / heads, fh % heads);
-            let frame = &qkv[f * t * 3 * d..(f + 1) * t * 3 * d];
+    let longest = frames.ranges().map(|r| r.len()).max().unwrap_or(0);
+    // Keys transposed: frame f of `t` rows from row `r0`, head h at
+    // `r0 * d + h * hd * t`.
+    let mut keys_t = vec![0f32; rows * d];
+    split_frames(frames, &mut keys_t, d)
+        .into_par_iter()
+        .flat_map(|(range, frame_kt)| {
+            let t = range.len();
+            frame_kt
+                .par_chunks_mut(hd * t)
+                .enumerate()
+                .map(move |(h, kt)| (range.clone(), h, kt))
+        })
+        .for_each(|(range, h, kt)| {
+            let t = range.len();
+            let frame = &qkv[range.start * 3 * d..range.end * 3 * d];
             for (j, row) in frame.chunks_exact(3 * d).enumerate() {
                 let key = &row[d + h * hd..d + (h + 1) * hd];
                 for (c, v) in key.iter().enumerate() {
@@ -96,25 +160,26 @@ pub(crate) fn tower_attention_on(
                 }
             }
         });
-    out[..frames * t * d]
-        .par_chunks_mut(t * d)
-        .enumerate()
-        .flat_map(|(f, frame_out)| {
+    split_frames(frames, &mut out[..rows * d], d)
+        .into_par_iter()
+        .flat_map(|(range, frame_out)| {
             frame_out
                 .par_chunks_mut(QUERY_BLOCK * d)
                 .enumerate()
-                .map(move |(b, rows)| (f, b, rows))
+                .map(move |(b, rows)| (range.clone(), b, rows))
         })
         .for_each_init(
-            || vec![0f32; QUERY_BLOCK * t],
-            |scores, (f, b, rows)| {
+            || vec![0f32; QUERY_BLOCK * longest],
+            |scores, (range, b, rows)| {
+                let t = range.len();
                 let m = rows.len() / d;
                 let r0 = b * QUERY_BLOCK;
-                let frame = &qkv[f * t * 3 * d..(f + 1) * t * 3 * d];
+                let frame = &qkv[range.start * 3 * d..range.end * 3 * d];
+                let frame_kt = &keys_t[range.start * d..range.end * d];
                 let scores = &mut scores[..m * t];
                 for h in 0..heads {
                     let q = &frame[r0 * 3 * d + h * hd..];
-                    let kt = &keys_t[(f * heads + h) * hd * t..(f * heads + h + 1) * hd * t];
+                    let kt = &frame_kt[h * hd * t..(h + 1) * hd * t];
                     let scores_of = Gemm {
                         m,
                         n: t,
@@ -140,6 +205,24 @@ pub(crate) fn tower_attention_on(
                 }
             },
         );
+}
+
+/// `buf` (`width` values a row) cut into each non-empty frame's rows,
+/// with the frame's row range.
+fn split_frames<'b>(
+    frames: Frames<'_>,
+    mut buf: &'b mut [f32],
+    width: usize,
+) -> Vec<(std::ops::Range<usize>, &'b mut [f32])> {
+    let mut parts = Vec::with_capacity(frames.bounds.len());
+    for range in frames.ranges() {
+        let (frame, rest) = std::mem::take(&mut buf).split_at_mut(range.len() * width);
+        buf = rest;
+        if !range.is_empty() {
+            parts.push((range, frame));
+        }
+    }
+    parts
 }
 
 /// The shape of `C = A B`: `A` `(m, k)` with rows `lda` apart, `B`
@@ -327,6 +410,98 @@ mod tests {
                     ),
                 }
             }
+        }
+    }
+
+    /// `qkv` rows of frames of `lengths` (values from `seed`) and their
+    /// bounds.
+    fn packed(lengths: &[usize], d: usize, seed: u64) -> (Vec<usize>, Vec<f32>) {
+        let mut bounds = vec![0usize];
+        for t in lengths {
+            bounds.push(bounds[bounds.len() - 1] + t);
+        }
+        let rows = bounds[lengths.len()];
+        (bounds, values(rows * 3 * d, seed))
+    }
+
+    #[test]
+    fn frames_of_their_own_lengths_give_the_bits_of_each_frame_alone_on_every_path() {
+        let (heads, head_dim) = (3usize, 8usize);
+        let d = heads * head_dim;
+        let scale = 1.0 / (head_dim as f32).sqrt();
+        // lengths around the query block (32): shorter, longer, one row,
+        // an empty frame
+        let lengths = [37usize, 1, 0, 64, 5, 33];
+        let (bounds, qkv) = packed(&lengths, d, 11);
+        let rows = bounds[lengths.len()];
+        let mut first: Option<Vec<u32>> = None;
+        for path in Path::available() {
+            let frames = Frames {
+                bounds: &bounds,
+                heads,
+                head_dim,
+            };
+            let mut got = vec![f32::NAN; rows * d];
+            frames_attention_on(path, frames, &qkv, scale, &mut got);
+            for (f, t) in lengths.iter().enumerate() {
+                let (r0, r1) = (bounds[f], bounds[f + 1]);
+                let alone = TowerShape {
+                    frames: 1,
+                    t: *t,
+                    heads,
+                    head_dim,
+                };
+                let mut want = vec![0f32; t * d];
+                tower_attention_on(path, alone, &qkv[r0 * 3 * d..r1 * 3 * d], scale, &mut want);
+                assert_eq!(
+                    got[r0 * d..r1 * d]
+                        .iter()
+                        .map(|v| v.to_bits())
+                        .collect::<Vec<_>>(),
+                    want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                    "{path:?} frame {f} of {t} rows"
+                );
+                let plain = reference(alone, &qkv[r0 * 3 * d..r1 * 3 * d], scale);
+                let worst = want
+                    .iter()
+                    .zip(&plain)
+                    .map(|(g, w)| (g - w).abs())
+                    .fold(0f32, f32::max);
+                assert!(worst < 1e-5, "{path:?} frame {f}: off by {worst}");
+            }
+            let bits: Vec<u32> = got.iter().map(|v| v.to_bits()).collect();
+            match &first {
+                None => first = Some(bits),
+                Some(f) => assert_eq!(f, &bits, "{path:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn frames_of_one_length_give_the_towers_bits() {
+        let shape = TowerShape {
+            frames: 3,
+            t: 19,
+            heads: 2,
+            head_dim: 16,
+        };
+        let d = shape.heads * shape.head_dim;
+        let (bounds, qkv) = packed(&[19, 19, 19], d, 5);
+        for path in Path::available() {
+            let mut tower = vec![0f32; 3 * 19 * d];
+            tower_attention_on(path, shape, &qkv, 0.25, &mut tower);
+            let frames = Frames {
+                bounds: &bounds,
+                heads: shape.heads,
+                head_dim: shape.head_dim,
+            };
+            let mut packed = vec![0f32; 3 * 19 * d];
+            frames_attention_on(path, frames, &qkv, 0.25, &mut packed);
+            assert_eq!(
+                tower.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                packed.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                "{path:?}"
+            );
         }
     }
 }
