@@ -90,7 +90,10 @@ fn transcription_and_translation_runs_report_each_clips_seconds_and_count_inject
         let rtf = audio["real_time_factor"]["median"]
             .as_f64()
             .expect("a real-time factor");
-        assert!(rtf > 0.0 && rtf < 1.0, "{format}: a 1.5 s clip in ms: {rtf}");
+        assert!(
+            rtf > 0.0 && rtf < 1.0,
+            "{format}: a 1.5 s clip in ms: {rtf}"
+        );
         assert!(
             metrics["audio_seconds_per_s"].as_f64().expect("audio s/s") > 1.0,
             "{format}: {metrics}"

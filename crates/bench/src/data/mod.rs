@@ -62,7 +62,7 @@ use serde_json::{Map, Value};
 use crate::{Error, Result};
 use guidebench_core::Error as CoreError;
 use guidebench_core::options::{KindArgs, OptionSpec, OptionType, check_options};
-use guidebench_core::request::{RequestInput, ToolSet};
+use guidebench_core::request::{ChatMessage, ContentPart, RequestInput, ToolSet};
 use guidebench_core::sampling::SamplingParams;
 use guidebench_core::tokenizer::Tokenizer;
 
@@ -134,6 +134,37 @@ pub struct DataItem {
     /// The tools the first turn offers the model, when it is a tool-call
     /// turn (GuideLLM's `tools_column`; see [`Turn::tools`]).
     pub tools: Option<ToolSet>,
+}
+
+impl DataItem {
+    /// A synthetic media request: one user message of `media` then, unless
+    /// empty, the `prompt` text, its prompt tokens left to the backend to
+    /// count (images and audio are the model's to count).
+    pub(crate) fn media_request(
+        mut media: Vec<ContentPart>,
+        prompt: &str,
+        output_tokens: Option<u32>,
+        origin: String,
+    ) -> Self {
+        if !prompt.is_empty() {
+            media.push(ContentPart::text(prompt));
+        }
+        DataItem {
+            input: RequestInput::Chat(vec![ChatMessage {
+                role: "user".to_owned(),
+                tool: None,
+                content: media,
+            }]),
+            prompt_tokens: None,
+            output_tokens,
+            sampling: SamplingParams::default(),
+            origin,
+            at: None,
+            turns: Vec::new(),
+            history: History::default(),
+            tools: None,
+        }
+    }
 }
 
 /// A later turn of a conversation, as the data gives it.

@@ -44,13 +44,12 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use super::synthetic::LengthDistribution;
-use super::{DataItem, DataSource, History, int_option, string_option};
+use super::{DataItem, DataSource, int_option, string_option};
 use crate::{Error, Result};
 use guidebench_core::Error as CoreError;
 use guidebench_core::options::{OptionSpec, OptionType};
-use guidebench_core::request::{ChatMessage, ContentPart, MediaSource, RequestInput};
+use guidebench_core::request::{ContentPart, MediaSource};
 use guidebench_core::rng::{self, SeededRng};
-use guidebench_core::sampling::SamplingParams;
 
 /// The name of this data kind.
 pub(super) const KIND: &str = "synthetic_audio";
@@ -491,32 +490,18 @@ impl DataSource for SyntheticAudioSource {
             origin: origin.clone(),
             source,
         })?;
-        let mut content = vec![ContentPart::Audio {
+        let clip = ContentPart::Audio {
             source: MediaSource::Bytes {
                 mime: MIME.to_owned(),
                 data: Arc::from(data),
             },
-        }];
-        if !config.prompt.is_empty() {
-            content.push(ContentPart::text(config.prompt.clone()));
-        }
-        Ok(Some(DataItem {
-            input: RequestInput::Chat(vec![ChatMessage {
-                role: "user".to_owned(),
-                tool: None,
-                content,
-            }]),
-            // Audio tokens are the model's to count: the backend reports
-            // the prompt's length.
-            prompt_tokens: None,
+        };
+        Ok(Some(DataItem::media_request(
+            vec![clip],
+            &config.prompt,
             output_tokens,
-            sampling: SamplingParams::default(),
             origin,
-            at: None,
-            turns: Vec::new(),
-            history: History::default(),
-            tools: None,
-        }))
+        )))
     }
 
     fn len_hint(&self) -> Option<usize> {

@@ -37,13 +37,12 @@ use serde_json::{Map, Value};
 
 use super::pixels::{self, Content, Format};
 use super::synthetic::LengthDistribution;
-use super::{DataItem, DataSource, History, int_option, string_option, u32_option};
+use super::{DataItem, DataSource, int_option, string_option, u32_option};
 use crate::{Error, Result};
 use guidebench_core::Error as CoreError;
 use guidebench_core::options::{OptionSpec, OptionType};
-use guidebench_core::request::{ChatMessage, ContentPart, MediaSource, RequestInput};
+use guidebench_core::request::{ContentPart, MediaSource};
 use guidebench_core::rng::{self, SeededRng};
-use guidebench_core::sampling::SamplingParams;
 
 /// The name of this data kind.
 pub(super) const KIND: &str = "synthetic_image";
@@ -458,26 +457,12 @@ impl DataSource for SyntheticImageSource {
                 },
             });
         }
-        if !config.prompt.is_empty() {
-            content.push(ContentPart::text(config.prompt.clone()));
-        }
-        Ok(Some(DataItem {
-            input: RequestInput::Chat(vec![ChatMessage {
-                role: "user".to_owned(),
-                tool: None,
-                content,
-            }]),
-            // Image tokens are the model's to count: the backend reports
-            // the prompt's length.
-            prompt_tokens: None,
+        Ok(Some(DataItem::media_request(
+            content,
+            &config.prompt,
             output_tokens,
-            sampling: SamplingParams::default(),
             origin,
-            at: None,
-            turns: Vec::new(),
-            history: History::default(),
-            tools: None,
-        }))
+        )))
     }
 
     fn len_hint(&self) -> Option<usize> {
