@@ -994,6 +994,7 @@ mod fixtures {
     use serde_json::{Value, json};
 
     use super::body::build_body;
+    use super::responses::responses_body;
     use crate::config::{OpenAiConfig, RequestFormat};
 
     pub(super) fn config(format: RequestFormat) -> OpenAiConfig {
@@ -1002,8 +1003,14 @@ mod fixtures {
         c
     }
 
+    /// The body the send path builds for `request` (a Responses API body
+    /// without server-side history).
     pub(super) fn body_of(config: &OpenAiConfig, request: &GenerationRequest) -> Value {
-        serde_json::from_slice(&build_body(config, "m", request).expect("body")).expect("json")
+        let body = match config.request_format {
+            RequestFormat::Responses => responses_body(config, "m", request, None).map(|(b, _)| b),
+            _ => build_body(config, "m", request),
+        };
+        serde_json::from_slice(&body.expect("body")).expect("json")
     }
 
     pub(super) fn weather_tools(expect_call: bool) -> ToolSet {

@@ -4,10 +4,11 @@
 //! that expects a tool call, media read into data URLs, `extra_body`
 //! merged in.
 //!
-//! The parent's send path calls [`build_body`]; a Responses API request is
-//! handed on to the sibling `responses` module, which builds its body from
-//! the pieces here. Audio uploads are not JSON: the crate's `audio` module
-//! builds them (with [`mime_from_path`] from here).
+//! The parent's send path calls [`build_body`], and for a Responses API
+//! request the sibling `responses` module, which builds its body from the
+//! pieces here (the dependency runs one way: nothing here calls it).
+//! Audio uploads are not JSON: the crate's `audio` module builds them
+//! (with [`mime_from_path`] from here).
 
 use std::path::Path;
 
@@ -20,7 +21,6 @@ use guidebench_core::tokenizer::SpecialTokens;
 use guidebench_core::{Error, Result};
 use serde_json::{Map, Value, json};
 
-use super::responses::responses_body;
 use crate::config::{OpenAiConfig, RequestFormat};
 
 /// The JSON body of a completion request.
@@ -55,7 +55,10 @@ pub(super) fn build_body(
             insert_sampling(&mut body, request, "max_tokens");
         }
         RequestFormat::Responses => {
-            return responses_body(config, model, request, None).map(|(body, _)| body);
+            return Err(Error::Config(
+                "a Responses API body is built by the responses module, with its conversation"
+                    .into(),
+            ));
         }
         RequestFormat::Transcriptions | RequestFormat::Translations => {
             return Err(Error::Config(

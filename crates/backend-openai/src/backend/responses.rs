@@ -381,7 +381,6 @@ mod tests {
     use guidebench_core::sampling::Sampling;
 
     use super::*;
-    use crate::backend::body::build_body;
     use crate::backend::fixtures::{body_of, config, weather_tools};
     use crate::config::RequestFormat;
 
@@ -444,7 +443,7 @@ mod tests {
             RequestInput::Chat(media_answer),
             Sampling::fixed_length(2).expect("valid"),
         );
-        let err = build_body(&c, "m", &request).expect_err("media answer");
+        let err = responses_body(&c, "m", &request, None).expect_err("media answer");
         assert_eq!(err.label(), "unsupported_input");
     }
 
