@@ -833,6 +833,15 @@ fn u32_option(
     )
 }
 
+/// Reads the `seed` option, `default` where absent; a negative seed is
+/// taken as its two's complement, as `synthetic_text` has always taken it.
+fn seed_option(options: &Map<String, Value>, default: u64) -> u64 {
+    options
+        .get("seed")
+        .and_then(|v| v.as_u64().or_else(|| v.as_i64().map(i64::cast_unsigned)))
+        .unwrap_or(default)
+}
+
 /// Reads a text option, checked by [`check_options`].
 fn string_option<'a>(options: &'a Map<String, Value>, key: &str) -> Option<&'a str> {
     options.get(key).and_then(Value::as_str)

@@ -28,7 +28,9 @@ use rand_distr::{Distribution, Normal};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use super::{DataItem, DataSource, History, Turn, int_option, string_option, u32_option};
+use super::{
+    DataItem, DataSource, History, Turn, int_option, seed_option, string_option, u32_option,
+};
 use crate::{Error, Result};
 use guidebench_core::Error as CoreError;
 use guidebench_core::options::{OptionSpec, OptionType};
@@ -733,6 +735,50 @@ impl LengthDistribution {
         clamped as u32
     }
 
+    /// The output lengths of a synthetic media kind: `output_tokens` and its
+    /// spread read as [`LengthDistribution::from_options`] reads them, or
+    /// `None` without `output_tokens` (a request then asks for up to
+    /// `sampling.max_tokens`).
+    ///
+    /// # Errors
+    ///
+    /// Those of `from_options`, and a spread option given without
+    /// `output_tokens`, naming it.
+    pub(super) fn optional_output(
+        context: &str,
+        options: &Map<String, Value>,
+        default_stdev: f64,
+        default_min: u32,
+    ) -> Result<Option<Self>> {
+        if options.contains_key("output_tokens") {
+            return Self::from_options(
+                context,
+                options,
+                "output_tokens",
+                default_stdev,
+                default_min,
+            )
+            .map(Some);
+        }
+        let shaping = [
+            "output_tokens_stdev",
+            "output_tokens_min",
+            "output_tokens_max",
+        ]
+        .into_iter()
+        .find(|key| options.contains_key(*key));
+        match shaping {
+            None => Ok(None),
+            Some(key) => Err(Error::from(CoreError::InvalidOption {
+                context: context.to_owned(),
+                key: key.to_owned(),
+                reason: "shapes output_tokens, which is not given; without output_tokens a \
+                         request asks for up to sampling.max_tokens and stops at end of sequence"
+                    .to_owned(),
+            })),
+        }
+    }
+
     /// Reads `{name}`, `{name}_stdev`, `{name}_min` and `{name}_max` from
     /// checked options; an absent `_stdev` or `_min` is `default_stdev` or
     /// `default_min`, an absent `_max` no bound.
@@ -1187,10 +1233,7 @@ impl SyntheticTextConfig {
         options: &Map<String, Value>,
         default_seed: u64,
     ) -> Result<Self> {
-        let seed = options
-            .get("seed")
-            .and_then(|v| v.as_u64().or_else(|| v.as_i64().map(|n| n as u64)))
-            .unwrap_or(default_seed);
+        let seed = seed_option(options, default_seed);
         let d = SyntheticTextDefaults::default();
         let prefix_tokens =
             u32_option(context, options, "prefix_tokens", 0)?.unwrap_or(d.prefix_tokens);

@@ -37,7 +37,7 @@ use serde_json::{Map, Value};
 
 use super::pixels::{self, Content, Format};
 use super::synthetic::LengthDistribution;
-use super::{DataItem, DataSource, int_option, string_option, u32_option};
+use super::{DataItem, DataSource, int_option, seed_option, string_option, u32_option};
 use crate::{Error, Result};
 use guidebench_core::Error as CoreError;
 use guidebench_core::options::{OptionSpec, OptionType};
@@ -243,35 +243,13 @@ impl SyntheticImageConfig {
         )
         .map_err(|fault| invalid(fault.key, fault.reason))?;
 
-        let output_tokens = if options.contains_key("output_tokens") {
-            Some(LengthDistribution::from_options(
-                context,
-                options,
-                "output_tokens",
-                d.output_tokens_stdev,
-                d.output_tokens_min,
-            )?)
-        } else if let Some(key) = [
-            "output_tokens_stdev",
-            "output_tokens_min",
-            "output_tokens_max",
-        ]
-        .into_iter()
-        .find(|key| options.contains_key(*key))
-        {
-            return Err(invalid(
-                key,
-                "shapes output_tokens, which is not given; without output_tokens a request asks \
-                 for up to sampling.max_tokens and stops at end of sequence"
-                    .to_owned(),
-            ));
-        } else {
-            None
-        };
-        let seed = options
-            .get("seed")
-            .and_then(|v| v.as_u64().or_else(|| v.as_i64().map(|n| n as u64)))
-            .unwrap_or(d.seed);
+        let output_tokens = LengthDistribution::optional_output(
+            context,
+            options,
+            d.output_tokens_stdev,
+            d.output_tokens_min,
+        )?;
+        let seed = seed_option(options, d.seed);
         Ok(SyntheticImageConfig {
             width,
             height,

@@ -41,7 +41,7 @@ use super::OnError;
 use super::open::read_rows;
 use super::rows::{Row, json_in_cell};
 use super::synthetic::{Prompts, pseudo_word};
-use super::{DataItem, DataSource, RowFault, string_option, u32_option};
+use super::{DataItem, DataSource, RowFault, seed_option, string_option, u32_option};
 use crate::Result;
 use guidebench_core::options::{OptionSpec, OptionType};
 use guidebench_core::request::RequestInput;
@@ -267,10 +267,7 @@ impl TraceRows {
         let output = column("output_length_column", d.output_length_column);
         let hashes = column("hash_ids_column", d.hash_ids_column);
         let block_size = u32_option(context, options, "block_size", 1)?.unwrap_or(d.block_size);
-        let seed = options
-            .get("seed")
-            .and_then(|v| v.as_u64().or_else(|| v.as_i64().map(|n| n.cast_unsigned())))
-            .unwrap_or(default_seed);
+        let seed = seed_option(options, default_seed);
         let (mut trace, mut faults) = (Vec::new(), Vec::new());
         for row in &rows {
             let origin = format!("{}, {}", path.display(), row.location);
