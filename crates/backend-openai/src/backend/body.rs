@@ -202,19 +202,21 @@ fn chat_message(message: &ChatMessage) -> Result<Value> {
     Ok(value)
 }
 
+/// The URL an image is sent as: its own URL, else its bytes (read from
+/// its file) as a data URL.
+pub(super) fn image_url(source: &MediaSource) -> Result<String> {
+    Ok(match source {
+        MediaSource::Url(url) => url.clone(),
+        MediaSource::Path(path) => data_url(mime_from_path(path, "image"), &read_media(path)?),
+        MediaSource::Bytes { mime, data } => data_url(mime, data),
+    })
+}
+
 fn content_part(part: &ContentPart) -> Result<Value> {
     Ok(match part {
         ContentPart::Text { text } => json!({"type": "text", "text": text}),
         ContentPart::Image { source } => {
-            let url = match source {
-                MediaSource::Url(url) => url.clone(),
-                MediaSource::Path(path) => {
-                    let data = read_media(path)?;
-                    data_url(mime_from_path(path, "image"), &data)
-                }
-                MediaSource::Bytes { mime, data } => data_url(mime, data),
-            };
-            json!({"type": "image_url", "image_url": {"url": url}})
+            json!({"type": "image_url", "image_url": {"url": image_url(source)?}})
         }
         ContentPart::Audio { source } => match source {
             MediaSource::Url(url) => match url

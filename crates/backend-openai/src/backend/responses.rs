@@ -25,8 +25,7 @@ use guidebench_core::request::{
 use serde_json::{Map, Value, json};
 
 use super::body::{
-    FUNCTION_FIELDS, constrain_tool_call_body, data_url, finish_body, insert_sampling,
-    mime_from_path, read_media,
+    FUNCTION_FIELDS, constrain_tool_call_body, finish_body, image_url, insert_sampling, read_media,
 };
 use super::lock;
 use crate::config::OpenAiConfig;
@@ -341,15 +340,7 @@ fn response_part(part: &ContentPart) -> Result<Value> {
     Ok(match part {
         ContentPart::Text { text } => json!({"type": "input_text", "text": text}),
         ContentPart::Image { source } => {
-            let url = match source {
-                MediaSource::Url(url) => url.clone(),
-                MediaSource::Path(path) => {
-                    let data = read_media(path)?;
-                    data_url(mime_from_path(path, "image"), &data)
-                }
-                MediaSource::Bytes { mime, data } => data_url(mime, data),
-            };
-            json!({"type": "input_image", "image_url": url})
+            json!({"type": "input_image", "image_url": image_url(source)?})
         }
         ContentPart::Audio { source } => match source {
             MediaSource::Url(url) => match url
